@@ -1,0 +1,125 @@
+# kiln: an ahead-of-time compiler from neural-network graphs to Vulkan C.
+#
+#   make        install missing packages, build build/kiln and
+#               build/libkilnrt.a, compile samples/mlp.yaml, build and run it
+#   make test   the same set-up, then every test; ends "N passed, N failed"
+#
+# Packages are Debian's; when one is missing, make installs it with apt-get
+# if it runs as root, and otherwise prints the apt-get line and stops.
+
+CC ?= cc
+CFLAGS ?= -O2 -g
+WARN = -Wall -Wextra -Wshadow -Wundef -Wstrict-prototypes -Wmissing-prototypes \
+       -Wpointer-arith -Wcast-qual -Wformat=2 -pedantic
+PYTHON ?= /usr/bin/python3
+B = build
+
+# What kiln needs to build and run, and what its tests need on top.
+PACKAGES = build-essential libvulkan-dev libshaderc-dev glslc spirv-tools \
+           libyaml-dev mesa-vulkan-drivers vulkan-validationlayers
+TEST_PACKAGES = python3 python3-numpy clang g++
+
+COMPILER_SRC = $(filter-out compiler/embed.c, $(wildcard compiler/*.c))
+COMPILER_OBJ = $(COMPILER_SRC:compiler/%.c=$(B)/compiler/%.o) $(B)/compiler/embedded.o \
+               $(B)/runtime/dtype.o
+RUNTIME_SRC = $(wildcard runtime/*.c)
+RUNTIME_OBJ = $(RUNTIME_SRC:runtime/%.c=$(B)/runtime/%.o)
+EMBEDDED = $(wildcard shaders/*.comp shaders/*.glsl templates/*.in)
+# Debian's shaderc_combined.a leaves glslang and spirv-tools out: link those
+# static archives as one group, since they refer to each other.
+COMPILER_LIBS = -lyaml -Wl,--start-group -l:libshaderc_combined.a -lglslang -lSPIRV \
+                -lMachineIndependent -lOSDependent -lOGLCompiler -lGenericCodeGen -lHLSL \
+                -lglslang-default-resource-limits -lSPIRV-Tools-opt -lSPIRV-Tools \
+                -Wl,--end-group -lstdc++ -lm -lpthread
+
+.PHONY: all deps test-deps run-sample test clean
+.DEFAULT_GOAL := all
+
+all: deps $(B)/kiln $(B)/libkilnrt.a run-sample
+
+# ---- packages ----
+
+define ensure_packages
+	@missing=""; for p in $(1); do \
+	  dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' \
+	    || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if ! command -v dpkg-query >/dev/null; then \
+	    echo "kiln: not a Debian system; install the equivalents of:$$missing"; exit 1; \
+	  elif [ "$$(id -u)" = 0 ]; then \
+	    echo "kiln: installing$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null \
+	      || { echo "kiln: apt-get install$$missing failed"; exit 1; }; \
+	  else \
+	    echo "kiln: missing packages; run:"; \
+	    echo "  sudo apt-get install -y$$missing"; exit 1; \
+	  fi; \
+	fi
+endef
+
+deps:
+	$(call ensure_packages,$(PACKAGES))
+
+test-deps: deps
+	$(call ensure_packages,$(TEST_PACKAGES))
+
+# ---- the compiler ----
+
+$(B)/embed: compiler/embed.c
+	@mkdir -p $(B)
+	$(CC) $(CFLAGS) $(WARN) -std=c11 -o $@ $<
+
+$(B)/compiler/embedded.c: $(B)/embed $(EMBEDDED)
+	@mkdir -p $(B)/compiler
+	$(B)/embed $@ $(EMBEDDED)
+
+$(B)/compiler/embedded.o: $(B)/compiler/embedded.c compiler/kiln.h
+	$(CC) $(CFLAGS) -std=c11 -Icompiler -c -o $@ $<
+
+$(B)/compiler/%.o: compiler/%.c compiler/kiln.h compiler/ops.def runtime/kiln_rt.h | deps
+	@mkdir -p $(B)/compiler
+	$(CC) $(CFLAGS) $(WARN) -std=c11 -c -o $@ $<
+
+$(B)/kiln: $(COMPILER_OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(COMPILER_LIBS)
+
+# ---- the runtime ----
+
+$(B)/runtime/%.o: runtime/%.c runtime/kiln_rt.h runtime/internal.h | deps
+	@mkdir -p $(B)/runtime
+	$(CC) $(CFLAGS) $(WARN) -std=c99 -fPIC -c -o $@ $<
+
+$(B)/libkilnrt.a: $(RUNTIME_OBJ)
+	rm -f $@
+	ar rcs $@ $^
+
+# ---- the sample: samples/mlp.yaml compiled, built and run ----
+
+$(B)/mlp.c: samples/mlp.yaml $(B)/kiln
+	$(B)/kiln compile samples/mlp.yaml -o $@
+
+$(B)/mlp: $(B)/mlp.c samples/run_model.c $(B)/libkilnrt.a
+	$(CC) $(CFLAGS) $(WARN) -std=c99 -Iruntime -I$(B) -DKILN_MODEL=mlp -D_POSIX_C_SOURCE=199309L \
+	  -include $(B)/mlp.h -o $@ samples/run_model.c $(B)/mlp.c \
+	  -L$(B) -lkilnrt -lvulkan -lm
+
+run-sample: $(B)/mlp
+	$(B)/mlp
+
+# ---- tests ----
+
+# The model runner the tests link every generated test model with
+# (compiled with --name model).
+$(B)/run_model_test.o: samples/run_model.c runtime/kiln_rt.h
+	$(CC) $(CFLAGS) $(WARN) -std=c99 -Iruntime -DKILN_MODEL=model \
+	  -DKILN_DECLARE_MODEL -c -o $@ $<
+
+$(B)/test_units: tests/test_units.c $(filter-out $(B)/compiler/main.o, $(COMPILER_OBJ))
+	$(CC) $(CFLAGS) $(WARN) -std=c11 -Icompiler -o $@ $^ $(COMPILER_LIBS)
+
+test: test-deps $(B)/kiln $(B)/libkilnrt.a $(B)/run_model_test.o $(B)/test_units
+	$(PYTHON) tests/run_tests.py
+
+clean:
+	rm -rf $(B)

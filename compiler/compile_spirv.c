@@ -1,0 +1,135 @@
+/*
+ * compile_spirv.c: GLSL kernels to checked, optimized SPIR-V.
+ *
+ * Each dispatch names a shader family and its #defines. Identical (family,
+ * defines) pairs compile once. shaderc compiles the family's GLSL (embedded
+ * in kiln at build time from shaders/) for Vulkan 1.2 / SPIR-V 1.5 with its
+ * performance level, which runs spirv-tools' optimizer passes (the spirv-tools
+ * of Debian 12 has no C API for the optimizer itself); spirv-tools then
+ * validates the result. Modules whose final words are identical are stored
+ * once, so the generated file carries each distinct kernel once.
+ *
+ * A kernel that fails to compile or validate is a bug in kiln, not in the
+ * model: it is reported as an internal error with the compiler's message.
+ */
+#include "kiln.h"
+
+#include <shaderc/shaderc.h>
+#include <spirv-tools/libspirv.h>
+#include <stdio.h>
+#include <string.h>
+
+static shaderc_include_result *include_file(void *user, const char *requested,
+                                            int type, const char *requester,
+                                            size_t depth) {
+    (void)user;
+    (void)type;
+    (void)requester;
+    (void)depth;
+    shaderc_include_result *r = xcalloc(1, sizeof *r);
+    const EmbeddedFile *f = embedded_file(requested);
+    if (f) {
+        r->source_name = f->name;
+        r->source_name_length = strlen(f->name);
+        r->content = f->text;
+        r->content_length = f->size;
+    } else {
+        r->source_name = "";
+        r->content = "no such shader include";
+        r->content_length = strlen(r->content);
+    }
+    return r;
+}
+
+static void release_include(void *user, shaderc_include_result *r) {
+    (void)user;
+    (void)r;
+}
+
+static void spirv_check(spv_context ctx, const uint32_t *words, size_t n,
+                        const Dispatch *d) {
+    spv_const_binary_t bin = {words, n};
+    spv_diagnostic diag = NULL;
+    if (spvValidate(ctx, &bin, &diag) != SPV_SUCCESS)
+        internal_error("SPIR-V of %s for node '%s' is invalid: %s", d->family, d->node->name,
+                       diag && diag->error ? diag->error : "?");
+    spvDiagnosticDestroy(diag);
+}
+
+static Module compile_one(shaderc_compiler_t sc, spv_context ctx, const Dispatch *d) {
+    char *file = format("%s.comp", d->family);
+    const EmbeddedFile *src = embedded_file(file);
+    if (!src)
+        internal_error("no shader family %s", file);
+
+    shaderc_compile_options_t o = shaderc_compile_options_initialize();
+    shaderc_compile_options_set_target_env(o, shaderc_target_env_vulkan,
+                                           shaderc_env_version_vulkan_1_2);
+    shaderc_compile_options_set_target_spirv(o, shaderc_spirv_version_1_5);
+    shaderc_compile_options_set_optimization_level(o, shaderc_optimization_level_performance);
+    shaderc_compile_options_set_include_callbacks(o, include_file, release_include,
+                                                  NULL);
+    for (const char *p = d->defines.buf; p && *p;) {
+        const char *sp = strchr(p, ' '), *nl = strchr(p, '\n');
+        if (!sp || !nl || sp > nl)
+            internal_error("malformed define in %s", d->family);
+        shaderc_compile_options_add_macro_definition(o, p, (size_t)(sp - p), sp + 1,
+                                                     (size_t)(nl - sp - 1));
+        p = nl + 1;
+    }
+    shaderc_compilation_result_t r =
+        shaderc_compile_into_spv(sc, src->text, src->size, shaderc_compute_shader,
+                                 file, "main", o);
+    if (shaderc_result_get_compilation_status(r) !=
+        shaderc_compilation_status_success)
+        internal_error("kernel %s for node '%s' does not compile:\n%s\ndefines:\n%s",
+                       d->family, d->node->name, shaderc_result_get_error_message(r),
+                       d->defines.buf ? d->defines.buf : "");
+    size_t nwords = shaderc_result_get_length(r) / 4;
+    const uint32_t *words = (const uint32_t *)shaderc_result_get_bytes(r);
+    spirv_check(ctx, words, nwords, d);
+
+    Module m = {0};
+    m.family = d->family;
+    m.defines = d->defines.buf ? d->defines.buf : "";
+    m.nwords = nwords;
+    m.words = xcalloc(m.nwords, sizeof(uint32_t));
+    memcpy(m.words, words, m.nwords * sizeof(uint32_t));
+    m.hash = hash_bytes(HASH_SEED, m.words, m.nwords * sizeof(uint32_t));
+    shaderc_result_release(r);
+    shaderc_compile_options_release(o);
+    return m;
+}
+
+void compile_kernels(Program *p) {
+    shaderc_compiler_t sc = shaderc_compiler_initialize();
+    if (!sc)
+        fatal("cannot initialize shaderc");
+    spv_context ctx = spvContextCreate(SPV_ENV_VULKAN_1_2);
+
+    Map by_source = {0}; /* family + defines -> module index + 1 */
+    p->modules = xcalloc((size_t)p->ndispatches + 1, sizeof(Module));
+    for (int i = 0; i < p->ndispatches; i++) {
+        Dispatch *d = p->dispatches[i];
+        char *key = format("%s\n%s", d->family, d->defines.buf ? d->defines.buf : "");
+        intptr_t known = (intptr_t)map_get(&by_source, key);
+        if (known) {
+            d->module = (int)known - 1;
+            continue;
+        }
+        Module m = compile_one(sc, ctx, d);
+        int idx = -1;
+        for (int j = 0; j < p->nmodules; j++)
+            if (p->modules[j].hash == m.hash && p->modules[j].nwords == m.nwords &&
+                memcmp(p->modules[j].words, m.words, m.nwords * 4) == 0)
+                idx = j;
+        if (idx < 0) {
+            idx = p->nmodules++;
+            p->modules[idx] = m;
+        }
+        d->module = idx;
+        map_put(&by_source, key, (void *)(intptr_t)(idx + 1));
+    }
+    spvContextDestroy(ctx);
+    shaderc_compiler_release(sc);
+}

@@ -1,0 +1,284 @@
+/*
+ * emit_c.c: the generated .c and .h, from templates/.
+ *
+ * The templates (embedded in kiln at build time) fix the layout of the
+ * output; this file renders each section as text and substitutes
+ * {{PLACEHOLDERS}}. Everything rendered depends only on the model and the
+ * command line, never on time, addresses or hash-table order, so compiling
+ * the same model twice gives the same bytes.
+ *
+ * C99 has no empty arrays: a table with no rows gets one zero row and a
+ * count of 0.
+ */
+#include "kiln.h"
+
+#include <ctype.h>
+#include <string.h>
+
+typedef struct Subst {
+    const char *key;
+    const char *value;
+} Subst;
+
+/* Replaces every {{KEY}} in a template; an unknown key is a bug. */
+static void render(Str *out, const char *tmpl, const Subst *subs, int nsubs) {
+    const char *p = tmpl;
+    while (*p) {
+        const char *open = strstr(p, "{{");
+        if (!open) {
+            str_add(out, p);
+            break;
+        }
+        str_addn(out, p, (size_t)(open - p));
+        const char *close = strstr(open, "}}");
+        if (!close)
+            internal_error("unterminated placeholder in a template");
+        size_t len = (size_t)(close - open - 2);
+        int i;
+        for (i = 0; i < nsubs; i++)
+            if (strlen(subs[i].key) == len && strncmp(subs[i].key, open + 2, len) == 0)
+                break;
+        if (i == nsubs)
+            internal_error("unknown template placeholder %.*s", (int)len, open + 2);
+        str_add(out, subs[i].value);
+        p = close + 2;
+    }
+}
+
+/* A C string literal's contents. */
+static char *c_string(const char *s) {
+    Str o = {0};
+    str_add(&o, "");
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            str_addf(&o, "\\%c", c);
+        else if (c < 32 || c >= 127)
+            str_addf(&o, "\\%03o", c);
+        else
+            str_addn(&o, s, 1);
+    }
+    return o.buf;
+}
+
+/* Text that is safe inside a block comment, on one line. */
+static char *c_comment(const char *s) {
+    Str o = {0};
+    str_add(&o, "");
+    for (; *s; s++) {
+        if (s[0] == '*' && s[1] == '/')
+            str_add(&o, "* ");
+        else if ((unsigned char)*s < 32)
+            str_add(&o, " ");
+        else
+            str_addn(&o, s, 1);
+    }
+    return o.buf;
+}
+
+static char *u64(uint64_t v) { return format("%llu", (unsigned long long)v); }
+
+static void emit_words(Str *s, const uint32_t *w, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        str_addf(s, "%s0x%08xu,%s", i % 8 == 0 ? "    " : " ", w[i],
+                 i % 8 == 7 || i + 1 == n ? "\n" : "");
+}
+
+static void emit_kernels(Str *s, Program *p, const char *px) {
+    for (int i = 0; i < p->nmodules; i++) {
+        Module *m = &p->modules[i];
+        str_addf(s, "\n/* kernel %d: %s", i, m->family);
+        for (const char *d = m->defines; *d;) {
+            const char *nl = strchr(d, '\n');
+            size_t len = nl ? (size_t)(nl - d) : strlen(d);
+            str_addf(s, "\n *   %s", c_comment(format("%.*s", (int)len, d)));
+            d += len + (nl ? 1 : 0);
+        }
+        str_addf(s, "\n */\nstatic const uint32_t %s_spirv_%d[%zu] = {\n", px, i,
+                 m->nwords);
+        emit_words(s, m->words, m->nwords);
+        str_add(s, "};\n");
+    }
+    str_addf(s, "\nstatic const kiln_kernel %s_kernels[%d] = {\n", px,
+             p->nmodules ? p->nmodules : 1);
+    for (int i = 0; i < p->nmodules; i++)
+        str_addf(s, "    {%s_spirv_%d, %zuu, \"%s\"},\n", px, i, p->modules[i].nwords,
+                 p->modules[i].family);
+    if (!p->nmodules)
+        str_add(s, "    {0}\n");
+    str_add(s, "};\n");
+}
+
+static void emit_weights(Str *s, Graph *g, Program *p, const char *px) {
+    size_t nwords = (size_t)(p->weight_bytes + 3) / 4;
+    uint8_t *bytes = xcalloc(nwords * 4 + 4, 1);
+    for (int i = 0; i < g->weights.len; i++) {
+        Tensor *t = g->weights.data[i];
+        str_addf(s, "/* %s: %s %s at %llu */\n", c_comment(t->name),
+                 kiln_dtype_name(t->dtype), shape_str(t->rank, t->shape),
+                 (unsigned long long)t->offset);
+        memcpy(bytes + t->offset, t->data, (size_t)tensor_bytes(t));
+    }
+    str_addf(s, "static const uint32_t %s_weights[%zu] = {\n", px, nwords ? nwords : 1);
+    uint32_t *w = xcalloc(nwords + 1, 4);
+    for (size_t i = 0; i < nwords; i++)
+        w[i] = (uint32_t)bytes[4 * i] | (uint32_t)bytes[4 * i + 1] << 8 |
+               (uint32_t)bytes[4 * i + 2] << 16 | (uint32_t)bytes[4 * i + 3] << 24;
+    emit_words(s, w, nwords);
+    if (!nwords)
+        str_add(s, "    0u\n");
+    str_add(s, "};\n");
+}
+
+static const char *dtype_enum(kiln_dtype dt) {
+    static const char *const names[] = {"KILN_DTYPE_F32", "KILN_DTYPE_F16",
+                                        "KILN_DTYPE_I32", "KILN_DTYPE_I64",
+                                        "KILN_DTYPE_BOOL", "KILN_DTYPE_U8",
+                                        "KILN_DTYPE_I8"};
+    return names[dt];
+}
+
+static void emit_tensor_table(Str *s, Vec *list, const char *px, const char *what) {
+    str_addf(s, "\nstatic const kiln_tensor_info %s_%s[%d] = {\n", px, what,
+             list->len ? list->len : 1);
+    for (int i = 0; i < list->len; i++) {
+        Tensor *t = list->data[i];
+        Tensor *r = tensor_root(t);
+        str_addf(s, "    {\"%s\", %s, %du, {", c_string(t->name), dtype_enum(t->dtype),
+                 t->rank);
+        for (int k = 0; k < t->rank; k++)
+            str_addf(s, "%s%lld", k ? ", " : "", (long long)t->shape[k]);
+        if (!t->rank)
+            str_add(s, "0");
+        str_addf(s, "}, %lluull, %s, %lluull, %lluull},\n",
+                 (unsigned long long)tensor_bytes(t),
+                 r->buffer == KILN_BUFFER_WEIGHTS ? "KILN_BUFFER_WEIGHTS"
+                                                  : "KILN_BUFFER_ARENA",
+                 (unsigned long long)r->offset, (unsigned long long)t->io_offset);
+    }
+    if (!list->len)
+        str_add(s, "    {0}\n");
+    str_add(s, "};\n");
+}
+
+static void emit_schedule(Str *s, Program *p, const char *px) {
+    int nbind = 0;
+    for (int i = 0; i < p->ndispatches; i++)
+        nbind += p->dispatches[i]->nargs;
+    str_addf(s, "\n/* Device addresses each dispatch receives: {buffer, offset}. */\n"
+                "static const kiln_binding %s_bindings[%d] = {\n",
+             px, nbind ? nbind : 1);
+    for (int i = 0; i < p->ndispatches; i++) {
+        Dispatch *d = p->dispatches[i];
+        for (int k = 0; k < d->nargs; k++) {
+            Tensor *t = d->args[k], *r = tensor_root(t);
+            str_addf(s, "    {%s, %lluull}, /* %d.%d %s %s */\n",
+                     r->buffer == KILN_BUFFER_WEIGHTS ? "KILN_BUFFER_WEIGHTS"
+                                                      : "KILN_BUFFER_ARENA",
+                     (unsigned long long)r->offset, i, k,
+                     (d->writes >> k) & 1u ? "writes" : "reads", c_comment(t->name));
+        }
+    }
+    if (!nbind)
+        str_add(s, "    {0}\n");
+    str_add(s, "};\n");
+
+    str_addf(s, "\n/* {kernel, {groups}, first binding, bindings, barrier, node} */\n"
+                "static const kiln_dispatch %s_dispatches[%d] = {\n",
+             px, p->ndispatches ? p->ndispatches : 1);
+    int b = 0;
+    for (int i = 0; i < p->ndispatches; i++) {
+        Dispatch *d = p->dispatches[i];
+        str_addf(s, "    /* %d: %s (%s) %s", i, c_comment(d->node->name),
+                 op_info[d->node->op].name, d->family);
+        if (d->barrier)
+            str_addf(s, "; barrier: %s", c_comment(d->reason));
+        str_addf(s, " */\n    {%du, {%uu, %uu, %uu}, %du, %du, %du, \"%s\"},\n", d->module,
+                 d->groups[0], d->groups[1], d->groups[2], b, d->nargs, d->barrier,
+                 c_string(d->node->name));
+        b += d->nargs;
+    }
+    if (!p->ndispatches)
+        str_add(s, "    {0}\n");
+    str_add(s, "};\n");
+}
+
+static char *tensor_list(Vec *list) {
+    Str s = {0};
+    str_add(&s, "");
+    for (int i = 0; i < list->len; i++) {
+        Tensor *t = list->data[i];
+        str_addf(&s, " *   [%d] %s: %s %s, %llu bytes\n", i, c_comment(t->name),
+                 kiln_dtype_name(t->dtype), shape_str(t->rank, t->shape),
+                 (unsigned long long)tensor_bytes(t));
+    }
+    return s.buf;
+}
+
+static const char *basename_of(const char *path) {
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+void emit_c(Graph *g, Program *p, const Options *opt, const char *header_name,
+            Str *out_c, Str *out_h) {
+    const char *px = opt->name;
+    char *upper = xstrdup(px);
+    for (char *c = upper; *c; c++)
+        *c = (char)toupper((unsigned char)*c);
+    int barriers = 0;
+    for (int i = 0; i < p->ndispatches; i++)
+        barriers += p->dispatches[i]->barrier;
+    uint64_t spirv = 0;
+    for (int i = 0; i < p->nmodules; i++)
+        spirv += p->modules[i].nwords * 4;
+
+    Str kernels = {0}, weights = {0}, tensors = {0}, sched = {0};
+    emit_kernels(&kernels, p, px);
+    emit_weights(&weights, g, p, px);
+    emit_tensor_table(&tensors, &g->inputs, px, "inputs");
+    emit_tensor_table(&tensors, &g->outputs, px, "outputs");
+    emit_schedule(&sched, p, px);
+
+    char *source_c = xstrdup(basename_of(header_name));
+    size_t n = strlen(source_c);
+    if (n > 2 && strcmp(source_c + n - 2, ".h") == 0)
+        source_c[n - 1] = 'c';
+    Subst subs[] = {
+        {"VERSION", KILN_VERSION},
+        {"SOURCE", c_comment(g->path)},
+        {"SOURCE_C", c_comment(source_c)},
+        {"COMMAND", c_comment(opt->command)},
+        {"MODEL", c_comment(g->name)},
+        {"MODEL_C", c_string(g->name)},
+        {"HEADER", c_string(basename_of(header_name))},
+        {"PREFIX", px},
+        {"PREFIX_UPPER", upper},
+        {"GUARD", format("KILN_MODEL_%s_H", upper)},
+        {"DISPATCH_COUNT", format("%d", p->ndispatches)},
+        {"BARRIER_COUNT", format("%d", barriers)},
+        {"KERNEL_COUNT", format("%d", p->nmodules)},
+        {"SPIRV_BYTES", u64(spirv)},
+        {"ARENA_BYTES", u64(p->arena_bytes)},
+        {"PEAK_BYTES", u64(p->peak_bytes)},
+        {"WEIGHT_BYTES", u64(p->weight_bytes)},
+        {"IO_BYTES", u64(p->io_bytes)},
+        {"ALIGNMENT", u64(p->alignment)},
+        {"FEATURES", format("%u", p->features)},
+        {"INPUT_COUNT", format("%d", g->inputs.len)},
+        {"OUTPUT_COUNT", format("%d", g->outputs.len)},
+        {"INPUT_LIST", tensor_list(&g->inputs)},
+        {"OUTPUT_LIST", tensor_list(&g->outputs)},
+        {"KERNELS", kernels.buf},
+        {"WEIGHTS", weights.buf},
+        {"TENSORS", tensors.buf},
+        {"SCHEDULE", sched.buf},
+    };
+    int nsubs = (int)(sizeof subs / sizeof subs[0]);
+    const EmbeddedFile *tc = embedded_file("model.c.in");
+    const EmbeddedFile *th = embedded_file("model.h.in");
+    if (!tc || !th)
+        internal_error("templates are missing from this build of kiln");
+    render(out_c, tc->text, subs, nsubs);
+    render(out_h, th->text, subs, nsubs);
+}

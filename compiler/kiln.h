@@ -1,0 +1,312 @@
+/*
+ * kiln.h: the compiler's one internal header.
+ *
+ * The compiler is a pipeline of passes over plain data:
+ *
+ *   load_yaml -> infer_shapes -> optimize -> lower -> plan_memory
+ *     -> schedule -> compile_kernels -> emit_c
+ *
+ * Graph, Node and Tensor describe the model; Program and Dispatch describe
+ * what will run. Each pass is one file exporting one entry function, listed
+ * below in a section named after the file. The compiler is a short-lived
+ * program: it allocates from the heap and never frees; on the first error it
+ * prints a located message and exits with status 1 before writing anything.
+ */
+#ifndef KILN_H
+#define KILN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../runtime/kiln_rt.h"
+
+#define KILN_VERSION "0.1.0"
+#define MAX_RANK KILN_MAX_RANK
+#define MAX_ARGS KILN_MAX_BINDINGS
+
+/* ---- util.c ------------------------------------------------------------ */
+
+/* A place in an input file; line and col start at 1. file NULL: no place. */
+typedef struct Loc {
+    const char *file;
+    int line, col;
+} Loc;
+
+void *xcalloc(size_t n, size_t size);
+void *xrealloc(void *p, size_t size);
+char *xstrdup(const char *s);
+char *format(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* file:line:col: error: ..., then the source line with a caret; exit(1). */
+_Noreturn void error_at(Loc loc, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* kiln: error: ...; exit(1). */
+_Noreturn void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+#define internal_error(...) \
+    fatal("internal error at %s:%d: %s", __FILE__, __LINE__, format(__VA_ARGS__))
+
+/* A growable string. */
+typedef struct Str {
+    char *buf;
+    size_t len, cap;
+} Str;
+void str_add(Str *s, const char *text);
+void str_addf(Str *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void str_addn(Str *s, const void *data, size_t n);
+
+/* Growable array of pointers. */
+typedef struct Vec {
+    void **data;
+    int len, cap;
+} Vec;
+void vec_push(Vec *v, void *item);
+
+/* A string-keyed hash map (open addressing); values are pointers. */
+typedef struct Map {
+    const char **keys;
+    void **vals;
+    int cap, len;
+} Map;
+void *map_get(const Map *m, const char *key);
+void map_put(Map *m, const char *key, void *val);
+
+uint64_t hash_bytes(uint64_t h, const void *data, size_t n); /* FNV-1a 64 */
+#define HASH_SEED 1469598103934665603ull
+
+/* Reads a whole file; NULL when it cannot be opened (errno set). */
+char *read_file(const char *path, size_t *out_size);
+/* Writes atomically: a temporary beside path, then rename. false on error. */
+bool write_file(const char *path, const void *data, size_t size);
+
+int64_t shape_count(int rank, const int64_t *shape);
+char *shape_str(int rank, const int64_t *shape); /* "[2, 3]" */
+uint64_t align_up(uint64_t x, uint64_t a);
+
+/* ---- graph ------------------------------------------------------------- */
+
+typedef enum OpKind {
+#define OP(id, name, mn, mx, attrs, shape, lower, expr) OP_##id,
+#include "ops.def"
+#undef OP
+    OP_COUNT
+} OpKind;
+
+typedef struct OpInfo {
+    const char *name;
+    int min_inputs, max_inputs;
+    const char *attrs; /* space-separated */
+    const char *expr;  /* elementwise GLSL expression or NULL */
+} OpInfo;
+extern const OpInfo op_info[OP_COUNT];
+/* OP_COUNT when no op has this name. */
+OpKind op_lookup(const char *name);
+
+typedef enum TensorKind { T_INPUT, T_WEIGHT, T_VALUE } TensorKind;
+
+/* Where a weight's bytes come from (YAML `file`, `safetensors`, `values`,
+ * `value`, `init`). */
+typedef enum WeightFrom {
+    W_FILE, W_SAFETENSORS, W_VALUES, W_NORMAL, W_UNIFORM
+} WeightFrom;
+
+typedef struct WeightSource {
+    WeightFrom from;
+    const char *path;   /* W_FILE, W_SAFETENSORS: as resolved */
+    uint64_t offset;    /* W_FILE: bytes */
+    const char *key;    /* W_SAFETENSORS */
+    double *values;     /* W_VALUES: nvalues numbers, or 1 to fill */
+    int64_t nvalues;
+    double a, b;        /* W_NORMAL: std, mean; W_UNIFORM: low, high */
+    uint64_t seed;
+    Loc loc;            /* of the source description */
+} WeightSource;
+
+typedef struct Node Node;
+
+typedef struct Tensor {
+    const char *name;
+    int id;
+    TensorKind kind;
+    kiln_dtype dtype;
+    int rank;
+    int64_t shape[MAX_RANK];
+    bool is_output;
+    Loc loc;            /* where it is defined */
+    Node *producer;     /* NULL for inputs and weights */
+    /* weights */
+    WeightSource src;
+    uint8_t *data;      /* little-endian, bytes() long, after load */
+    /* memory: set by lower (views) and plan_memory */
+    struct Tensor *alias; /* the tensor whose bytes this one shares, or NULL */
+    uint32_t buffer;    /* KILN_BUFFER_* */
+    uint64_t offset;    /* bytes into that buffer */
+    int first, last;    /* live range in dispatch indices (plan_memory) */
+    uint64_t io_offset; /* staging offset of inputs and outputs */
+} Tensor;
+
+uint64_t tensor_bytes(const Tensor *t);
+int64_t tensor_count(const Tensor *t);
+/* The tensor that owns the bytes (follows alias). */
+Tensor *tensor_root(Tensor *t);
+
+typedef struct Attr {
+    const char *key;
+    Loc loc;            /* of the value */
+    bool is_list;
+    const char *scalar; /* when !is_list */
+    const char **items; /* when is_list */
+    Loc *item_locs;
+    int nitems;
+} Attr;
+
+struct Node {
+    const char *name;
+    int id;             /* order in the file */
+    OpKind op;
+    Loc loc;
+    Tensor **inputs;
+    Loc *input_locs;
+    int ninputs;
+    Tensor **outputs;
+    int noutputs;
+    Attr *attrs;
+    int nattrs;
+    bool dead;          /* removed by optimize */
+};
+
+typedef struct Graph {
+    const char *name;
+    const char *path;   /* the model file */
+    Vec tensors;        /* Tensor*, every tensor */
+    Vec nodes;          /* Node*, in topological order after infer_shapes */
+    Vec inputs;         /* Tensor*, in declaration order */
+    Vec weights;        /* Tensor* */
+    Vec outputs;        /* Tensor* */
+} Graph;
+
+/* Attribute access, with located errors on a wrong type or value. */
+Attr *node_attr(Node *n, const char *key);
+int64_t attr_int(Node *n, const char *key, int64_t dflt);
+double attr_float(Node *n, const char *key, double dflt);
+/* Fills out (at most max) and returns the count, or -1 when absent. */
+int attr_ints(Node *n, const char *key, int64_t *out, int max);
+
+/* ---- load_yaml.c --------------------------------------------------------- */
+
+Graph *load_yaml(const char *path);
+
+/* ---- weights.c ----------------------------------------------------------- */
+
+/* Reads or generates every weight's bytes (t->data), checking sizes. */
+void load_weights(Graph *g);
+/* The deterministic generator behind `init:`; documented in the README. */
+uint64_t splitmix64(uint64_t *state);
+
+/* ---- infer_shapes.c ------------------------------------------------------ */
+
+/* Orders nodes topologically (a cycle is an error), checks every op's rules
+ * and sets every tensor's dtype and shape. */
+void infer_shapes(Graph *g);
+/* Numpy broadcast of two shapes; false when they do not broadcast. */
+bool broadcast_shapes(int ra, const int64_t *a, int rb, const int64_t *b,
+                      int *rout, int64_t *out);
+
+/* ---- optimize.c ---------------------------------------------------------- */
+
+typedef struct Options {
+    const char *name;       /* C prefix */
+    const char *command;    /* the command line, for the frontmatter */
+    uint64_t alignment;     /* arena alignment in bytes */
+    bool verbose;
+} Options;
+
+/* Removes nodes that no output depends on. */
+void optimize(Graph *g, const Options *opt);
+
+/* ---- lower.c ------------------------------------------------------------- */
+
+typedef struct Dispatch {
+    Node *node;             /* source node */
+    const char *family;     /* shader family: shaders/<family>.comp */
+    Str defines;            /* "NAME VALUE\n" lines, in a fixed order */
+    uint32_t groups[3];     /* workgroup counts */
+    uint32_t local_size;    /* invocations per workgroup */
+    Tensor *args[MAX_ARGS]; /* push-constant addresses, in order */
+    int nargs;
+    uint32_t writes;        /* bit i: args[i] is written */
+    int module;             /* index into Program.modules */
+    bool barrier;           /* a barrier before this dispatch */
+    int wait_on;            /* the dispatch that made it needed, or -1 */
+    const char *reason;     /* "read after write of t", ... */
+} Dispatch;
+
+typedef struct Module {
+    const char *family;
+    const char *defines;
+    uint32_t *words;
+    size_t nwords;
+    uint64_t hash;
+} Module;
+
+typedef struct Program {
+    Dispatch **dispatches;
+    int ndispatches, cap;
+    Module *modules;
+    int nmodules;
+    uint64_t arena_bytes;    /* planned */
+    uint64_t peak_bytes;     /* lower bound: most bytes live at one step */
+    uint64_t weight_bytes;
+    uint64_t io_bytes;
+    uint64_t alignment;
+    uint32_t features;       /* KILN_FEATURE_* */
+} Program;
+
+Program *lower(Graph *g);
+/* Used by lowering functions: a new dispatch for node n. */
+Dispatch *new_dispatch(Program *p, Node *n, const char *family);
+void define_int(Dispatch *d, const char *name, int64_t v);
+void define_float(Dispatch *d, const char *name, double v);
+void define_str(Dispatch *d, const char *name, const char *v);
+void define_list(Dispatch *d, const char *name, int n, const int64_t *v);
+void dispatch_arg(Dispatch *d, Tensor *t, bool written);
+
+/* ---- plan_memory.c ------------------------------------------------------- */
+
+/* Places every tensor: weights packed in the weight buffer, the rest in the
+ * arena by best fit over live ranges; inputs and outputs pinned. */
+void plan_memory(Graph *g, Program *p);
+/* Checks that no two tensors live at once overlap; returns the number of
+ * violations (printed). Used by plan_memory and by the tests. */
+int check_plan(Graph *g, Program *p);
+
+/* ---- schedule.c ---------------------------------------------------------- */
+
+/* Puts a barrier before a dispatch only where its byte ranges conflict with
+ * a dispatch since the last barrier. */
+void schedule(Graph *g, Program *p);
+
+/* ---- compile_spirv.c ----------------------------------------------------- */
+
+/* GLSL -> SPIR-V (shaderc), validated and optimized (spirv-tools); modules
+ * with identical SPIR-V are kept once. */
+void compile_kernels(Program *p);
+
+/* ---- emit_c.c ------------------------------------------------------------ */
+
+/* Returns the generated .c and .h texts. */
+void emit_c(Graph *g, Program *p, const Options *opt, const char *header_name,
+            Str *out_c, Str *out_h);
+
+/* ---- embedded.c (generated from shaders/ and templates/ at build) -------- */
+
+typedef struct EmbeddedFile {
+    const char *name;
+    const char *text;
+    size_t size;
+} EmbeddedFile;
+extern const EmbeddedFile embedded_files[];
+/* NULL when absent. */
+const EmbeddedFile *embedded_file(const char *name);
+
+#endif /* KILN_H */

@@ -1,0 +1,201 @@
+/*
+ * plan_memory.c: a place for every tensor's bytes.
+ *
+ * Weights are packed one after another into the weight buffer. Everything
+ * else lives in one arena. A tensor's live range is the span of dispatch
+ * indices from its first to its last use; inputs and outputs are pinned
+ * (live for the whole run, since the host writes and reads them around the
+ * dispatches). Views share their root's bytes, so the root's range covers
+ * every use of every view.
+ *
+ * Placement is best fit: tensors in order of decreasing size; each goes into
+ * the smallest gap between the already placed tensors whose ranges overlap
+ * its own, or above them all when no gap fits. Offsets are multiples of the
+ * alignment. The lower bound reported beside the arena size is the largest
+ * sum of (aligned) sizes live at any one step: no placement can do better.
+ *
+ * Inputs and outputs also get a place in the staging buffer (io_offset):
+ * inputs first, then outputs, 16-byte aligned.
+ */
+#include "kiln.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef struct Slot {
+    Tensor *t;
+    uint64_t size; /* aligned */
+} Slot;
+
+static int by_size_desc(const void *x, const void *y) {
+    const Slot *a = x, *b = y;
+    if (a->size != b->size)
+        return a->size > b->size ? -1 : 1;
+    if (a->t->first != b->t->first)
+        return a->t->first < b->t->first ? -1 : 1;
+    return a->t->id < b->t->id ? -1 : a->t->id > b->t->id;
+}
+
+static int by_offset(const void *x, const void *y) {
+    const Slot *a = *(const Slot *const *)x, *b = *(const Slot *const *)y;
+    return a->t->offset < b->t->offset ? -1 : a->t->offset > b->t->offset;
+}
+
+static bool ranges_meet(const Tensor *a, const Tensor *b) {
+    return a->first <= b->last && b->first <= a->last;
+}
+
+static void live_ranges(Graph *g, Program *p) {
+    int n = p->ndispatches;
+    for (int i = 0; i < g->tensors.len; i++) {
+        Tensor *t = g->tensors.data[i];
+        t->first = n + 1; /* unused until seen */
+        t->last = -2;
+    }
+    for (int i = 0; i < n; i++) {
+        Dispatch *d = p->dispatches[i];
+        for (int k = 0; k < d->nargs; k++) {
+            Tensor *r = tensor_root(d->args[k]);
+            if (i < r->first)
+                r->first = i;
+            if (i > r->last)
+                r->last = i;
+        }
+    }
+    for (int i = 0; i < g->inputs.len; i++) {
+        Tensor *t = g->inputs.data[i];
+        t->first = -1;
+        t->last = n;
+    }
+    for (int i = 0; i < g->outputs.len; i++) {
+        Tensor *r = tensor_root(g->outputs.data[i]);
+        r->first = -1;
+        r->last = n;
+    }
+}
+
+static void place_weights(Graph *g, Program *p) {
+    uint64_t off = 0;
+    for (int i = 0; i < g->weights.len; i++) {
+        Tensor *t = g->weights.data[i];
+        t->buffer = KILN_BUFFER_WEIGHTS;
+        t->offset = off;
+        off = align_up(off + tensor_bytes(t), p->alignment);
+    }
+    p->weight_bytes = off;
+}
+
+static void place_arena(Graph *g, Program *p) {
+    Slot *slots = xcalloc((size_t)g->tensors.len + 1, sizeof *slots);
+    int n = 0;
+    for (int i = 0; i < g->tensors.len; i++) {
+        Tensor *t = g->tensors.data[i];
+        if (t->kind == T_WEIGHT || t->alias || t->last < t->first)
+            continue;
+        t->buffer = KILN_BUFFER_ARENA;
+        t->offset = 0;
+        uint64_t size = align_up(tensor_bytes(t), p->alignment);
+        if (size == 0)
+            continue;
+        slots[n].t = t;
+        slots[n].size = size;
+        n++;
+    }
+    qsort(slots, (size_t)n, sizeof *slots, by_size_desc);
+
+    Slot **placed = xcalloc((size_t)n + 1, sizeof *placed);
+    Slot **meet = xcalloc((size_t)n + 1, sizeof *meet);
+    int nplaced = 0;
+    uint64_t top = 0;
+    for (int i = 0; i < n; i++) {
+        Slot *s = &slots[i];
+        int m = 0;
+        for (int j = 0; j < nplaced; j++)
+            if (ranges_meet(placed[j]->t, s->t))
+                meet[m++] = placed[j];
+        qsort(meet, (size_t)m, sizeof *meet, by_offset);
+        /* Gaps between the tensors met, in offset order. */
+        uint64_t best = UINT64_MAX, best_gap = UINT64_MAX, cursor = 0;
+        for (int j = 0; j <= m; j++) {
+            uint64_t end = j < m ? meet[j]->t->offset : UINT64_MAX;
+            if (end > cursor && end - cursor >= s->size && j < m &&
+                end - cursor < best_gap) {
+                best = cursor;
+                best_gap = end - cursor;
+            }
+            if (j < m) {
+                uint64_t e = meet[j]->t->offset + meet[j]->size;
+                if (e > cursor)
+                    cursor = e;
+            }
+        }
+        s->t->offset = best != UINT64_MAX ? best : cursor;
+        if (s->t->offset + s->size > top)
+            top = s->t->offset + s->size;
+        placed[nplaced++] = s;
+    }
+    p->arena_bytes = top;
+
+    /* Lower bound: the most bytes live at one step. */
+    uint64_t peak = 0;
+    for (int step = -1; step <= p->ndispatches; step++) {
+        uint64_t live = 0;
+        for (int i = 0; i < n; i++)
+            if (slots[i].t->first <= step && step <= slots[i].t->last)
+                live += slots[i].size;
+        if (live > peak)
+            peak = live;
+    }
+    p->peak_bytes = peak;
+}
+
+static void place_io(Graph *g, Program *p) {
+    uint64_t off = 0;
+    for (int i = 0; i < g->inputs.len; i++) {
+        Tensor *t = g->inputs.data[i];
+        t->io_offset = off;
+        off = align_up(off + tensor_bytes(t), 16);
+    }
+    for (int i = 0; i < g->outputs.len; i++) {
+        Tensor *t = g->outputs.data[i];
+        t->io_offset = off;
+        off = align_up(off + tensor_bytes(t), 16);
+    }
+    p->io_bytes = off;
+}
+
+int check_plan(Graph *g, Program *p) {
+    int bad = 0;
+    for (int i = 0; i < g->tensors.len; i++) {
+        Tensor *a = g->tensors.data[i];
+        if (a->kind == T_WEIGHT || a->alias || a->last < a->first || !tensor_bytes(a))
+            continue;
+        if (a->offset % p->alignment || a->offset + tensor_bytes(a) > p->arena_bytes) {
+            fprintf(stderr, "plan: '%s' at %llu is misaligned or outside the arena\n",
+                    a->name, (unsigned long long)a->offset);
+            bad++;
+        }
+        for (int j = i + 1; j < g->tensors.len; j++) {
+            Tensor *b = g->tensors.data[j];
+            if (b->kind == T_WEIGHT || b->alias || b->last < b->first ||
+                !tensor_bytes(b) || !ranges_meet(a, b))
+                continue;
+            if (a->offset < b->offset + tensor_bytes(b) &&
+                b->offset < a->offset + tensor_bytes(a)) {
+                fprintf(stderr, "plan: '%s' and '%s' are live together and overlap\n",
+                        a->name, b->name);
+                bad++;
+            }
+        }
+    }
+    return bad;
+}
+
+void plan_memory(Graph *g, Program *p) {
+    live_ranges(g, p);
+    place_weights(g, p);
+    place_arena(g, p);
+    place_io(g, p);
+    if (check_plan(g, p))
+        internal_error("the memory plan overlaps live tensors");
+}

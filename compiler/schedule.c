@@ -1,0 +1,71 @@
+/*
+ * schedule.c: barriers only where byte ranges conflict.
+ *
+ * The dispatch order is the lowering order (topological). Walking it, the
+ * scheduler keeps the accesses made since the last barrier. A dispatch that
+ * reads bytes one of them wrote (read after write), writes bytes one of them
+ * read (write after read: memory reuse makes this happen) or writes bytes one
+ * of them wrote (write after write) gets a barrier before it, which orders it
+ * after everything earlier; the pending set then starts over. Independent
+ * dispatches run with no barrier between them. Each barrier records the
+ * dispatch and tensor that made it necessary, for `kiln inspect`.
+ *
+ * The runtime adds the barriers around the whole schedule (input copies
+ * before, output copies after); they are not counted here.
+ */
+#include "kiln.h"
+
+typedef struct Access {
+    uint32_t buffer;
+    uint64_t begin, end; /* bytes */
+    bool write;
+    int dispatch;
+    Tensor *t;
+} Access;
+
+static bool overlap(const Access *a, const Access *b) {
+    return a->buffer == b->buffer && a->begin < b->end && b->begin < a->end;
+}
+
+void schedule(Graph *g, Program *p) {
+    (void)g;
+    Access *pending = NULL;
+    int npending = 0, cap = 0;
+    for (int i = 0; i < p->ndispatches; i++) {
+        Dispatch *d = p->dispatches[i];
+        Access mine[MAX_ARGS];
+        for (int k = 0; k < d->nargs; k++) {
+            Tensor *r = tensor_root(d->args[k]);
+            mine[k] = (Access){r->buffer, r->offset, r->offset + tensor_bytes(d->args[k]),
+                               (d->writes >> k) & 1u, i, d->args[k]};
+        }
+        for (int k = 0; k < d->nargs && !d->barrier; k++) {
+            for (int j = 0; j < npending; j++) {
+                Access *a = &pending[j];
+                if (!(a->write || mine[k].write) || !overlap(a, &mine[k]))
+                    continue;
+                Dispatch *w = p->dispatches[a->dispatch];
+                d->barrier = true;
+                d->wait_on = a->dispatch;
+                const char *kind = a->write && mine[k].write ? "write after write"
+                                   : a->write               ? "read after write"
+                                                            : "write after read";
+                d->reason = format("%s: '%s' and '%s' of dispatch %d (%s)", kind,
+                                   mine[k].t->name, a->t->name, a->dispatch,
+                                   w->node->name);
+                break;
+            }
+        }
+        if (d->barrier)
+            npending = 0;
+        for (int k = 0; k < d->nargs; k++) {
+            if (mine[k].buffer == KILN_BUFFER_WEIGHTS)
+                continue; /* never written */
+            if (npending == cap) {
+                cap = cap ? cap * 2 : 64;
+                pending = xrealloc(pending, sizeof *pending * (size_t)cap);
+            }
+            pending[npending++] = mine[k];
+        }
+    }
+}

@@ -1,0 +1,251 @@
+/*
+ * util.c: allocation, strings, diagnostics and files for the compiler.
+ *
+ * Allocation failures end the program (the compiler never frees and runs for
+ * a moment). Diagnostics follow the gcc shape, `file:line:col: error: msg`,
+ * then the offending source line and a caret under the column.
+ */
+#include "kiln.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void *xcalloc(size_t n, size_t size) {
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p)
+        fatal("out of memory");
+    return p;
+}
+
+void *xrealloc(void *p, size_t size) {
+    p = realloc(p, size ? size : 1);
+    if (!p)
+        fatal("out of memory");
+    return p;
+}
+
+char *xstrdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *p = xcalloc(1, n);
+    memcpy(p, s, n);
+    return p;
+}
+
+static char *vformat(const char *fmt, va_list ap) {
+    va_list ap2;
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap2);
+    va_end(ap2);
+    if (n < 0)
+        n = 0;
+    char *buf = xcalloc(1, (size_t)n + 1);
+    vsnprintf(buf, (size_t)n + 1, fmt, ap);
+    return buf;
+}
+
+char *format(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = vformat(fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+/* Prints line `line` of `file` and a caret under column `col`. */
+static void show_source(const char *file, int line, int col) {
+    FILE *f = fopen(file, "rb");
+    if (!f)
+        return;
+    char buf[4096];
+    int n = 1;
+    while (fgets(buf, sizeof buf, f)) {
+        size_t len = strlen(buf);
+        bool whole = len > 0 && buf[len - 1] == '\n';
+        if (n == line) {
+            if (whole)
+                buf[--len] = 0;
+            fprintf(stderr, "  %s\n  ", buf);
+            for (int i = 1; i < col && (size_t)(i - 1) < len; i++)
+                fputc(buf[i - 1] == '\t' ? '\t' : ' ', stderr);
+            fputs("^\n", stderr);
+            break;
+        }
+        if (whole)
+            n++;
+    }
+    fclose(f);
+}
+
+void error_at(Loc loc, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char *msg = vformat(fmt, ap);
+    va_end(ap);
+    if (loc.file && loc.line > 0) {
+        fprintf(stderr, "%s:%d:%d: error: %s\n", loc.file, loc.line, loc.col, msg);
+        show_source(loc.file, loc.line, loc.col);
+    } else if (loc.file) {
+        fprintf(stderr, "%s: error: %s\n", loc.file, msg);
+    } else {
+        fprintf(stderr, "kiln: error: %s\n", msg);
+    }
+    exit(1);
+}
+
+void fatal(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char *msg = vformat(fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "kiln: error: %s\n", msg);
+    exit(1);
+}
+
+void str_addn(Str *s, const void *data, size_t n) {
+    if (s->len + n + 1 > s->cap) {
+        size_t cap = s->cap ? s->cap : 256;
+        while (cap < s->len + n + 1)
+            cap *= 2;
+        s->buf = xrealloc(s->buf, cap);
+        s->cap = cap;
+    }
+    memcpy(s->buf + s->len, data, n);
+    s->len += n;
+    s->buf[s->len] = 0;
+}
+
+void str_add(Str *s, const char *text) { str_addn(s, text, strlen(text)); }
+
+void str_addf(Str *s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char *t = vformat(fmt, ap);
+    va_end(ap);
+    str_add(s, t);
+    free(t);
+}
+
+void vec_push(Vec *v, void *item) {
+    if (v->len == v->cap) {
+        v->cap = v->cap ? v->cap * 2 : 16;
+        v->data = xrealloc(v->data, sizeof(void *) * (size_t)v->cap);
+    }
+    v->data[v->len++] = item;
+}
+
+static uint64_t hash_str(const char *s) { return hash_bytes(HASH_SEED, s, strlen(s)); }
+
+void *map_get(const Map *m, const char *key) {
+    if (m->cap == 0)
+        return NULL;
+    for (uint64_t i = hash_str(key) % (uint64_t)m->cap;; i = (i + 1) % (uint64_t)m->cap) {
+        if (!m->keys[i])
+            return NULL;
+        if (strcmp(m->keys[i], key) == 0)
+            return m->vals[i];
+    }
+}
+
+void map_put(Map *m, const char *key, void *val) {
+    if ((m->len + 1) * 2 > m->cap) {
+        Map bigger = {0};
+        bigger.cap = m->cap ? m->cap * 2 : 64;
+        bigger.keys = xcalloc((size_t)bigger.cap, sizeof(char *));
+        bigger.vals = xcalloc((size_t)bigger.cap, sizeof(void *));
+        for (int i = 0; i < m->cap; i++)
+            if (m->keys[i])
+                map_put(&bigger, m->keys[i], m->vals[i]);
+        *m = bigger;
+    }
+    for (uint64_t i = hash_str(key) % (uint64_t)m->cap;; i = (i + 1) % (uint64_t)m->cap) {
+        if (!m->keys[i]) {
+            m->keys[i] = key;
+            m->vals[i] = val;
+            m->len++;
+            return;
+        }
+        if (strcmp(m->keys[i], key) == 0) {
+            m->vals[i] = val;
+            return;
+        }
+    }
+}
+
+uint64_t hash_bytes(uint64_t h, const void *data, size_t n) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+char *read_file(const char *path, size_t *out_size) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    Str s = {0};
+    char buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0)
+        str_addn(&s, buf, n);
+    bool bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        errno = EIO;
+        return NULL;
+    }
+    if (!s.buf)
+        s.buf = xcalloc(1, 1);
+    if (out_size)
+        *out_size = s.len;
+    return s.buf;
+}
+
+bool write_file(const char *path, const void *data, size_t size) {
+    char *tmp = format("%s.tmp%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f)
+        return false;
+    bool ok = fwrite(data, 1, size, f) == size;
+    ok = (fclose(f) == 0) && ok;
+    if (ok)
+        ok = rename(tmp, path) == 0;
+    if (!ok)
+        remove(tmp);
+    return ok;
+}
+
+int64_t shape_count(int rank, const int64_t *shape) {
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++)
+        n *= shape[i];
+    return n;
+}
+
+char *shape_str(int rank, const int64_t *shape) {
+    Str s = {0};
+    str_add(&s, "[");
+    for (int i = 0; i < rank; i++)
+        str_addf(&s, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    str_add(&s, "]");
+    return s.buf;
+}
+
+uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+uint64_t tensor_bytes(const Tensor *t) {
+    return (uint64_t)tensor_count(t) * kiln_dtype_size(t->dtype);
+}
+
+int64_t tensor_count(const Tensor *t) { return shape_count(t->rank, t->shape); }
+
+Tensor *tensor_root(Tensor *t) {
+    while (t->alias)
+        t = t->alias;
+    return t;
+}

@@ -1,0 +1,369 @@
+/*
+ * device.c: choosing and opening a Vulkan device.
+ *
+ * A usable device has Vulkan 1.2 or later, the bufferDeviceAddress feature
+ * (kernels address tensors through 64-bit pointers passed in push constants)
+ * and a queue with compute. Among usable devices the choice is: discrete GPU,
+ * integrated GPU, virtual GPU, CPU (Mesa's lavapipe), in enumeration order
+ * within a type. KILN_DEVICE (an index or a name substring) and the options
+ * override the choice; a device picked by name or index that is not usable is
+ * an error naming what it lacks, never a silent fallback.
+ *
+ * Optional features (f16 arithmetic, 16- and 8-bit storage, int64) are
+ * enabled when present and recorded in kiln_device.features, so a model can
+ * check the ones its kernels need.
+ */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static VKAPI_ATTR VkBool32 VKAPI_CALL
+on_validation(VkDebugUtilsMessageSeverityFlagBitsEXT severity,
+              VkDebugUtilsMessageTypeFlagsEXT types,
+              const VkDebugUtilsMessengerCallbackDataEXT *data, void *user) {
+    kiln_device *dev = (kiln_device *)user;
+    (void)types;
+    if (severity & (VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT |
+                    VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT)) {
+        dev->validation_count++;
+        fprintf(stderr, "kiln: validation: %s\n",
+                data && data->pMessage ? data->pMessage : "(no message)");
+    }
+    return VK_FALSE;
+}
+
+static int type_rank(VkPhysicalDeviceType t) {
+    switch (t) {
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return 4;
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return 3;
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return 2;
+    case VK_PHYSICAL_DEVICE_TYPE_CPU: return 1;
+    default: return 0;
+    }
+}
+
+const char *kiln_device_type_name(const kiln_device *dev) {
+    if (!dev)
+        return "none";
+    switch (dev->props.deviceType) {
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return "discrete GPU";
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return "integrated GPU";
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return "virtual GPU";
+    case VK_PHYSICAL_DEVICE_TYPE_CPU: return "CPU";
+    default: return "other";
+    }
+}
+
+/* Fills *why with what the device lacks; returns 1 when usable. */
+static int device_usable(VkPhysicalDevice pd, uint32_t *queue_family,
+                         char *why, size_t why_size) {
+    VkPhysicalDeviceProperties props;
+    vkGetPhysicalDeviceProperties(pd, &props);
+    if (props.apiVersion < VK_API_VERSION_1_2) {
+        snprintf(why, why_size, "Vulkan 1.2 (it has %u.%u)",
+                 VK_API_VERSION_MAJOR(props.apiVersion),
+                 VK_API_VERSION_MINOR(props.apiVersion));
+        return 0;
+    }
+    VkPhysicalDeviceVulkan12Features f12;
+    memset(&f12, 0, sizeof f12);
+    f12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
+    VkPhysicalDeviceFeatures2 f2;
+    memset(&f2, 0, sizeof f2);
+    f2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
+    f2.pNext = &f12;
+    vkGetPhysicalDeviceFeatures2(pd, &f2);
+    if (!f12.bufferDeviceAddress) {
+        snprintf(why, why_size, "the bufferDeviceAddress feature");
+        return 0;
+    }
+    uint32_t n = 0;
+    vkGetPhysicalDeviceQueueFamilyProperties(pd, &n, NULL);
+    VkQueueFamilyProperties fams[32];
+    if (n > 32)
+        n = 32;
+    vkGetPhysicalDeviceQueueFamilyProperties(pd, &n, fams);
+    for (uint32_t i = 0; i < n; i++) {
+        if (fams[i].queueFlags & VK_QUEUE_COMPUTE_BIT) {
+            *queue_family = i;
+            return 1;
+        }
+    }
+    snprintf(why, why_size, "a compute queue");
+    return 0;
+}
+
+static int env_flag(const char *name) {
+    const char *v = getenv(name);
+    return v && *v && strcmp(v, "0") != 0;
+}
+
+static int layer_present(const char *name) {
+    uint32_t n = 0;
+    if (vkEnumerateInstanceLayerProperties(&n, NULL) != VK_SUCCESS || n == 0)
+        return 0;
+    VkLayerProperties *layers = (VkLayerProperties *)calloc(n, sizeof *layers);
+    if (!layers)
+        return 0;
+    int found = 0;
+    if (vkEnumerateInstanceLayerProperties(&n, layers) == VK_SUCCESS)
+        for (uint32_t i = 0; i < n; i++)
+            if (strcmp(layers[i].layerName, name) == 0)
+                found = 1;
+    free(layers);
+    return found;
+}
+
+static kiln_status create_instance(kiln_device *dev, int validation) {
+    VkApplicationInfo app;
+    memset(&app, 0, sizeof app);
+    app.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO;
+    app.pApplicationName = "kiln";
+    app.pEngineName = "kiln";
+    app.apiVersion = VK_API_VERSION_1_2;
+
+    const char *layer = "VK_LAYER_KHRONOS_validation";
+    const char *ext = VK_EXT_DEBUG_UTILS_EXTENSION_NAME;
+    VkInstanceCreateInfo ci;
+    memset(&ci, 0, sizeof ci);
+    ci.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO;
+    ci.pApplicationInfo = &app;
+    if (validation) {
+        if (!layer_present(layer))
+            return KILN_FAIL(KILN_ERROR_FEATURE_MISSING,
+                             "validation requested but %s is not installed "
+                             "(Debian: apt-get install vulkan-validationlayers)",
+                             layer);
+        ci.enabledLayerCount = 1;
+        ci.ppEnabledLayerNames = &layer;
+        ci.enabledExtensionCount = 1;
+        ci.ppEnabledExtensionNames = &ext;
+    }
+    VkResult r = vkCreateInstance(&ci, NULL, &dev->instance);
+    if (r == VK_ERROR_INCOMPATIBLE_DRIVER)
+        return KILN_FAIL(KILN_ERROR_NO_DEVICE,
+                         "no Vulkan driver found (vkCreateInstance returned "
+                         "VK_ERROR_INCOMPATIBLE_DRIVER); on a machine without "
+                         "a GPU install Mesa's lavapipe: apt-get install "
+                         "mesa-vulkan-drivers");
+    if (r != VK_SUCCESS)
+        return kiln__vk_fail(r, __FILE__, __LINE__, "vkCreateInstance");
+
+    if (validation) {
+        PFN_vkCreateDebugUtilsMessengerEXT create =
+            (PFN_vkCreateDebugUtilsMessengerEXT)vkGetInstanceProcAddr(
+                dev->instance, "vkCreateDebugUtilsMessengerEXT");
+        if (!create)
+            return KILN_FAIL(KILN_ERROR_FEATURE_MISSING,
+                             "vkCreateDebugUtilsMessengerEXT is missing");
+        VkDebugUtilsMessengerCreateInfoEXT mi;
+        memset(&mi, 0, sizeof mi);
+        mi.sType = VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT;
+        mi.messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT |
+                             VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT;
+        mi.messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT |
+                         VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT |
+                         VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT;
+        mi.pfnUserCallback = on_validation;
+        mi.pUserData = dev;
+        KILN_VK_RETURN(create(dev->instance, &mi, NULL, &dev->messenger));
+    }
+    return KILN_OK;
+}
+
+/* Picks dev->physical and dev->queue_family following the rules above. */
+static kiln_status choose_device(kiln_device *dev, int32_t index,
+                                 const char *name) {
+    uint32_t n = 0;
+    KILN_VK_RETURN(vkEnumeratePhysicalDevices(dev->instance, &n, NULL));
+    if (n == 0)
+        return KILN_FAIL(KILN_ERROR_NO_DEVICE,
+                         "no Vulkan device found; on a machine without a GPU "
+                         "install Mesa's lavapipe: apt-get install "
+                         "mesa-vulkan-drivers");
+    VkPhysicalDevice pds[16];
+    if (n > 16)
+        n = 16;
+    VkResult r = vkEnumeratePhysicalDevices(dev->instance, &n, pds);
+    if (r != VK_SUCCESS && r != VK_INCOMPLETE)
+        return kiln__vk_fail(r, __FILE__, __LINE__, "vkEnumeratePhysicalDevices");
+
+    char why[128];
+    if (index >= 0 || name) {
+        for (uint32_t i = 0; i < n; i++) {
+            VkPhysicalDeviceProperties p;
+            vkGetPhysicalDeviceProperties(pds[i], &p);
+            if (index >= 0 ? (uint32_t)index != i
+                           : strstr(p.deviceName, name) == NULL)
+                continue;
+            if (!device_usable(pds[i], &dev->queue_family, why, sizeof why))
+                return KILN_FAIL(KILN_ERROR_FEATURE_MISSING,
+                                 "device %u (%s) lacks %s", i, p.deviceName, why);
+            dev->physical = pds[i];
+            return KILN_OK;
+        }
+        if (index >= 0)
+            return KILN_FAIL(KILN_ERROR_NO_DEVICE,
+                             "device index %d requested, %u present", index, n);
+        return KILN_FAIL(KILN_ERROR_NO_DEVICE,
+                         "no device name contains \"%s\"", name);
+    }
+
+    int best = -1, best_rank = -1;
+    why[0] = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        VkPhysicalDeviceProperties p;
+        uint32_t qf = 0;
+        vkGetPhysicalDeviceProperties(pds[i], &p);
+        if (!device_usable(pds[i], &qf, why, sizeof why))
+            continue;
+        if (type_rank(p.deviceType) > best_rank) {
+            best = (int)i;
+            best_rank = type_rank(p.deviceType);
+            dev->queue_family = qf;
+        }
+    }
+    if (best < 0)
+        return KILN_FAIL(KILN_ERROR_FEATURE_MISSING,
+                         "no usable Vulkan device: the last one lacks %s", why);
+    dev->physical = pds[best];
+    return KILN_OK;
+}
+
+static kiln_status open_device(kiln_device *dev) {
+    VkPhysicalDeviceVulkan11Features have11;
+    VkPhysicalDeviceVulkan12Features have12;
+    VkPhysicalDeviceFeatures2 have;
+    memset(&have11, 0, sizeof have11);
+    memset(&have12, 0, sizeof have12);
+    memset(&have, 0, sizeof have);
+    have11.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES;
+    have12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
+    have12.pNext = &have11;
+    have.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
+    have.pNext = &have12;
+    vkGetPhysicalDeviceFeatures2(dev->physical, &have);
+
+    VkPhysicalDeviceVulkan11Features want11;
+    VkPhysicalDeviceVulkan12Features want12;
+    VkPhysicalDeviceFeatures2 want;
+    memset(&want11, 0, sizeof want11);
+    memset(&want12, 0, sizeof want12);
+    memset(&want, 0, sizeof want);
+    want11.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES;
+    want12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
+    want12.pNext = &want11;
+    want.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
+    want.pNext = &want12;
+    want12.bufferDeviceAddress = VK_TRUE;
+    if (have12.shaderFloat16) {
+        want12.shaderFloat16 = VK_TRUE;
+        dev->features |= KILN_FEATURE_FLOAT16;
+    }
+    if (have.features.shaderInt64) {
+        want.features.shaderInt64 = VK_TRUE;
+        dev->features |= KILN_FEATURE_INT64;
+    }
+    if (have11.storageBuffer16BitAccess) {
+        want11.storageBuffer16BitAccess = VK_TRUE;
+        dev->features |= KILN_FEATURE_STORAGE16;
+    }
+    if (have12.storageBuffer8BitAccess) {
+        want12.storageBuffer8BitAccess = VK_TRUE;
+        dev->features |= KILN_FEATURE_STORAGE8;
+    }
+
+    float priority = 1.0f;
+    VkDeviceQueueCreateInfo qi;
+    memset(&qi, 0, sizeof qi);
+    qi.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO;
+    qi.queueFamilyIndex = dev->queue_family;
+    qi.queueCount = 1;
+    qi.pQueuePriorities = &priority;
+
+    VkDeviceCreateInfo ci;
+    memset(&ci, 0, sizeof ci);
+    ci.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO;
+    ci.pNext = &want;
+    ci.queueCreateInfoCount = 1;
+    ci.pQueueCreateInfos = &qi;
+    KILN_VK_RETURN(vkCreateDevice(dev->physical, &ci, NULL, &dev->device));
+    vkGetDeviceQueue(dev->device, dev->queue_family, 0, &dev->queue);
+
+    VkPhysicalDeviceSubgroupProperties sub;
+    memset(&sub, 0, sizeof sub);
+    sub.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES;
+    VkPhysicalDeviceProperties2 p2;
+    memset(&p2, 0, sizeof p2);
+    p2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2;
+    p2.pNext = &sub;
+    vkGetPhysicalDeviceProperties2(dev->physical, &p2);
+    dev->subgroup_size = sub.subgroupSize;
+    return KILN_OK;
+}
+
+kiln_status kiln_device_create(const kiln_device_options *options,
+                               kiln_device **out_device) {
+    if (!out_device)
+        return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "out_device is NULL");
+    *out_device = NULL;
+
+    int32_t index = options ? options->index : -1;
+    const char *name = options ? options->name_contains : NULL;
+    int validation = (options && (options->flags & KILN_DEVICE_VALIDATION)) ||
+                     env_flag("KILN_VALIDATION");
+    const char *env = getenv("KILN_DEVICE");
+    if (!options && env && *env) {
+        char *end = NULL;
+        long v = strtol(env, &end, 10);
+        if (end && *end == 0 && v >= 0 && v < 1024)
+            index = (int32_t)v;
+        else
+            name = env;
+    }
+
+    kiln_device *dev = (kiln_device *)calloc(1, sizeof *dev);
+    if (!dev)
+        return KILN_FAIL(KILN_ERROR_OUT_OF_HOST_MEMORY, "allocating a device");
+    kiln_status s = create_instance(dev, validation);
+    if (s == KILN_OK)
+        s = choose_device(dev, index, name);
+    if (s == KILN_OK) {
+        vkGetPhysicalDeviceProperties(dev->physical, &dev->props);
+        vkGetPhysicalDeviceMemoryProperties(dev->physical, &dev->memory);
+        s = open_device(dev);
+    }
+    if (s != KILN_OK) {
+        kiln_device_destroy(dev);
+        return s;
+    }
+    *out_device = dev;
+    return KILN_OK;
+}
+
+void kiln_device_destroy(kiln_device *dev) {
+    if (!dev)
+        return;
+    if (dev->device)
+        vkDestroyDevice(dev->device, NULL);
+    if (dev->messenger) {
+        PFN_vkDestroyDebugUtilsMessengerEXT destroy =
+            (PFN_vkDestroyDebugUtilsMessengerEXT)vkGetInstanceProcAddr(
+                dev->instance, "vkDestroyDebugUtilsMessengerEXT");
+        if (destroy)
+            destroy(dev->instance, dev->messenger, NULL);
+    }
+    if (dev->instance)
+        vkDestroyInstance(dev->instance, NULL);
+    free(dev);
+}
+
+const char *kiln_device_name(const kiln_device *dev) {
+    return dev ? dev->props.deviceName : "(none)";
+}
+
+uint32_t kiln_device_validation_count(const kiln_device *dev) {
+    return dev ? dev->validation_count : 0;
+}

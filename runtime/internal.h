@@ -1,0 +1,94 @@
+/*
+ * internal.h: what the runtime's files share and users do not see.
+ *
+ * Sections are named after the file that defines them. Every function that
+ * can fail returns kiln_status and, on failure, has recorded a message with
+ * its source location through kiln__fail (status.c).
+ */
+#ifndef KILN_INTERNAL_H
+#define KILN_INTERNAL_H
+
+#include "kiln_rt.h"
+
+#include <vulkan/vulkan.h>
+
+/* ---- status.c ---------------------------------------------------------- */
+
+/* Records "file:line: message" as this thread's last error, returns status. */
+kiln_status kiln__fail(kiln_status status, const char *file, int line,
+                       const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+/* Maps a VkResult to a status and records which call failed. */
+kiln_status kiln__vk_fail(VkResult result, const char *file, int line,
+                          const char *what);
+const char *kiln__vk_result_name(VkResult result);
+
+#define KILN_FAIL(status, ...) kiln__fail((status), __FILE__, __LINE__, __VA_ARGS__)
+
+/* Evaluates a Vulkan call; on failure records it and returns the status. */
+#define KILN_VK_RETURN(call)                                                 \
+    do {                                                                     \
+        VkResult kiln_vr_ = (call);                                          \
+        if (kiln_vr_ != VK_SUCCESS)                                          \
+            return kiln__vk_fail(kiln_vr_, __FILE__, __LINE__, #call);       \
+    } while (0)
+
+/* As above, but stores the status in `st` and jumps to `label`. */
+#define KILN_VK_GOTO(st, call, label)                                        \
+    do {                                                                     \
+        VkResult kiln_vr_ = (call);                                          \
+        if (kiln_vr_ != VK_SUCCESS) {                                        \
+            (st) = kiln__vk_fail(kiln_vr_, __FILE__, __LINE__, #call);       \
+            goto label;                                                      \
+        }                                                                    \
+    } while (0)
+
+#define KILN_RETURN_IF_ERROR(expr)                                           \
+    do {                                                                     \
+        kiln_status kiln_st_ = (expr);                                       \
+        if (kiln_st_ != KILN_OK)                                             \
+            return kiln_st_;                                                 \
+    } while (0)
+
+/* ---- device.c ---------------------------------------------------------- */
+
+struct kiln_device {
+    VkInstance instance;
+    VkPhysicalDevice physical;
+    VkDevice device;
+    VkQueue queue;
+    uint32_t queue_family;
+    VkPhysicalDeviceProperties props;
+    VkPhysicalDeviceMemoryProperties memory;
+    uint32_t features;        /* KILN_FEATURE_* the device has and enabled */
+    uint32_t subgroup_size;   /* queried, never assumed */
+    VkDebugUtilsMessengerEXT messenger;
+    uint32_t validation_count;
+};
+
+/* ---- buffer.c ---------------------------------------------------------- */
+
+typedef struct kiln__buffer {
+    VkBuffer buffer;
+    VkDeviceMemory memory;
+    VkDeviceSize size;      /* bytes */
+    VkDeviceAddress address; /* 0 unless created with device-address usage */
+    void *mapped;           /* host pointer when host-visible, else NULL */
+} kiln__buffer;
+
+typedef enum kiln__memory_kind {
+    KILN__MEMORY_DEVICE,  /* device-local preferred */
+    KILN__MEMORY_STAGING  /* host-visible and coherent required */
+} kiln__memory_kind;
+
+/* Creates a buffer of max(size, 16) bytes with the given usage; adds device
+ * address usage when VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT is in usage. */
+kiln_status kiln__buffer_create(kiln_device *dev, VkDeviceSize size,
+                                VkBufferUsageFlags usage,
+                                kiln__memory_kind kind, kiln__buffer *out);
+void kiln__buffer_destroy(kiln_device *dev, kiln__buffer *buf);
+
+#endif /* KILN_INTERNAL_H */

@@ -1,0 +1,203 @@
+/*
+ * kiln_rt.h: the kiln runtime, the only library a kiln-generated model needs.
+ *
+ * A model compiled by `kiln compile model.yaml -o model.c` is a set of
+ * constant tables (kernels as SPIR-V, a dispatch schedule, tensor offsets,
+ * weights) plus four small functions that hand those tables to this runtime.
+ * Using one looks like this:
+ *
+ *     #include "model.h"
+ *
+ *     kiln_device *dev = NULL;
+ *     kiln_model *m = NULL;
+ *     kiln_status s = kiln_device_create(NULL, &dev);   // best device present
+ *     if (s == KILN_OK) s = model_create(dev, &m);      // pipelines, arena,
+ *                                                       // weights, one
+ *                                                       // recorded command
+ *                                                       // buffer
+ *     const void *in[] = {x};                           // host pointers, in
+ *     void *out[] = {y};                                // the order of
+ *     if (s == KILN_OK) s = model_run(m, in, out);      // model_inputs[]
+ *     if (s != KILN_OK)
+ *         fprintf(stderr, "%s: %s\n", kiln_status_string(s), kiln_last_error());
+ *     model_destroy(m);
+ *     kiln_device_destroy(dev);
+ *
+ * Rules:
+ * - Every fallible call returns a kiln_status; KILN_OK is 0. Nothing here
+ *   aborts or asserts. kiln_last_error() describes the last failure on the
+ *   calling thread, with the runtime file and line where it happened.
+ * - create functions set *out to NULL first and return an owned object;
+ *   destroy functions accept NULL.
+ * - kiln_model_run allocates nothing and records nothing: it copies inputs
+ *   into mapped staging memory, submits the command buffer recorded at
+ *   create, waits on one fence and copies outputs back.
+ * - Thread safety: a kiln_model may be run from one thread at a time. Models
+ *   that share a kiln_device share its queue, which Vulkan requires to be
+ *   externally synchronized: run them from one thread, or under your lock.
+ *   kiln_last_error() is per thread.
+ *
+ * Environment:
+ *   KILN_DEVICE=N or KILN_DEVICE=substring  pick a device by index or name
+ *   KILN_VALIDATION=1   enable the Khronos validation layer; every message
+ *                       it prints is counted (kiln_device_validation_count)
+ */
+#ifndef KILN_RT_H
+#define KILN_RT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KILN_RT_VERSION "0.1.0"
+/* Version of the tables below; the generated code records the one it was
+ * written for and create refuses a mismatch. */
+#define KILN_ABI_VERSION 1u
+
+typedef enum kiln_status {
+    KILN_OK = 0,
+    KILN_ERROR_INVALID_ARGUMENT = 1,
+    KILN_ERROR_OUT_OF_HOST_MEMORY = 2,
+    KILN_ERROR_OUT_OF_DEVICE_MEMORY = 3,
+    KILN_ERROR_NO_DEVICE = 4,         /* no Vulkan device, or none matched */
+    KILN_ERROR_FEATURE_MISSING = 5,   /* the device lacks what the model needs */
+    KILN_ERROR_DEVICE_LOST = 6,
+    KILN_ERROR_VULKAN = 7,            /* any other Vulkan failure */
+    KILN_ERROR_INCOMPATIBLE = 8       /* tables from another kiln version */
+} kiln_status;
+
+/* A short constant name for a status ("KILN_ERROR_DEVICE_LOST"). */
+const char *kiln_status_string(kiln_status status);
+/* What went wrong in the last failing call on this thread, with the runtime
+ * source location; "" when nothing failed yet. */
+const char *kiln_last_error(void);
+
+typedef enum kiln_dtype {
+    KILN_DTYPE_F32 = 0,
+    KILN_DTYPE_F16 = 1,
+    KILN_DTYPE_I32 = 2,
+    KILN_DTYPE_I64 = 3,
+    KILN_DTYPE_BOOL = 4, /* one byte per element, 0 or 1 */
+    KILN_DTYPE_U8 = 5,
+    KILN_DTYPE_I8 = 6
+} kiln_dtype;
+
+/* Bytes per element of a dtype. */
+uint32_t kiln_dtype_size(kiln_dtype dtype);
+/* "f32", "f16", ... */
+const char *kiln_dtype_name(kiln_dtype dtype);
+
+/* ---- devices ---------------------------------------------------------- */
+
+typedef struct kiln_device kiln_device;
+
+#define KILN_DEVICE_VALIDATION 1u /* enable VK_LAYER_KHRONOS_validation */
+
+typedef struct kiln_device_options {
+    /* Index into vkEnumeratePhysicalDevices, or -1 to choose: discrete GPUs
+     * first, then integrated, then virtual, then CPU implementations. */
+    int32_t index;
+    /* When not NULL, the first device whose name contains this string. */
+    const char *name_contains;
+    uint32_t flags; /* KILN_DEVICE_* */
+} kiln_device_options;
+
+/* options may be NULL: automatic choice, overridable by KILN_DEVICE and
+ * KILN_VALIDATION in the environment. */
+kiln_status kiln_device_create(const kiln_device_options *options,
+                               kiln_device **out_device);
+void kiln_device_destroy(kiln_device *device);
+const char *kiln_device_name(const kiln_device *device);
+/* "discrete GPU", "integrated GPU", "virtual GPU", "CPU", "other" */
+const char *kiln_device_type_name(const kiln_device *device);
+/* Number of validation-layer messages (warnings and errors) seen so far. */
+uint32_t kiln_device_validation_count(const kiln_device *device);
+
+/* ---- model tables (written by the compiler, read by the runtime) ------- */
+
+#define KILN_MAX_RANK 8
+#define KILN_MAX_BINDINGS 16 /* 8-byte addresses in 128 bytes of push constants */
+
+enum { KILN_BUFFER_ARENA = 0, KILN_BUFFER_WEIGHTS = 1 };
+
+/* Optional device features a model's kernels may need (bit mask). */
+#define KILN_FEATURE_FLOAT16 1u   /* shaderFloat16 */
+#define KILN_FEATURE_INT64 2u     /* shaderInt64 */
+#define KILN_FEATURE_STORAGE16 4u /* storageBuffer16BitAccess */
+#define KILN_FEATURE_STORAGE8 8u  /* storageBuffer8BitAccess */
+
+typedef struct kiln_tensor_info {
+    const char *name;
+    kiln_dtype dtype;
+    uint32_t rank;
+    int64_t shape[KILN_MAX_RANK];
+    uint64_t bytes;        /* total size */
+    uint32_t buffer;       /* KILN_BUFFER_* */
+    uint64_t offset;       /* bytes from the start of that buffer */
+    uint64_t io_offset;    /* bytes from the start of the staging buffer */
+} kiln_tensor_info;
+
+typedef struct kiln_kernel {
+    const uint32_t *spirv;
+    uint32_t words;
+    const char *family; /* shader family, for messages */
+} kiln_kernel;
+
+typedef struct kiln_binding {
+    uint32_t buffer; /* KILN_BUFFER_* */
+    uint64_t offset; /* bytes */
+} kiln_binding;
+
+typedef struct kiln_dispatch {
+    uint32_t kernel;        /* index into kernels */
+    uint32_t groups[3];     /* workgroup counts */
+    uint32_t first_binding; /* index into bindings */
+    uint32_t binding_count;
+    uint32_t barrier;       /* 1: compute->compute memory barrier before it */
+    const char *node;       /* source node, for messages and profiles */
+} kiln_dispatch;
+
+typedef struct kiln_model_desc {
+    uint32_t abi_version;     /* KILN_ABI_VERSION */
+    const char *name;
+    uint64_t arena_bytes;
+    uint64_t alignment;       /* offsets in the arena are multiples of it */
+    uint64_t io_bytes;        /* staging: all inputs then all outputs */
+    uint32_t features;        /* KILN_FEATURE_* the kernels need */
+    const uint32_t *weights;  /* weight buffer contents, little-endian */
+    uint64_t weight_bytes;
+    uint32_t kernel_count;
+    const kiln_kernel *kernels;
+    uint32_t dispatch_count;
+    const kiln_dispatch *dispatches;
+    const kiln_binding *bindings;
+    uint32_t input_count;
+    const kiln_tensor_info *inputs;
+    uint32_t output_count;
+    const kiln_tensor_info *outputs;
+} kiln_model_desc;
+
+/* ---- models ------------------------------------------------------------ */
+
+typedef struct kiln_model kiln_model;
+
+/* device may be NULL: the model then creates the default device, owns it
+ * and destroys it with itself. */
+kiln_status kiln_model_create(kiln_device *device, const kiln_model_desc *desc,
+                              kiln_model **out_model);
+/* inputs[i] points to desc->inputs[i].bytes bytes; outputs[i] receives
+ * desc->outputs[i].bytes bytes. */
+kiln_status kiln_model_run(kiln_model *model, const void *const *inputs,
+                           void *const *outputs);
+void kiln_model_destroy(kiln_model *model);
+kiln_device *kiln_model_device(const kiln_model *model);
+const kiln_model_desc *kiln_model_get_desc(const kiln_model *model);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KILN_RT_H */

@@ -1,0 +1,403 @@
+/*
+ * model.c: turning a compiled model's tables into Vulkan objects, and runs.
+ *
+ * create:
+ *   1. check the tables' ABI version and the device's features and limits;
+ *   2. make three buffers: the arena (every activation, inputs and outputs at
+ *      the offsets the compiler chose), the weights (uploaded once through a
+ *      temporary staging buffer) and a mapped staging buffer for inputs and
+ *      outputs;
+ *   3. one shader module and compute pipeline per kernel, all sharing one
+ *      pipeline layout whose only state is 128 bytes of push constants: the
+ *      64-bit device addresses of the tensors a dispatch touches;
+ *   4. record the whole run into one command buffer, once:
+ *        copy inputs staging -> arena; barrier;
+ *        every dispatch (a barrier before it where the compiler put one);
+ *        barrier; copy outputs arena -> staging; barrier to host.
+ * run copies inputs into the staging buffer, submits that command buffer,
+ * waits on one fence and copies outputs out. It allocates nothing.
+ */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define PUSH_BYTES (KILN_MAX_BINDINGS * 8u)
+
+struct kiln_model {
+    kiln_device *device;
+    int owns_device;
+    const kiln_model_desc *desc;
+    kiln__buffer arena, weights, io;
+    VkPipelineLayout layout;
+    VkPipelineCache cache;
+    VkPipeline *pipelines; /* desc->kernel_count */
+    VkCommandPool pool;
+    VkCommandBuffer cmd;
+    VkFence fence;
+    int lost; /* the device was lost: every later run fails */
+};
+
+static kiln_status check_desc(const kiln_device *dev, const kiln_model_desc *d) {
+    if (d->abi_version != KILN_ABI_VERSION)
+        return KILN_FAIL(KILN_ERROR_INCOMPATIBLE,
+                         "model %s was generated for runtime ABI %u, this "
+                         "runtime is ABI %u: recompile it with this kiln",
+                         d->name ? d->name : "?", d->abi_version,
+                         KILN_ABI_VERSION);
+    uint32_t missing = d->features & ~dev->features;
+    if (missing)
+        return KILN_FAIL(KILN_ERROR_FEATURE_MISSING,
+                         "model %s needs%s%s%s%s, which %s lacks", d->name,
+                         missing & KILN_FEATURE_FLOAT16 ? " shaderFloat16" : "",
+                         missing & KILN_FEATURE_INT64 ? " shaderInt64" : "",
+                         missing & KILN_FEATURE_STORAGE16
+                             ? " storageBuffer16BitAccess" : "",
+                         missing & KILN_FEATURE_STORAGE8
+                             ? " storageBuffer8BitAccess" : "",
+                         dev->props.deviceName);
+    if (dev->props.limits.maxPushConstantsSize < PUSH_BYTES)
+        return KILN_FAIL(KILN_ERROR_FEATURE_MISSING,
+                         "%s offers %u bytes of push constants, kiln needs %u",
+                         dev->props.deviceName,
+                         dev->props.limits.maxPushConstantsSize, PUSH_BYTES);
+    for (uint32_t i = 0; i < d->dispatch_count; i++) {
+        const kiln_dispatch *x = &d->dispatches[i];
+        if (x->kernel >= d->kernel_count || x->binding_count > KILN_MAX_BINDINGS)
+            return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT,
+                             "dispatch %u (%s) is malformed", i,
+                             x->node ? x->node : "?");
+        for (int k = 0; k < 3; k++)
+            if (x->groups[k] > dev->props.limits.maxComputeWorkGroupCount[k])
+                return KILN_FAIL(KILN_ERROR_FEATURE_MISSING,
+                                 "dispatch %u (%s) needs %u workgroups in "
+                                 "dimension %d, %s allows %u",
+                                 i, x->node, x->groups[k], k,
+                                 dev->props.deviceName,
+                                 dev->props.limits.maxComputeWorkGroupCount[k]);
+    }
+    return KILN_OK;
+}
+
+/* Records and submits `fill`, a one-off copy into the weight buffer. */
+static kiln_status upload_weights(kiln_model *m) {
+    const kiln_model_desc *d = m->desc;
+    kiln_device *dev = m->device;
+    if (d->weight_bytes == 0)
+        return KILN_OK;
+    kiln__buffer staging;
+    KILN_RETURN_IF_ERROR(kiln__buffer_create(dev, d->weight_bytes,
+                                             VK_BUFFER_USAGE_TRANSFER_SRC_BIT,
+                                             KILN__MEMORY_STAGING, &staging));
+    memcpy(staging.mapped, d->weights, (size_t)d->weight_bytes);
+
+    kiln_status s = KILN_OK;
+    VkCommandBuffer cmd = VK_NULL_HANDLE;
+    VkCommandBufferAllocateInfo ai;
+    memset(&ai, 0, sizeof ai);
+    ai.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO;
+    ai.commandPool = m->pool;
+    ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    ai.commandBufferCount = 1;
+    KILN_VK_GOTO(s, vkAllocateCommandBuffers(dev->device, &ai, &cmd), done);
+    VkCommandBufferBeginInfo bi;
+    memset(&bi, 0, sizeof bi);
+    bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
+    bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+    KILN_VK_GOTO(s, vkBeginCommandBuffer(cmd, &bi), done);
+    VkBufferCopy region = {0, 0, d->weight_bytes};
+    vkCmdCopyBuffer(cmd, staging.buffer, m->weights.buffer, 1, &region);
+    KILN_VK_GOTO(s, vkEndCommandBuffer(cmd), done);
+    VkSubmitInfo si;
+    memset(&si, 0, sizeof si);
+    si.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO;
+    si.commandBufferCount = 1;
+    si.pCommandBuffers = &cmd;
+    KILN_VK_GOTO(s, vkQueueSubmit(dev->queue, 1, &si, m->fence), done);
+    KILN_VK_GOTO(s, vkWaitForFences(dev->device, 1, &m->fence, VK_TRUE, UINT64_MAX),
+                 done);
+    KILN_VK_GOTO(s, vkResetFences(dev->device, 1, &m->fence), done);
+done:
+    if (cmd)
+        vkFreeCommandBuffers(dev->device, m->pool, 1, &cmd);
+    kiln__buffer_destroy(dev, &staging);
+    return s;
+}
+
+static kiln_status create_pipelines(kiln_model *m) {
+    const kiln_model_desc *d = m->desc;
+    VkDevice vd = m->device->device;
+
+    VkPushConstantRange range = {VK_SHADER_STAGE_COMPUTE_BIT, 0, PUSH_BYTES};
+    VkPipelineLayoutCreateInfo li;
+    memset(&li, 0, sizeof li);
+    li.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO;
+    li.pushConstantRangeCount = 1;
+    li.pPushConstantRanges = &range;
+    KILN_VK_RETURN(vkCreatePipelineLayout(vd, &li, NULL, &m->layout));
+
+    VkPipelineCacheCreateInfo ci;
+    memset(&ci, 0, sizeof ci);
+    ci.sType = VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO;
+    KILN_VK_RETURN(vkCreatePipelineCache(vd, &ci, NULL, &m->cache));
+
+    m->pipelines = (VkPipeline *)calloc(d->kernel_count ? d->kernel_count : 1,
+                                        sizeof *m->pipelines);
+    if (!m->pipelines)
+        return KILN_FAIL(KILN_ERROR_OUT_OF_HOST_MEMORY, "allocating pipelines");
+    for (uint32_t i = 0; i < d->kernel_count; i++) {
+        VkShaderModuleCreateInfo si;
+        memset(&si, 0, sizeof si);
+        si.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO;
+        si.codeSize = (size_t)d->kernels[i].words * 4u;
+        si.pCode = d->kernels[i].spirv;
+        VkShaderModule module;
+        KILN_VK_RETURN(vkCreateShaderModule(vd, &si, NULL, &module));
+
+        VkComputePipelineCreateInfo pi;
+        memset(&pi, 0, sizeof pi);
+        pi.sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO;
+        pi.stage.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO;
+        pi.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
+        pi.stage.module = module;
+        pi.stage.pName = "main";
+        pi.layout = m->layout;
+        VkResult r = vkCreateComputePipelines(vd, m->cache, 1, &pi, NULL,
+                                              &m->pipelines[i]);
+        vkDestroyShaderModule(vd, module, NULL);
+        if (r != VK_SUCCESS) {
+            kiln_status st = kiln__vk_fail(r, __FILE__, __LINE__, "");
+            return kiln__fail(st, __FILE__, __LINE__,
+                              "vkCreateComputePipelines for kernel %u (%s) "
+                              "returned %s", i, d->kernels[i].family,
+                              kiln__vk_result_name(r));
+        }
+    }
+    return KILN_OK;
+}
+
+static void memory_barrier(VkCommandBuffer cmd, VkPipelineStageFlags src_stage,
+                           VkAccessFlags src, VkPipelineStageFlags dst_stage,
+                           VkAccessFlags dst) {
+    VkMemoryBarrier b;
+    memset(&b, 0, sizeof b);
+    b.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
+    b.srcAccessMask = src;
+    b.dstAccessMask = dst;
+    vkCmdPipelineBarrier(cmd, src_stage, dst_stage, 0, 1, &b, 0, NULL, 0, NULL);
+}
+
+static VkBuffer buffer_of(const kiln_model *m, uint32_t which) {
+    return which == KILN_BUFFER_WEIGHTS ? m->weights.buffer : m->arena.buffer;
+}
+
+static kiln_status record(kiln_model *m) {
+    const kiln_model_desc *d = m->desc;
+    VkCommandBufferAllocateInfo ai;
+    memset(&ai, 0, sizeof ai);
+    ai.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO;
+    ai.commandPool = m->pool;
+    ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    ai.commandBufferCount = 1;
+    KILN_VK_RETURN(vkAllocateCommandBuffers(m->device->device, &ai, &m->cmd));
+    VkCommandBufferBeginInfo bi;
+    memset(&bi, 0, sizeof bi);
+    bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
+    KILN_VK_RETURN(vkBeginCommandBuffer(m->cmd, &bi));
+    VkCommandBuffer cmd = m->cmd;
+
+    for (uint32_t i = 0; i < d->input_count; i++) {
+        const kiln_tensor_info *t = &d->inputs[i];
+        if (t->bytes == 0)
+            continue;
+        VkBufferCopy c = {t->io_offset, t->offset, t->bytes};
+        vkCmdCopyBuffer(cmd, m->io.buffer, m->arena.buffer, 1, &c);
+    }
+    memory_barrier(cmd, VK_PIPELINE_STAGE_HOST_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                   VK_ACCESS_HOST_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+                   VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT |
+                       VK_PIPELINE_STAGE_TRANSFER_BIT,
+                   VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                       VK_ACCESS_TRANSFER_READ_BIT);
+
+    uint32_t bound = UINT32_MAX;
+    for (uint32_t i = 0; i < d->dispatch_count; i++) {
+        const kiln_dispatch *x = &d->dispatches[i];
+        if (x->barrier)
+            memory_barrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                           VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_SHADER_READ_BIT,
+                           VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                           VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
+        if (x->kernel != bound) {
+            vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE,
+                              m->pipelines[x->kernel]);
+            bound = x->kernel;
+        }
+        uint64_t push[KILN_MAX_BINDINGS];
+        memset(push, 0, sizeof push);
+        for (uint32_t b = 0; b < x->binding_count; b++) {
+            const kiln_binding *bd = &d->bindings[x->first_binding + b];
+            const kiln__buffer *buf =
+                bd->buffer == KILN_BUFFER_WEIGHTS ? &m->weights : &m->arena;
+            push[b] = buf->address + bd->offset;
+        }
+        vkCmdPushConstants(cmd, m->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0,
+                           PUSH_BYTES, push);
+        vkCmdDispatch(cmd, x->groups[0], x->groups[1], x->groups[2]);
+    }
+
+    memory_barrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT |
+                            VK_PIPELINE_STAGE_TRANSFER_BIT,
+                   VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+                   VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_READ_BIT);
+    for (uint32_t i = 0; i < d->output_count; i++) {
+        const kiln_tensor_info *t = &d->outputs[i];
+        if (t->bytes == 0)
+            continue;
+        VkBufferCopy c = {t->offset, t->io_offset, t->bytes};
+        vkCmdCopyBuffer(cmd, buffer_of(m, t->buffer), m->io.buffer, 1, &c);
+    }
+    memory_barrier(cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
+                   VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
+    KILN_VK_RETURN(vkEndCommandBuffer(cmd));
+    return KILN_OK;
+}
+
+static kiln_status create_objects(kiln_model *m) {
+    const kiln_model_desc *d = m->desc;
+    kiln_device *dev = m->device;
+    KILN_RETURN_IF_ERROR(check_desc(dev, d));
+
+    VkBufferUsageFlags storage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT |
+                                 VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT |
+                                 VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+                                 VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+    KILN_RETURN_IF_ERROR(kiln__buffer_create(dev, d->arena_bytes, storage,
+                                             KILN__MEMORY_DEVICE, &m->arena));
+    KILN_RETURN_IF_ERROR(kiln__buffer_create(dev, d->weight_bytes, storage,
+                                             KILN__MEMORY_DEVICE, &m->weights));
+    KILN_RETURN_IF_ERROR(kiln__buffer_create(
+        dev, d->io_bytes,
+        VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+        KILN__MEMORY_STAGING, &m->io));
+
+    VkCommandPoolCreateInfo pi;
+    memset(&pi, 0, sizeof pi);
+    pi.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO;
+    pi.queueFamilyIndex = dev->queue_family;
+    KILN_VK_RETURN(vkCreateCommandPool(dev->device, &pi, NULL, &m->pool));
+    VkFenceCreateInfo fi;
+    memset(&fi, 0, sizeof fi);
+    fi.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO;
+    KILN_VK_RETURN(vkCreateFence(dev->device, &fi, NULL, &m->fence));
+
+    KILN_RETURN_IF_ERROR(upload_weights(m));
+    KILN_RETURN_IF_ERROR(create_pipelines(m));
+    return record(m);
+}
+
+kiln_status kiln_model_create(kiln_device *device, const kiln_model_desc *desc,
+                              kiln_model **out_model) {
+    if (!out_model)
+        return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "out_model is NULL");
+    *out_model = NULL;
+    if (!desc)
+        return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "desc is NULL");
+    kiln_model *m = (kiln_model *)calloc(1, sizeof *m);
+    if (!m)
+        return KILN_FAIL(KILN_ERROR_OUT_OF_HOST_MEMORY, "allocating a model");
+    m->desc = desc;
+    m->device = device;
+    kiln_status s = KILN_OK;
+    if (!device) {
+        s = kiln_device_create(NULL, &m->device);
+        m->owns_device = 1;
+    }
+    if (s == KILN_OK)
+        s = create_objects(m);
+    if (s != KILN_OK) {
+        kiln_model_destroy(m);
+        return s;
+    }
+    *out_model = m;
+    return KILN_OK;
+}
+
+kiln_status kiln_model_run(kiln_model *m, const void *const *inputs,
+                           void *const *outputs) {
+    if (!m)
+        return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "model is NULL");
+    const kiln_model_desc *d = m->desc;
+    if ((d->input_count && !inputs) || (d->output_count && !outputs))
+        return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT,
+                         "inputs or outputs is NULL");
+    if (m->lost)
+        return KILN_FAIL(KILN_ERROR_DEVICE_LOST,
+                         "the device was lost in an earlier run");
+    for (uint32_t i = 0; i < d->input_count; i++) {
+        if (d->inputs[i].bytes && !inputs[i])
+            return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "input %u (%s) is NULL",
+                             i, d->inputs[i].name);
+        memcpy((char *)m->io.mapped + d->inputs[i].io_offset, inputs[i],
+               (size_t)d->inputs[i].bytes);
+    }
+    VkDevice vd = m->device->device;
+    VkSubmitInfo si;
+    memset(&si, 0, sizeof si);
+    si.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO;
+    si.commandBufferCount = 1;
+    si.pCommandBuffers = &m->cmd;
+    VkResult r = vkQueueSubmit(m->device->queue, 1, &si, m->fence);
+    if (r == VK_SUCCESS)
+        r = vkWaitForFences(vd, 1, &m->fence, VK_TRUE, UINT64_MAX);
+    if (r != VK_SUCCESS) {
+        if (r == VK_ERROR_DEVICE_LOST)
+            m->lost = 1;
+        return kiln__vk_fail(r, __FILE__, __LINE__, "submit and wait");
+    }
+    KILN_VK_RETURN(vkResetFences(vd, 1, &m->fence));
+    for (uint32_t i = 0; i < d->output_count; i++) {
+        if (d->outputs[i].bytes && !outputs[i])
+            return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT,
+                             "output %u (%s) is NULL", i, d->outputs[i].name);
+        memcpy(outputs[i], (const char *)m->io.mapped + d->outputs[i].io_offset,
+               (size_t)d->outputs[i].bytes);
+    }
+    return KILN_OK;
+}
+
+void kiln_model_destroy(kiln_model *m) {
+    if (!m)
+        return;
+    kiln_device *dev = m->device;
+    if (dev && dev->device) {
+        /* After a device loss this may fail; destroy goes on regardless. */
+        vkDeviceWaitIdle(dev->device);
+        if (m->pipelines) {
+            for (uint32_t i = 0; i < m->desc->kernel_count; i++)
+                if (m->pipelines[i])
+                    vkDestroyPipeline(dev->device, m->pipelines[i], NULL);
+        }
+        if (m->cache)
+            vkDestroyPipelineCache(dev->device, m->cache, NULL);
+        if (m->layout)
+            vkDestroyPipelineLayout(dev->device, m->layout, NULL);
+        if (m->pool)
+            vkDestroyCommandPool(dev->device, m->pool, NULL);
+        if (m->fence)
+            vkDestroyFence(dev->device, m->fence, NULL);
+        kiln__buffer_destroy(dev, &m->arena);
+        kiln__buffer_destroy(dev, &m->weights);
+        kiln__buffer_destroy(dev, &m->io);
+    }
+    free(m->pipelines);
+    if (m->owns_device)
+        kiln_device_destroy(dev);
+    free(m);
+}
+
+kiln_device *kiln_model_device(const kiln_model *m) { return m ? m->device : NULL; }
+
+const kiln_model_desc *kiln_model_get_desc(const kiln_model *m) {
+    return m ? m->desc : NULL;
+}
