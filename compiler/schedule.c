@@ -39,7 +39,12 @@ void schedule(Graph *g, Program *p) {
             mine[k] = (Access){r->buffer, r->offset, r->offset + tensor_bytes(d->args[k]),
                                (d->writes >> k) & 1u, i, d->args[k]};
         }
-        for (int k = 0; k < d->nargs && !d->barrier; k++) {
+        /* Reads first, so a barrier's reason names the data dependency
+         * (read after write) when there is one. */
+        for (int pass = 0; pass < 2 * d->nargs && !d->barrier; pass++) {
+            int k = pass % d->nargs;
+            if (mine[k].write != (pass >= d->nargs))
+                continue;
             for (int j = 0; j < npending; j++) {
                 Access *a = &pending[j];
                 if (!(a->write || mine[k].write) || !overlap(a, &mine[k]))
@@ -47,12 +52,16 @@ void schedule(Graph *g, Program *p) {
                 Dispatch *w = p->dispatches[a->dispatch];
                 d->barrier = true;
                 d->wait_on = a->dispatch;
-                const char *kind = a->write && mine[k].write ? "write after write"
-                                   : a->write               ? "read after write"
-                                                            : "write after read";
-                d->reason = format("%s: '%s' and '%s' of dispatch %d (%s)", kind,
-                                   mine[k].t->name, a->t->name, a->dispatch,
-                                   w->node->name);
+                if (!mine[k].write)
+                    d->reason = format("read after write: reads '%s', written by "
+                                       "dispatch %d (%s)", mine[k].t->name,
+                                       a->dispatch, w->node->name);
+                else
+                    d->reason = format("write after %s: writes '%s' over '%s', %s "
+                                       "by dispatch %d (%s)",
+                                       a->write ? "write" : "read", mine[k].t->name,
+                                       a->t->name, a->write ? "written" : "read",
+                                       a->dispatch, w->node->name);
                 break;
             }
         }

@@ -125,12 +125,23 @@ static kiln_status create_instance(kiln_device *dev, int validation) {
     app.apiVersion = VK_API_VERSION_1_2;
 
     const char *layer = "VK_LAYER_KHRONOS_validation";
-    const char *ext = VK_EXT_DEBUG_UTILS_EXTENSION_NAME;
+    const char *exts[] = {VK_EXT_DEBUG_UTILS_EXTENSION_NAME,
+                          VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME};
+    /* Synchronization validation checks every hazard between dispatches:
+     * it is what proves the compiler's barrier placement right. */
+    VkValidationFeatureEnableEXT enables[] = {
+        VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT};
+    VkValidationFeaturesEXT features;
+    memset(&features, 0, sizeof features);
+    features.sType = VK_STRUCTURE_TYPE_VALIDATION_FEATURES_EXT;
+    features.enabledValidationFeatureCount = 1;
+    features.pEnabledValidationFeatures = enables;
     VkInstanceCreateInfo ci;
     memset(&ci, 0, sizeof ci);
     ci.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO;
     ci.pApplicationInfo = &app;
     if (validation) {
+        ci.pNext = &features;
         if (!layer_present(layer))
             return KILN_FAIL(KILN_ERROR_FEATURE_MISSING,
                              "validation requested but %s is not installed "
@@ -138,8 +149,8 @@ static kiln_status create_instance(kiln_device *dev, int validation) {
                              layer);
         ci.enabledLayerCount = 1;
         ci.ppEnabledLayerNames = &layer;
-        ci.enabledExtensionCount = 1;
-        ci.ppEnabledExtensionNames = &ext;
+        ci.enabledExtensionCount = 2;
+        ci.ppEnabledExtensionNames = exts;
     }
     VkResult r = vkCreateInstance(&ci, NULL, &dev->instance);
     if (r == VK_ERROR_INCOMPATIBLE_DRIVER)

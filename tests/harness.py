@@ -1,0 +1,120 @@
+"""harness.py: compile a model with kiln, build it, run it on Vulkan, compare.
+
+Every model runs through the real path a user takes: `kiln compile` writes
+C, the C compiler builds it with build/run_model_test.o (samples/run_model.c)
+and libkilnrt, and the program runs on the Vulkan device (lavapipe in CI)
+with the Khronos validation layer on (KILN_VALIDATION=1): any validation
+message makes the program exit 3, which fails the test.
+"""
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD = ROOT / "build"
+KILN = BUILD / "kiln"
+CC = os.environ.get("CC", "cc")
+
+
+class Failure(Exception):
+    """A test's check did not hold; the message says which and by how much."""
+
+
+def check(cond, msg):
+    if not cond:
+        raise Failure(msg)
+
+
+def run(cmd, cwd=None, env=None, timeout=300):
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    return subprocess.run([str(c) for c in cmd], cwd=cwd, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def kiln(*args, cwd=None):
+    return run([KILN, *args], cwd=cwd)
+
+
+def model_yaml(name, inputs, nodes, outputs, weights=None):
+    """A model as YAML text. JSON is YAML's flow style, so json.dumps writes
+    it; hand-written block-style YAML is tested by the samples."""
+    doc = {"name": name, "inputs": inputs}
+    if weights:
+        doc["weights"] = weights
+    doc["nodes"] = nodes
+    doc["outputs"] = outputs
+    return json.dumps(doc, indent=1)
+
+
+def build_model(workdir, yaml_text, extra_files=None):
+    """Writes model.yaml (and extra files), compiles and builds it; returns
+    the program's path."""
+    workdir = Path(workdir)
+    (workdir / "model.yaml").write_text(yaml_text)
+    for name, data in (extra_files or {}).items():
+        (workdir / name).write_bytes(data)
+    r = kiln("compile", workdir / "model.yaml", "--name", "model",
+             "-o", workdir / "model.c")
+    check(r.returncode == 0, f"kiln compile failed:\n{r.stderr}")
+    prog = workdir / "model"
+    r = run([CC, "-O1", "-std=c99", "-I", ROOT / "runtime", "-o", prog,
+             workdir / "model.c", BUILD / "run_model_test.o",
+             "-L", BUILD, "-lkilnrt", "-lvulkan", "-lm"])
+    check(r.returncode == 0, f"building the generated C failed:\n{r.stderr}")
+    return prog
+
+
+def run_program(prog, inputs, expected, validation=True):
+    """Runs a built model on `inputs` (arrays, in the model's input order)
+    and returns its outputs read with the dtypes and shapes of `expected`."""
+    workdir = Path(prog).parent
+    args = [prog, "-q"]
+    for i, a in enumerate(inputs):
+        p = workdir / f"in{i}.bin"
+        np.ascontiguousarray(a).tofile(p)
+        args += ["-i", p]
+    for i in range(len(expected)):
+        args += ["-o", workdir / f"out{i}.bin"]
+    r = run(args, env={"KILN_VALIDATION": "1" if validation else "0"})
+    check(r.returncode != 3, f"Vulkan validation messages:\n{r.stderr[-3000:]}")
+    check(r.returncode == 0, f"the model program failed ({r.returncode}):\n{r.stderr}")
+    outs = []
+    for i, e in enumerate(expected):
+        e = np.asarray(e)
+        raw = np.fromfile(workdir / f"out{i}.bin", dtype=e.dtype if e.dtype != np.float64
+                          else np.float32)
+        check(raw.size == e.size, f"output {i} has {raw.size} elements, "
+              f"expected {e.size} {list(e.shape)}")
+        outs.append(raw.reshape(e.shape))
+    return outs
+
+
+def run_model(workdir, yaml_text, inputs, expected, extra_files=None):
+    prog = build_model(workdir, yaml_text, extra_files)
+    return run_program(prog, inputs, expected)
+
+
+def assert_close(got, want, rtol, atol, what="output"):
+    """Every element: |got - want| <= atol + rtol * |want| (NaN only where
+    the reference has NaN)."""
+    got = np.asarray(got, dtype=np.float64)
+    want = np.asarray(want, dtype=np.float64)
+    check(got.shape == want.shape, f"{what}: shape {got.shape}, expected {want.shape}")
+    if got.size == 0:
+        return
+    nan_ok = np.isnan(got) == np.isnan(want)
+    if not nan_ok.all():
+        raise Failure(f"{what}: NaN mismatch at {np.argwhere(~nan_ok)[0].tolist()}")
+    err = np.abs(np.nan_to_num(got) - np.nan_to_num(want))
+    bound = atol + rtol * np.abs(np.nan_to_num(want))
+    bad = err > bound
+    if bad.any():
+        i = np.unravel_index(np.argmax(err - bound), err.shape)
+        raise Failure(f"{what}: {int(bad.sum())} of {err.size} elements off; worst at "
+                      f"{list(i)}: got {got[i]!r}, expected {want[i]!r} "
+                      f"(max abs error {err.max():.3g}, rtol {rtol}, atol {atol})")

@@ -1,0 +1,103 @@
+"""reference.py: kiln's CPU reference, written independently of kiln.
+
+Each function computes an op from its mathematical definition in float64
+with numpy, sharing no code or formula shortcuts with the GLSL kernels
+(gelu uses math.erf, not kiln's approximation; layer_norm uses numpy's
+variance). Tests compare kiln's f32 results with these under per-op
+tolerances.
+"""
+import math
+
+import numpy as np
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def f64(x):
+    return np.asarray(x, dtype=np.float64)
+
+
+BINARY = {
+    "add": lambda a, b: f64(a) + f64(b),
+    "sub": lambda a, b: f64(a) - f64(b),
+    "mul": lambda a, b: f64(a) * f64(b),
+    "div": lambda a, b: f64(a) / f64(b),
+}
+
+
+def sigmoid(x):
+    x = f64(x)
+    return np.where(x >= 0, 1 / (1 + np.exp(-np.abs(x))),
+                    np.exp(-np.abs(x)) / (1 + np.exp(-np.abs(x))))
+
+
+UNARY = {
+    "relu": lambda x: np.maximum(f64(x), 0),
+    "gelu": lambda x: 0.5 * f64(x) * (1 + _erf(f64(x) / math.sqrt(2))),
+    "silu": lambda x: f64(x) * sigmoid(x),
+    "sigmoid": sigmoid,
+    "tanh": lambda x: np.tanh(f64(x)),
+    "exp": lambda x: np.exp(f64(x)),
+}
+
+
+def matmul(a, b):
+    return np.matmul(f64(a), f64(b))
+
+
+def softmax(x, axis=-1):
+    x = f64(x)
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def layer_norm(x, gamma=None, beta=None, eps=1e-5):
+    x = f64(x)
+    mean = x.mean(axis=-1, keepdims=True)
+    var = x.var(axis=-1, keepdims=True)
+    y = (x - mean) / np.sqrt(var + eps)
+    if gamma is not None:
+        y = y * f64(gamma)
+    if beta is not None:
+        y = y + f64(beta)
+    return y
+
+
+def transpose(x, perm=None):
+    return np.transpose(x, perm)
+
+
+# ---- kiln's seeded weight generator (`init:` in YAML), from its spec ----
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def splitmix64(seed, n):
+    """Outputs 1..n of splitmix64 started at state `seed`."""
+    with np.errstate(over="ignore"):
+        z = np.uint64(seed) + _GOLDEN * np.arange(1, n + 1, dtype=np.uint64)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def init_uniform(shape, lo, hi, seed):
+    n = int(np.prod(shape))
+    u = (splitmix64(seed, n) >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
+    return (lo + (hi - lo) * u).astype(np.float32).reshape(shape)
+
+
+def init_normal(shape, std, seed, mean=0.0):
+    n = int(np.prod(shape))
+    u = (splitmix64(seed, 2 * n) >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
+    u1, u2 = u[0::2], u[1::2]
+    z = np.sqrt(-2 * np.log(1 - u1)) * np.cos(2 * np.pi * u2)
+    return (mean + std * z).astype(np.float32).reshape(shape)
+
+
+def run_model_inputs(shape, input_index):
+    """The inputs samples/run_model.c makes when given no -i files."""
+    n = int(np.prod(shape))
+    k = np.arange(n, dtype=np.uint64)
+    h = (k * np.uint64(2654435761) + np.uint64(12345 * (input_index + 1))) % np.uint64(2 ** 32)
+    return (h.astype(np.float64) / 2147483648.0 - 1.0).astype(np.float32).reshape(shape)

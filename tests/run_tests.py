@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""run_tests.py: every kiln test, ending with "N passed, N failed".
+
+Tiers: the C unit tests of the compiler passes (build/test_units), the op
+tests (test_ops.py), the command-line error tests (test_cli.py) and the
+whole-model, runtime and generated-code tests (test_models.py). Tests run
+in parallel, one temporary directory each. Exit status 1 on any failure.
+
+  tests/run_tests.py [-k SUBSTRING] [-j JOBS] [-v]
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import test_cli  # noqa: E402
+import test_models  # noqa: E402
+import test_ops  # noqa: E402
+from harness import BUILD, Failure  # noqa: E402
+
+
+def unit_tests():
+    """build/test_units prints "ok NAME" or "FAIL NAME: why" per test."""
+    r = subprocess.run([str(BUILD / "test_units")], capture_output=True, text=True,
+                       timeout=600)
+    results = []
+    for line in r.stdout.splitlines():
+        if line.startswith("ok "):
+            results.append((f"unit {line[3:]}", None))
+        elif line.startswith("FAIL "):
+            results.append((f"unit {line[5:].split(':')[0]}", line[5:]))
+    if r.returncode != 0 and not any(why for _, why in results):
+        results.append(("unit test_units", f"exit {r.returncode}\n{r.stderr}"))
+    return results
+
+
+def run_one(name, fn, keep):
+    workdir = tempfile.mkdtemp(prefix="kiln-test-")
+    t0 = time.monotonic()
+    try:
+        fn(workdir)
+        why = None
+    except Failure as e:
+        why = str(e)
+    except Exception:  # a bug in the test or an unexpected crash: a failure
+        why = traceback.format_exc()
+    finally:
+        if not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return name, why, time.monotonic() - t0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-k", default="", help="run tests whose name contains this")
+    ap.add_argument("-j", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("-v", action="store_true", help="print every test")
+    ap.add_argument("--keep", action="store_true", help="keep temporary directories")
+    args = ap.parse_args()
+
+    tests = test_ops.TESTS + test_cli.TESTS + test_models.TESTS
+    tests = [(n, f) for n, f in tests if args.k in n]
+    t0 = time.monotonic()
+    results = unit_tests() if "unit".find(args.k) >= 0 or args.k in "unit" else []
+    for name, why in results:
+        if why or args.v:
+            print(f"{'FAIL' if why else 'ok  '} {name}" + (f"\n    {why}" if why else ""))
+    with ThreadPoolExecutor(max_workers=max(1, args.j)) as pool:
+        futures = [pool.submit(run_one, n, f, args.keep) for n, f in tests]
+        for fut in futures:
+            name, why, secs = fut.result()
+            results.append((name, why))
+            if why:
+                print(f"FAIL {name}\n    " + why.replace("\n", "\n    "), flush=True)
+            elif args.v:
+                print(f"ok   {name} ({secs:.1f}s)", flush=True)
+    failed = sum(1 for _, why in results if why)
+    print(f"tests took {time.monotonic() - t0:.0f}s")
+    print(f"{len(results) - failed} passed, {failed} failed")
+    return 1 if failed or not results else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

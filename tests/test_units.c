@@ -1,0 +1,224 @@
+/*
+ * test_units.c: unit tests of compiler passes that need no GPU.
+ *
+ * Prints one line per test, "ok NAME" or "FAIL NAME: why"; tests/run_tests.py
+ * counts them. Exit status 1 when any test failed.
+ *
+ *   planner    random graphs (with views): no two tensors live at once
+ *              overlap, every offset is aligned, the arena is at least the
+ *              peak of live bytes, inputs and outputs stay pinned
+ *   schedule   barriers exactly where byte ranges conflict
+ *   broadcast  numpy broadcasting rules
+ *   splitmix64 the published first outputs of the generator behind `init`
+ */
+#include "kiln.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static int failures, passes;
+
+static void report(const char *name, const char *why) {
+    if (why) {
+        printf("FAIL %s: %s\n", name, why);
+        failures++;
+    } else {
+        printf("ok %s\n", name);
+        passes++;
+    }
+}
+
+static uint64_t rng_state = 12345;
+static uint32_t rnd(uint32_t n) { return (uint32_t)(splitmix64(&rng_state) % n); }
+
+static Tensor *mk_tensor(Graph *g, TensorKind kind, int64_t elems) {
+    Tensor *t = xcalloc(1, sizeof *t);
+    t->name = format("t%d", g->tensors.len);
+    t->id = g->tensors.len;
+    t->kind = kind;
+    t->dtype = KILN_DTYPE_F32;
+    t->rank = 1;
+    t->shape[0] = elems;
+    vec_push(&g->tensors, t);
+    if (kind == T_INPUT)
+        vec_push(&g->inputs, t);
+    if (kind == T_WEIGHT)
+        vec_push(&g->weights, t);
+    return t;
+}
+
+static Node *mk_node(const char *name) {
+    Node *n = xcalloc(1, sizeof *n);
+    n->name = name;
+    n->op = OP_ADD;
+    return n;
+}
+
+/* A random DAG: each dispatch writes a new tensor from 1-3 earlier ones;
+ * some results are views of earlier tensors; a few are outputs. */
+static const char *planner_case(int ntensors, uint64_t align) {
+    Graph *g = xcalloc(1, sizeof *g);
+    Program *p = xcalloc(1, sizeof *p);
+    p->alignment = align;
+    int ninputs = 1 + (int)rnd(3);
+    for (int i = 0; i < ninputs; i++)
+        mk_tensor(g, T_INPUT, 1 + rnd(5000));
+    mk_tensor(g, T_WEIGHT, 1 + rnd(5000));
+    Node *n = mk_node("n");
+    for (int i = 0; i < ntensors; i++) {
+        int have = g->tensors.len;
+        if (rnd(6) == 0) { /* a view of an earlier non-weight tensor */
+            Tensor *src = g->tensors.data[rnd((uint32_t)have)];
+            if (src->kind == T_WEIGHT)
+                continue;
+            Tensor *v = mk_tensor(g, T_VALUE, tensor_count(src));
+            v->alias = src;
+            continue;
+        }
+        Tensor *out = mk_tensor(g, T_VALUE, 1 + rnd(rnd(2) ? 300 : 20000));
+        Dispatch *d = new_dispatch(p, n, "eltwise");
+        dispatch_arg(d, out, true);
+        int nin = 1 + (int)rnd(3);
+        for (int k = 0; k < nin; k++)
+            dispatch_arg(d, g->tensors.data[rnd((uint32_t)have)], false);
+    }
+    for (int i = 0; i < g->tensors.len; i++)
+        if (rnd(8) == 0 && ((Tensor *)g->tensors.data[i])->kind == T_VALUE) {
+            ((Tensor *)g->tensors.data[i])->is_output = true;
+            vec_push(&g->outputs, g->tensors.data[i]);
+        }
+    plan_memory(g, p); /* calls check_plan itself and aborts on overlap */
+    if (check_plan(g, p))
+        return "live tensors overlap";
+    if (p->arena_bytes < p->peak_bytes)
+        return format("arena %llu below the lower bound %llu",
+                      (unsigned long long)p->arena_bytes,
+                      (unsigned long long)p->peak_bytes);
+    for (int i = 0; i < g->tensors.len; i++) {
+        Tensor *t = g->tensors.data[i];
+        if (!t->alias && t->offset % align)
+            return format("%s at %llu is not %llu-aligned", t->name,
+                          (unsigned long long)t->offset, (unsigned long long)align);
+    }
+    for (int i = 0; i < g->outputs.len; i++) {
+        Tensor *r = tensor_root(g->outputs.data[i]);
+        if (r->kind != T_WEIGHT && (r->first != -1 || r->last != p->ndispatches))
+            return format("output %s is not pinned", r->name);
+    }
+    return NULL;
+}
+
+static void test_planner(void) {
+    double worst = 1.0;
+    for (int c = 0; c < 200; c++) {
+        uint64_t align = c % 3 == 0 ? 16 : 256;
+        const char *why = planner_case(5 + (int)rnd(60), align);
+        if (why) {
+            report(format("planner random graph %d", c), why);
+            return;
+        }
+    }
+    (void)worst;
+    report("planner: 200 random graphs, no overlap, arena >= peak, aligned", NULL);
+}
+
+/* Four tensors at fixed offsets; dispatches with chosen reads and writes. */
+static void test_schedule(void) {
+    Graph *g = xcalloc(1, sizeof *g);
+    Tensor *t[5];
+    for (int i = 0; i < 4; i++) {
+        t[i] = mk_tensor(g, T_VALUE, 64);
+        t[i]->buffer = KILN_BUFFER_ARENA;
+        t[i]->offset = (uint64_t)i * 256;
+    }
+    t[4] = mk_tensor(g, T_WEIGHT, 64);
+    t[4]->buffer = KILN_BUFFER_WEIGHTS;
+    Program *p = xcalloc(1, sizeof *p);
+    Node *n = mk_node("n");
+    struct {
+        int write, r1, r2;
+        bool barrier;
+        const char *what;
+    } steps[] = {
+        {0, 4, -1, false, "first dispatch"},
+        {1, 4, -1, false, "independent of the first"},
+        {2, 0, -1, true, "read after write"},
+        {3, 4, 4, false, "weights only, disjoint write"},
+        {0, 4, -1, true, "write after read of t0 (and write after write)"},
+        {1, 3, -1, false, "reads t3, written before the last barrier"},
+        {2, 0, -1, true, "read after write of t0 by the dispatch before"},
+        {3, 4, -1, false, "t3 untouched since the last barrier"},
+    };
+    int nsteps = (int)(sizeof steps / sizeof steps[0]);
+    for (int i = 0; i < nsteps; i++) {
+        Dispatch *d = new_dispatch(p, n, "eltwise");
+        dispatch_arg(d, t[steps[i].write], true);
+        dispatch_arg(d, t[steps[i].r1], false);
+        if (steps[i].r2 >= 0)
+            dispatch_arg(d, t[steps[i].r2], false);
+    }
+    schedule(g, p);
+    for (int i = 0; i < nsteps; i++) {
+        if (p->dispatches[i]->barrier != steps[i].barrier) {
+            report("schedule: barriers only on conflicts",
+                   format("dispatch %d (%s): barrier %d, expected %d", i,
+                          steps[i].what, p->dispatches[i]->barrier, steps[i].barrier));
+            return;
+        }
+    }
+    report("schedule: barriers only on conflicts", NULL);
+}
+
+static void test_broadcast(void) {
+    struct {
+        int ra;
+        int64_t a[4];
+        int rb;
+        int64_t b[4];
+        bool ok;
+        int r;
+        int64_t out[4];
+    } cases[] = {
+        {2, {2, 3}, 1, {3}, true, 2, {2, 3}},
+        {2, {2, 1}, 2, {1, 3}, true, 2, {2, 3}},
+        {3, {4, 1, 5}, 2, {3, 1}, true, 3, {4, 3, 5}},
+        {1, {0}, 2, {3, 1}, true, 2, {3, 0}},
+        {0, {0}, 2, {2, 2}, true, 2, {2, 2}},
+        {2, {2, 3}, 1, {4}, false, 0, {0}},
+        {2, {2, 3}, 2, {3, 3}, false, 0, {0}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int r;
+        int64_t out[MAX_RANK];
+        bool ok = broadcast_shapes(cases[i].ra, cases[i].a, cases[i].rb, cases[i].b,
+                                   &r, out);
+        if (ok != cases[i].ok ||
+            (ok && (r != cases[i].r ||
+                    memcmp(out, cases[i].out, sizeof(int64_t) * (size_t)r)))) {
+            report("broadcast: numpy rules", format("case %zu", i));
+            return;
+        }
+    }
+    report("broadcast: numpy rules", NULL);
+}
+
+static void test_splitmix(void) {
+    /* First outputs for seed 0, as published with the algorithm. */
+    uint64_t s = 0;
+    uint64_t a = splitmix64(&s), b = splitmix64(&s), c = splitmix64(&s);
+    report("splitmix64: reference outputs",
+           a == 0xe220a8397b1dcdafull && b == 0x6e789e6aa1b965f4ull &&
+                   c == 0x06c45d188009454full
+               ? NULL
+               : format("got %016llx %016llx %016llx", (unsigned long long)a,
+                        (unsigned long long)b, (unsigned long long)c));
+}
+
+int main(void) {
+    test_broadcast();
+    test_splitmix();
+    test_schedule();
+    test_planner();
+    printf("%d passed, %d failed\n", passes, failures);
+    return failures ? 1 : 0;
+}
