@@ -1,1 +1,194 @@
+"""test_models.py: whole models, the runtime API, and the generated C itself.
+
+- samples/mlp.yaml end to end against the CPU reference, its weights rebuilt
+  from the documented `init` generator;
+- a model whose weights come from a safetensors file;
+- determinism: two compiles give identical bytes;
+- the generated C compiles with -std=c99 -Wall -Wextra -pedantic -Werror
+  under gcc and clang, and as C++;
+- tests/test_runtime.c: the runtime's API contract on Vulkan.
+"""
+import json
+import re
+import struct
+from pathlib import Path
+
+import numpy as np
+
+import reference as ref
+from harness import (BUILD, CC, ROOT, assert_close, build_model, check, kiln,
+                     model_yaml, run, run_model, run_program)
+
 TESTS = []
+
+
+def case(name):
+    def register(fn):
+        TESTS.append((name, fn))
+        return fn
+    return register
+
+
+def mlp_reference(x):
+    w1 = ref.init_normal([256, 512], 0.05, 1)
+    b1 = ref.init_uniform([512], -0.1, 0.1, 2)
+    w2 = ref.init_normal([512, 10], 0.05, 3)
+    b2 = np.array([0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9], np.float32)
+    h = ref.matmul(x, w1) + b1
+    z = ref.matmul(ref.UNARY["gelu"](h), w2) + b2
+    return ref.softmax(z)
+
+
+@case("model samples/mlp.yaml against the CPU reference (random and default inputs)")
+def test_mlp(workdir):
+    text = (ROOT / "samples" / "mlp.yaml").read_text()
+    prog = build_model(workdir, text)
+    x = (np.random.default_rng(1).standard_normal([4, 256]) * 2).astype(np.float32)
+    want = mlp_reference(x)
+    got, = run_program(prog, [x], [want.astype(np.float32)])
+    assert_close(got, want, 1e-4, 1e-6)
+    # The inputs run_model makes by itself, as `make` runs the sample.
+    x0 = ref.run_model_inputs([4, 256], 0)
+    r = run([prog], env={"KILN_VALIDATION": "1"})
+    check(r.returncode == 0, r.stderr)
+    line = [ln for ln in r.stdout.splitlines() if ln.strip().startswith("y:")][0]
+    printed = np.array([float(v) for v in line.split(":")[2].split()[:8]])
+    assert_close(printed, mlp_reference(x0).reshape(-1)[:8], 1e-4, 1e-5,
+                 "printed outputs")
+    check(re.search(r"^arena: \d+ bytes$", r.stdout, re.M), r.stdout)
+    check(re.search(r"^dispatches: 6$", r.stdout, re.M), r.stdout)
+
+
+def safetensors_bytes(tensors):
+    header, data = {}, b""
+    for name, a in tensors.items():
+        raw = np.ascontiguousarray(a, np.float32).tobytes()
+        header[name] = {"dtype": "F32", "shape": list(a.shape),
+                        "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    header["__metadata__"] = {"format": "pt", "note": "a [nested] {value}"}
+    h = json.dumps(header).encode()
+    return struct.pack("<Q", len(h)) + h + data
+
+
+@case("model with weights from a safetensors file")
+def test_safetensors(workdir):
+    r = np.random.default_rng(5)
+    w = (r.standard_normal([8, 3])).astype(np.float32)
+    b = (r.standard_normal([3])).astype(np.float32)
+    x = (r.standard_normal([2, 8])).astype(np.float32)
+    y = model_yaml("st", {"x": {"dtype": "f32", "shape": [2, 8]}},
+                   [{"name": "h", "op": "matmul", "inputs": ["x", "w"]},
+                    {"name": "y", "op": "add", "inputs": ["h", "b"]}], ["y"],
+                   weights={"w": {"dtype": "f32", "shape": [8, 3],
+                                  "safetensors": "m.safetensors", "key": "fc.weight"},
+                            "b": {"dtype": "f32", "shape": [3],
+                                  "safetensors": "m.safetensors", "key": "fc.bias"}})
+    want = ref.matmul(x, w) + b
+    files = {"m.safetensors": safetensors_bytes({"fc.bias": b, "fc.weight": w})}
+    got, = run_model(workdir, y, [x], [want.astype(np.float32)], extra_files=files)
+    assert_close(got, want, 1e-5, 1e-5)
+
+
+@case("model: every op of the table in one graph, with a shared intermediate")
+def test_all_ops(workdir):
+    r = np.random.default_rng(9)
+    x = r.standard_normal([3, 4, 8]).astype(np.float32)
+    w = r.standard_normal([8, 8]).astype(np.float32)
+    nodes = [
+        {"name": "mm", "op": "matmul", "inputs": ["x", "w"]},
+        {"name": "t", "op": "transpose", "inputs": ["mm"], "perm": [1, 0, 2]},
+        {"name": "rs", "op": "reshape", "inputs": ["t"], "shape": [12, 8]},
+        {"name": "g", "op": "gelu", "inputs": ["rs"]},
+        {"name": "s", "op": "silu", "inputs": ["rs"]},
+        {"name": "sg", "op": "sigmoid", "inputs": ["g"]},
+        {"name": "th", "op": "tanh", "inputs": ["s"]},
+        {"name": "e", "op": "exp", "inputs": ["th"]},
+        {"name": "re", "op": "relu", "inputs": ["rs"]},
+        {"name": "m1", "op": "mul", "inputs": ["sg", "e"]},
+        {"name": "d1", "op": "div", "inputs": ["m1", "e"]},
+        {"name": "s1", "op": "sub", "inputs": ["d1", "re"]},
+        {"name": "ln", "op": "layer_norm", "inputs": ["s1"]},
+        {"name": "sm", "op": "softmax", "inputs": ["ln"]},
+        {"name": "unused", "op": "exp", "inputs": ["x"]},
+    ]
+    y = model_yaml("all", {"x": {"dtype": "f32", "shape": [3, 4, 8]}}, nodes,
+                   ["sm", "rs"],
+                   weights={"w": {"dtype": "f32", "shape": [8, 8], "file": "w.bin"}})
+    rs = np.transpose(ref.matmul(x, w), (1, 0, 2)).reshape(12, 8)
+    g, s = ref.UNARY["gelu"](rs), ref.UNARY["silu"](rs)
+    e = np.exp(np.tanh(s))
+    s1 = ref.sigmoid(g) * e / e - np.maximum(rs, 0)
+    want = ref.softmax(ref.layer_norm(s1))
+    got, got_rs = run_model(workdir, y, [x], [want.astype(np.float32),
+                                                rs.astype(np.float32)],
+                            extra_files={"w.bin": w.tobytes()})
+    assert_close(got_rs, rs, 1e-5, 1e-5, "rs")
+    assert_close(got, want, 1e-4, 1e-5, "sm")
+    c = (Path(workdir) / "model.c").read_text()
+    check("unused" not in c, "the dead node 'unused' was emitted")
+
+
+def compile_sample(workdir, sub):
+    d = Path(workdir) / sub
+    d.mkdir()
+    (d / "mlp.yaml").write_text((ROOT / "samples" / "mlp.yaml").read_text())
+    r = kiln("compile", "mlp.yaml", "-o", "mlp.c", cwd=d)
+    check(r.returncode == 0, r.stderr)
+    return d
+
+
+@case("determinism: compiling twice gives identical bytes")
+def test_determinism(workdir):
+    a, b = compile_sample(workdir, "a"), compile_sample(workdir, "b")
+    for f in ["mlp.c", "mlp.h"]:
+        check((a / f).read_bytes() == (b / f).read_bytes(), f"{f} differs")
+    c = (a / "mlp.c").read_text()
+    check(c.startswith("/*\n * Generated by kiln ") and "Do not edit." in c and
+          "command: kiln compile mlp.yaml -o mlp.c" in c, "frontmatter")
+    check(re.search(r"static const uint32_t mlp_spirv_0\[\d+\]", c), "SPIR-V words")
+    check(re.search(r'/\* 0: h \(matmul\)', c), "schedule records name their node")
+
+
+def pedantic_case(compiler, lang):
+    def test(workdir):
+        d = compile_sample(workdir, "m")
+        flags = ["-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror"]
+        if lang == "c++":
+            flags = ["-x", "c++", "-std=c++11", "-Wall", "-Wextra", "-pedantic", "-Werror"]
+        r = run([compiler, *flags, "-I", ROOT / "runtime", "-c", d / "mlp.c",
+                 "-o", d / "mlp.o"])
+        check(r.returncode == 0, f"{compiler} {lang}:\n{r.stderr[-3000:]}")
+    return test
+
+
+for compiler, lang in [("gcc", "c"), ("clang", "c"), ("g++", "c++")]:
+    case(f"generated C compiles warning-free: {compiler} ({lang}) -pedantic -Werror")(
+        pedantic_case(compiler, lang))
+
+
+@case("runtime API contract (tests/test_runtime.c)")
+def test_runtime(workdir):
+    d = compile_sample(workdir, "m")
+    r = kiln("compile", "mlp.yaml", "--name", "model", "-o", "model.c", cwd=d)
+    check(r.returncode == 0, r.stderr)
+    prog = d / "test_runtime"
+    r = run([CC, "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror",
+             "-I", ROOT / "runtime", "-o", prog, ROOT / "tests" / "test_runtime.c",
+             d / "model.c", "-L", BUILD, "-lkilnrt", "-lvulkan", "-lm"])
+    check(r.returncode == 0, r.stderr)
+    r = run([prog], env={"KILN_VALIDATION": "1"})
+    fails = [ln for ln in r.stdout.splitlines() if ln.startswith("FAIL")]
+    check(not fails and r.returncode == 0, "\n".join(fails) or r.stderr)
+    check(r.stdout.count("ok ") >= 20, r.stdout)
+
+
+@case("runtime: KILN_DEVICE selects by name; a bad KILN_DEVICE is an error")
+def test_env_device(workdir):
+    d = compile_sample(workdir, "m")
+    prog = build_model(d, (ROOT / "samples" / "mlp.yaml").read_text())
+    r = run([prog], env={"KILN_DEVICE": "llvmpipe"})
+    check(r.returncode == 0 and "device: llvmpipe" in r.stdout, r.stdout + r.stderr)
+    r = run([prog], env={"KILN_DEVICE": "7"})
+    check(r.returncode == 1 and "KILN_ERROR_NO_DEVICE" in r.stderr and
+          "device index 7" in r.stderr, r.stderr)
