@@ -243,46 +243,42 @@ static kiln_status choose_device(kiln_device *dev, int32_t index,
     return KILN_OK;
 }
 
-static kiln_status open_device(kiln_device *dev) {
-    VkPhysicalDeviceVulkan11Features have11;
-    VkPhysicalDeviceVulkan12Features have12;
-    VkPhysicalDeviceFeatures2 have;
-    memset(&have11, 0, sizeof have11);
-    memset(&have12, 0, sizeof have12);
-    memset(&have, 0, sizeof have);
-    have11.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES;
-    have12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
-    have12.pNext = &have11;
-    have.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
-    have.pNext = &have12;
-    vkGetPhysicalDeviceFeatures2(dev->physical, &have);
+/* Features2 -> Vulkan12 -> Vulkan11, zeroed and chained. */
+typedef struct FeatureChain {
+    VkPhysicalDeviceFeatures2 f;
+    VkPhysicalDeviceVulkan12Features v12;
+    VkPhysicalDeviceVulkan11Features v11;
+} FeatureChain;
 
-    VkPhysicalDeviceVulkan11Features want11;
-    VkPhysicalDeviceVulkan12Features want12;
-    VkPhysicalDeviceFeatures2 want;
-    memset(&want11, 0, sizeof want11);
-    memset(&want12, 0, sizeof want12);
-    memset(&want, 0, sizeof want);
-    want11.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES;
-    want12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
-    want12.pNext = &want11;
-    want.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
-    want.pNext = &want12;
-    want12.bufferDeviceAddress = VK_TRUE;
-    if (have12.shaderFloat16) {
-        want12.shaderFloat16 = VK_TRUE;
+static void feature_chain(FeatureChain *c) {
+    memset(c, 0, sizeof *c);
+    c->f.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
+    c->f.pNext = &c->v12;
+    c->v12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
+    c->v12.pNext = &c->v11;
+    c->v11.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES;
+}
+
+static kiln_status open_device(kiln_device *dev) {
+    FeatureChain have_c, want_c;
+    feature_chain(&have_c);
+    feature_chain(&want_c);
+    vkGetPhysicalDeviceFeatures2(dev->physical, &have_c.f);
+    want_c.v12.bufferDeviceAddress = VK_TRUE;
+    if (have_c.v12.shaderFloat16) {
+        want_c.v12.shaderFloat16 = VK_TRUE;
         dev->features |= KILN_FEATURE_FLOAT16;
     }
-    if (have.features.shaderInt64) {
-        want.features.shaderInt64 = VK_TRUE;
+    if (have_c.f.features.shaderInt64) {
+        want_c.f.features.shaderInt64 = VK_TRUE;
         dev->features |= KILN_FEATURE_INT64;
     }
-    if (have11.storageBuffer16BitAccess) {
-        want11.storageBuffer16BitAccess = VK_TRUE;
+    if (have_c.v11.storageBuffer16BitAccess) {
+        want_c.v11.storageBuffer16BitAccess = VK_TRUE;
         dev->features |= KILN_FEATURE_STORAGE16;
     }
-    if (have12.storageBuffer8BitAccess) {
-        want12.storageBuffer8BitAccess = VK_TRUE;
+    if (have_c.v12.storageBuffer8BitAccess) {
+        want_c.v12.storageBuffer8BitAccess = VK_TRUE;
         dev->features |= KILN_FEATURE_STORAGE8;
     }
 
@@ -297,7 +293,7 @@ static kiln_status open_device(kiln_device *dev) {
     VkDeviceCreateInfo ci;
     memset(&ci, 0, sizeof ci);
     ci.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO;
-    ci.pNext = &want;
+    ci.pNext = &want_c.f;
     ci.queueCreateInfoCount = 1;
     ci.pQueueCreateInfos = &qi;
     KILN_VK_RETURN(vkCreateDevice(dev->physical, &ci, NULL, &dev->device));

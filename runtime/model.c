@@ -79,7 +79,25 @@ static kiln_status check_desc(const kiln_device *dev, const kiln_model_desc *d) 
     return KILN_OK;
 }
 
-/* Records and submits `fill`, a one-off copy into the weight buffer. */
+/* Allocates a primary command buffer from the model's pool and begins it. */
+static kiln_status begin_commands(kiln_model *m, VkCommandBufferUsageFlags flags,
+                                  VkCommandBuffer *out) {
+    VkCommandBufferAllocateInfo ai;
+    memset(&ai, 0, sizeof ai);
+    ai.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO;
+    ai.commandPool = m->pool;
+    ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    ai.commandBufferCount = 1;
+    KILN_VK_RETURN(vkAllocateCommandBuffers(m->device->device, &ai, out));
+    VkCommandBufferBeginInfo bi;
+    memset(&bi, 0, sizeof bi);
+    bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
+    bi.flags = flags;
+    KILN_VK_RETURN(vkBeginCommandBuffer(*out, &bi));
+    return KILN_OK;
+}
+
+/* Uploads the weights through a temporary staging buffer, once. */
 static kiln_status upload_weights(kiln_model *m) {
     const kiln_model_desc *d = m->desc;
     kiln_device *dev = m->device;
@@ -91,20 +109,10 @@ static kiln_status upload_weights(kiln_model *m) {
                                              KILN__MEMORY_STAGING, &staging));
     memcpy(staging.mapped, d->weights, (size_t)d->weight_bytes);
 
-    kiln_status s = KILN_OK;
     VkCommandBuffer cmd = VK_NULL_HANDLE;
-    VkCommandBufferAllocateInfo ai;
-    memset(&ai, 0, sizeof ai);
-    ai.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO;
-    ai.commandPool = m->pool;
-    ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-    ai.commandBufferCount = 1;
-    KILN_VK_GOTO(s, vkAllocateCommandBuffers(dev->device, &ai, &cmd), done);
-    VkCommandBufferBeginInfo bi;
-    memset(&bi, 0, sizeof bi);
-    bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
-    bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
-    KILN_VK_GOTO(s, vkBeginCommandBuffer(cmd, &bi), done);
+    kiln_status s = begin_commands(m, VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT, &cmd);
+    if (s != KILN_OK)
+        goto done;
     VkBufferCopy region = {0, 0, d->weight_bytes};
     vkCmdCopyBuffer(cmd, staging.buffer, m->weights.buffer, 1, &region);
     KILN_VK_GOTO(s, vkEndCommandBuffer(cmd), done);
@@ -193,17 +201,7 @@ static VkBuffer buffer_of(const kiln_model *m, uint32_t which) {
 
 static kiln_status record(kiln_model *m) {
     const kiln_model_desc *d = m->desc;
-    VkCommandBufferAllocateInfo ai;
-    memset(&ai, 0, sizeof ai);
-    ai.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO;
-    ai.commandPool = m->pool;
-    ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-    ai.commandBufferCount = 1;
-    KILN_VK_RETURN(vkAllocateCommandBuffers(m->device->device, &ai, &m->cmd));
-    VkCommandBufferBeginInfo bi;
-    memset(&bi, 0, sizeof bi);
-    bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
-    KILN_VK_RETURN(vkBeginCommandBuffer(m->cmd, &bi));
+    KILN_RETURN_IF_ERROR(begin_commands(m, 0, &m->cmd));
     VkCommandBuffer cmd = m->cmd;
 
     for (uint32_t i = 0; i < d->input_count; i++) {

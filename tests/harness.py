@@ -19,6 +19,18 @@ KILN = BUILD / "kiln"
 CC = os.environ.get("CC", "cc")
 
 
+def registry():
+    """A test list and a decorator that appends (name, fn) to it."""
+    tests = []
+
+    def case(name):
+        def register(fn):
+            tests.append((name, fn))
+            return fn
+        return register
+    return tests, case
+
+
 class Failure(Exception):
     """A test's check did not hold; the message says which and by how much."""
 

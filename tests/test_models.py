@@ -17,16 +17,9 @@ import numpy as np
 
 import reference as ref
 from harness import (BUILD, CC, ROOT, assert_close, build_model, check, kiln,
-                     model_yaml, run, run_model, run_program)
+                     model_yaml, registry, run, run_model, run_program)
 
-TESTS = []
-
-
-def case(name):
-    def register(fn):
-        TESTS.append((name, fn))
-        return fn
-    return register
+TESTS, case = registry()
 
 
 def mlp_reference(x):

@@ -10,16 +10,9 @@ size, and one large case per op.
 import numpy as np
 
 import reference as ref
-from harness import assert_close, model_yaml, run_model
+from harness import assert_close, model_yaml, registry, run_model
 
-TESTS = []
-
-
-def case(name):
-    def register(fn):
-        TESTS.append((name, fn))
-        return fn
-    return register
+TESTS, case = registry()
 
 
 def rng(seed):
