@@ -175,7 +175,7 @@ static void emit_schedule(Str *s, Program *p, const char *px) {
             str_addf(s, "    {%s, %lluull}, /* %d.%d %s %s */\n",
                      r->buffer == KILN_BUFFER_WEIGHTS ? "KILN_BUFFER_WEIGHTS"
                                                       : "KILN_BUFFER_ARENA",
-                     (unsigned long long)r->offset, i, k,
+                     (unsigned long long)(r->offset + d->arg_offset[k]), i, k,
                      (d->writes >> k) & 1u ? "writes" : "reads", c_comment(t->name));
         }
     }

@@ -94,14 +94,6 @@ static void set_output(Node *n, kiln_dtype dt, int rank, const int64_t *shape) {
     memcpy(t->shape, shape, sizeof(int64_t) * (size_t)rank);
 }
 
-static void require_dtype(Node *n, int i, kiln_dtype dt) {
-    Tensor *t = n->inputs[i];
-    if (t->dtype != dt)
-        error_at(n->input_locs[i], "node '%s': %s needs %s input, '%s' is %s",
-                 n->name, op_info[n->op].name, kiln_dtype_name(dt), t->name,
-                 kiln_dtype_name(t->dtype));
-}
-
 /* Normalizes a possibly negative axis against rank; errors when outside. */
 static int norm_axis(Node *n, const char *key, int64_t axis, int rank) {
     if (axis < -rank || axis >= rank)
@@ -124,40 +116,126 @@ bool broadcast_shapes(int ra, const int64_t *a, int rb, const int64_t *b,
     return true;
 }
 
-/* ---- shape rules (named in ops.def) ---- */
+/* ---- dtype classes ---- */
 
-static void shape_unary(Node *n) {
-    Tensor *x = n->inputs[0];
-    require_dtype(n, 0, KILN_DTYPE_F32);
-    set_output(n, x->dtype, x->rank, x->shape);
+static bool is_float(kiln_dtype d) { return d == KILN_DTYPE_F32 || d == KILN_DTYPE_F16; }
+static bool is_numeric(kiln_dtype d) {
+    return is_float(d) || d == KILN_DTYPE_I32 || d == KILN_DTYPE_I64;
 }
 
-static void shape_broadcast(Node *n) {
-    int rank = 0;
-    int64_t shape[MAX_RANK];
-    Tensor *a = n->inputs[0];
-    rank = a->rank;
-    memcpy(shape, a->shape, sizeof shape);
-    for (int i = 0; i < n->ninputs; i++)
-        require_dtype(n, i, KILN_DTYPE_F32);
-    for (int i = 1; i < n->ninputs; i++) {
+static void require(Node *n, int i, bool ok, const char *what) {
+    Tensor *t = n->inputs[i];
+    if (!ok)
+        error_at(n->input_locs[i], "node '%s': %s needs %s inputs, '%s' is %s", n->name,
+                 op_info[n->op].name, what, t->name, kiln_dtype_name(t->dtype));
+}
+
+static void same_dtype(Node *n, int first, int last) {
+    for (int i = first + 1; i <= last && i < n->ninputs; i++)
+        if (n->inputs[i]->dtype != n->inputs[first]->dtype)
+            error_at(n->input_locs[i], "node '%s': '%s' is %s but '%s' is %s; %s needs "
+                     "one dtype", n->name, n->inputs[first]->name,
+                     kiln_dtype_name(n->inputs[first]->dtype), n->inputs[i]->name,
+                     kiln_dtype_name(n->inputs[i]->dtype), op_info[n->op].name);
+}
+
+/* The broadcast shape of inputs [first, ninputs). */
+static int broadcast_inputs(Node *n, int first, int64_t *shape) {
+    Tensor *a = n->inputs[first];
+    int rank = a->rank;
+    memcpy(shape, a->shape, sizeof(int64_t) * (size_t)rank);
+    for (int i = first + 1; i < n->ninputs; i++) {
         Tensor *b = n->inputs[i];
         int64_t out[MAX_RANK];
         if (!broadcast_shapes(rank, shape, b->rank, b->shape, &rank, out))
-            error_at(n->loc, "node '%s': shapes %s ('%s') and %s ('%s') do not "
-                     "broadcast", n->name, shape_str(a->rank, a->shape), a->name,
-                     shape_str(b->rank, b->shape), b->name);
-        memcpy(shape, out, sizeof shape);
+            error_at(n->loc, "node '%s': shapes %s and %s ('%s') do not broadcast",
+                     n->name, shape_str(rank, shape), shape_str(b->rank, b->shape),
+                     b->name);
+        memcpy(shape, out, sizeof(int64_t) * (size_t)rank);
     }
-    set_output(n, a->dtype, rank, shape);
+    return rank;
+}
+
+/* ---- shape rules (named in ops.def) ---- */
+
+static void shape_unary_float(Node *n) {
+    Tensor *x = n->inputs[0];
+    require(n, 0, is_float(x->dtype), "f32 or f16");
+    set_output(n, x->dtype, x->rank, x->shape);
+}
+
+static void shape_unary_numeric(Node *n) {
+    Tensor *x = n->inputs[0];
+    require(n, 0, is_numeric(x->dtype), "numeric (f32, f16, i32, i64)");
+    set_output(n, x->dtype, x->rank, x->shape);
+}
+
+static void shape_arith(Node *n) {
+    for (int i = 0; i < n->ninputs; i++)
+        require(n, i, is_numeric(n->inputs[i]->dtype), "numeric (f32, f16, i32, i64)");
+    same_dtype(n, 0, n->ninputs - 1);
+    int64_t shape[MAX_RANK];
+    int rank = broadcast_inputs(n, 0, shape);
+    set_output(n, n->inputs[0]->dtype, rank, shape);
+}
+
+static void shape_arith_float(Node *n) {
+    for (int i = 0; i < n->ninputs; i++)
+        require(n, i, is_float(n->inputs[i]->dtype), "f32 or f16");
+    shape_arith(n);
+}
+
+static void shape_compare(Node *n) {
+    same_dtype(n, 0, n->ninputs - 1);
+    int64_t shape[MAX_RANK];
+    int rank = broadcast_inputs(n, 0, shape);
+    set_output(n, KILN_DTYPE_BOOL, rank, shape);
+}
+
+static void shape_logical(Node *n) {
+    for (int i = 0; i < n->ninputs; i++)
+        require(n, i, n->inputs[i]->dtype == KILN_DTYPE_BOOL, "bool");
+    int64_t shape[MAX_RANK];
+    int rank = broadcast_inputs(n, 0, shape);
+    set_output(n, KILN_DTYPE_BOOL, rank, shape);
+}
+
+/* where(cond, x, y) */
+static void shape_where(Node *n) {
+    if (n->inputs[0]->dtype != KILN_DTYPE_BOOL)
+        error_at(n->input_locs[0], "node '%s': the condition '%s' of where must be bool, "
+                 "not %s", n->name, n->inputs[0]->name,
+                 kiln_dtype_name(n->inputs[0]->dtype));
+    same_dtype(n, 1, 2);
+    int64_t shape[MAX_RANK];
+    int rank = broadcast_inputs(n, 0, shape);
+    set_output(n, n->inputs[1]->dtype, rank, shape);
+}
+
+/* The dtype named by a string attribute. */
+static kiln_dtype attr_dtype(Node *n, const char *key) {
+    Attr *a = node_attr(n, key);
+    if (!a)
+        error_at(n->loc, "node '%s': %s needs a '%s' attribute", n->name,
+                 op_info[n->op].name, key);
+    for (int d = KILN_DTYPE_F32; d <= KILN_DTYPE_I8; d++)
+        if (!a->is_list && strcmp(a->scalar, kiln_dtype_name((kiln_dtype)d)) == 0)
+            return (kiln_dtype)d;
+    error_at(a->loc, "node '%s': %s must be a dtype (f32 f16 i32 i64 bool u8 i8)",
+             n->name, key);
+}
+
+static void shape_cast(Node *n) {
+    Tensor *x = n->inputs[0];
+    set_output(n, attr_dtype(n, "to"), x->rank, x->shape);
 }
 
 /* numpy matmul: [..., M, K] x [..., K, N] with broadcast batch dimensions;
  * a 1-D operand is a vector (its dimension dropped from the result). */
 static void shape_matmul(Node *n) {
     Tensor *a = n->inputs[0], *b = n->inputs[1];
-    require_dtype(n, 0, KILN_DTYPE_F32);
-    require_dtype(n, 1, KILN_DTYPE_F32);
+    require(n, 0, a->dtype == KILN_DTYPE_F32, "f32");
+    require(n, 1, b->dtype == KILN_DTYPE_F32, "f32");
     if (a->rank < 1 || b->rank < 1)
         error_at(n->loc, "node '%s': matmul needs operands of rank 1 or more, "
                  "got %s and %s", n->name, shape_str(a->rank, a->shape),
@@ -196,7 +274,7 @@ static void check_last_axis(Node *n, int rank) {
 
 static void shape_last_axis(Node *n) {
     Tensor *x = n->inputs[0];
-    require_dtype(n, 0, KILN_DTYPE_F32);
+    require(n, 0, x->dtype == KILN_DTYPE_F32, "f32");
     check_last_axis(n, x->rank);
     set_output(n, x->dtype, x->rank, x->shape);
 }
@@ -204,7 +282,7 @@ static void shape_last_axis(Node *n) {
 /* layer_norm(x, [gamma, [beta]]): gamma and beta have the last axis' size. */
 static void shape_layer_norm(Node *n) {
     Tensor *x = n->inputs[0];
-    require_dtype(n, 0, KILN_DTYPE_F32);
+    require(n, 0, x->dtype == KILN_DTYPE_F32, "f32");
     check_last_axis(n, x->rank);
     double eps = attr_float(n, "eps", 1e-5);
     if (!(eps > 0))
@@ -213,7 +291,7 @@ static void shape_layer_norm(Node *n) {
     int64_t cols = x->shape[x->rank - 1];
     for (int i = 1; i < n->ninputs; i++) {
         Tensor *p = n->inputs[i];
-        require_dtype(n, i, KILN_DTYPE_F32);
+        require(n, i, p->dtype == KILN_DTYPE_F32, "f32");
         if (tensor_count(p) != cols || p->rank < 1 || p->shape[p->rank - 1] != cols)
             error_at(n->input_locs[i], "node '%s': %s '%s' has shape %s; it must "
                      "have %lld elements along the normalized axis", n->name,
@@ -291,6 +369,288 @@ static void shape_transpose(Node *n) {
         shape[i] = x->shape[a];
     }
     set_output(n, x->dtype, x->rank, shape);
+}
+
+/* Reads a list of axes of a tensor of `rank` into `axes` (normalized),
+ * rejecting repeats; returns the count, or -1 when absent. */
+static int attr_axes(Node *n, const char *key, int rank, int *axes) {
+    int64_t v[MAX_RANK];
+    int k = attr_ints(n, key, v, MAX_RANK);
+    bool seen[MAX_RANK] = {0};
+    for (int i = 0; i < k; i++) {
+        axes[i] = norm_axis(n, key, v[i], rank);
+        if (seen[axes[i]])
+            error_at(attr_loc(n, key), "node '%s': %s names axis %d twice", n->name,
+                     key, axes[i]);
+        seen[axes[i]] = true;
+    }
+    return k;
+}
+
+/* squeeze: drop the listed size-1 axes (default: every size-1 axis). */
+static void shape_squeeze(Node *n) {
+    Tensor *x = n->inputs[0];
+    int axes[MAX_RANK];
+    int k = attr_axes(n, "axes", x->rank, axes);
+    bool drop[MAX_RANK] = {0};
+    for (int i = 0; i < x->rank; i++)
+        drop[i] = k < 0 && x->shape[i] == 1;
+    for (int i = 0; i < k; i++) {
+        if (x->shape[axes[i]] != 1)
+            error_at(attr_loc(n, "axes"), "node '%s': axis %d of %s has size %lld, not 1",
+                     n->name, axes[i], shape_str(x->rank, x->shape),
+                     (long long)x->shape[axes[i]]);
+        drop[axes[i]] = true;
+    }
+    int64_t shape[MAX_RANK];
+    int rank = 0;
+    for (int i = 0; i < x->rank; i++)
+        if (!drop[i])
+            shape[rank++] = x->shape[i];
+    set_output(n, x->dtype, rank, shape);
+}
+
+/* unsqueeze: insert size-1 axes at the listed places of the output. */
+static void shape_unsqueeze(Node *n) {
+    Tensor *x = n->inputs[0];
+    int64_t v[MAX_RANK];
+    int k = attr_ints(n, "axes", v, MAX_RANK);
+    if (k < 0)
+        error_at(n->loc, "node '%s': unsqueeze needs axes", n->name);
+    int rank = x->rank + k;
+    if (rank > MAX_RANK)
+        error_at(attr_loc(n, "axes"), "node '%s': the result would have rank %d; "
+                 "kiln supports up to %d", n->name, rank, MAX_RANK);
+    int axes[MAX_RANK];
+    k = attr_axes(n, "axes", rank, axes);
+    bool ins[MAX_RANK] = {0};
+    for (int i = 0; i < k; i++)
+        ins[axes[i]] = true;
+    int64_t shape[MAX_RANK];
+    for (int i = 0, j = 0; i < rank; i++)
+        shape[i] = ins[i] ? 1 : x->shape[j++];
+    set_output(n, x->dtype, rank, shape);
+}
+
+/* flatten: [prod(shape[:axis]), prod(shape[axis:])]. */
+static void shape_flatten(Node *n) {
+    Tensor *x = n->inputs[0];
+    int64_t axis = attr_int(n, "axis", 1);
+    if (axis < -x->rank || axis > x->rank)
+        error_at(attr_loc(n, "axis"), "node '%s': axis %lld is out of range for rank %d",
+                 n->name, (long long)axis, x->rank);
+    if (axis < 0)
+        axis += x->rank;
+    int64_t shape[2] = {shape_count((int)axis, x->shape),
+                        shape_count(x->rank - (int)axis, x->shape + axis)};
+    set_output(n, x->dtype, 2, shape);
+}
+
+void slice_params(Node *n, int64_t *start, int64_t *step, int64_t *out_shape) {
+    Tensor *x = n->inputs[0];
+    int64_t starts[MAX_RANK], ends[MAX_RANK], steps[MAX_RANK];
+    int axes[MAX_RANK];
+    int ns = attr_ints(n, "starts", starts, MAX_RANK);
+    int ne = attr_ints(n, "ends", ends, MAX_RANK);
+    if (ns < 0 || ne < 0)
+        error_at(n->loc, "node '%s': slice needs starts and ends", n->name);
+    if (ns != ne)
+        error_at(attr_loc(n, "ends"), "node '%s': %d starts but %d ends", n->name, ns, ne);
+    int na = attr_axes(n, "axes", x->rank, axes);
+    if (na < 0)
+        for (na = 0; na < ns; na++)
+            axes[na] = na;
+    if (na != ns || ns > x->rank)
+        error_at(attr_loc(n, na != ns ? "axes" : "starts"), "node '%s': %d starts for "
+                 "%d axes of a rank-%d input", n->name, ns, na, x->rank);
+    int nst = attr_ints(n, "steps", steps, MAX_RANK);
+    if (nst < 0)
+        for (nst = 0; nst < ns; nst++)
+            steps[nst] = 1;
+    if (nst != ns)
+        error_at(attr_loc(n, "steps"), "node '%s': %d steps for %d starts", n->name, nst,
+                 ns);
+    for (int d = 0; d < x->rank; d++) {
+        start[d] = 0;
+        step[d] = 1;
+        out_shape[d] = x->shape[d];
+    }
+    for (int i = 0; i < ns; i++) {
+        int d = axes[i];
+        int64_t dim = x->shape[d], s = starts[i], e = ends[i], st = steps[i];
+        if (st == 0)
+            error_at(attr_loc(n, "steps"), "node '%s': a step is 0", n->name);
+        /* ONNX semantics: negative indices count from the end, then clamp. */
+        if (s < 0)
+            s += dim;
+        if (e < 0)
+            e += dim;
+        if (st > 0) {
+            s = s < 0 ? 0 : s > dim ? dim : s;
+            e = e < 0 ? 0 : e > dim ? dim : e;
+            out_shape[d] = e > s ? (e - s + st - 1) / st : 0;
+        } else {
+            s = s < 0 ? -1 : s > dim - 1 ? dim - 1 : s;
+            e = e < -1 ? -1 : e > dim - 1 ? dim - 1 : e;
+            out_shape[d] = s > e ? (s - e + (-st) - 1) / (-st) : 0;
+        }
+        start[d] = out_shape[d] ? s : 0;
+        step[d] = st;
+    }
+}
+
+static void shape_slice(Node *n) {
+    Tensor *x = n->inputs[0];
+    int64_t start[MAX_RANK], step[MAX_RANK], shape[MAX_RANK];
+    slice_params(n, start, step, shape);
+    set_output(n, x->dtype, x->rank, shape);
+}
+
+static void shape_concat(Node *n) {
+    Tensor *x = n->inputs[0];
+    Attr *a = node_attr(n, "axis");
+    if (!a)
+        error_at(n->loc, "node '%s': concat needs an axis", n->name);
+    if (x->rank < 1)
+        error_at(n->loc, "node '%s': concat of a scalar", n->name);
+    int axis = norm_axis(n, "axis", attr_int(n, "axis", 0), x->rank);
+    int64_t shape[MAX_RANK];
+    memcpy(shape, x->shape, sizeof shape);
+    same_dtype(n, 0, n->ninputs - 1);
+    for (int i = 1; i < n->ninputs; i++) {
+        Tensor *t = n->inputs[i];
+        bool ok = t->rank == x->rank;
+        for (int d = 0; ok && d < x->rank; d++)
+            ok = d == axis || t->shape[d] == x->shape[d];
+        if (!ok)
+            error_at(n->input_locs[i], "node '%s': '%s' %s does not match %s outside "
+                     "axis %d", n->name, t->name, shape_str(t->rank, t->shape),
+                     shape_str(x->rank, x->shape), axis);
+        shape[axis] += t->shape[axis];
+    }
+    set_output(n, x->dtype, x->rank, shape);
+}
+
+/* split: outputs along axis, sizes given or equal. */
+void split_sizes(Node *n, int *axis_out, int64_t *sizes) {
+    Tensor *x = n->inputs[0];
+    if (x->rank < 1)
+        error_at(n->loc, "node '%s': split of a scalar", n->name);
+    int axis = norm_axis(n, "axis", attr_int(n, "axis", 0), x->rank);
+    int64_t dim = x->shape[axis];
+    int k = attr_ints(n, "sizes", sizes, 16);
+    if (k < 0) {
+        if (dim % n->noutputs)
+            error_at(n->loc, "node '%s': axis %d of size %lld does not split into %d "
+                     "equal parts; give sizes", n->name, axis, (long long)dim,
+                     n->noutputs);
+        for (int i = 0; i < n->noutputs; i++)
+            sizes[i] = dim / n->noutputs;
+    } else {
+        int64_t sum = 0;
+        if (k != n->noutputs)
+            error_at(attr_loc(n, "sizes"), "node '%s': %d sizes for %d outputs", n->name,
+                     k, n->noutputs);
+        for (int i = 0; i < k; i++) {
+            if (sizes[i] < 0)
+                error_at(attr_loc(n, "sizes"), "node '%s': a negative size", n->name);
+            sum += sizes[i];
+        }
+        if (sum != dim)
+            error_at(attr_loc(n, "sizes"), "node '%s': sizes add up to %lld, axis %d has "
+                     "%lld", n->name, (long long)sum, axis, (long long)dim);
+    }
+    *axis_out = axis;
+}
+
+static void shape_split(Node *n) {
+    Tensor *x = n->inputs[0];
+    int axis;
+    int64_t sizes[16];
+    if (n->noutputs > 16)
+        error_at(n->loc, "node '%s': split into more than 16 outputs", n->name);
+    split_sizes(n, &axis, sizes);
+    for (int i = 0; i < n->noutputs; i++) {
+        Tensor *t = n->outputs[i];
+        t->dtype = x->dtype;
+        t->rank = x->rank;
+        memcpy(t->shape, x->shape, sizeof t->shape);
+        t->shape[axis] = sizes[i];
+    }
+}
+
+static void shape_expand(Node *n) {
+    Tensor *x = n->inputs[0];
+    int64_t target[MAX_RANK], shape[MAX_RANK];
+    int k = attr_ints(n, "shape", target, MAX_RANK);
+    if (k < 0)
+        error_at(n->loc, "node '%s': expand needs a shape", n->name);
+    int rank;
+    if (!broadcast_shapes(x->rank, x->shape, k, target, &rank, shape))
+        error_at(attr_loc(n, "shape"), "node '%s': %s does not broadcast to %s", n->name,
+                 shape_str(x->rank, x->shape), shape_str(k, target));
+    set_output(n, x->dtype, rank, shape);
+}
+
+static void shape_tile(Node *n) {
+    Tensor *x = n->inputs[0];
+    int64_t reps[MAX_RANK], shape[MAX_RANK];
+    int k = attr_ints(n, "repeats", reps, MAX_RANK);
+    if (k != x->rank)
+        error_at(k < 0 ? n->loc : attr_loc(n, "repeats"), "node '%s': tile needs %d "
+                 "repeats, one per axis", n->name, x->rank);
+    for (int i = 0; i < k; i++) {
+        if (reps[i] < 0)
+            error_at(attr_loc(n, "repeats"), "node '%s': a negative repeat", n->name);
+        shape[i] = x->shape[i] * reps[i];
+    }
+    set_output(n, x->dtype, x->rank, shape);
+}
+
+static int64_t block_of(Node *n, Tensor *x) {
+    if (x->rank != 4)
+        error_at(n->loc, "node '%s': %s needs an [N, C, H, W] input, got %s", n->name,
+                 op_info[n->op].name, shape_str(x->rank, x->shape));
+    int64_t b = attr_int(n, "block", 0);
+    if (b < 1)
+        error_at(node_attr(n, "block") ? attr_loc(n, "block") : n->loc,
+                 "node '%s': block must be a positive integer", n->name);
+    return b;
+}
+
+bool depth_to_space_crd(Node *n) {
+    Attr *a = node_attr(n, "mode");
+    if (!a)
+        return false;
+    if (!a->is_list && strcmp(a->scalar, "CRD") == 0)
+        return true;
+    if (!a->is_list && strcmp(a->scalar, "DCR") == 0)
+        return false;
+    error_at(a->loc, "node '%s': mode must be DCR or CRD", n->name);
+}
+
+static void shape_depth_to_space(Node *n) {
+    Tensor *x = n->inputs[0];
+    int64_t b = block_of(n, x);
+    depth_to_space_crd(n);
+    if (x->shape[1] % (b * b))
+        error_at(n->loc, "node '%s': %lld channels do not divide by block^2 = %lld",
+                 n->name, (long long)x->shape[1], (long long)(b * b));
+    int64_t shape[4] = {x->shape[0], x->shape[1] / (b * b), x->shape[2] * b,
+                        x->shape[3] * b};
+    set_output(n, x->dtype, 4, shape);
+}
+
+static void shape_space_to_depth(Node *n) {
+    Tensor *x = n->inputs[0];
+    int64_t b = block_of(n, x);
+    if (x->shape[2] % b || x->shape[3] % b)
+        error_at(n->loc, "node '%s': height and width %lld x %lld do not divide by "
+                 "block %lld", n->name, (long long)x->shape[2], (long long)x->shape[3],
+                 (long long)b);
+    int64_t shape[4] = {x->shape[0], x->shape[1] * b * b, x->shape[2] / b,
+                        x->shape[3] / b};
+    set_output(n, x->dtype, 4, shape);
 }
 
 typedef void (*ShapeFn)(Node *n);

@@ -101,6 +101,9 @@ typedef struct OpInfo {
 extern const OpInfo op_info[OP_COUNT];
 /* OP_COUNT when no op has this name. */
 OpKind op_lookup(const char *name);
+/* The default of an op's attribute ("" when it has none), or NULL when the
+ * op does not take that attribute. */
+const char *op_attr_default(OpKind op, const char *key);
 
 typedef enum TensorKind { T_INPUT, T_WEIGHT, T_VALUE } TensorKind;
 
@@ -208,6 +211,13 @@ uint64_t splitmix64(uint64_t *state);
 /* Orders nodes topologically (a cycle is an error), checks every op's rules
  * and sets every tensor's dtype and shape. */
 void infer_shapes(Graph *g);
+/* Slice parameters per axis of the input (start, step) and the output
+ * shape, ONNX semantics (negative indices, clamping). */
+void slice_params(Node *n, int64_t *start, int64_t *step, int64_t *out_shape);
+/* Split: the axis and each output's size along it. */
+void split_sizes(Node *n, int *axis, int64_t *sizes);
+/* depth_to_space: true for CRD mode, false for DCR. */
+bool depth_to_space_crd(Node *n);
 /* Numpy broadcast of two shapes; false when they do not broadcast. */
 bool broadcast_shapes(int ra, const int64_t *a, int rb, const int64_t *b,
                       int *rout, int64_t *out);
@@ -233,6 +243,9 @@ typedef struct Dispatch {
     uint32_t groups[3];     /* workgroup counts */
     uint32_t local_size;    /* invocations per workgroup */
     Tensor *args[MAX_ARGS]; /* push-constant addresses, in order */
+    uint64_t arg_offset[MAX_ARGS]; /* bytes added to the tensor's address */
+    uint64_t arg_begin[MAX_ARGS], arg_end[MAX_ARGS]; /* bytes of the tensor
+                               touched (relative to its start), for schedule */
     int nargs;
     uint32_t writes;        /* bit i: args[i] is written */
     int module;             /* index into Program.modules */
@@ -269,6 +282,7 @@ void define_int(Dispatch *d, const char *name, int64_t v);
 void define_float(Dispatch *d, const char *name, double v);
 void define_str(Dispatch *d, const char *name, const char *v);
 void define_list(Dispatch *d, const char *name, int n, const int64_t *v);
+/* Appends an argument covering the whole tensor. */
 void dispatch_arg(Dispatch *d, Tensor *t, bool written);
 
 /* ---- plan_memory.c ------------------------------------------------------- */

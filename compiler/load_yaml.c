@@ -324,21 +324,6 @@ static void node_pair(Ctx *c, yaml_node_t *k, yaml_node_t *v, void *arg) {
     vec_push(&d->attr_vals, v);
 }
 
-static bool has_word(const char *list, const char *word) {
-    size_t n = strlen(word);
-    for (const char *p = list; *p;) {
-        while (*p == ' ')
-            p++;
-        const char *e = p;
-        while (*e && *e != ' ')
-            e++;
-        if ((size_t)(e - p) == n && strncmp(p, word, n) == 0)
-            return true;
-        p = e;
-    }
-    return false;
-}
-
 static Attr make_attr(Ctx *c, yaml_node_t *k, yaml_node_t *v) {
     Attr a = {0};
     a.key = xstrdup((const char *)k->data.scalar.value);
@@ -391,7 +376,7 @@ static void parse_node(Ctx *c, yaml_node_t *m, Vec *pending) {
     for (int i = 0; i < d.attr_keys.len; i++) {
         yaml_node_t *k = d.attr_keys.data[i];
         const char *key = (const char *)k->data.scalar.value;
-        if (!has_word(info->attrs, key))
+        if (!op_attr_default(n->op, key))
             error_at(loc_of(c, k), "node '%s': op %s has no attribute '%s'%s%s%s",
                      n->name, info->name, key, *info->attrs ? " (it takes: " : "",
                      info->attrs, *info->attrs ? ")" : "");

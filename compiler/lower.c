@@ -13,6 +13,9 @@
  */
 #include "kiln.h"
 
+#include <ctype.h>
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define MAX_GROUPS 65535u
@@ -36,6 +39,11 @@ void define_int(Dispatch *d, const char *name, int64_t v) {
 }
 
 void define_float(Dispatch *d, const char *name, double v) {
+    if (!isfinite((float)v)) {
+        str_addf(&d->defines, "%s uintBitsToFloat(0x%08xu)\n", name,
+                 isnan(v) ? 0x7fc00000u : v > 0 ? 0x7f800000u : 0xff800000u);
+        return;
+    }
     /* %.9g round-trips an f32; make sure GLSL reads a float literal. */
     char *s = format("%.9g", (double)(float)v);
     if (!strpbrk(s, ".eEn"))
@@ -60,6 +68,8 @@ void dispatch_arg(Dispatch *d, Tensor *t, bool written) {
                        d->node->name, MAX_ARGS);
     if (written)
         d->writes |= 1u << d->nargs;
+    d->arg_begin[d->nargs] = 0;
+    d->arg_end[d->nargs] = tensor_bytes(t);
     d->args[d->nargs++] = t;
 }
 
@@ -76,125 +86,408 @@ static void contiguous_strides(int rank, const int64_t *shape, int64_t *strides)
     }
 }
 
-/* Strides of tensor t read as if broadcast to `rank` dimensions of `shape`:
- * a missing or size-1 dimension that is broadcast has stride 0. */
-static void broadcast_strides(const Tensor *t, int rank, const int64_t *shape,
-                              int64_t *out) {
+/* ---- elementwise dispatches over strided operands ---- */
+
+#define ITER_RANK (2 * MAX_RANK) /* tile iterates over twice the rank */
+#define MAX_OPS 7                /* the output and up to 6 inputs */
+
+/* A tensor as an elementwise kernel walks it: element strides over the
+ * iteration shape (0: broadcast, negative: a reversed slice) and the element
+ * where index 0 lands. */
+typedef struct Operand {
+    Tensor *t;
+    int64_t strides[ITER_RANK];
+    int64_t base;
+} Operand;
+
+static Operand whole(Tensor *t) {
+    Operand o = {t, {0}, 0};
+    contiguous_strides(t->rank, t->shape, o.strides);
+    return o;
+}
+
+/* Tensor t read as if broadcast to `rank` dimensions of `shape`: a missing
+ * or size-1 dimension that is broadcast has stride 0. */
+static Operand broadcast(Tensor *t, int rank, const int64_t *shape) {
+    Operand o = {t, {0}, 0};
     int64_t own[MAX_RANK];
     contiguous_strides(t->rank, t->shape, own);
     for (int i = 0; i < rank; i++) {
         int j = i - (rank - t->rank);
-        out[i] = (j < 0 || (t->shape[j] == 1 && shape[i] != 1)) ? 0 : own[j];
+        o.strides[i] = (j < 0 || (t->shape[j] == 1 && shape[i] != 1)) ? 0 : own[j];
     }
+    return o;
 }
 
 /* Drops size-1 dimensions and merges neighbours that every operand walks
- * contiguously, so kernels index with as few divisions as possible.
- * strides[k] are the operands' strides; returns the new rank (at least 1). */
-static int collapse(int rank, int64_t *shape, int nops, int64_t (*strides)[MAX_RANK]) {
+ * linearly, so kernels index with as few divisions as possible. Returns the
+ * new rank (at least 1). */
+static int collapse(int rank, int64_t *shape, int nops, Operand *ops) {
     int r = 0;
     for (int i = 0; i < rank; i++) {
         if (shape[i] == 1)
             continue;
         shape[r] = shape[i];
         for (int k = 0; k < nops; k++)
-            strides[k][r] = strides[k][i];
+            ops[k].strides[r] = ops[k].strides[i];
         r++;
     }
     int w = 0;
     for (int i = 0; i < r; i++) {
-        if (w > 0) {
-            bool merge = true;
+        bool merge = w > 0;
+        for (int k = 0; merge && k < nops; k++)
+            merge = ops[k].strides[w - 1] == ops[k].strides[i] * shape[i];
+        if (merge) {
+            shape[w - 1] *= shape[i];
             for (int k = 0; k < nops; k++)
-                merge &= strides[k][w - 1] == strides[k][i] * shape[i];
-            if (merge) {
-                shape[w - 1] *= shape[i];
-                for (int k = 0; k < nops; k++)
-                    strides[k][w - 1] = strides[k][i];
-                continue;
-            }
+                ops[k].strides[w - 1] = ops[k].strides[i];
+            continue;
         }
         shape[w] = shape[i];
         for (int k = 0; k < nops; k++)
-            strides[k][w] = strides[k][i];
+            ops[k].strides[w] = ops[k].strides[i];
         w++;
     }
     if (w == 0) {
         shape[0] = 1;
         for (int k = 0; k < nops; k++)
-            strides[k][0] = 0;
+            ops[k].strides[0] = 0;
         w = 1;
     }
     return w;
 }
 
-/* One elementwise dispatch: out[i] = expr(in0[s0(i)], in1[s1(i)], ...).
- * strides[0] belongs to the output (contiguous), strides[1 + k] to input k.
- * Inputs read at the output's index are IN<k>_MODE 0, scalars mode 1,
- * anything else mode 2 with IN<k>_STRIDES. */
-static void eltwise_dispatch(Program *p, Node *n, Tensor *out, int nin, Tensor **in,
-                             int64_t (*strides)[MAX_RANK], const char *expr) {
-    int64_t count = tensor_count(out);
+/* GLSL names by dtype: the buffer type, and how a loaded element becomes a
+ * value of the compute type CT (8-bit values convert through 32 bits). */
+static const char *buffer_type(kiln_dtype dt, bool readonly) {
+    static const char *const names[][2] = {
+        {"F32", "F32R"}, {"F16", "F16R"}, {"I32", "I32R"}, {"I64", "I64R"},
+        {"U8", "U8R"}, {"U8", "U8R"}, {"I8", "I8R"}};
+    return names[dt][readonly];
+}
+
+/* `CT(...)` around an element reference, through 32 bits for small types. */
+static char *load_conversion(kiln_dtype dt, const char *ref) {
+    switch (dt) {
+    case KILN_DTYPE_F16: return format("CT(float(%s))", ref);
+    case KILN_DTYPE_BOOL:
+    case KILN_DTYPE_U8: return format("CT(uint(%s))", ref);
+    case KILN_DTYPE_I8: return format("CT(int(%s))", ref);
+    default: return format("CT(%s)", ref);
+    }
+}
+
+static const char *store_conversion(kiln_dtype dt) {
+    switch (dt) {
+    case KILN_DTYPE_F32: return "float(x)";
+    case KILN_DTYPE_F16: return "float16_t(float(x))";
+    case KILN_DTYPE_I32: return "int(x)";
+    case KILN_DTYPE_I64: return "int64_t(x)";
+    case KILN_DTYPE_BOOL: return "uint8_t((x) ? 1u : 0u)";
+    case KILN_DTYPE_U8: return "uint8_t(uint(x))";
+    case KILN_DTYPE_I8: return "int8_t(int(x))";
+    }
+    return "x";
+}
+
+static const char *compute_type(kiln_dtype dt) {
+    switch (dt) {
+    case KILN_DTYPE_F32:
+    case KILN_DTYPE_F16: return "float";
+    case KILN_DTYPE_I64: return "int64_t";
+    default: return "int";
+    }
+}
+
+/* Records the NEED_* define and device feature a dtype requires. */
+static void need_dtype(Program *p, bool *need, kiln_dtype dt) {
+    if (dt == KILN_DTYPE_F16) {
+        need[0] = true;
+        p->features |= KILN_FEATURE_STORAGE16;
+    } else if (dt == KILN_DTYPE_I64) {
+        need[1] = true;
+        p->features |= KILN_FEATURE_INT64;
+    } else if (dt == KILN_DTYPE_BOOL || dt == KILN_DTYPE_U8 || dt == KILN_DTYPE_I8) {
+        need[2] = true;
+        p->features |= KILN_FEATURE_STORAGE8;
+    }
+}
+
+static void define_needs(Dispatch *d, const bool *need) {
+    define_int(d, "NEED_F16", need[0]);
+    define_int(d, "NEED_I64", need[1]);
+    define_int(d, "NEED_8BIT", need[2]);
+}
+
+/* Elements of op reached over the iteration shape: [lo, hi]. */
+static void operand_extent(const Operand *op, int rank, const int64_t *shape,
+                           int64_t *lo, int64_t *hi) {
+    *lo = *hi = op->base;
+    for (int i = 0; i < rank; i++) {
+        int64_t span = (shape[i] - 1) * op->strides[i];
+        if (span < 0)
+            *lo += span;
+        else
+            *hi += span;
+    }
+}
+
+/* One elementwise dispatch: out[o(i)] = expr(a..f) for every element i of
+ * the iteration shape. ct is the compute type ("float", "int", "int64_t"). */
+static Dispatch *eltwise_dispatch(Program *p, Node *n, int rank, const int64_t *shape_in,
+                                  Operand out, int nin, const Operand *in,
+                                  const char *ct, const char *expr) {
+    int64_t count = shape_count(rank, shape_in);
     if (count == 0)
-        return;
-    int64_t shape[MAX_RANK];
-    memcpy(shape, out->shape, sizeof shape);
-    int rank = collapse(out->rank, shape, nin + 1, strides);
+        return NULL;
+    if (nin > MAX_OPS - 1)
+        internal_error("node '%s': %d elementwise inputs", n->name, nin);
+    Operand ops[MAX_OPS];
+    int64_t shape[ITER_RANK];
+    ops[0] = out;
+    for (int k = 0; k < nin; k++)
+        ops[k + 1] = in[k];
+    memcpy(shape, shape_in, sizeof(int64_t) * (size_t)rank);
+    rank = collapse(rank, shape, nin + 1, ops);
+    int64_t cs[ITER_RANK];
+    contiguous_strides(rank, shape, cs);
 
     Dispatch *d = new_dispatch(p, n, "eltwise");
+    bool need[3] = {false, false, false};
+    if (strcmp(ct, "int64_t") == 0)
+        need_dtype(p, need, KILN_DTYPE_I64);
     d->local_size = 256;
     define_int(d, "WG", d->local_size);
     define_int(d, "COUNT", count);
     define_int(d, "RANK", rank);
     define_list(d, "SHAPE", rank, shape);
-    define_int(d, "N_IN", nin);
-    dispatch_arg(d, out, true);
-    for (int k = 0; k < nin; k++) {
-        bool same = true, scalar = true;
+    define_int(d, "NOPS", nin + 1);
+    Str strides = {0}, bases = {0};
+    bool strided = false;
+    for (int k = 0; k <= nin; k++) {
+        Operand *o = &ops[k];
+        bool same = o->base == 0, scalar = true;
         for (int i = 0; i < rank; i++) {
-            same &= strides[k + 1][i] == strides[0][i];
-            scalar &= strides[k + 1][i] == 0;
+            same &= o->strides[i] == cs[i];
+            scalar &= o->strides[i] == 0;
+            str_addf(&strides, "%s%uu", k || i ? ", " : "", (uint32_t)o->strides[i]);
         }
-        char *mode = format("IN%d_MODE", k);
-        define_int(d, mode, same ? 0 : scalar ? 1 : 2);
-        if (!same && !scalar)
-            define_list(d, format("IN%d_STRIDES", k), rank, strides[k + 1]);
-        dispatch_arg(d, in[k], false);
+        char *index = same     ? xstrdup("i")
+                      : scalar ? format("%lldu", (long long)o->base)
+                               : format("off[%d]", k);
+        strided |= !same && !scalar;
+        need_dtype(p, need, o->t->dtype);
+        int64_t lo, hi;
+        operand_extent(o, rank, shape, &lo, &hi);
+        uint32_t es = kiln_dtype_size(o->t->dtype);
+        dispatch_arg(d, o->t, k == 0);
+        d->arg_begin[k] = (uint64_t)lo * es;
+        d->arg_end[k] = (uint64_t)(hi + 1) * es;
+        if (k == 0) {
+            define_str(d, "TOUT", buffer_type(o->t->dtype, false));
+            define_str(d, "OUT_IDX", index);
+            define_str(d, "STORE(x)", store_conversion(o->t->dtype));
+        } else {
+            define_str(d, format("T%d", k - 1), buffer_type(o->t->dtype, true));
+            char *ref = format("args.in%d.v[%s]", k - 1, index);
+            define_str(d, format("%c", 'A' + k - 1),
+                       load_conversion(o->t->dtype, ref));
+        }
+        str_addf(&bases, "%s%uu", k ? ", " : "", (uint32_t)o->base);
     }
+    for (int k = nin; k < MAX_OPS - 1; k++)
+        define_str(d, format("%c", 'A' + k), "CT(0)");
+    define_int(d, "STRIDED", strided);
+    define_str(d, "STRIDES", strides.buf);
+    define_str(d, "BASES", bases.buf);
+    define_str(d, "CT", ct);
+    define_needs(d, need);
     define_str(d, "EXPR", format("(%s)", expr));
     d->groups[0] = groups_for(count, d->local_size);
+    return d;
 }
 
 /* ---- lowering functions (named in ops.def) ---- */
 
-static void lower_eltwise(Program *p, Node *n) {
-    Tensor *out = n->outputs[0];
-    int64_t strides[1 + MAX_ARGS][MAX_RANK];
-    contiguous_strides(out->rank, out->shape, strides[0]);
-    for (int k = 0; k < n->ninputs; k++)
-        broadcast_strides(n->inputs[k], out->rank, out->shape, strides[k + 1]);
-    eltwise_dispatch(p, n, out, n->ninputs, n->inputs, strides, op_info[n->op].expr);
+/* The expression for a node: the op's (its integer variant after '|' when
+ * the compute type is an integer), or a cast's. */
+static const char *node_expr(Node *n, const char *ct) {
+    const char *e = op_info[n->op].expr;
+    if (n->op == OP_CAST && n->outputs[0]->dtype == KILN_DTYPE_BOOL)
+        return "a != CT(0)";
+    const char *bar = strchr(e, '|');
+    if (!bar)
+        return e;
+    if (strcmp(ct, "float") == 0)
+        return format("%.*s", (int)(bar - e), e);
+    return bar + 1;
 }
 
-/* A transpose is an elementwise copy whose input strides are permuted. */
+/* Numeric attributes of an elementwise op become constants: ALPHA, ... */
+static void define_attributes(Dispatch *d, Node *n, const char *ct) {
+    bool integral = strcmp(ct, "float") != 0;
+    for (const char *p = op_info[n->op].attrs; *p;) {
+        while (*p == ' ')
+            p++;
+        const char *e = p;
+        while (*e && *e != ' ' && *e != '=')
+            e++;
+        char *key = format("%.*s", (int)(e - p), p);
+        while (*e && *e != ' ')
+            e++;
+        p = e;
+        const char *dflt = op_attr_default(n->op, key);
+        char *end;
+        double v = strtod(dflt, &end);
+        if (!*dflt || *end)
+            continue; /* not numeric */
+        v = attr_float(n, key, v);
+        char *name = xstrdup(key);
+        for (char *c = name; *c; c++)
+            *c = (char)toupper((unsigned char)*c);
+        if (integral) {
+            double lo = -2147483648.0, hi = 2147483647.0;
+            define_int(d, name, (int64_t)(v < lo ? lo : v > hi ? hi : v));
+        } else {
+            define_float(d, name, v);
+        }
+    }
+}
+
+static void lower_eltwise(Program *p, Node *n) {
+    Tensor *out = n->outputs[0];
+    Operand in[MAX_OPS];
+    for (int k = 0; k < n->ninputs; k++)
+        in[k] = broadcast(n->inputs[k], out->rank, out->shape);
+    int ref = n->op == OP_WHERE ? 1 : 0;
+    const char *ct = compute_type(n->inputs[ref]->dtype);
+    Dispatch *d = eltwise_dispatch(p, n, out->rank, out->shape, whole(out), n->ninputs,
+                                   in, ct, node_expr(n, ct));
+    if (d)
+        define_attributes(d, n, ct);
+}
+
+/* out = x viewed with shape `view` (contiguous) and its axes permuted. */
+static void permuted_copy(Program *p, Node *n, Tensor *x, int rank, const int64_t *view,
+                          const int64_t *perm) {
+    int64_t own[MAX_RANK], shape[MAX_RANK];
+    contiguous_strides(rank, view, own);
+    Operand in = {x, {0}, 0};
+    for (int i = 0; i < rank; i++) {
+        shape[i] = view[perm[i]];
+        in.strides[i] = own[perm[i]];
+    }
+    Operand out = {n->outputs[0], {0}, 0};
+    contiguous_strides(rank, shape, out.strides);
+    eltwise_dispatch(p, n, rank, shape, out, 1, &in, compute_type(x->dtype), "a");
+}
+
 static void lower_transpose(Program *p, Node *n) {
-    Tensor *x = n->inputs[0], *out = n->outputs[0];
-    int64_t perm[MAX_RANK], own[MAX_RANK];
+    Tensor *x = n->inputs[0];
+    int64_t perm[MAX_RANK];
     int np = attr_ints(n, "perm", perm, MAX_RANK);
-    if (np < 0)
-        for (int i = 0; i < x->rank; i++)
-            perm[i] = x->rank - 1 - i;
-    contiguous_strides(x->rank, x->shape, own);
-    int64_t strides[2][MAX_RANK];
-    contiguous_strides(out->rank, out->shape, strides[0]);
     for (int i = 0; i < x->rank; i++)
-        strides[1][i] = own[perm[i] < 0 ? perm[i] + x->rank : perm[i]];
-    eltwise_dispatch(p, n, out, 1, &x, strides, "a");
+        perm[i] = np < 0 ? x->rank - 1 - i : perm[i] < 0 ? perm[i] + x->rank : perm[i];
+    permuted_copy(p, n, x, x->rank, x->shape, perm);
 }
 
 static void lower_view(Program *p, Node *n) {
     (void)p;
     n->outputs[0]->alias = n->inputs[0];
+}
+
+static void copy(Program *p, Node *n, int rank, const int64_t *shape, Operand out,
+                 Operand in) {
+    eltwise_dispatch(p, n, rank, shape, out, 1, &in, compute_type(in.t->dtype), "a");
+}
+
+static void lower_slice(Program *p, Node *n) {
+    Tensor *x = n->inputs[0], *out = n->outputs[0];
+    int64_t start[MAX_RANK], step[MAX_RANK], shape[MAX_RANK];
+    slice_params(n, start, step, shape);
+    Operand in = whole(x);
+    for (int i = 0; i < x->rank; i++) {
+        in.base += start[i] * in.strides[i];
+        in.strides[i] *= step[i];
+    }
+    copy(p, n, out->rank, out->shape, whole(out), in);
+}
+
+/* Each input (or output) a region of the concatenation along axis. */
+static void lower_concat(Program *p, Node *n) {
+    Tensor *out = n->outputs[0];
+    int axis = (int)attr_int(n, "axis", 0);
+    if (axis < 0)
+        axis += out->rank;
+    int64_t at = 0;
+    for (int k = 0; k < n->ninputs; k++) {
+        Tensor *x = n->inputs[k];
+        Operand o = whole(out);
+        o.base = at * o.strides[axis];
+        copy(p, n, x->rank, x->shape, o, whole(x));
+        at += x->shape[axis];
+    }
+}
+
+static void lower_split(Program *p, Node *n) {
+    Tensor *x = n->inputs[0];
+    int axis;
+    int64_t sizes[16];
+    split_sizes(n, &axis, sizes);
+    int64_t at = 0;
+    for (int k = 0; k < n->noutputs; k++) {
+        Tensor *t = n->outputs[k];
+        Operand in = whole(x);
+        in.base = at * in.strides[axis];
+        copy(p, n, t->rank, t->shape, whole(t), in);
+        at += sizes[k];
+    }
+}
+
+static void lower_expand(Program *p, Node *n) {
+    Tensor *out = n->outputs[0];
+    copy(p, n, out->rank, out->shape, whole(out),
+         broadcast(n->inputs[0], out->rank, out->shape));
+}
+
+/* tile: iterate over [rep0, d0, rep1, d1, ...]; the input repeats with
+ * stride 0 over the rep dimensions, the output is contiguous over them. */
+static void lower_tile(Program *p, Node *n) {
+    Tensor *x = n->inputs[0], *out = n->outputs[0];
+    int64_t shape[ITER_RANK], own[MAX_RANK], reps[MAX_RANK];
+    attr_ints(n, "repeats", reps, MAX_RANK);
+    contiguous_strides(x->rank, x->shape, own);
+    Operand in = {x, {0}, 0}, o = {out, {0}, 0};
+    for (int i = 0; i < x->rank; i++) {
+        shape[2 * i] = reps[i];
+        shape[2 * i + 1] = x->shape[i];
+        in.strides[2 * i] = 0;
+        in.strides[2 * i + 1] = own[i];
+    }
+    contiguous_strides(2 * x->rank, shape, o.strides);
+    copy(p, n, 2 * x->rank, shape, o, in);
+}
+
+/* depth_to_space: [N, C, H, W] viewed as 6-D, permuted, viewed as 4-D. */
+static void lower_depth_to_space(Program *p, Node *n) {
+    Tensor *x = n->inputs[0];
+    int64_t b = attr_int(n, "block", 1), c = x->shape[1] / (b * b);
+    int64_t H = x->shape[2], W = x->shape[3];
+    if (depth_to_space_crd(n)) {
+        int64_t view[6] = {x->shape[0], c, b, b, H, W}, perm[6] = {0, 1, 4, 2, 5, 3};
+        permuted_copy(p, n, x, 6, view, perm);
+    } else {
+        int64_t view[6] = {x->shape[0], b, b, c, H, W}, perm[6] = {0, 3, 4, 1, 5, 2};
+        permuted_copy(p, n, x, 6, view, perm);
+    }
+}
+
+static void lower_space_to_depth(Program *p, Node *n) {
+    Tensor *x = n->inputs[0];
+    int64_t b = attr_int(n, "block", 1);
+    int64_t view[6] = {x->shape[0], x->shape[1], x->shape[2] / b, b, x->shape[3] / b, b};
+    int64_t perm[6] = {0, 3, 5, 1, 2, 4};
+    permuted_copy(p, n, x, 6, view, perm);
 }
 
 /* Matmul tile sizes by the extent of M or N: (tile, per-thread). Each
@@ -223,38 +516,35 @@ static void lower_matmul(Program *p, Node *n) {
     int64_t a_sm = K, a_sk = 1;
     int64_t b_sk = b->rank >= 2 ? N : 1, b_sn = 1;
 
-    /* Batch dimensions of the output and each operand's strides over them. */
+    /* Batch dimensions of the output and each operand's strides over them:
+     * ops[0] the output, ops[1] A, ops[2] B (stride 0 where broadcast). */
     int brank = out->rank - (a->rank >= 2) - (b->rank >= 2);
-    int64_t bshape[MAX_RANK], st[3][MAX_RANK];
+    int64_t bshape[ITER_RANK];
+    Operand ops[3] = {{out, {0}, 0}, {a, {0}, 0}, {b, {0}, 0}};
     memcpy(bshape, out->shape, sizeof(int64_t) * (size_t)brank);
-    for (int i = 0; i < brank; i++) {
-        int ja = i - (brank - (a->rank - 2)), jb = i - (brank - (b->rank - 2));
-        st[0][i] = 0;
-        st[1][i] = (a->rank > 2 && ja >= 0 && a->shape[ja] == bshape[i]) ? 1 : 0;
-        st[2][i] = (b->rank > 2 && jb >= 0 && b->shape[jb] == bshape[i]) ? 1 : 0;
-    }
-    /* Turn the 0/1 flags into element strides, innermost batch first. */
     int64_t sa = M * K, sb = K * N, so = M * N;
     for (int i = brank - 1; i >= 0; i--) {
-        st[0][i] = so;
+        int ja = i - (brank - (a->rank - 2)), jb = i - (brank - (b->rank - 2));
+        ops[0].strides[i] = so;
         so *= bshape[i];
-        if (st[1][i]) {
-            st[1][i] = sa;
+        if (a->rank > 2 && ja >= 0 && a->shape[ja] == bshape[i]) {
+            ops[1].strides[i] = sa;
             sa *= bshape[i];
         }
-        if (st[2][i]) {
-            st[2][i] = sb;
+        if (b->rank > 2 && jb >= 0 && b->shape[jb] == bshape[i]) {
+            ops[2].strides[i] = sb;
             sb *= bshape[i];
         }
     }
     int64_t batch = shape_count(brank, bshape);
-    brank = collapse(brank, bshape, 3, st);
+    brank = collapse(brank, bshape, 3, ops);
     /* A shared B and an unbroadcast A: fold the batch into M. */
-    if (brank == 1 && st[2][0] == 0 && st[1][0] == M * K && a->rank >= 2) {
+    if (brank == 1 && ops[2].strides[0] == 0 && ops[1].strides[0] == M * K &&
+        a->rank >= 2) {
         M *= bshape[0];
         batch = 1;
         bshape[0] = 1;
-        st[0][0] = st[1][0] = 0;
+        ops[0].strides[0] = ops[1].strides[0] = 0;
     }
 
     int64_t bm, tm, bn, tn;
@@ -272,9 +562,9 @@ static void lower_matmul(Program *p, Node *n) {
     define_int(d, "BATCH", batch);
     define_int(d, "BRANK", brank);
     define_list(d, "BSHAPE", brank, bshape);
-    define_list(d, "C_BSTRIDES", brank, st[0]);
-    define_list(d, "A_BSTRIDES", brank, st[1]);
-    define_list(d, "B_BSTRIDES", brank, st[2]);
+    define_list(d, "C_BSTRIDES", brank, ops[0].strides);
+    define_list(d, "A_BSTRIDES", brank, ops[1].strides);
+    define_list(d, "B_BSTRIDES", brank, ops[2].strides);
     define_int(d, "BM", bm);
     define_int(d, "BN", bn);
     define_int(d, "BK", 16);

@@ -5,14 +5,40 @@
 // `layout(push_constant) uniform Args { F32 out_; F32R in0; ... } args;`.
 // Within one dispatch an output never shares bytes with an input (the memory
 // planner guarantees it), so inputs are restrict and readonly.
+//
+// Buffer types by dtype: F32 I32 always; F16 with NEED_F16 (16-bit storage),
+// I64 with NEED_I64 (int64), U8 and I8 with NEED_8BIT (8-bit storage; bool
+// is U8 holding 0 or 1). The compiler defines the NEED_* a kernel uses and
+// records the device features they require.
 #extension GL_EXT_buffer_reference : require
 
-layout(buffer_reference, std430, buffer_reference_align = 4) buffer F32 {
-    float v[];
-};
-layout(buffer_reference, std430, buffer_reference_align = 4) restrict readonly buffer F32R {
-    float v[];
-};
+#define KILN_BUFFER(name, type, align)                                               \
+    layout(buffer_reference, std430, buffer_reference_align = align) buffer name {   \
+        type v[];                                                                    \
+    };                                                                               \
+    layout(buffer_reference, std430, buffer_reference_align = align) restrict readonly \
+        buffer name##R {                                                             \
+        type v[];                                                                    \
+    };
+
+KILN_BUFFER(F32, float, 4)
+KILN_BUFFER(I32, int, 4)
+KILN_BUFFER(U32, uint, 4)
+#if defined(NEED_F16) && NEED_F16
+#extension GL_EXT_shader_16bit_storage : require
+KILN_BUFFER(F16, float16_t, 2)
+#endif
+#if defined(NEED_I64) && NEED_I64
+#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
+KILN_BUFFER(I64, int64_t, 8)
+#endif
+#if defined(NEED_8BIT) && NEED_8BIT
+#extension GL_EXT_shader_8bit_storage : require
+KILN_BUFFER(U8, uint8_t, 1)
+KILN_BUFFER(I8, int8_t, 1)
+#endif
+
+const float KILN_PI = 3.14159265358979323846;
 
 float kiln_sigmoid(float x) { return 1.0 / (1.0 + exp(-x)); }
 
@@ -34,3 +60,25 @@ float kiln_erf(float x) {
 
 // gelu with erf (exact form): x * Phi(x).
 float kiln_gelu(float x) { return 0.5 * x * (1.0 + kiln_erf(x * 0.70710678118654752)); }
+
+// gelu, tanh approximation.
+float kiln_gelu_tanh(float x) {
+    return 0.5 * x * (1.0 + kiln_tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+
+// log(1 + exp(x)) without overflow.
+float kiln_softplus(float x) { return max(x, 0.0) + log(1.0 + exp(-abs(x))); }
+
+// pow with a negative base and an integral exponent, as numpy does.
+float kiln_pow(float a, float b) {
+    if (a < 0.0 && b == floor(b)) {
+        float r = pow(-a, b);
+        return mod(b, 2.0) == 0.0 ? r : -r;
+    }
+    return pow(a, b);
+}
+
+// Remainders: floor-mod takes the divisor's sign (Python, ONNX fmod=0);
+// trunc-mod the dividend's (C fmod, ONNX fmod=1).
+float kiln_fmod(float a, float b) { return a - b * trunc(a / b); }
+int kiln_imod(int a, int b) { int r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }

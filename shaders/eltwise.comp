@@ -1,91 +1,74 @@
 #version 460
-// eltwise.comp: out[i] = EXPR over up to 4 broadcast operands a, b, c, d.
+// eltwise.comp: out[o(i)] = STORE(EXPR) for the i-th of COUNT elements, with
+// up to 6 operands a..f loaded at their own offsets.
 //
-// Defines: WG (invocations per group), COUNT (elements of out), RANK and
-// SHAPE (the output's shape after merging dimensions every operand walks
-// contiguously), N_IN, and per input k: IN<k>_MODE 0 (read at i), 1 (a
-// scalar: element 0) or 2 (strided: IN<k>_STRIDES per dimension, 0 where
-// broadcast). Invocations stride over the elements, so any COUNT runs with
-// at most 65535 groups.
+// The compiler defines: WG (invocations per group); COUNT; RANK and SHAPE
+// (the iteration shape, after merging dimensions every operand walks
+// linearly); NOPS (the output and the inputs); STRIDES, RANK strides per
+// operand, output first (0 where broadcast, permuted for a transpose, scaled
+// by a slice's step, two's complement when negative) and BASES, the element
+// each operand starts at; STRIDED (0 when no operand needs the offsets);
+// TOUT and T0..T5 (buffer types); CT (the compute type); OUT_IDX and the
+// loads A..F (each `CT(...args.inK.v[index])`, the index `i`, `0u` or
+// `off[k]`); STORE(x) (conversion to the output's dtype); EXPR (over a..f).
+// Invocations stride over the elements, so any COUNT runs with at most
+// 65535 groups.
 #include "common.glsl"
 
 layout(local_size_x = WG) in;
 
+#ifndef T0
+#define T0 F32R
+#endif
+#ifndef T1
+#define T1 F32R
+#endif
+#ifndef T2
+#define T2 F32R
+#endif
+#ifndef T3
+#define T3 F32R
+#endif
+#ifndef T4
+#define T4 F32R
+#endif
+#ifndef T5
+#define T5 F32R
+#endif
+
 layout(push_constant) uniform Args {
-    F32 out_;
-    F32R in0;
-    F32R in1;
-    F32R in2;
-    F32R in3;
+    TOUT out_;
+    T0 in0;
+    T1 in1;
+    T2 in2;
+    T3 in3;
+    T4 in4;
+    T5 in5;
 } args;
 
-#ifndef IN0_MODE
-#define IN0_MODE 0
-#endif
-#ifndef IN1_MODE
-#define IN1_MODE 0
-#endif
-#ifndef IN2_MODE
-#define IN2_MODE 0
-#endif
-#ifndef IN3_MODE
-#define IN3_MODE 0
-#endif
-
-#define STRIDED (N_IN > 0 && IN0_MODE == 2) || (N_IN > 1 && IN1_MODE == 2) || \
-                (N_IN > 2 && IN2_MODE == 2) || (N_IN > 3 && IN3_MODE == 2)
-
+#if STRIDED
 const uint SHAPE_[RANK] = uint[RANK](SHAPE);
-#if IN0_MODE == 2
-const uint S0[RANK] = uint[RANK](IN0_STRIDES);
-#endif
-#if IN1_MODE == 2
-const uint S1[RANK] = uint[RANK](IN1_STRIDES);
-#endif
-#if IN2_MODE == 2
-const uint S2[RANK] = uint[RANK](IN2_STRIDES);
-#endif
-#if IN3_MODE == 2
-const uint S3[RANK] = uint[RANK](IN3_STRIDES);
+const uint STR[NOPS * RANK] = uint[NOPS * RANK](STRIDES);
+const uint BASE[NOPS] = uint[NOPS](BASES);
 #endif
 
 void main() {
     const uint step = gl_NumWorkGroups.x * WG;
     for (uint i = gl_GlobalInvocationID.x; i < COUNT;) {
-        uint o0 = 0, o1 = 0, o2 = 0, o3 = 0;
 #if STRIDED
+        uint off[NOPS];
+        for (int k = 0; k < NOPS; ++k)
+            off[k] = BASE[k];
         uint rem = i;
         for (int d = RANK - 1; d >= 0; --d) {
             uint c = rem % SHAPE_[d];
             rem /= SHAPE_[d];
-#if IN0_MODE == 2
-            o0 += c * S0[d];
-#endif
-#if IN1_MODE == 2
-            o1 += c * S1[d];
-#endif
-#if IN2_MODE == 2
-            o2 += c * S2[d];
-#endif
-#if IN3_MODE == 2
-            o3 += c * S3[d];
-#endif
+            for (int k = 0; k < NOPS; ++k)
+                off[k] += c * STR[k * RANK + d];
         }
 #endif
-        float a = 0.0, b = 0.0, c = 0.0, d = 0.0;
-#if N_IN > 0
-        a = args.in0.v[IN0_MODE == 0 ? i : IN0_MODE == 1 ? 0 : o0];
-#endif
-#if N_IN > 1
-        b = args.in1.v[IN1_MODE == 0 ? i : IN1_MODE == 1 ? 0 : o1];
-#endif
-#if N_IN > 2
-        c = args.in2.v[IN2_MODE == 0 ? i : IN2_MODE == 1 ? 0 : o2];
-#endif
-#if N_IN > 3
-        d = args.in3.v[IN3_MODE == 0 ? i : IN3_MODE == 1 ? 0 : o3];
-#endif
-        args.out_.v[i] = EXPR;
+        CT a = A, b = B, c = C, d = D, e = E, f = F;
+        args.out_.v[OUT_IDX] = STORE(EXPR);
         if (COUNT - i <= step)
             break; // the next index would pass COUNT (or wrap around)
         i += step;
