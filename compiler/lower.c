@@ -183,7 +183,7 @@ static const char *store_conversion(kiln_dtype dt) {
     case KILN_DTYPE_F16: return "float16_t(float(x))";
     case KILN_DTYPE_I32: return "int(x)";
     case KILN_DTYPE_I64: return "int64_t(x)";
-    case KILN_DTYPE_BOOL: return "uint8_t((x) ? 1u : 0u)";
+    case KILN_DTYPE_BOOL: return "uint8_t(uint(x))"; /* a bool, or 0 and 1 */
     case KILN_DTYPE_U8: return "uint8_t(uint(x))";
     case KILN_DTYPE_I8: return "int8_t(int(x))";
     }
@@ -309,13 +309,13 @@ static Dispatch *eltwise_dispatch(Program *p, Node *n, int rank, const int64_t *
 
 /* ---- lowering functions (named in ops.def) ---- */
 
-/* The expression for a node: the op's (its integer variant after '|' when
+/* The expression for a node: the op's (its integer variant after '#' when
  * the compute type is an integer), or a cast's. */
 static const char *node_expr(Node *n, const char *ct) {
     const char *e = op_info[n->op].expr;
     if (n->op == OP_CAST && n->outputs[0]->dtype == KILN_DTYPE_BOOL)
         return "a != CT(0)";
-    const char *bar = strchr(e, '|');
+    const char *bar = strchr(e, '#');
     if (!bar)
         return e;
     if (strcmp(ct, "float") == 0)

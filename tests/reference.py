@@ -101,3 +101,79 @@ def run_model_inputs(shape, input_index):
     k = np.arange(n, dtype=np.uint64)
     h = (k * np.uint64(2654435761) + np.uint64(12345 * (input_index + 1))) % np.uint64(2 ** 32)
     return (h.astype(np.float64) / 2147483648.0 - 1.0).astype(np.float32).reshape(shape)
+
+
+# ---- the op set beyond the first issue ----
+
+def _floor_mod(a, b):
+    return a - b * np.floor(a / b)
+
+
+BINARY.update({
+    "max": lambda a, b: np.maximum(f64(a), f64(b)),
+    "min": lambda a, b: np.minimum(f64(a), f64(b)),
+    "pow": lambda a, b: np.power(f64(a), f64(b)),
+    "mod": lambda a, b: _floor_mod(f64(a), f64(b)),
+})
+
+COMPARE = {
+    "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
+    "gt": np.greater, "ge": np.greater_equal,
+}
+
+LOGICAL = {"and": np.logical_and, "or": np.logical_or, "xor": np.logical_xor}
+
+
+def _selu(x, alpha=1.6732632423543772, gamma=1.0507009873554805):
+    return gamma * np.where(x > 0, x, alpha * (np.exp(x) - 1))
+
+
+UNARY.update({
+    "leaky_relu": lambda x: np.where(f64(x) >= 0, f64(x), 0.01 * f64(x)),
+    "elu": lambda x: np.where(f64(x) >= 0, f64(x), np.exp(f64(x)) - 1),
+    "selu": lambda x: _selu(f64(x)),
+    "hard_sigmoid": lambda x: np.clip(0.2 * f64(x) + 0.5, 0, 1),
+    "hard_swish": lambda x: f64(x) * np.clip(f64(x) / 6 + 0.5, 0, 1),
+    "log": lambda x: np.log(f64(x)),
+    "sqrt": lambda x: np.sqrt(f64(x)),
+    "rsqrt": lambda x: 1 / np.sqrt(f64(x)),
+    "reciprocal": lambda x: 1 / f64(x),
+    "neg": lambda x: -f64(x),
+    "abs": lambda x: np.abs(f64(x)),
+    "sign": lambda x: np.sign(f64(x)),
+    "floor": lambda x: np.floor(f64(x)),
+    "ceil": lambda x: np.ceil(f64(x)),
+    "round": lambda x: np.round(f64(x)),  # half to even
+    "erf": lambda x: _erf(f64(x)),
+    "gelu_tanh": lambda x: 0.5 * f64(x) * (1 + np.tanh(math.sqrt(2 / math.pi) *
+                                                         (f64(x) + 0.044715 * f64(x) ** 3))),
+    "softplus": lambda x: np.log1p(np.exp(-np.abs(f64(x)))) + np.maximum(f64(x), 0),
+    "sin": lambda x: np.sin(f64(x)),
+    "cos": lambda x: np.cos(f64(x)),
+    "tan": lambda x: np.tan(f64(x)),
+    "atan": lambda x: np.arctan(f64(x)),
+})
+
+
+def slice_ref(x, starts, ends, axes=None, steps=None):
+    axes = list(range(len(starts))) if axes is None else axes
+    steps = [1] * len(starts) if steps is None else steps
+    idx = [slice(None)] * x.ndim
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        idx[a] = slice(s, e, st)
+    return x[tuple(idx)]
+
+
+def depth_to_space(x, b, mode="DCR"):
+    n, c, h, w = x.shape
+    if mode == "DCR":
+        y = x.reshape(n, b, b, c // (b * b), h, w).transpose(0, 3, 4, 1, 5, 2)
+    else:
+        y = x.reshape(n, c // (b * b), b, b, h, w).transpose(0, 1, 4, 2, 5, 3)
+    return y.reshape(n, c // (b * b), h * b, w * b)
+
+
+def space_to_depth(x, b):
+    n, c, h, w = x.shape
+    y = x.reshape(n, c, h // b, b, w // b, b).transpose(0, 3, 5, 1, 2, 4)
+    return y.reshape(n, c * b * b, h // b, w // b)

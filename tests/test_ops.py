@@ -23,8 +23,32 @@ def values(r, shape, scale=3.0):
     return (r.standard_normal(shape) * scale).astype(np.float32)
 
 
+DTYPES = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16",
+          np.dtype(np.int32): "i32", np.dtype(np.int64): "i64",
+          np.dtype(np.bool_): "bool", np.dtype(np.uint8): "u8", np.dtype(np.int8): "i8"}
+
+
 def spec(a):
-    return {"dtype": "f32", "shape": list(np.shape(a))}
+    return {"dtype": DTYPES[np.asarray(a).dtype], "shape": list(np.shape(a))}
+
+
+def one_op(workdir, op, inputs, want, attrs=None, rtol=0, atol=0, names="abcdef"):
+    """A model of one node over `inputs`; compares with `want`."""
+    ins = {names[i]: spec(x) for i, x in enumerate(inputs)}
+    node = {"name": "y", "op": op, "inputs": list(ins)}
+    node.update(attrs or {})
+    y = model_yaml(op, ins, [node], ["y"])
+    want = np.asarray(want)
+    got, = run_model(workdir, y, list(inputs), [want])
+    if want.dtype.kind in "biu":
+        bad = got != want
+        if bad.any():
+            i = tuple(np.argwhere(bad)[0])
+            from harness import Failure
+            raise Failure(f"{int(bad.sum())} of {want.size} elements differ; first at "
+                          f"{list(i)}: got {got[i]!r}, expected {want[i]!r}")
+    else:
+        assert_close(got, want, rtol, atol)
 
 
 # ---- elementwise binary with broadcasting ----
@@ -40,7 +64,8 @@ BINARY_SHAPES = [
     ([512, 1024], [1024]),  # large
 ]
 BINARY_TOL = {"add": (1e-6, 1e-6), "sub": (1e-6, 1e-6), "mul": (1e-6, 1e-6),
-              "div": (2e-6, 1e-6)}
+              "div": (2e-6, 1e-6), "max": (0, 0), "min": (0, 0), "pow": (1e-5, 1e-6),
+              "mod": (1e-5, 1e-5)}
 
 
 def binary_case(op, i, sa, sb):
@@ -48,9 +73,12 @@ def binary_case(op, i, sa, sb):
         r = rng(100 * i + len(op))
         a = values(r, sa)
         b = values(r, sb)
-        if op == "div":  # keep the divisor away from zero
+        if op in ("div", "mod"):  # keep the divisor away from zero
             b = (np.sign(b) + (b == 0)) * (0.5 + np.abs(b))
             b = b.astype(np.float32)
+        if op == "pow":  # positive bases, moderate exponents
+            a = (np.abs(a) + 0.1).astype(np.float32)
+            b = (b / 3).astype(np.float32)
         want = ref.BINARY[op](a, b)
         y = model_yaml(op, {"a": spec(a), "b": spec(b)},
                        [{"name": "y", "op": op, "inputs": ["a", "b"]}], ["y"])
@@ -60,7 +88,8 @@ def binary_case(op, i, sa, sb):
 
 
 for op in ref.BINARY:
-    for i, (sa, sb) in enumerate(BINARY_SHAPES):
+    shapes = BINARY_SHAPES if op in ("add", "sub", "mul", "div") else BINARY_SHAPES[1::2]
+    for i, (sa, sb) in enumerate(shapes):
         case(f"op {op} {sa} {sb}")(binary_case(op, i, sa, sb))
 
 
@@ -85,7 +114,16 @@ case("op sub [10] weight from file at an offset, [6, 10]")(weight_operand_case)
 
 UNARY_SHAPES = [[1], [5, 7], [1000], [3, 1, 257], [1 << 20]]
 UNARY_TOL = {"relu": (0, 0), "gelu": (1e-5, 1e-6), "silu": (1e-5, 1e-6),
-             "sigmoid": (1e-5, 1e-7), "tanh": (1e-5, 1e-6), "exp": (1e-5, 0)}
+             "sigmoid": (1e-5, 1e-7), "tanh": (1e-5, 1e-6), "exp": (1e-5, 0),
+             "leaky_relu": (1e-6, 0), "elu": (1e-5, 1e-6), "selu": (1e-5, 1e-6),
+             "hard_sigmoid": (1e-6, 1e-7), "hard_swish": (1e-6, 1e-6), "log": (1e-5, 1e-6),
+             "sqrt": (1e-6, 0), "rsqrt": (1e-5, 0), "reciprocal": (1e-6, 0), "neg": (0, 0),
+             "abs": (0, 0), "sign": (0, 0), "floor": (0, 0), "ceil": (0, 0), "round": (0, 0),
+             "erf": (1e-5, 2e-7), "gelu_tanh": (1e-5, 1e-6), "softplus": (1e-5, 1e-6),
+             "sin": (1e-5, 2e-6), "cos": (1e-5, 2e-6), "tan": (1e-4, 1e-5),
+             "atan": (1e-5, 1e-6)}
+# Ops whose domain is limited get inputs inside it.
+POSITIVE = {"log", "sqrt", "rsqrt"}
 
 
 def unary_case(op, i, shape):
@@ -94,10 +132,16 @@ def unary_case(op, i, shape):
         x = values(r, shape, 4.0)
         flat = x.reshape(-1)
         # Exercise the tails: large magnitudes of both signs.
-        edge = np.array([-60.0, -20.0, -5.5, 0.0, 1e-4, 5.5, 20.0, 60.0], np.float32)
-        if op == "exp":
-            edge = np.clip(edge, -80, 80)
+        edge = np.array([-60.0, -20.0, -5.5, 0.0, 1e-4, 5.5, 20.0, 60.0, 0.5, 1.5,
+                         2.5, -0.5, -2.5], np.float32)
         flat[:min(flat.size, edge.size)] = edge[:flat.size]
+        if op in POSITIVE:
+            x = (np.abs(x) + 1e-3).astype(np.float32)
+        if op == "reciprocal":
+            x = (np.sign(x) + (x == 0)) * (0.01 + np.abs(x))
+            x = x.astype(np.float32)
+        if op == "tan":
+            x = np.clip(x, -1.4, 1.4).astype(np.float32)
         want = ref.UNARY[op](x)
         y = model_yaml(op, {"x": spec(x)},
                        [{"name": "y", "op": op, "inputs": ["x"]}], ["y"])
@@ -107,7 +151,8 @@ def unary_case(op, i, shape):
 
 
 for op in ref.UNARY:
-    for i, shape in enumerate(UNARY_SHAPES):
+    shapes = UNARY_SHAPES if op in ("relu", "gelu", "exp", "tanh") else UNARY_SHAPES[1:4]
+    for i, shape in enumerate(shapes):
         case(f"op {op} {shape}")(unary_case(op, i, shape))
 
 # ---- matmul ----
@@ -296,3 +341,272 @@ def zero_size_case(workdir):
 
 
 case("op add and softmax on zero elements")(zero_size_case)
+
+
+# ---- elementwise ops in other dtypes, attributes, comparisons, logic ----
+
+def ints(r, shape, lo=-20, hi=20, dtype=np.int32):
+    return r.integers(lo, hi, size=shape).astype(dtype)
+
+
+def int_binary_case(op, dtype):
+    def test(workdir):
+        r = rng(900 + len(op))
+        a = ints(r, [6, 33], dtype=dtype)
+        b = ints(r, [33], 1, 9, dtype=dtype) * np.where(r.random(33) < 0.5, -1, 1).astype(dtype)
+        want = {"add": a + b, "sub": a - b, "mul": a * b,
+                "div": (np.abs(a) // np.abs(b)) * np.sign(a) * np.sign(b),
+                "max": np.maximum(a, b), "min": np.minimum(a, b), "mod": np.mod(a, b)}[op]
+        one_op(workdir, op, [a, b], want.astype(dtype))
+    return test
+
+
+for dtype in (np.int32, np.int64):
+    for op in ("add", "sub", "mul", "div", "max", "min", "mod"):
+        case(f"op {op} {np.dtype(dtype).name}")(int_binary_case(op, dtype))
+
+
+@case("op mod fmod=1 (the dividend's sign)")
+def _(workdir):
+    r = rng(950)
+    a, b = values(r, [40]), values(r, [40])
+    b = ((np.sign(b) + (b == 0)) * (0.5 + np.abs(b))).astype(np.float32)
+    one_op(workdir, "mod", [a, b], np.fmod(a.astype(np.float64), b), {"fmod": 1}, 1e-5, 1e-5)
+
+
+@case("op pow: negative bases with integral exponents")
+def _(workdir):
+    r = rng(951)
+    a = values(r, [50])
+    b = r.integers(-3, 4, size=[50]).astype(np.float32)
+    a[np.abs(a) < 0.2] = 0.7
+    one_op(workdir, "pow", [a, b], np.power(a.astype(np.float64), b), rtol=1e-5, atol=1e-6)
+
+
+@case("op add f16 [5, 37] + [37]")
+def _(workdir):
+    r = rng(952)
+    a, b = values(r, [5, 37]).astype(np.float16), values(r, [37]).astype(np.float16)
+    want = (a.astype(np.float32) + b.astype(np.float32)).astype(np.float16)
+    one_op(workdir, "add", [a, b], want, rtol=1e-3, atol=1e-3)
+
+
+def compare_case(op, dtype):
+    def test(workdir):
+        r = rng(960 + len(op))
+        a = r.integers(-3, 4, size=[4, 9]).astype(dtype)  # ties happen
+        b = r.integers(-3, 4, size=[9]).astype(dtype)
+        one_op(workdir, op, [a, b], ref.COMPARE[op](a, b))
+    return test
+
+
+for op in ref.COMPARE:
+    for dtype in (np.float32, np.int32):
+        case(f"op {op} {np.dtype(dtype).name} -> bool")(compare_case(op, dtype))
+
+
+def logical_case(op):
+    def test(workdir):
+        r = rng(970 + len(op))
+        a, b = r.random([3, 1, 8]) < 0.5, r.random([5, 1]) < 0.5
+        one_op(workdir, op, [a, b], ref.LOGICAL[op](a, b))
+    return test
+
+
+for op in ref.LOGICAL:
+    case(f"op {op} bool [3, 1, 8] [5, 1]")(logical_case(op))
+
+
+@case("op not bool [77]")
+def _(workdir):
+    a = rng(975).random([77]) < 0.5
+    one_op(workdir, "not", [a], ~a)
+
+
+@case("op where bool [4, 1] f32 [4, 6] f32 [6]")
+def _(workdir):
+    r = rng(976)
+    c, x, y = r.random([4, 1]) < 0.5, values(r, [4, 6]), values(r, [6])
+    one_op(workdir, "where", [c, x, y], np.where(c, x, y))
+
+
+@case("op where with i64 values")
+def _(workdir):
+    r = rng(977)
+    c, x, y = r.random([10]) < 0.5, ints(r, [10], dtype=np.int64), ints(r, [1], dtype=np.int64)
+    one_op(workdir, "where", [c, x, y], np.where(c, x, y))
+
+
+def int_unary_case(op, fn, attrs=None):
+    def test(workdir):
+        a = ints(rng(980 + len(op)), [7, 11])
+        one_op(workdir, op, [a], fn(a).astype(np.int32), attrs)
+    return test
+
+
+for op, fn, attrs in [("neg", np.negative, None), ("abs", np.abs, None),
+                      ("sign", np.sign, None), ("relu", lambda a: np.maximum(a, 0), None),
+                      ("clip", lambda a: np.clip(a, -5, 7), {"min": -5, "max": 7})]:
+    case(f"op {op} i32")(int_unary_case(op, fn, attrs))
+
+
+def attr_case(op, attrs, fn, rtol=1e-5, atol=1e-6):
+    def test(workdir):
+        x = values(rng(990 + len(op)), [9, 13])
+        one_op(workdir, op, [x], fn(x.astype(np.float64)), attrs, rtol, atol)
+    return test
+
+
+for op, attrs, fn in [
+        ("leaky_relu", {"alpha": 0.2}, lambda x: np.where(x >= 0, x, 0.2 * x)),
+        ("elu", {"alpha": 0.5}, lambda x: np.where(x >= 0, x, 0.5 * (np.exp(x) - 1))),
+        ("hard_sigmoid", {"alpha": 0.1, "beta": 0.3}, lambda x: np.clip(0.1 * x + 0.3, 0, 1)),
+        ("clip", {"min": -1.5}, lambda x: np.maximum(x, -1.5)),
+        ("clip", {"min": -1, "max": 2.25}, lambda x: np.clip(x, -1, 2.25))]:
+    case(f"op {op} {attrs}")(attr_case(op, attrs, fn))
+
+CASTS = [(np.float32, "i32", np.int32), (np.float32, "bool", np.bool_),
+         (np.bool_, "f32", np.float32), (np.int32, "f32", np.float32),
+         (np.float32, "f16", np.float16), (np.float16, "f32", np.float32),
+         (np.int64, "i32", np.int32), (np.float32, "i64", np.int64),
+         (np.int32, "i64", np.int64), (np.uint8, "i32", np.int32),
+         (np.int32, "i8", np.int8)]
+
+
+def cast_case(src, to, dst):
+    def test(workdir):
+        r = rng(1000)
+        if src == np.bool_:
+            x = r.random([5, 8]) < 0.5
+        elif np.dtype(src).kind in "iu":
+            x = r.integers(0 if src == np.uint8 else -100, 100, size=[5, 8]).astype(src)
+        else:
+            x = values(r, [5, 8], 20.0).astype(src)
+            x.reshape(-1)[:3] = [0, -0.0, 0.5]
+        want = x.astype(dst)
+        one_op(workdir, "cast", [x], want, {"to": to}, 1e-3 if dst == np.float16 else 0, 0)
+    return test
+
+
+for src, to, dst in CASTS:
+    case(f"op cast {np.dtype(src).name} -> {to}")(cast_case(src, to, dst))
+
+# ---- layout ----
+
+SLICES = [
+    ([10], {"starts": [2], "ends": [7]}),
+    ([6, 8], {"starts": [1, -5], "ends": [5, 100], "axes": [0, 1]}),
+    ([6, 8], {"starts": [-1], "ends": [-100], "axes": [1], "steps": [-2]}),
+    ([4, 5, 6], {"starts": [0, 4], "ends": [4, 0], "axes": [2, 1], "steps": [3, -1]}),
+    ([5, 7], {"starts": [3], "ends": [3], "axes": [0]}),  # empty
+    ([64, 300], {"starts": [1, 7], "ends": [63, 290], "steps": [2, 3]}),
+]
+
+
+def slice_case(i, shape, attrs):
+    def test(workdir):
+        x = values(rng(1100 + i), shape)
+        want = ref.slice_ref(x, attrs["starts"], attrs["ends"], attrs.get("axes"),
+                             attrs.get("steps"))
+        one_op(workdir, "slice", [x], np.ascontiguousarray(want), attrs)
+    return test
+
+
+for i, (shape, attrs) in enumerate(SLICES):
+    case(f"op slice {shape} {attrs}")(slice_case(i, shape, attrs))
+
+
+@case("op slice i64 with a negative step")
+def _(workdir):
+    x = ints(rng(1120), [9, 4], dtype=np.int64)
+    attrs = {"starts": [7], "ends": [0], "steps": [-3]}
+    one_op(workdir, "slice", [x], np.ascontiguousarray(x[7:0:-3]), attrs)
+
+
+def concat_case(i, shapes, axis, dtype=np.float32):
+    def test(workdir):
+        r = rng(1200 + i)
+        xs = [values(r, s).astype(dtype) if dtype != np.bool_ else r.random(s) < 0.5
+              for s in shapes]
+        one_op(workdir, "concat", xs, np.concatenate(xs, axis), {"axis": axis})
+    return test
+
+
+for i, (shapes, axis) in enumerate([([[2, 3], [4, 3]], 0), ([[2, 3], [2, 1], [2, 5]], 1),
+                                    ([[2, 3, 4], [2, 3, 1]], -1),
+                                    ([[3, 0, 2], [3, 4, 2]], 1)]):
+    case(f"op concat {shapes} axis={axis}")(concat_case(i, shapes, axis))
+case("op concat bool")(concat_case(9, [[3, 2], [3, 5]], 1, np.bool_))
+
+
+def split_case(i, shape, axis, sizes, nout):
+    def test(workdir):
+        x = values(rng(1300 + i), shape)
+        cuts = np.cumsum(sizes)[:-1] if sizes else nout
+        wants = [np.ascontiguousarray(w) for w in np.split(x, cuts, axis)]
+        node = {"name": "s", "op": "split", "inputs": ["x"], "axis": axis,
+                "outputs": [f"o{k}" for k in range(nout)]}
+        if sizes:
+            node["sizes"] = sizes
+        y = model_yaml("split", {"x": spec(x)}, [node], [f"o{k}" for k in range(nout)])
+        gots = run_model(workdir, y, [x], wants)
+        for k, (g, w) in enumerate(zip(gots, wants)):
+            assert_close(g, w, 0, 0, f"output {k}")
+    return test
+
+
+case("op split [6, 4] axis 0 into 3")(split_case(0, [6, 4], 0, None, 3))
+case("op split [2, 7, 3] axis 1 sizes [2, 4, 1]")(split_case(1, [2, 7, 3], 1, [2, 4, 1], 3))
+
+
+@case("op expand [3, 1] -> [2, 3, 4]")
+def _(workdir):
+    x = values(rng(1400), [3, 1])
+    one_op(workdir, "expand", [x], np.broadcast_to(x, [2, 3, 4]).copy(), {"shape": [2, 3, 4]})
+
+
+@case("op tile [2, 3] x [3, 2] and [2, 1, 3] x [1, 4, 2]")
+def _(workdir):
+    x = values(rng(1401), [2, 3])
+    one_op(workdir, "tile", [x], np.tile(x, [3, 2]), {"repeats": [3, 2]})
+
+
+@case("op tile i32 [2, 1, 3] x [1, 4, 2]")
+def _(workdir):
+    x = ints(rng(1402), [2, 1, 3])
+    one_op(workdir, "tile", [x], np.tile(x, [1, 4, 2]), {"repeats": [1, 4, 2]})
+
+
+@case("op squeeze, unsqueeze, flatten (views) feeding a dispatch")
+def _(workdir):
+    r = rng(1403)
+    x = values(r, [2, 1, 3, 1])
+    nodes = [{"name": "s", "op": "squeeze", "inputs": ["x"], "axes": [1]},
+             {"name": "u", "op": "unsqueeze", "inputs": ["s"], "axes": [0, -1]},
+             {"name": "f", "op": "flatten", "inputs": ["u"], "axis": 2},
+             {"name": "y", "op": "neg", "inputs": ["f"]},
+             {"name": "z", "op": "squeeze", "inputs": ["x"]}]
+    y = model_yaml("views", {"x": spec(x)}, nodes, ["y", "z"])
+    want_y = -x.reshape(2, 3, 1)[None, ..., None].reshape(2, 3)
+    want_z = x.reshape(2, 3)
+    got_y, got_z = run_model(workdir, y, [x], [want_y, want_z])
+    assert_close(got_y, want_y, 0, 0, "y")
+    assert_close(got_z, want_z, 0, 0, "z")
+
+
+def d2s_case(mode):
+    def test(workdir):
+        x = values(rng(1404), [2, 8, 3, 5])
+        one_op(workdir, "depth_to_space", [x], ref.depth_to_space(x, 2, mode),
+               {"block": 2, "mode": mode})
+    return test
+
+
+case("op depth_to_space DCR")(d2s_case("DCR"))
+case("op depth_to_space CRD")(d2s_case("CRD"))
+
+
+@case("op space_to_depth [2, 3, 4, 6] block 2")
+def _(workdir):
+    x = values(rng(1405), [2, 3, 4, 6])
+    one_op(workdir, "space_to_depth", [x], ref.space_to_depth(x, 2), {"block": 2})
