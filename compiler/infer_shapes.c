@@ -116,6 +116,8 @@ bool broadcast_shapes(int ra, const int64_t *a, int rb, const int64_t *b,
     return true;
 }
 
+static int attr_axes(Node *n, const char *key, int rank, int *axes);
+
 /* ---- dtype classes ---- */
 
 static bool is_float(kiln_dtype d) { return d == KILN_DTYPE_F32 || d == KILN_DTYPE_F16; }
@@ -261,44 +263,160 @@ static void shape_matmul(Node *n) {
     set_output(n, a->dtype, rank, shape);
 }
 
-static void check_last_axis(Node *n, int rank) {
-    int64_t axis = attr_int(n, "axis", -1);
-    if (rank < 1)
+static void require_f32(Node *n) {
+    for (int i = 0; i < n->ninputs; i++)
+        require(n, i, n->inputs[i]->dtype == KILN_DTYPE_F32, "f32");
+}
+
+/* softmax, log_softmax, cumsum: one axis of an f32 tensor. */
+static void shape_axis_float(Node *n) {
+    Tensor *x = n->inputs[0];
+    require_f32(n);
+    if (x->rank < 1)
         error_at(n->loc, "node '%s': %s needs an input of rank 1 or more", n->name,
                  op_info[n->op].name);
-    if (norm_axis(n, "axis", axis, rank) != rank - 1)
-        error_at(attr_loc(n, "axis"), "node '%s': %s supports only the last axis "
-                 "(-1 or %d) for now, got %lld", n->name, op_info[n->op].name,
-                 rank - 1, (long long)axis);
-}
-
-static void shape_last_axis(Node *n) {
-    Tensor *x = n->inputs[0];
-    require(n, 0, x->dtype == KILN_DTYPE_F32, "f32");
-    check_last_axis(n, x->rank);
+    norm_axis(n, "axis", attr_int(n, "axis", -1), x->rank);
     set_output(n, x->dtype, x->rank, x->shape);
 }
 
-/* layer_norm(x, [gamma, [beta]]): gamma and beta have the last axis' size. */
-static void shape_layer_norm(Node *n) {
+/* layer_norm, rms_norm and their residual forms: normalize over the axes
+ * from `axis` to the last; gamma and beta hold one value per normalized
+ * element. Residual forms take (x, residual, [gamma, [beta]]) and may list
+ * a second output, the sum x + residual. */
+static void shape_norm(Node *n) {
     Tensor *x = n->inputs[0];
-    require(n, 0, x->dtype == KILN_DTYPE_F32, "f32");
-    check_last_axis(n, x->rank);
+    require_f32(n);
+    bool residual = n->op == OP_RESIDUAL_LAYER_NORM || n->op == OP_RESIDUAL_RMS_NORM;
+    if (x->rank < 1)
+        error_at(n->loc, "node '%s': %s needs an input of rank 1 or more", n->name,
+                 op_info[n->op].name);
+    int axis = norm_axis(n, "axis", attr_int(n, "axis", -1), x->rank);
     double eps = attr_float(n, "eps", 1e-5);
     if (!(eps > 0))
-        error_at(attr_loc(n, "eps"), "node '%s': eps must be positive, got %g",
-                 n->name, eps);
-    int64_t cols = x->shape[x->rank - 1];
-    for (int i = 1; i < n->ninputs; i++) {
-        Tensor *p = n->inputs[i];
-        require(n, i, p->dtype == KILN_DTYPE_F32, "f32");
-        if (tensor_count(p) != cols || p->rank < 1 || p->shape[p->rank - 1] != cols)
-            error_at(n->input_locs[i], "node '%s': %s '%s' has shape %s; it must "
-                     "have %lld elements along the normalized axis", n->name,
-                     i == 1 ? "gamma" : "beta", p->name, shape_str(p->rank, p->shape),
-                     (long long)cols);
+        error_at(attr_loc(n, "eps"), "node '%s': eps must be positive, got %g", n->name,
+                 eps);
+    int first_param = 1;
+    if (residual) {
+        Tensor *r = n->inputs[1];
+        if (r->rank != x->rank || memcmp(r->shape, x->shape, sizeof(int64_t) * (size_t)x->rank))
+            error_at(n->input_locs[1], "node '%s': the residual '%s' %s must have the "
+                     "shape of '%s' %s", n->name, r->name, shape_str(r->rank, r->shape),
+                     x->name, shape_str(x->rank, x->shape));
+        first_param = 2;
+        if (n->noutputs > 2)
+            error_at(n->loc, "node '%s': %s has one or two outputs (the norm, the sum)",
+                     n->name, op_info[n->op].name);
+    } else if (n->noutputs != 1) {
+        set_output(n, x->dtype, x->rank, x->shape); /* reports the count */
     }
+    int64_t cols = shape_count(x->rank - axis, x->shape + axis);
+    for (int i = first_param; i < n->ninputs; i++) {
+        Tensor *p = n->inputs[i];
+        if (tensor_count(p) != cols || (p->rank && p->shape[p->rank - 1] != x->shape[x->rank - 1]))
+            error_at(n->input_locs[i], "node '%s': %s '%s' has shape %s; it must have "
+                     "the shape %s of the normalized axes", n->name,
+                     i == first_param ? "gamma" : "beta", p->name,
+                     shape_str(p->rank, p->shape), shape_str(x->rank - axis, x->shape + axis));
+    }
+    for (int i = 0; i < n->noutputs; i++) {
+        n->outputs[i]->dtype = x->dtype;
+        n->outputs[i]->rank = x->rank;
+        memcpy(n->outputs[i]->shape, x->shape, sizeof x->shape);
+    }
+}
+
+static void check_channel_param(Node *n, int i, int64_t c) {
+    Tensor *p = n->inputs[i];
+    if (p->rank != 1 || p->shape[0] != c)
+        error_at(n->input_locs[i], "node '%s': '%s' has shape %s; it must be [%lld], one "
+                 "value per channel", n->name, p->name, shape_str(p->rank, p->shape),
+                 (long long)c);
+}
+
+/* instance_norm(x, scale, bias) and group_norm(x, scale, bias) over
+ * x [N, C, ...]. */
+static void shape_channel_norm(Node *n) {
+    Tensor *x = n->inputs[0];
+    require_f32(n);
+    if (x->rank < 3)
+        error_at(n->loc, "node '%s': %s needs [N, C, D1, ...], got %s", n->name,
+                 op_info[n->op].name, shape_str(x->rank, x->shape));
+    if (!(attr_float(n, "eps", 1e-5) > 0))
+        error_at(attr_loc(n, "eps"), "node '%s': eps must be positive", n->name);
+    if (n->op == OP_GROUP_NORM) {
+        int64_t g = attr_int(n, "groups", 0);
+        if (g < 1 || x->shape[1] % g)
+            error_at(node_attr(n, "groups") ? attr_loc(n, "groups") : n->loc,
+                     "node '%s': groups must be a positive divisor of the %lld channels",
+                     n->name, (long long)x->shape[1]);
+    }
+    check_channel_param(n, 1, x->shape[1]);
+    check_channel_param(n, 2, x->shape[1]);
     set_output(n, x->dtype, x->rank, x->shape);
+}
+
+/* batch_norm(x, scale, bias, mean, var), inference: per channel (axis 1). */
+static void shape_batch_norm(Node *n) {
+    Tensor *x = n->inputs[0];
+    require_f32(n);
+    if (x->rank < 2)
+        error_at(n->loc, "node '%s': batch_norm needs [N, C, ...], got %s", n->name,
+                 shape_str(x->rank, x->shape));
+    if (!(attr_float(n, "eps", 1e-5) > 0))
+        error_at(attr_loc(n, "eps"), "node '%s': eps must be positive", n->name);
+    for (int i = 1; i < 5; i++)
+        check_channel_param(n, i, x->shape[1]);
+    set_output(n, x->dtype, x->rank, x->shape);
+}
+
+/* Marks the reduced axes; returns how many. axes absent or empty: all. */
+int reduced_axes(Node *n, bool *reduced) {
+    Tensor *x = n->inputs[0];
+    int axes[MAX_RANK], k;
+    memset(reduced, 0, sizeof(bool) * MAX_RANK);
+    if (n->op == OP_ARGMAX || n->op == OP_ARGMIN) {
+        if (x->rank < 1)
+            error_at(n->loc, "node '%s': %s of a scalar", n->name, op_info[n->op].name);
+        axes[0] = norm_axis(n, "axis", attr_int(n, "axis", 0), x->rank);
+        k = 1;
+    } else {
+        k = attr_axes(n, "axes", x->rank, axes);
+        if (k <= 0)
+            for (k = 0; k < x->rank; k++)
+                axes[k] = k;
+    }
+    for (int i = 0; i < k; i++)
+        reduced[axes[i]] = true;
+    return k;
+}
+
+static void reduce_output(Node *n, kiln_dtype dt) {
+    Tensor *x = n->inputs[0];
+    bool reduced[MAX_RANK];
+    reduced_axes(n, reduced);
+    int64_t keep = attr_int(n, "keep_dims", 1);
+    if (keep != 0 && keep != 1)
+        error_at(attr_loc(n, "keep_dims"), "node '%s': keep_dims must be 0 or 1", n->name);
+    int64_t shape[MAX_RANK];
+    int rank = 0;
+    for (int i = 0; i < x->rank; i++)
+        if (!reduced[i] || keep)
+            shape[rank++] = reduced[i] ? 1 : x->shape[i];
+    set_output(n, dt, rank, shape);
+}
+
+static void shape_reduce(Node *n) {
+    require_f32(n);
+    reduce_output(n, KILN_DTYPE_F32);
+}
+
+static void shape_arg(Node *n) {
+    require_f32(n);
+    int64_t last = attr_int(n, "select_last_index", 0);
+    if (last != 0 && last != 1)
+        error_at(attr_loc(n, "select_last_index"), "node '%s': select_last_index must "
+                 "be 0 or 1", n->name);
+    reduce_output(n, KILN_DTYPE_I64);
 }
 
 /* reshape: `shape` may hold one -1 (inferred) and 0 (copy that dimension). */

@@ -216,6 +216,8 @@ void infer_shapes(Graph *g);
 void slice_params(Node *n, int64_t *start, int64_t *step, int64_t *out_shape);
 /* Split: the axis and each output's size along it. */
 void split_sizes(Node *n, int *axis, int64_t *sizes);
+/* Reductions: marks the reduced axes of the input; returns how many. */
+int reduced_axes(Node *n, bool *reduced);
 /* depth_to_space: true for CRD mode, false for DCR. */
 bool depth_to_space_crd(Node *n);
 /* Numpy broadcast of two shapes; false when they do not broadcast. */

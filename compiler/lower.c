@@ -578,39 +578,203 @@ static void lower_matmul(Program *p, Node *n) {
     d->groups[2] = groups_for(batch, 1);
 }
 
-/* Row kernels: one workgroup per row (looping when rows exceed the cap),
- * its invocations striding over the row and reducing in shared memory. */
-static Dispatch *row_dispatch(Program *p, Node *n, const char *family) {
-    Tensor *x = n->inputs[0];
-    int64_t cols = x->rank ? x->shape[x->rank - 1] : 1;
-    int64_t rows = cols ? tensor_count(x) / cols : 0;
-    if (rows == 0 || cols == 0)
+/* Row kernels (reduce.glsl): ROWS rows of LEN elements, element j of row r
+ * at (r / INNER) * LEN * INNER + r % INNER + j * INNER. One workgroup per row
+ * (looping when rows exceed the cap), its invocations striding over the row
+ * and reducing in shared memory. */
+static uint32_t row_workgroup(int64_t len) {
+    uint32_t wg = 32;
+    while (wg < 256 && wg < len)
+        wg *= 2;
+    return wg;
+}
+
+static Dispatch *row_dispatch(Program *p, Node *n, const char *family, int64_t rows,
+                              int64_t len, int64_t inner) {
+    if (rows == 0 || len == 0)
         return NULL;
     Dispatch *d = new_dispatch(p, n, family);
-    uint32_t wg = 32;
-    while (wg < 256 && wg < cols)
-        wg *= 2;
-    d->local_size = wg;
-    define_int(d, "WG", wg);
+    d->local_size = row_workgroup(len);
+    define_int(d, "WG", d->local_size);
     define_int(d, "ROWS", rows);
-    define_int(d, "COLS", cols);
-    dispatch_arg(d, n->outputs[0], true);
-    dispatch_arg(d, x, false);
+    define_int(d, "LEN", len);
+    define_int(d, "INNER", inner);
     d->groups[0] = groups_for(rows, 1);
     return d;
 }
 
-static void lower_softmax(Program *p, Node *n) { row_dispatch(p, n, "softmax"); }
+/* Rows along one axis of x. */
+static Dispatch *axis_dispatch(Program *p, Node *n, const char *family, int axis) {
+    Tensor *x = n->inputs[0];
+    int64_t len = x->shape[axis];
+    int64_t inner = shape_count(x->rank - axis - 1, x->shape + axis + 1);
+    int64_t rows = len ? tensor_count(x) / len : 0;
+    Dispatch *d = row_dispatch(p, n, family, rows, len, inner);
+    if (d) {
+        dispatch_arg(d, n->outputs[0], true);
+        dispatch_arg(d, x, false);
+    }
+    return d;
+}
 
-static void lower_layer_norm(Program *p, Node *n) {
-    Dispatch *d = row_dispatch(p, n, "layer_norm");
+static int node_axis(Node *n) {
+    int64_t axis = attr_int(n, "axis", -1);
+    return (int)(axis < 0 ? axis + n->inputs[0]->rank : axis);
+}
+
+static void lower_softmax(Program *p, Node *n) {
+    Dispatch *d = axis_dispatch(p, n, "softmax", node_axis(n));
+    if (d)
+        define_int(d, "LOG", n->op == OP_LOG_SOFTMAX);
+}
+
+static void lower_cumsum(Program *p, Node *n) {
+    Dispatch *d = axis_dispatch(p, n, "cumsum", node_axis(n));
+    if (d) {
+        define_int(d, "EXCLUSIVE", attr_int(n, "exclusive", 0) != 0);
+        define_int(d, "REVERSE", attr_int(n, "reverse", 0) != 0);
+    }
+}
+
+/* norm.comp for every normalization but batch_norm. Arguments in order:
+ * y, x, gamma, beta, residual, sum; absent ones are filled with x (read,
+ * never touched) so each keeps its push-constant slot. */
+static void lower_norm(Program *p, Node *n) {
+    Tensor *x = n->inputs[0];
+    bool residual = n->op == OP_RESIDUAL_LAYER_NORM || n->op == OP_RESIDUAL_RMS_NORM;
+    bool rms = n->op == OP_RMS_NORM || n->op == OP_RESIDUAL_RMS_NORM;
+    int first_param = residual ? 2 : 1, nparams = n->ninputs - first_param;
+    int64_t rows, len, pr = 1, pj = 0, pd = 1;
+    int64_t spatial = x->rank >= 2 ? shape_count(x->rank - 2, x->shape + 2) : 1;
+    if (n->op == OP_INSTANCE_NORM) {
+        rows = x->shape[0] * x->shape[1];
+        len = spatial;
+        pr = x->shape[1];
+        pj = 1;
+        pd = len;
+    } else if (n->op == OP_GROUP_NORM) {
+        int64_t g = attr_int(n, "groups", 1);
+        rows = x->shape[0] * g;
+        len = x->shape[1] / g * spatial;
+        pr = g;
+        pj = x->shape[1] / g;
+        pd = spatial;
+    } else {
+        int axis = node_axis(n);
+        len = shape_count(x->rank - axis, x->shape + axis);
+        rows = len ? tensor_count(x) / len : 0;
+    }
+    Dispatch *d = row_dispatch(p, n, "norm", rows, len, 1);
     if (!d)
         return;
     define_float(d, "EPS", attr_float(n, "eps", 1e-5));
-    define_int(d, "HAS_GAMMA", n->ninputs > 1);
-    define_int(d, "HAS_BETA", n->ninputs > 2);
-    for (int i = 1; i < n->ninputs; i++)
-        dispatch_arg(d, n->inputs[i], false);
+    define_int(d, "RMS", rms);
+    define_int(d, "HAS_GAMMA", nparams > 0);
+    define_int(d, "HAS_BETA", nparams > 1);
+    define_int(d, "HAS_RES", residual);
+    define_int(d, "HAS_SUM", n->noutputs > 1);
+    define_int(d, "PR", pr);
+    define_int(d, "PJ", pj);
+    define_int(d, "PD", pd);
+    dispatch_arg(d, n->outputs[0], true);
+    dispatch_arg(d, x, false);
+    dispatch_arg(d, nparams > 0 ? n->inputs[first_param] : x, false);
+    dispatch_arg(d, nparams > 1 ? n->inputs[first_param + 1] : x, false);
+    dispatch_arg(d, residual ? n->inputs[1] : x, false);
+    if (n->noutputs > 1)
+        dispatch_arg(d, n->outputs[1], true);
+}
+
+/* batch_norm is elementwise: (x - mean) / sqrt(var + eps) * scale + bias,
+ * each parameter read per channel (axis 1). */
+static void lower_batch_norm(Program *p, Node *n) {
+    Tensor *x = n->inputs[0];
+    Operand in[5];
+    in[0] = whole(x);
+    for (int k = 1; k < 5; k++) {
+        Operand o = {n->inputs[k], {0}, 0};
+        o.strides[1] = 1;
+        in[k] = o;
+    }
+    Dispatch *d = eltwise_dispatch(p, n, x->rank, x->shape, whole(n->outputs[0]), 5, in,
+                                   "float", "(a - d) * inversesqrt(e + EPS) * b + c");
+    if (d)
+        define_float(d, "EPS", attr_float(n, "eps", 1e-5));
+}
+
+/* Merges neighbouring dimensions of one group that are contiguous. */
+static int merge_dims(int rank, int64_t *shape, int64_t *strides) {
+    int w = 0;
+    for (int i = 0; i < rank; i++) {
+        if (shape[i] == 1)
+            continue;
+        if (w > 0 && strides[w - 1] == strides[i] * shape[i]) {
+            shape[w - 1] *= shape[i];
+            strides[w - 1] = strides[i];
+            continue;
+        }
+        shape[w] = shape[i];
+        strides[w++] = strides[i];
+    }
+    if (w == 0) {
+        shape[0] = 1;
+        strides[0] = 0;
+        w = 1;
+    }
+    return w;
+}
+
+static const char *const reduce_kinds[] = {
+    [OP_REDUCE_SUM] = "K_SUM", [OP_REDUCE_MEAN] = "K_MEAN", [OP_REDUCE_MAX] = "K_MAX",
+    [OP_REDUCE_MIN] = "K_MIN", [OP_REDUCE_PROD] = "K_PROD", [OP_REDUCE_L1] = "K_L1",
+    [OP_REDUCE_L2] = "K_L2", [OP_REDUCE_SUM_SQUARE] = "K_SUM_SQUARE",
+    [OP_REDUCE_LOG_SUM_EXP] = "K_LOG_SUM_EXP", [OP_ARGMAX] = "K_ARGMAX",
+    [OP_ARGMIN] = "K_ARGMIN"};
+
+static void lower_reduce(Program *p, Node *n) {
+    Tensor *x = n->inputs[0], *out = n->outputs[0];
+    bool reduced[MAX_RANK];
+    reduced_axes(n, reduced);
+    int64_t own[MAX_RANK], kshape[MAX_RANK], kstr[MAX_RANK], rshape[MAX_RANK],
+        rstr[MAX_RANK];
+    contiguous_strides(x->rank, x->shape, own);
+    int kr = 0, rr = 0;
+    for (int i = 0; i < x->rank; i++) {
+        if (reduced[i]) {
+            rshape[rr] = x->shape[i];
+            rstr[rr++] = own[i];
+        } else {
+            kshape[kr] = x->shape[i];
+            kstr[kr++] = own[i];
+        }
+    }
+    int64_t rows = tensor_count(out), len = shape_count(rr, rshape);
+    kr = merge_dims(kr, kshape, kstr);
+    rr = merge_dims(rr, rshape, rstr);
+    if (rows == 0)
+        return;
+    bool arg = n->op == OP_ARGMAX || n->op == OP_ARGMIN;
+    Dispatch *d = new_dispatch(p, n, "reduce");
+    d->local_size = row_workgroup(len);
+    define_int(d, "WG", d->local_size);
+    define_int(d, "ROWS", rows);
+    define_int(d, "LEN", len);
+    define_int(d, "KRANK", kr);
+    define_list(d, "KSHAPE", kr, kshape);
+    define_list(d, "KSTRIDES", kr, kstr);
+    define_int(d, "RRANK", rr);
+    define_list(d, "RSHAPE", rr, rshape);
+    define_list(d, "RSTRIDES", rr, rstr);
+    define_str(d, "KIND", reduce_kinds[n->op]);
+    define_int(d, "ARG", arg);
+    define_int(d, "LAST_INDEX", arg && attr_int(n, "select_last_index", 0));
+    if (arg) {
+        define_int(d, "NEED_I64", 1);
+        p->features |= KILN_FEATURE_INT64;
+    }
+    dispatch_arg(d, out, true);
+    dispatch_arg(d, x, false);
+    d->groups[0] = groups_for(rows, 1);
 }
 
 typedef void (*LowerFn)(Program *p, Node *n);

@@ -177,3 +177,82 @@ def space_to_depth(x, b):
     n, c, h, w = x.shape
     y = x.reshape(n, c, h // b, b, w // b, b).transpose(0, 3, 5, 1, 2, 4)
     return y.reshape(n, c * b * b, h // b, w // b)
+
+
+def log_softmax(x, axis=-1):
+    x = f64(x)
+    m = x.max(axis=axis, keepdims=True)
+    return x - m - np.log(np.exp(x - m).sum(axis=axis, keepdims=True))
+
+
+def norm(x, axis=-1, gamma=None, beta=None, eps=1e-5, rms=False):
+    """layer_norm / rms_norm over the axes from `axis` to the last."""
+    x = f64(x)
+    axes = tuple(range(axis % x.ndim, x.ndim))
+    if rms:
+        y = x / np.sqrt((x * x).mean(axis=axes, keepdims=True) + eps)
+    else:
+        y = (x - x.mean(axis=axes, keepdims=True)) / np.sqrt(x.var(axis=axes, keepdims=True) + eps)
+    shape = x.shape[axis % x.ndim:]
+    if gamma is not None:
+        y = y * f64(gamma).reshape(shape)
+    if beta is not None:
+        y = y + f64(beta).reshape(shape)
+    return y
+
+
+def group_norm(x, scale, bias, groups, eps=1e-5):
+    x = f64(x)
+    n, c = x.shape[:2]
+    g = x.reshape(n, groups, -1)
+    g = (g - g.mean(axis=2, keepdims=True)) / np.sqrt(g.var(axis=2, keepdims=True) + eps)
+    y = g.reshape(x.shape)
+    shape = [1, c] + [1] * (x.ndim - 2)
+    return y * f64(scale).reshape(shape) + f64(bias).reshape(shape)
+
+
+def batch_norm(x, scale, bias, mean, var, eps=1e-5):
+    shape = [1, -1] + [1] * (x.ndim - 2)
+    r = lambda p: f64(p).reshape(shape)  # noqa: E731
+    return (f64(x) - r(mean)) / np.sqrt(r(var) + eps) * r(scale) + r(bias)
+
+
+def cumsum(x, axis=-1, exclusive=False, reverse=False):
+    x = f64(x)
+    if reverse:
+        x = np.flip(x, axis)
+    y = np.cumsum(x, axis=axis)
+    if exclusive:
+        y = y - x
+    return np.flip(y, axis) if reverse else y
+
+
+REDUCE = {
+    "reduce_sum": lambda x, a, k: np.sum(x, axis=a, keepdims=k),
+    "reduce_mean": lambda x, a, k: np.mean(x, axis=a, keepdims=k),
+    "reduce_max": lambda x, a, k: np.max(x, axis=a, keepdims=k),
+    "reduce_min": lambda x, a, k: np.min(x, axis=a, keepdims=k),
+    "reduce_prod": lambda x, a, k: np.prod(x, axis=a, keepdims=k),
+    "reduce_l1": lambda x, a, k: np.sum(np.abs(x), axis=a, keepdims=k),
+    "reduce_l2": lambda x, a, k: np.sqrt(np.sum(x * x, axis=a, keepdims=k)),
+    "reduce_sum_square": lambda x, a, k: np.sum(x * x, axis=a, keepdims=k),
+    "reduce_log_sum_exp": lambda x, a, k: (
+        np.max(x, axis=a, keepdims=True) +
+        np.log(np.sum(np.exp(x - np.max(x, axis=a, keepdims=True)), axis=a, keepdims=True))
+    ) if k else np.squeeze(
+        np.max(x, axis=a, keepdims=True) +
+        np.log(np.sum(np.exp(x - np.max(x, axis=a, keepdims=True)), axis=a, keepdims=True)),
+        axis=a),
+}
+
+
+def arg_reduce(x, axis, keep, largest, last):
+    x = np.asarray(x)
+    if last:
+        x = np.flip(x, axis)
+    i = np.argmax(x, axis=axis) if largest else np.argmin(x, axis=axis)
+    if last:
+        i = x.shape[axis] - 1 - i
+    if keep:
+        i = np.expand_dims(i, axis)
+    return i.astype(np.int64)

@@ -66,12 +66,26 @@ ERRORS = [
      "inputs: [x], axis: last}\noutputs: [y]\n", 5, 47, ["node 'y'", "axis must be an integer"]),
     ("softmax axis out of range", GOOD_HEAD + "nodes:\n  - {name: y, op: softmax, "
      "inputs: [x], axis: 2}\noutputs: [y]\n", 5, 47, ["node 'y'", "axis 2 is out of range"]),
-    ("softmax on a non-last axis", GOOD_HEAD + "nodes:\n  - {name: y, op: softmax, "
-     "inputs: [x], axis: 0}\noutputs: [y]\n", 5, 47, ["node 'y'", "only the last axis"]),
+    ("keep_dims not 0 or 1", GOOD_HEAD + "nodes:\n  - {name: y, op: reduce_sum, "
+     "inputs: [x], keep_dims: 2}\noutputs: [y]\n", 5, 55, ["node 'y'", "keep_dims must be 0 or 1"]),
+    ("group_norm groups that do not divide",
+     "name: t\ninputs:\n  x: {dtype: f32, shape: [1, 6, 4]}\n  s: {dtype: f32, shape: [6]}\n"
+     "nodes:\n  - {name: g, op: group_norm, inputs: [x, s, s], groups: 4}\noutputs: [g]\n",
+     6, 58, ["node 'g'", "positive divisor of the 6 channels"]),
+    ("instance_norm scale of the wrong size",
+     "name: t\ninputs:\n  x: {dtype: f32, shape: [1, 6, 4]}\n  s: {dtype: f32, shape: [4]}\n"
+     "nodes:\n  - {name: i, op: instance_norm, inputs: [x, s, s]}\noutputs: [i]\n",
+     6, 46, ["node 'i'", "'s' has shape [4]", "[6]"]),
+    ("residual of another shape",
+     GOOD_HEAD + "  r: {dtype: f32, shape: [3]}\nnodes:\n"
+     "  - {name: n, op: residual_rms_norm, inputs: [x, r]}\noutputs: [n]\n",
+     6, 50, ["node 'n'", "residual 'r' [3] must have the shape"]),
+    ("reduce over a repeated axis", GOOD_HEAD + "nodes:\n  - {name: y, op: reduce_max, "
+     "inputs: [x], axes: [1, -1]}\noutputs: [y]\n", 5, 50, ["node 'y'", "axis 1 twice"]),
     ("layer_norm gamma of the wrong size",
      GOOD_HEAD + "  g: {dtype: f32, shape: [2]}\nnodes:\n"
      "  - {name: n, op: layer_norm, inputs: [x, g]}\noutputs: [n]\n",
-     6, 43, ["node 'n'", "gamma 'g'", "3 elements"]),
+     6, 43, ["node 'n'", "gamma 'g'", "shape [3] of the normalized axes"]),
     ("layer_norm eps not positive", GOOD_HEAD + "nodes:\n  - {name: n, op: layer_norm, "
      "inputs: [x], eps: 0}\noutputs: [n]\n", 5, 49, ["node 'n'", "eps must be positive"]),
     ("reshape to the wrong count", GOOD_HEAD + "nodes:\n  - {name: r, op: reshape, "

@@ -1,0 +1,45 @@
+#version 460
+// cumsum.comp: running sums along a row (rows as in reduce.glsl).
+//
+// One workgroup per row walks it in chunks of WG elements: each invocation
+// loads one element, the chunk is scanned in shared memory (Hillis-Steele,
+// log2(WG) steps) and the carry of the chunks before is added. EXCLUSIVE 1
+// leaves each element out of its own sum; REVERSE 1 sums from the row's end.
+#include "common.glsl"
+
+layout(local_size_x = WG) in;
+
+layout(push_constant) uniform Args {
+    F32 y;
+    F32R x;
+} args;
+
+#include "reduce.glsl"
+
+shared float scan[WG];
+
+void main() {
+    const uint l = gl_LocalInvocationID.x;
+    for (uint row = gl_WorkGroupID.x; row < ROWS; row += gl_NumWorkGroups.x) {
+        const uint base = kiln_row_base(row);
+        float carry = 0.0;
+        for (uint c0 = 0; c0 < LEN; c0 += WG) {
+            const uint c = c0 + l;
+            const uint j = REVERSE != 0 ? LEN - 1 - c : c;
+            const float v = c < LEN ? args.x.v[base + j * INNER] : 0.0;
+            scan[l] = v;
+            barrier();
+            for (uint s = 1; s < WG; s <<= 1) {
+                float add = l >= s ? scan[l - s] : 0.0;
+                barrier();
+                scan[l] += add;
+                barrier();
+            }
+            const float inclusive = scan[l] + carry;
+            if (c < LEN)
+                args.y.v[base + j * INNER] = EXCLUSIVE != 0 ? inclusive - v : inclusive;
+            carry += scan[WG - 1];
+            barrier();
+        }
+    }
+}

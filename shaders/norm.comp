@@ -1,0 +1,72 @@
+#version 460
+// norm.comp: layer, RMS, instance and group normalization, optionally on
+// x + residual (writing the sum too).
+//
+// Rows as in reduce.glsl (ROWS, LEN, INNER = 1): each row is normalized on
+// its own. RMS 0: y = (v - mean) / sqrt(var + EPS); RMS 1:
+// y = v / sqrt(mean(v^2) + EPS); then * gamma + beta where present
+// (HAS_GAMMA, HAS_BETA). gamma and beta of element j of row r are at
+// (r % PR) * PJ + j / PD: PR 1, PJ 0, PD 1 for layer norms (one value per
+// position), PR = C, PJ 1, PD = LEN for instance norm (one per channel),
+// PR = G, PJ = C/G, PD = H*W for group norm. HAS_RES: v = x + res, and
+// HAS_SUM writes v out. The variance is taken from centered values, not as
+// E[x^2] - E[x]^2, which cancels badly for rows with a large mean.
+#include "common.glsl"
+
+layout(local_size_x = WG) in;
+
+layout(push_constant) uniform Args {
+    F32 y;
+    F32R x;
+    F32R gamma;
+    F32R beta;
+    F32R res;
+    F32 sum;
+} args;
+
+#include "reduce.glsl"
+
+float value(uint i) {
+#if HAS_RES
+    return args.x.v[i] + args.res.v[i];
+#else
+    return args.x.v[i];
+#endif
+}
+
+void main() {
+    const uint l = gl_LocalInvocationID.x;
+    for (uint row = gl_WorkGroupID.x; row < ROWS; row += gl_NumWorkGroups.x) {
+        const uint base = kiln_row_base(row);
+#if RMS
+        const float mean = 0.0;
+#else
+        float s = 0.0;
+        for (uint c = l; c < LEN; c += WG)
+            s += value(base + c * INNER);
+        const float mean = kiln_reduce_sum(s) / float(LEN);
+#endif
+        float q = 0.0;
+        for (uint c = l; c < LEN; c += WG) {
+            float d = value(base + c * INNER) - mean;
+            q += d * d;
+        }
+        const float rstd = inversesqrt(kiln_reduce_sum(q) / float(LEN) + EPS);
+        const uint pbase = (row % PR) * PJ;
+        for (uint c = l; c < LEN; c += WG) {
+            const uint i = base + c * INNER;
+            float v = value(i);
+#if HAS_SUM
+            args.sum.v[i] = v;
+#endif
+            v = (v - mean) * rstd;
+#if HAS_GAMMA
+            v *= args.gamma.v[pbase + c / PD];
+#endif
+#if HAS_BETA
+            v += args.beta.v[pbase + c / PD];
+#endif
+            args.y.v[i] = v;
+        }
+    }
+}
