@@ -232,12 +232,56 @@ static void shape_cast(Node *n) {
     set_output(n, attr_dtype(n, "to"), x->rank, x->shape);
 }
 
+static void require_f32(Node *n) {
+    for (int i = 0; i < n->ninputs; i++)
+        require(n, i, n->inputs[i]->dtype == KILN_DTYPE_F32, "f32");
+}
+
+/* gemm(A, B, [C]): 2-D operands, op(A) [M, K] x op(B) [K, N], C broadcast
+ * to [M, N]; activation one of none relu gelu gelu_tanh silu sigmoid tanh. */
+static void shape_gemm(Node *n) {
+    Tensor *a = n->inputs[0], *b = n->inputs[1];
+    require_f32(n);
+    if (a->rank != 2 || b->rank != 2)
+        error_at(n->loc, "node '%s': gemm needs 2-D operands, got %s and %s", n->name,
+                 shape_str(a->rank, a->shape), shape_str(b->rank, b->shape));
+    bool ta = attr_int(n, "trans_a", 0) != 0, tb = attr_int(n, "trans_b", 0) != 0;
+    int64_t M = ta ? a->shape[1] : a->shape[0], K = ta ? a->shape[0] : a->shape[1];
+    int64_t Kb = tb ? b->shape[1] : b->shape[0], N = tb ? b->shape[0] : b->shape[1];
+    if (K != Kb)
+        error_at(n->loc, "node '%s': gemm of op(A) [%lld, %lld] and op(B) [%lld, %lld]: "
+                 "inner dimensions differ", n->name, (long long)M, (long long)K,
+                 (long long)Kb, (long long)N);
+    int64_t shape[2] = {M, N};
+    if (n->ninputs > 2) {
+        Tensor *c = n->inputs[2];
+        int r;
+        int64_t out[MAX_RANK];
+        if (c->rank > 2 || !broadcast_shapes(c->rank, c->shape, 2, shape, &r, out) ||
+            out[0] != M || out[1] != N)
+            error_at(n->input_locs[2], "node '%s': bias '%s' %s does not broadcast to "
+                     "[%lld, %lld]", n->name, c->name, shape_str(c->rank, c->shape),
+                     (long long)M, (long long)N);
+    }
+    Attr *act = node_attr(n, "activation");
+    if (act) {
+        static const char *const names[] = {"none", "relu", "gelu", "gelu_tanh", "silu",
+                                            "sigmoid", "tanh"};
+        bool ok = false;
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+            ok |= !act->is_list && strcmp(act->scalar, names[i]) == 0;
+        if (!ok)
+            error_at(act->loc, "node '%s': unknown activation (known: none relu gelu "
+                     "gelu_tanh silu sigmoid tanh)", n->name);
+    }
+    set_output(n, a->dtype, 2, shape);
+}
+
 /* numpy matmul: [..., M, K] x [..., K, N] with broadcast batch dimensions;
  * a 1-D operand is a vector (its dimension dropped from the result). */
 static void shape_matmul(Node *n) {
     Tensor *a = n->inputs[0], *b = n->inputs[1];
-    require(n, 0, a->dtype == KILN_DTYPE_F32, "f32");
-    require(n, 1, b->dtype == KILN_DTYPE_F32, "f32");
+    require_f32(n);
     if (a->rank < 1 || b->rank < 1)
         error_at(n->loc, "node '%s': matmul needs operands of rank 1 or more, "
                  "got %s and %s", n->name, shape_str(a->rank, a->shape),
@@ -261,11 +305,6 @@ static void shape_matmul(Node *n) {
     if (b->rank >= 2)
         shape[rank++] = b->shape[b->rank - 1];
     set_output(n, a->dtype, rank, shape);
-}
-
-static void require_f32(Node *n) {
-    for (int i = 0; i < n->ninputs; i++)
-        require(n, i, n->inputs[i]->dtype == KILN_DTYPE_F32, "f32");
 }
 
 /* softmax, log_softmax, cumsum: one axis of an f32 tensor. */

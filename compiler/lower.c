@@ -505,77 +505,146 @@ static void pick_tile(int64_t extent, int64_t *tile, int64_t *per_thread) {
     }
 }
 
-static void lower_matmul(Program *p, Node *n) {
-    Tensor *a = n->inputs[0], *b = n->inputs[1], *out = n->outputs[0];
-    if (tensor_count(out) == 0)
-        return;
-    int64_t K = a->shape[a->rank - 1];
-    int64_t M = a->rank >= 2 ? a->shape[a->rank - 2] : 1;
-    int64_t N = b->rank >= 2 ? b->shape[b->rank - 1] : 1;
-    /* Element (m, k) of A and (k, n) of B within one batch. */
-    int64_t a_sm = K, a_sk = 1;
-    int64_t b_sk = b->rank >= 2 ? N : 1, b_sn = 1;
-
-    /* Batch dimensions of the output and each operand's strides over them:
-     * ops[0] the output, ops[1] A, ops[2] B (stride 0 where broadcast). */
-    int brank = out->rank - (a->rank >= 2) - (b->rank >= 2);
+/* One matrix product per batch: element (m, k) of A at a_sm*m + a_sk*k,
+ * (k, n) of B at b_sk*k + b_sn*n, batches over bshape with per-operand
+ * strides ops[0] (C), ops[1] (A), ops[2] (B). */
+typedef struct MatmulShape {
+    int64_t M, N, K, a_sm, a_sk, b_sk, b_sn, batch;
+    int brank;
     int64_t bshape[ITER_RANK];
-    Operand ops[3] = {{out, {0}, 0}, {a, {0}, 0}, {b, {0}, 0}};
-    memcpy(bshape, out->shape, sizeof(int64_t) * (size_t)brank);
-    int64_t sa = M * K, sb = K * N, so = M * N;
-    for (int i = brank - 1; i >= 0; i--) {
-        int ja = i - (brank - (a->rank - 2)), jb = i - (brank - (b->rank - 2));
-        ops[0].strides[i] = so;
-        so *= bshape[i];
-        if (a->rank > 2 && ja >= 0 && a->shape[ja] == bshape[i]) {
-            ops[1].strides[i] = sa;
-            sa *= bshape[i];
-        }
-        if (b->rank > 2 && jb >= 0 && b->shape[jb] == bshape[i]) {
-            ops[2].strides[i] = sb;
-            sb *= bshape[i];
-        }
-    }
-    int64_t batch = shape_count(brank, bshape);
-    brank = collapse(brank, bshape, 3, ops);
-    /* A shared B and an unbroadcast A: fold the batch into M. */
-    if (brank == 1 && ops[2].strides[0] == 0 && ops[1].strides[0] == M * K &&
-        a->rank >= 2) {
-        M *= bshape[0];
-        batch = 1;
-        bshape[0] = 1;
-        ops[0].strides[0] = ops[1].strides[0] = 0;
-    }
+    Operand ops[3];
+} MatmulShape;
 
+static Dispatch *matmul_dispatch(Program *p, Node *n, MatmulShape *s) {
+    if (s->M * s->N * s->batch == 0)
+        return NULL;
     int64_t bm, tm, bn, tn;
-    pick_tile(M, &bm, &tm);
-    pick_tile(N, &bn, &tn);
+    pick_tile(s->M, &bm, &tm);
+    pick_tile(s->N, &bn, &tn);
     Dispatch *d = new_dispatch(p, n, "matmul");
     d->local_size = (uint32_t)((bm / tm) * (bn / tn));
-    define_int(d, "M", M);
-    define_int(d, "N", N);
-    define_int(d, "K", K);
-    define_int(d, "A_SM", a_sm);
-    define_int(d, "A_SK", a_sk);
-    define_int(d, "B_SK", b_sk);
-    define_int(d, "B_SN", b_sn);
-    define_int(d, "BATCH", batch);
-    define_int(d, "BRANK", brank);
-    define_list(d, "BSHAPE", brank, bshape);
-    define_list(d, "C_BSTRIDES", brank, ops[0].strides);
-    define_list(d, "A_BSTRIDES", brank, ops[1].strides);
-    define_list(d, "B_BSTRIDES", brank, ops[2].strides);
+    define_int(d, "M", s->M);
+    define_int(d, "N", s->N);
+    define_int(d, "K", s->K);
+    define_int(d, "A_SM", s->a_sm);
+    define_int(d, "A_SK", s->a_sk);
+    define_int(d, "B_SK", s->b_sk);
+    define_int(d, "B_SN", s->b_sn);
+    define_int(d, "BATCH", s->batch);
+    define_int(d, "BRANK", s->brank);
+    define_list(d, "BSHAPE", s->brank, s->bshape);
+    define_list(d, "C_BSTRIDES", s->brank, s->ops[0].strides);
+    define_list(d, "A_BSTRIDES", s->brank, s->ops[1].strides);
+    define_list(d, "B_BSTRIDES", s->brank, s->ops[2].strides);
     define_int(d, "BM", bm);
     define_int(d, "BN", bn);
     define_int(d, "BK", 16);
     define_int(d, "TM", tm);
     define_int(d, "TN", tn);
-    dispatch_arg(d, out, true);
-    dispatch_arg(d, a, false);
-    dispatch_arg(d, b, false);
-    d->groups[0] = groups_for(N, bn);
-    d->groups[1] = groups_for(M, bm);
-    d->groups[2] = groups_for(batch, 1);
+    dispatch_arg(d, s->ops[0].t, true);
+    dispatch_arg(d, s->ops[1].t, false);
+    dispatch_arg(d, s->ops[2].t, false);
+    d->groups[0] = groups_for(s->N, bn);
+    d->groups[1] = groups_for(s->M, bm);
+    d->groups[2] = groups_for(s->batch, 1);
+    return d;
+}
+
+static void lower_matmul(Program *p, Node *n) {
+    Tensor *a = n->inputs[0], *b = n->inputs[1], *out = n->outputs[0];
+    MatmulShape s = {0};
+    s.K = a->shape[a->rank - 1];
+    s.M = a->rank >= 2 ? a->shape[a->rank - 2] : 1;
+    s.N = b->rank >= 2 ? b->shape[b->rank - 1] : 1;
+    s.a_sm = s.K;
+    s.a_sk = 1;
+    s.b_sk = b->rank >= 2 ? s.N : 1;
+    s.b_sn = 1;
+    /* Batch dimensions of the output and each operand's strides over them
+     * (stride 0 where broadcast). */
+    s.brank = out->rank - (a->rank >= 2) - (b->rank >= 2);
+    s.ops[0] = (Operand){out, {0}, 0};
+    s.ops[1] = (Operand){a, {0}, 0};
+    s.ops[2] = (Operand){b, {0}, 0};
+    memcpy(s.bshape, out->shape, sizeof(int64_t) * (size_t)s.brank);
+    int64_t sa = s.M * s.K, sb = s.K * s.N, so = s.M * s.N;
+    for (int i = s.brank - 1; i >= 0; i--) {
+        int ja = i - (s.brank - (a->rank - 2)), jb = i - (s.brank - (b->rank - 2));
+        s.ops[0].strides[i] = so;
+        so *= s.bshape[i];
+        if (a->rank > 2 && ja >= 0 && a->shape[ja] == s.bshape[i]) {
+            s.ops[1].strides[i] = sa;
+            sa *= s.bshape[i];
+        }
+        if (b->rank > 2 && jb >= 0 && b->shape[jb] == s.bshape[i]) {
+            s.ops[2].strides[i] = sb;
+            sb *= s.bshape[i];
+        }
+    }
+    s.batch = shape_count(s.brank, s.bshape);
+    s.brank = collapse(s.brank, s.bshape, 3, s.ops);
+    /* A shared B and an unbroadcast A: fold the batch into M. */
+    if (s.brank == 1 && s.ops[2].strides[0] == 0 && s.ops[1].strides[0] == s.M * s.K &&
+        a->rank >= 2) {
+        s.M *= s.bshape[0];
+        s.batch = 1;
+        s.bshape[0] = 1;
+        s.ops[0].strides[0] = s.ops[1].strides[0] = 0;
+    }
+    Dispatch *d = matmul_dispatch(p, n, &s);
+    if (d)
+        dispatch_arg(d, a, false); /* the unused bias slot */
+}
+
+/* Activation expressions for fused epilogues, over x. */
+static const char *activation_expr(const char *name) {
+    static const char *const table[][2] = {
+        {"none", "(x)"},           {"relu", "max(x, 0.0)"},
+        {"gelu", "kiln_gelu(x)"},  {"gelu_tanh", "kiln_gelu_tanh(x)"},
+        {"silu", "(x) * kiln_sigmoid(x)"}, {"sigmoid", "kiln_sigmoid(x)"},
+        {"tanh", "kiln_tanh(x)"}};
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (strcmp(table[i][0], name) == 0)
+            return table[i][1];
+    return NULL;
+}
+
+/* gemm: Y = act(alpha * op(A) op(B) + beta * C), op a transpose when asked;
+ * the transposes are strides, bias and activation the matmul's epilogue. */
+static void lower_gemm(Program *p, Node *n) {
+    Tensor *a = n->inputs[0], *b = n->inputs[1], *out = n->outputs[0];
+    bool ta = attr_int(n, "trans_a", 0) != 0, tb = attr_int(n, "trans_b", 0) != 0;
+    MatmulShape s = {0};
+    s.M = out->shape[0];
+    s.N = out->shape[1];
+    s.K = ta ? a->shape[0] : a->shape[1];
+    s.a_sm = ta ? 1 : s.K;
+    s.a_sk = ta ? s.M : 1;
+    s.b_sk = tb ? 1 : s.N;
+    s.b_sn = tb ? s.K : 1;
+    s.batch = 1;
+    s.brank = 1;
+    s.bshape[0] = 1;
+    s.ops[0] = (Operand){out, {0}, 0};
+    s.ops[1] = (Operand){a, {0}, 0};
+    s.ops[2] = (Operand){b, {0}, 0};
+    Dispatch *d = matmul_dispatch(p, n, &s);
+    if (!d)
+        return;
+    define_float(d, "ALPHA", attr_float(n, "alpha", 1.0));
+    Attr *act = node_attr(n, "activation");
+    define_str(d, "ACT(x)", activation_expr(act ? act->scalar : "none"));
+    if (n->ninputs > 2) {
+        Tensor *c = n->inputs[2];
+        Operand bias = broadcast(c, 2, out->shape);
+        define_int(d, "HAS_BIAS", 1);
+        define_float(d, "BETA", attr_float(n, "beta", 1.0));
+        define_int(d, "BIAS_SM", bias.strides[0]);
+        define_int(d, "BIAS_SN", bias.strides[1]);
+        dispatch_arg(d, c, false);
+    } else {
+        dispatch_arg(d, a, false); /* the unused bias slot */
+    }
 }
 
 /* Row kernels (reduce.glsl): ROWS rows of LEN elements, element j of row r

@@ -9,6 +9,8 @@
 // invocation TM x TN elements spread at a stride of the group's width so that
 // shared-memory reads and global writes are contiguous across invocations.
 // Groups loop over tiles and batches beyond the dispatch's counts.
+// Epilogue: C = ACT(ALPHA * acc + BETA * bias[m * BIAS_SM + n * BIAS_SN])
+// where HAS_BIAS (gemm); ACT(x) is an activation expression.
 #include "common.glsl"
 
 #define NTX (BN / TN)
@@ -20,7 +22,18 @@ layout(push_constant) uniform Args {
     F32 c;
     F32R a;
     F32R b;
+    F32R bias;
 } args;
+
+#ifndef ALPHA
+#define ALPHA 1.0
+#endif
+#ifndef HAS_BIAS
+#define HAS_BIAS 0
+#endif
+#ifndef ACT
+#define ACT(x) (x)
+#endif
 
 const uint BSHAPE_[BRANK] = uint[BRANK](BSHAPE);
 const uint CBS[BRANK] = uint[BRANK](C_BSTRIDES);
@@ -81,8 +94,13 @@ void main() {
                     uint gm = m0 + ty + i * NTY;
                     for (uint j = 0; j < TN; ++j) {
                         uint gn = n0 + tx + j * NTX;
-                        if (gm < M && gn < N)
-                            args.c.v[cc + gm * N + gn] = acc[i][j];
+                        if (gm < M && gn < N) {
+                            float v = ALPHA * acc[i][j];
+#if HAS_BIAS
+                            v += BETA * args.bias.v[gm * BIAS_SM + gn * BIAS_SN];
+#endif
+                            args.c.v[cc + gm * N + gn] = ACT(v);
+                        }
                     }
                 }
             }

@@ -256,3 +256,16 @@ def arg_reduce(x, axis, keep, largest, last):
     if keep:
         i = np.expand_dims(i, axis)
     return i.astype(np.int64)
+
+
+ACTIVATIONS = {"none": lambda x: x, "relu": lambda x: np.maximum(x, 0),
+               "gelu": lambda x: UNARY["gelu"](x), "gelu_tanh": lambda x: UNARY["gelu_tanh"](x),
+               "silu": lambda x: UNARY["silu"](x), "sigmoid": sigmoid, "tanh": np.tanh}
+
+
+def gemm(a, b, c=None, alpha=1.0, beta=1.0, trans_a=0, trans_b=0, activation="none"):
+    a, b = f64(a), f64(b)
+    y = alpha * (a.T if trans_a else a) @ (b.T if trans_b else b)
+    if c is not None:
+        y = y + beta * f64(c)
+    return ACTIVATIONS[activation](y)

@@ -764,3 +764,32 @@ for op in ("argmax", "argmin"):
     for i, (shape, axis, keep, last) in enumerate(ARGS):
         case(f"op {op} {shape} axis={axis} keep_dims={keep} last={last}")(
             arg_case(op, i, shape, axis, keep, last))
+
+# ---- gemm: transposes, bias, alpha/beta, fused activation ----
+
+GEMMS = [  # M, K, N, trans_a, trans_b, bias shape, alpha, beta, activation
+    (5, 7, 3, 0, 0, None, 1.0, 1.0, "none"),
+    (5, 7, 3, 1, 0, [3], 1.0, 1.0, "relu"),
+    (33, 65, 17, 0, 1, [33, 17], 0.5, 2.0, "gelu"),
+    (64, 64, 64, 1, 1, [1], 1.0, -1.0, "silu"),
+    (8, 16, 130, 0, 1, [8, 1], 2.0, 0.5, "tanh"),
+    (4, 9, 6, 0, 0, [6], 1.0, 1.0, "sigmoid"),
+    (7, 3, 5, 1, 0, [5], 1.0, 1.0, "gelu_tanh"),
+]
+
+
+def gemm_case(i, M, K, N, ta, tb, bias, alpha, beta, act):
+    def test(workdir):
+        r = rng(2100 + i)
+        a = values(r, [K, M] if ta else [M, K], 1.0)
+        b = values(r, [N, K] if tb else [K, N], 1.0)
+        ins = [a, b] + ([values(r, bias, 1.0)] if bias else [])
+        want = ref.gemm(*ins, alpha=alpha, beta=beta, trans_a=ta, trans_b=tb, activation=act)
+        attrs = {"alpha": alpha, "beta": beta, "trans_a": ta, "trans_b": tb, "activation": act}
+        one_op(workdir, "gemm", ins, want, attrs, 1e-5, 1e-5 * K)
+    return test
+
+
+for i, g in enumerate(GEMMS):
+    case(f"op gemm M={g[0]} K={g[1]} N={g[2]} ta={g[3]} tb={g[4]} bias={g[5]} "
+         f"alpha={g[6]} beta={g[7]} act={g[8]}")(gemm_case(i, *g))
