@@ -810,6 +810,146 @@ static void shape_space_to_depth(Node *n) {
     set_output(n, x->dtype, 4, shape);
 }
 
+static bool is_index(kiln_dtype d) { return d == KILN_DTYPE_I32 || d == KILN_DTYPE_I64; }
+
+/* gather(data, indices, axis): data.shape[:axis] + indices.shape +
+ * data.shape[axis+1:]. embedding(ids, table) is gather(table, ids, 0). */
+static void shape_gather(Node *n) {
+    bool emb = n->op == OP_EMBEDDING;
+    Tensor *x = n->inputs[emb ? 1 : 0], *idx = n->inputs[emb ? 0 : 1];
+    require(n, emb ? 0 : 1, is_index(idx->dtype), "i32 or i64 index");
+    if (x->rank < 1)
+        error_at(n->loc, "node '%s': %s of a scalar", n->name, op_info[n->op].name);
+    if (emb && x->rank != 2)
+        error_at(n->input_locs[1], "node '%s': the embedding table '%s' must be 2-D, not %s",
+                 n->name, x->name, shape_str(x->rank, x->shape));
+    int axis = emb ? 0 : norm_axis(n, "axis", attr_int(n, "axis", 0), x->rank);
+    int rank = x->rank - 1 + idx->rank;
+    if (rank > MAX_RANK)
+        error_at(n->loc, "node '%s': the result would have rank %d", n->name, rank);
+    int64_t shape[MAX_RANK];
+    int r = 0;
+    for (int i = 0; i < axis; i++)
+        shape[r++] = x->shape[i];
+    for (int i = 0; i < idx->rank; i++)
+        shape[r++] = idx->shape[i];
+    for (int i = axis + 1; i < x->rank; i++)
+        shape[r++] = x->shape[i];
+    set_output(n, x->dtype, rank, shape);
+}
+
+/* gather_elements(data, indices, axis): indices has data's rank; y has its
+ * shape. */
+static void shape_gather_elements(Node *n) {
+    Tensor *x = n->inputs[0], *idx = n->inputs[1];
+    require(n, 1, is_index(idx->dtype), "i32 or i64 index");
+    if (idx->rank != x->rank || x->rank < 1)
+        error_at(n->input_locs[1], "node '%s': indices '%s' %s must have the rank of the "
+                 "data %s", n->name, idx->name, shape_str(idx->rank, idx->shape),
+                 shape_str(x->rank, x->shape));
+    int axis = norm_axis(n, "axis", attr_int(n, "axis", 0), x->rank);
+    for (int d = 0; d < x->rank; d++)
+        if (d != axis && idx->shape[d] > x->shape[d])
+            error_at(n->input_locs[1], "node '%s': indices %s exceed the data %s on axis %d",
+                     n->name, shape_str(idx->rank, idx->shape), shape_str(x->rank, x->shape),
+                     d);
+    set_output(n, x->dtype, idx->rank, idx->shape);
+}
+
+/* scatter_elements(data, indices, updates): f32 data; indices and updates of
+ * one shape and data's rank; reduction none, add, mul, max, min. */
+int scatter_reduction(Node *n) {
+    if (n->op == OP_SCATTER_ADD)
+        return 1;
+    Attr *a = node_attr(n, "reduction");
+    if (!a)
+        return 0;
+    static const char *const names[] = {"none", "add", "mul", "max", "min"};
+    for (int i = 0; i < 5; i++)
+        if (!a->is_list && strcmp(a->scalar, names[i]) == 0)
+            return i;
+    error_at(a->loc, "node '%s': reduction must be none, add, mul, max or min", n->name);
+}
+
+static void shape_scatter(Node *n) {
+    Tensor *x = n->inputs[0], *idx = n->inputs[1], *u = n->inputs[2];
+    require(n, 0, x->dtype == KILN_DTYPE_F32, "f32");
+    require(n, 1, is_index(idx->dtype), "i32 or i64 index");
+    require(n, 2, u->dtype == KILN_DTYPE_F32, "f32");
+    scatter_reduction(n);
+    if (x->rank < 1 || idx->rank != x->rank || u->rank != idx->rank ||
+        memcmp(u->shape, idx->shape, sizeof(int64_t) * (size_t)idx->rank))
+        error_at(n->loc, "node '%s': indices %s and updates %s must have one shape, of "
+                 "the data's rank (%s)", n->name, shape_str(idx->rank, idx->shape),
+                 shape_str(u->rank, u->shape), shape_str(x->rank, x->shape));
+    int axis = norm_axis(n, "axis", attr_int(n, "axis", 0), x->rank);
+    for (int d = 0; d < x->rank; d++)
+        if (d != axis && idx->shape[d] > x->shape[d])
+            error_at(n->input_locs[1], "node '%s': indices %s exceed the data %s on axis %d",
+                     n->name, shape_str(idx->rank, idx->shape), shape_str(x->rank, x->shape),
+                     d);
+    set_output(n, x->dtype, x->rank, x->shape);
+}
+
+/* one_hot(indices): f32 with a new axis of size depth. */
+static void shape_one_hot(Node *n) {
+    Tensor *idx = n->inputs[0];
+    require(n, 0, is_index(idx->dtype), "i32 or i64 index");
+    int64_t depth = attr_int(n, "depth", 0);
+    if (depth < 1)
+        error_at(node_attr(n, "depth") ? attr_loc(n, "depth") : n->loc,
+                 "node '%s': one_hot needs a positive depth", n->name);
+    int rank = idx->rank + 1;
+    if (rank > MAX_RANK)
+        error_at(n->loc, "node '%s': the result would have rank %d", n->name, rank);
+    int axis = norm_axis(n, "axis", attr_int(n, "axis", -1), rank);
+    int64_t shape[MAX_RANK];
+    for (int i = 0, j = 0; i < rank; i++)
+        shape[i] = i == axis ? depth : idx->shape[j++];
+    set_output(n, KILN_DTYPE_F32, rank, shape);
+}
+
+static void shape_trilu(Node *n) {
+    Tensor *x = n->inputs[0];
+    if (x->rank < 2)
+        error_at(n->loc, "node '%s': trilu needs a matrix or a batch of them, got %s",
+                 n->name, shape_str(x->rank, x->shape));
+    set_output(n, x->dtype, x->rank, x->shape);
+}
+
+/* pad: pads [b0, b1, ..., e0, e1, ...] (negative crops); mode constant,
+ * reflect or edge. */
+int pad_mode(Node *n) {
+    Attr *a = node_attr(n, "mode");
+    if (!a)
+        return 0;
+    static const char *const names[] = {"constant", "reflect", "edge"};
+    for (int i = 0; i < 3; i++)
+        if (!a->is_list && strcmp(a->scalar, names[i]) == 0)
+            return i;
+    error_at(a->loc, "node '%s': mode must be constant, reflect or edge", n->name);
+}
+
+static void shape_pad(Node *n) {
+    Tensor *x = n->inputs[0];
+    int64_t pads[2 * MAX_RANK], shape[MAX_RANK];
+    int k = attr_ints(n, "pads", pads, 2 * MAX_RANK);
+    if (k != 2 * x->rank)
+        error_at(k < 0 ? n->loc : attr_loc(n, "pads"), "node '%s': pads needs %d values "
+                 "(the beginnings, then the ends, of each axis)", n->name, 2 * x->rank);
+    int mode = pad_mode(n);
+    for (int i = 0; i < x->rank; i++) {
+        shape[i] = x->shape[i] + pads[i] + pads[i + x->rank];
+        if (shape[i] < 0)
+            error_at(attr_loc(n, "pads"), "node '%s': axis %d would have size %lld", n->name,
+                     i, (long long)shape[i]);
+        if (mode != 0 && x->shape[i] == 0 && shape[i] > 0)
+            error_at(attr_loc(n, "pads"), "node '%s': %s padding of an empty axis", n->name,
+                     mode == 1 ? "reflect" : "edge");
+    }
+    set_output(n, x->dtype, x->rank, shape);
+}
+
 typedef void (*ShapeFn)(Node *n);
 static const ShapeFn shape_rules[OP_COUNT] = {
 #define OP(id, name, mn, mx, attrs, shape, lower, expr) [OP_##id] = shape,

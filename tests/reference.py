@@ -269,3 +269,43 @@ def gemm(a, b, c=None, alpha=1.0, beta=1.0, trans_a=0, trans_b=0, activation="no
     if c is not None:
         y = y + beta * f64(c)
     return ACTIVATIONS[activation](y)
+
+
+def scatter_elements(x, idx, upd, axis, reduction="none"):
+    y = np.array(x, dtype=np.float64)
+    idx = np.where(idx < 0, idx + x.shape[axis], idx)
+    for pos in np.ndindex(*idx.shape):
+        tgt = list(pos)
+        tgt[axis] = idx[pos]
+        tgt = tuple(tgt)
+        v = float(upd[pos])
+        if reduction == "none":
+            y[tgt] = v
+        elif reduction == "add":
+            y[tgt] += v
+        elif reduction == "mul":
+            y[tgt] *= v
+        elif reduction == "max":
+            y[tgt] = max(y[tgt], v)
+        else:
+            y[tgt] = min(y[tgt], v)
+    return y
+
+
+def one_hot(idx, depth, axis=-1, on=1.0, off=0.0):
+    idx = np.where(idx < 0, idx + depth, idx)
+    y = (np.arange(depth) == idx[..., None]).astype(np.float64)
+    y = np.where(y == 1, on, off)
+    return np.moveaxis(y, -1, axis % (idx.ndim + 1))
+
+
+def pad(x, pads, mode="constant", value=0.0):
+    r = x.ndim
+    begin, end = pads[:r], pads[r:]
+    crop = tuple(slice(max(-b, 0), x.shape[i] - max(-e, 0))
+                 for i, (b, e) in enumerate(zip(begin, end)))
+    x = x[crop]
+    widths = [(max(b, 0), max(e, 0)) for b, e in zip(begin, end)]
+    if mode == "constant":
+        return np.pad(x, widths, mode="constant", constant_values=value)
+    return np.pad(x, widths, mode="reflect" if mode == "reflect" else "edge")
