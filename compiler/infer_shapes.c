@@ -950,6 +950,114 @@ static void shape_pad(Node *n) {
     set_output(n, x->dtype, x->rank, shape);
 }
 
+/* attention(q, k, v, [mask]). layout bhsd: q [B, H, Sq, D], k [B, KVH, Sk, D],
+ * v [B, KVH, Sk, DV]. layout bshd: q [B, Sq, H*D], k [B, Sk, KVH*D],
+ * v [B, Sk, KVH*DV] with heads (and kv_heads) given. H divides by KVH. The
+ * mask is additive f32, broadcast to [B, H, Sq, Sk]. */
+void attention_dims(Node *n, AttentionDims *a) {
+    Tensor *q = n->inputs[0], *k = n->inputs[1], *v = n->inputs[2];
+    Attr *lay = node_attr(n, "layout");
+    const char *layout = lay && !lay->is_list ? lay->scalar : "bhsd";
+    a->bshd = strcmp(layout, "bshd") == 0;
+    if (!a->bshd && strcmp(layout, "bhsd") != 0)
+        error_at(lay->loc, "node '%s': layout must be bhsd or bshd", n->name);
+    int want = a->bshd ? 3 : 4;
+    for (int i = 0; i < 3; i++)
+        if (n->inputs[i]->rank != want)
+            error_at(n->input_locs[i], "node '%s': with layout %s, '%s' must have rank %d, "
+                     "not %s", n->name, layout, n->inputs[i]->name, want,
+                     shape_str(n->inputs[i]->rank, n->inputs[i]->shape));
+    a->B = q->shape[0];
+    if (a->bshd) {
+        a->H = attr_int(n, "heads", 0);
+        if (a->H < 1 || q->shape[2] % a->H)
+            error_at(node_attr(n, "heads") ? attr_loc(n, "heads") : n->loc,
+                     "node '%s': layout bshd needs heads, a positive divisor of %lld",
+                     n->name, (long long)q->shape[2]);
+        a->KVH = attr_int(n, "kv_heads", a->H);
+        if (a->KVH < 1 || k->shape[2] % a->KVH || v->shape[2] % a->KVH)
+            error_at(node_attr(n, "kv_heads") ? attr_loc(n, "kv_heads") : n->loc,
+                     "node '%s': kv_heads must divide the key and value widths", n->name);
+        a->Sq = q->shape[1];
+        a->Sk = k->shape[1];
+        a->D = q->shape[2] / a->H;
+        a->DV = v->shape[2] / a->KVH;
+        if (k->shape[2] / a->KVH != a->D || v->shape[1] != a->Sk || k->shape[0] != a->B ||
+            v->shape[0] != a->B)
+            error_at(n->loc, "node '%s': q %s, k %s and v %s do not agree", n->name,
+                     shape_str(3, q->shape), shape_str(3, k->shape), shape_str(3, v->shape));
+    } else {
+        a->H = q->shape[1];
+        a->KVH = k->shape[1];
+        a->Sq = q->shape[2];
+        a->Sk = k->shape[2];
+        a->D = q->shape[3];
+        a->DV = v->shape[3];
+        if (k->shape[0] != a->B || v->shape[0] != a->B || v->shape[1] != a->KVH ||
+            v->shape[2] != a->Sk || k->shape[3] != a->D)
+            error_at(n->loc, "node '%s': q %s, k %s and v %s do not agree", n->name,
+                     shape_str(4, q->shape), shape_str(4, k->shape), shape_str(4, v->shape));
+    }
+    if (a->KVH < 1 || a->H % a->KVH)
+        error_at(n->loc, "node '%s': %lld query heads do not divide into %lld key/value "
+                 "heads", n->name, (long long)a->H, (long long)a->KVH);
+    if (a->D > 1024)
+        error_at(n->loc, "node '%s': head size %lld exceeds 1024", n->name, (long long)a->D);
+}
+
+static void shape_attention(Node *n) {
+    require_f32(n);
+    AttentionDims a;
+    attention_dims(n, &a);
+    Tensor *q = n->inputs[0];
+    if (n->ninputs > 3) {
+        Tensor *m = n->inputs[3];
+        int64_t full[4] = {a.B, a.H, a.Sq, a.Sk}, out[MAX_RANK];
+        int r;
+        if (m->rank > 4 || !broadcast_shapes(m->rank, m->shape, 4, full, &r, out) ||
+            memcmp(out, full, sizeof full))
+            error_at(n->input_locs[3], "node '%s': mask '%s' %s does not broadcast to "
+                     "[B, H, Sq, Sk] = %s", n->name, m->name, shape_str(m->rank, m->shape),
+                     shape_str(4, full));
+    }
+    if (attr_float(n, "softcap", 0) < 0)
+        error_at(attr_loc(n, "softcap"), "node '%s': softcap must not be negative", n->name);
+    if (attr_int(n, "window", 0) < 0)
+        error_at(attr_loc(n, "window"), "node '%s': window must not be negative", n->name);
+    int64_t shape[4];
+    memcpy(shape, q->shape, sizeof shape);
+    shape[q->rank - 1] = a.bshd ? a.H * a.DV : a.DV;
+    set_output(n, q->dtype, q->rank, shape);
+}
+
+/* rope(x, cos, sin): x [..., S, ..., D] with positions along seq_axis;
+ * cos and sin [S, R/2], R = n_rot (default D, even, <= D). */
+static void shape_rope(Node *n) {
+    Tensor *x = n->inputs[0], *c = n->inputs[1], *s = n->inputs[2];
+    require_f32(n);
+    if (x->rank < 2)
+        error_at(n->loc, "node '%s': rope needs [..., S, ..., D], got %s", n->name,
+                 shape_str(x->rank, x->shape));
+    int axis = norm_axis(n, "seq_axis", attr_int(n, "seq_axis", -2), x->rank);
+    int64_t D = x->shape[x->rank - 1];
+    if (axis == x->rank - 1)
+        error_at(attr_loc(n, "seq_axis"), "node '%s': seq_axis is the head dimension",
+                 n->name);
+    int64_t R = attr_int(n, "n_rot", D);
+    if (R < 2 || R > D || R % 2)
+        error_at(node_attr(n, "n_rot") ? attr_loc(n, "n_rot") : n->loc,
+                 "node '%s': n_rot must be even, from 2 to the head size %lld", n->name,
+                 (long long)D);
+    for (int i = 1; i < 3; i++) {
+        Tensor *t = i == 1 ? c : s;
+        if (t->rank != 2 || t->shape[0] != x->shape[axis] || t->shape[1] != R / 2)
+            error_at(n->input_locs[i], "node '%s': '%s' is %s; it must be [%lld, %lld] "
+                     "(positions, n_rot / 2)", n->name, t->name, shape_str(t->rank, t->shape),
+                     (long long)x->shape[axis], (long long)(R / 2));
+    }
+    set_output(n, x->dtype, x->rank, x->shape);
+}
+
 typedef void (*ShapeFn)(Node *n);
 static const ShapeFn shape_rules[OP_COUNT] = {
 #define OP(id, name, mn, mx, attrs, shape, lower, expr) [OP_##id] = shape,

@@ -218,6 +218,11 @@ void slice_params(Node *n, int64_t *start, int64_t *step, int64_t *out_shape);
 void split_sizes(Node *n, int *axis, int64_t *sizes);
 /* Reductions: marks the reduced axes of the input; returns how many. */
 int reduced_axes(Node *n, bool *reduced);
+typedef struct AttentionDims {
+    bool bshd;
+    int64_t B, H, KVH, Sq, Sk, D, DV;
+} AttentionDims;
+void attention_dims(Node *n, AttentionDims *a);
 /* scatter: 0 none, 1 add, 2 mul, 3 max, 4 min. */
 int scatter_reduction(Node *n);
 /* pad: 0 constant, 1 reflect, 2 edge. */

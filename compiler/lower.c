@@ -985,6 +985,104 @@ static void lower_scatter(Program *p, Node *n) {
     d->groups[0] = groups_for(count, d->local_size);
 }
 
+/* ---- attention and rope ---- */
+
+static void lower_attention(Program *p, Node *n) {
+    AttentionDims a;
+    attention_dims(n, &a);
+    if (a.B * a.H * a.Sq * a.DV == 0)
+        return;
+    Dispatch *d = new_dispatch(p, n, "attention");
+    d->local_size = a.Sk >= 128 ? 128 : 64;
+    define_int(d, "WG", d->local_size);
+    define_int(d, "B", a.B);
+    define_int(d, "H", a.H);
+    define_int(d, "KVH", a.KVH);
+    define_int(d, "SQ", a.Sq);
+    define_int(d, "SK", a.Sk);
+    define_int(d, "D", a.D);
+    define_int(d, "DV", a.DV);
+    /* Element strides of (batch, head, position) in each layout. */
+    const char *names[4] = {"QS", "KS", "VS", "OS"};
+    int64_t heads[4] = {a.H, a.KVH, a.KVH, a.H}, seq[4] = {a.Sq, a.Sk, a.Sk, a.Sq};
+    int64_t width[4] = {a.D, a.D, a.DV, a.DV};
+    for (int t = 0; t < 4; t++) {
+        int64_t sb = heads[t] * seq[t] * width[t];
+        int64_t sh = a.bshd ? width[t] : seq[t] * width[t];
+        int64_t ss = a.bshd ? heads[t] * width[t] : width[t];
+        define_int(d, format("%s_B", names[t]), sb);
+        define_int(d, format("%s_H", names[t]), sh);
+        define_int(d, format("%s_S", names[t]), ss);
+    }
+    double scale = attr_float(n, "scale", 1.0 / sqrt((double)a.D));
+    double cap = attr_float(n, "softcap", 0);
+    define_float(d, "SCALE", scale);
+    define_int(d, "SOFTCAP_ON", cap > 0);
+    define_float(d, "SOFTCAP", cap > 0 ? cap : 1.0);
+    define_int(d, "CAUSAL", attr_int(n, "causal", 0) != 0);
+    define_int(d, "WINDOW", attr_int(n, "window", 0));
+    dispatch_arg(d, n->outputs[0], true);
+    for (int i = 0; i < 3; i++)
+        dispatch_arg(d, n->inputs[i], false);
+    if (n->ninputs > 3) {
+        int64_t full[4] = {a.B, a.H, a.Sq, a.Sk};
+        Operand m = broadcast(n->inputs[3], 4, full);
+        define_int(d, "HAS_MASK", 1);
+        define_int(d, "MS_B", m.strides[0]);
+        define_int(d, "MS_H", m.strides[1]);
+        define_int(d, "MS_I", m.strides[2]);
+        define_int(d, "MS_J", m.strides[3]);
+        dispatch_arg(d, n->inputs[3], false);
+    } else {
+        define_int(d, "HAS_MASK", 0);
+        define_int(d, "MS_B", 0);
+        define_int(d, "MS_H", 0);
+        define_int(d, "MS_I", 0);
+        define_int(d, "MS_J", 0);
+        dispatch_arg(d, n->inputs[0], false); /* the unused mask slot */
+    }
+    d->groups[0] = groups_for(a.B * a.H * a.Sq, 1);
+}
+
+/* rope: for each rotated pair (x1, x2) at position s and frequency j,
+ *   y1 = x1 cos[s, j] - x2 sin[s, j],   y2 = x2 cos[s, j] + x1 sin[s, j];
+ * pairs are (j, j + R/2) (rotate-half) or (2j, 2j + 1) (interleaved). Two
+ * elementwise dispatches over the half-dimension, with strided operands,
+ * and a copy of the unrotated tail when n_rot < D. */
+static void lower_rope(Program *p, Node *n) {
+    Tensor *x = n->inputs[0], *out = n->outputs[0];
+    int rank = x->rank;
+    int64_t D = x->shape[rank - 1], R = attr_int(n, "n_rot", D), half = R / 2;
+    int axis = (int)attr_int(n, "seq_axis", -2);
+    if (axis < 0)
+        axis += rank;
+    bool inter = attr_int(n, "interleaved", 0) != 0;
+    int64_t shape[MAX_RANK];
+    memcpy(shape, x->shape, sizeof shape);
+    shape[rank - 1] = half;
+    Operand x1 = whole(x), x2, y1, y2, c = {n->inputs[1], {0}, 0};
+    x1.strides[rank - 1] = inter ? 2 : 1;
+    x2 = x1;
+    x2.base = inter ? 1 : half;
+    y1 = x1;
+    y1.t = out;
+    y2 = x2;
+    y2.t = out;
+    c.strides[axis] = half;
+    c.strides[rank - 1] = 1;
+    Operand s = c;
+    s.t = n->inputs[2];
+    Operand in[4] = {x1, x2, c, s};
+    eltwise_dispatch(p, n, rank, shape, y1, 4, in, "float", "a * c - b * d");
+    eltwise_dispatch(p, n, rank, shape, y2, 4, in, "float", "b * c + a * d");
+    if (R < D) {
+        Operand tail_in = whole(x), tail_out = whole(out);
+        tail_in.base = tail_out.base = R;
+        shape[rank - 1] = D - R;
+        copy(p, n, rank, shape, tail_out, tail_in);
+    }
+}
+
 typedef void (*LowerFn)(Program *p, Node *n);
 static const LowerFn lowerings[OP_COUNT] = {
 #define OP(id, name, mn, mx, attrs, shape, lower, expr) [OP_##id] = lower,

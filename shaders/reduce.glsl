@@ -28,4 +28,6 @@ KILN_REDUCE(kiln_reduce_prod, KILN_MUL)
 // Rows: row r of ROWS holds LEN elements, element j at
 //   (r / INNER) * LEN * INNER + (r % INNER) + j * INNER,
 // so a row runs along any one axis (INNER: the product of the axes after it).
+#if defined(LEN) && defined(INNER)
 uint kiln_row_base(uint r) { return (r / INNER) * (LEN * INNER) + (r % INNER); }
+#endif

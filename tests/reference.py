@@ -309,3 +309,59 @@ def pad(x, pads, mode="constant", value=0.0):
     if mode == "constant":
         return np.pad(x, widths, mode="constant", constant_values=value)
     return np.pad(x, widths, mode="reflect" if mode == "reflect" else "edge")
+
+
+def attention(q, k, v, mask=None, layout="bhsd", heads=None, kv_heads=None, scale=None,
+              softcap=0.0, causal=False, window=0):
+    q, k, v = f64(q), f64(k), f64(v)
+    if layout == "bshd":
+        b, sq, _ = q.shape
+        kvh = kv_heads or heads
+        q = q.reshape(b, sq, heads, -1).transpose(0, 2, 1, 3)
+        k = k.reshape(b, k.shape[1], kvh, -1).transpose(0, 2, 1, 3)
+        v = v.reshape(b, v.shape[1], kvh, -1).transpose(0, 2, 1, 3)
+    h, kvh = q.shape[1], k.shape[1]
+    k = np.repeat(k, h // kvh, axis=1)
+    v = np.repeat(v, h // kvh, axis=1)
+    sq, sk, d = q.shape[2], k.shape[2], q.shape[3]
+    s = q @ k.transpose(0, 1, 3, 2) * (1 / math.sqrt(d) if scale is None else scale)
+    if softcap:
+        s = softcap * np.tanh(s / softcap)
+    if mask is not None:
+        s = s + f64(mask)
+    i = np.arange(sq)[:, None] + (sk - sq)
+    j = np.arange(sk)[None, :]
+    visible = np.ones((sq, sk), bool)
+    if causal:
+        visible &= j <= i
+    if window:
+        visible &= j > i - window
+    s = np.where(visible, s, -np.inf)
+    m = s.max(axis=-1, keepdims=True)
+    e = np.where(np.isfinite(m), np.exp(s - np.where(np.isfinite(m), m, 0)), 0)
+    tot = e.sum(axis=-1, keepdims=True)
+    p = np.where(tot > 0, e / np.where(tot > 0, tot, 1), 0)
+    o = p @ v
+    if layout == "bshd":
+        o = o.transpose(0, 2, 1, 3).reshape(o.shape[0], sq, -1)
+    return o
+
+
+def rope(x, cos, sin, interleaved=False, n_rot=None, seq_axis=-2):
+    x = f64(x)
+    d = x.shape[-1]
+    r = n_rot or d
+    shape = [1] * x.ndim
+    shape[seq_axis % x.ndim] = cos.shape[0]
+    shape[-1] = r // 2
+    c, s = f64(cos).reshape(shape), f64(sin).reshape(shape)
+    y = x.copy()
+    if interleaved:
+        x1, x2 = x[..., 0:r:2], x[..., 1:r:2]
+        y[..., 0:r:2] = x1 * c - x2 * s
+        y[..., 1:r:2] = x2 * c + x1 * s
+    else:
+        x1, x2 = x[..., :r // 2], x[..., r // 2:r]
+        y[..., :r // 2] = x1 * c - x2 * s
+        y[..., r // 2:r] = x2 * c + x1 * s
+    return y
