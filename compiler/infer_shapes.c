@@ -413,7 +413,10 @@ int reduced_axes(Node *n, bool *reduced) {
     Tensor *x = n->inputs[0];
     int axes[MAX_RANK], k;
     memset(reduced, 0, sizeof(bool) * MAX_RANK);
-    if (n->op == OP_ARGMAX || n->op == OP_ARGMIN) {
+    if (n->op == OP_GLOBAL_AVG_POOL || n->op == OP_GLOBAL_MAX_POOL) {
+        for (k = 0; k + 2 < x->rank; k++)
+            axes[k] = k + 2;
+    } else if (n->op == OP_ARGMAX || n->op == OP_ARGMIN) {
         if (x->rank < 1)
             error_at(n->loc, "node '%s': %s of a scalar", n->name, op_info[n->op].name);
         axes[0] = norm_axis(n, "axis", attr_int(n, "axis", 0), x->rank);
@@ -1056,6 +1059,239 @@ static void shape_rope(Node *n) {
                      (long long)x->shape[axis], (long long)(R / 2));
     }
     set_output(n, x->dtype, x->rank, x->shape);
+}
+
+/* Reads an attribute of `n` spatial values (default dflt each). */
+static void spatial_attr(Node *n, const char *key, int nsp, int64_t dflt, int64_t *out) {
+    int k = attr_ints(n, key, out, 2 * MAX_RANK);
+    if (k < 0)
+        for (k = 0; k < nsp; k++)
+            out[k] = dflt;
+    if (k != nsp)
+        error_at(attr_loc(n, key), "node '%s': %s needs %d values, one per spatial axis",
+                 n->name, key, nsp);
+}
+
+/* Window geometry shared by convolutions and pools: the output size of each
+ * spatial axis and the padding at both ends, ONNX rules (auto_pad notset,
+ * same_upper, same_lower, valid; ceil_mode for pools). */
+void window_geometry(Node *n, const int64_t *in, const int64_t *k, int nsp, Window *w) {
+    bool transposed = n->op == OP_CONV_TRANSPOSE;
+    w->nsp = nsp;
+    spatial_attr(n, "strides", nsp, 1, w->stride);
+    if (op_attr_default(n->op, "dilations"))
+        spatial_attr(n, "dilations", nsp, 1, w->dil);
+    else
+        for (int i = 0; i < nsp; i++)
+            w->dil[i] = 1;
+    int64_t pads[2 * MAX_RANK];
+    int np = attr_ints(n, "pads", pads, 2 * MAX_RANK);
+    if (np < 0)
+        for (np = 0; np < 2 * nsp; np++)
+            pads[np] = 0;
+    if (np != 2 * nsp)
+        error_at(attr_loc(n, "pads"), "node '%s': pads needs %d values (the beginnings, then "
+                 "the ends)", n->name, 2 * nsp);
+    Attr *ap = node_attr(n, "auto_pad");
+    int mode = 0; /* notset */
+    if (ap) {
+        static const char *const names[][2] = {{"notset", "NOTSET"}, {"same_upper", "SAME_UPPER"},
+                                               {"same_lower", "SAME_LOWER"}, {"valid", "VALID"}};
+        mode = -1;
+        for (int i = 0; i < 4; i++)
+            if (!ap->is_list && (strcmp(ap->scalar, names[i][0]) == 0 ||
+                                 strcmp(ap->scalar, names[i][1]) == 0))
+                mode = i;
+        if (mode < 0)
+            error_at(ap->loc, "node '%s': auto_pad must be notset, same_upper, same_lower "
+                     "or valid", n->name);
+    }
+    int64_t outpad[MAX_RANK] = {0};
+    if (transposed)
+        spatial_attr(n, "output_padding", nsp, 0, outpad);
+    bool ceil_mode = op_attr_default(n->op, "ceil_mode") && attr_int(n, "ceil_mode", 0);
+    for (int i = 0; i < nsp; i++) {
+        if (w->stride[i] < 1 || w->dil[i] < 1)
+            error_at(n->loc, "node '%s': strides and dilations must be positive", n->name);
+        if (pads[i] < 0 || pads[i + nsp] < 0)
+            error_at(attr_loc(n, "pads"), "node '%s': negative pads", n->name);
+        int64_t span = (k[i] - 1) * w->dil[i] + 1;
+        w->pad_begin[i] = pads[i];
+        w->pad_end[i] = pads[i + nsp];
+        if (mode == 3) {
+            w->pad_begin[i] = w->pad_end[i] = 0;
+        } else if (mode == 1 || mode == 2) {
+            int64_t out = transposed ? in[i] * w->stride[i]
+                                     : (in[i] + w->stride[i] - 1) / w->stride[i];
+            int64_t total = transposed ? (in[i] - 1) * w->stride[i] + outpad[i] + span - out
+                                       : (out - 1) * w->stride[i] + span - in[i];
+            if (total < 0)
+                total = 0;
+            int64_t small = total / 2;
+            w->pad_begin[i] = mode == 1 ? small : total - small;
+            w->pad_end[i] = total - w->pad_begin[i];
+        }
+        if (transposed) {
+            w->out[i] = w->stride[i] * (in[i] - 1) + outpad[i] + span - w->pad_begin[i] -
+                        w->pad_end[i];
+        } else {
+            int64_t room = in[i] + w->pad_begin[i] + w->pad_end[i] - span;
+            if (room < 0)
+                error_at(n->loc, "node '%s': the window (%lld) is larger than the padded "
+                         "input (%lld) on spatial axis %d", n->name, (long long)span,
+                         (long long)(in[i] + w->pad_begin[i] + w->pad_end[i]), i);
+            w->out[i] = (ceil_mode ? (room + w->stride[i] - 1) / w->stride[i]
+                                   : room / w->stride[i]) + 1;
+            /* The last window must start inside the input or its left padding. */
+            if (ceil_mode && (w->out[i] - 1) * w->stride[i] >= in[i] + w->pad_begin[i])
+                w->out[i]--;
+        }
+        if (w->out[i] < 1)
+            error_at(n->loc, "node '%s': spatial axis %d would have size %lld", n->name, i,
+                     (long long)w->out[i]);
+    }
+}
+
+/* conv(x, w, [bias]): x [N, C, *spatial] (1 to 3 spatial axes), w [OC, C/group,
+ * *kernel]; conv_transpose: w [C, OC/group, *kernel]. */
+static void shape_conv(Node *n) {
+    Tensor *x = n->inputs[0], *w = n->inputs[1];
+    bool tr = n->op == OP_CONV_TRANSPOSE;
+    require_f32(n);
+    int nsp = x->rank - 2;
+    if (nsp < 1 || nsp > 3)
+        error_at(n->loc, "node '%s': %s needs [N, C, D1 (, D2 (, D3))], got %s", n->name,
+                 op_info[n->op].name, shape_str(x->rank, x->shape));
+    if (w->rank != x->rank)
+        error_at(n->input_locs[1], "node '%s': weights %s must have the input's rank %d",
+                 n->name, shape_str(w->rank, w->shape), x->rank);
+    int64_t g = attr_int(n, "group", 1);
+    if (g < 1 || x->shape[1] % g || (!tr && w->shape[0] % g))
+        error_at(node_attr(n, "group") ? attr_loc(n, "group") : n->loc,
+                 "node '%s': group %lld must divide the channels", n->name, (long long)g);
+    int64_t oc = tr ? w->shape[1] * g : w->shape[0];
+    if ((tr ? w->shape[0] : w->shape[1] * g) != x->shape[1])
+        error_at(n->input_locs[1], "node '%s': weights %s do not match %lld input channels "
+                 "in %lld groups", n->name, shape_str(w->rank, w->shape),
+                 (long long)x->shape[1], (long long)g);
+    if (n->ninputs > 2) {
+        Tensor *b = n->inputs[2];
+        if (b->rank != 1 || b->shape[0] != oc)
+            error_at(n->input_locs[2], "node '%s': bias %s must be [%lld]", n->name,
+                     shape_str(b->rank, b->shape), (long long)oc);
+    }
+    Attr *act = node_attr(n, "activation");
+    if (act && !(strcmp(act->scalar ? act->scalar : "", "none") == 0 ||
+                 strcmp(act->scalar ? act->scalar : "", "relu") == 0 ||
+                 strcmp(act->scalar ? act->scalar : "", "silu") == 0))
+        error_at(act->loc, "node '%s': conv activation must be none, relu or silu", n->name);
+    Window win;
+    window_geometry(n, x->shape + 2, w->shape + 2, nsp, &win);
+    int64_t shape[MAX_RANK] = {x->shape[0], oc};
+    for (int i = 0; i < nsp; i++)
+        shape[2 + i] = win.out[i];
+    set_output(n, x->dtype, x->rank, shape);
+}
+
+static void shape_pool(Node *n) {
+    Tensor *x = n->inputs[0];
+    require_f32(n);
+    int nsp = x->rank - 2;
+    if (nsp < 1 || nsp > 3)
+        error_at(n->loc, "node '%s': %s needs [N, C, D1 (, D2 (, D3))], got %s", n->name,
+                 op_info[n->op].name, shape_str(x->rank, x->shape));
+    int64_t k[MAX_RANK];
+    if (attr_ints(n, "kernel", k, MAX_RANK) != nsp)
+        error_at(node_attr(n, "kernel") ? attr_loc(n, "kernel") : n->loc,
+                 "node '%s': kernel needs %d sizes", n->name, nsp);
+    for (int i = 0; i < nsp; i++)
+        if (k[i] < 1)
+            error_at(attr_loc(n, "kernel"), "node '%s': kernel sizes must be positive",
+                     n->name);
+    Window win;
+    window_geometry(n, x->shape + 2, k, nsp, &win);
+    for (int i = 0; i < nsp; i++)
+        if (win.pad_begin[i] >= k[i] || win.pad_end[i] >= k[i])
+            error_at(n->loc, "node '%s': padding must be smaller than the kernel", n->name);
+    int64_t shape[MAX_RANK] = {x->shape[0], x->shape[1]};
+    for (int i = 0; i < nsp; i++)
+        shape[2 + i] = win.out[i];
+    set_output(n, x->dtype, x->rank, shape);
+}
+
+static void shape_global_pool(Node *n) {
+    Tensor *x = n->inputs[0];
+    require_f32(n);
+    if (x->rank < 3)
+        error_at(n->loc, "node '%s': %s needs [N, C, D1, ...], got %s", n->name,
+                 op_info[n->op].name, shape_str(x->rank, x->shape));
+    int64_t shape[MAX_RANK];
+    for (int i = 0; i < x->rank; i++)
+        shape[i] = i < 2 ? x->shape[i] : 1;
+    set_output(n, x->dtype, x->rank, shape);
+}
+
+/* resize: scales (floats) or sizes (ints), one per axis. */
+void resize_geometry(Node *n, double *scales, int64_t *out) {
+    Tensor *x = n->inputs[0];
+    Attr *sc = node_attr(n, "scales"), *sz = node_attr(n, "sizes");
+    if (!!sc == !!sz)
+        error_at(n->loc, "node '%s': resize needs scales or sizes (one of them)", n->name);
+    if (sz) {
+        if (attr_ints(n, "sizes", out, MAX_RANK) != x->rank)
+            error_at(sz->loc, "node '%s': sizes needs %d values", n->name, x->rank);
+        for (int i = 0; i < x->rank; i++) {
+            if (out[i] < 1 || x->shape[i] < 1)
+                error_at(sz->loc, "node '%s': sizes must be positive", n->name);
+            scales[i] = (double)out[i] / (double)x->shape[i];
+        }
+    } else {
+        if (!sc->is_list || sc->nitems != x->rank)
+            error_at(sc->loc, "node '%s': scales needs %d values", n->name, x->rank);
+        for (int i = 0; i < x->rank; i++) {
+            char *end;
+            scales[i] = strtod(sc->items[i], &end);
+            if (*end || !(scales[i] > 0) || !isfinite(scales[i]))
+                error_at(sc->item_locs[i], "node '%s': scales must be positive numbers",
+                         n->name);
+            out[i] = (int64_t)floor((double)x->shape[i] * scales[i]);
+            if (out[i] < 1)
+                error_at(sc->item_locs[i], "node '%s': axis %d would have size %lld",
+                         n->name, i, (long long)out[i]);
+        }
+    }
+}
+
+int attr_choice(Node *n, const char *key, const char *const *names, int count) {
+    Attr *a = node_attr(n, key);
+    const char *v = a && !a->is_list ? a->scalar : op_attr_default(n->op, key);
+    for (int i = 0; i < count; i++)
+        if (strcmp(v, names[i]) == 0)
+            return i;
+    Str list = {0};
+    for (int i = 0; i < count; i++)
+        str_addf(&list, "%s%s", i ? ", " : "", names[i]);
+    error_at(a ? a->loc : n->loc, "node '%s': %s must be one of %s", n->name, key, list.buf);
+}
+
+const char *const resize_modes[] = {"nearest", "linear"};
+const char *const resize_coords[] = {"half_pixel", "asymmetric", "align_corners",
+                                     "pytorch_half_pixel"};
+const char *const resize_nearest[] = {"round_prefer_floor", "round_prefer_ceil", "floor",
+                                      "ceil"};
+
+static void shape_resize(Node *n) {
+    Tensor *x = n->inputs[0];
+    require_f32(n);
+    if (x->rank < 1)
+        error_at(n->loc, "node '%s': resize of a scalar", n->name);
+    double scales[MAX_RANK];
+    int64_t out[MAX_RANK];
+    resize_geometry(n, scales, out);
+    attr_choice(n, "mode", resize_modes, 2);
+    attr_choice(n, "coordinate_transformation_mode", resize_coords, 4);
+    attr_choice(n, "nearest_mode", resize_nearest, 4);
+    set_output(n, x->dtype, x->rank, out);
 }
 
 typedef void (*ShapeFn)(Node *n);

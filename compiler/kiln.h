@@ -223,6 +223,17 @@ typedef struct AttentionDims {
     int64_t B, H, KVH, Sq, Sk, D, DV;
 } AttentionDims;
 void attention_dims(Node *n, AttentionDims *a);
+/* Convolution and pooling windows per spatial axis. */
+typedef struct Window {
+    int nsp;
+    int64_t stride[MAX_RANK], dil[MAX_RANK], pad_begin[MAX_RANK], pad_end[MAX_RANK],
+        out[MAX_RANK];
+} Window;
+void window_geometry(Node *n, const int64_t *in, const int64_t *k, int nsp, Window *w);
+void resize_geometry(Node *n, double *scales, int64_t *out);
+/* The index of a string attribute's value (or its default) in names. */
+int attr_choice(Node *n, const char *key, const char *const *names, int count);
+extern const char *const resize_modes[], *const resize_coords[], *const resize_nearest[];
 /* scatter: 0 none, 1 add, 2 mul, 3 max, 4 min. */
 int scatter_reduction(Node *n);
 /* pad: 0 constant, 1 reflect, 2 edge. */

@@ -798,7 +798,8 @@ static const char *const reduce_kinds[] = {
     [OP_REDUCE_MIN] = "K_MIN", [OP_REDUCE_PROD] = "K_PROD", [OP_REDUCE_L1] = "K_L1",
     [OP_REDUCE_L2] = "K_L2", [OP_REDUCE_SUM_SQUARE] = "K_SUM_SQUARE",
     [OP_REDUCE_LOG_SUM_EXP] = "K_LOG_SUM_EXP", [OP_ARGMAX] = "K_ARGMAX",
-    [OP_ARGMIN] = "K_ARGMIN"};
+    [OP_ARGMIN] = "K_ARGMIN", [OP_GLOBAL_AVG_POOL] = "K_MEAN",
+    [OP_GLOBAL_MAX_POOL] = "K_MAX"};
 
 static void lower_reduce(Program *p, Node *n) {
     Tensor *x = n->inputs[0], *out = n->outputs[0];
@@ -1081,6 +1082,109 @@ static void lower_rope(Program *p, Node *n) {
         shape[rank - 1] = D - R;
         copy(p, n, rank, shape, tail_out, tail_in);
     }
+}
+
+/* ---- convolution, pooling, resize ---- */
+
+/* Spatial lists padded to 3 axes (1 for sizes, 0 for pads, ...). */
+static void define_spatial(Dispatch *d, const char *name, int nsp, const int64_t *v,
+                           int64_t fill) {
+    int64_t pad3[3] = {fill, fill, fill};
+    for (int i = 0; i < nsp; i++)
+        pad3[3 - nsp + i] = v[i];
+    Str s = {0};
+    for (int i = 0; i < 3; i++)
+        str_addf(&s, "%s%lld", i ? ", " : "", (long long)pad3[i]);
+    define_str(d, name, s.buf);
+}
+
+static void lower_conv(Program *p, Node *n) {
+    Tensor *x = n->inputs[0], *w = n->inputs[1], *y = n->outputs[0];
+    int64_t count = tensor_count(y);
+    if (count == 0)
+        return;
+    int nsp = x->rank - 2;
+    Window win;
+    window_geometry(n, x->shape + 2, w->shape + 2, nsp, &win);
+    Dispatch *d = new_dispatch(p, n, "conv");
+    d->local_size = 64;
+    define_int(d, "WG", d->local_size);
+    define_int(d, "N", x->shape[0]);
+    define_int(d, "C", x->shape[1]);
+    define_int(d, "OC", y->shape[1]);
+    define_int(d, "G", attr_int(n, "group", 1));
+    define_int(d, "TRANSPOSED", n->op == OP_CONV_TRANSPOSE);
+    define_spatial(d, "IN_SP", nsp, x->shape + 2, 1);
+    define_spatial(d, "OUT_SP", nsp, y->shape + 2, 1);
+    define_spatial(d, "K_SP", nsp, w->shape + 2, 1);
+    define_spatial(d, "STRIDE", nsp, win.stride, 1);
+    define_spatial(d, "PAD", nsp, win.pad_begin, 0);
+    define_spatial(d, "DIL", nsp, win.dil, 1);
+    define_int(d, "HAS_BIAS", n->ninputs > 2);
+    Attr *act = node_attr(n, "activation");
+    define_str(d, "ACT(x)", activation_expr(act ? act->scalar : "none"));
+    dispatch_arg(d, y, true);
+    dispatch_arg(d, x, false);
+    dispatch_arg(d, w, false);
+    dispatch_arg(d, n->ninputs > 2 ? n->inputs[2] : x, false);
+    d->groups[0] = groups_for(count, d->local_size);
+}
+
+static void lower_pool(Program *p, Node *n) {
+    Tensor *x = n->inputs[0], *y = n->outputs[0];
+    int64_t count = tensor_count(y);
+    if (count == 0)
+        return;
+    int nsp = x->rank - 2;
+    int64_t k[MAX_RANK];
+    attr_ints(n, "kernel", k, MAX_RANK);
+    Window win;
+    window_geometry(n, x->shape + 2, k, nsp, &win);
+    Dispatch *d = new_dispatch(p, n, "pool");
+    d->local_size = 64;
+    define_int(d, "WG", d->local_size);
+    define_int(d, "NC", x->shape[0] * x->shape[1]);
+    define_spatial(d, "IN_SP", nsp, x->shape + 2, 1);
+    define_spatial(d, "OUT_SP", nsp, y->shape + 2, 1);
+    define_spatial(d, "K_SP", nsp, k, 1);
+    define_spatial(d, "STRIDE", nsp, win.stride, 1);
+    define_spatial(d, "PAD", nsp, win.pad_begin, 0);
+    define_spatial(d, "PAD_END", nsp, win.pad_end, 0);
+    define_spatial(d, "DIL", nsp, win.dil, 1);
+    define_int(d, "MAX", n->op == OP_MAX_POOL);
+    define_int(d, "INCLUDE_PAD", n->op == OP_AVG_POOL && attr_int(n, "count_include_pad", 0));
+    dispatch_arg(d, y, true);
+    dispatch_arg(d, x, false);
+    d->groups[0] = groups_for(count, d->local_size);
+}
+
+static void lower_resize(Program *p, Node *n) {
+    Tensor *x = n->inputs[0], *y = n->outputs[0];
+    int64_t count = tensor_count(y);
+    if (count == 0 || tensor_count(x) == 0)
+        return;
+    double scales[MAX_RANK];
+    int64_t out[MAX_RANK];
+    resize_geometry(n, scales, out);
+    Dispatch *d = new_dispatch(p, n, "resize");
+    d->local_size = 256;
+    define_int(d, "WG", d->local_size);
+    define_int(d, "COUNT", count);
+    define_int(d, "RANK", x->rank);
+    define_list(d, "XSHAPE", x->rank, x->shape);
+    define_list(d, "YSHAPE", y->rank, y->shape);
+    Str sc = {0};
+    for (int i = 0; i < x->rank; i++) {
+        char *f = format("%.9g", (double)(float)scales[i]);
+        str_addf(&sc, "%s%s%s", i ? ", " : "", f, strpbrk(f, ".eE") ? "" : ".0");
+    }
+    define_str(d, "SCALE", sc.buf);
+    define_int(d, "LINEAR", attr_choice(n, "mode", resize_modes, 2));
+    define_int(d, "COORD", attr_choice(n, "coordinate_transformation_mode", resize_coords, 4));
+    define_int(d, "NEAREST", attr_choice(n, "nearest_mode", resize_nearest, 4));
+    dispatch_arg(d, y, true);
+    dispatch_arg(d, x, false);
+    d->groups[0] = groups_for(count, d->local_size);
 }
 
 typedef void (*LowerFn)(Program *p, Node *n);

@@ -365,3 +365,126 @@ def rope(x, cos, sin, interleaved=False, n_rot=None, seq_axis=-2):
         y[..., :r // 2] = x1 * c - x2 * s
         y[..., r // 2:r] = x2 * c + x1 * s
     return y
+
+
+def _out_size(n, k, s, d, pb, pe, ceil_mode=False):
+    room = n + pb + pe - ((k - 1) * d + 1)
+    out = (-(-room // s) if ceil_mode else room // s) + 1
+    if ceil_mode and (out - 1) * s >= n + pb:
+        out -= 1
+    return out
+
+
+def conv(x, w, b=None, strides=None, pads=None, dilations=None, group=1):
+    """Direct N-D convolution from the definition (cross-correlation)."""
+    x, w = f64(x), f64(w)
+    nsp = x.ndim - 2
+    strides = strides or [1] * nsp
+    dil = dilations or [1] * nsp
+    pads = pads or [0] * (2 * nsp)
+    xp = np.pad(x, [(0, 0), (0, 0)] + [(pads[i], pads[i + nsp]) for i in range(nsp)])
+    n, c = x.shape[:2]
+    oc, cg = w.shape[:2]
+    ks = w.shape[2:]
+    outs = [_out_size(x.shape[2 + i], ks[i], strides[i], dil[i], pads[i], pads[i + nsp])
+            for i in range(nsp)]
+    y = np.zeros([n, oc] + outs)
+    ocg = oc // group
+    for kpos in np.ndindex(*ks):
+        sl = tuple(slice(kpos[i] * dil[i], kpos[i] * dil[i] + (outs[i] - 1) * strides[i] + 1,
+                         strides[i]) for i in range(nsp))
+        patch = xp[(slice(None), slice(None)) + sl]  # [n, c, *outs]
+        for g in range(group):
+            wk = w[(slice(g * ocg, (g + 1) * ocg), slice(None)) + kpos]  # [ocg, cg]
+            y[:, g * ocg:(g + 1) * ocg] += np.einsum(
+                "oc,nc...->no...", wk, patch[:, g * cg:(g + 1) * cg])
+    if b is not None:
+        y += f64(b).reshape([1, -1] + [1] * nsp)
+    return y
+
+
+def conv_transpose(x, w, b=None, strides=None, pads=None, dilations=None, group=1,
+                   output_padding=None):
+    x, w = f64(x), f64(w)
+    nsp = x.ndim - 2
+    strides = strides or [1] * nsp
+    dil = dilations or [1] * nsp
+    pads = pads or [0] * (2 * nsp)
+    op = output_padding or [0] * nsp
+    n, c = x.shape[:2]
+    ocg = w.shape[1]
+    ks = w.shape[2:]
+    full = [(x.shape[2 + i] - 1) * strides[i] + (ks[i] - 1) * dil[i] + 1 + op[i]
+            for i in range(nsp)]
+    y = np.zeros([n, ocg * group] + full)
+    cg = c // group
+    for pos in np.ndindex(*x.shape[2:]):
+        for kpos in np.ndindex(*ks):
+            tgt = tuple(pos[i] * strides[i] + kpos[i] * dil[i] for i in range(nsp))
+            for g in range(group):
+                xv = x[(slice(None), slice(g * cg, (g + 1) * cg)) + pos]  # [n, cg]
+                wk = w[(slice(g * cg, (g + 1) * cg), slice(None)) + kpos]  # [cg, ocg]
+                y[(slice(None), slice(g * ocg, (g + 1) * ocg)) + tgt] += xv @ wk
+    crop = tuple(slice(pads[i], full[i] - pads[i + nsp]) for i in range(nsp))
+    y = y[(slice(None), slice(None)) + crop]
+    if b is not None:
+        y += f64(b).reshape([1, -1] + [1] * nsp)
+    return y
+
+
+def pool(x, kernel, kind, strides=None, pads=None, dilations=None, ceil_mode=False,
+         count_include_pad=False):
+    x = f64(x)
+    nsp = x.ndim - 2
+    strides = strides or [1] * nsp
+    dil = dilations or [1] * nsp
+    pads = pads or [0] * (2 * nsp)
+    outs = [_out_size(x.shape[2 + i], kernel[i], strides[i], dil[i], pads[i], pads[i + nsp],
+                      ceil_mode) for i in range(nsp)]
+    y = np.zeros(list(x.shape[:2]) + outs)
+    for opos in np.ndindex(*outs):
+        vals, count = [], 0
+        for kpos in np.ndindex(*kernel):
+            idx = [opos[i] * strides[i] - pads[i] + kpos[i] * dil[i] for i in range(nsp)]
+            inside = all(0 <= idx[i] < x.shape[2 + i] for i in range(nsp))
+            padded = all(-pads[i] <= idx[i] < x.shape[2 + i] + pads[i + nsp]
+                         for i in range(nsp))
+            if inside:
+                vals.append(x[(slice(None), slice(None)) + tuple(idx)])
+            count += padded if count_include_pad else inside
+        st = np.stack(vals)
+        y[(slice(None), slice(None)) + opos] = st.max(0) if kind == "max" else st.sum(0) / count
+    return y
+
+
+def resize(x, out_shape, mode="nearest", coord="half_pixel", nearest="round_prefer_floor",
+           scales=None):
+    y = f64(x)
+    for d, out in enumerate(out_shape):
+        n = y.shape[d]
+        sc = scales[d] if scales else out / n
+        c = np.arange(out, dtype=np.float64)
+        if coord == "half_pixel":
+            s = (c + 0.5) / sc - 0.5
+        elif coord == "asymmetric":
+            s = c / sc
+        elif coord == "align_corners":
+            s = c * (n - 1) / (out - 1) if out > 1 else np.zeros(out)
+        else:
+            s = (c + 0.5) / sc - 0.5 if out > 1 else np.zeros(out)
+        if mode == "nearest":
+            frac_half = (s - np.floor(s)) == 0.5
+            r = {"round_prefer_floor": np.where(frac_half, np.floor(s), np.round(s)),
+                 "round_prefer_ceil": np.where(frac_half, np.ceil(s), np.round(s)),
+                 "floor": np.floor(s), "ceil": np.ceil(s)}[nearest]
+            y = np.take(y, np.clip(r, 0, n - 1).astype(int), axis=d)
+        else:
+            f = np.floor(s)
+            w = s - f
+            lo = np.clip(f, 0, n - 1).astype(int)
+            hi = np.clip(f + 1, 0, n - 1).astype(int)
+            shape = [1] * y.ndim
+            shape[d] = out
+            w = w.reshape(shape)
+            y = np.take(y, lo, axis=d) * (1 - w) + np.take(y, hi, axis=d) * w
+    return y

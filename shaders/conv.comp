@@ -1,0 +1,82 @@
+#version 460
+// conv.comp: N-dimensional convolution (1 to 3 spatial dimensions) and its
+// transpose, NC(D)HW layout, one invocation per output element.
+//
+// Spatial shapes are padded to 3 dimensions (size 1 where unused): IN_SP,
+// OUT_SP, K_SP, STRIDE, PAD (at the beginning), DIL. N, C (input channels),
+// OC, G (groups). Weights: [OC, C/G, k...] for a convolution; [C, OC/G, k...]
+// for a transpose (TRANSPOSED 1), where output position o takes input
+// position i with o = i * stride - pad + k * dil. HAS_BIAS adds bias[oc];
+// ACT(x) is an activation expression.
+#include "common.glsl"
+
+layout(local_size_x = WG) in;
+
+layout(push_constant) uniform Args {
+    F32 y;
+    F32R x;
+    F32R w;
+    F32R bias;
+} args;
+
+#ifndef ACT
+#define ACT(x) (x)
+#endif
+
+const uint IN_[3] = uint[3](IN_SP);
+const uint OUT_[3] = uint[3](OUT_SP);
+const uint K_[3] = uint[3](K_SP);
+const int STRIDE_[3] = int[3](STRIDE);
+const int PAD_[3] = int[3](PAD);
+const int DIL_[3] = int[3](DIL);
+const uint IN_VOL = IN_[0] * IN_[1] * IN_[2];
+const uint OUT_VOL = OUT_[0] * OUT_[1] * OUT_[2];
+const uint K_VOL = K_[0] * K_[1] * K_[2];
+const uint COUNT = N * OC * OUT_VOL;
+const uint CG = C / G, OCG = OC / G;
+
+void main() {
+    const uint step = gl_NumWorkGroups.x * WG;
+    for (uint o = gl_GlobalInvocationID.x; o < COUNT;) {
+        const uint sp = o % OUT_VOL, oc = (o / OUT_VOL) % OC, n = o / (OUT_VOL * OC);
+        const int op[3] = int[3](int(sp / (OUT_[1] * OUT_[2])), int((sp / OUT_[2]) % OUT_[1]),
+                                 int(sp % OUT_[2]));
+        const uint g = oc / OCG;
+        float acc = 0.0;
+        for (uint ci = 0; ci < CG; ++ci) {
+            const uint c = g * CG + ci;
+            const uint xbase = (n * C + c) * IN_VOL;
+#if TRANSPOSED
+            const uint wbase = (c * OCG + (oc - g * OCG)) * K_VOL;
+#else
+            const uint wbase = (oc * CG + ci) * K_VOL;
+#endif
+            for (uint kk = 0; kk < K_VOL; ++kk) {
+                const int kp[3] = int[3](int(kk / (K_[1] * K_[2])), int((kk / K_[2]) % K_[1]),
+                                         int(kk % K_[2]));
+                bool ok = true;
+                uint xi = 0;
+                for (int d = 0; d < 3; ++d) {
+#if TRANSPOSED
+                    int t = op[d] + PAD_[d] - kp[d] * DIL_[d];
+                    int i = t / STRIDE_[d];
+                    ok = ok && t >= 0 && t % STRIDE_[d] == 0 && i < int(IN_[d]);
+#else
+                    int i = op[d] * STRIDE_[d] - PAD_[d] + kp[d] * DIL_[d];
+                    ok = ok && i >= 0 && i < int(IN_[d]);
+#endif
+                    xi = xi * IN_[d] + uint(max(i, 0));
+                }
+                if (ok)
+                    acc += args.x.v[xbase + xi] * args.w.v[wbase + kk];
+            }
+        }
+#if HAS_BIAS
+        acc += args.bias.v[oc];
+#endif
+        args.y.v[o] = ACT(acc);
+        if (COUNT - o <= step)
+            break;
+        o += step;
+    }
+}

@@ -1,0 +1,75 @@
+#version 460
+// pool.comp: max and average pooling over 1 to 3 spatial dimensions, one
+// invocation per output element. Shapes as in conv.comp (IN_SP, OUT_SP,
+// K_SP, STRIDE, PAD, DIL, padded to 3 dimensions), NC = N * C planes.
+// MAX 1: the largest element in the window (padding never wins). MAX 0: the
+// mean; INCLUDE_PAD 1 counts window positions inside the padded input
+// (begin PAD, end PAD_END), 0 only those inside the input.
+#include "common.glsl"
+
+layout(local_size_x = WG) in;
+
+layout(push_constant) uniform Args {
+    F32 y;
+    F32R x;
+} args;
+
+const uint IN_[3] = uint[3](IN_SP);
+const uint OUT_[3] = uint[3](OUT_SP);
+const uint K_[3] = uint[3](K_SP);
+const int STRIDE_[3] = int[3](STRIDE);
+const int PAD_[3] = int[3](PAD);
+const int PAD_END_[3] = int[3](PAD_END);
+const int DIL_[3] = int[3](DIL);
+const uint IN_VOL = IN_[0] * IN_[1] * IN_[2];
+const uint OUT_VOL = OUT_[0] * OUT_[1] * OUT_[2];
+const uint K_VOL = K_[0] * K_[1] * K_[2];
+const uint COUNT = NC * OUT_VOL;
+
+void main() {
+    const uint step = gl_NumWorkGroups.x * WG;
+    for (uint o = gl_GlobalInvocationID.x; o < COUNT;) {
+        const uint sp = o % OUT_VOL, plane = o / OUT_VOL;
+        const int op[3] = int[3](int(sp / (OUT_[1] * OUT_[2])), int((sp / OUT_[2]) % OUT_[1]),
+                                 int(sp % OUT_[2]));
+#if MAX
+        float acc = -1.0 / 0.0;
+#else
+        float acc = 0.0;
+#endif
+        uint count = 0;
+        for (uint kk = 0; kk < K_VOL; ++kk) {
+            const int kp[3] = int[3](int(kk / (K_[1] * K_[2])), int((kk / K_[2]) % K_[1]),
+                                     int(kk % K_[2]));
+            bool inside = true, padded = true;
+            uint xi = 0;
+            for (int d = 0; d < 3; ++d) {
+                int i = op[d] * STRIDE_[d] - PAD_[d] + kp[d] * DIL_[d];
+                inside = inside && i >= 0 && i < int(IN_[d]);
+                padded = padded && i >= -PAD_[d] && i < int(IN_[d]) + PAD_END_[d];
+                xi = xi * IN_[d] + uint(max(i, 0));
+            }
+            if (inside) {
+                float v = args.x.v[plane * IN_VOL + xi];
+#if MAX
+                acc = max(acc, v);
+#else
+                acc += v;
+#endif
+            }
+#if INCLUDE_PAD
+            count += padded ? 1u : 0u;
+#else
+            count += inside ? 1u : 0u;
+#endif
+        }
+#if MAX
+        args.y.v[o] = acc;
+#else
+        args.y.v[o] = count > 0 ? acc / float(count) : 0.0;
+#endif
+        if (COUNT - o <= step)
+            break;
+        o += step;
+    }
+}
