@@ -1294,6 +1294,77 @@ static void shape_resize(Node *n) {
     set_output(n, x->dtype, x->rank, out);
 }
 
+/* topk(x) -> values, indices (i64): k along axis. */
+static void shape_topk(Node *n) {
+    Tensor *x = n->inputs[0];
+    require_f32(n);
+    if (n->noutputs != 2)
+        error_at(n->loc, "node '%s': topk has two outputs (values, indices); list them "
+                 "with outputs: [v, i]", n->name);
+    if (x->rank < 1)
+        error_at(n->loc, "node '%s': topk of a scalar", n->name);
+    int axis = norm_axis(n, "axis", attr_int(n, "axis", -1), x->rank);
+    int64_t k = attr_int(n, "k", -1);
+    if (k < 0 || k > x->shape[axis])
+        error_at(node_attr(n, "k") ? attr_loc(n, "k") : n->loc, "node '%s': k must be "
+                 "from 0 to the axis size %lld", n->name, (long long)x->shape[axis]);
+    for (int i = 0; i < 2; i++) {
+        Tensor *t = n->outputs[i];
+        t->dtype = i ? KILN_DTYPE_I64 : x->dtype;
+        t->rank = x->rank;
+        memcpy(t->shape, x->shape, sizeof t->shape);
+        t->shape[axis] = k;
+    }
+}
+
+/* sample(logits [..., V], seed) -> i64 [...]. */
+static void shape_sample(Node *n) {
+    Tensor *x = n->inputs[0], *seed = n->inputs[1];
+    require(n, 0, x->dtype == KILN_DTYPE_F32, "f32");
+    require(n, 1, is_index(seed->dtype), "an i32 or i64 seed:");
+    if (tensor_count(seed) != 1)
+        error_at(n->input_locs[1], "node '%s': the seed '%s' must hold one element, not %s",
+                 n->name, seed->name, shape_str(seed->rank, seed->shape));
+    if (x->rank < 1 || x->shape[x->rank - 1] < 1)
+        error_at(n->loc, "node '%s': sample needs logits [..., V] with V > 0", n->name);
+    if (attr_int(n, "top_k", 0) < 0)
+        error_at(attr_loc(n, "top_k"), "node '%s': top_k must not be negative", n->name);
+    double p = attr_float(n, "top_p", 1), t = attr_float(n, "temperature", 1);
+    if (!(p > 0 && p <= 1))
+        error_at(attr_loc(n, "top_p"), "node '%s': top_p must be in (0, 1]", n->name);
+    if (t < 0)
+        error_at(attr_loc(n, "temperature"), "node '%s': temperature must not be negative",
+                 n->name);
+    set_output(n, KILN_DTYPE_I64, x->rank - 1, x->shape);
+}
+
+/* selective_scan(u, delta, A, B, C, [D, [z]]): u, delta, z [batch, L, dim];
+ * A [dim, N]; B, C [batch, L, N]; D [dim]; N at most 256. */
+static void shape_selective_scan(Node *n) {
+    require_f32(n);
+    Tensor *u = n->inputs[0];
+    if (u->rank != 3)
+        error_at(n->input_locs[0], "node '%s': u must be [batch, L, dim], not %s", n->name,
+                 shape_str(u->rank, u->shape));
+    int64_t bt = u->shape[0], L = u->shape[1], dim = u->shape[2];
+    int64_t N = n->inputs[2]->rank == 2 ? n->inputs[2]->shape[1] : -1;
+    int64_t want[7][3] = {{bt, L, dim}, {bt, L, dim}, {dim, N, 0}, {bt, L, N},
+                          {bt, L, N},   {dim, 0, 0},  {bt, L, dim}};
+    int ranks[7] = {3, 3, 2, 3, 3, 1, 3};
+    static const char *const names[7] = {"u", "delta", "A", "B", "C", "D", "z"};
+    for (int i = 0; i < n->ninputs; i++) {
+        Tensor *t = n->inputs[i];
+        if (t->rank != ranks[i] || memcmp(t->shape, want[i], sizeof(int64_t) * (size_t)ranks[i]))
+            error_at(n->input_locs[i], "node '%s': %s '%s' is %s; it must be %s", n->name,
+                     names[i], t->name, shape_str(t->rank, t->shape),
+                     shape_str(ranks[i], want[i]));
+    }
+    if (N < 1 || N > 256)
+        error_at(n->input_locs[2], "node '%s': the state size %lld must be from 1 to 256",
+                 n->name, (long long)N);
+    set_output(n, u->dtype, 3, u->shape);
+}
+
 typedef void (*ShapeFn)(Node *n);
 static const ShapeFn shape_rules[OP_COUNT] = {
 #define OP(id, name, mn, mx, attrs, shape, lower, expr) [OP_##id] = shape,

@@ -1187,6 +1187,66 @@ static void lower_resize(Program *p, Node *n) {
     d->groups[0] = groups_for(count, d->local_size);
 }
 
+/* ---- selection and scans ---- */
+
+static void lower_topk(Program *p, Node *n) {
+    Tensor *x = n->inputs[0];
+    int axis = attr_axis(n, x->rank, -1);
+    int64_t k = attr_int(n, "k", 0);
+    if (k == 0)
+        return;
+    Dispatch *d = axis_dispatch(p, n, "topk", axis);
+    if (!d)
+        return;
+    define_int(d, "K", k);
+    define_int(d, "LARGEST", attr_int(n, "largest", 1) != 0);
+    define_int(d, "NEED_I64", 1);
+    p->features |= KILN_FEATURE_INT64;
+    dispatch_arg(d, n->outputs[1], true);
+}
+
+static void lower_sample(Program *p, Node *n) {
+    Tensor *x = n->inputs[0], *seed = n->inputs[1];
+    int64_t V = x->shape[x->rank - 1], rows = tensor_count(x) / V;
+    Dispatch *d = row_dispatch(p, n, "sample", rows, V, 1);
+    if (!d)
+        return;
+    int64_t top_k = attr_int(n, "top_k", 0);
+    double temp = attr_float(n, "temperature", 1);
+    define_int(d, "GREEDY", temp == 0 || top_k == 1);
+    define_int(d, "TOP_K", top_k == 0 || top_k > V ? V : top_k);
+    define_float(d, "TOP_P", attr_float(n, "top_p", 1));
+    define_float(d, "TEMPERATURE", temp == 0 ? 1 : temp);
+    define_int(d, "MAX_CAND", 1024);
+    define_str(d, "TSEED", buffer_type(seed->dtype, true));
+    define_int(d, "NEED_I64", 1);
+    p->features |= KILN_FEATURE_INT64;
+    dispatch_arg(d, n->outputs[0], true);
+    dispatch_arg(d, x, false);
+    dispatch_arg(d, seed, false);
+}
+
+static void lower_selective_scan(Program *p, Node *n) {
+    Tensor *u = n->inputs[0];
+    int64_t N = n->inputs[2]->shape[1];
+    if (tensor_count(u) == 0)
+        return;
+    Dispatch *d = new_dispatch(p, n, "scan");
+    d->local_size = row_workgroup(N);
+    define_int(d, "WG", d->local_size);
+    define_int(d, "BATCH", u->shape[0]);
+    define_int(d, "L", u->shape[1]);
+    define_int(d, "DIM", u->shape[2]);
+    define_int(d, "NS", N);
+    define_int(d, "SOFTPLUS", attr_int(n, "delta_softplus", 0) != 0);
+    define_int(d, "HAS_D", n->ninputs > 5);
+    define_int(d, "HAS_Z", n->ninputs > 6);
+    dispatch_arg(d, n->outputs[0], true);
+    for (int i = 0; i < 7; i++)
+        dispatch_arg(d, n->inputs[i < n->ninputs ? i : 0], false);
+    d->groups[0] = groups_for(u->shape[0] * u->shape[2], 1);
+}
+
 typedef void (*LowerFn)(Program *p, Node *n);
 static const LowerFn lowerings[OP_COUNT] = {
 #define OP(id, name, mn, mx, attrs, shape, lower, expr) [OP_##id] = lower,

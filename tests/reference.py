@@ -488,3 +488,31 @@ def resize(x, out_shape, mode="nearest", coord="half_pixel", nearest="round_pref
             w = w.reshape(shape)
             y = np.take(y, lo, axis=d) * (1 - w) + np.take(y, hi, axis=d) * w
     return y
+
+
+def topk(x, k, axis=-1, largest=True):
+    """Stable: equal values keep index order."""
+    x = np.asarray(x)
+    key = -x if largest else x
+    idx = np.argsort(key, axis=axis, kind="stable")
+    idx = np.take(idx, np.arange(k), axis=axis)
+    return np.take_along_axis(x, idx, axis), idx.astype(np.int64)
+
+
+def selective_scan(u, delta, A, B, C, D=None, z=None, softplus=False):
+    u, delta, A, B, C = (f64(t) for t in (u, delta, A, B, C))
+    if softplus:
+        delta = np.log1p(np.exp(-np.abs(delta))) + np.maximum(delta, 0)
+    bt, L, dim = u.shape
+    h = np.zeros((bt, dim, A.shape[1]))
+    y = np.zeros_like(u)
+    for t in range(L):
+        dt = delta[:, t, :, None]
+        h = np.exp(dt * A[None]) * h + dt * B[:, t, None, :] * u[:, t, :, None]
+        y[:, t] = (h * C[:, t, None, :]).sum(-1)
+    if D is not None:
+        y += f64(D) * u
+    if z is not None:
+        z = f64(z)
+        y *= z / (1 + np.exp(-z))
+    return y
