@@ -222,3 +222,152 @@ def test_name_and_output(workdir):
 
 TESTS.append(("cli usage, --help, --version, bad options", test_usage))
 TESTS.append(("cli --name and default output names", test_name_and_output))
+
+# Errors of the full op set: line and words checked (the column is tested
+# above for every kind of place an error can point at).
+H4 = ("name: t\ninputs:\n  x: {dtype: f32, shape: [1, 2, 6, 6]}\n"
+      "  i: {dtype: i64, shape: [3]}\n  b: {dtype: bool, shape: [2]}\n")
+
+
+def node_error(op_text, words, head=H4, line=7, out="n"):
+    return (head + "nodes:\n  - {name: n, " + op_text + "}\noutputs: [" + out + "]\n", line,
+            words)
+
+
+OP_ERRORS = [
+    ("add of mixed dtypes", node_error("op: add, inputs: [x, i]", ["is f32 but 'i' is i64"])),
+    ("exp of integers", node_error("op: exp, inputs: [i]", ["exp needs f32 or f16 inputs"])),
+    ("logic on floats", node_error("op: and, inputs: [x, x]", ["and needs bool inputs"])),
+    ("where with a float condition", node_error("op: where, inputs: [x, x, x]",
+                                                ["condition 'x' of where must be bool"])),
+    ("cast to an unknown dtype", node_error("op: cast, inputs: [x], to: f64",
+                                            ["to must be a dtype"])),
+    ("cast without to", node_error("op: cast, inputs: [x]", ["needs a 'to' attribute"])),
+    ("gemm of 4-D operands", node_error("op: gemm, inputs: [x, x]", ["gemm needs 2-D"])),
+    ("gemm with an unknown activation",
+     ("name: t\ninputs:\n  a: {dtype: f32, shape: [2, 3]}\n  w: {dtype: f32, shape: [3, 4]}\n"
+      "nodes:\n  - {name: n, op: gemm, inputs: [a, w], activation: swish}\noutputs: [n]\n",
+      6, ["unknown activation"])),
+    ("squeeze of a non-1 axis", node_error("op: squeeze, inputs: [x], axes: [2]",
+                                           ["axis 2 of [1, 2, 6, 6] has size 6"])),
+    ("unsqueeze past rank 8", node_error("op: unsqueeze, inputs: [x], axes: [0, 1, 2, 3, 4]",
+                                         ["rank 9"])),
+    ("slice with a zero step", node_error("op: slice, inputs: [x], starts: [0], ends: [2], "
+                                          "steps: [0]", ["a step is 0"])),
+    ("slice starts and ends differ", node_error("op: slice, inputs: [x], starts: [0, 1], "
+                                                "ends: [2]", ["2 starts but 1 ends"])),
+    ("concat without an axis", node_error("op: concat, inputs: [x, x]", ["needs an axis"])),
+    ("concat of unequal shapes",
+     ("name: t\ninputs:\n  a: {dtype: f32, shape: [2, 3]}\n  c: {dtype: f32, shape: [3, 3]}\n"
+      "nodes:\n  - {name: n, op: concat, inputs: [a, c], axis: 1}\noutputs: [n]\n",
+      6, ["does not match [2, 3] outside axis 1"])),
+    ("split that does not divide", node_error("op: split, inputs: [x], axis: 2, "
+                                              "outputs: [p, q, r, s]",
+                                              ["does not split into 4 equal parts"], out="p")),
+    ("split sizes that do not add up", node_error("op: split, inputs: [x], axis: 2, "
+                                                  "sizes: [2, 3], outputs: [p, q]",
+                                                  ["sizes add up to 5"], out="p")),
+    ("expand that does not broadcast", node_error("op: expand, inputs: [x], shape: [3, 6]",
+                                                  ["does not broadcast to [3, 6]"])),
+    ("tile with too few repeats", node_error("op: tile, inputs: [x], repeats: [2]",
+                                             ["tile needs 4 repeats"])),
+    ("depth_to_space of indivisible channels", node_error(
+        "op: depth_to_space, inputs: [x], block: 2", ["2 channels do not divide by block^2"])),
+    ("depth_to_space with a bad mode", node_error(
+        "op: depth_to_space, inputs: [x], block: 1, mode: XYZ", ["mode must be DCR or CRD"])),
+    ("space_to_depth of indivisible size", node_error(
+        "op: space_to_depth, inputs: [x], block: 4", ["do not divide by block 4"])),
+    ("batch_norm with a wrong parameter", node_error(
+        "op: batch_norm, inputs: [x, b, b, b, i]", ["needs f32 inputs"])),
+    ("gather with float indices", node_error("op: gather, inputs: [x, x]",
+                                             ["needs i32 or i64 index inputs"])),
+    ("embedding with a 4-D table", node_error("op: embedding, inputs: [i, x]",
+                                              ["embedding table 'x' must be 2-D"])),
+    ("gather_elements of another rank", node_error("op: gather_elements, inputs: [x, i]",
+                                                   ["must have the rank of the data"])),
+    ("scatter with an unknown reduction", node_error(
+        "op: scatter_elements, inputs: [x, i, x], reduction: avg",
+        ["reduction must be none, add, mul, max or min"])),
+    ("one_hot without depth", node_error("op: one_hot, inputs: [i]", ["positive depth"])),
+    ("trilu of a vector", node_error("op: trilu, inputs: [i]", ["trilu needs a matrix"])),
+    ("pad with too few pads", node_error("op: pad, inputs: [x], pads: [1, 1]",
+                                         ["pads needs 8 values"])),
+    ("pad with an unknown mode", node_error("op: pad, inputs: [x], pads: [0, 0, 1, 1, 0, 0, 1, 1], "
+                                            "mode: wrap", ["mode must be constant, reflect"])),
+    ("attention with a wrong layout", node_error("op: attention, inputs: [x, x, x], layout: sbhd",
+                                                 ["layout must be bhsd or bshd"])),
+    ("attention heads that do not divide", (
+        "name: t\ninputs:\n  q: {dtype: f32, shape: [1, 4, 6, 8]}\n"
+        "  k: {dtype: f32, shape: [1, 3, 6, 8]}\n"
+        "nodes:\n  - {name: n, op: attention, inputs: [q, k, k]}\noutputs: [n]\n",
+        6, ["4 query heads do not divide into 3"])),
+    ("attention mask that does not broadcast", node_error(
+        "op: attention, inputs: [x, x, x, i]", ["needs f32 inputs"])),
+    ("rope with odd n_rot", (
+        "name: t\ninputs:\n  x: {dtype: f32, shape: [1, 2, 4, 8]}\n"
+        "  c: {dtype: f32, shape: [4, 4]}\n"
+        "nodes:\n  - {name: n, op: rope, inputs: [x, c, c], n_rot: 5}\noutputs: [n]\n",
+        6, ["n_rot must be even"])),
+    ("rope tables of the wrong shape", (
+        "name: t\ninputs:\n  x: {dtype: f32, shape: [1, 2, 4, 8]}\n"
+        "  c: {dtype: f32, shape: [4, 3]}\n"
+        "nodes:\n  - {name: n, op: rope, inputs: [x, c, c]}\noutputs: [n]\n",
+        6, ["'c' is [4, 3]; it must be [4, 4]"])),
+    ("conv with mismatched channels", (
+        H4 + "  w: {dtype: f32, shape: [3, 4, 3, 3]}\n"
+        "nodes:\n  - {name: n, op: conv, inputs: [x, w]}\noutputs: [n]\n",
+        8, ["do not match 2 input channels"])),
+    ("conv window larger than its input", (
+        H4 + "  w: {dtype: f32, shape: [3, 2, 9, 9]}\n"
+        "nodes:\n  - {name: n, op: conv, inputs: [x, w]}\noutputs: [n]\n",
+        8, ["larger than the padded input"])),
+    ("conv with an unknown auto_pad", (
+        H4 + "  w: {dtype: f32, shape: [3, 2, 3, 3]}\n"
+        "nodes:\n  - {name: n, op: conv, inputs: [x, w], auto_pad: full}\noutputs: [n]\n",
+        8, ["auto_pad must be"])),
+    ("pool without a kernel", node_error("op: max_pool, inputs: [x]", ["kernel needs 2 sizes"])),
+    ("pool padding as large as the kernel", node_error(
+        "op: avg_pool, inputs: [x], kernel: [2, 2], pads: [2, 2, 2, 2]",
+        ["padding must be smaller than the kernel"])),
+    ("resize with both scales and sizes", node_error(
+        "op: resize, inputs: [x], scales: [1, 1, 2, 2], sizes: [1, 2, 3, 3]",
+        ["scales or sizes (one of them)"])),
+    ("resize with an unknown mode", node_error(
+        "op: resize, inputs: [x], scales: [1, 1, 2, 2], mode: cubic",
+        ["mode must be one of nearest, linear"])),
+    ("topk with k too large", node_error("op: topk, inputs: [x], k: 7, outputs: [v, w]",
+                                         ["k must be from 0 to the axis size 6"], out="v")),
+    ("topk with one output", node_error("op: topk, inputs: [x], k: 2", ["two outputs"])),
+    ("sample with a seed of three elements", node_error("op: sample, inputs: [x, i]",
+                                             ["seed 'i' must hold one element"])),
+    ("selective_scan state too large", (
+        "name: t\ninputs:\n  u: {dtype: f32, shape: [1, 4, 2]}\n"
+        "  a: {dtype: f32, shape: [2, 300]}\n  m: {dtype: f32, shape: [1, 4, 300]}\n"
+        "nodes:\n  - {name: n, op: selective_scan, inputs: [u, u, a, m, m]}\noutputs: [n]\n",
+        7, ["state size 300 must be from 1 to 256"])),
+    ("reduce keep_dims list", node_error("op: reduce_mean, inputs: [x], keep_dims: [1]",
+                                         ["keep_dims must be an integer"])),
+    ("instance_norm of a matrix", (
+        "name: t\ninputs:\n  x: {dtype: f32, shape: [2, 3]}\n  s: {dtype: f32, shape: [3]}\n"
+        "nodes:\n  - {name: n, op: instance_norm, inputs: [x, s, s]}\noutputs: [n]\n",
+        6, ["instance_norm needs [N, C, D1, ...]"])),
+]
+
+
+def op_error_case(text, line, words):
+    def test(workdir):
+        wd = Path(workdir)
+        (wd / "model.yaml").write_text(text)
+        r = kiln("compile", "model.yaml", "-o", "out.c", cwd=wd)
+        check(r.returncode == 1, f"exit status {r.returncode}, expected 1\n{r.stderr}")
+        first = r.stderr.splitlines()[0] if r.stderr else ""
+        m = re.match(r"model\.yaml:(\d+):(\d+): error: ", first)
+        check(m is not None and int(m[1]) == line, f"expected line {line}: {first!r}")
+        for w in words:
+            check(w in first, f"{w!r} missing from {first!r}")
+        check(not (wd / "out.c").exists(), "an output file was left behind")
+    return test
+
+
+for name, (text, line, words) in OP_ERRORS:
+    TESTS.append((f"cli op error: {name}", op_error_case(text, line, words)))
