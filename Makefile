@@ -17,7 +17,7 @@ B = build
 # What kiln needs to build and run, and what its tests need on top.
 PACKAGES = build-essential libvulkan-dev libshaderc-dev glslc spirv-tools \
            libyaml-dev mesa-vulkan-drivers vulkan-validationlayers
-TEST_PACKAGES = python3 python3-numpy clang g++
+TEST_PACKAGES = python3 python3-numpy python3-yaml clang g++
 
 COMPILER_SRC = $(filter-out compiler/embed.c, $(wildcard compiler/*.c))
 COMPILER_OBJ = $(COMPILER_SRC:compiler/%.c=$(B)/compiler/%.o) $(B)/compiler/embedded.o \
@@ -32,7 +32,7 @@ COMPILER_LIBS = -lyaml -Wl,--start-group -l:libshaderc_combined.a -lglslang -lSP
                 -lglslang-default-resource-limits -lSPIRV-Tools-opt -lSPIRV-Tools \
                 -Wl,--end-group -lstdc++ -lm -lpthread
 
-.PHONY: all deps test-deps run-sample test clean
+.PHONY: all deps test-deps run-sample samples test clean
 .DEFAULT_GOAL := all
 
 all: deps $(B)/kiln $(B)/libkilnrt.a run-sample
@@ -94,18 +94,26 @@ $(B)/libkilnrt.a: $(RUNTIME_OBJ)
 	rm -f $@
 	ar rcs $@ $^
 
-# ---- the sample: samples/mlp.yaml compiled, built and run ----
+# ---- the samples: compiled, built and run ----
+# `make` runs samples/mlp.yaml; `make samples` runs every sample.
 
-$(B)/mlp.c: samples/mlp.yaml $(B)/kiln
-	$(B)/kiln compile samples/mlp.yaml -o $@
+SAMPLES = mlp transformer cnn
 
-$(B)/mlp: $(B)/mlp.c samples/run_model.c $(B)/libkilnrt.a
-	$(CC) $(CFLAGS) $(WARN) -std=c99 -Iruntime -I$(B) -DKILN_MODEL=mlp -D_POSIX_C_SOURCE=199309L \
-	  -include $(B)/mlp.h -o $@ samples/run_model.c $(B)/mlp.c \
+$(B)/%.c: samples/%.yaml $(B)/kiln
+	$(B)/kiln compile $< -o $@
+
+$(B)/%: $(B)/%.c samples/run_model.c $(B)/libkilnrt.a
+	$(CC) $(CFLAGS) $(WARN) -std=c99 -Iruntime -I$(B) -DKILN_MODEL=$* -D_POSIX_C_SOURCE=199309L \
+	  -include $(B)/$*.h -o $@ samples/run_model.c $(B)/$*.c \
 	  -L$(B) -lkilnrt -lvulkan -lm
 
 run-sample: $(B)/mlp
 	$(B)/mlp
+
+samples: deps $(SAMPLES:%=$(B)/%)
+	@for m in $(SAMPLES); do echo "== $$m"; $(B)/$$m || exit 1; done
+
+.PRECIOUS: $(B)/%.c
 
 # ---- tests ----
 

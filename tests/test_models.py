@@ -185,3 +185,27 @@ def test_env_device(workdir):
     r = run([prog], env={"KILN_DEVICE": "7"})
     check(r.returncode == 1 and "KILN_ERROR_NO_DEVICE" in r.stderr and
           "device index 7" in r.stderr, r.stderr)
+
+
+def sample_case(name, make_inputs, rtol, atol):
+    def test(workdir):
+        import interpret
+        path = ROOT / "samples" / f"{name}.yaml"
+        inputs = make_inputs()
+        wants = interpret.interpret(path, inputs)
+        prog = build_model(workdir, path.read_text())
+        gots = run_program(prog, inputs, [np.asarray(w, np.float32) for w in wants])
+        for i, (g, w) in enumerate(zip(gots, wants)):
+            assert_close(g, w, rtol, atol, f"output {i}")
+    return test
+
+
+case("model samples/transformer.yaml against the CPU reference")(sample_case(
+    "transformer", lambda: [np.random.default_rng(3).integers(0, 64, [1, 16]).astype(np.int32)],
+    1e-3, 1e-3))
+case("model samples/cnn.yaml against the CPU reference")(sample_case(
+    "cnn", lambda: [np.random.default_rng(4).standard_normal([1, 3, 32, 32]).astype(np.float32)],
+    1e-4, 1e-5))
+case("model samples/mlp.yaml through the YAML interpreter")(sample_case(
+    "mlp", lambda: [np.random.default_rng(5).standard_normal([4, 256]).astype(np.float32)],
+    1e-4, 1e-6))
