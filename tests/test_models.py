@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 
 import reference as ref
-from harness import (BUILD, CC, ROOT, assert_close, build_model, check, kiln,
+from harness import (BUILD, CC, ROOT, VALIDATION, VULKAN_LIB, assert_close, build_model,
+                     check, kiln,
                      model_yaml, registry, run, run_model, run_program)
 
 TESTS, case = registry()
@@ -42,7 +43,7 @@ def test_mlp(workdir):
     assert_close(got, want, 1e-4, 1e-6)
     # The inputs run_model makes by itself, as `make` runs the sample.
     x0 = ref.run_model_inputs([4, 256], 0)
-    r = run([prog], env={"KILN_VALIDATION": "1"})
+    r = run([prog], env={"KILN_VALIDATION": VALIDATION})
     check(r.returncode == 0, r.stderr)
     line = [ln for ln in r.stdout.splitlines() if ln.strip().startswith("y:")][0]
     printed = np.array([float(v) for v in line.split(":")[2].split()[:8]])
@@ -168,9 +169,9 @@ def test_runtime(workdir):
     prog = d / "test_runtime"
     r = run([CC, "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror",
              "-I", ROOT / "runtime", "-o", prog, ROOT / "tests" / "test_runtime.c",
-             d / "model.c", "-L", BUILD, "-lkilnrt", "-lvulkan", "-lm"])
+             d / "model.c", "-L", BUILD, "-lkilnrt", VULKAN_LIB, "-lm"])
     check(r.returncode == 0, r.stderr)
-    r = run([prog], env={"KILN_VALIDATION": "1"})
+    r = run([prog], env={"KILN_VALIDATION": VALIDATION})
     fails = [ln for ln in r.stdout.splitlines() if ln.startswith("FAIL")]
     check(not fails and r.returncode == 0, "\n".join(fails) or r.stderr)
     check(r.stdout.count("ok ") >= 20, r.stdout)
