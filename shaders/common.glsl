@@ -50,13 +50,32 @@ float kiln_tanh(float x) {
     return sign(x) * (1.0 - e) / (1.0 + e);
 }
 
-// erf, Abramowitz and Stegun 7.1.26: absolute error below 1.5e-7.
+// erf: its Taylor series near 0 (where 1 - p * exp(-x^2) would cancel), and
+// Abramowitz and Stegun 7.1.26 elsewhere; absolute error below 2e-7.
 float kiln_erf(float x) {
-    float t = 1.0 / (1.0 + 0.3275911 * abs(x));
+    float ax = abs(x);
+    if (ax < 0.5) {
+        float x2 = x * x;
+        return 1.1283791670955126 * x *
+               (1.0 + x2 * (-1.0 / 3.0 + x2 * (0.1 + x2 * (-1.0 / 42.0 +
+               x2 * (1.0 / 216.0 + x2 * (-1.0 / 1320.0))))));
+    }
+    float t = 1.0 / (1.0 + 0.3275911 * ax);
     float p = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 +
               t * (-1.453152027 + t * 1.061405429))));
     return sign(x) * (1.0 - p * exp(-x * x));
 }
+
+// Drivers guarantee sin, cos and tan only on [-pi, pi] (SPIR-V's precision
+// rules): reduce the argument first, in two steps so the reduction itself
+// stays accurate (Cody and Waite).
+float kiln_reduce_angle(float x) {
+    float k = round(x * 0.15915494309189535);
+    return (x - k * 6.28125) - k * 0.0019353071795864769;
+}
+float kiln_sin(float x) { return sin(kiln_reduce_angle(x)); }
+float kiln_cos(float x) { return cos(kiln_reduce_angle(x)); }
+float kiln_tan(float x) { return tan(kiln_reduce_angle(x)); }
 
 // gelu with erf (exact form): x * Phi(x).
 float kiln_gelu(float x) { return 0.5 * x * (1.0 + kiln_erf(x * 0.70710678118654752)); }
@@ -81,4 +100,3 @@ float kiln_pow(float a, float b) {
 // Remainders: floor-mod takes the divisor's sign (Python, ONNX fmod=0);
 // trunc-mod the dividend's (C fmod, ONNX fmod=1).
 float kiln_fmod(float a, float b) { return a - b * trunc(a / b); }
-int kiln_imod(int a, int b) { int r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }

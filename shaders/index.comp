@@ -64,11 +64,11 @@ int pad_source(int c, int n) {
 #else
     if (n == 1)
         return 0;
-    int period = 2 * (n - 1);
-    int m = c % period;
-    if (m < 0)
-        m += period;
-    return m < n ? m : period - m;
+    // Reflection is symmetric about 0, and % is only defined (in GLSL) for
+    // non-negative operands.
+    uint period = uint(2 * (n - 1));
+    uint m = uint(abs(c)) % period;
+    return int(m < uint(n) ? m : period - m);
 #endif
 }
 #endif
