@@ -16,18 +16,20 @@ B = build
 
 # What kiln needs to build and run, and what its tests need on top.
 PACKAGES = build-essential libvulkan-dev libshaderc-dev glslc spirv-tools \
-           libyaml-dev mesa-vulkan-drivers vulkan-validationlayers
-TEST_PACKAGES = python3 python3-numpy python3-yaml clang g++
+           libyaml-dev mesa-vulkan-drivers vulkan-validationlayers \
+           libprotobuf-c-dev protobuf-c-compiler libonnx-dev
+TEST_PACKAGES = python3 python3-numpy python3-yaml clang g++ libonnx-testdata
 
 COMPILER_SRC = $(filter-out compiler/embed.c, $(wildcard compiler/*.c))
 COMPILER_OBJ = $(COMPILER_SRC:compiler/%.c=$(B)/compiler/%.o) $(B)/compiler/embedded.o \
-               $(B)/runtime/dtype.o
+               $(B)/compiler/onnx.pb-c.o $(B)/runtime/dtype.o
+ONNX_PROTO = /usr/include/onnx/onnx.proto
 RUNTIME_SRC = $(wildcard runtime/*.c)
 RUNTIME_OBJ = $(RUNTIME_SRC:runtime/%.c=$(B)/runtime/%.o)
 EMBEDDED = $(wildcard shaders/*.comp shaders/*.glsl templates/*.in)
 # Debian's shaderc_combined.a leaves glslang and spirv-tools out: link those
 # static archives as one group, since they refer to each other.
-COMPILER_LIBS = -lyaml -Wl,--start-group -l:libshaderc_combined.a -lglslang -lSPIRV \
+COMPILER_LIBS = -lyaml -lprotobuf-c -Wl,--start-group -l:libshaderc_combined.a -lglslang -lSPIRV \
                 -lMachineIndependent -lOSDependent -lOGLCompiler -lGenericCodeGen -lHLSL \
                 -lglslang-default-resource-limits -lSPIRV-Tools-opt -lSPIRV-Tools \
                 -Wl,--end-group -lstdc++ -lm -lpthread
@@ -77,9 +79,20 @@ $(B)/compiler/embedded.c: $(B)/embed $(EMBEDDED)
 $(B)/compiler/embedded.o: $(B)/compiler/embedded.c compiler/kiln.h
 	$(CC) $(CFLAGS) -std=c11 -Icompiler -c -o $@ $<
 
+# onnx.proto (from libonnx-dev) through protobuf-c: generated, not committed.
+$(B)/compiler/onnx.pb-c.c $(B)/compiler/onnx.pb-c.h: $(ONNX_PROTO) | deps
+	@mkdir -p $(B)/compiler
+	cp $(ONNX_PROTO) $(B)/compiler/onnx.proto
+	cd $(B)/compiler && protoc-c --c_out=. onnx.proto
+
+$(B)/compiler/onnx.pb-c.o: $(B)/compiler/onnx.pb-c.c
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(B)/compiler/load_onnx.o: compiler/onnx_ops.inc $(B)/compiler/onnx.pb-c.h
+
 $(B)/compiler/%.o: compiler/%.c compiler/kiln.h compiler/ops.def runtime/kiln_rt.h | deps
 	@mkdir -p $(B)/compiler
-	$(CC) $(CFLAGS) $(WARN) -std=c11 -c -o $@ $<
+	$(CC) $(CFLAGS) $(WARN) -std=c11 -I$(B)/compiler -c -o $@ $<
 
 $(B)/kiln: $(COMPILER_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(COMPILER_LIBS)

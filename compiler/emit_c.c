@@ -114,6 +114,8 @@ static void emit_weights(Str *s, Graph *g, Program *p, const char *px) {
     uint8_t *bytes = xcalloc(nwords * 4 + 4, 1);
     for (int i = 0; i < g->weights.len; i++) {
         Tensor *t = g->weights.data[i];
+        if (t->offset == UINT64_MAX)
+            continue; /* unused */
         str_addf(s, "/* %s: %s %s at %llu */\n", c_comment(t->name),
                  kiln_dtype_name(t->dtype), shape_str(t->rank, t->shape),
                  (unsigned long long)t->offset);

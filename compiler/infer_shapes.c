@@ -166,6 +166,12 @@ static void shape_unary_float(Node *n) {
     set_output(n, x->dtype, x->rank, x->shape);
 }
 
+static void shape_float_predicate(Node *n) {
+    Tensor *x = n->inputs[0];
+    require(n, 0, is_float(x->dtype), "f32 or f16");
+    set_output(n, KILN_DTYPE_BOOL, x->rank, x->shape);
+}
+
 static void shape_unary_numeric(Node *n) {
     Tensor *x = n->inputs[0];
     require(n, 0, is_numeric(x->dtype), "numeric (f32, f16, i32, i64)");
@@ -1414,6 +1420,8 @@ static void topo_sort(Graph *g) {
     for (int i = 0; i < n; i++)
         g->nodes.data[i] = order[i];
 }
+
+void infer_node(Node *n) { shape_rules[n->op](n); }
 
 void infer_shapes(Graph *g) {
     topo_sort(g);

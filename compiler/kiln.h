@@ -195,9 +195,33 @@ double attr_float(Node *n, const char *key, double dflt);
 /* Fills out (at most max) and returns the count, or -1 when absent. */
 int attr_ints(Node *n, const char *key, int64_t *out, int max);
 
+/* ---- graph.c ------------------------------------------------------------- */
+
+/* Constructors for loaders that build graphs in code (ONNX). Names must be
+ * unique; nothing here checks op rules (infer_node does). */
+Tensor *graph_tensor(Graph *g, const char *name, TensorKind kind, Loc loc);
+Node *graph_node(Graph *g, OpKind op, const char *name, Loc loc);
+void node_add_input(Node *n, Tensor *t);
+void node_add_output(Node *n, Tensor *t);
+void node_set_attr(Node *n, const char *key, const char *scalar);
+void node_set_int(Node *n, const char *key, int64_t v);
+void node_set_float(Node *n, const char *key, double v);
+void node_set_ints(Node *n, const char *key, int count, const int64_t *v);
+void node_set_floats(Node *n, const char *key, int count, const double *v);
+
 /* ---- load_yaml.c --------------------------------------------------------- */
 
 Graph *load_yaml(const char *path);
+
+/* ---- load_onnx.c --------------------------------------------------------- */
+
+/* shapes: "NAME=1x3x224x224" settings for inputs with symbolic dimensions;
+ * consts: "NAME=TENSOR.pb" inputs bound to constants at compile time. */
+Graph *load_onnx(const char *path, int nshapes, const char **shapes, int nconsts,
+                 const char **consts);
+/* kiln tensor IN.pb OUT.bin: an ONNX TensorProto's data, raw; prints
+ * "DTYPE [dims] NAME". Returns the exit status. */
+int convert_tensor(const char *in, const char *out);
 
 /* ---- weights.c ----------------------------------------------------------- */
 
@@ -211,6 +235,8 @@ uint64_t splitmix64(uint64_t *state);
 /* Orders nodes topologically (a cycle is an error), checks every op's rules
  * and sets every tensor's dtype and shape. */
 void infer_shapes(Graph *g);
+/* Checks one node and sets its outputs (its inputs already inferred). */
+void infer_node(Node *n);
 /* Slice parameters per axis of the input (start, step) and the output
  * shape, ONNX semantics (negative indices, clamping). */
 void slice_params(Node *n, int64_t *start, int64_t *step, int64_t *out_shape);

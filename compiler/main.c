@@ -9,10 +9,14 @@
 #include <string.h>
 
 static const char usage[] =
-    "usage: kiln compile MODEL.yaml [-o OUT.c] [--name PREFIX] [--align BYTES] [-v]\n"
+    "usage: kiln compile MODEL [-o OUT.c] [--name PREFIX] [--shape NAME=DxDx..]...\n"
+    "                          [--const NAME=TENSOR.pb]...\n"
+    "                          [--align BYTES] [-v]\n"
+    "       kiln tensor TENSOR.pb OUT.bin\n"
     "       kiln --help | --version\n"
     "\n"
-    "Compiles a neural-network graph into one C file and its header: a fixed\n"
+    "Compiles a neural-network graph (MODEL.yaml, or MODEL.onnx) into one C file\n"
+    "and its header: a fixed\n"
     "Vulkan dispatch schedule, baked arena offsets, embedded SPIR-V kernels and\n"
     "the weights. Link the result with libkilnrt and libvulkan.\n"
     "\n"
@@ -21,9 +25,14 @@ static const char usage[] =
     "                   directory)\n"
     "  --name PREFIX    C prefix of the generated functions (default: the model's\n"
     "                   name, made a C identifier)\n"
+    "  --shape NAME=DxD...  fix an ONNX input's symbolic dimensions (repeatable)\n"
+    "  --const NAME=T.pb    make an ONNX input a constant, from a TensorProto file\n"
     "  --align BYTES    arena and weight alignment, a power of two >= 16\n"
     "                   (default 256)\n"
     "  -v               say what the optimizer removed\n"
+    "\n"
+    "kiln tensor writes an ONNX TensorProto's data as raw little-endian bytes\n"
+    "and prints its dtype and shape.\n"
     "  --help           this text\n"
     "  --version        kiln's version\n";
 
@@ -64,6 +73,8 @@ static char *join_command(int argc, char **argv) {
 
 static int compile(int argc, char **argv) {
     const char *model = NULL, *out = NULL;
+    const char *shapes[64], *consts[64];
+    int nshapes = 0, nconsts = 0;
     Options opt = {0};
     opt.alignment = 256;
     opt.command = join_command(argc, argv);
@@ -83,6 +94,20 @@ static int compile(int argc, char **argv) {
                 fatal("--align must be a power of two from 16 to 65536, not '%s'",
                       argv[i]);
             opt.alignment = v;
+        } else if (strcmp(a, "--shape") == 0 && has_value) {
+            if (nshapes == 64)
+                fatal("too many --shape options");
+            shapes[nshapes] = argv[++i];
+            if (!strchr(shapes[nshapes], '='))
+                fatal("--shape %s: expected NAME=D0xD1x...", shapes[nshapes]);
+            nshapes++;
+        } else if (strcmp(a, "--const") == 0 && has_value) {
+            if (nconsts == 64)
+                fatal("too many --const options");
+            consts[nconsts] = argv[++i];
+            if (!strchr(consts[nconsts], '='))
+                fatal("--const %s: expected NAME=TENSOR.pb", consts[nconsts]);
+            nconsts++;
         } else if (strcmp(a, "-v") == 0) {
             opt.verbose = true;
         } else if (a[0] == '-') {
@@ -97,10 +122,13 @@ static int compile(int argc, char **argv) {
         fatal("no model given; see kiln --help");
     if (out && !ends_with(out, ".c"))
         fatal("the output name must end in .c (got '%s')", out);
-    if (!ends_with(model, ".yaml") && !ends_with(model, ".yml"))
-        fatal("%s: unsupported model format (kiln reads .yaml and .yml)", model);
+    bool onnx = ends_with(model, ".onnx");
+    if (!onnx && !ends_with(model, ".yaml") && !ends_with(model, ".yml"))
+        fatal("%s: unsupported model format (kiln reads .yaml, .yml and .onnx)", model);
+    if ((nshapes || nconsts) && !onnx)
+        fatal("--shape and --const are for ONNX models");
 
-    Graph *g = load_yaml(model);
+    Graph *g = onnx ? load_onnx(model, nshapes, shapes, nconsts, consts) : load_yaml(model);
     load_weights(g);
     infer_shapes(g);
     optimize(g, &opt);
@@ -150,6 +178,13 @@ int main(int argc, char **argv) {
     }
     if (strcmp(argv[1], "compile") == 0)
         return compile(argc, argv);
+    if (strcmp(argv[1], "tensor") == 0) {
+        if (argc != 4) {
+            fputs(usage, stderr);
+            return 2;
+        }
+        return convert_tensor(argv[2], argv[3]);
+    }
     fprintf(stderr, "kiln: error: unknown command '%s'\n\n%s", argv[1], usage);
     return 2;
 }

@@ -74,11 +74,17 @@ static void live_ranges(Graph *g, Program *p) {
     }
 }
 
+/* Weights no dispatch or output uses (folded away, or of dead nodes) are
+ * not placed; emit_c leaves them out. */
 static void place_weights(Graph *g, Program *p) {
     uint64_t off = 0;
     for (int i = 0; i < g->weights.len; i++) {
         Tensor *t = g->weights.data[i];
         t->buffer = KILN_BUFFER_WEIGHTS;
+        if (t->last < t->first) {
+            t->offset = UINT64_MAX;
+            continue;
+        }
         t->offset = off;
         off = align_up(off + tensor_bytes(t), p->alignment);
     }

@@ -341,6 +341,8 @@ static void from_safetensors(Tensor *t) {
 void load_weights(Graph *g) {
     for (int i = 0; i < g->weights.len; i++) {
         Tensor *t = g->weights.data[i];
+        if (t->data)
+            continue; /* an ONNX initializer or folded constant */
         t->data = xcalloc(1, (size_t)tensor_bytes(t) + 1);
         switch (t->src.from) {
         case W_FILE: from_file(t); break;
