@@ -121,9 +121,7 @@ static int attr_axes(Node *n, const char *key, int rank, int *axes);
 /* ---- dtype classes ---- */
 
 static bool is_float(kiln_dtype d) { return d == KILN_DTYPE_F32 || d == KILN_DTYPE_F16; }
-static bool is_numeric(kiln_dtype d) {
-    return is_float(d) || d == KILN_DTYPE_I32 || d == KILN_DTYPE_I64;
-}
+static bool is_numeric(kiln_dtype d) { return d != KILN_DTYPE_BOOL; }
 
 static void require(Node *n, int i, bool ok, const char *what) {
     Tensor *t = n->inputs[i];
@@ -174,13 +172,13 @@ static void shape_float_predicate(Node *n) {
 
 static void shape_unary_numeric(Node *n) {
     Tensor *x = n->inputs[0];
-    require(n, 0, is_numeric(x->dtype), "numeric (f32, f16, i32, i64)");
+    require(n, 0, is_numeric(x->dtype), "numeric (not bool)");
     set_output(n, x->dtype, x->rank, x->shape);
 }
 
 static void shape_arith(Node *n) {
     for (int i = 0; i < n->ninputs; i++)
-        require(n, i, is_numeric(n->inputs[i]->dtype), "numeric (f32, f16, i32, i64)");
+        require(n, i, is_numeric(n->inputs[i]->dtype), "numeric (not bool)");
     same_dtype(n, 0, n->ninputs - 1);
     int64_t shape[MAX_RANK];
     int rank = broadcast_inputs(n, 0, shape);

@@ -424,7 +424,9 @@ static void copy_attrs(Ctx *c, Node *k, const char *renames) {
             }
             p = end;
         }
-        if (strcmp(to, "-") == 0)
+        /* Bookkeeping of opsets before 7, meaningless for inference. */
+        if (strcmp(to, "-") == 0 || strcmp(key, "consumed_inputs") == 0 ||
+            strcmp(key, "is_test") == 0)
             continue;
         if (!op_attr_default(k->op, to))
             node_fail(c, format("unsupported: attribute %s", key));
@@ -570,8 +572,8 @@ Graph *load_onnx(const char *path, int nshapes, const char **shapes, int nconsts
         if (!o->domain || !*o->domain || strcmp(o->domain, "ai.onnx") == 0)
             c.opset = o->version;
     }
-    if (c.opset < 7 || c.opset > 18)
-        error_at(file, "unsupported: opset %lld (kiln reads opsets 7 to 18)",
+    if (c.opset < 1 || c.opset > 18)
+        error_at(file, "unsupported: opset %lld (kiln reads opsets 1 to 18)",
                  (long long)c.opset);
     Onnx__GraphProto *gp = m->graph;
     check_supported(gp, path);

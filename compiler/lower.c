@@ -1179,6 +1179,15 @@ static void lower_resize(Program *p, Node *n) {
         str_addf(&sc, "%s%s%s", i ? ", " : "", f, strpbrk(f, ".eE") ? "" : ".0");
     }
     define_str(d, "SCALE", sc.buf);
+    Str ol = {0};
+    bool by_scales = node_attr(n, "scales") != NULL;
+    for (int i = 0; i < x->rank; i++) {
+        double len = by_scales ? (double)(float)((double)x->shape[i] * (float)scales[i])
+                               : (double)out[i];
+        char *f = format("%.9g", len);
+        str_addf(&ol, "%s%s%s", i ? ", " : "", f, strpbrk(f, ".eE") ? "" : ".0");
+    }
+    define_str(d, "OUT_LEN", ol.buf);
     define_int(d, "LINEAR", attr_choice(n, "mode", resize_modes, 2));
     define_int(d, "COORD", attr_choice(n, "coordinate_transformation_mode", resize_coords, 4));
     define_int(d, "NEAREST", attr_choice(n, "nearest_mode", resize_nearest, 4));

@@ -19,6 +19,9 @@ layout(push_constant) uniform Args {
 const uint XS[RANK] = uint[RANK](XSHAPE);
 const uint YS[RANK] = uint[RANK](YSHAPE);
 const float SC[RANK] = float[RANK](SCALE);
+// The resized length in the coordinate formulas: input length * scale when
+// scales were given (ONNX does not floor it there), else the output's.
+const float OL[RANK] = float[RANK](OUT_LEN);
 
 float source(uint c, int d) {
     float f = float(c);
@@ -27,9 +30,9 @@ float source(uint c, int d) {
 #elif COORD == 1
     return f / SC[d];
 #elif COORD == 2
-    return YS[d] == 1u ? 0.0 : f * float(XS[d] - 1u) / float(YS[d] - 1u);
+    return OL[d] == 1.0 ? 0.0 : f * float(XS[d] - 1u) / (OL[d] - 1.0);
 #else
-    return YS[d] > 1u ? (f + 0.5) / SC[d] - 0.5 : 0.0;
+    return OL[d] > 1.0 ? (f + 0.5) / SC[d] - 0.5 : 0.0;
 #endif
 }
 

@@ -122,7 +122,10 @@ def run_case(case, keep=False):
                 consts[want[1]] = names[want[1]]
                 continue
             if "unsupported" in msg:
-                return "unsupported", msg.split("unsupported: ", 1)[-1][:200]
+                detail = msg.split("unsupported: ", 1)[-1]
+                if "op type" in detail:  # the op types follow, one a line
+                    detail += " " + "; ".join(ln.strip() for ln in r.stderr.splitlines()[1:])
+                return "unsupported", detail[:300]
             return "failed", "compile: " + msg[:300]
         else:
             return "failed", "compile: too many constant inputs"
