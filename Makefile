@@ -34,7 +34,7 @@ COMPILER_LIBS = -lyaml -lprotobuf-c -Wl,--start-group -l:libshaderc_combined.a -
                 -lglslang-default-resource-limits -lSPIRV-Tools-opt -lSPIRV-Tools \
                 -Wl,--end-group -lstdc++ -lm -lpthread
 
-.PHONY: all deps test-deps run-sample samples test clean
+.PHONY: all deps test-deps run-sample samples test onnx-report clean
 .DEFAULT_GOAL := all
 
 all: deps $(B)/kiln $(B)/libkilnrt.a run-sample
@@ -141,6 +141,11 @@ $(B)/test_units: tests/test_units.c $(filter-out $(B)/compiler/main.o, $(COMPILE
 
 test: test-deps $(B)/kiln $(B)/libkilnrt.a $(B)/run_model_test.o $(B)/test_units
 	$(PYTHON) tests/run_tests.py
+
+# Runs every ONNX conformance case; rewrites tests/onnx/REPORT.md and the
+# list of passing cases that make test holds kiln to.
+onnx-report: test-deps $(B)/kiln $(B)/libkilnrt.a $(B)/run_model_test.o
+	$(PYTHON) tests/onnx/conformance.py --report
 
 clean:
 	rm -rf $(B)

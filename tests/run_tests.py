@@ -2,9 +2,11 @@
 """run_tests.py: every kiln test, ending with "N passed, N failed".
 
 Tiers: the C unit tests of the compiler passes (build/test_units), the op
-tests (test_ops.py), the command-line error tests (test_cli.py) and the
-whole-model, runtime and generated-code tests (test_models.py). Tests run
-in parallel, one temporary directory each. Exit status 1 on any failure.
+tests (test_ops.py), the command-line error tests (test_cli.py), the
+whole-model, runtime and generated-code tests (test_models.py), and the ONNX
+loader and conformance cases (test_onnx.py: every case listed in
+tests/onnx/passing.txt must still pass). Tests run in parallel, one
+temporary directory each. Exit status 1 on any failure.
 
   tests/run_tests.py [-k SUBSTRING] [-j JOBS] [-v]
 """
@@ -22,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import test_cli  # noqa: E402
+import test_onnx  # noqa: E402
 import test_models  # noqa: E402
 import test_ops  # noqa: E402
 from harness import BUILD, Failure  # noqa: E402
@@ -67,7 +70,7 @@ def main():
     ap.add_argument("--keep", action="store_true", help="keep temporary directories")
     args = ap.parse_args()
 
-    tests = test_ops.TESTS + test_cli.TESTS + test_models.TESTS
+    tests = test_ops.TESTS + test_cli.TESTS + test_models.TESTS + test_onnx.TESTS
     tests = [(n, f) for n, f in tests if args.k in n]
     t0 = time.monotonic()
     results = unit_tests() if "unit".find(args.k) >= 0 or args.k in "unit" else []

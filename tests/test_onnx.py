@@ -1,0 +1,148 @@
+"""test_onnx.py: ONNX input.
+
+- every conformance case that passed when tests/onnx/REPORT.md was made
+  (tests/onnx/passing.txt) must still pass: compiled from its model.onnx,
+  run on Vulkan, compared with its output_N.pb (tests/onnx/conformance.py);
+- bad ONNX files: truncated, not protobuf, unsupported ops (all listed, with
+  node names and counts), symbolic dimensions (and --shape fixing them), a
+  missing external data file: a clear error, exit 1, nothing written.
+"""
+import struct
+import sys
+from pathlib import Path
+
+from harness import ROOT, check, kiln, registry
+
+sys.path.insert(0, str(ROOT / "tests" / "onnx"))
+import conformance  # noqa: E402
+
+TESTS, case = registry()
+
+
+def conformance_case(name):
+    def test(workdir):
+        status, detail = conformance.run_case(name)
+        check(status == "passed", f"{status}: {detail}")
+    return test
+
+
+for name in (ROOT / "tests" / "onnx" / "passing.txt").read_text().split():
+    case(f"onnx {name}")(conformance_case(name))
+
+# ---- a tiny protobuf writer, so the bad-input tests need no onnx package ----
+
+
+def varint(n):
+    out = b""
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        out += bytes([b | (0x80 if n else 0)])
+        if not n:
+            return out
+
+
+def field(num, value):
+    if isinstance(value, int):
+        return varint(num << 3) + varint(value)
+    if isinstance(value, str):
+        value = value.encode()
+    return varint(num << 3 | 2) + varint(len(value)) + value
+
+
+def node(op, inputs, outputs, name="", attrs=b""):
+    b = b"".join(field(1, i) for i in inputs) + b"".join(field(2, o) for o in outputs)
+    return b + field(3, name) + field(4, op) + attrs
+
+
+def value_info(name, dims, elem=1):
+    shape = b"".join(field(1, field(1, d) if isinstance(d, int) else field(2, d)) for d in dims)
+    tensor_type = field(1, elem) + field(2, shape)
+    return field(1, name) + field(2, field(1, tensor_type))
+
+
+def model(nodes, inputs, outputs, initializers=(), opset=13):
+    g = b"".join(field(1, n) for n in nodes) + field(2, "g")
+    g += b"".join(field(5, t) for t in initializers)
+    g += b"".join(field(11, i) for i in inputs) + b"".join(field(12, o) for o in outputs)
+    return field(1, 8) + field(8, field(2, opset)) + field(7, g)
+
+
+def bad_case(name, data, words, extra=()):
+    def test(workdir):
+        wd = Path(workdir)
+        (wd / "m.onnx").write_bytes(data)
+        r = kiln("compile", "m.onnx", "-o", "out.c", *extra, cwd=wd)
+        check(r.returncode == 1, f"exit status {r.returncode}, expected 1\n{r.stderr}")
+        for w in words:
+            check(w in r.stderr, f"{w!r} missing from {r.stderr!r}")
+        check(not (wd / "out.c").exists(), "an output file was left behind")
+    case(f"onnx error: {name}")(test)
+
+
+GOOD = model([node("Relu", ["x"], ["y"], "r")], [value_info("x", [2, 3])],
+             [value_info("y", [2, 3])])
+bad_case("truncated file", GOOD[:len(GOOD) // 2], ["not a valid ONNX model"])
+bad_case("not protobuf", b"\xff\xff\xff\xff garbage", ["not a valid ONNX model"])
+bad_case("empty file", b"", ["the model has no graph"])
+bad_case("unsupported ops, every one listed",
+         model([node("Relu", ["x"], ["a"], "r1"), node("LSTM", ["a"], ["b"], "l1"),
+                node("Foo", ["b"], ["c"], "f1"), node("LSTM", ["c"], ["y"], "l2")],
+               [value_info("x", [2, 3])], [value_info("y", [2, 3])]),
+         ["unsupported: 2 op types", "LSTM: 2 nodes ('l1', 'l2')", "Foo: 1 node ('f1')"])
+bad_case("symbolic dimension",
+         model([node("Relu", ["x"], ["y"], "r")], [value_info("x", ["batch", 3])],
+               [value_info("y", ["batch", 3])]),
+         ["input 'x' dimension 0 is symbolic ('batch')", "--shape x="])
+bad_case("undefined input",
+         model([node("Relu", ["nope"], ["y"], "r")], [value_info("x", [2])],
+               [value_info("y", [2])]),
+         ["node 'r (Relu)'", "input 'nope' is not defined"])
+bad_case("wrong shapes in a node",
+         model([node("MatMul", ["x", "x"], ["y"], "mm")], [value_info("x", [2, 3])],
+               [value_info("y", [2, 2])]),
+         ["node 'mm (MatMul)'", "inner dimensions 3 and 2 differ"])
+bad_case("missing external data",
+         model([node("Add", ["x", "w"], ["y"], "a")], [value_info("x", [2])],
+               [value_info("y", [2])],
+               [field(1, 2) + field(2, 1) + field(8, "w") + field(13, field(1, "location") +
+                                                                 field(2, "nowhere.bin"))
+                + field(14, 1)]),
+         ["initializer 'w'", "cannot read external data", "nowhere.bin"])
+bad_case("an output nothing produces",
+         model([node("Relu", ["x"], ["y"], "r")], [value_info("x", [2])],
+               [value_info("z", [2])]),
+         ["graph output 'z' is not produced"])
+bad_case("a shape input that is not constant",
+         model([node("Reshape", ["x", "s"], ["y"], "rs")],
+               [value_info("x", [6]), value_info("s", [2], elem=7)], [value_info("y", [2, 3])]),
+         ["node 'rs (Reshape)'", "unsupported: the shape (input 1, 's') must be a constant"])
+
+
+@case("onnx --shape fixes a symbolic dimension; --const binds an input")
+def _(workdir):
+    import numpy as np
+    from harness import build_model  # noqa: F401
+    wd = Path(workdir)
+    (wd / "m.onnx").write_bytes(model([node("Relu", ["x"], ["y"], "r")],
+                                      [value_info("x", ["batch", 3])],
+                                      [value_info("y", ["batch", 3])]))
+    r = kiln("compile", "m.onnx", "--shape", "x=4x3", "-o", "m.c", cwd=wd)
+    check(r.returncode == 0, r.stderr)
+    check("[0] x: f32 [4, 3]" in (wd / "m.h").read_text(), (wd / "m.h").read_text())
+    r = kiln("compile", "m.onnx", "--shape", "x=4x3x2", "-o", "m.c", cwd=wd)
+    check(r.returncode == 1 and "rank 3" in r.stderr, r.stderr)
+    # Reshape whose shape is bound at compile time.
+    shape = field(1, 2) + field(2, 7) + field(8, "s") + field(9, struct.pack("<qq", 3, 2))
+    (wd / "s.pb").write_bytes(shape)
+    (wd / "r.onnx").write_bytes(model([node("Reshape", ["x", "s"], ["y"], "rs")],
+                                      [value_info("x", [6]), value_info("s", [2], elem=7)],
+                                      [value_info("y", [3, 2])]))
+    r = kiln("compile", "r.onnx", "--const", "s=s.pb", "-o", "r.c", cwd=wd)
+    check(r.returncode == 0, r.stderr)
+    h = (wd / "r.h").read_text()
+    check("R_INPUT_COUNT 1u" in h.replace("MODEL", "R") or "INPUT_COUNT 1u" in h, h)
+    check("f32 [3, 2]" in h, h)
+    r = kiln("tensor", wd / "s.pb", wd / "s.bin")
+    check(r.returncode == 0 and r.stdout.strip() == "i64 [2] s", r.stdout + r.stderr)
+    check(np.fromfile(wd / "s.bin", np.int64).tolist() == [3, 2], "tensor data")
