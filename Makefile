@@ -18,7 +18,8 @@ B = build
 PACKAGES = build-essential libvulkan-dev libshaderc-dev glslc spirv-tools \
            libyaml-dev mesa-vulkan-drivers vulkan-validationlayers \
            libprotobuf-c-dev protobuf-c-compiler libonnx-dev
-TEST_PACKAGES = python3 python3-numpy python3-yaml clang g++ libonnx-testdata
+TEST_PACKAGES = python3 python3-numpy python3-yaml clang g++ libonnx-testdata \
+                graphviz chromium
 
 COMPILER_SRC = $(filter-out compiler/embed.c, $(wildcard compiler/*.c))
 COMPILER_OBJ = $(COMPILER_SRC:compiler/%.c=$(B)/compiler/%.o) $(B)/compiler/embedded.o \
@@ -89,6 +90,13 @@ $(B)/compiler/onnx.pb-c.o: $(B)/compiler/onnx.pb-c.c
 	$(CC) $(CFLAGS) -c -o $@ $<
 
 $(B)/compiler/load_onnx.o: compiler/onnx_ops.inc $(B)/compiler/onnx.pb-c.h
+
+# kiln compile --report states the runtime library's size: text + data.
+$(B)/compiler/main.o: compiler/main.c $(B)/libkilnrt.a
+	@mkdir -p $(B)/compiler
+	$(CC) $(CFLAGS) $(WARN) -std=c11 -I$(B)/compiler \
+	  -DKILN_RUNTIME_BYTES=$$(size -t $(B)/libkilnrt.a | tail -1 | awk '{print $$1 + $$2}') \
+	  -c -o $@ $<
 
 $(B)/compiler/%.o: compiler/%.c compiler/kiln.h compiler/ops.def runtime/kiln_rt.h | deps
 	@mkdir -p $(B)/compiler

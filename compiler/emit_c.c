@@ -105,7 +105,7 @@ static void emit_kernels(Str *s, Program *p, const char *px) {
         str_addf(s, "    {%s_spirv_%d, %zuu, \"%s\"},\n", px, i, p->modules[i].nwords,
                  p->modules[i].family);
     if (!p->nmodules)
-        str_add(s, "    {0}\n");
+        str_add(s, "    {0, 0u, \"\"}\n");
     str_add(s, "};\n");
 }
 
@@ -158,8 +158,8 @@ static void emit_tensor_table(Str *s, Vec *list, const char *px, const char *wha
                                                   : "KILN_BUFFER_ARENA",
                  (unsigned long long)r->offset, (unsigned long long)t->io_offset);
     }
-    if (!list->len)
-        str_add(s, "    {0}\n");
+    if (!list->len) /* C99 has no empty arrays; every field named for C++ */
+        str_add(s, "    {\"\", KILN_DTYPE_F32, 0u, {0}, 0ull, KILN_BUFFER_ARENA, 0ull, 0ull}\n");
     str_add(s, "};\n");
 }
 
@@ -182,10 +182,10 @@ static void emit_schedule(Str *s, Program *p, const char *px) {
         }
     }
     if (!nbind)
-        str_add(s, "    {0}\n");
+        str_add(s, "    {KILN_BUFFER_ARENA, 0ull}\n");
     str_add(s, "};\n");
 
-    str_addf(s, "\n/* {kernel, {groups}, first binding, bindings, barrier, node} */\n"
+    str_addf(s, "\n/* {kernel, {groups}, first binding, bindings, barrier, node, bytes, flops} */\n"
                 "static const kiln_dispatch %s_dispatches[%d] = {\n",
              px, p->ndispatches ? p->ndispatches : 1);
     int b = 0;
@@ -195,13 +195,15 @@ static void emit_schedule(Str *s, Program *p, const char *px) {
                  op_info[d->node->op].name, d->family);
         if (d->barrier)
             str_addf(s, "; barrier: %s", c_comment(d->reason));
-        str_addf(s, " */\n    {%du, {%uu, %uu, %uu}, %du, %du, %du, \"%s\"},\n", d->module,
-                 d->groups[0], d->groups[1], d->groups[2], b, d->nargs, d->barrier,
-                 c_string(d->node->name));
+        str_addf(s, " */\n    {%du, {%uu, %uu, %uu}, %du, %du, %du, \"%s\", %lluull, %lluull},\n",
+                 d->module, d->groups[0], d->groups[1], d->groups[2], b, d->nargs, d->barrier,
+                 c_string(d->node->name),
+                 (unsigned long long)(dispatch_bytes_read(d) + dispatch_bytes_written(d)),
+                 (unsigned long long)d->flops);
         b += d->nargs;
     }
     if (!p->ndispatches)
-        str_add(s, "    {0}\n");
+        str_add(s, "    {0u, {0u, 0u, 0u}, 0u, 0u, 0u, \"\", 0ull, 0ull}\n");
     str_add(s, "};\n");
 }
 
@@ -240,6 +242,17 @@ void emit_c(Graph *g, Program *p, const Options *opt, const char *header_name,
     emit_weights(&weights, g, p, px);
     emit_tensor_table(&tensors, &g->inputs, px, "inputs");
     emit_tensor_table(&tensors, &g->outputs, px, "outputs");
+    /* --debug-tensors: every node output, in schedule order. */
+    Vec debug = {0};
+    for (int i = 0; p->debug_tensors && i < g->nodes.len; i++) {
+        Node *n = g->nodes.data[i];
+        for (int k = 0; !n->dead && k < n->noutputs; k++) {
+            Tensor *r = tensor_root(n->outputs[k]);
+            if (r->kind == T_VALUE && r->last >= r->first)
+                vec_push(&debug, n->outputs[k]);
+        }
+    }
+    emit_tensor_table(&tensors, &debug, px, "debug_tensors");
     emit_schedule(&sched, p, px);
 
     char *source_c = xstrdup(basename_of(header_name));
@@ -269,6 +282,7 @@ void emit_c(Graph *g, Program *p, const Options *opt, const char *header_name,
         {"FEATURES", format("%u", p->features)},
         {"INPUT_COUNT", format("%d", g->inputs.len)},
         {"OUTPUT_COUNT", format("%d", g->outputs.len)},
+        {"DEBUG_COUNT", format("%d", debug.len)},
         {"INPUT_LIST", tensor_list(&g->inputs)},
         {"OUTPUT_LIST", tensor_list(&g->outputs)},
         {"KERNELS", kernels.buf},

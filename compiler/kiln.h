@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "../runtime/kiln_rt.h"
 
@@ -277,6 +278,8 @@ typedef struct Options {
     const char *command;    /* the command line, for the frontmatter */
     uint64_t alignment;     /* arena alignment in bytes */
     bool verbose;
+    bool debug_tensors;     /* --debug-tensors */
+    bool report;            /* --report */
 } Options;
 
 /* Removes nodes that no output depends on. */
@@ -296,6 +299,7 @@ typedef struct Dispatch {
                                touched (relative to its start), for schedule */
     int nargs;
     uint32_t writes;        /* bit i: args[i] is written */
+    uint64_t flops;         /* estimated arithmetic operations */
     int module;             /* index into Program.modules */
     bool barrier;           /* a barrier before this dispatch */
     int wait_on;            /* the dispatch that made it needed, or -1 */
@@ -321,6 +325,7 @@ typedef struct Program {
     uint64_t io_bytes;
     uint64_t alignment;
     uint32_t features;       /* KILN_FEATURE_* */
+    bool debug_tensors;      /* pin every tensor; list them in the output */
 } Program;
 
 Program *lower(Graph *g);
@@ -332,6 +337,11 @@ void define_str(Dispatch *d, const char *name, const char *v);
 void define_list(Dispatch *d, const char *name, int n, const int64_t *v);
 /* Appends an argument covering the whole tensor. */
 void dispatch_arg(Dispatch *d, Tensor *t, bool written);
+/* Fills a push-constant slot the kernel does not touch (with t's address). */
+void dispatch_unused(Dispatch *d, Tensor *t);
+/* Bytes a dispatch reads and writes (from its arguments' ranges). */
+uint64_t dispatch_bytes_read(const Dispatch *d);
+uint64_t dispatch_bytes_written(const Dispatch *d);
 
 /* ---- plan_memory.c ------------------------------------------------------- */
 
@@ -359,6 +369,15 @@ void compile_kernels(Program *p);
 /* Returns the generated .c and .h texts. */
 void emit_c(Graph *g, Program *p, const Options *opt, const char *header_name,
             Str *out_c, Str *out_h);
+
+/* ---- inspect.c ----------------------------------------------------------- */
+
+void inspect_text(Graph *g, Program *p, FILE *f);
+void inspect_json(Graph *g, Program *p, FILE *f);
+void inspect_dot(Graph *g, Program *p, FILE *f);
+/* profile: per-dispatch microseconds (nprofile of them), or NULL. */
+void inspect_html(Graph *g, Program *p, const double *profile, int nprofile, FILE *f);
+void compile_report(Graph *g, Program *p, uint64_t c_bytes, uint64_t runtime_bytes, FILE *f);
 
 /* ---- embedded.c (generated from shaders/ and templates/ at build) -------- */
 

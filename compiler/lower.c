@@ -73,6 +73,27 @@ void dispatch_arg(Dispatch *d, Tensor *t, bool written) {
     d->args[d->nargs++] = t;
 }
 
+void dispatch_unused(Dispatch *d, Tensor *t) {
+    dispatch_arg(d, t, false);
+    d->arg_end[d->nargs - 1] = 0; /* an empty range: no bytes, no hazards */
+}
+
+uint64_t dispatch_bytes_read(const Dispatch *d) {
+    uint64_t b = 0;
+    for (int k = 0; k < d->nargs; k++)
+        if (!((d->writes >> k) & 1u))
+            b += d->arg_end[k] - d->arg_begin[k];
+    return b;
+}
+
+uint64_t dispatch_bytes_written(const Dispatch *d) {
+    uint64_t b = 0;
+    for (int k = 0; k < d->nargs; k++)
+        if ((d->writes >> k) & 1u)
+            b += d->arg_end[k] - d->arg_begin[k];
+    return b;
+}
+
 static uint32_t groups_for(int64_t items, int64_t per_group) {
     int64_t g = (items + per_group - 1) / per_group;
     return g > MAX_GROUPS ? MAX_GROUPS : (uint32_t)(g < 1 ? 1 : g);
@@ -304,6 +325,8 @@ static Dispatch *eltwise_dispatch(Program *p, Node *n, int rank, const int64_t *
     define_needs(d, need);
     define_str(d, "EXPR", format("(%s)", expr));
     d->groups[0] = groups_for(count, d->local_size);
+    /* A copy computes nothing; otherwise about one operation per operand. */
+    d->flops = strcmp(expr, "a") == 0 ? 0 : (uint64_t)count * (uint64_t)(nin > 1 ? nin - 1 : 1);
     return d;
 }
 
@@ -544,6 +567,7 @@ static Dispatch *matmul_dispatch(Program *p, Node *n, MatmulShape *s) {
     dispatch_arg(d, s->ops[0].t, true);
     dispatch_arg(d, s->ops[1].t, false);
     dispatch_arg(d, s->ops[2].t, false);
+    d->flops = 2ull * (uint64_t)(s->M * s->N) * (uint64_t)s->K * (uint64_t)s->batch;
     d->groups[0] = groups_for(s->N, bn);
     d->groups[1] = groups_for(s->M, bm);
     d->groups[2] = groups_for(s->batch, 1);
@@ -593,7 +617,7 @@ static void lower_matmul(Program *p, Node *n) {
     }
     Dispatch *d = matmul_dispatch(p, n, &s);
     if (d)
-        dispatch_arg(d, a, false); /* the unused bias slot */
+        dispatch_unused(d, a); /* the bias slot */
 }
 
 /* Activation expressions for fused epilogues, over x. */
@@ -643,7 +667,7 @@ static void lower_gemm(Program *p, Node *n) {
         define_int(d, "BIAS_SN", bias.strides[1]);
         dispatch_arg(d, c, false);
     } else {
-        dispatch_arg(d, a, false); /* the unused bias slot */
+        dispatch_unused(d, a); /* the bias slot */
     }
 }
 
@@ -669,6 +693,7 @@ static Dispatch *row_dispatch(Program *p, Node *n, const char *family, int64_t r
     define_int(d, "LEN", len);
     define_int(d, "INNER", inner);
     d->groups[0] = groups_for(rows, 1);
+    d->flops = 5ull * (uint64_t)(rows * len); /* a few passes over each row */
     return d;
 }
 
@@ -747,9 +772,18 @@ static void lower_norm(Program *p, Node *n) {
     define_int(d, "PD", pd);
     dispatch_arg(d, n->outputs[0], true);
     dispatch_arg(d, x, false);
-    dispatch_arg(d, nparams > 0 ? n->inputs[first_param] : x, false);
-    dispatch_arg(d, nparams > 1 ? n->inputs[first_param + 1] : x, false);
-    dispatch_arg(d, residual ? n->inputs[1] : x, false);
+    if (nparams > 0)
+        dispatch_arg(d, n->inputs[first_param], false);
+    else
+        dispatch_unused(d, x);
+    if (nparams > 1)
+        dispatch_arg(d, n->inputs[first_param + 1], false);
+    else
+        dispatch_unused(d, x);
+    if (residual)
+        dispatch_arg(d, n->inputs[1], false);
+    else
+        dispatch_unused(d, x);
     if (n->noutputs > 1)
         dispatch_arg(d, n->outputs[1], true);
 }
@@ -845,6 +879,7 @@ static void lower_reduce(Program *p, Node *n) {
     dispatch_arg(d, out, true);
     dispatch_arg(d, x, false);
     d->groups[0] = groups_for(rows, 1);
+    d->flops = (uint64_t)(rows * len) * (n->op == OP_REDUCE_LOG_SUM_EXP ? 3u : 1u);
 }
 
 /* ---- index.comp and scatter.comp ---- */
@@ -872,7 +907,10 @@ static Dispatch *index_dispatch(Program *p, Node *n, const char *mode, Tensor *y
     define_needs(d, need);
     dispatch_arg(d, y, true);
     dispatch_arg(d, x, false);
-    dispatch_arg(d, idx ? idx : x, false);
+    if (idx)
+        dispatch_arg(d, idx, false);
+    else
+        dispatch_unused(d, x);
     d->groups[0] = groups_for(count, d->local_size);
     return d;
 }
@@ -1040,9 +1078,10 @@ static void lower_attention(Program *p, Node *n) {
         define_int(d, "MS_H", 0);
         define_int(d, "MS_I", 0);
         define_int(d, "MS_J", 0);
-        dispatch_arg(d, n->inputs[0], false); /* the unused mask slot */
+        dispatch_unused(d, n->inputs[0]); /* the mask slot */
     }
     d->groups[0] = groups_for(a.B * a.H * a.Sq, 1);
+    d->flops = (uint64_t)(a.B * a.H * a.Sq * a.Sk) * (uint64_t)(2 * a.D + 2 * a.DV + 5);
 }
 
 /* rope: for each rotated pair (x1, x2) at position s and frequency j,
@@ -1126,8 +1165,16 @@ static void lower_conv(Program *p, Node *n) {
     dispatch_arg(d, y, true);
     dispatch_arg(d, x, false);
     dispatch_arg(d, w, false);
-    dispatch_arg(d, n->ninputs > 2 ? n->inputs[2] : x, false);
+    if (n->ninputs > 2)
+        dispatch_arg(d, n->inputs[2], false);
+    else
+        dispatch_unused(d, x);
     d->groups[0] = groups_for(count, d->local_size);
+    int64_t per_out = (n->op == OP_CONV_TRANSPOSE ? y->shape[1] : x->shape[1]) /
+                      attr_int(n, "group", 1) * shape_count(nsp, w->shape + 2);
+    if (n->op == OP_CONV_TRANSPOSE)
+        per_out = x->shape[1] / attr_int(n, "group", 1) * shape_count(nsp, w->shape + 2);
+    d->flops = 2ull * (uint64_t)count * (uint64_t)per_out;
 }
 
 static void lower_pool(Program *p, Node *n) {
@@ -1156,6 +1203,7 @@ static void lower_pool(Program *p, Node *n) {
     dispatch_arg(d, y, true);
     dispatch_arg(d, x, false);
     d->groups[0] = groups_for(count, d->local_size);
+    d->flops = (uint64_t)count * (uint64_t)shape_count(nsp, k);
 }
 
 static void lower_resize(Program *p, Node *n) {
@@ -1194,6 +1242,7 @@ static void lower_resize(Program *p, Node *n) {
     dispatch_arg(d, y, true);
     dispatch_arg(d, x, false);
     d->groups[0] = groups_for(count, d->local_size);
+    d->flops = (uint64_t)count * (2ull << x->rank);
 }
 
 /* ---- selection and scans ---- */
@@ -1208,6 +1257,7 @@ static void lower_topk(Program *p, Node *n) {
     if (!d)
         return;
     define_int(d, "K", k);
+    d->flops *= (uint64_t)k;
     define_int(d, "LARGEST", attr_int(n, "largest", 1) != 0);
     define_int(d, "NEED_I64", 1);
     p->features |= KILN_FEATURE_INT64;
@@ -1251,9 +1301,14 @@ static void lower_selective_scan(Program *p, Node *n) {
     define_int(d, "HAS_D", n->ninputs > 5);
     define_int(d, "HAS_Z", n->ninputs > 6);
     dispatch_arg(d, n->outputs[0], true);
-    for (int i = 0; i < 7; i++)
-        dispatch_arg(d, n->inputs[i < n->ninputs ? i : 0], false);
+    for (int i = 0; i < 7; i++) {
+        if (i < n->ninputs)
+            dispatch_arg(d, n->inputs[i], false);
+        else
+            dispatch_unused(d, u);
+    }
     d->groups[0] = groups_for(u->shape[0] * u->shape[2], 1);
+    d->flops = 8ull * (uint64_t)tensor_count(u) * (uint64_t)N;
 }
 
 typedef void (*LowerFn)(Program *p, Node *n);

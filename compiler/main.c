@@ -4,37 +4,52 @@
 #include "kiln.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static const char usage[] =
-    "usage: kiln compile MODEL [-o OUT.c] [--name PREFIX] [--shape NAME=DxDx..]...\n"
-    "                          [--const NAME=TENSOR.pb]...\n"
-    "                          [--align BYTES] [-v]\n"
+    "usage: kiln compile MODEL [-o OUT.c] [--name PREFIX] [--shape NAME=DxD..]...\n"
+    "                          [--const NAME=TENSOR.pb]... [--align BYTES]\n"
+    "                          [--debug-tensors] [--report] [-v]\n"
+    "       kiln inspect MODEL [--format text|json|dot] [--html REPORT.html]\n"
+    "                          [--profile PROFILE.json] [-o FILE] [model options]\n"
     "       kiln tensor TENSOR.pb OUT.bin\n"
     "       kiln --help | --version\n"
     "\n"
-    "Compiles a neural-network graph (MODEL.yaml, or MODEL.onnx) into one C file\n"
-    "and its header: a fixed\n"
-    "Vulkan dispatch schedule, baked arena offsets, embedded SPIR-V kernels and\n"
-    "the weights. Link the result with libkilnrt and libvulkan.\n"
+    "compile turns a neural-network graph (MODEL.yaml, or MODEL.onnx) into one C\n"
+    "file and its header: a fixed Vulkan dispatch schedule, baked arena offsets,\n"
+    "embedded SPIR-V kernels and the weights. Link the result with libkilnrt and\n"
+    "libvulkan. inspect shows that schedule without writing C.\n"
     "\n"
-    "options:\n"
-    "  -o OUT.c         write OUT.c and OUT.h (default: PREFIX.c in the current\n"
-    "                   directory)\n"
+    "model options (compile and inspect):\n"
     "  --name PREFIX    C prefix of the generated functions (default: the model's\n"
     "                   name, made a C identifier)\n"
     "  --shape NAME=DxD...  fix an ONNX input's symbolic dimensions (repeatable)\n"
     "  --const NAME=T.pb    make an ONNX input a constant, from a TensorProto file\n"
     "  --align BYTES    arena and weight alignment, a power of two >= 16\n"
     "                   (default 256)\n"
+    "  --debug-tensors  keep every intermediate tensor for the whole run, so it can\n"
+    "                   be read back (kiln_model_read_tensor, run_model --dump)\n"
     "  -v               say what the optimizer removed\n"
+    "compile:\n"
+    "  -o OUT.c         write OUT.c and OUT.h (default: PREFIX.c here)\n"
+    "  --report         print the size of each part and the device memory\n"
+    "inspect:\n"
+    "  --format F       text (a table, default), json (schema kiln-inspect/1) or dot\n"
+    "  --html FILE      also write a self-contained page with the schedule and a\n"
+    "                   memory map\n"
+    "  --profile FILE   a profile written by run_model -p: the page colours\n"
+    "                   dispatches by their GPU time\n"
+    "  -o FILE          write the text, json or dot there instead of stdout\n"
     "\n"
-    "kiln tensor writes an ONNX TensorProto's data as raw little-endian bytes\n"
-    "and prints its dtype and shape.\n"
-    "  --help           this text\n"
-    "  --version        kiln's version\n";
+    "kiln tensor writes an ONNX TensorProto's data as raw little-endian bytes and\n"
+    "prints its dtype, shape and name.\n";
+
+#ifndef KILN_RUNTIME_BYTES
+#define KILN_RUNTIME_BYTES 0
+#endif
 
 static char *sanitize_name(const char *name) {
     Str s = {0};
@@ -71,81 +86,105 @@ static char *join_command(int argc, char **argv) {
     return s.buf;
 }
 
-static int compile(int argc, char **argv) {
-    const char *model = NULL, *out = NULL;
+typedef struct Args {
+    Options opt;
+    const char *model, *out, *format, *html, *profile;
     const char *shapes[64], *consts[64];
-    int nshapes = 0, nconsts = 0;
-    Options opt = {0};
-    opt.alignment = 256;
-    opt.command = join_command(argc, argv);
+    int nshapes, nconsts;
+} Args;
+
+static void parse_args(int argc, char **argv, bool inspect, Args *a) {
+    memset(a, 0, sizeof *a);
+    a->opt.alignment = 256;
+    a->opt.command = join_command(argc, argv);
+    a->format = "text";
     for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
+        const char *arg = argv[i];
         bool has_value = i + 1 < argc;
-        if (strcmp(a, "-o") == 0 && has_value) {
-            out = argv[++i];
-        } else if (strcmp(a, "--name") == 0 && has_value) {
-            opt.name = argv[++i];
-            if (!is_identifier(opt.name))
-                fatal("--name '%s' is not a C identifier", opt.name);
-        } else if (strcmp(a, "--align") == 0 && has_value) {
+        if (strcmp(arg, "-o") == 0 && has_value) {
+            a->out = argv[++i];
+        } else if (strcmp(arg, "--name") == 0 && has_value) {
+            a->opt.name = argv[++i];
+            if (!is_identifier(a->opt.name))
+                fatal("--name '%s' is not a C identifier", a->opt.name);
+        } else if (strcmp(arg, "--align") == 0 && has_value) {
             char *end;
             unsigned long long v = strtoull(argv[++i], &end, 10);
             if (*end || v < 16 || v > 65536 || (v & (v - 1)))
-                fatal("--align must be a power of two from 16 to 65536, not '%s'",
-                      argv[i]);
-            opt.alignment = v;
-        } else if (strcmp(a, "--shape") == 0 && has_value) {
-            if (nshapes == 64)
-                fatal("too many --shape options");
-            shapes[nshapes] = argv[++i];
-            if (!strchr(shapes[nshapes], '='))
-                fatal("--shape %s: expected NAME=D0xD1x...", shapes[nshapes]);
-            nshapes++;
-        } else if (strcmp(a, "--const") == 0 && has_value) {
-            if (nconsts == 64)
-                fatal("too many --const options");
-            consts[nconsts] = argv[++i];
-            if (!strchr(consts[nconsts], '='))
-                fatal("--const %s: expected NAME=TENSOR.pb", consts[nconsts]);
-            nconsts++;
-        } else if (strcmp(a, "-v") == 0) {
-            opt.verbose = true;
-        } else if (a[0] == '-') {
-            fatal("unknown option '%s' (or it lacks its value); see kiln --help", a);
-        } else if (!model) {
-            model = a;
+                fatal("--align must be a power of two from 16 to 65536, not '%s'", argv[i]);
+            a->opt.alignment = v;
+        } else if ((strcmp(arg, "--shape") == 0 || strcmp(arg, "--const") == 0) && has_value) {
+            bool shape = arg[2] == 's';
+            int *n = shape ? &a->nshapes : &a->nconsts;
+            if (*n == 64)
+                fatal("too many %s options", arg);
+            const char *v = argv[++i];
+            if (!strchr(v, '='))
+                fatal("%s %s: expected %s", arg, v, shape ? "NAME=D0xD1x..." : "NAME=TENSOR.pb");
+            (shape ? a->shapes : a->consts)[(*n)++] = v;
+        } else if (strcmp(arg, "-v") == 0) {
+            a->opt.verbose = true;
+        } else if (strcmp(arg, "--debug-tensors") == 0) {
+            a->opt.debug_tensors = true;
+        } else if (!inspect && strcmp(arg, "--report") == 0) {
+            a->opt.report = true;
+        } else if (inspect && strcmp(arg, "--format") == 0 && has_value) {
+            a->format = argv[++i];
+            if (strcmp(a->format, "text") && strcmp(a->format, "json") && strcmp(a->format, "dot"))
+                fatal("--format must be text, json or dot, not '%s'", a->format);
+        } else if (inspect && strcmp(arg, "--html") == 0 && has_value) {
+            a->html = argv[++i];
+        } else if (inspect && strcmp(arg, "--profile") == 0 && has_value) {
+            a->profile = argv[++i];
+        } else if (arg[0] == '-') {
+            fatal("unknown option '%s' (or it lacks its value); see kiln --help", arg);
+        } else if (!a->model) {
+            a->model = arg;
         } else {
-            fatal("more than one model given ('%s' and '%s')", model, a);
+            fatal("more than one model given ('%s' and '%s')", a->model, arg);
         }
     }
-    if (!model)
+    if (!a->model)
         fatal("no model given; see kiln --help");
-    if (out && !ends_with(out, ".c"))
-        fatal("the output name must end in .c (got '%s')", out);
+}
+
+/* The whole pipeline up to SPIR-V: what compile emits and inspect shows. */
+static Program *build(Args *a, Graph **out_graph) {
+    const char *model = a->model;
     bool onnx = ends_with(model, ".onnx");
     if (!onnx && !ends_with(model, ".yaml") && !ends_with(model, ".yml"))
         fatal("%s: unsupported model format (kiln reads .yaml, .yml and .onnx)", model);
-    if ((nshapes || nconsts) && !onnx)
+    if ((a->nshapes || a->nconsts) && !onnx)
         fatal("--shape and --const are for ONNX models");
-
-    Graph *g = onnx ? load_onnx(model, nshapes, shapes, nconsts, consts) : load_yaml(model);
+    Graph *g = onnx ? load_onnx(model, a->nshapes, a->shapes, a->nconsts, a->consts)
+                    : load_yaml(model);
     load_weights(g);
     infer_shapes(g);
-    optimize(g, &opt);
-    if (!opt.name)
-        opt.name = sanitize_name(g->name);
+    optimize(g, &a->opt);
+    if (!a->opt.name)
+        a->opt.name = sanitize_name(g->name);
     Program *p = lower(g);
-    p->alignment = opt.alignment;
+    p->alignment = a->opt.alignment;
+    p->debug_tensors = a->opt.debug_tensors;
     plan_memory(g, p);
     schedule(g, p);
     compile_kernels(p);
+    *out_graph = g;
+    return p;
+}
 
-    if (!out)
-        out = format("%s.c", opt.name);
+static int compile(int argc, char **argv) {
+    Args a;
+    parse_args(argc, argv, false, &a);
+    if (a.out && !ends_with(a.out, ".c"))
+        fatal("the output name must end in .c (got '%s')", a.out);
+    Graph *g;
+    Program *p = build(&a, &g);
+    const char *out = a.out ? a.out : format("%s.c", a.opt.name);
     char *header = xstrdup(out);
     header[strlen(header) - 1] = 'h';
     Str c = {0}, h = {0};
-    emit_c(g, p, &opt, header, &c, &h);
+    emit_c(g, p, &a.opt, header, &c, &h);
     if (!write_file(header, h.buf, h.len))
         fatal("cannot write %s", header);
     if (!write_file(out, c.buf, c.len)) {
@@ -157,9 +196,62 @@ static int compile(int argc, char **argv) {
         barriers += p->dispatches[i]->barrier;
     printf("kiln: %s -> %s: %d dispatches (%d barriers), %d kernels, arena %llu bytes "
            "(lower bound %llu), weights %llu bytes\n",
-           model, out, p->ndispatches, barriers, p->nmodules,
+           a.model, out, p->ndispatches, barriers, p->nmodules,
            (unsigned long long)p->arena_bytes, (unsigned long long)p->peak_bytes,
            (unsigned long long)p->weight_bytes);
+    if (a.opt.report)
+        compile_report(g, p, c.len, KILN_RUNTIME_BYTES, stdout);
+    return 0;
+}
+
+/* The per-dispatch microseconds of a run_model -p profile, in order. */
+static double *read_profile(const char *path, int *count) {
+    size_t size;
+    char *text = read_file(path, &size);
+    Loc loc = {path, 0, 0};
+    if (!text)
+        error_at(loc, "cannot read: %s", strerror(errno));
+    if (!strstr(text, "\"kiln-profile/1\""))
+        error_at(loc, "not a kiln profile (schema kiln-profile/1)");
+    double *us = NULL;
+    int n = 0;
+    for (char *q = strstr(text, "\"us\":"); q; q = strstr(q + 5, "\"us\":")) {
+        us = xrealloc(us, sizeof(double) * (size_t)(n + 1));
+        us[n++] = strtod(q + 5, NULL);
+    }
+    *count = n;
+    return us;
+}
+
+static int inspect(int argc, char **argv) {
+    Args a;
+    parse_args(argc, argv, true, &a);
+    Graph *g;
+    Program *p = build(&a, &g);
+    int nprofile = 0;
+    double *profile = a.profile ? read_profile(a.profile, &nprofile) : NULL;
+    if (profile && nprofile != p->ndispatches)
+        fatal("%s has %d dispatch times; the model has %d dispatches", a.profile, nprofile,
+              p->ndispatches);
+    FILE *f = stdout;
+    if (a.out && !(f = fopen(a.out, "w")))
+        fatal("cannot write %s", a.out);
+    if (strcmp(a.format, "json") == 0)
+        inspect_json(g, p, f);
+    else if (strcmp(a.format, "dot") == 0)
+        inspect_dot(g, p, f);
+    else
+        inspect_text(g, p, f);
+    if (f != stdout && fclose(f) != 0)
+        fatal("cannot write %s", a.out);
+    if (a.html) {
+        FILE *h = fopen(a.html, "w");
+        if (!h)
+            fatal("cannot write %s", a.html);
+        inspect_html(g, p, profile, nprofile, h);
+        if (fclose(h) != 0)
+            fatal("cannot write %s", a.html);
+    }
     return 0;
 }
 
@@ -178,6 +270,8 @@ int main(int argc, char **argv) {
     }
     if (strcmp(argv[1], "compile") == 0)
         return compile(argc, argv);
+    if (strcmp(argv[1], "inspect") == 0)
+        return inspect(argc, argv);
     if (strcmp(argv[1], "tensor") == 0) {
         if (argc != 4) {
             fputs(usage, stderr);

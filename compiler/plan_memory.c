@@ -72,6 +72,15 @@ static void live_ranges(Graph *g, Program *p) {
         r->first = -1;
         r->last = n;
     }
+    /* --debug-tensors: every tensor a dispatch touches lives for the whole
+     * run, so it can be read back afterwards. */
+    for (int i = 0; p->debug_tensors && i < g->tensors.len; i++) {
+        Tensor *t = g->tensors.data[i];
+        if (t->kind == T_VALUE && !t->alias && t->last >= t->first) {
+            t->first = -1;
+            t->last = n;
+        }
+    }
 }
 
 /* Weights no dispatch or output uses (folded away, or of dead nodes) are

@@ -24,6 +24,8 @@ typedef struct Access {
 } Access;
 
 static bool overlap(const Access *a, const Access *b) {
+    if (a->begin == a->end || b->begin == b->end)
+        return false; /* an unused slot */
     return a->buffer == b->buffer && a->begin < b->end && b->begin < a->end;
 }
 

@@ -299,6 +299,14 @@ static kiln_status open_device(kiln_device *dev) {
     KILN_VK_RETURN(vkCreateDevice(dev->physical, &ci, NULL, &dev->device));
     vkGetDeviceQueue(dev->device, dev->queue_family, 0, &dev->queue);
 
+    uint32_t nfam = 0;
+    vkGetPhysicalDeviceQueueFamilyProperties(dev->physical, &nfam, NULL);
+    VkQueueFamilyProperties fams[32];
+    if (nfam > 32)
+        nfam = 32;
+    vkGetPhysicalDeviceQueueFamilyProperties(dev->physical, &nfam, fams);
+    dev->timestamp_bits = dev->queue_family < nfam ? fams[dev->queue_family].timestampValidBits : 0;
+
     VkPhysicalDeviceSubgroupProperties sub;
     memset(&sub, 0, sizeof sub);
     sub.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES;

@@ -65,6 +65,7 @@ struct kiln_device {
     VkPhysicalDeviceMemoryProperties memory;
     uint32_t features;        /* KILN_FEATURE_* the device has and enabled */
     uint32_t subgroup_size;   /* queried, never assumed */
+    uint32_t timestamp_bits;  /* of the queue family; 0: no timestamps */
     VkDebugUtilsMessengerEXT messenger;
     uint32_t validation_count;
 };

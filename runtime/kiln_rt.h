@@ -55,7 +55,7 @@ extern "C" {
 #define KILN_RT_VERSION "0.1.0"
 /* Version of the tables below; the generated code records the one it was
  * written for and create refuses a mismatch. */
-#define KILN_ABI_VERSION 1u
+#define KILN_ABI_VERSION 2u
 
 typedef enum kiln_status {
     KILN_OK = 0,
@@ -158,6 +158,8 @@ typedef struct kiln_dispatch {
     uint32_t binding_count;
     uint32_t barrier;       /* 1: compute->compute memory barrier before it */
     const char *node;       /* source node, for messages and profiles */
+    uint64_t bytes;         /* bytes read and written (compiler's count) */
+    uint64_t flops;         /* arithmetic operations (compiler's estimate) */
 } kiln_dispatch;
 
 typedef struct kiln_model_desc {
@@ -178,6 +180,10 @@ typedef struct kiln_model_desc {
     const kiln_tensor_info *inputs;
     uint32_t output_count;
     const kiln_tensor_info *outputs;
+    /* Compiled with --debug-tensors: every intermediate tensor, kept for the
+     * whole run so kiln_model_read_tensor can copy it out afterwards. */
+    uint32_t debug_count;
+    const kiln_tensor_info *debug_tensors;
 } kiln_model_desc;
 
 /* ---- models ------------------------------------------------------------ */
@@ -185,9 +191,35 @@ typedef struct kiln_model_desc {
 typedef struct kiln_model kiln_model;
 
 /* device may be NULL: the model then creates the default device, owns it
- * and destroys it with itself. */
+ * and destroys it with itself. KILN_PROFILE=1 in the environment turns on
+ * KILN_MODEL_PROFILE. */
 kiln_status kiln_model_create(kiln_device *device, const kiln_model_desc *desc,
                               kiln_model **out_model);
+
+#define KILN_MODEL_PROFILE 1u /* a GPU timestamp after every dispatch */
+
+typedef struct kiln_model_options {
+    uint32_t flags; /* KILN_MODEL_* */
+} kiln_model_options;
+
+/* kiln_model_create with options (NULL: none). */
+kiln_status kiln_model_create_ex(kiln_device *device, const kiln_model_desc *desc,
+                                 const kiln_model_options *options,
+                                 kiln_model **out_model);
+
+/* After a run of a model created with KILN_MODEL_PROFILE: each dispatch's
+ * GPU time in microseconds (us[i] for desc->dispatches[i]; count at least
+ * desc->dispatch_count). A dispatch's time runs from the end of the one
+ * before it (or the start of the schedule) to its own end, measured with
+ * the device's timestamp period and valid bits. Dispatches the schedule lets
+ * overlap share time between them. */
+kiln_status kiln_model_profile(kiln_model *model, double *us, uint32_t count);
+
+/* Copies a tensor of desc->debug_tensors (or desc->outputs) out of the
+ * arena after a run; dst receives tensor->bytes bytes. Allocates a staging
+ * buffer and submits: a debugging aid, not for the run path. */
+kiln_status kiln_model_read_tensor(kiln_model *model, const kiln_tensor_info *tensor,
+                                   void *dst);
 /* inputs[i] points to desc->inputs[i].bytes bytes; outputs[i] receives
  * desc->outputs[i].bytes bytes. */
 kiln_status kiln_model_run(kiln_model *model, const void *const *inputs,

@@ -19,6 +19,7 @@
  */
 #include "internal.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,7 +36,9 @@ struct kiln_model {
     VkCommandPool pool;
     VkCommandBuffer cmd;
     VkFence fence;
+    VkQueryPool timestamps; /* dispatch_count + 1 queries, when profiling */
     int lost; /* the device was lost: every later run fails */
+    int ran;  /* a run has completed (profiles and debug reads need one) */
 };
 
 static kiln_status check_desc(const kiln_device *dev, const kiln_model_desc *d) {
@@ -203,6 +206,8 @@ static kiln_status record(kiln_model *m) {
     const kiln_model_desc *d = m->desc;
     KILN_RETURN_IF_ERROR(begin_commands(m, 0, &m->cmd));
     VkCommandBuffer cmd = m->cmd;
+    if (m->timestamps)
+        vkCmdResetQueryPool(cmd, m->timestamps, 0, d->dispatch_count + 1);
 
     for (uint32_t i = 0; i < d->input_count; i++) {
         const kiln_tensor_info *t = &d->inputs[i];
@@ -219,6 +224,8 @@ static kiln_status record(kiln_model *m) {
                        VK_ACCESS_TRANSFER_READ_BIT);
 
     uint32_t bound = UINT32_MAX;
+    if (m->timestamps)
+        vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, m->timestamps, 0);
     for (uint32_t i = 0; i < d->dispatch_count; i++) {
         const kiln_dispatch *x = &d->dispatches[i];
         if (x->barrier)
@@ -242,6 +249,9 @@ static kiln_status record(kiln_model *m) {
         vkCmdPushConstants(cmd, m->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0,
                            PUSH_BYTES, push);
         vkCmdDispatch(cmd, x->groups[0], x->groups[1], x->groups[2]);
+        if (m->timestamps)
+            vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, m->timestamps,
+                                i + 1);
     }
 
     memory_barrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT |
@@ -294,8 +304,29 @@ static kiln_status create_objects(kiln_model *m) {
     return record(m);
 }
 
+static kiln_status create_timestamps(kiln_model *m) {
+    kiln_device *dev = m->device;
+    if (dev->timestamp_bits == 0 || dev->props.limits.timestampPeriod <= 0)
+        return KILN_FAIL(KILN_ERROR_FEATURE_MISSING,
+                         "profiling needs timestamps, which the queue of %s lacks",
+                         dev->props.deviceName);
+    VkQueryPoolCreateInfo qi;
+    memset(&qi, 0, sizeof qi);
+    qi.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO;
+    qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
+    qi.queryCount = m->desc->dispatch_count + 1;
+    KILN_VK_RETURN(vkCreateQueryPool(dev->device, &qi, NULL, &m->timestamps));
+    return KILN_OK;
+}
+
 kiln_status kiln_model_create(kiln_device *device, const kiln_model_desc *desc,
                               kiln_model **out_model) {
+    return kiln_model_create_ex(device, desc, NULL, out_model);
+}
+
+kiln_status kiln_model_create_ex(kiln_device *device, const kiln_model_desc *desc,
+                                 const kiln_model_options *options,
+                                 kiln_model **out_model) {
     if (!out_model)
         return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "out_model is NULL");
     *out_model = NULL;
@@ -311,6 +342,11 @@ kiln_status kiln_model_create(kiln_device *device, const kiln_model_desc *desc,
         s = kiln_device_create(NULL, &m->device);
         m->owns_device = 1;
     }
+    const char *env = getenv("KILN_PROFILE");
+    bool profile = (options && (options->flags & KILN_MODEL_PROFILE)) ||
+                   (env && *env && strcmp(env, "0") != 0);
+    if (s == KILN_OK && profile)
+        s = create_timestamps(m);
     if (s == KILN_OK)
         s = create_objects(m);
     if (s != KILN_OK) {
@@ -354,6 +390,7 @@ kiln_status kiln_model_run(kiln_model *m, const void *const *inputs,
         return kiln__vk_fail(r, __FILE__, __LINE__, "submit and wait");
     }
     KILN_VK_RETURN(vkResetFences(vd, 1, &m->fence));
+    m->ran = 1;
     for (uint32_t i = 0; i < d->output_count; i++) {
         if (d->outputs[i].bytes && !outputs[i])
             return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT,
@@ -384,6 +421,8 @@ void kiln_model_destroy(kiln_model *m) {
             vkDestroyCommandPool(dev->device, m->pool, NULL);
         if (m->fence)
             vkDestroyFence(dev->device, m->fence, NULL);
+        if (m->timestamps)
+            vkDestroyQueryPool(dev->device, m->timestamps, NULL);
         kiln__buffer_destroy(dev, &m->arena);
         kiln__buffer_destroy(dev, &m->weights);
         kiln__buffer_destroy(dev, &m->io);
@@ -392,6 +431,74 @@ void kiln_model_destroy(kiln_model *m) {
     if (m->owns_device)
         kiln_device_destroy(dev);
     free(m);
+}
+
+kiln_status kiln_model_profile(kiln_model *m, double *us, uint32_t count) {
+    if (!m || !us)
+        return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "model or us is NULL");
+    uint32_t n = m->desc->dispatch_count;
+    if (!m->timestamps)
+        return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT,
+                         "the model was created without KILN_MODEL_PROFILE");
+    if (!m->ran)
+        return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "the model has not run yet");
+    if (count < n)
+        return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "room for %u times, %u dispatches",
+                         count, n);
+    if (n == 0)
+        return KILN_OK;
+    uint64_t *t = (uint64_t *)calloc(n + 1, sizeof *t);
+    if (!t)
+        return KILN_FAIL(KILN_ERROR_OUT_OF_HOST_MEMORY, "allocating timestamps");
+    VkResult r = vkGetQueryPoolResults(m->device->device, m->timestamps, 0, n + 1,
+                                       sizeof(uint64_t) * (n + 1), t, sizeof(uint64_t),
+                                       VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT);
+    if (r != VK_SUCCESS) {
+        free(t);
+        return kiln__vk_fail(r, __FILE__, __LINE__, "vkGetQueryPoolResults");
+    }
+    uint32_t bits = m->device->timestamp_bits;
+    uint64_t mask = bits >= 64 ? ~0ull : ((1ull << bits) - 1);
+    double period = m->device->props.limits.timestampPeriod; /* ns per tick */
+    for (uint32_t i = 0; i < n; i++)
+        us[i] = (double)((t[i + 1] - t[i]) & mask) * period / 1000.0;
+    free(t);
+    return KILN_OK;
+}
+
+kiln_status kiln_model_read_tensor(kiln_model *m, const kiln_tensor_info *tensor, void *dst) {
+    if (!m || !tensor || !dst)
+        return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "model, tensor or dst is NULL");
+    if (tensor->bytes == 0)
+        return KILN_OK;
+    kiln_device *dev = m->device;
+    kiln__buffer staging;
+    KILN_RETURN_IF_ERROR(kiln__buffer_create(dev, tensor->bytes,
+                                             VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                                             KILN__MEMORY_STAGING, &staging));
+    VkCommandBuffer cmd = VK_NULL_HANDLE;
+    kiln_status s = begin_commands(m, VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT, &cmd);
+    if (s == KILN_OK) {
+        VkBufferCopy c = {tensor->offset, 0, tensor->bytes};
+        vkCmdCopyBuffer(cmd, buffer_of(m, tensor->buffer), staging.buffer, 1, &c);
+        memory_barrier(cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
+                       VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
+        VkSubmitInfo si;
+        memset(&si, 0, sizeof si);
+        si.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO;
+        si.commandBufferCount = 1;
+        si.pCommandBuffers = &cmd;
+        KILN_VK_GOTO(s, vkEndCommandBuffer(cmd), done);
+        KILN_VK_GOTO(s, vkQueueSubmit(dev->queue, 1, &si, m->fence), done);
+        KILN_VK_GOTO(s, vkWaitForFences(dev->device, 1, &m->fence, VK_TRUE, UINT64_MAX), done);
+        KILN_VK_GOTO(s, vkResetFences(dev->device, 1, &m->fence), done);
+        memcpy(dst, staging.mapped, (size_t)tensor->bytes);
+    }
+done:
+    if (cmd)
+        vkFreeCommandBuffers(dev->device, m->pool, 1, &cmd);
+    kiln__buffer_destroy(dev, &staging);
+    return s;
 }
 
 kiln_device *kiln_model_device(const kiln_model *m) { return m ? m->device : NULL; }

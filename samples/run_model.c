@@ -6,6 +6,7 @@
  * (or -DKILN_DECLARE_MODEL instead of -include, as the tests do).
  *
  *   run_model [-i IN.bin]... [-o OUT.bin]... [-n RUNS] [-q]
+ *             [-p [PROFILE.json]] [--dump DIR]
  *
  * -i gives each input's raw little-endian bytes, in the model's input order
  * (the sizes must match exactly); without -i, f32 inputs are filled with
@@ -14,6 +15,14 @@
  * output's raw bytes. -n runs the model RUNS times and prints the mean wall
  * time of a run. It prints the device, the arena size, the dispatch count and
  * a summary of every output (-q: only errors).
+ *
+ * -p turns on GPU timestamps and prints the ten dispatches that took longest
+ * (mean over the runs): microseconds, share of the total, and the GB/s and
+ * GFLOP/s that the compiler's byte and operation counts give; with a file
+ * name it also writes the profile as JSON (schema kiln-profile/1, which
+ * `kiln inspect --profile` reads). --dump DIR writes every intermediate tensor
+ * of a model compiled with --debug-tensors as DIR/NNN.bin, listed in
+ * DIR/manifest.tsv (name, dtype, shape, file), for samples/find_divergence.py.
  *
  * Exit status: 0 success, 1 an error (printed with its cause), 2 bad usage,
  * 3 the Vulkan validation layer (KILN_VALIDATION=1) reported messages.
@@ -96,9 +105,96 @@ static void print_tensor(const kiln_tensor_info *t, const void *data) {
     printf("%s\n", n > 8 ? " ..." : "");
 }
 
+/* The ten slowest dispatches, and the whole profile as JSON when asked. */
+static int print_profile(const kiln_model_desc *d, const double *us, const char *json,
+                         const char *device) {
+    uint32_t n = d->dispatch_count, order[10], top = 0;
+    double total = 0;
+    for (uint32_t i = 0; i < n; i++)
+        total += us[i];
+    for (top = 0; top < 10 && top < n; top++) {
+        uint32_t best = UINT32_MAX;
+        for (uint32_t i = 0; i < n; i++) {
+            int taken = 0;
+            for (uint32_t j = 0; j < top; j++)
+                taken |= order[j] == i;
+            if (!taken && (best == UINT32_MAX || us[i] > us[best]))
+                best = i;
+        }
+        order[top] = best;
+    }
+    printf("GPU time %.1f us over %u dispatches; the slowest:\n", total, n);
+    printf("%9s  %-28s %10s %7s %9s %10s\n", "dispatch", "node", "us", "share", "GB/s",
+           "GFLOP/s");
+    for (uint32_t k = 0; k < top; k++) {
+        const kiln_dispatch *x = &d->dispatches[order[k]];
+        double t = us[order[k]];
+        printf("%9u  %-28.28s %10.2f %6.1f%% %9.1f %10.1f\n", order[k], x->node, t,
+               total > 0 ? 100 * t / total : 0, t > 0 ? (double)x->bytes / t / 1e3 : 0,
+               t > 0 ? (double)x->flops / t / 1e3 : 0);
+    }
+    if (!json)
+        return 0;
+    FILE *f = fopen(json, "w");
+    if (!f) {
+        perror(json);
+        return 1;
+    }
+    fprintf(f, "{\"schema\": \"kiln-profile/1\", \"model\": \"%s\", \"device\": \"%s\",\n"
+               " \"total_us\": %.3f, \"dispatches\": [", d->name, device, total);
+    for (uint32_t i = 0; i < n; i++)
+        fprintf(f, "%s\n  {\"index\": %u, \"us\": %.3f, \"bytes\": %llu, \"flops\": %llu}",
+                i ? "," : "", i, us[i], (unsigned long long)d->dispatches[i].bytes,
+                (unsigned long long)d->dispatches[i].flops);
+    fprintf(f, "\n]}\n");
+    return fclose(f) == 0 ? 0 : 1;
+}
+
+/* Every tensor of a --debug-tensors build, read back after the run. */
+static int dump_tensors(kiln_model *m, const kiln_model_desc *d, const char *dir) {
+    if (d->debug_count == 0) {
+        fprintf(stderr, "run_model: %s has no debug tensors; compile it with "
+                "--debug-tensors\n", d->name);
+        return 1;
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/manifest.tsv", dir);
+    FILE *manifest = fopen(path, "w");
+    if (!manifest) {
+        perror(path);
+        return 1;
+    }
+    int status = 0;
+    for (uint32_t i = 0; i < d->debug_count && !status; i++) {
+        const kiln_tensor_info *t = &d->debug_tensors[i];
+        void *buf = calloc(1, (size_t)t->bytes + 1);
+        kiln_status s = buf ? kiln_model_read_tensor(m, t, buf) : KILN_ERROR_OUT_OF_HOST_MEMORY;
+        if (s != KILN_OK) {
+            fprintf(stderr, "run_model: %s: %s\n", kiln_status_string(s), kiln_last_error());
+            status = 1;
+        } else {
+            snprintf(path, sizeof path, "%s/%03u.bin", dir, i);
+            FILE *f = fopen(path, "wb");
+            if (!f || fwrite(buf, 1, (size_t)t->bytes, f) != (size_t)t->bytes)
+                status = 1;
+            if (f && fclose(f) != 0)
+                status = 1;
+            fprintf(manifest, "%s\t%s\t", t->name, kiln_dtype_name(t->dtype));
+            for (uint32_t k = 0; k < t->rank; k++)
+                fprintf(manifest, "%s%lld", k ? "x" : "", (long long)t->shape[k]);
+            fprintf(manifest, "\t%03u.bin\n", i);
+        }
+        free(buf);
+    }
+    if (fclose(manifest) != 0)
+        status = 1;
+    return status;
+}
+
 int main(int argc, char **argv) {
     const char *in_files[MAX_TENSORS], *out_files[MAX_TENSORS];
-    int nin = 0, nout = 0, runs = 1, quiet = 0;
+    const char *profile_json = NULL, *dump_dir = NULL;
+    int nin = 0, nout = 0, runs = 1, quiet = 0, profile = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-i") == 0 && i + 1 < argc && nin < MAX_TENSORS)
             in_files[nin++] = argv[++i];
@@ -108,9 +204,15 @@ int main(int argc, char **argv) {
             runs = atoi(argv[++i]);
         else if (strcmp(argv[i], "-q") == 0)
             quiet = 1;
+        else if (strcmp(argv[i], "-p") == 0) {
+            profile = 1;
+            if (i + 1 < argc && argv[i + 1][0] != '-')
+                profile_json = argv[++i];
+        } else if (strcmp(argv[i], "--dump") == 0 && i + 1 < argc)
+            dump_dir = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [-i IN.bin]... [-o OUT.bin]... [-n RUNS] [-q]\n",
-                    argv[0]);
+            fprintf(stderr, "usage: %s [-i IN.bin]... [-o OUT.bin]... [-n RUNS] [-q] "
+                    "[-p [PROFILE.json]] [--dump DIR]\n", argv[0]);
             return 2;
         }
     }
@@ -124,6 +226,7 @@ int main(int argc, char **argv) {
     }
 
     void *inputs[MAX_TENSORS], *outputs[MAX_TENSORS];
+    double *us = NULL, *sum_us = NULL;
     int status = 1;
     kiln_device *dev = NULL;
     kiln_model *m = NULL;
@@ -139,13 +242,25 @@ int main(int argc, char **argv) {
         if (!(outputs[i] = calloc(1, (size_t)d->outputs[i].bytes + 1)))
             goto done;
 
+    us = calloc(d->dispatch_count + 1, sizeof *us);
+    sum_us = calloc(d->dispatch_count + 1, sizeof *sum_us);
+    if (!us || !sum_us)
+        goto done;
+    kiln_model_options mo;
+    mo.flags = profile ? KILN_MODEL_PROFILE : 0;
     kiln_status s = kiln_device_create(NULL, &dev);
     if (s == KILN_OK)
-        s = MODEL_CREATE(dev, &m);
+        s = profile ? kiln_model_create_ex(dev, d, &mo, &m) : MODEL_CREATE(dev, &m);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (int r = 0; r < runs && s == KILN_OK; r++)
+    for (int r = 0; r < runs && s == KILN_OK; r++) {
         s = MODEL_RUN(m, (const void *const *)inputs, outputs);
+        if (s == KILN_OK && profile) {
+            s = kiln_model_profile(m, us, d->dispatch_count);
+            for (uint32_t k = 0; k < d->dispatch_count; k++)
+                sum_us[k] += us[k] / runs;
+        }
+    }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (s != KILN_OK) {
         fprintf(stderr, "run_model: %s: %s\n", kiln_status_string(s), kiln_last_error());
@@ -162,6 +277,10 @@ int main(int argc, char **argv) {
         for (uint32_t i = 0; i < d->output_count; i++)
             print_tensor(&d->outputs[i], outputs[i]);
     }
+    if (profile && (print_profile(d, sum_us, profile_json, kiln_device_name(dev)) != 0))
+        goto done;
+    if (dump_dir && dump_tensors(m, d, dump_dir) != 0)
+        goto done;
     status = 0;
     for (int i = 0; i < nout; i++) {
         FILE *f = fopen(out_files[i], "wb");
@@ -174,6 +293,8 @@ int main(int argc, char **argv) {
             status = 1;
     }
 done:
+    free(us);
+    free(sum_us);
     MODEL_DESTROY(m);
     if (status == 0 && kiln_device_validation_count(dev)) {
         fprintf(stderr, "run_model: %u validation messages\n",

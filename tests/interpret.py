@@ -103,6 +103,12 @@ def run_node(op, a, xs):
 
 def interpret(path, inputs):
     """Returns the model's outputs (float64 or integer arrays), in order."""
+    model, env = interpret_all(path, inputs)
+    return [env[o] for o in model["outputs"]]
+
+
+def interpret_all(path, inputs):
+    """Returns the model and every value it computes, by name."""
     model = yaml.safe_load(Path(path).read_text())
     env = {}
     for (name, spec), value in zip(model.get("inputs", {}).items(), inputs):
@@ -121,4 +127,4 @@ def interpret(path, inputs):
                 progress = True
         if not progress:
             raise ValueError("the model has a cycle or an undefined input")
-    return [env[o] for o in model["outputs"]]
+    return model, env

@@ -24,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import test_cli  # noqa: E402
+import test_inspect  # noqa: E402
 import test_onnx  # noqa: E402
 import test_models  # noqa: E402
 import test_ops  # noqa: E402
@@ -70,7 +71,8 @@ def main():
     ap.add_argument("--keep", action="store_true", help="keep temporary directories")
     args = ap.parse_args()
 
-    tests = test_ops.TESTS + test_cli.TESTS + test_models.TESTS + test_onnx.TESTS
+    tests = (test_ops.TESTS + test_cli.TESTS + test_models.TESTS + test_inspect.TESTS +
+             test_onnx.TESTS)
     tests = [(n, f) for n, f in tests if args.k in n]
     t0 = time.monotonic()
     results = unit_tests() if "unit".find(args.k) >= 0 or args.k in "unit" else []

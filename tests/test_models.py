@@ -153,6 +153,14 @@ def pedantic_case(compiler, lang):
         r = run([compiler, *flags, "-I", ROOT / "runtime", "-c", d / "mlp.c",
                  "-o", d / "mlp.o"])
         check(r.returncode == 0, f"{compiler} {lang}:\n{r.stderr[-3000:]}")
+        # Empty tables: no dispatch, no weight, no kernel.
+        (d / "z.yaml").write_text("name: z\ninputs:\n  x: {dtype: f32, shape: [2]}\n"
+                                  "nodes:\n  - {name: y, op: reshape, inputs: [x], "
+                                  "shape: [2, 1]}\noutputs: [y]\n")
+        r = kiln("compile", "z.yaml", "-o", "z.c", "--debug-tensors", cwd=d)
+        check(r.returncode == 0, r.stderr)
+        r = run([compiler, *flags, "-I", ROOT / "runtime", "-c", d / "z.c", "-o", d / "z.o"])
+        check(r.returncode == 0, f"{compiler} {lang}, empty tables:\n{r.stderr[-3000:]}")
     return test
 
 
