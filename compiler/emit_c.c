@@ -191,13 +191,13 @@ static void emit_schedule(Str *s, Program *p, const char *px) {
     int b = 0;
     for (int i = 0; i < p->ndispatches; i++) {
         Dispatch *d = p->dispatches[i];
-        str_addf(s, "    /* %d: %s (%s) %s", i, c_comment(d->node->name),
+        str_addf(s, "    /* %d: %s (%s) %s", i, c_comment(d->label),
                  op_info[d->node->op].name, d->family);
         if (d->barrier)
             str_addf(s, "; barrier: %s", c_comment(d->reason));
         str_addf(s, " */\n    {%du, {%uu, %uu, %uu}, %du, %du, %du, \"%s\", %lluull, %lluull},\n",
                  d->module, d->groups[0], d->groups[1], d->groups[2], b, d->nargs, d->barrier,
-                 c_string(d->node->name),
+                 c_string(d->label),
                  (unsigned long long)(dispatch_bytes_read(d) + dispatch_bytes_written(d)),
                  (unsigned long long)d->flops);
         b += d->nargs;

@@ -82,7 +82,7 @@ void inspect_text(Graph *g, Program *p, FILE *f) {
         char *groups = format("%ux%ux%u", d->groups[0], d->groups[1], d->groups[2]);
         char *kernel = format("k%d %s", d->module, d->family);
         char *barrier = d->barrier ? format("after #%d: %s", d->wait_on, d->reason) : "-";
-        fprintf(f, "%4d  %-22s %-12s %-16s %-13s %10s %10s  %-32s %s\n", i, d->node->name,
+        fprintf(f, "%4d  %-22s %-12s %-16s %-13s %10s %10s  %-32s %s\n", i, d->label,
                 op_info[d->node->op].name, kernel, groups, human(dispatch_bytes_read(d)),
                 human(dispatch_bytes_written(d)), writes_of(d), barrier);
     }
@@ -186,7 +186,7 @@ void inspect_json(Graph *g, Program *p, FILE *f) {
     for (int i = 0; i < p->ndispatches; i++) {
         Dispatch *d = p->dispatches[i];
         fprintf(f, "%s\n    {\"index\": %d, \"node\": ", i ? "," : "", i);
-        json_string(f, d->node->name);
+        json_string(f, d->label);
         fprintf(f, ", \"op\": \"%s\", \"kernel\": %d, \"family\": \"%s\", "
                    "\"groups\": [%u, %u, %u], \"local_size\": %u, \"flops\": %llu, "
                    "\"bytes_read\": %llu, \"bytes_written\": %llu, \"args\": [",
@@ -255,7 +255,7 @@ void inspect_dot(Graph *g, Program *p, FILE *f) {
         for (int k = i; k < j; k++) {
             Dispatch *e = p->dispatches[k];
             fprintf(f, "    d%d [label=", k);
-            json_string(f, format("#%d %s\\n%s, k%d %s\\n%ux%ux%u groups", k, e->node->name,
+            json_string(f, format("#%d %s\\n%s, k%d %s\\n%ux%ux%u groups", k, e->label,
                                   op_info[e->node->op].name, e->module, e->family,
                                   e->groups[0], e->groups[1], e->groups[2]));
             fprintf(f, "];\n");
@@ -379,7 +379,7 @@ void inspect_html(Graph *g, Program *p, const double *profile, int nprofile, FIL
         else
             fprintf(f, "<tr data-dispatch=\"%d\">", i);
         fprintf(f, "<td class=\"n\">%d</td><td>", i);
-        html_text(f, d->node->name);
+        html_text(f, d->label);
         fprintf(f, "</td><td>%s</td><td>k%d %s</td><td>%ux%ux%u</td><td class=\"n\">%s</td>"
                    "<td class=\"n\">%s</td><td>",
                 op_info[d->node->op].name, d->module, d->family, d->groups[0], d->groups[1],

@@ -147,6 +147,7 @@ typedef struct Tensor {
     uint64_t offset;    /* bytes into that buffer */
     int first, last;    /* live range in dispatch indices (plan_memory) */
     uint64_t io_offset; /* staging offset of inputs and outputs */
+    int uses;           /* inputs of live nodes that read it (optimize) */
 } Tensor;
 
 uint64_t tensor_bytes(const Tensor *t);
@@ -177,6 +178,10 @@ struct Node {
     Attr *attrs;
     int nattrs;
     bool dead;          /* removed by optimize */
+    /* Fusion (optimize.c): the node whose dispatch computes this one, and
+     * for a matmul the bias add and activation its epilogue absorbed. */
+    struct Node *fused_into;
+    struct Node *epi_bias, *epi_act;
 };
 
 typedef struct Graph {
@@ -280,15 +285,27 @@ typedef struct Options {
     bool verbose;
     bool debug_tensors;     /* --debug-tensors */
     bool report;            /* --report */
+    bool no_fuse_eltwise;   /* --no-fuse=eltwise */
+    bool no_fuse_epilogue;  /* --no-fuse=epilogue */
+    bool no_fuse_norm;      /* --no-fuse=norm */
 } Options;
 
-/* Removes nodes that no output depends on. */
+/* Removes nodes that no output depends on, then fuses (each pass behind
+ * its Options flag): matmul + bias + activation, residual add + norm,
+ * elementwise chains. */
 void optimize(Graph *g, const Options *opt);
+/* The GLSL of an elementwise node with everything fused into it expanded;
+ * its leaf operands are collected into leaves (at most max). Returns NULL
+ * when they would not fit. ct: the compute type. */
+char *fused_expr(Node *n, const char *ct, Tensor **leaves, int *nleaves, int max);
+/* "name + name + ..." of a node and the nodes fused into it. */
+char *fused_label(Node *n);
 
 /* ---- lower.c ------------------------------------------------------------- */
 
 typedef struct Dispatch {
-    Node *node;             /* source node */
+    Node *node;             /* source node (the root of a fused group) */
+    const char *label;      /* the group's node names: "h + h_bias + a" */
     const char *family;     /* shader family: shaders/<family>.comp */
     Str defines;            /* "NAME VALUE\n" lines, in a fixed order */
     uint32_t groups[3];     /* workgroup counts */

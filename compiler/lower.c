@@ -23,6 +23,7 @@
 Dispatch *new_dispatch(Program *p, Node *n, const char *family) {
     Dispatch *d = xcalloc(1, sizeof *d);
     d->node = n;
+    d->label = fused_label(n);
     d->family = family;
     d->wait_on = -1;
     d->groups[0] = d->groups[1] = d->groups[2] = 1;
@@ -38,17 +39,17 @@ void define_int(Dispatch *d, const char *name, int64_t v) {
     str_addf(&d->defines, "%s %lld\n", name, (long long)v);
 }
 
-void define_float(Dispatch *d, const char *name, double v) {
-    if (!isfinite((float)v)) {
-        str_addf(&d->defines, "%s uintBitsToFloat(0x%08xu)\n", name,
-                 isnan(v) ? 0x7fc00000u : v > 0 ? 0x7f800000u : 0xff800000u);
-        return;
-    }
-    /* %.9g round-trips an f32; make sure GLSL reads a float literal. */
+/* An f32 value as a GLSL float literal (exact: %.9g round-trips). */
+static char *glsl_float(double v) {
+    if (!isfinite((float)v))
+        return format("uintBitsToFloat(0x%08xu)",
+                      isnan(v) ? 0x7fc00000u : v > 0 ? 0x7f800000u : 0xff800000u);
     char *s = format("%.9g", (double)(float)v);
-    if (!strpbrk(s, ".eEn"))
-        s = format("%s.0", s);
-    str_addf(&d->defines, "%s %s\n", name, s);
+    return strpbrk(s, ".eEn") ? s : format("%s.0", s);
+}
+
+void define_float(Dispatch *d, const char *name, double v) {
+    str_addf(&d->defines, "%s %s\n", name, glsl_float(v));
 }
 
 void define_str(Dispatch *d, const char *name, const char *v) {
@@ -346,9 +347,10 @@ static const char *node_expr(Node *n, const char *ct) {
     return bar + 1;
 }
 
-/* Numeric attributes of an elementwise op become constants: ALPHA, ... */
-static void define_attributes(Dispatch *d, Node *n, const char *ct) {
-    bool integral = strcmp(ct, "float") != 0;
+/* The literal of a numeric attribute named `ident` (upper case) of n, or
+ * NULL when n has no such attribute. Integer compute types get integers
+ * clamped to 32 bits. */
+static char *attribute_literal(Node *n, const char *ident, const char *ct) {
     for (const char *p = op_info[n->op].attrs; *p;) {
         while (*p == ' ')
             p++;
@@ -359,35 +361,106 @@ static void define_attributes(Dispatch *d, Node *n, const char *ct) {
         while (*e && *e != ' ')
             e++;
         p = e;
+        char *upper = xstrdup(key);
+        for (char *c = upper; *c; c++)
+            *c = (char)toupper((unsigned char)*c);
+        if (strcmp(upper, ident) != 0)
+            continue;
         const char *dflt = op_attr_default(n->op, key);
         char *end;
         double v = strtod(dflt, &end);
         if (!*dflt || *end)
-            continue; /* not numeric */
+            return NULL;
         v = attr_float(n, key, v);
-        char *name = xstrdup(key);
-        for (char *c = name; *c; c++)
-            *c = (char)toupper((unsigned char)*c);
-        if (integral) {
-            double lo = -2147483648.0, hi = 2147483647.0;
-            define_int(d, name, (int64_t)(v < lo ? lo : v > hi ? hi : v));
-        } else {
-            define_float(d, name, v);
-        }
+        if (strcmp(ct, "float") == 0)
+            return glsl_float(v);
+        double lo = -2147483648.0, hi = 2147483647.0;
+        return format("%lld", (long long)(v < lo ? lo : v > hi ? hi : v));
     }
+    return NULL;
 }
 
+static int leaf_index(Tensor **leaves, int *nleaves, int max, Tensor *t) {
+    for (int i = 0; i < *nleaves; i++)
+        if (leaves[i] == t)
+            return i;
+    if (*nleaves == max)
+        return -1;
+    leaves[*nleaves] = t;
+    return (*nleaves)++;
+}
+
+char *fused_expr(Node *n, const char *ct, Tensor **leaves, int *nleaves, int max) {
+    char *sub[MAX_ARGS];
+    for (int k = 0; k < n->ninputs && k < MAX_ARGS; k++) {
+        Tensor *in = n->inputs[k];
+        if (in->producer && in->producer->fused_into == n) {
+            char *inner = fused_expr(in->producer, ct, leaves, nleaves, max);
+            if (!inner)
+                return NULL;
+            sub[k] = format("(%s)", inner);
+        } else {
+            int i = leaf_index(leaves, nleaves, max, in);
+            if (i < 0)
+                return NULL;
+            sub[k] = format("%c", 'a' + i);
+        }
+    }
+    /* Rewrite identifiers: operands a..f become their expressions,
+     * attribute names their values; everything else stays. */
+    const char *e = node_expr(n, ct);
+    Str out = {0};
+    str_add(&out, "");
+    while (*e) {
+        if (isalpha((unsigned char)*e) || *e == '_') {
+            const char *s0 = e;
+            while (isalnum((unsigned char)*e) || *e == '_')
+                e++;
+            char *ident = format("%.*s", (int)(e - s0), s0);
+            char *lit;
+            if (e - s0 == 1 && *s0 >= 'a' && *s0 < 'a' + n->ninputs)
+                str_add(&out, sub[*s0 - 'a']);
+            else if ((lit = attribute_literal(n, ident, ct)))
+                str_add(&out, lit);
+            else
+                str_add(&out, ident);
+        } else {
+            str_addn(&out, e++, 1);
+        }
+    }
+    return out.buf;
+}
+
+char *fused_label(Node *n) {
+    Str s = {0};
+    str_add(&s, "");
+    for (int k = 0; k < n->ninputs; k++) {
+        Node *p = n->inputs[k]->producer;
+        if (p && p->fused_into == n)
+            str_addf(&s, "%s + ", fused_label(p));
+    }
+    if (n->epi_bias)
+        return format("%s + %s%s%s", n->name, n->epi_bias->name, n->epi_act ? " + " : "",
+                      n->epi_act ? n->epi_act->name : "");
+    str_add(&s, n->name);
+    return s.buf;
+}
+
+/* An elementwise node and every node fused into it: one dispatch. */
 static void lower_eltwise(Program *p, Node *n) {
     Tensor *out = n->outputs[0];
-    Operand in[MAX_OPS];
-    for (int k = 0; k < n->ninputs; k++)
-        in[k] = broadcast(n->inputs[k], out->rank, out->shape);
+    Tensor *leaves[MAX_OPS];
+    int nleaves = 0;
     int ref = n->op == OP_WHERE ? 1 : 0;
     const char *ct = compute_type(n->inputs[ref]->dtype);
-    Dispatch *d = eltwise_dispatch(p, n, out->rank, out->shape, whole(out), n->ninputs,
-                                   in, ct, node_expr(n, ct));
-    if (d)
-        define_attributes(d, n, ct);
+    char *expr = fused_expr(n, ct, leaves, &nleaves, MAX_OPS - 1);
+    if (!expr)
+        internal_error("node '%s': a fused group with more than %d operands", n->name,
+                       MAX_OPS - 1);
+    Operand in[MAX_OPS];
+    for (int k = 0; k < nleaves; k++)
+        in[k] = broadcast(leaves[k], out->rank, out->shape);
+    eltwise_dispatch(p, n, out->rank, out->shape, whole(out), nleaves, in, ct, expr);
 }
 
 /* out = x viewed with shape `view` (contiguous) and its axes permuted. */
@@ -574,6 +647,8 @@ static Dispatch *matmul_dispatch(Program *p, Node *n, MatmulShape *s) {
     return d;
 }
 
+static const char *activation_expr(const char *name);
+
 static void lower_matmul(Program *p, Node *n) {
     Tensor *a = n->inputs[0], *b = n->inputs[1], *out = n->outputs[0];
     MatmulShape s = {0};
@@ -615,9 +690,31 @@ static void lower_matmul(Program *p, Node *n) {
         s.bshape[0] = 1;
         s.ops[0].strides[0] = s.ops[1].strides[0] = 0;
     }
+    /* A fused epilogue (optimize.c): the dispatch writes the last tensor of
+     * the group, adding a per-column (or, unbatched, per-element) bias and
+     * applying the activation. */
+    Node *last = n->epi_act ? n->epi_act : n->epi_bias;
+    if (last)
+        s.ops[0].t = last->outputs[0];
     Dispatch *d = matmul_dispatch(p, n, &s);
-    if (d)
+    if (!d)
+        return;
+    if (n->epi_act)
+        define_str(d, "ACT(x)", activation_expr(op_info[n->epi_act->op].name));
+    if (n->epi_bias) {
+        Node *add = n->epi_bias;
+        Tensor *bias = add->inputs[add->inputs[0] == out ? 1 : 0];
+        Operand bo = broadcast(bias, 2, (int64_t[]){s.M, s.N});
+        if (bias->rank >= 2 && bias->shape[bias->rank - 2] != 1)
+            bo = broadcast(bias, 2, (int64_t[]){out->shape[out->rank - 2], s.N});
+        define_int(d, "HAS_BIAS", 1);
+        define_float(d, "BETA", 1.0);
+        define_int(d, "BIAS_SM", bo.strides[0]);
+        define_int(d, "BIAS_SN", bo.strides[1]);
+        dispatch_arg(d, bias, false);
+    } else {
         dispatch_unused(d, a); /* the bias slot */
+    }
 }
 
 /* Activation expressions for fused epilogues, over x. */
@@ -736,6 +833,9 @@ static void lower_cumsum(Program *p, Node *n) {
 static void lower_norm(Program *p, Node *n) {
     Tensor *x = n->inputs[0];
     bool residual = n->op == OP_RESIDUAL_LAYER_NORM || n->op == OP_RESIDUAL_RMS_NORM;
+    /* A residual add fused into this norm (optimize.c): one kernel adds,
+     * writes the sum where anything else reads it, and normalizes. */
+    Node *add = x->producer && x->producer->fused_into == n ? x->producer : NULL;
     bool rms = n->op == OP_RMS_NORM || n->op == OP_RESIDUAL_RMS_NORM;
     int first_param = residual ? 2 : 1, nparams = n->ninputs - first_param;
     int64_t rows, len, pr = 1, pj = 0, pd = 1;
@@ -765,11 +865,15 @@ static void lower_norm(Program *p, Node *n) {
     define_int(d, "RMS", rms);
     define_int(d, "HAS_GAMMA", nparams > 0);
     define_int(d, "HAS_BETA", nparams > 1);
-    define_int(d, "HAS_RES", residual);
-    define_int(d, "HAS_SUM", n->noutputs > 1);
+    bool write_sum = n->noutputs > 1 ||
+                     (add && (add->outputs[0]->is_output || add->outputs[0]->uses > 1));
+    define_int(d, "HAS_RES", residual || add);
+    define_int(d, "HAS_SUM", write_sum);
     define_int(d, "PR", pr);
     define_int(d, "PJ", pj);
     define_int(d, "PD", pd);
+    if (add)
+        x = add->inputs[0];
     dispatch_arg(d, n->outputs[0], true);
     dispatch_arg(d, x, false);
     if (nparams > 0)
@@ -780,12 +884,12 @@ static void lower_norm(Program *p, Node *n) {
         dispatch_arg(d, n->inputs[first_param + 1], false);
     else
         dispatch_unused(d, x);
-    if (residual)
-        dispatch_arg(d, n->inputs[1], false);
+    if (residual || add)
+        dispatch_arg(d, add ? add->inputs[1] : n->inputs[1], false);
     else
         dispatch_unused(d, x);
-    if (n->noutputs > 1)
-        dispatch_arg(d, n->outputs[1], true);
+    if (write_sum)
+        dispatch_arg(d, add ? add->outputs[0] : n->outputs[1], true);
 }
 
 /* batch_norm is elementwise: (x - mean) / sqrt(var + eps) * scale + bias,
@@ -1322,7 +1426,7 @@ Program *lower(Graph *g) {
     Program *p = xcalloc(1, sizeof *p);
     for (int i = 0; i < g->nodes.len; i++) {
         Node *n = g->nodes.data[i];
-        if (!n->dead)
+        if (!n->dead && !n->fused_into)
             lowerings[n->op](p, n);
     }
     return p;

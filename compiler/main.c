@@ -31,7 +31,9 @@ static const char usage[] =
     "  --align BYTES    arena and weight alignment, a power of two >= 16\n"
     "                   (default 256)\n"
     "  --debug-tensors  keep every intermediate tensor for the whole run, so it can\n"
-    "                   be read back (kiln_model_read_tensor, run_model --dump)\n"
+    "                   be read back (kiln_model_read_tensor, run_model --dump);\n"
+    "                   turns fusion off\n"
+    "  --no-fuse[=LIST] turn fusions off: eltwise, epilogue, norm (default: all)\n"
     "  -v               say what the optimizer removed\n"
     "compile:\n"
     "  -o OUT.c         write OUT.c and OUT.h (default: PREFIX.c here)\n"
@@ -124,6 +126,22 @@ static void parse_args(int argc, char **argv, bool inspect, Args *a) {
             (shape ? a->shapes : a->consts)[(*n)++] = v;
         } else if (strcmp(arg, "-v") == 0) {
             a->opt.verbose = true;
+        } else if (strncmp(arg, "--no-fuse", 9) == 0 && (arg[9] == 0 || arg[9] == '=')) {
+            const char *which = arg[9] ? arg + 10 : "eltwise,epilogue,norm";
+            for (const char *w = which; *w;) {
+                const char *e = strchr(w, ',');
+                size_t len = e ? (size_t)(e - w) : strlen(w);
+                if (len == 7 && strncmp(w, "eltwise", 7) == 0)
+                    a->opt.no_fuse_eltwise = true;
+                else if (len == 8 && strncmp(w, "epilogue", 8) == 0)
+                    a->opt.no_fuse_epilogue = true;
+                else if (len == 4 && strncmp(w, "norm", 4) == 0)
+                    a->opt.no_fuse_norm = true;
+                else
+                    fatal("--no-fuse: unknown fusion '%.*s' (eltwise, epilogue, norm)",
+                          (int)len, w);
+                w += len + (e ? 1 : 0);
+            }
         } else if (strcmp(arg, "--debug-tensors") == 0) {
             a->opt.debug_tensors = true;
         } else if (!inspect && strcmp(arg, "--report") == 0) {

@@ -1,14 +1,26 @@
 /*
  * optimize.c: graph rewrites before lowering.
  *
- * Today: dead-node removal (nodes no output depends on are marked dead and
- * emit nothing). Views (reshape) are decided in lowering, where they alias
- * their input's bytes. Fusions land here, each its own pass behind an
- * Options flag.
+ * 1. Dead-node removal: nodes no output depends on emit nothing.
+ * 2. Fusion, each pass behind an Options flag (--no-fuse=...). A fused node
+ *    keeps its place in the graph but points (fused_into) at the node whose
+ *    dispatch computes it; lowering expands it there. Only f32 nodes fuse,
+ *    and only a tensor with a single reader that is not a model output
+ *    disappears into its reader.
+ *    - epilogue: matmul -> add(bias) -> activation becomes one matmul
+ *      dispatch whose epilogue adds the bias (per column, or per element
+ *      when unbatched) and applies the activation;
+ *    - norm: add -> layer_norm / rms_norm becomes one norm dispatch that
+ *      also writes the sum when anything else reads it (the residual stream
+ *      of a transformer);
+ *    - eltwise: chains of elementwise ops of one shape become one dispatch
+ *      of at most six operands, the expression composed.
+ * --debug-tensors turns fusion off, so every intermediate exists.
  */
 #include "kiln.h"
 
 #include <stdio.h>
+#include <string.h>
 
 static void remove_dead_nodes(Graph *g, const Options *opt) {
     /* Nodes are in topological order: walk backwards, a node is live when
@@ -24,8 +36,7 @@ static void remove_dead_nodes(Graph *g, const Options *opt) {
         n->dead = !any;
         if (n->dead) {
             if (opt->verbose)
-                fprintf(stderr, "kiln: node '%s' feeds no output; removed\n",
-                        n->name);
+                fprintf(stderr, "kiln: node '%s' feeds no output; removed\n", n->name);
             continue;
         }
         for (int k = 0; k < n->ninputs; k++)
@@ -33,4 +44,121 @@ static void remove_dead_nodes(Graph *g, const Options *opt) {
     }
 }
 
-void optimize(Graph *g, const Options *opt) { remove_dead_nodes(g, opt); }
+static void count_uses(Graph *g) {
+    for (int i = 0; i < g->tensors.len; i++)
+        ((Tensor *)g->tensors.data[i])->uses = 0;
+    for (int i = 0; i < g->nodes.len; i++) {
+        Node *n = g->nodes.data[i];
+        for (int k = 0; !n->dead && k < n->ninputs; k++)
+            n->inputs[k]->uses++;
+    }
+}
+
+/* The one live node reading t, when t has exactly one reader and is not a
+ * model output; else NULL. */
+static Node *sole_reader(Graph *g, Tensor *t) {
+    if (t->is_output || t->uses != 1)
+        return NULL;
+    for (int i = 0; i < g->nodes.len; i++) {
+        Node *n = g->nodes.data[i];
+        for (int k = 0; !n->dead && k < n->ninputs; k++)
+            if (n->inputs[k] == t)
+                return n;
+    }
+    return NULL;
+}
+
+static bool all_f32(const Node *n) {
+    for (int k = 0; k < n->ninputs; k++)
+        if (n->inputs[k]->dtype != KILN_DTYPE_F32)
+            return false;
+    for (int k = 0; k < n->noutputs; k++)
+        if (n->outputs[k]->dtype != KILN_DTYPE_F32)
+            return false;
+    return true;
+}
+
+static bool same_shape(const Tensor *a, const Tensor *b) {
+    return a->rank == b->rank &&
+           memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->rank) == 0;
+}
+
+static bool is_eltwise(const Node *n) { return op_info[n->op].expr && n->op != OP_CAST; }
+
+static bool is_activation(OpKind op) {
+    return op == OP_RELU || op == OP_GELU || op == OP_GELU_TANH || op == OP_SILU ||
+           op == OP_SIGMOID || op == OP_TANH;
+}
+
+static bool free_node(const Node *n) { return n && !n->dead && !n->fused_into; }
+
+static void fuse_epilogues(Graph *g) {
+    for (int i = 0; i < g->nodes.len; i++) {
+        Node *m = g->nodes.data[i];
+        if (m->op != OP_MATMUL || !free_node(m) || !all_f32(m) || m->inputs[0]->rank < 2)
+            continue;
+        Tensor *out = m->outputs[0];
+        Node *next = sole_reader(g, out);
+        if (free_node(next) && next->op == OP_ADD && all_f32(next) &&
+            next->inputs[0] != next->inputs[1] && same_shape(next->outputs[0], out)) {
+            Tensor *bias = next->inputs[next->inputs[0] == out ? 1 : 0];
+            /* Per column (any batch), or per element of an unbatched product. */
+            bool per_column = true;
+            for (int d = 0; d + 1 < bias->rank; d++)
+                per_column &= bias->shape[d] == 1;
+            if (per_column || (out->rank == 2 && bias->rank <= 2)) {
+                m->epi_bias = next;
+                next->fused_into = m;
+                out = next->outputs[0];
+                next = sole_reader(g, out);
+            }
+        }
+        if (free_node(next) && is_activation(next->op) && all_f32(next)) {
+            m->epi_act = next;
+            next->fused_into = m;
+        }
+    }
+}
+
+static void fuse_residual_norms(Graph *g) {
+    for (int i = 0; i < g->nodes.len; i++) {
+        Node *n = g->nodes.data[i];
+        if ((n->op != OP_LAYER_NORM && n->op != OP_RMS_NORM) || !free_node(n) || !all_f32(n))
+            continue;
+        Node *add = n->inputs[0]->producer;
+        if (free_node(add) && add->op == OP_ADD && all_f32(add) &&
+            same_shape(add->inputs[0], add->outputs[0]) &&
+            same_shape(add->inputs[1], add->outputs[0]))
+            add->fused_into = n;
+    }
+}
+
+static void fuse_eltwise_chains(Graph *g) {
+    for (int i = 0; i < g->nodes.len; i++) {
+        Node *a = g->nodes.data[i];
+        if (!free_node(a) || !is_eltwise(a) || !all_f32(a))
+            continue;
+        Node *b = sole_reader(g, a->outputs[0]);
+        if (!free_node(b) || !is_eltwise(b) || !all_f32(b) ||
+            !same_shape(a->outputs[0], b->outputs[0]))
+            continue;
+        a->fused_into = b;
+        Tensor *leaves[MAX_ARGS];
+        int n = 0;
+        if (!fused_expr(b, "float", leaves, &n, 6))
+            a->fused_into = NULL; /* more than six operands */
+    }
+}
+
+void optimize(Graph *g, const Options *opt) {
+    remove_dead_nodes(g, opt);
+    count_uses(g);
+    if (opt->debug_tensors)
+        return;
+    if (!opt->no_fuse_epilogue)
+        fuse_epilogues(g);
+    if (!opt->no_fuse_norm)
+        fuse_residual_norms(g);
+    if (!opt->no_fuse_eltwise)
+        fuse_eltwise_chains(g);
+}

@@ -67,15 +67,15 @@ def model_yaml(name, inputs, nodes, outputs, weights=None):
     return json.dumps(doc, indent=1)
 
 
-def build_model(workdir, yaml_text, extra_files=None):
-    """Writes model.yaml (and extra files), compiles and builds it; returns
-    the program's path."""
+def build_model(workdir, yaml_text, extra_files=None, flags=()):
+    """Writes model.yaml (and extra files), compiles it (with extra kiln
+    flags) and builds it; returns the program's path."""
     workdir = Path(workdir)
     (workdir / "model.yaml").write_text(yaml_text)
     for name, data in (extra_files or {}).items():
         (workdir / name).write_bytes(data)
     r = kiln("compile", workdir / "model.yaml", "--name", "model",
-             "-o", workdir / "model.c")
+             "-o", workdir / "model.c", *flags)
     check(r.returncode == 0, f"kiln compile failed:\n{r.stderr}")
     prog = workdir / "model"
     r = run([CC, "-O1", "-std=c99", "-I", ROOT / "runtime", "-o", prog,
