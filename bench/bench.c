@@ -1,0 +1,125 @@
+/*
+ * bench.c: times one kiln model. Built like samples/run_model.c (with
+ * -DKILN_MODEL=prefix -include model.h).
+ *
+ *   bench [-i IN.bin]... [-o OUT.bin]... [-w WARMUP] [-n RUNS]
+ *
+ * Creates the model with GPU timestamps, runs it WARMUP times, then RUNS
+ * times, and prints one JSON line: the median GPU time of the whole schedule
+ * (first dispatch's start to last dispatch's end, from timestamps), the
+ * median wall time of a run (inputs in, submit, fence wait, outputs out),
+ * the time create took (pipelines, buffers, weight upload, recording), and
+ * the dispatch and barrier counts. -o writes the outputs of the last run.
+ */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 199309L
+#endif
+#include "kiln_rt.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define CAT_(a, b) a##b
+#define CAT(a, b) CAT_(a, b)
+#define MODEL_DESC CAT(KILN_MODEL, _desc)
+
+static double now_us(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
+}
+
+static int cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static int load(const char *path, void *dst, uint64_t bytes) {
+    FILE *f = fopen(path, "rb");
+    if (!f || fread(dst, 1, (size_t)bytes, f) != (size_t)bytes) {
+        fprintf(stderr, "bench: cannot read %llu bytes from %s\n", (unsigned long long)bytes,
+                path);
+        if (f)
+            fclose(f);
+        return 0;
+    }
+    fclose(f);
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    const char *ins[64], *outs[64];
+    int nin = 0, nout = 0, warmup = 3, runs = 20;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "-i") == 0 && nin < 64)
+            ins[nin++] = argv[i + 1];
+        else if (strcmp(argv[i], "-o") == 0 && nout < 64)
+            outs[nout++] = argv[i + 1];
+        else if (strcmp(argv[i], "-w") == 0)
+            warmup = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "-n") == 0)
+            runs = atoi(argv[i + 1]);
+    }
+    const kiln_model_desc *d = MODEL_DESC();
+    if ((uint32_t)nin != d->input_count || runs < 1 || d->output_count > 64) {
+        fprintf(stderr, "bench: %s takes %u inputs\n", d->name, d->input_count);
+        return 2;
+    }
+    void *in[64], *out[64];
+    for (uint32_t i = 0; i < d->input_count; i++)
+        if (!(in[i] = malloc((size_t)d->inputs[i].bytes + 1)) ||
+            !load(ins[i], in[i], d->inputs[i].bytes))
+            return 1;
+    for (uint32_t i = 0; i < d->output_count; i++)
+        if (!(out[i] = malloc((size_t)d->outputs[i].bytes + 1)))
+            return 1;
+    double *gpu = calloc((size_t)runs, sizeof *gpu), *wall = calloc((size_t)runs, sizeof *wall);
+    double *us = calloc(d->dispatch_count + 1, sizeof *us);
+    kiln_device *dev = NULL;
+    kiln_model *m = NULL;
+    kiln_model_options o = {KILN_MODEL_PROFILE};
+    kiln_status s = kiln_device_create(NULL, &dev);
+    double t0 = now_us();
+    if (s == KILN_OK)
+        s = kiln_model_create_ex(dev, d, &o, &m);
+    double create_us = now_us() - t0;
+    for (int r = -warmup; r < runs && s == KILN_OK; r++) {
+        double w0 = now_us();
+        s = kiln_model_run(m, (const void *const *)in, out);
+        double w1 = now_us();
+        if (s == KILN_OK)
+            s = kiln_model_profile(m, us, d->dispatch_count);
+        if (r >= 0) {
+            wall[r] = w1 - w0;
+            for (uint32_t k = 0; k < d->dispatch_count; k++)
+                gpu[r] += us[k];
+        }
+    }
+    if (s != KILN_OK) {
+        fprintf(stderr, "bench: %s: %s\n", kiln_status_string(s), kiln_last_error());
+        return 1;
+    }
+    for (int i = 0; i < nout && (uint32_t)i < d->output_count; i++) {
+        FILE *f = fopen(outs[i], "wb");
+        if (!f || fwrite(out[i], 1, (size_t)d->outputs[i].bytes, f) != d->outputs[i].bytes)
+            return 1;
+        fclose(f);
+    }
+    uint32_t barriers = 0;
+    for (uint32_t k = 0; k < d->dispatch_count; k++)
+        barriers += d->dispatches[k].barrier;
+    printf("{\"model\": \"%s\", \"device\": \"%s\", \"gpu_us\": %.3f, \"wall_us\": %.3f, "
+           "\"create_us\": %.1f, \"dispatches\": %u, \"barriers\": %u, \"arena_bytes\": %llu}\n",
+           d->name, kiln_device_name(dev), median(gpu, runs), median(wall, runs), create_us,
+           d->dispatch_count, barriers, (unsigned long long)d->arena_bytes);
+    kiln_model_destroy(m);
+    kiln_device_destroy(dev);
+    return 0;
+}
