@@ -284,6 +284,14 @@ static Dispatch *eltwise_dispatch(Program *p, Node *n, int rank, const int64_t *
     define_int(d, "RANK", rank);
     define_list(d, "SHAPE", rank, shape);
     define_int(d, "NOPS", nin + 1);
+    /* All operands contiguous f32 (and a multiple of 4 elements): vec4s. */
+    bool vec4 = count % 4 == 0 && strcmp(ct, "float") == 0;
+    for (int k = 0; k <= nin; k++) {
+        bool same = ops[k].base == 0;
+        for (int i = 0; i < rank; i++)
+            same &= ops[k].strides[i] == cs[i];
+        vec4 &= same && ops[k].t->dtype == KILN_DTYPE_F32;
+    }
     Str strides = {0}, bases = {0};
     bool strided = false;
     for (int k = 0; k <= nin; k++) {
@@ -306,11 +314,11 @@ static Dispatch *eltwise_dispatch(Program *p, Node *n, int rank, const int64_t *
         d->arg_begin[k] = (uint64_t)lo * es;
         d->arg_end[k] = (uint64_t)(hi + 1) * es;
         if (k == 0) {
-            define_str(d, "TOUT", buffer_type(o->t->dtype, false));
+            define_str(d, "TOUT", vec4 ? "V4" : buffer_type(o->t->dtype, false));
             define_str(d, "OUT_IDX", index);
             define_str(d, "STORE(x)", store_conversion(o->t->dtype));
         } else {
-            define_str(d, format("T%d", k - 1), buffer_type(o->t->dtype, true));
+            define_str(d, format("T%d", k - 1), vec4 ? "V4R" : buffer_type(o->t->dtype, true));
             char *ref = format("args.in%d.v[%s]", k - 1, index);
             define_str(d, format("%c", 'A' + k - 1),
                        load_conversion(o->t->dtype, ref));
@@ -319,13 +327,17 @@ static Dispatch *eltwise_dispatch(Program *p, Node *n, int rank, const int64_t *
     }
     for (int k = nin; k < MAX_OPS - 1; k++)
         define_str(d, format("%c", 'A' + k), "CT(0)");
+    if (vec4)
+        d->groups[0] = groups_for(count / 4, 256);
+    define_int(d, "VEC4", vec4);
     define_int(d, "STRIDED", strided);
     define_str(d, "STRIDES", strides.buf);
     define_str(d, "BASES", bases.buf);
     define_str(d, "CT", ct);
     define_needs(d, need);
     define_str(d, "EXPR", format("(%s)", expr));
-    d->groups[0] = groups_for(count, d->local_size);
+    if (!vec4)
+        d->groups[0] = groups_for(count, d->local_size);
     /* A copy computes nothing; otherwise about one operation per operand. */
     d->flops = strcmp(expr, "a") == 0 ? 0 : (uint64_t)count * (uint64_t)(nin > 1 ? nin - 1 : 1);
     return d;
@@ -611,14 +623,20 @@ typedef struct MatmulShape {
     Operand ops[3];
 } MatmulShape;
 
+/* Few rows: matvec.comp's column-parallel kernel; else matmul.comp's tiles. */
+#define MATVEC_MAX_M 16
+#define MATVEC_NCOL 32
+#define MATVEC_KSPLIT 8
+
 static Dispatch *matmul_dispatch(Program *p, Node *n, MatmulShape *s) {
     if (s->M * s->N * s->batch == 0)
         return NULL;
+    bool matvec = s->M <= MATVEC_MAX_M;
     int64_t bm, tm, bn, tn;
     pick_tile(s->M, &bm, &tm);
     pick_tile(s->N, &bn, &tn);
-    Dispatch *d = new_dispatch(p, n, "matmul");
-    d->local_size = (uint32_t)((bm / tm) * (bn / tn));
+    Dispatch *d = new_dispatch(p, n, matvec ? "matvec" : "matmul");
+    d->local_size = matvec ? MATVEC_NCOL * MATVEC_KSPLIT : (uint32_t)((bm / tm) * (bn / tn));
     define_int(d, "M", s->M);
     define_int(d, "N", s->N);
     define_int(d, "K", s->K);
@@ -632,17 +650,22 @@ static Dispatch *matmul_dispatch(Program *p, Node *n, MatmulShape *s) {
     define_list(d, "C_BSTRIDES", s->brank, s->ops[0].strides);
     define_list(d, "A_BSTRIDES", s->brank, s->ops[1].strides);
     define_list(d, "B_BSTRIDES", s->brank, s->ops[2].strides);
-    define_int(d, "BM", bm);
-    define_int(d, "BN", bn);
-    define_int(d, "BK", 16);
-    define_int(d, "TM", tm);
-    define_int(d, "TN", tn);
+    if (matvec) {
+        define_int(d, "NCOL", MATVEC_NCOL);
+        define_int(d, "KSPLIT", MATVEC_KSPLIT);
+    } else {
+        define_int(d, "BM", bm);
+        define_int(d, "BN", bn);
+        define_int(d, "BK", 16);
+        define_int(d, "TM", tm);
+        define_int(d, "TN", tn);
+    }
     dispatch_arg(d, s->ops[0].t, true);
     dispatch_arg(d, s->ops[1].t, false);
     dispatch_arg(d, s->ops[2].t, false);
     d->flops = 2ull * (uint64_t)(s->M * s->N) * (uint64_t)s->K * (uint64_t)s->batch;
-    d->groups[0] = groups_for(s->N, bn);
-    d->groups[1] = groups_for(s->M, bm);
+    d->groups[0] = groups_for(s->N, matvec ? MATVEC_NCOL : bn);
+    d->groups[1] = matvec ? 1 : groups_for(s->M, bm);
     d->groups[2] = groups_for(s->batch, 1);
     return d;
 }

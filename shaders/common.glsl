@@ -22,6 +22,7 @@
     };
 
 KILN_BUFFER(F32, float, 4)
+KILN_BUFFER(V4, vec4, 16)
 KILN_BUFFER(I32, int, 4)
 KILN_BUFFER(U32, uint, 4)
 #if defined(NEED_F16) && NEED_F16

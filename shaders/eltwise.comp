@@ -52,6 +52,43 @@ const uint STR[NOPS * RANK] = uint[NOPS * RANK](STRIDES);
 const uint BASE[NOPS] = uint[NOPS](BASES);
 #endif
 
+#if VEC4
+// Every operand contiguous f32 and COUNT a multiple of 4: each invocation
+// moves vec4s (TOUT and T0.. are the V4 types) and evaluates EXPR per lane.
+void main() {
+    const uint step = gl_NumWorkGroups.x * WG, n4 = COUNT / 4;
+    for (uint q = gl_GlobalInvocationID.x; q < n4;) {
+        vec4 a4 = vec4(0), b4 = vec4(0), c4 = vec4(0), d4 = vec4(0), e4 = vec4(0), f4 = vec4(0);
+#if NOPS > 0 + 1
+        a4 = args.in0.v[q];
+#endif
+#if NOPS > 1 + 1
+        b4 = args.in1.v[q];
+#endif
+#if NOPS > 2 + 1
+        c4 = args.in2.v[q];
+#endif
+#if NOPS > 3 + 1
+        d4 = args.in3.v[q];
+#endif
+#if NOPS > 4 + 1
+        e4 = args.in4.v[q];
+#endif
+#if NOPS > 5 + 1
+        f4 = args.in5.v[q];
+#endif
+        vec4 r;
+        for (int l = 0; l < 4; ++l) {
+            float a = a4[l], b = b4[l], c = c4[l], d = d4[l], e = e4[l], f = f4[l];
+            r[l] = EXPR;
+        }
+        args.out_.v[q] = r;
+        if (n4 - q <= step)
+            break;
+        q += step;
+    }
+}
+#else
 void main() {
     const uint step = gl_NumWorkGroups.x * WG;
     for (uint i = gl_GlobalInvocationID.x; i < COUNT;) {
@@ -74,3 +111,4 @@ void main() {
         i += step;
     }
 }
+#endif
