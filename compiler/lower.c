@@ -601,7 +601,10 @@ static void lower_space_to_depth(Program *p, Node *n) {
 /* Matmul tile sizes by the extent of M or N: (tile, per-thread). Each
  * workgroup has (BM/TM) * (BN/TN) = 256 invocations. */
 static void pick_tile(int64_t extent, int64_t *tile, int64_t *per_thread) {
-    if (extent >= 64) {
+    if (extent >= 512) {
+        *tile = 128;
+        *per_thread = 8;
+    } else if (extent >= 64) {
         *tile = 64;
         *per_thread = 4;
     } else if (extent >= 32) {

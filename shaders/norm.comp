@@ -34,10 +34,52 @@ float value(uint i) {
 #endif
 }
 
+// Rows of at most 16 * WG elements are read once, into registers.
+#define CACHE ((LEN + WG - 1) / WG)
+
 void main() {
     const uint l = gl_LocalInvocationID.x;
     for (uint row = gl_WorkGroupID.x; row < ROWS; row += gl_NumWorkGroups.x) {
         const uint base = kiln_row_base(row);
+#if CACHE <= 16
+        float vals[CACHE];
+        float s = 0.0;
+        for (uint t = 0; t < CACHE; ++t) {
+            const uint c = l + t * WG;
+            vals[t] = c < LEN ? value(base + c * INNER) : 0.0;
+            s += vals[t];
+        }
+#if RMS
+        const float mean = 0.0;
+#else
+        const float mean = kiln_reduce_sum(s) / float(LEN);
+#endif
+        float q = 0.0;
+        for (uint t = 0; t < CACHE; ++t) {
+            float d = l + t * WG < LEN ? vals[t] - mean : 0.0;
+            q += d * d;
+        }
+        const float rstd = inversesqrt(kiln_reduce_sum(q) / float(LEN) + EPS);
+        const uint pbase = (row % PR) * PJ;
+        for (uint t = 0; t < CACHE; ++t) {
+            const uint c = l + t * WG;
+            if (c >= LEN)
+                continue;
+            const uint i = base + c * INNER;
+            float v = vals[t];
+#if HAS_SUM
+            args.sum.v[i] = v;
+#endif
+            v = (v - mean) * rstd;
+#if HAS_GAMMA
+            v *= args.gamma.v[pbase + c / PD];
+#endif
+#if HAS_BETA
+            v += args.beta.v[pbase + c / PD];
+#endif
+            args.y.v[i] = v;
+        }
+#else
 #if RMS
         const float mean = 0.0;
 #else
@@ -68,5 +110,6 @@ void main() {
 #endif
             args.y.v[i] = v;
         }
+#endif
     }
 }

@@ -17,10 +17,39 @@ layout(push_constant) uniform Args {
 
 #include "reduce.glsl"
 
+// Rows of at most 16 * WG elements are read once, into registers.
+#define CACHE ((LEN + WG - 1) / WG)
+
 void main() {
     const uint l = gl_LocalInvocationID.x;
     for (uint row = gl_WorkGroupID.x; row < ROWS; row += gl_NumWorkGroups.x) {
         const uint base = kiln_row_base(row);
+#if CACHE <= 16
+        float vals[CACHE];
+        float m = -1.0 / 0.0;
+        for (uint t = 0; t < CACHE; ++t) {
+            const uint c = l + t * WG;
+            vals[t] = c < LEN ? args.x.v[base + c * INNER] : -1.0 / 0.0;
+            m = max(m, vals[t]);
+        }
+        m = kiln_reduce_max(m);
+        float s = 0.0;
+        for (uint t = 0; t < CACHE; ++t)
+            if (l + t * WG < LEN)
+                s += exp(vals[t] - m);
+        s = kiln_reduce_sum(s);
+#if LOG
+        const float shift = m + log(s);
+        for (uint t = 0; t < CACHE; ++t)
+            if (l + t * WG < LEN)
+                args.y.v[base + (l + t * WG) * INNER] = vals[t] - shift;
+#else
+        const float inv = 1.0 / s;
+        for (uint t = 0; t < CACHE; ++t)
+            if (l + t * WG < LEN)
+                args.y.v[base + (l + t * WG) * INNER] = exp(vals[t] - m) * inv;
+#endif
+#else
         float m = -1.0 / 0.0;
         for (uint c = l; c < LEN; c += WG)
             m = max(m, args.x.v[base + c * INNER]);
@@ -37,6 +66,7 @@ void main() {
         const float inv = 1.0 / s;
         for (uint c = l; c < LEN; c += WG)
             args.y.v[base + c * INNER] = exp(args.x.v[base + c * INNER] - m) * inv;
+#endif
 #endif
     }
 }

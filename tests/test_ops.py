@@ -170,6 +170,7 @@ MATMUL_SHAPES = [
     ([4, 7], [7]),                 # matrix times vector
     ([130, 100], [100, 70]),
     ([256, 512], [512, 384]),      # large
+    ([600, 520], [520, 700]),      # 128-row tiles with ragged edges
 ]
 
 
@@ -209,7 +210,8 @@ case("op matmul [2, 3, 4] x inline weight [4, 5]")(matmul_weights_case)
 
 # ---- softmax ----
 
-SOFTMAX_SHAPES = [[1, 1], [3, 10], [4, 1000], [2, 3, 257], [7], [64, 4096]]
+SOFTMAX_SHAPES = [[1, 1], [3, 10], [4, 1000], [2, 3, 257], [7], [64, 4096],
+                  [3, 5000]]  # rows longer than 16 x 256: not cached in registers
 
 
 def softmax_case(i, shape, scale):
@@ -238,6 +240,7 @@ LN_CASES = [
     ([2, 3, 257], 1, 1e-5, 0.0),
     ([6, 64], 0, 1e-5, 1000.0),  # a large mean: the variance must not cancel
     ([128, 4096], 2, 1e-5, 0.0),  # large
+    ([3, 6000], 2, 1e-5, 0.0),    # rows longer than 16 x 256: not cached
 ]
 
 
