@@ -601,10 +601,7 @@ static void lower_space_to_depth(Program *p, Node *n) {
 /* Matmul tile sizes by the extent of M or N: (tile, per-thread). Each
  * workgroup has (BM/TM) * (BN/TN) = 256 invocations. */
 static void pick_tile(int64_t extent, int64_t *tile, int64_t *per_thread) {
-    if (extent >= 512) {
-        *tile = 128;
-        *per_thread = 8;
-    } else if (extent >= 64) {
+    if (extent >= 64) {
         *tile = 64;
         *per_thread = 4;
     } else if (extent >= 32) {
@@ -638,6 +635,12 @@ static Dispatch *matmul_dispatch(Program *p, Node *n, MatmulShape *s) {
     int64_t bm, tm, bn, tn;
     pick_tile(s->M, &bm, &tm);
     pick_tile(s->N, &bn, &tn);
+    /* 128 x 128 tiles (8 x 8 per invocation) reuse more of what they load,
+     * when they still leave enough workgroups (256) to fill a large GPU. */
+    if ((s->M + 127) / 128 * ((s->N + 127) / 128) * s->batch >= 256) {
+        bm = bn = 128;
+        tm = tn = 8;
+    }
     Dispatch *d = new_dispatch(p, n, matvec ? "matvec" : "matmul");
     d->local_size = matvec ? MATVEC_NCOL * MATVEC_KSPLIT : (uint32_t)((bm / tm) * (bn / tn));
     define_int(d, "M", s->M);

@@ -170,7 +170,8 @@ MATMUL_SHAPES = [
     ([4, 7], [7]),                 # matrix times vector
     ([130, 100], [100, 70]),
     ([256, 512], [512, 384]),      # large
-    ([600, 520], [520, 700]),      # 128-row tiles with ragged edges
+    ([600, 520], [520, 700]),      # 64 tiles with ragged edges
+    ([2100, 40], [40, 2050]),      # 128 x 128 tiles (enough of them), ragged edges
 ]
 
 
