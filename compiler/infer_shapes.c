@@ -1156,6 +1156,15 @@ void window_geometry(Node *n, const int64_t *in, const int64_t *k, int nsp, Wind
     }
 }
 
+/* [N, channels, *window outputs] for a window op over input 0. */
+static void set_window_output(Node *n, int64_t channels, const Window *win) {
+    Tensor *x = n->inputs[0];
+    int64_t shape[MAX_RANK] = {x->shape[0], channels};
+    for (int i = 0; i < win->nsp; i++)
+        shape[2 + i] = win->out[i];
+    set_output(n, x->dtype, x->rank, shape);
+}
+
 /* conv(x, w, [bias]): x [N, C, *spatial] (1 to 3 spatial axes), w [OC, C/group,
  * *kernel]; conv_transpose: w [C, OC/group, *kernel]. */
 static void shape_conv(Node *n) {
@@ -1191,10 +1200,7 @@ static void shape_conv(Node *n) {
         error_at(act->loc, "node '%s': conv activation must be none, relu or silu", n->name);
     Window win;
     window_geometry(n, x->shape + 2, w->shape + 2, nsp, &win);
-    int64_t shape[MAX_RANK] = {x->shape[0], oc};
-    for (int i = 0; i < nsp; i++)
-        shape[2 + i] = win.out[i];
-    set_output(n, x->dtype, x->rank, shape);
+    set_window_output(n, oc, &win);
 }
 
 static void shape_pool(Node *n) {
@@ -1217,10 +1223,7 @@ static void shape_pool(Node *n) {
     for (int i = 0; i < nsp; i++)
         if (win.pad_begin[i] >= k[i] || win.pad_end[i] >= k[i])
             error_at(n->loc, "node '%s': padding must be smaller than the kernel", n->name);
-    int64_t shape[MAX_RANK] = {x->shape[0], x->shape[1]};
-    for (int i = 0; i < nsp; i++)
-        shape[2 + i] = win.out[i];
-    set_output(n, x->dtype, x->rank, shape);
+    set_window_output(n, x->shape[1], &win);
 }
 
 static void shape_global_pool(Node *n) {

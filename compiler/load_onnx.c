@@ -290,23 +290,27 @@ static Value *decode_tensor(const char *path, const char *dir, Onnx__TensorProto
     return v;
 }
 
-int convert_tensor(const char *in, const char *out) {
+/* A TensorProto file (kiln tensor, --const), decoded; `what` names it. */
+static Value *read_tensor_file(const char *path, const char *what) {
     size_t size;
-    char *raw = read_file(in, &size);
-    Loc loc = {in, 0, 0};
+    char *raw = read_file(path, &size);
+    Loc loc = {path, 0, 0};
     if (!raw)
         error_at(loc, "cannot read: %s", strerror(errno));
     Onnx__TensorProto *tp = onnx__tensor_proto__unpack(NULL, size, (const uint8_t *)raw);
     if (!tp)
         error_at(loc, "not a valid ONNX TensorProto");
-    const char *slash = strrchr(in, '/');
-    char *dir = slash ? format("%.*s", (int)(slash - in), in) : xstrdup(".");
-    Value *v = decode_tensor(in, dir, tp, "the tensor", loc);
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? format("%.*s", (int)(slash - path), path) : xstrdup(".");
+    return decode_tensor(path, dir, tp, what, loc);
+}
+
+int convert_tensor(const char *in, const char *out) {
+    Value *v = read_tensor_file(in, "the tensor");
     size_t bytes = (size_t)vcount(v) * kiln_dtype_size(v->dtype);
     if (!write_file(out, v->data, bytes))
         fatal("cannot write %s", out);
-    printf("%s %s %s\n", kiln_dtype_name(v->dtype), shape_str(v->rank, v->shape),
-           tp->name ? tp->name : "");
+    printf("%s %s %s\n", kiln_dtype_name(v->dtype), shape_str(v->rank, v->shape), v->name);
     return 0;
 }
 
@@ -533,18 +537,7 @@ static Value *const_override(Ctx *c, const char *name, int nconsts, const char *
     for (int i = 0; i < nconsts; i++) {
         if (strncmp(consts[i], name, n) != 0 || consts[i][n] != '=')
             continue;
-        const char *file = consts[i] + n + 1;
-        size_t size;
-        char *raw = read_file(file, &size);
-        Loc loc = {file, 0, 0};
-        if (!raw)
-            error_at(loc, "cannot read: %s", strerror(errno));
-        Onnx__TensorProto *tp = onnx__tensor_proto__unpack(NULL, size, (const uint8_t *)raw);
-        if (!tp)
-            error_at(loc, "not a valid ONNX TensorProto");
-        const char *slash = strrchr(file, '/');
-        return decode_tensor(file, slash ? format("%.*s", (int)(slash - file), file) : ".",
-                             tp, format("--const %s", name), loc);
+        return read_tensor_file(consts[i] + n + 1, format("--const %s", name));
     }
     (void)c;
     return NULL;
