@@ -1272,6 +1272,11 @@ static void define_spatial(Dispatch *d, const char *name, int nsp, const int64_t
 
 static void lower_conv(Program *p, Node *n) {
     Tensor *x = n->inputs[0], *w = n->inputs[1], *y = n->outputs[0];
+    /* A fused batch norm (already in w and the bias) and activation: the
+     * dispatch writes the last tensor of the group. */
+    Node *last = n->epi_act ? n->epi_act : n->epi_bias;
+    if (last)
+        y = last->outputs[0];
     int64_t count = tensor_count(y);
     if (count == 0)
         return;
@@ -1294,7 +1299,8 @@ static void lower_conv(Program *p, Node *n) {
     define_spatial(d, "DIL", nsp, win.dil, 1);
     define_int(d, "HAS_BIAS", n->ninputs > 2);
     Attr *act = node_attr(n, "activation");
-    define_str(d, "ACT(x)", activation_expr(act ? act->scalar : "none"));
+    define_str(d, "ACT(x)", activation_expr(n->epi_act ? op_info[n->epi_act->op].name
+                                            : act ? act->scalar : "none"));
     dispatch_arg(d, y, true);
     dispatch_arg(d, x, false);
     dispatch_arg(d, w, false);

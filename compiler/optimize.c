@@ -9,7 +9,10 @@
  *    disappears into its reader.
  *    - epilogue: matmul -> add(bias) -> activation becomes one matmul
  *      dispatch whose epilogue adds the bias (per column, or per element
- *      when unbatched) and applies the activation;
+ *      when unbatched) and applies the activation; conv -> batch_norm ->
+ *      relu/silu becomes one conv whose weights and bias absorb the batch
+ *      norm (computed here, when all of them are weights) and whose epilogue
+ *      applies the activation;
  *    - norm: add -> layer_norm / rms_norm becomes one norm dispatch that
  *      also writes the sum when anything else reads it (the residual stream
  *      of a transformer);
@@ -19,6 +22,7 @@
  */
 #include "kiln.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -120,6 +124,77 @@ static void fuse_epilogues(Graph *g) {
     }
 }
 
+/* A new weight named name, shape like t's (f32). */
+static Tensor *new_weight(Graph *g, const char *name, const Tensor *like) {
+    Tensor *w = graph_tensor(g, name, T_WEIGHT, like->loc);
+    w->dtype = KILN_DTYPE_F32;
+    w->rank = like->rank;
+    memcpy(w->shape, like->shape, sizeof w->shape);
+    w->data = xcalloc((size_t)tensor_bytes(w) + 1, 1);
+    w->src.from = W_VALUES;
+    return w;
+}
+
+static float weight_at(const Tensor *t, int64_t i) {
+    float f;
+    memcpy(&f, t->data + 4 * i, 4);
+    return f;
+}
+
+/* conv(x, w, [b]) -> batch_norm(scale, bias, mean, var):
+ *   w'[o, ...] = w[o, ...] * k[o],  b'[o] = (b[o] - mean[o]) * k[o] + bias[o],
+ *   k = scale / sqrt(var + eps). */
+static void fuse_conv_epilogues(Graph *g) {
+    for (int i = 0; i < g->nodes.len; i++) {
+        Node *c = g->nodes.data[i];
+        if (c->op != OP_CONV || !free_node(c) || !all_f32(c))
+            continue;
+        Attr *own = node_attr(c, "activation");
+        if (own && strcmp(own->scalar, "none") != 0)
+            continue;
+        Node *next = sole_reader(g, c->outputs[0]);
+        bool consts = c->inputs[1]->kind == T_WEIGHT && c->inputs[1]->data &&
+                      (c->ninputs < 3 || (c->inputs[2]->kind == T_WEIGHT && c->inputs[2]->data));
+        if (free_node(next) && next->op == OP_BATCH_NORM && all_f32(next) && consts &&
+            next->inputs[0] == c->outputs[0]) {
+            bool bn_consts = true;
+            for (int k = 1; k < 5; k++)
+                bn_consts &= next->inputs[k]->kind == T_WEIGHT && next->inputs[k]->data;
+            if (bn_consts) {
+                Tensor *w = c->inputs[1], *b = c->ninputs > 2 ? c->inputs[2] : NULL;
+                Tensor *scale = next->inputs[1], *beta = next->inputs[2];
+                Tensor *mean = next->inputs[3], *var = next->inputs[4];
+                double eps = attr_float(next, "eps", 1e-5);
+                int64_t oc = w->shape[0], per = tensor_count(w) / (oc ? oc : 1);
+                Tensor *nw = new_weight(g, format("%s/w+%s", c->name, next->name), w);
+                Tensor *nb = new_weight(g, format("%s/b+%s", c->name, next->name), scale);
+                for (int64_t o = 0; o < oc; o++) {
+                    double k = weight_at(scale, o) / sqrt((double)weight_at(var, o) + eps);
+                    for (int64_t j = 0; j < per; j++) {
+                        float f = (float)(weight_at(w, o * per + j) * k);
+                        memcpy(nw->data + 4 * (o * per + j), &f, 4);
+                    }
+                    float f = (float)(((b ? weight_at(b, o) : 0.0) - weight_at(mean, o)) * k +
+                                      weight_at(beta, o));
+                    memcpy(nb->data + 4 * o, &f, 4);
+                }
+                c->inputs[1] = nw;
+                if (c->ninputs > 2)
+                    c->inputs[2] = nb;
+                else
+                    node_add_input(c, nb);
+                c->epi_bias = next;
+                next->fused_into = c;
+                next = sole_reader(g, next->outputs[0]);
+            }
+        }
+        if (free_node(next) && (next->op == OP_RELU || next->op == OP_SILU) && all_f32(next)) {
+            c->epi_act = next;
+            next->fused_into = c;
+        }
+    }
+}
+
 static void fuse_residual_norms(Graph *g) {
     for (int i = 0; i < g->nodes.len; i++) {
         Node *n = g->nodes.data[i];
@@ -155,8 +230,10 @@ void optimize(Graph *g, const Options *opt) {
     count_uses(g);
     if (opt->debug_tensors)
         return;
-    if (!opt->no_fuse_epilogue)
+    if (!opt->no_fuse_epilogue) {
         fuse_epilogues(g);
+        fuse_conv_epilogues(g);
+    }
     if (!opt->no_fuse_norm)
         fuse_residual_norms(g);
     if (!opt->no_fuse_eltwise)

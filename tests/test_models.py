@@ -251,5 +251,9 @@ def test_fusion_counts(workdir):
     check(t_norm == t_none - 4, f"residual norms: {t_norm} vs {t_none}")
     check(t_elt == t_none - 2, f"silu * up chains: {t_elt} vs {t_none}")
     check(t_all < t_norm and t_all < t_elt, f"all fusions: {t_all}")
+    # conv + batch_norm (folded into the weights) + relu: three convs, one each.
+    check(count("cnn", "--no-fuse") == 14, "cnn unfused")
+    check(count("cnn", "--no-fuse=eltwise,norm") == 9, "conv epilogues")
+    check(count("cnn") == 8, "cnn fused")
     r = kiln("inspect", ROOT / "samples" / "mlp.yaml", "--no-fuse=loops")
     check(r.returncode == 1 and "unknown fusion 'loops'" in r.stderr, r.stderr)
