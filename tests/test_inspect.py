@@ -159,7 +159,8 @@ def _(workdir):
     check(abs(sum(d["us"] for d in prof["dispatches"]) - prof["total_us"]) < 0.01 *
           prof["total_us"] + 0.01, "the total")
     table = [ln for ln in r.stdout.splitlines() if re.match(r"\s+\d+  \S", ln)]
-    check(len(table) == 10 and "GB/s" in r.stdout and "GFLOP/s" in r.stdout, r.stdout)
+    check(len(table) == min(10, want) and "GB/s" in r.stdout and "GFLOP/s" in r.stdout,
+          r.stdout)
     r = run([prog, "-q"], env={"KILN_PROFILE": "1"})
     check(r.returncode == 0, r.stderr)
 
