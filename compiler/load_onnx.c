@@ -268,7 +268,8 @@ static Value *decode_tensor(const char *path, const char *dir, Onnx__TensorProto
         if (tp->raw_data.len != bytes)
             error_at(loc, "%s: raw data of %zu bytes, the tensor needs %zu", what,
                      tp->raw_data.len, bytes);
-        memcpy(v->data, tp->raw_data.data, bytes);
+        if (bytes) /* an empty tensor may have no data pointer */
+            memcpy(v->data, tp->raw_data.data, bytes);
         return v;
     }
     size_t have = v->dtype == KILN_DTYPE_F32   ? tp->n_float_data

@@ -15,7 +15,8 @@ import json
 import re
 from pathlib import Path
 
-from harness import (BUILD, CC, ROOT, VULKAN_LIB, build_model, check, kiln, registry, run)
+from harness import (BUILD, CC, EXTRA_CFLAGS, ROOT, VULKAN_LIB, build_model, check, kiln,
+                     registry, run)
 
 TESTS, case = registry()
 
@@ -191,7 +192,8 @@ def divergence(workdir, corrupt):
         new = '{%du, {%du, %du, %du}, %du, %du, %du, "e"' % ((rows[3][0],) + rows[1][1:])
         check(old in c, "the record of dispatch 1")
         (wd / "model.c").write_text(c.replace(old, new))
-    r = run([CC, "-std=c99", "-I", ROOT / "runtime", "-o", wd / "model", wd / "model.c",
+    r = run([CC, "-std=c99", *EXTRA_CFLAGS, "-I", ROOT / "runtime", "-o", wd / "model",
+             wd / "model.c",
              BUILD / "run_model_test.o", "-L", BUILD, "-lkilnrt", VULKAN_LIB, "-lm"])
     check(r.returncode == 0, r.stderr)
     (wd / "dump").mkdir()

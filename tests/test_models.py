@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 
 import reference as ref
-from harness import (BUILD, CC, ROOT, VALIDATION, VULKAN_LIB, assert_close, build_model,
+from harness import (BUILD, CC, EXTRA_CFLAGS, ROOT, VALIDATION, VULKAN_LIB, assert_close,
+                     build_model,
                      check, kiln,
                      model_yaml, registry, run, run_model, run_program)
 
@@ -178,7 +179,7 @@ def test_runtime(workdir):
     r = kiln("compile", "mlp.yaml", "--name", "model", "-o", "model.c", cwd=d)
     check(r.returncode == 0, r.stderr)
     prog = d / "test_runtime"
-    r = run([CC, "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror",
+    r = run([CC, "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror", *EXTRA_CFLAGS,
              "-I", ROOT / "runtime", "-o", prog, ROOT / "tests" / "test_runtime.c",
              d / "model.c", "-L", BUILD, "-lkilnrt", VULKAN_LIB, "-lm"])
     check(r.returncode == 0, r.stderr)

@@ -30,7 +30,9 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-BUILD = ROOT / "build"
+BUILD = Path(os.environ.get("KILN_BUILD", ROOT / "build"))
+EXTRA_CFLAGS = os.environ.get("KILN_CFLAGS", "").split()
+NO_LEAKS = dict(os.environ, ASAN_OPTIONS="detect_leaks=0")  # kiln never frees
 KILN = BUILD / "kiln"
 DATA = Path(os.environ.get("KILN_ONNX_DATA", "/usr/share/libonnx-testdata/data"))
 SUITES = ["node", "pytorch-converted", "pytorch-operator", "simple"]
@@ -68,7 +70,7 @@ def run(cmd, **kw):
 
 def tensor(pb, out):
     """Converts a TensorProto; returns (dtype, shape, name) or raises."""
-    r = run([KILN, "tensor", pb, out])
+    r = run([KILN, "tensor", pb, out], env=NO_LEAKS)
     if r.returncode != 0:
         raise RuntimeError(r.stderr.strip().splitlines()[0] if r.stderr else "kiln tensor failed")
     m = re.match(r"(\w+) \[([\d, ]*)\] ?(.*)", r.stdout.strip())
@@ -115,7 +117,7 @@ def run_case(case, keep=False):
             args = [KILN, "compile", d / "model.onnx", "--name", "model", "-o", wd / "model.c"]
             for name, i in consts.items():
                 args += ["--const", f"{name}={inputs0[i]}"]
-            r = run(args)
+            r = run(args, env=NO_LEAKS)
             if r.returncode == 0:
                 break
             msg = (r.stderr.strip().splitlines() or ["?"])[0]
@@ -133,7 +135,8 @@ def run_case(case, keep=False):
         else:
             return "failed", "compile: too many constant inputs"
         prog = wd / "model"
-        r = run([CC, "-O1", "-std=c99", "-I", ROOT / "runtime", "-o", prog, wd / "model.c",
+        r = run([CC, "-O1", "-std=c99", *EXTRA_CFLAGS, "-I", ROOT / "runtime", "-o", prog,
+                 wd / "model.c",
                  BUILD / "run_model_test.o", "-L", BUILD, "-lkilnrt", VULKAN_LIB, "-lm"])
         if r.returncode != 0:
             return "failed", "cc: " + r.stderr[:300]
