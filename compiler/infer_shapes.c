@@ -845,6 +845,17 @@ static void shape_gather(Node *n) {
     set_output(n, x->dtype, rank, shape);
 }
 
+/* gather_elements and scatter_elements: off the 'axis' attribute, indices
+ * may not be longer than the data on any axis. */
+static void check_index_extent(Node *n, const Tensor *x, const Tensor *idx) {
+    int axis = norm_axis(n, "axis", attr_int(n, "axis", 0), x->rank);
+    for (int d = 0; d < x->rank; d++)
+        if (d != axis && idx->shape[d] > x->shape[d])
+            error_at(n->input_locs[1], "node '%s': indices %s exceed the data %s on axis %d",
+                     n->name, shape_str(idx->rank, idx->shape), shape_str(x->rank, x->shape),
+                     d);
+}
+
 /* gather_elements(data, indices, axis): indices has data's rank; y has its
  * shape. */
 static void shape_gather_elements(Node *n) {
@@ -854,12 +865,7 @@ static void shape_gather_elements(Node *n) {
         error_at(n->input_locs[1], "node '%s': indices '%s' %s must have the rank of the "
                  "data %s", n->name, idx->name, shape_str(idx->rank, idx->shape),
                  shape_str(x->rank, x->shape));
-    int axis = norm_axis(n, "axis", attr_int(n, "axis", 0), x->rank);
-    for (int d = 0; d < x->rank; d++)
-        if (d != axis && idx->shape[d] > x->shape[d])
-            error_at(n->input_locs[1], "node '%s': indices %s exceed the data %s on axis %d",
-                     n->name, shape_str(idx->rank, idx->shape), shape_str(x->rank, x->shape),
-                     d);
+    check_index_extent(n, x, idx);
     set_output(n, x->dtype, idx->rank, idx->shape);
 }
 
@@ -889,12 +895,7 @@ static void shape_scatter(Node *n) {
         error_at(n->loc, "node '%s': indices %s and updates %s must have one shape, of "
                  "the data's rank (%s)", n->name, shape_str(idx->rank, idx->shape),
                  shape_str(u->rank, u->shape), shape_str(x->rank, x->shape));
-    int axis = norm_axis(n, "axis", attr_int(n, "axis", 0), x->rank);
-    for (int d = 0; d < x->rank; d++)
-        if (d != axis && idx->shape[d] > x->shape[d])
-            error_at(n->input_locs[1], "node '%s': indices %s exceed the data %s on axis %d",
-                     n->name, shape_str(idx->rank, idx->shape), shape_str(x->rank, x->shape),
-                     d);
+    check_index_extent(n, x, idx);
     set_output(n, x->dtype, x->rank, x->shape);
 }
 
