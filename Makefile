@@ -176,5 +176,40 @@ test: test-deps $(B)/kiln $(B)/libkilnrt.a $(B)/run_model_test.o $(B)/test_units
 onnx-report: test-deps $(B)/kiln $(B)/libkilnrt.a $(B)/run_model_test.o
 	$(PYTHON) tests/onnx/conformance.py --report
 
+# ---- fuzzing ----
+# make fuzz [FUZZ_SECONDS=60] [FUZZ_TARGETS="yaml onnx ..."]: builds the
+# libFuzzer targets of tests/fuzz/fuzz.c with clang, ASan and UBSan (in
+# build-fuzz/), seeds each corpus from samples/, the ONNX test data and
+# tests/fuzz/regressions/, and runs each target for FUZZ_SECONDS. A finding
+# stops it and leaves the input in build-fuzz/findings/; copy it into
+# tests/fuzz/regressions/TARGET/ once fixed (make test replays those).
+
+FUZZ_TARGETS ?= yaml onnx safetensors frontend
+FUZZ_SECONDS ?= 60
+FUZZ_FLAGS = -O1 -g -fsanitize=fuzzer-no-link,address,undefined \
+             -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_RUN = -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
+           -malloc_limit_mb=512 -max_len=65536 -print_final_stats=1
+
+.PHONY: fuzz fuzz-build
+fuzz: test-deps
+	$(MAKE) --no-print-directory B=build-fuzz CC=clang CFLAGS="$(FUZZ_FLAGS)" fuzz-build
+	$(PYTHON) tests/fuzz/seeds.py build-fuzz/corpus $(FUZZ_TARGETS)
+	@mkdir -p build-fuzz/findings
+	@for t in $(FUZZ_TARGETS); do \
+	  echo "== fuzz $$t ($(FUZZ_SECONDS) s)"; \
+	  ASAN_OPTIONS=detect_leaks=1 build-fuzz/fuzz_$$t $(FUZZ_RUN) \
+	    -artifact_prefix=build-fuzz/findings/$$t- build-fuzz/corpus/$$t 2>build-fuzz/fuzz_$$t.log \
+	    || { tail -60 build-fuzz/fuzz_$$t.log; exit 1; }; \
+	  grep -E "^stat::(number_of_executed_units|peak_rss_mb)|^#[0-9]+.*DONE" build-fuzz/fuzz_$$t.log; \
+	done
+
+FUZZ_OBJ = $(filter-out $(B)/compiler/main.o, $(COMPILER_OBJ))
+fuzz-build: $(FUZZ_TARGETS:%=$(B)/fuzz_%)
+
+$(B)/fuzz_%: tests/fuzz/fuzz.c $(FUZZ_OBJ)
+	$(CC) $(CFLAGS) -fsanitize=fuzzer $(WARN) -Wno-missing-prototypes -std=c11 -Icompiler \
+	  -DFUZZ_$* -o $@ $^ $(COMPILER_LIBS)
+
 clean:
 	rm -rf $(B)

@@ -490,7 +490,7 @@ static void shape_reshape(Node *n) {
             error_at(attr_loc(n, "shape"), "node '%s': shape[%d] is %lld", n->name,
                      i, (long long)shape[i]);
         } else {
-            known *= shape[i];
+            known = sat_mul(known, shape[i]);
         }
     }
     int64_t count = tensor_count(x);
@@ -766,7 +766,7 @@ static void shape_tile(Node *n) {
     for (int i = 0; i < k; i++) {
         if (reps[i] < 0)
             error_at(attr_loc(n, "repeats"), "node '%s': a negative repeat", n->name);
-        shape[i] = x->shape[i] * reps[i];
+        shape[i] = sat_mul(x->shape[i], reps[i]);
     }
     set_output(n, x->dtype, x->rank, shape);
 }
@@ -1423,12 +1423,20 @@ static void topo_sort(Graph *g) {
         g->nodes.data[i] = order[i];
 }
 
-void infer_node(Node *n) { shape_rules[n->op](n); }
+void infer_node(Node *n) {
+    /* The YAML loader checks arity; ONNX nodes map onto kiln nodes with the
+     * inputs they come with, so it is checked again here for every node. */
+    const OpInfo *op = &op_info[n->op];
+    if (n->ninputs < op->min_inputs || n->ninputs > op->max_inputs)
+        error_at(n->loc, "node '%s': %s takes %d to %d inputs, %d given", n->name, op->name,
+                 op->min_inputs, op->max_inputs, n->ninputs);
+    if (n->noutputs < 1)
+        error_at(n->loc, "node '%s': no outputs", n->name);
+    shape_rules[n->op](n);
+}
 
 void infer_shapes(Graph *g) {
     topo_sort(g);
-    for (int i = 0; i < g->nodes.len; i++) {
-        Node *n = g->nodes.data[i];
-        shape_rules[n->op](n);
-    }
+    for (int i = 0; i < g->nodes.len; i++)
+        infer_node(g->nodes.data[i]);
 }

@@ -15,6 +15,7 @@
 #ifndef KILN_H
 #define KILN_H
 
+#include <setjmp.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -37,15 +38,28 @@ typedef struct Loc {
 void *xcalloc(size_t n, size_t size);
 void *xrealloc(void *p, size_t size);
 char *xstrdup(const char *s);
+void xfree(void *p);
+/* NULL when out of memory (for callers that report it themselves). */
+void *try_alloc(size_t size);
+/* Frees every allocation and runs the cleanups registered with on_reset:
+ * for programs that run the front end many times (tests/fuzz). */
+void kiln_free_all(void);
+void on_reset(void (*fn)(void *), void *arg);
+void cancel_reset(void *arg);
+/* When set, errors longjmp here instead of exiting (tests/fuzz); kiln_quiet
+ * drops their messages. Internal errors abort when a trap is set. */
+extern jmp_buf *kiln_error_trap;
+extern bool kiln_quiet;
 char *format(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* file:line:col: error: ..., then the source line with a caret; exit(1). */
+/* file:line:col: error: ..., then the source line with a caret; exit(1)
+ * (or longjmp to kiln_error_trap). */
 _Noreturn void error_at(Loc loc, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* kiln: error: ...; exit(1). */
 _Noreturn void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-#define internal_error(...) \
-    fatal("internal error at %s:%d: %s", __FILE__, __LINE__, format(__VA_ARGS__))
+_Noreturn void internal_failure(const char *file, int line, const char *msg);
+#define internal_error(...) internal_failure(__FILE__, __LINE__, format(__VA_ARGS__))
 
 /* A growable string. */
 typedef struct Str {
@@ -77,10 +91,18 @@ uint64_t hash_bytes(uint64_t h, const void *data, size_t n); /* FNV-1a 64 */
 
 /* Reads a whole file; NULL when it cannot be opened (errno set). */
 char *read_file(const char *path, size_t *out_size);
+/* Opens a regular file and tells its size; NULL with errno set otherwise
+ * (a directory, a device or a pipe is refused: weights are read by range). */
+FILE *open_regular(const char *path, uint64_t *size);
+/* Reads n bytes at offset; false on a short read or a failed seek. */
+bool read_at(FILE *f, uint64_t offset, void *dst, uint64_t n);
 /* Writes atomically: a temporary beside path, then rename. false on error. */
 bool write_file(const char *path, const void *data, size_t size);
 
-int64_t shape_count(int rank, const int64_t *shape);
+/* a * b, saturated at INT64_MIN / INT64_MAX instead of overflowing: a
+ * shape built from hostile input then fails the element-count checks. */
+int64_t sat_mul(int64_t a, int64_t b);
+int64_t shape_count(int rank, const int64_t *shape); /* saturating */
 char *shape_str(int rank, const int64_t *shape); /* "[2, 3]" */
 uint64_t align_up(uint64_t x, uint64_t a);
 
@@ -218,11 +240,15 @@ void node_set_floats(Node *n, const char *key, int count, const double *v);
 /* ---- load_yaml.c --------------------------------------------------------- */
 
 Graph *load_yaml(const char *path);
+/* The same from text in memory; path names it in messages. */
+Graph *load_yaml_text(const char *path, const char *text, size_t size);
 
 /* ---- load_onnx.c --------------------------------------------------------- */
 
 /* shapes: "NAME=1x3x224x224" settings for inputs with symbolic dimensions;
  * consts: "NAME=TENSOR.pb" inputs bound to constants at compile time. */
+Graph *load_onnx_bytes(const char *path, const char *raw, size_t size, int nshapes,
+                       const char **shapes, int nconsts, const char **consts);
 Graph *load_onnx(const char *path, int nshapes, const char **shapes, int nconsts,
                  const char **consts);
 /* kiln tensor IN.pb OUT.bin: an ONNX TensorProto's data, raw; prints
@@ -233,6 +259,14 @@ int convert_tensor(const char *in, const char *out);
 
 /* Reads or generates every weight's bytes (t->data), checking sizes. */
 void load_weights(Graph *g);
+/* The largest weight load_weights reads or generates (the fuzz targets lower
+ * it so that a few bytes of YAML cannot ask for gigabytes). */
+extern uint64_t weight_limit;
+/* Where weight t's bytes start in a safetensors file of `size` bytes whose
+ * first `have` bytes (at least its header) are `head`; checks dtype, shape
+ * and range against t. */
+uint64_t safetensors_find(Tensor *t, const char *file, const uint8_t *head,
+                          size_t have, uint64_t size);
 /* The deterministic generator behind `init:`; documented in the README. */
 uint64_t splitmix64(uint64_t *state);
 

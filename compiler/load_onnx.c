@@ -210,6 +210,20 @@ static Value *value_of_tensor(Tensor *t) {
 
 /* ---- TensorProto ---- */
 
+/* protobuf-c allocates through kiln's heap, so kiln_free_all frees the
+ * decoded messages too. */
+static void *pb_alloc(void *data, size_t size) {
+    (void)data;
+    return try_alloc(size);
+}
+
+static void pb_free(void *data, void *p) {
+    (void)data;
+    xfree(p);
+}
+
+static ProtobufCAllocator pb_allocator = {pb_alloc, pb_free, NULL};
+
 /* Decodes a TensorProto into a constant Value; `what` names it in errors. */
 static Value *decode_tensor(const char *path, const char *dir, Onnx__TensorProto *tp,
                             const char *what, Loc loc) {
@@ -227,10 +241,11 @@ static Value *decode_tensor(const char *path, const char *dir, Onnx__TensorProto
     }
     if (count > 4294967295.0)
         error_at(loc, "%s has more than 2^32 - 1 elements", what);
-    Value *v = new_value(tp->name ? tp->name : "", (kiln_dtype)dt, (int)tp->n_dims,
-                         tp->dims, true);
-    int64_t n = vcount(v);
-    size_t bytes = (size_t)n * kiln_dtype_size(v->dtype);
+    /* Every size is checked against the data present before anything is
+     * allocated: a few bytes of protobuf must not claim gigabytes. */
+    int64_t n = (int64_t)count;
+    size_t bytes = (size_t)n * kiln_dtype_size((kiln_dtype)dt);
+    const char *name = tp->name ? tp->name : "";
     if (tp->has_data_location &&
         tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) {
         const char *file = NULL;
@@ -248,19 +263,23 @@ static Value *decode_tensor(const char *path, const char *dir, Onnx__TensorProto
         }
         if (!file || strstr(file, ".."))
             error_at(loc, "%s: external data without a usable location", what);
-        char *full = format("%s/%s", dir, file);
-        size_t size;
-        char *raw = read_file(full, &size);
-        if (!raw)
-            error_at(loc, "%s: cannot read external data %s: %s", what, full, strerror(errno));
         if (length >= 0 && (size_t)length != bytes)
             error_at(loc, "%s: external data length %lld, the tensor needs %zu bytes", what,
                      length, bytes);
-        if (offset < 0 || (size_t)offset > size || size - (size_t)offset < bytes)
-            error_at(loc, "%s: %s has %zu bytes, the tensor needs %zu at offset %lld", what,
-                     full, size, bytes, offset);
-        memcpy(v->data, raw + offset, bytes);
-        free(raw);
+        char *full = format("%s/%s", dir, file);
+        uint64_t size = 0;
+        FILE *f = open_regular(full, &size);
+        if (!f)
+            error_at(loc, "%s: cannot read external data %s: %s", what, full, strerror(errno));
+        bool fits = offset >= 0 && (uint64_t)offset <= size && size - (uint64_t)offset >= bytes;
+        Value *v = fits ? new_value(name, (kiln_dtype)dt, (int)tp->n_dims, tp->dims, true) : NULL;
+        bool ok = fits && read_at(f, (uint64_t)offset, v->data, bytes);
+        fclose(f);
+        if (!fits)
+            error_at(loc, "%s: %s has %llu bytes, the tensor needs %zu at offset %lld", what,
+                     full, (unsigned long long)size, bytes, offset);
+        if (!ok)
+            error_at(loc, "%s: cannot read external data %s", what, full);
         (void)path;
         return v;
     }
@@ -268,15 +287,17 @@ static Value *decode_tensor(const char *path, const char *dir, Onnx__TensorProto
         if (tp->raw_data.len != bytes)
             error_at(loc, "%s: raw data of %zu bytes, the tensor needs %zu", what,
                      tp->raw_data.len, bytes);
+        Value *v = new_value(name, (kiln_dtype)dt, (int)tp->n_dims, tp->dims, true);
         if (bytes) /* an empty tensor may have no data pointer */
             memcpy(v->data, tp->raw_data.data, bytes);
         return v;
     }
-    size_t have = v->dtype == KILN_DTYPE_F32   ? tp->n_float_data
-                  : v->dtype == KILN_DTYPE_I64 ? tp->n_int64_data
-                                               : tp->n_int32_data;
+    size_t have = dt == KILN_DTYPE_F32   ? tp->n_float_data
+                  : dt == KILN_DTYPE_I64 ? tp->n_int64_data
+                                         : tp->n_int32_data;
     if (have != (size_t)n)
         error_at(loc, "%s: %zu values for %lld elements", what, have, (long long)n);
+    Value *v = new_value(name, (kiln_dtype)dt, (int)tp->n_dims, tp->dims, true);
     for (int64_t i = 0; i < n; i++) {
         if (v->dtype == KILN_DTYPE_F32)
             vset(v, i, tp->float_data[i]);
@@ -298,7 +319,7 @@ static Value *read_tensor_file(const char *path, const char *what) {
     Loc loc = {path, 0, 0};
     if (!raw)
         error_at(loc, "cannot read: %s", strerror(errno));
-    Onnx__TensorProto *tp = onnx__tensor_proto__unpack(NULL, size, (const uint8_t *)raw);
+    Onnx__TensorProto *tp = onnx__tensor_proto__unpack(&pb_allocator, size, (const uint8_t *)raw);
     if (!tp)
         error_at(loc, "not a valid ONNX TensorProto");
     const char *slash = strrchr(path, '/');
@@ -382,8 +403,11 @@ static Node *knode(Ctx *c, OpKind op, const char *suffix) {
 /* A kiln node of `op` over values, producing ONNX output `out`. */
 static Node *emit(Ctx *c, OpKind op, int n, Value **ins, const char *out) {
     Node *k = knode(c, op, *out ? "" : "/tmp");
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
+        if (!ins[i])
+            node_fail(c, format("input %d is missing", i));
         node_add_input(k, tens(c, ins[i]));
+    }
     node_add_output(k, graph_tensor(c->g, out, T_VALUE, c->loc));
     return k;
 }
@@ -474,6 +498,35 @@ static int const_ints(Ctx *c, int i, const char *what, int64_t *out, int max) {
 
 /* ---- the model ---- */
 
+/* protobuf-c leaves absent strings NULL; kiln reads names everywhere, so an
+ * absent one becomes "" here, once. */
+static void fill_string(char **s) {
+    if (!*s)
+        *s = (char *)"";
+}
+
+static void fill_absent_names(Onnx__GraphProto *gp) {
+    fill_string(&gp->name);
+    Onnx__ValueInfoProto **lists[3] = {gp->input, gp->output, gp->value_info};
+    size_t counts[3] = {gp->n_input, gp->n_output, gp->n_value_info};
+    for (int l = 0; l < 3; l++)
+        for (size_t i = 0; i < counts[l]; i++)
+            fill_string(&lists[l][i]->name);
+    for (size_t i = 0; i < gp->n_initializer; i++)
+        fill_string(&gp->initializer[i]->name);
+    for (size_t i = 0; i < gp->n_node; i++) {
+        Onnx__NodeProto *n = gp->node[i];
+        fill_string(&n->name);
+        fill_string(&n->op_type);
+        fill_string(&n->domain);
+        for (size_t a = 0; a < n->n_attribute; a++) {
+            fill_string(&n->attribute[a]->name);
+            if (n->attribute[a]->t)
+                fill_string(&n->attribute[a]->t->name);
+        }
+    }
+}
+
 static void check_supported(Onnx__GraphProto *gp, const char *path) {
     Str msg = {0};
     int kinds = 0;
@@ -551,7 +604,14 @@ Graph *load_onnx(const char *path, int nshapes, const char **shapes, int nconsts
     Loc file = {path, 0, 0};
     if (!raw)
         error_at(file, "cannot read: %s", strerror(errno));
-    Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, size, (const uint8_t *)raw);
+    return load_onnx_bytes(path, raw, size, nshapes, shapes, nconsts, consts);
+}
+
+Graph *load_onnx_bytes(const char *path, const char *raw, size_t size, int nshapes,
+                       const char **shapes, int nconsts, const char **consts) {
+    Loc file = {path, 0, 0};
+    tmp_count = 0;
+    Onnx__ModelProto *m = onnx__model_proto__unpack(&pb_allocator, size, (const uint8_t *)raw);
     if (!m)
         error_at(file, "not a valid ONNX model (malformed or truncated protobuf)");
     if (!m->graph)
@@ -570,6 +630,7 @@ Graph *load_onnx(const char *path, int nshapes, const char **shapes, int nconsts
         error_at(file, "unsupported: opset %lld (kiln reads opsets 1 to 18)",
                  (long long)c.opset);
     Onnx__GraphProto *gp = m->graph;
+    fill_absent_names(gp);
     check_supported(gp, path);
 
     Graph *g = xcalloc(1, sizeof *g);

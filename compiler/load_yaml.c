@@ -28,7 +28,7 @@
 
 typedef struct Ctx {
     const char *path;
-    yaml_document_t doc;
+    yaml_document_t *doc;
     Graph *g;
     Map names;  /* tensor name -> Tensor* */
 } Ctx;
@@ -64,7 +64,7 @@ static const char *scalar(Ctx *c, yaml_node_t *n, const char *what) {
 }
 
 static yaml_node_t *node_at(Ctx *c, yaml_node_item_t id) {
-    return yaml_document_get_node(&c->doc, id);
+    return yaml_document_get_node(c->doc, id);
 }
 
 static int64_t parse_int(Ctx *c, yaml_node_t *n, const char *what) {
@@ -460,20 +460,84 @@ Graph *load_yaml(const char *path) {
     Loc file_loc = {path, 0, 0};
     if (!text)
         error_at(file_loc, "cannot read: %s", strerror(errno));
+    return load_yaml_text(path, text, size);
+}
 
+/* libyaml's parser and document, freed by kiln_free_all (the document stays
+ * alive otherwise: nothing points into it, but freeing is not the command
+ * line's business). */
+typedef struct Yaml {
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    bool parser_live, doc_live;
+} Yaml;
+
+static void free_yaml(void *arg) {
+    Yaml *y = arg;
+    if (y->doc_live)
+        yaml_document_delete(&y->doc);
+    if (y->parser_live)
+        yaml_parser_delete(&y->parser);
+}
+
+/* The deepest flow nesting ([ and {) the format allows. kiln's models need
+ * three levels; the limit is there because libyaml's scanner does work
+ * proportional to the depth at every token, so a file of a few hundred
+ * kilobytes of brackets would otherwise take minutes. */
+#define MAX_FLOW_DEPTH 64
+
+static void check_nesting(const char *path, const char *text, size_t size) {
+    int depth = 0, line = 1, col = 1;
+    char quote = 0;
+    bool comment = false;
+    for (size_t i = 0; i < size; i++, col++) {
+        char ch = text[i];
+        if (ch == '\n') {
+            line++;
+            col = 0;
+            comment = false;
+        } else if (comment) {
+        } else if (quote) {
+            if (ch == quote)
+                quote = 0;
+            else if (ch == '\\' && quote == '"' && i + 1 < size && text[i + 1] != '\n')
+                i++, col++;
+        } else if (ch == '#' && (i == 0 || text[i - 1] == ' ' || text[i - 1] == '\t')) {
+            comment = true;
+        } else if (ch == '"' || ch == '\'') {
+            quote = ch;
+        } else if (ch == '[' || ch == '{') {
+            if (++depth > MAX_FLOW_DEPTH) {
+                Loc l = {path, line, col};
+                error_at(l, "lists and mappings nested deeper than %d levels", MAX_FLOW_DEPTH);
+            }
+        } else if ((ch == ']' || ch == '}') && depth > 0) {
+            depth--;
+        }
+    }
+}
+
+Graph *load_yaml_text(const char *path, const char *text, size_t size) {
+    Loc file_loc = {path, 0, 0};
+    check_nesting(path, text, size);
     Ctx c = {0};
     c.path = path;
-    yaml_parser_t parser;
-    if (!yaml_parser_initialize(&parser))
+    Yaml *y = xcalloc(1, sizeof *y);
+    c.doc = &y->doc;
+    if (!yaml_parser_initialize(&y->parser))
         fatal("out of memory");
-    yaml_parser_set_input_string(&parser, (const unsigned char *)text, size);
-    if (!yaml_parser_load(&parser, &c.doc)) {
-        Loc l = {path, (int)parser.problem_mark.line + 1,
-                 (int)parser.problem_mark.column + 1};
-        error_at(l, "malformed YAML: %s%s%s", parser.problem ? parser.problem : "?",
-                 parser.context ? " " : "", parser.context ? parser.context : "");
+    y->parser_live = true;
+    on_reset(free_yaml, y);
+    yaml_parser_set_input_string(&y->parser, (const unsigned char *)text, size);
+    if (!yaml_parser_load(&y->parser, c.doc)) {
+        Loc l = {path, (int)y->parser.problem_mark.line + 1,
+                 (int)y->parser.problem_mark.column + 1};
+        error_at(l, "malformed YAML: %s%s%s",
+                 y->parser.problem ? y->parser.problem : "?",
+                 y->parser.context ? " " : "", y->parser.context ? y->parser.context : "");
     }
-    yaml_node_t *root = yaml_document_get_root_node(&c.doc);
+    y->doc_live = true;
+    yaml_node_t *root = yaml_document_get_root_node(c.doc);
     if (!root)
         error_at(file_loc, "empty model file");
 
@@ -517,8 +581,7 @@ Graph *load_yaml(const char *path) {
         t->is_output = true;
         vec_push(&g->outputs, t);
     }
-    /* The document stays alive: nothing points into it, but freeing is not
-     * the compiler's business (see kiln.h). */
-    yaml_parser_delete(&parser);
+    yaml_parser_delete(&y->parser);
+    y->parser_live = false;
     return g;
 }

@@ -1,31 +1,117 @@
 /*
  * util.c: allocation, strings, diagnostics and files for the compiler.
  *
- * Allocation failures end the program (the compiler never frees and runs for
- * a moment). Diagnostics follow the gcc shape, `file:line:col: error: msg`,
+ * Allocation failures end the program (the compiler frees nothing until it
+ * exits; kiln_free_all is for programs that run it many times). Diagnostics follow the gcc shape, `file:line:col: error: msg`,
  * then the offending source line and a caret under the column.
  */
+#define _POSIX_C_SOURCE 200809L /* fileno, fseeko */
 #include "kiln.h"
 
 #include <errno.h>
+#include <setjmp.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+/* Every allocation is a Block on one list, so that a program that runs the
+ * front end many times in one process (the fuzz targets) can free it all
+ * with kiln_free_all. The command line never frees. */
+typedef union Block {
+    struct {
+        union Block *prev, *next;
+    } link;
+    max_align_t align;
+} Block;
+
+static Block heap = {{&heap, &heap}};
+
+typedef struct Cleanup {
+    void (*fn)(void *);
+    void *arg;
+} Cleanup;
+static Cleanup cleanups[16];
+static int ncleanups;
+
+jmp_buf *kiln_error_trap;
+bool kiln_quiet;
+
+static void *link_block(Block *b) {
+    b->link.prev = heap.link.prev;
+    b->link.next = &heap;
+    heap.link.prev->link.next = b;
+    heap.link.prev = b;
+    return b + 1;
+}
+
+static Block *unlink_block(void *p) {
+    Block *b = (Block *)p - 1;
+    b->link.prev->link.next = b->link.next;
+    b->link.next->link.prev = b->link.prev;
+    return b;
+}
+
+void *try_alloc(size_t size) {
+    if (size > SIZE_MAX - sizeof(Block))
+        return NULL;
+    Block *b = calloc(1, sizeof(Block) + size);
+    return b ? link_block(b) : NULL;
+}
+
 void *xcalloc(size_t n, size_t size) {
-    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (n == 0)
+        n = 1;
+    if (size == 0)
+        size = 1;
+    void *p = n > SIZE_MAX / size ? NULL : try_alloc(n * size);
     if (!p)
-        fatal("out of memory");
+        fatal("out of memory (%zu x %zu bytes)", n, size);
     return p;
 }
 
 void *xrealloc(void *p, size_t size) {
-    p = realloc(p, size ? size : 1);
     if (!p)
-        fatal("out of memory");
-    return p;
+        return xcalloc(1, size);
+    Block *b = unlink_block(p);
+    Block *nb = size > SIZE_MAX - sizeof(Block) ? NULL : realloc(b, sizeof(Block) + (size ? size : 1));
+    if (!nb) {
+        link_block(b);
+        fatal("out of memory (%zu bytes)", size);
+    }
+    return link_block(nb);
+}
+
+void xfree(void *p) {
+    if (p)
+        free(unlink_block(p));
+}
+
+void on_reset(void (*fn)(void *), void *arg) {
+    if (ncleanups == (int)(sizeof cleanups / sizeof cleanups[0]))
+        internal_error("too many cleanups");
+    cleanups[ncleanups].fn = fn;
+    cleanups[ncleanups++].arg = arg;
+}
+
+void cancel_reset(void *arg) {
+    for (int i = ncleanups - 1; i >= 0; i--)
+        if (cleanups[i].arg == arg) {
+            cleanups[i] = cleanups[--ncleanups];
+            return;
+        }
+}
+
+void kiln_free_all(void) {
+    while (ncleanups > 0) {
+        ncleanups--;
+        cleanups[ncleanups].fn(cleanups[ncleanups].arg);
+    }
+    while (heap.link.next != &heap)
+        free(unlink_block(heap.link.next + 1));
 }
 
 char *xstrdup(const char *s) {
@@ -35,6 +121,7 @@ char *xstrdup(const char *s) {
     return p;
 }
 
+__attribute__((format(printf, 1, 0)))
 static char *vformat(const char *fmt, va_list ap) {
     va_list ap2;
     va_copy(ap2, ap);
@@ -80,12 +167,21 @@ static void show_source(const char *file, int line, int col) {
     fclose(f);
 }
 
+/* Out of an error: back to the trap when one is set, else exit(1). */
+static _Noreturn void leave(void) {
+    if (kiln_error_trap)
+        longjmp(*kiln_error_trap, 1);
+    exit(1);
+}
+
 void error_at(Loc loc, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     char *msg = vformat(fmt, ap);
     va_end(ap);
-    if (loc.file && loc.line > 0) {
+    if (kiln_quiet)
+        ; /* the caller only wants to know that it failed */
+    else if (loc.file && loc.line > 0) {
         fprintf(stderr, "%s:%d:%d: error: %s\n", loc.file, loc.line, loc.col, msg);
         show_source(loc.file, loc.line, loc.col);
     } else if (loc.file) {
@@ -93,7 +189,8 @@ void error_at(Loc loc, const char *fmt, ...) {
     } else {
         fprintf(stderr, "kiln: error: %s\n", msg);
     }
-    exit(1);
+    xfree(msg);
+    leave();
 }
 
 void fatal(const char *fmt, ...) {
@@ -101,7 +198,16 @@ void fatal(const char *fmt, ...) {
     va_start(ap, fmt);
     char *msg = vformat(fmt, ap);
     va_end(ap);
-    fprintf(stderr, "kiln: error: %s\n", msg);
+    if (!kiln_quiet)
+        fprintf(stderr, "kiln: error: %s\n", msg);
+    xfree(msg);
+    leave();
+}
+
+void internal_failure(const char *file, int line, const char *msg) {
+    fprintf(stderr, "kiln: internal error at %s:%d: %s\n", file, line, msg);
+    if (kiln_error_trap)
+        abort(); /* a bug: the fuzz targets report it */
     exit(1);
 }
 
@@ -126,7 +232,7 @@ void str_addf(Str *s, const char *fmt, ...) {
     char *t = vformat(fmt, ap);
     va_end(ap);
     str_add(s, t);
-    free(t);
+    xfree(t);
 }
 
 void vec_push(Vec *v, void *item) {
@@ -206,6 +312,26 @@ char *read_file(const char *path, size_t *out_size) {
     return s.buf;
 }
 
+FILE *open_regular(const char *path, uint64_t *size) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        fclose(f);
+        errno = S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
+        return NULL;
+    }
+    *size = (uint64_t)st.st_size;
+    return f;
+}
+
+bool read_at(FILE *f, uint64_t offset, void *dst, uint64_t n) {
+    if (offset > (uint64_t)INT64_MAX || fseeko(f, (off_t)offset, SEEK_SET) != 0)
+        return false;
+    return n == 0 || fread(dst, 1, (size_t)n, f) == n;
+}
+
 bool write_file(const char *path, const void *data, size_t size) {
     char *tmp = format("%s.tmp%ld", path, (long)getpid());
     FILE *f = fopen(tmp, "wb");
@@ -220,10 +346,17 @@ bool write_file(const char *path, const void *data, size_t size) {
     return ok;
 }
 
+int64_t sat_mul(int64_t a, int64_t b) {
+    int64_t r;
+    if (__builtin_mul_overflow(a, b, &r))
+        return (a < 0) != (b < 0) ? INT64_MIN : INT64_MAX;
+    return r;
+}
+
 int64_t shape_count(int rank, const int64_t *shape) {
     int64_t n = 1;
     for (int i = 0; i < rank; i++)
-        n *= shape[i];
+        n = sat_mul(n, shape[i]);
     return n;
 }
 

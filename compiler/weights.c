@@ -23,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+uint64_t weight_limit = UINT64_MAX;
+
 uint64_t splitmix64(uint64_t *state) {
     uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -125,20 +127,29 @@ static void from_init(Tensor *t) {
     }
 }
 
+/* Reads t's bytes at `offset` of its file, after checking that the file is
+ * a regular file holding them. */
+static void read_weight_range(Tensor *t, const char *file, uint64_t offset,
+                              const char *what) {
+    uint64_t size = 0, need = tensor_bytes(t);
+    FILE *f = open_regular(file, &size);
+    if (!f)
+        error_at(t->src.loc, "weight '%s': cannot read %s: %s", t->name, file,
+                 strerror(errno));
+    bool fits = offset <= size && size - offset >= need;
+    bool ok = fits && read_at(f, offset, t->data, need);
+    fclose(f);
+    if (!fits)
+        error_at(t->src.loc, "weight '%s' %s %s needs %llu bytes at %s %llu, "
+                 "but %s has %llu bytes", t->name, kiln_dtype_name(t->dtype),
+                 shape_str(t->rank, t->shape), (unsigned long long)need, what,
+                 (unsigned long long)offset, file, (unsigned long long)size);
+    if (!ok)
+        error_at(t->src.loc, "weight '%s': cannot read %s", t->name, file);
+}
+
 static void from_file(Tensor *t) {
-    size_t size;
-    char *bytes = read_file(t->src.path, &size);
-    if (!bytes)
-        error_at(t->src.loc, "weight '%s': cannot read %s: %s", t->name,
-                 t->src.path, strerror(errno));
-    uint64_t need = tensor_bytes(t);
-    if (t->src.offset > size || size - t->src.offset < need)
-        error_at(t->src.loc, "weight '%s' %s %s needs %llu bytes at offset %llu, "
-                 "but %s has %zu bytes", t->name, kiln_dtype_name(t->dtype),
-                 shape_str(t->rank, t->shape), (unsigned long long)need,
-                 (unsigned long long)t->src.offset, t->src.path, size);
-    memcpy(t->data, bytes + t->src.offset, (size_t)need);
-    free(bytes);
+    read_weight_range(t, t->src.path, t->src.offset, "offset");
 }
 
 /* ---- safetensors: an 8-byte header length, a JSON header, the data ---- */
@@ -237,24 +248,22 @@ static const char *safetensors_dtype(kiln_dtype dt) {
     return "?";
 }
 
-static void from_safetensors(Tensor *t) {
-    size_t size;
-    const char *file = t->src.path;
-    char *bytes = read_file(file, &size);
-    if (!bytes)
-        error_at(t->src.loc, "weight '%s': cannot read %s: %s", t->name, file,
-                 strerror(errno));
+/* The safetensors header's limit (the format's own, 100 MB). */
+#define SAFETENSORS_MAX_HEADER (100u << 20)
+
+uint64_t safetensors_find(Tensor *t, const char *file, const uint8_t *head,
+                          size_t have, uint64_t size) {
     uint64_t hlen = 0;
-    if (size >= 8)
+    if (have >= 8)
         for (int i = 7; i >= 0; i--)
-            hlen = (hlen << 8) | (uint8_t)bytes[i];
-    if (size < 8 || hlen > size - 8)
+            hlen = (hlen << 8) | head[i];
+    if (have < 8 || size < 8 || hlen > have - 8 || hlen > size - 8)
         error_at(t->src.loc, "weight '%s': %s is not a safetensors file (header "
-                 "length %llu, file %zu bytes)", t->name, file,
-                 (unsigned long long)hlen, size);
-    Json j = {bytes + 8, bytes + 8 + hlen};
-    const char *data = bytes + 8 + hlen;
+                 "length %llu, file %llu bytes)", t->name, file,
+                 (unsigned long long)hlen, (unsigned long long)size);
+    Json j = {(const char *)head + 8, (const char *)head + 8 + hlen};
     uint64_t data_size = size - 8 - hlen;
+    uint64_t at = 0;
     bool found = false;
 #define BAD() error_at(t->src.loc, "weight '%s': malformed safetensors header in %s", \
                        t->name, file)
@@ -328,14 +337,41 @@ static void from_safetensors(Tensor *t) {
                          t->src.key, (long long)begin, (long long)end,
                          (unsigned long long)tensor_bytes(t),
                          (unsigned long long)data_size);
-            memcpy(t->data, data + begin, (size_t)(end - begin));
+            at = 8 + hlen + (uint64_t)begin;
         } while (!found && json_char(&j, ','));
     }
 #undef BAD
     if (!found)
         error_at(t->src.loc, "weight '%s': %s has no tensor named '%s'", t->name,
                  file, t->src.key);
-    free(bytes);
+    return at;
+}
+
+static void from_safetensors(Tensor *t) {
+    const char *file = t->src.path;
+    uint64_t size = 0;
+    uint8_t prefix[8];
+    FILE *f = open_regular(file, &size);
+    if (!f)
+        error_at(t->src.loc, "weight '%s': cannot read %s: %s", t->name, file,
+                 strerror(errno));
+    uint64_t hlen = 0;
+    bool ok = size >= 8 && read_at(f, 0, prefix, 8);
+    for (int i = 7; ok && i >= 0; i--)
+        hlen = (hlen << 8) | prefix[i];
+    uint8_t *head = NULL;
+    if (ok && hlen <= size - 8 && hlen <= SAFETENSORS_MAX_HEADER) {
+        head = xcalloc(1, (size_t)hlen + 8);
+        ok = read_at(f, 0, head, hlen + 8);
+    }
+    fclose(f);
+    if (!ok || !head)
+        error_at(t->src.loc, "weight '%s': %s is not a safetensors file (header "
+                 "length %llu, file %llu bytes)", t->name, file,
+                 (unsigned long long)hlen, (unsigned long long)size);
+    uint64_t at = safetensors_find(t, file, head, (size_t)hlen + 8, size);
+    xfree(head);
+    read_weight_range(t, file, at, "offset");
 }
 
 void load_weights(Graph *g) {
@@ -343,6 +379,10 @@ void load_weights(Graph *g) {
         Tensor *t = g->weights.data[i];
         if (t->data)
             continue; /* an ONNX initializer or folded constant */
+        if (tensor_bytes(t) > weight_limit)
+            error_at(t->src.loc, "weight '%s' has %llu bytes, over this build's limit of "
+                     "%llu", t->name, (unsigned long long)tensor_bytes(t),
+                     (unsigned long long)weight_limit);
         t->data = xcalloc(1, (size_t)tensor_bytes(t) + 1);
         switch (t->src.from) {
         case W_FILE: from_file(t); break;

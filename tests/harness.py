@@ -51,7 +51,8 @@ def run(cmd, cwd=None, env=None, timeout=300):
     if env:
         full_env.update(env)
     return subprocess.run([str(c) for c in cmd], cwd=cwd, env=full_env,
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, errors="replace",
+                          timeout=timeout)
 
 
 def kiln(*args, cwd=None):

@@ -105,6 +105,23 @@ ERRORS = [
      3, 26, ["2^32 - 1"]),
     ("dimension overflows", "name: t\ninputs:\n  x: {dtype: f32, shape: [99999999999999999999]}\n",
      3, 27, ["must be an integer"]),
+    ("dimension of 2^63 - 1", "name: t\ninputs:\n  x: {dtype: f32, shape: "
+     "[9223372036854775807]}\n", 3, 26, ["2^32 - 1"]),
+    ("element count over 2^64", "name: t\ninputs:\n  x: {dtype: f32, shape: "
+     "[4294967296, 4294967296, 2]}\n", 3, 26, ["2^32 - 1"]),
+    ("reshape product overflows", GOOD_HEAD + "nodes:\n  - {name: r, op: reshape, "
+     "inputs: [x], shape: [3037000500, 3037000500, -1]}\noutputs: [r]\n", 5, 48,
+     ["node 'r'", "cannot reshape [2, 3]"]),
+    ("tile product overflows", GOOD_HEAD + "nodes:\n  - {name: t, op: tile, "
+     "inputs: [x], repeats: [4611686018427387904, 4]}\noutputs: [t]\n", 5, 5,
+     ["node 't'", "2^32 - 1"]),
+    ("nesting too deep", GOOD_HEAD + "nodes:\n  - {name: y, op: relu, inputs: [x], alpha: "
+     + "[" * 100 + "]" * 100 + "}\noutputs: [y]\n", 5, 108, ["nested deeper than 64"]),
+    ("list containing itself", GOOD_HEAD + "nodes: &n [*n]\noutputs: [y]\n", 4, 8,
+     ["a node must be a mapping, not a list"]),
+    ("weight from a device", GOOD_HEAD + "weights:\n  w: {dtype: f32, shape: [3], "
+     "file: /dev/zero}\nnodes:\n  - {name: y, op: add, inputs: [x, w]}\noutputs: [y]\n",
+     5, 31, ["weight 'w'", "cannot read /dev/zero"]),
     ("weight without data", GOOD_HEAD + "weights:\n  w: {dtype: f32, shape: [3]}\n", 5, 6,
      ["weight 'w' has no data"]),
     ("weight with two sources", GOOD_HEAD + "weights:\n  w: {dtype: f32, shape: [1], "
@@ -374,3 +391,50 @@ def op_error_case(text, line, words):
 
 for name, (text, line, words) in OP_ERRORS:
     TESTS.append((f"cli op error: {name}", op_error_case(text, line, words)))
+
+
+# ---- fuzzer findings (tests/fuzz/regressions/TARGET/), replayed ----
+# Each input once crashed a fuzz target (make fuzz). Through the command line
+# it must now compile (exit 0) or give an error (exit 1, a message, nothing
+# written), never crash. safetensors inputs are two bytes (dtype, rank: see tests/fuzz/fuzz.c)
+# and the file; they are loaded as the weight of a small model.
+
+REGRESSIONS = Path(__file__).resolve().parent / "fuzz" / "regressions"
+ST_DTYPES = ["f32", "f16", "i32", "i64", "u8"]
+
+
+def fuzz_regression(target, path):
+    def test(workdir):
+        wd = Path(workdir)
+        data = path.read_bytes()
+        if target == "onnx":
+            model = "model.onnx"
+            (wd / model).write_bytes(data)
+        elif target == "safetensors":
+            model = "model.yaml"
+            (wd / "w.safetensors").write_bytes(data[2:])
+            shape = list(range(1, 1 + data[1] % 4))
+            (wd / model).write_text(
+                f"name: t\ninputs:\n  x: {{dtype: f32, shape: [1]}}\nweights:\n"
+                f"  w: {{dtype: {ST_DTYPES[data[0] % 5]}, shape: {shape}, "
+                "safetensors: w.safetensors, key: w}\nnodes:\n"
+                "  - {name: y, op: relu, inputs: [x]}\noutputs: [y]\n")
+        else:
+            model = "model.yaml"
+            (wd / model).write_bytes(data)
+        r = kiln("compile", model, "-o", "out.c", cwd=wd)
+        if r.returncode == 0:  # some findings are valid models once fixed
+            check((wd / "out.c").exists(), "exit 0 but no output")
+            return
+        check(r.returncode == 1, f"exit status {r.returncode}, expected 0 or 1\n"
+              f"{r.stderr[-2000:]}")
+        check("error:" in r.stderr and "internal error" not in r.stderr
+              and "Sanitizer" not in r.stderr, f"not a plain error:\n{r.stderr[-2000:]}")
+        check(not (wd / "out.c").exists(), "an output file was left behind")
+    return test
+
+
+for target_dir in sorted(REGRESSIONS.iterdir()) if REGRESSIONS.is_dir() else []:
+    for p in sorted(target_dir.iterdir()):
+        TESTS.append((f"cli fuzz regression: {target_dir.name}/{p.name}",
+                      fuzz_regression(target_dir.name, p)))

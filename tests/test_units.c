@@ -10,10 +10,18 @@
  *   schedule   barriers exactly where byte ranges conflict
  *   broadcast  numpy broadcasting rules
  *   splitmix64 the published first outputs of the generator behind `init`
+ *   hostile    the front end (load, weights, shape inference) in process
+ *              over every truncation of the samples and of ONNX models,
+ *              every single-byte corruption of an ONNX model, deep
+ *              nesting, alias bombs and cycles, dimensions near 2^63:
+ *              each a located error or a success, never a crash (the
+ *              sanitizer build checks the rest)
  */
 #include "kiln.h"
 
+#include <setjmp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int failures, passes;
@@ -216,11 +224,131 @@ static void test_splitmix(void) {
                         (unsigned long long)b, (unsigned long long)c));
 }
 
+/* ---- hostile input ---- */
+
+enum { FRONT_OK, FRONT_ERROR };
+
+/* Runs the front end over bytes in memory; everything it allocated is
+ * freed after. */
+static int front_end(const char *path, const char *data, size_t size, bool onnx) {
+    jmp_buf trap;
+    volatile int result = FRONT_ERROR;
+    char *text = xcalloc(1, size + 1);
+    memcpy(text, data, size);
+    kiln_error_trap = &trap;
+    kiln_quiet = true;
+    if (setjmp(trap) == 0) {
+        Graph *g = onnx ? load_onnx_bytes(path, text, size, 0, NULL, 0, NULL)
+                        : load_yaml_text(path, text, size);
+        load_weights(g);
+        infer_shapes(g);
+        result = FRONT_OK;
+    }
+    kiln_error_trap = NULL;
+    kiln_quiet = false;
+    kiln_free_all();
+    return result;
+}
+
+/* Every prefix of the file, and with `flips` every byte inverted: no
+ * crash; the whole file loads. */
+static void hostile_file(const char *path, bool onnx, bool flips) {
+    /* Plain malloc and a stack buffer: front_end frees the compiler heap. */
+    char name[512];
+    snprintf(name, sizeof name, "hostile: every truncation%s of %s",
+             flips ? " and byte flip" : "", path);
+    size_t size;
+    char *text = read_file(path, &size);
+    char *data = text ? malloc(size + 1) : NULL;
+    if (!data) {
+        report(name, "cannot read the file");
+        return;
+    }
+    memcpy(data, text, size + 1);
+    for (size_t n = 0; n < size; n++)
+        front_end(path, data, n, onnx);
+    for (size_t i = 0; flips && i < size; i++) {
+        data[i] = (char)~data[i];
+        front_end(path, data, size, onnx);
+        data[i] = (char)~data[i];
+    }
+    int whole = front_end(path, data, size, onnx);
+    free(data);
+    report(name, whole == FRONT_OK ? NULL : "the whole file does not load");
+}
+
+static const char hostile_head[] = "name: h\ninputs:\n  x: {dtype: f32, shape: [2, 3]}\n";
+
+/* A model that must be rejected with an error, not a crash or a hang. */
+static void hostile_yaml(const char *what, const char *text) {
+    int r = front_end("hostile.yaml", text, strlen(text), false);
+    report(format("hostile: %s", what), r == FRONT_ERROR ? NULL : "accepted");
+}
+
+static void test_hostile(void) {
+    hostile_file("samples/transformer.yaml", false, false);
+    hostile_file("samples/cnn.yaml", false, false);
+    const char *onnx_dir = "/usr/share/libonnx-testdata/data/";
+    const char *models[] = {"node/test_layer_normalization_4d_axis0_expanded/model.onnx",
+                            "pytorch-converted/test_Conv2d/model.onnx",
+                            "pytorch-converted/test_BatchNorm2d_eval/model.onnx"};
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
+        hostile_file(format("%s%s", onnx_dir, models[i]), true, true);
+
+    /* 200,000 nested lists as an attribute value. */
+    Str deep = {0};
+    str_add(&deep, hostile_head);
+    str_add(&deep, "nodes:\n  - {name: y, op: relu, inputs: [x], alpha: ");
+    for (int i = 0; i < 200000; i++)
+        str_add(&deep, "[");
+    for (int i = 0; i < 200000; i++)
+        str_add(&deep, "]");
+    str_add(&deep, "}\noutputs: [y]\n");
+    hostile_yaml("200,000 nested lists", deep.buf);
+
+    /* An alias bomb: 9 levels of 9 references (9^9 leaves if expanded). */
+    Str bomb = {0};
+    str_add(&bomb, "a0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1]\n");
+    for (int i = 1; i < 10; i++)
+        str_addf(&bomb, "a%d: &a%d [*a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d]\n", i, i,
+                 i - 1, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1, i - 1);
+    str_add(&bomb, hostile_head + 8);
+    str_add(&bomb, "nodes:\n  - {name: y, op: transpose, inputs: [x], perm: *a9}\n"
+                   "outputs: [y]\n");
+    hostile_yaml("alias bomb", bomb.buf);
+    hostile_yaml("a list that contains itself",
+                 format("%snodes: &n [*n]\noutputs: [y]\n", hostile_head));
+    hostile_yaml("a node that is its own input list",
+                 format("%snodes:\n  - &n {name: y, op: relu, inputs: *n}\noutputs: [y]\n",
+                        hostile_head));
+    hostile_yaml("a dimension of 2^63 - 1",
+                 "name: h\ninputs:\n  x: {dtype: f32, shape: [9223372036854775807]}\n"
+                 "nodes:\n  - {name: y, op: relu, inputs: [x]}\noutputs: [y]\n");
+    hostile_yaml("a dimension of 2^63",
+                 "name: h\ninputs:\n  x: {dtype: f32, shape: [9223372036854775808]}\n"
+                 "nodes:\n  - {name: y, op: relu, inputs: [x]}\noutputs: [y]\n");
+    hostile_yaml("an element count over 2^64",
+                 "name: h\ninputs:\n  x: {dtype: f32, shape: [4294967296, 4294967296, 2]}\n"
+                 "nodes:\n  - {name: y, op: relu, inputs: [x]}\noutputs: [y]\n");
+    hostile_yaml("a reshape whose product overflows",
+                 format("%snodes:\n  - {name: y, op: reshape, inputs: [x], shape: "
+                        "[3037000500, 3037000500, -1]}\noutputs: [y]\n", hostile_head));
+    hostile_yaml("a tile whose product overflows",
+                 format("%snodes:\n  - {name: y, op: tile, inputs: [x], repeats: "
+                        "[4611686018427387904, 4]}\noutputs: [y]\n", hostile_head));
+    hostile_yaml("a weight read from a device",
+                 format("%sweights:\n  w: {dtype: f32, shape: [3], file: /dev/zero}\n"
+                        "nodes:\n  - {name: y, op: add, inputs: [x, w]}\noutputs: [y]\n",
+                        hostile_head));
+}
+
 int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* progress shows as it happens */
     test_broadcast();
     test_splitmix();
     test_schedule();
     test_planner();
+    test_hostile();
     printf("%d passed, %d failed\n", passes, failures);
     return failures ? 1 : 0;
 }

@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""seeds.py: the starting corpus of each fuzz target (make fuzz).
+
+  tests/fuzz/seeds.py OUT_DIR TARGET...
+
+yaml and frontend: samples/*.yaml, the model of every op test and a small
+model per weight source;
+onnx: every model of Debian's libonnx-testdata; safetensors: files written
+here, each behind the two bytes the target reads as dtype and rank. Every
+target also gets its committed regressions (tests/fuzz/regressions/TARGET/).
+"""
+import json
+import struct
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+ONNX_DATA = Path("/usr/share/libonnx-testdata/data")
+
+SOURCES = {
+    "values": "values: [1, 2, 3, 4, 5, 6]",
+    "value": "value: 0.5",
+    "normal": "init: {normal: 0.02, mean: 0, seed: 7}",
+    "uniform": "init: {uniform: [-1, 1], seed: 3}",
+}
+
+
+class Captured(Exception):
+    pass
+
+
+def op_test_models():
+    """The YAML of every op test (test_ops.py), captured before it runs."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import test_ops
+    import tempfile
+    texts = []
+
+    def capture(workdir, yaml_text, *args, **kwargs):
+        texts.append(yaml_text)
+        raise Captured()
+    test_ops.run_model = capture
+    with tempfile.TemporaryDirectory() as tmp:
+        for _, fn in test_ops.TESTS:
+            try:
+                fn(tmp)
+            except Exception:  # Captured, or a case that builds differently
+                pass
+    return texts
+
+
+def yaml_seeds():
+    out = {p.name: p.read_bytes() for p in sorted((ROOT / "samples").glob("*.yaml"))}
+    for i, text in enumerate(op_test_models()):
+        out[f"op{i}.yaml"] = text.encode()
+    for name, src in SOURCES.items():
+        out[f"src_{name}.yaml"] = f"""name: s
+inputs: {{x: {{dtype: f32, shape: [2, 3]}}}}
+weights: {{w: {{dtype: f32, shape: [3, 2], {src}}}}}
+nodes:
+  - {{name: m, op: matmul, inputs: [x, w], outputs: [y]}}
+  - {{name: r, op: relu, inputs: [y], outputs: [z]}}
+  - {{name: s, op: softmax, inputs: [z], outputs: [p], axis: -1}}
+outputs: [p]
+""".encode()
+    return out
+
+
+def onnx_seeds():
+    if not ONNX_DATA.is_dir():
+        return {}
+    return {f"{p.parent.name}.onnx": p.read_bytes()
+            for p in sorted(ONNX_DATA.glob("*/*/model.onnx"))}
+
+
+def safetensors_file(tensors):
+    header, data = {}, b""
+    for name, (dtype, shape, payload) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": shape,
+                        "data_offsets": [len(data), len(data) + len(payload)]}
+        data += payload
+    h = json.dumps(header).encode()
+    return struct.pack("<Q", len(h)) + h + data
+
+
+def safetensors_seeds():
+    # The target declares weight "w" of dtype index b0 % 5 (f32 f16 i32 i64
+    # u8) and rank b1 % 4, dimensions 1, 2, 3.
+    out = {}
+    for rank, shape in enumerate([[], [1], [1, 2], [1, 2, 3]]):
+        n = 1
+        for d in shape:
+            n *= d
+        out[f"f32_r{rank}"] = bytes([0, rank]) + safetensors_file(
+            {"a": ("I32", [2], b"\0" * 8), "w": ("F32", shape, b"\1" * 4 * n)})
+    out["u8_meta"] = bytes([4, 1]) + safetensors_file(
+        {"__metadata__": ("U8", [0], b""), "w": ("U8", [1], b"\7")}).replace(
+        b'"__metadata__": {"dtype": "U8", "shape": [0], "data_offsets": [0, 0]}',
+        b'"__metadata__": {"format": "pt", "nested": [1, {"a": "b\\\\"}]}')
+    return out
+
+
+def main():
+    out_dir = Path(sys.argv[1])
+    makers = {"yaml": yaml_seeds, "frontend": yaml_seeds, "onnx": onnx_seeds,
+              "safetensors": safetensors_seeds}
+    for target in sys.argv[2:]:
+        d = out_dir / target
+        d.mkdir(parents=True, exist_ok=True)
+        seeds = makers[target]()
+        reg = ROOT / "tests" / "fuzz" / "regressions" / target
+        if reg.is_dir():
+            seeds.update({f"reg_{p.name}": p.read_bytes() for p in reg.iterdir()})
+        for name, data in seeds.items():
+            (d / f"seed_{name}").write_bytes(data)
+        print(f"fuzz corpus {target}: {len(list(d.iterdir()))} inputs ({len(seeds)} seeds)")
+
+
+if __name__ == "__main__":
+    main()
