@@ -102,6 +102,9 @@ bool write_file(const char *path, const void *data, size_t size);
 /* a * b, saturated at INT64_MIN / INT64_MAX instead of overflowing: a
  * shape built from hostile input then fails the element-count checks. */
 int64_t sat_mul(int64_t a, int64_t b);
+/* (int64_t)x without C's undefined cases: saturates, and NaN is 0. Narrower
+ * integers take the low bits of the result. */
+int64_t double_to_i64(double x);
 int64_t shape_count(int rank, const int64_t *shape); /* saturating */
 char *shape_str(int rank, const int64_t *shape); /* "[2, 3]" */
 uint64_t align_up(uint64_t x, uint64_t a);

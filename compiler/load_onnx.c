@@ -143,7 +143,7 @@ static int64_t vgeti(const Value *v, int64_t i) {
         memcpy(&x, v->data + 8 * i, 8);
         return x;
     }
-    return (int64_t)vget(v, i);
+    return double_to_i64(vget(v, i));
 }
 
 static void vset(Value *v, int64_t i, double d) {
@@ -151,11 +151,11 @@ static void vset(Value *v, int64_t i, double d) {
     switch (v->dtype) {
     case KILN_DTYPE_F32: { float f = (float)d; memcpy(p + 4 * i, &f, 4); break; }
     case KILN_DTYPE_F16: { uint16_t h = float_to_half((float)d); memcpy(p + 2 * i, &h, 2); break; }
-    case KILN_DTYPE_I32: { int32_t x = (int32_t)d; memcpy(p + 4 * i, &x, 4); break; }
-    case KILN_DTYPE_I64: { int64_t x = (int64_t)d; memcpy(p + 8 * i, &x, 8); break; }
+    case KILN_DTYPE_I32: { int32_t x = (int32_t)(uint32_t)double_to_i64(d); memcpy(p + 4 * i, &x, 4); break; }
+    case KILN_DTYPE_I64: { int64_t x = double_to_i64(d); memcpy(p + 8 * i, &x, 8); break; }
     case KILN_DTYPE_BOOL: p[i] = d != 0; break;
-    case KILN_DTYPE_U8: p[i] = (uint8_t)d; break;
-    case KILN_DTYPE_I8: p[i] = (uint8_t)(int8_t)d; break;
+    case KILN_DTYPE_U8: p[i] = (uint8_t)double_to_i64(d); break;
+    case KILN_DTYPE_I8: p[i] = (uint8_t)double_to_i64(d); break;
     }
 }
 

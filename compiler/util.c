@@ -346,6 +346,16 @@ bool write_file(const char *path, const void *data, size_t size) {
     return ok;
 }
 
+int64_t double_to_i64(double x) {
+    if (x != x)
+        return 0;
+    if (x >= 9223372036854775807.0)
+        return INT64_MAX;
+    if (x <= -9223372036854775808.0)
+        return INT64_MIN;
+    return (int64_t)x;
+}
+
 int64_t sat_mul(int64_t a, int64_t b) {
     int64_t r;
     if (__builtin_mul_overflow(a, b, &r))

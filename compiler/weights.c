@@ -73,23 +73,35 @@ static void store(uint8_t *data, kiln_dtype dt, int64_t i, double v) {
         break;
     }
     case KILN_DTYPE_I32: {
-        int32_t x = (int32_t)v;
+        int32_t x = (int32_t)(uint32_t)double_to_i64(v);
         memcpy(data + i * 4, &x, 4);
         break;
     }
     case KILN_DTYPE_I64: {
-        int64_t x = (int64_t)v;
+        int64_t x = double_to_i64(v);
         memcpy(data + i * 8, &x, 8);
         break;
     }
     case KILN_DTYPE_BOOL: data[i] = v != 0; break;
-    case KILN_DTYPE_U8: data[i] = (uint8_t)v; break;
-    case KILN_DTYPE_I8: data[i] = (uint8_t)(int8_t)v; break;
+    case KILN_DTYPE_U8: data[i] = (uint8_t)double_to_i64(v); break;
+    case KILN_DTYPE_I8: data[i] = (uint8_t)double_to_i64(v); break;
     }
 }
 
 static bool is_integral(kiln_dtype dt) {
     return dt != KILN_DTYPE_F32 && dt != KILN_DTYPE_F16;
+}
+
+/* The values an integer dtype holds (i64: those a double can name). */
+static void integral_range(kiln_dtype dt, double *lo, double *hi) {
+    switch (dt) {
+    case KILN_DTYPE_I32: *lo = -2147483648.0; *hi = 2147483647.0; break;
+    case KILN_DTYPE_I64: *lo = -9223372036854775808.0; *hi = 9223372036854774784.0; break;
+    case KILN_DTYPE_BOOL: *lo = 0; *hi = 1; break;
+    case KILN_DTYPE_U8: *lo = 0; *hi = 255; break;
+    case KILN_DTYPE_I8: *lo = -128; *hi = 127; break;
+    default: *lo = -HUGE_VAL; *hi = HUGE_VAL; break;
+    }
 }
 
 static void from_values(Tensor *t) {
@@ -103,6 +115,12 @@ static void from_values(Tensor *t) {
         if (is_integral(t->dtype) && v != floor(v))
             error_at(t->src.loc, "weight '%s' is %s but value %lld (%g) is not an "
                      "integer", t->name, kiln_dtype_name(t->dtype), (long long)i, v);
+        double lo, hi;
+        integral_range(t->dtype, &lo, &hi);
+        if (is_integral(t->dtype) && (v < lo || v > hi))
+            error_at(t->src.loc, "weight '%s' is %s but value %lld (%g) is out of its "
+                     "range [%.0f, %.0f]", t->name, kiln_dtype_name(t->dtype), (long long)i,
+                     v, lo, hi);
     }
     for (int64_t i = 0; i < n; i++)
         store(t->data, t->dtype, i, t->src.values[t->src.nvalues == 1 ? 0 : i]);

@@ -104,7 +104,7 @@ static int layer_present(const char *name) {
     uint32_t n = 0;
     if (vkEnumerateInstanceLayerProperties(&n, NULL) != VK_SUCCESS || n == 0)
         return 0;
-    VkLayerProperties *layers = (VkLayerProperties *)calloc(n, sizeof *layers);
+    VkLayerProperties *layers = (VkLayerProperties *)kiln__calloc(n, sizeof *layers);
     if (!layers)
         return 0;
     int found = 0;
@@ -112,7 +112,7 @@ static int layer_present(const char *name) {
         for (uint32_t i = 0; i < n; i++)
             if (strcmp(layers[i].layerName, name) == 0)
                 found = 1;
-    free(layers);
+    kiln__free(layers);
     return found;
 }
 
@@ -339,7 +339,7 @@ kiln_status kiln_device_create(const kiln_device_options *options,
             name = env;
     }
 
-    kiln_device *dev = (kiln_device *)calloc(1, sizeof *dev);
+    kiln_device *dev = (kiln_device *)kiln__calloc(1, sizeof *dev);
     if (!dev)
         return KILN_FAIL(KILN_ERROR_OUT_OF_HOST_MEMORY, "allocating a device");
     kiln_status s = create_instance(dev, validation);
@@ -372,7 +372,7 @@ void kiln_device_destroy(kiln_device *dev) {
     }
     if (dev->instance)
         vkDestroyInstance(dev->instance, NULL);
-    free(dev);
+    kiln__free(dev);
 }
 
 const char *kiln_device_name(const kiln_device *dev) {

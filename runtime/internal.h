@@ -53,6 +53,55 @@ const char *kiln__vk_result_name(VkResult result);
             return kiln_st_;                                                 \
     } while (0)
 
+/* ---- alloc.c ----------------------------------------------------------- */
+
+/* calloc and free for everything the runtime allocates on the host. */
+void *kiln__calloc(size_t n, size_t size);
+void kiln__free(void *p);
+
+#ifdef KILN_FAULT_INJECTION
+/* Fault-injection builds only (make fault-test): the Nth host allocation
+ * (alloc_n) and the Nth Vulkan call that returns a VkResult (vk_n) fail, the
+ * latter with vk_result; 0 means never. Resets the counts. */
+typedef struct kiln_fault_counts {
+    uint64_t allocs, frees, vk_calls;
+} kiln_fault_counts;
+void kiln_fault_set(uint64_t alloc_n, uint64_t vk_n, int vk_result);
+kiln_fault_counts kiln_fault_get(void);
+/* 1 when this Vulkan call is the one to fail (with kiln__fault_result). */
+int kiln__fault_vk(void);
+extern VkResult kiln__fault_result;
+
+/* Each call site below either fails with the injected result, without
+ * calling Vulkan, or makes the real call (a macro does not expand inside
+ * its own expansion, so the inner name is the Vulkan function). */
+#define KILN__FAULTY(call) (kiln__fault_vk() ? kiln__fault_result : (call))
+#define vkCreateInstance(...) KILN__FAULTY(vkCreateInstance(__VA_ARGS__))
+#define vkEnumeratePhysicalDevices(...) KILN__FAULTY(vkEnumeratePhysicalDevices(__VA_ARGS__))
+#define vkEnumerateInstanceLayerProperties(...) \
+    KILN__FAULTY(vkEnumerateInstanceLayerProperties(__VA_ARGS__))
+#define vkCreateDevice(...) KILN__FAULTY(vkCreateDevice(__VA_ARGS__))
+#define vkCreateBuffer(...) KILN__FAULTY(vkCreateBuffer(__VA_ARGS__))
+#define vkAllocateMemory(...) KILN__FAULTY(vkAllocateMemory(__VA_ARGS__))
+#define vkBindBufferMemory(...) KILN__FAULTY(vkBindBufferMemory(__VA_ARGS__))
+#define vkMapMemory(...) KILN__FAULTY(vkMapMemory(__VA_ARGS__))
+#define vkCreateCommandPool(...) KILN__FAULTY(vkCreateCommandPool(__VA_ARGS__))
+#define vkAllocateCommandBuffers(...) KILN__FAULTY(vkAllocateCommandBuffers(__VA_ARGS__))
+#define vkBeginCommandBuffer(...) KILN__FAULTY(vkBeginCommandBuffer(__VA_ARGS__))
+#define vkEndCommandBuffer(...) KILN__FAULTY(vkEndCommandBuffer(__VA_ARGS__))
+#define vkCreateFence(...) KILN__FAULTY(vkCreateFence(__VA_ARGS__))
+#define vkResetFences(...) KILN__FAULTY(vkResetFences(__VA_ARGS__))
+#define vkQueueSubmit(...) KILN__FAULTY(vkQueueSubmit(__VA_ARGS__))
+#define vkWaitForFences(...) KILN__FAULTY(vkWaitForFences(__VA_ARGS__))
+#define vkGetFenceStatus(...) KILN__FAULTY(vkGetFenceStatus(__VA_ARGS__))
+#define vkCreatePipelineLayout(...) KILN__FAULTY(vkCreatePipelineLayout(__VA_ARGS__))
+#define vkCreatePipelineCache(...) KILN__FAULTY(vkCreatePipelineCache(__VA_ARGS__))
+#define vkCreateShaderModule(...) KILN__FAULTY(vkCreateShaderModule(__VA_ARGS__))
+#define vkCreateComputePipelines(...) KILN__FAULTY(vkCreateComputePipelines(__VA_ARGS__))
+#define vkCreateQueryPool(...) KILN__FAULTY(vkCreateQueryPool(__VA_ARGS__))
+#define vkGetQueryPoolResults(...) KILN__FAULTY(vkGetQueryPoolResults(__VA_ARGS__))
+#endif
+
 /* ---- device.c ---------------------------------------------------------- */
 
 struct kiln_device {

@@ -25,7 +25,11 @@
 #include <string.h>
 
 #define PUSH_BYTES (KILN_MAX_BINDINGS * 8u)
+#ifdef KILN_FAULT_INJECTION
+#define SPIN_POLLS 1 /* one poll per run: each call can be the failing one */
+#else
 #define SPIN_POLLS 20000 /* fence polls before a blocking wait (~1 ms) */
+#endif
 
 struct kiln_model {
     kiln_device *device;
@@ -39,7 +43,9 @@ struct kiln_model {
     VkCommandBuffer cmd;
     VkFence fence;
     VkQueryPool timestamps; /* dispatch_count + 1 queries, when profiling */
-    int lost; /* the device was lost: every later run fails */
+    /* Not KILN_OK once a run failed after its submit (the device was lost,
+     * or the fence's state is unknown): every later run returns it. */
+    kiln_status broken;
     int ran;  /* a run has completed (profiles and debug reads need one) */
 };
 
@@ -102,6 +108,17 @@ static kiln_status begin_commands(kiln_model *m, VkCommandBufferUsageFlags flags
     return KILN_OK;
 }
 
+/* After a failed wait or reset on work that was submitted: waits for the
+ * device to finish before what the work uses is freed, and leaves the fence
+ * unsignaled for the next submit. Failures here change nothing: the caller
+ * already reports the first one, and a lost device has nothing pending. */
+static void settle(kiln_model *m, int needed) {
+    if (!needed)
+        return;
+    if (vkDeviceWaitIdle(m->device->device) == VK_SUCCESS)
+        (void)vkResetFences(m->device->device, 1, &m->fence);
+}
+
 /* Uploads the weights through a temporary staging buffer, once. */
 static kiln_status upload_weights(kiln_model *m) {
     const kiln_model_desc *d = m->desc;
@@ -115,6 +132,7 @@ static kiln_status upload_weights(kiln_model *m) {
     memcpy(staging.mapped, d->weights, (size_t)d->weight_bytes);
 
     VkCommandBuffer cmd = VK_NULL_HANDLE;
+    int submitted = 0;
     kiln_status s = begin_commands(m, VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT, &cmd);
     if (s != KILN_OK)
         goto done;
@@ -127,10 +145,12 @@ static kiln_status upload_weights(kiln_model *m) {
     si.commandBufferCount = 1;
     si.pCommandBuffers = &cmd;
     KILN_VK_GOTO(s, vkQueueSubmit(dev->queue, 1, &si, m->fence), done);
+    submitted = 1;
     KILN_VK_GOTO(s, vkWaitForFences(dev->device, 1, &m->fence, VK_TRUE, UINT64_MAX),
                  done);
     KILN_VK_GOTO(s, vkResetFences(dev->device, 1, &m->fence), done);
 done:
+    settle(m, submitted && s != KILN_OK);
     if (cmd)
         vkFreeCommandBuffers(dev->device, m->pool, 1, &cmd);
     kiln__buffer_destroy(dev, &staging);
@@ -154,7 +174,7 @@ static kiln_status create_pipelines(kiln_model *m) {
     ci.sType = VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO;
     KILN_VK_RETURN(vkCreatePipelineCache(vd, &ci, NULL, &m->cache));
 
-    m->pipelines = (VkPipeline *)calloc(d->kernel_count ? d->kernel_count : 1,
+    m->pipelines = (VkPipeline *)kiln__calloc(d->kernel_count ? d->kernel_count : 1,
                                         sizeof *m->pipelines);
     if (!m->pipelines)
         return KILN_FAIL(KILN_ERROR_OUT_OF_HOST_MEMORY, "allocating pipelines");
@@ -334,7 +354,7 @@ kiln_status kiln_model_create_ex(kiln_device *device, const kiln_model_desc *des
     *out_model = NULL;
     if (!desc)
         return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "desc is NULL");
-    kiln_model *m = (kiln_model *)calloc(1, sizeof *m);
+    kiln_model *m = (kiln_model *)kiln__calloc(1, sizeof *m);
     if (!m)
         return KILN_FAIL(KILN_ERROR_OUT_OF_HOST_MEMORY, "allocating a model");
     m->desc = desc;
@@ -367,9 +387,11 @@ kiln_status kiln_model_run(kiln_model *m, const void *const *inputs,
     if ((d->input_count && !inputs) || (d->output_count && !outputs))
         return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT,
                          "inputs or outputs is NULL");
-    if (m->lost)
-        return KILN_FAIL(KILN_ERROR_DEVICE_LOST,
-                         "the device was lost in an earlier run");
+    if (m->broken != KILN_OK)
+        return KILN_FAIL(m->broken, m->broken == KILN_ERROR_DEVICE_LOST
+                                        ? "the device was lost in an earlier run"
+                                        : "an earlier run failed after its submit; "
+                                          "destroy the model and create it again");
     for (uint32_t i = 0; i < d->input_count; i++) {
         if (d->inputs[i].bytes && !inputs[i])
             return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "input %u (%s) is NULL",
@@ -384,6 +406,7 @@ kiln_status kiln_model_run(kiln_model *m, const void *const *inputs,
     si.commandBufferCount = 1;
     si.pCommandBuffers = &m->cmd;
     VkResult r = vkQueueSubmit(m->device->queue, 1, &si, m->fence);
+    VkResult submitted = r;
     /* Small models finish in microseconds, and a blocking wait can cost tens
      * of them in wake-up latency: poll the fence for a while first. */
     for (int spin = 0; r == VK_SUCCESS && spin < SPIN_POLLS; spin++) {
@@ -395,12 +418,16 @@ kiln_status kiln_model_run(kiln_model *m, const void *const *inputs,
     }
     if (r == VK_SUCCESS)
         r = vkWaitForFences(vd, 1, &m->fence, VK_TRUE, UINT64_MAX);
+    if (r == VK_SUCCESS)
+        r = vkResetFences(vd, 1, &m->fence);
     if (r != VK_SUCCESS) {
-        if (r == VK_ERROR_DEVICE_LOST)
-            m->lost = 1;
-        return kiln__vk_fail(r, __FILE__, __LINE__, "submit and wait");
+        kiln_status st = kiln__vk_fail(r, __FILE__, __LINE__, "submit, wait and reset");
+        /* A failed submit changed nothing; after that, the fence may be
+         * pending or signaled and the outputs are unknown. */
+        if (submitted == VK_SUCCESS || r == VK_ERROR_DEVICE_LOST)
+            m->broken = r == VK_ERROR_DEVICE_LOST ? KILN_ERROR_DEVICE_LOST : st;
+        return st;
     }
-    KILN_VK_RETURN(vkResetFences(vd, 1, &m->fence));
     m->ran = 1;
     for (uint32_t i = 0; i < d->output_count; i++) {
         if (d->outputs[i].bytes && !outputs[i])
@@ -438,10 +465,10 @@ void kiln_model_destroy(kiln_model *m) {
         kiln__buffer_destroy(dev, &m->weights);
         kiln__buffer_destroy(dev, &m->io);
     }
-    free(m->pipelines);
+    kiln__free(m->pipelines);
     if (m->owns_device)
         kiln_device_destroy(dev);
-    free(m);
+    kiln__free(m);
 }
 
 kiln_status kiln_model_profile(kiln_model *m, double *us, uint32_t count) {
@@ -458,14 +485,14 @@ kiln_status kiln_model_profile(kiln_model *m, double *us, uint32_t count) {
                          count, n);
     if (n == 0)
         return KILN_OK;
-    uint64_t *t = (uint64_t *)calloc(n + 1, sizeof *t);
+    uint64_t *t = (uint64_t *)kiln__calloc(n + 1, sizeof *t);
     if (!t)
         return KILN_FAIL(KILN_ERROR_OUT_OF_HOST_MEMORY, "allocating timestamps");
     VkResult r = vkGetQueryPoolResults(m->device->device, m->timestamps, 0, n + 1,
                                        sizeof(uint64_t) * (n + 1), t, sizeof(uint64_t),
                                        VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT);
     if (r != VK_SUCCESS) {
-        free(t);
+        kiln__free(t);
         return kiln__vk_fail(r, __FILE__, __LINE__, "vkGetQueryPoolResults");
     }
     uint32_t bits = m->device->timestamp_bits;
@@ -473,7 +500,7 @@ kiln_status kiln_model_profile(kiln_model *m, double *us, uint32_t count) {
     double period = m->device->props.limits.timestampPeriod; /* ns per tick */
     for (uint32_t i = 0; i < n; i++)
         us[i] = (double)((t[i + 1] - t[i]) & mask) * period / 1000.0;
-    free(t);
+    kiln__free(t);
     return KILN_OK;
 }
 
@@ -488,6 +515,7 @@ kiln_status kiln_model_read_tensor(kiln_model *m, const kiln_tensor_info *tensor
                                              VK_BUFFER_USAGE_TRANSFER_DST_BIT,
                                              KILN__MEMORY_STAGING, &staging));
     VkCommandBuffer cmd = VK_NULL_HANDLE;
+    int submitted = 0;
     kiln_status s = begin_commands(m, VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT, &cmd);
     if (s == KILN_OK) {
         VkBufferCopy c = {tensor->offset, 0, tensor->bytes};
@@ -501,11 +529,13 @@ kiln_status kiln_model_read_tensor(kiln_model *m, const kiln_tensor_info *tensor
         si.pCommandBuffers = &cmd;
         KILN_VK_GOTO(s, vkEndCommandBuffer(cmd), done);
         KILN_VK_GOTO(s, vkQueueSubmit(dev->queue, 1, &si, m->fence), done);
+        submitted = 1;
         KILN_VK_GOTO(s, vkWaitForFences(dev->device, 1, &m->fence, VK_TRUE, UINT64_MAX), done);
         KILN_VK_GOTO(s, vkResetFences(dev->device, 1, &m->fence), done);
         memcpy(dst, staging.mapped, (size_t)tensor->bytes);
     }
 done:
+    settle(m, submitted && s != KILN_OK);
     if (cmd)
         vkFreeCommandBuffers(dev->device, m->pool, 1, &cmd);
     kiln__buffer_destroy(dev, &staging);

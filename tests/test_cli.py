@@ -122,6 +122,9 @@ ERRORS = [
     ("weight from a device", GOOD_HEAD + "weights:\n  w: {dtype: f32, shape: [3], "
      "file: /dev/zero}\nnodes:\n  - {name: y, op: add, inputs: [x, w]}\noutputs: [y]\n",
      5, 31, ["weight 'w'", "cannot read /dev/zero"]),
+    ("weight value out of range", GOOD_HEAD + "weights:\n  w: {dtype: i8, shape: [2], "
+     "values: [1, 300]}\nnodes:\n  - {name: y, op: cast, inputs: [w], to: f32}\n"
+     "outputs: [y]\n", 5, 30, ["weight 'w'", "value 1 (300) is out of its range [-128, 127]"]),
     ("weight without data", GOOD_HEAD + "weights:\n  w: {dtype: f32, shape: [3]}\n", 5, 6,
      ["weight 'w' has no data"]),
     ("weight with two sources", GOOD_HEAD + "weights:\n  w: {dtype: f32, shape: [1], "

@@ -189,6 +189,26 @@ def test_runtime(workdir):
     check(r.stdout.count("ok ") >= 20, r.stdout)
 
 
+@case("runtime fault injection: every Vulkan call and host allocation fails in turn "
+      "(tests/test_faults.c)")
+def test_faults(workdir):
+    d = compile_sample(workdir, "m")
+    r = kiln("compile", "mlp.yaml", "--name", "model", "--debug-tensors", "-o", "model.c",
+             cwd=d)
+    check(r.returncode == 0, r.stderr)
+    prog = d / "test_faults"
+    runtime = sorted((ROOT / "runtime").glob("*.c"))
+    r = run([CC, "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror", "-g", *EXTRA_CFLAGS,
+             "-DKILN_FAULT_INJECTION", "-I", ROOT / "runtime", "-o", prog,
+             ROOT / "tests" / "test_faults.c", d / "model.c", *runtime, VULKAN_LIB, "-lm"])
+    check(r.returncode == 0, r.stderr)
+    r = run([prog], env={"KILN_VALIDATION": VALIDATION}, timeout=900)
+    fails = [ln for ln in r.stdout.splitlines() if ln.startswith("FAIL")]
+    check(not fails and r.returncode == 0, "\n".join(fails) or r.stdout[-2000:] + r.stderr[-3000:])
+    check("kiln: validation:" not in r.stderr, r.stderr[-3000:])
+    check(" 0 failures" in r.stdout and r.stdout.count("ok ") == 5, r.stdout)
+
+
 @case("runtime: KILN_DEVICE selects by name; a bad KILN_DEVICE is an error")
 def test_env_device(workdir):
     d = compile_sample(workdir, "m")
