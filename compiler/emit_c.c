@@ -207,6 +207,20 @@ static void emit_schedule(Str *s, Program *p, const char *px) {
     str_add(s, "};\n");
 }
 
+/* --guard: the bands between arena slots; the table is empty otherwise. */
+static void emit_guards(Str *s, Program *p, const char *px) {
+    str_addf(s, "\n/* Guard bands (--guard): {arena offset, bytes, staging offset, after} */\n"
+                "static const kiln_guard %s_guards[%d] = {\n",
+             px, p->nguards ? p->nguards : 1);
+    for (int i = 0; i < p->nguards; i++)
+        str_addf(s, "    {%lluull, %lluull, %lluull, \"%s\"},\n",
+                 (unsigned long long)p->guard_offset[i], (unsigned long long)p->guard_bytes[i],
+                 (unsigned long long)p->guard_io[i], c_string(p->guard_after[i]));
+    if (!p->nguards)
+        str_add(s, "    {0ull, 0ull, 0ull, \"\"}\n");
+    str_add(s, "};\n");
+}
+
 static char *tensor_list(Vec *list) {
     Str s = {0};
     str_add(&s, "");
@@ -254,6 +268,7 @@ void emit_c(Graph *g, Program *p, const Options *opt, const char *header_name,
     }
     emit_tensor_table(&tensors, &debug, px, "debug_tensors");
     emit_schedule(&sched, p, px);
+    emit_guards(&sched, p, px);
 
     char *source_c = xstrdup(basename_of(header_name));
     size_t n = strlen(source_c);
@@ -283,6 +298,7 @@ void emit_c(Graph *g, Program *p, const Options *opt, const char *header_name,
         {"INPUT_COUNT", format("%d", g->inputs.len)},
         {"OUTPUT_COUNT", format("%d", g->outputs.len)},
         {"DEBUG_COUNT", format("%d", debug.len)},
+        {"GUARD_COUNT", format("%d", p->nguards)},
         {"INPUT_LIST", tensor_list(&g->inputs)},
         {"OUTPUT_LIST", tensor_list(&g->outputs)},
         {"KERNELS", kernels.buf},

@@ -321,6 +321,7 @@ typedef struct Options {
     uint64_t alignment;     /* arena alignment in bytes */
     bool verbose;
     bool debug_tensors;     /* --debug-tensors */
+    bool guard;             /* --guard */
     bool report;            /* --report */
     bool no_fuse_eltwise;   /* --no-fuse=eltwise */
     bool no_fuse_epilogue;  /* --no-fuse=epilogue */
@@ -380,6 +381,12 @@ typedef struct Program {
     uint64_t alignment;
     uint32_t features;       /* KILN_FEATURE_* */
     bool debug_tensors;      /* pin every tensor; list them in the output */
+    /* --guard: no slot reuse, and a guard band after every arena slot that
+     * the runtime fills with a pattern and checks after each run. */
+    bool guard;
+    int nguards;
+    uint64_t *guard_offset, *guard_bytes, *guard_io;
+    const char **guard_after; /* the tensor before each band ("" for the first) */
 } Program;
 
 Program *lower(Graph *g);

@@ -12,7 +12,7 @@
 static const char usage[] =
     "usage: kiln compile MODEL [-o OUT.c] [--name PREFIX] [--shape NAME=DxD..]...\n"
     "                          [--const NAME=TENSOR.pb]... [--align BYTES]\n"
-    "                          [--debug-tensors] [--report] [-v]\n"
+    "                          [--debug-tensors] [--guard] [--report] [-v]\n"
     "       kiln inspect MODEL [--format text|json|dot] [--html REPORT.html]\n"
     "                          [--profile PROFILE.json] [-o FILE] [model options]\n"
     "       kiln tensor TENSOR.pb OUT.bin\n"
@@ -33,6 +33,9 @@ static const char usage[] =
     "  --debug-tensors  keep every intermediate tensor for the whole run, so it can\n"
     "                   be read back (kiln_model_read_tensor, run_model --dump);\n"
     "                   turns fusion off\n"
+    "  --guard          test mode: no arena reuse, and a guard band after every\n"
+    "                   tensor that each run fills and checks (a kernel writing\n"
+    "                   out of bounds makes run fail with KILN_ERROR_OUT_OF_BOUNDS)\n"
     "  --no-fuse[=LIST] turn fusions off: eltwise, epilogue, norm (default: all)\n"
     "  -v               say what the optimizer removed\n"
     "compile:\n"
@@ -144,6 +147,8 @@ static void parse_args(int argc, char **argv, bool inspect, Args *a) {
             }
         } else if (strcmp(arg, "--debug-tensors") == 0) {
             a->opt.debug_tensors = true;
+        } else if (strcmp(arg, "--guard") == 0) {
+            a->opt.guard = true;
         } else if (!inspect && strcmp(arg, "--report") == 0) {
             a->opt.report = true;
         } else if (inspect && strcmp(arg, "--format") == 0 && has_value) {
@@ -184,6 +189,7 @@ static Program *build(Args *a, Graph **out_graph) {
     Program *p = lower(g);
     p->alignment = a->opt.alignment;
     p->debug_tensors = a->opt.debug_tensors;
+    p->guard = a->opt.guard;
     plan_memory(g, p);
     schedule(g, p);
     compile_kernels(p);

@@ -164,6 +164,44 @@ static void place_arena(Graph *g, Program *p) {
     p->peak_bytes = peak;
 }
 
+/* --guard: every slot of its own, in tensor order, with a band of GUARD
+ * bytes before the first and after each (from the end of its bytes, rounded
+ * to 4, to the next slot). */
+#define GUARD_BYTES 256
+
+static void add_guard(Program *p, uint64_t from, uint64_t to, const char *after) {
+    from = align_up(from, 4);
+    if (to <= from)
+        return;
+    p->guard_offset = xrealloc(p->guard_offset, sizeof(uint64_t) * (size_t)(p->nguards + 1));
+    p->guard_bytes = xrealloc(p->guard_bytes, sizeof(uint64_t) * (size_t)(p->nguards + 1));
+    p->guard_io = xrealloc(p->guard_io, sizeof(uint64_t) * (size_t)(p->nguards + 1));
+    p->guard_after = xrealloc(p->guard_after, sizeof(char *) * (size_t)(p->nguards + 1));
+    p->guard_offset[p->nguards] = from;
+    p->guard_bytes[p->nguards] = to - from;
+    p->guard_after[p->nguards] = after;
+    p->nguards++;
+}
+
+static void place_arena_guarded(Graph *g, Program *p) {
+    uint64_t band = align_up(GUARD_BYTES, p->alignment), cursor = band;
+    add_guard(p, 0, band, "");
+    uint64_t peak = 0;
+    for (int i = 0; i < g->tensors.len; i++) {
+        Tensor *t = g->tensors.data[i];
+        if (t->kind == T_WEIGHT || t->alias || t->last < t->first || !tensor_bytes(t))
+            continue;
+        t->buffer = KILN_BUFFER_ARENA;
+        t->offset = cursor;
+        uint64_t end = cursor + tensor_bytes(t);
+        cursor = align_up(end, p->alignment) + band;
+        add_guard(p, end, cursor, t->name);
+        peak += align_up(tensor_bytes(t), p->alignment);
+    }
+    p->arena_bytes = cursor;
+    p->peak_bytes = peak; /* nothing shares: every byte is its own */
+}
+
 static void place_io(Graph *g, Program *p) {
     uint64_t off = 0;
     for (int i = 0; i < g->inputs.len; i++) {
@@ -175,6 +213,10 @@ static void place_io(Graph *g, Program *p) {
         Tensor *t = g->outputs.data[i];
         t->io_offset = off;
         off = align_up(off + tensor_bytes(t), 16);
+    }
+    for (int i = 0; i < p->nguards; i++) {
+        p->guard_io[i] = off;
+        off = align_up(off + p->guard_bytes[i], 16);
     }
     p->io_bytes = off;
 }
@@ -209,7 +251,10 @@ int check_plan(Graph *g, Program *p) {
 void plan_memory(Graph *g, Program *p) {
     live_ranges(g, p);
     place_weights(g, p);
-    place_arena(g, p);
+    if (p->guard)
+        place_arena_guarded(g, p);
+    else
+        place_arena(g, p);
     place_io(g, p);
     if (check_plan(g, p))
         internal_error("the memory plan overlaps live tensors");

@@ -55,7 +55,7 @@ extern "C" {
 #define KILN_RT_VERSION "0.1.0"
 /* Version of the tables below; the generated code records the one it was
  * written for and create refuses a mismatch. */
-#define KILN_ABI_VERSION 2u
+#define KILN_ABI_VERSION 3u
 
 typedef enum kiln_status {
     KILN_OK = 0,
@@ -66,7 +66,8 @@ typedef enum kiln_status {
     KILN_ERROR_FEATURE_MISSING = 5,   /* the device lacks what the model needs */
     KILN_ERROR_DEVICE_LOST = 6,
     KILN_ERROR_VULKAN = 7,            /* any other Vulkan failure */
-    KILN_ERROR_INCOMPATIBLE = 8       /* tables from another kiln version */
+    KILN_ERROR_INCOMPATIBLE = 8,      /* tables from another kiln version */
+    KILN_ERROR_OUT_OF_BOUNDS = 9      /* a kernel wrote into a guard band (--guard) */
 } kiln_status;
 
 /* A short constant name for a status ("KILN_ERROR_DEVICE_LOST"). */
@@ -162,6 +163,17 @@ typedef struct kiln_dispatch {
     uint64_t flops;         /* arithmetic operations (compiler's estimate) */
 } kiln_dispatch;
 
+/* A guard band of a model compiled with --guard: arena bytes no kernel may
+ * write, filled with KILN_GUARD_PATTERN before every run and checked after. */
+typedef struct kiln_guard {
+    uint64_t offset;    /* bytes into the arena; a multiple of 4 */
+    uint64_t bytes;     /* a multiple of 4 */
+    uint64_t io_offset; /* where the run copies it in the staging buffer */
+    const char *after;  /* the tensor just before it ("" for the first band) */
+} kiln_guard;
+
+#define KILN_GUARD_PATTERN 0xA5C3E1F7u
+
 typedef struct kiln_model_desc {
     uint32_t abi_version;     /* KILN_ABI_VERSION */
     const char *name;
@@ -184,6 +196,8 @@ typedef struct kiln_model_desc {
      * whole run so kiln_model_read_tensor can copy it out afterwards. */
     uint32_t debug_count;
     const kiln_tensor_info *debug_tensors;
+    uint32_t guard_count;
+    const kiln_guard *guards;
 } kiln_model_desc;
 
 /* ---- models ------------------------------------------------------------ */

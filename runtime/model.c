@@ -238,6 +238,9 @@ static kiln_status record(kiln_model *m) {
         VkBufferCopy c = {t->io_offset, t->offset, t->bytes};
         vkCmdCopyBuffer(cmd, m->io.buffer, m->arena.buffer, 1, &c);
     }
+    for (uint32_t i = 0; i < d->guard_count; i++)
+        vkCmdFillBuffer(cmd, m->arena.buffer, d->guards[i].offset, d->guards[i].bytes,
+                        KILN_GUARD_PATTERN);
     memory_barrier(cmd, VK_PIPELINE_STAGE_HOST_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
                    VK_ACCESS_HOST_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
                    VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT |
@@ -286,6 +289,10 @@ static kiln_status record(kiln_model *m) {
             continue;
         VkBufferCopy c = {t->offset, t->io_offset, t->bytes};
         vkCmdCopyBuffer(cmd, buffer_of(m, t->buffer), m->io.buffer, 1, &c);
+    }
+    for (uint32_t i = 0; i < d->guard_count; i++) {
+        VkBufferCopy c = {d->guards[i].offset, d->guards[i].io_offset, d->guards[i].bytes};
+        vkCmdCopyBuffer(cmd, m->arena.buffer, m->io.buffer, 1, &c);
     }
     memory_barrier(cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
                    VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
@@ -379,6 +386,28 @@ kiln_status kiln_model_create_ex(kiln_device *device, const kiln_model_desc *des
     return KILN_OK;
 }
 
+/* --guard: every band must still hold the pattern the run wrote into it. */
+static kiln_status check_guards(const kiln_model *m) {
+    const kiln_model_desc *d = m->desc;
+    for (uint32_t i = 0; i < d->guard_count; i++) {
+        const kiln_guard *g = &d->guards[i];
+        const unsigned char *p = (const unsigned char *)m->io.mapped + g->io_offset;
+        for (uint64_t k = 0; k < g->bytes; k += 4) {
+            uint32_t w;
+            memcpy(&w, p + k, 4);
+            if (w != KILN_GUARD_PATTERN)
+                return KILN_FAIL(KILN_ERROR_OUT_OF_BOUNDS,
+                                 "a kernel wrote past %s%s%s: the guard band at arena "
+                                 "offset %llu holds 0x%08x at byte %llu of %llu",
+                                 *g->after ? "tensor '" : "the start of the arena",
+                                 g->after, *g->after ? "'" : "",
+                                 (unsigned long long)g->offset, (unsigned)w,
+                                 (unsigned long long)k, (unsigned long long)g->bytes);
+        }
+    }
+    return KILN_OK;
+}
+
 kiln_status kiln_model_run(kiln_model *m, const void *const *inputs,
                            void *const *outputs) {
     if (!m)
@@ -429,6 +458,7 @@ kiln_status kiln_model_run(kiln_model *m, const void *const *inputs,
         return st;
     }
     m->ran = 1;
+    KILN_RETURN_IF_ERROR(check_guards(m));
     for (uint32_t i = 0; i < d->output_count; i++) {
         if (d->outputs[i].bytes && !outputs[i])
             return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT,

@@ -71,15 +71,17 @@ def model_yaml(name, inputs, nodes, outputs, weights=None):
     return json.dumps(doc, indent=1)
 
 
-def build_model(workdir, yaml_text, extra_files=None, flags=()):
+def build_model(workdir, yaml_text, extra_files=None, flags=(), guard=True):
     """Writes model.yaml (and extra files), compiles it (with extra kiln
-    flags) and builds it; returns the program's path."""
+    flags) and builds it; returns the program's path. With guard (the
+    default), kiln --guard puts a band after every arena slot that each run
+    checks: a kernel writing out of bounds fails the test."""
     workdir = Path(workdir)
     (workdir / "model.yaml").write_text(yaml_text)
     for name, data in (extra_files or {}).items():
         (workdir / name).write_bytes(data)
     r = kiln("compile", workdir / "model.yaml", "--name", "model",
-             "-o", workdir / "model.c", *flags)
+             "-o", workdir / "model.c", *(("--guard",) if guard else ()), *flags)
     check(r.returncode == 0, f"kiln compile failed:\n{r.stderr}")
     prog = workdir / "model"
     r = run([CC, "-O1", "-std=c99", *EXTRA_CFLAGS, "-I", ROOT / "runtime", "-o", prog,

@@ -226,13 +226,13 @@ def test_env_device(workdir):
           r.stderr)
 
 
-def sample_case(name, make_inputs, rtol, atol, flags=()):
+def sample_case(name, make_inputs, rtol, atol, flags=(), guard=True):
     def test(workdir):
         import interpret
         path = ROOT / "samples" / f"{name}.yaml"
         inputs = make_inputs()
         wants = interpret.interpret(path, inputs)
-        prog = build_model(workdir, path.read_text(), flags=flags)
+        prog = build_model(workdir, path.read_text(), flags=flags, guard=guard)
         gots = run_program(prog, inputs, [np.asarray(w, np.float32) for w in wants])
         for i, (g, w) in enumerate(zip(gots, wants)):
             assert_close(g, w, rtol, atol, f"output {i}")
@@ -248,6 +248,44 @@ case("model samples/cnn.yaml against the CPU reference")(sample_case(
 case("model samples/mlp.yaml through the YAML interpreter")(sample_case(
     "mlp", lambda: [np.random.default_rng(5).standard_normal([4, 256]).astype(np.float32)],
     1e-4, 1e-6))
+
+@case("--guard: a kernel made to write past its tensor fails the run with "
+      "KILN_ERROR_OUT_OF_BOUNDS")
+def test_guard_catches(workdir):
+    d = Path(workdir)
+    text = (ROOT / "samples" / "mlp.yaml").read_text()
+    prog = build_model(d, text)
+    x = np.random.default_rng(5).standard_normal([4, 256]).astype(np.float32)
+    x.tofile(d / "x.bin")
+    r = run([prog, "-q", "-i", d / "x.bin"])
+    check(r.returncode == 0, f"the guarded model fails as it is:\n{r.stderr}")
+    # Move the last dispatch's written binding 64 bytes on: its last 16
+    # floats then land in the guard band after the tensor.
+    c = (d / "model.c").read_text()
+    lines = c.splitlines()
+    idx = max(i for i, ln in enumerate(lines) if "writes" in ln and "KILN_BUFFER_ARENA" in ln)
+    m = re.search(r"\{KILN_BUFFER_ARENA, (\d+)ull\}", lines[idx])
+    lines[idx] = lines[idx].replace(m[0], f"{{KILN_BUFFER_ARENA, {int(m[1]) + 64}ull}}")
+    (d / "model.c").write_text("\n".join(lines) + "\n")
+    r = run([CC, "-O1", "-std=c99", *EXTRA_CFLAGS, "-I", ROOT / "runtime", "-o", prog,
+             d / "model.c", BUILD / "run_model_test.o", "-L", BUILD, "-lkilnrt", VULKAN_LIB,
+             "-lm"])
+    check(r.returncode == 0, r.stderr)
+    r = run([prog, "-q", "-i", d / "x.bin"])
+    check(r.returncode != 0 and "KILN_ERROR_OUT_OF_BOUNDS" in r.stderr
+          and "a kernel wrote past tensor" in r.stderr, f"exit {r.returncode}:\n{r.stderr}")
+
+
+# The samples again with the real memory plan (slots reused), not --guard's.
+case("model samples/transformer.yaml, arena slots reused")(sample_case(
+    "transformer", lambda: [np.random.default_rng(3).integers(0, 64, [1, 16]).astype(np.int32)],
+    1e-3, 1e-3, guard=False))
+case("model samples/cnn.yaml, arena slots reused")(sample_case(
+    "cnn", lambda: [np.random.default_rng(4).standard_normal([1, 3, 32, 32]).astype(np.float32)],
+    1e-4, 1e-5, guard=False))
+case("model samples/mlp.yaml, arena slots reused")(sample_case(
+    "mlp", lambda: [np.random.default_rng(5).standard_normal([4, 256]).astype(np.float32)],
+    1e-4, 1e-6, guard=False))
 
 case("model samples/transformer.yaml with fusion off")(sample_case(
     "transformer", lambda: [np.random.default_rng(3).integers(0, 64, [1, 16]).astype(np.int32)],

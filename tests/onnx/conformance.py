@@ -114,7 +114,10 @@ def run_case(case, keep=False):
                 return "unsupported", f"input {i}: {e}"
         consts = {}
         for _ in range(8):
-            args = [KILN, "compile", d / "model.onnx", "--name", "model", "-o", wd / "model.c"]
+            # --guard: every run also checks that no kernel wrote outside
+            # its tensors (guard bands between arena slots).
+            args = [KILN, "compile", d / "model.onnx", "--name", "model", "--guard",
+                    "-o", wd / "model.c"]
             for name, i in consts.items():
                 args += ["--const", f"{name}={inputs0[i]}"]
             r = run(args, env=NO_LEAKS)
