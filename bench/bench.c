@@ -84,7 +84,7 @@ int main(int argc, char **argv) {
     double *us = calloc(d->dispatch_count + 1, sizeof *us);
     kiln_device *dev = NULL;
     kiln_model *m = NULL;
-    kiln_model_options o = {KILN_MODEL_PROFILE};
+    kiln_model_options o = {KILN_MODEL_PROFILE, NULL};
     kiln_status s = kiln_device_create(NULL, &dev);
     double t0 = now_us();
     if (s == KILN_OK)

@@ -78,10 +78,23 @@ static char *c_comment(const char *s) {
 
 static char *u64(uint64_t v) { return format("%llu", (unsigned long long)v); }
 
+/* Eight words a line, "0x%08xu," each: written by hand, since weights can
+ * be tens of megabytes. */
 static void emit_words(Str *s, const uint32_t *w, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        str_addf(s, "%s0x%08xu,%s", i % 8 == 0 ? "    " : " ", w[i],
-                 i % 8 == 7 || i + 1 == n ? "\n" : "");
+    static const char hex[] = "0123456789abcdef";
+    char line[8 * 13 + 8];
+    for (size_t i = 0; i < n; i += 8) {
+        char *o = line;
+        *o++ = ' ', *o++ = ' ', *o++ = ' ';
+        for (size_t k = i; k < n && k < i + 8; k++) {
+            *o++ = ' ', *o++ = '0', *o++ = 'x';
+            for (int b = 28; b >= 0; b -= 4)
+                *o++ = hex[(w[k] >> b) & 15u];
+            *o++ = 'u', *o++ = ',';
+        }
+        *o++ = '\n';
+        str_addn(s, line, (size_t)(o - line));
+    }
 }
 
 static void emit_kernels(Str *s, Program *p, const char *px) {
@@ -109,7 +122,13 @@ static void emit_kernels(Str *s, Program *p, const char *px) {
     str_add(s, "};\n");
 }
 
-static void emit_weights(Str *s, Graph *g, Program *p, const char *px) {
+static void put_u64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void emit_weights(Str *s, Graph *g, Program *p, const char *px, const char *file,
+                         Str *sidecar, uint64_t *checksum) {
     size_t nwords = (size_t)(p->weight_bytes + 3) / 4;
     uint8_t *bytes = xcalloc(nwords * 4 + 4, 1);
     for (int i = 0; i < g->weights.len; i++) {
@@ -120,6 +139,20 @@ static void emit_weights(Str *s, Graph *g, Program *p, const char *px) {
                  kiln_dtype_name(t->dtype), shape_str(t->rank, t->shape),
                  (unsigned long long)t->offset);
         memcpy(bytes + t->offset, t->data, (size_t)tensor_bytes(t));
+    }
+    *checksum = hash_bytes(HASH_SEED, bytes, (size_t)p->weight_bytes);
+    if (file) {
+        uint8_t head[24];
+        memcpy(head, "KILNWTS1", 8);
+        put_u64(head + 8, p->weight_bytes);
+        put_u64(head + 16, *checksum);
+        str_addn(sidecar, head, sizeof head);
+        str_addn(sidecar, bytes, (size_t)p->weight_bytes);
+        str_addf(s, "/* The weights (%llu bytes) are in %s, which create reads and checks. */\n"
+                    "#define %s_weights ((const uint32_t *)0)\n",
+                 (unsigned long long)p->weight_bytes, c_comment(file), px);
+        xfree(bytes);
+        return;
     }
     str_addf(s, "static const uint32_t %s_weights[%zu] = {\n", px, nwords ? nwords : 1);
     uint32_t *w = xcalloc(nwords + 1, 4);
@@ -239,7 +272,7 @@ static const char *basename_of(const char *path) {
 }
 
 void emit_c(Graph *g, Program *p, const Options *opt, const char *header_name,
-            Str *out_c, Str *out_h) {
+            Str *out_c, Str *out_h, Str *out_weights) {
     const char *px = opt->name;
     char *upper = xstrdup(px);
     for (char *c = upper; *c; c++)
@@ -253,7 +286,8 @@ void emit_c(Graph *g, Program *p, const Options *opt, const char *header_name,
 
     Str kernels = {0}, weights = {0}, tensors = {0}, sched = {0};
     emit_kernels(&kernels, p, px);
-    emit_weights(&weights, g, p, px);
+    uint64_t checksum = 0;
+    emit_weights(&weights, g, p, px, opt->weights_file, out_weights, &checksum);
     emit_tensor_table(&tensors, &g->inputs, px, "inputs");
     emit_tensor_table(&tensors, &g->outputs, px, "outputs");
     /* --debug-tensors: every node output, in schedule order. */
@@ -299,6 +333,9 @@ void emit_c(Graph *g, Program *p, const Options *opt, const char *header_name,
         {"OUTPUT_COUNT", format("%d", g->outputs.len)},
         {"DEBUG_COUNT", format("%d", debug.len)},
         {"GUARD_COUNT", format("%d", p->nguards)},
+        {"WEIGHTS_FILE", opt->weights_file ? format("\"%s\"", c_string(opt->weights_file))
+                                           : "NULL"},
+        {"WEIGHTS_CHECKSUM", u64(checksum)},
         {"INPUT_LIST", tensor_list(&g->inputs)},
         {"OUTPUT_LIST", tensor_list(&g->outputs)},
         {"KERNELS", kernels.buf},

@@ -322,6 +322,8 @@ typedef struct Options {
     bool verbose;
     bool debug_tensors;     /* --debug-tensors */
     bool guard;             /* --guard */
+    const char *weights_file; /* --weights-file (or chosen by size) */
+    bool embed_weights;     /* --embed-weights */
     bool report;            /* --report */
     bool no_fuse_eltwise;   /* --no-fuse=eltwise */
     bool no_fuse_epilogue;  /* --no-fuse=epilogue */
@@ -428,8 +430,11 @@ void compile_kernels(Program *p);
 /* ---- emit_c.c ------------------------------------------------------------ */
 
 /* Returns the generated .c and .h texts. */
+/* With opt->weights_file set, the weights go to out_weights (the sidecar
+ * file's bytes: "KILNWTS1", u64 size, u64 FNV-1a 64 checksum, the data)
+ * and the C names that file instead of embedding them. */
 void emit_c(Graph *g, Program *p, const Options *opt, const char *header_name,
-            Str *out_c, Str *out_h);
+            Str *out_c, Str *out_h, Str *out_weights);
 
 /* ---- inspect.c ----------------------------------------------------------- */
 

@@ -13,6 +13,7 @@ static const char usage[] =
     "usage: kiln compile MODEL [-o OUT.c] [--name PREFIX] [--shape NAME=DxD..]...\n"
     "                          [--const NAME=TENSOR.pb]... [--align BYTES]\n"
     "                          [--debug-tensors] [--guard] [--report] [-v]\n"
+    "                          [--weights-file FILE | --embed-weights]\n"
     "       kiln inspect MODEL [--format text|json|dot] [--html REPORT.html]\n"
     "                          [--profile PROFILE.json] [-o FILE] [model options]\n"
     "       kiln tensor TENSOR.pb OUT.bin\n"
@@ -41,6 +42,10 @@ static const char usage[] =
     "compile:\n"
     "  -o OUT.c         write OUT.c and OUT.h (default: PREFIX.c here)\n"
     "  --report         print the size of each part and the device memory\n"
+    "  --weights-file FILE  write the weights to FILE (a sidecar that create reads\n"
+    "                   and checks) instead of into the C; the default above\n"
+    "                   16 MiB of weights, as OUT.weights\n"
+    "  --embed-weights  embed the weights in the C whatever their size\n"
     "inspect:\n"
     "  --format F       text (a table, default), json (schema kiln-inspect/1) or dot\n"
     "  --html FILE      also write a self-contained page with the schedule and a\n"
@@ -51,6 +56,9 @@ static const char usage[] =
     "\n"
     "kiln tensor writes an ONNX TensorProto's data as raw little-endian bytes and\n"
     "prints its dtype, shape and name.\n";
+
+/* Weights above this go to a sidecar file unless --embed-weights. */
+#define EMBED_LIMIT (16ull << 20)
 
 #ifndef KILN_RUNTIME_BYTES
 #define KILN_RUNTIME_BYTES 0
@@ -149,6 +157,12 @@ static void parse_args(int argc, char **argv, bool inspect, Args *a) {
             a->opt.debug_tensors = true;
         } else if (strcmp(arg, "--guard") == 0) {
             a->opt.guard = true;
+        } else if (!inspect && strcmp(arg, "--weights-file") == 0 && has_value) {
+            a->opt.weights_file = argv[++i];
+            if (!*a->opt.weights_file)
+                fatal("--weights-file needs a file name");
+        } else if (!inspect && strcmp(arg, "--embed-weights") == 0) {
+            a->opt.embed_weights = true;
         } else if (!inspect && strcmp(arg, "--report") == 0) {
             a->opt.report = true;
         } else if (inspect && strcmp(arg, "--format") == 0 && has_value) {
@@ -169,6 +183,8 @@ static void parse_args(int argc, char **argv, bool inspect, Args *a) {
     }
     if (!a->model)
         fatal("no model given; see kiln --help");
+    if (a->opt.weights_file && a->opt.embed_weights)
+        fatal("--weights-file and --embed-weights contradict each other");
 }
 
 /* The whole pipeline up to SPIR-V: what compile emits and inspect shows. */
@@ -207,8 +223,15 @@ static int compile(int argc, char **argv) {
     const char *out = a.out ? a.out : format("%s.c", a.opt.name);
     char *header = xstrdup(out);
     header[strlen(header) - 1] = 'h';
-    Str c = {0}, h = {0};
-    emit_c(g, p, &a.opt, header, &c, &h);
+    if (!a.opt.weights_file && !a.opt.embed_weights && p->weight_bytes > EMBED_LIMIT) {
+        char *w = xstrdup(out);
+        w[strlen(w) - 2] = 0;
+        a.opt.weights_file = format("%s.weights", w);
+    }
+    Str c = {0}, h = {0}, w = {0};
+    emit_c(g, p, &a.opt, header, &c, &h, &w);
+    if (a.opt.weights_file && !write_file(a.opt.weights_file, w.buf, w.len))
+        fatal("cannot write %s", a.opt.weights_file);
     if (!write_file(header, h.buf, h.len))
         fatal("cannot write %s", header);
     if (!write_file(out, c.buf, c.len)) {
@@ -223,6 +246,10 @@ static int compile(int argc, char **argv) {
            a.model, out, p->ndispatches, barriers, p->nmodules,
            (unsigned long long)p->arena_bytes, (unsigned long long)p->peak_bytes,
            (unsigned long long)p->weight_bytes);
+    if (a.opt.weights_file)
+        printf("kiln: weights in %s (%llu bytes); create reads it from there, or from "
+               "kiln_model_options.weights_path\n", a.opt.weights_file,
+               (unsigned long long)p->weight_bytes);
     if (a.opt.report)
         compile_report(g, p, c.len, KILN_RUNTIME_BYTES, stdout);
     return 0;

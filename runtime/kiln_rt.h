@@ -67,7 +67,8 @@ typedef enum kiln_status {
     KILN_ERROR_DEVICE_LOST = 6,
     KILN_ERROR_VULKAN = 7,            /* any other Vulkan failure */
     KILN_ERROR_INCOMPATIBLE = 8,      /* tables from another kiln version */
-    KILN_ERROR_OUT_OF_BOUNDS = 9      /* a kernel wrote into a guard band (--guard) */
+    KILN_ERROR_OUT_OF_BOUNDS = 9,     /* a kernel wrote into a guard band (--guard) */
+    KILN_ERROR_WEIGHTS = 10           /* weights file missing, truncated or corrupt */
 } kiln_status;
 
 /* A short constant name for a status ("KILN_ERROR_DEVICE_LOST"). */
@@ -198,6 +199,11 @@ typedef struct kiln_model_desc {
     const kiln_tensor_info *debug_tensors;
     uint32_t guard_count;
     const kiln_guard *guards;
+    /* Compiled with --weights-file (or weights over the embedding limit):
+     * weights is NULL and create reads this file (kiln_model_options can
+     * name another path), checking its size and checksum. */
+    const char *weights_file;
+    uint64_t weights_checksum; /* FNV-1a 64 of the weight bytes */
 } kiln_model_desc;
 
 /* ---- models ------------------------------------------------------------ */
@@ -214,6 +220,9 @@ kiln_status kiln_model_create(kiln_device *device, const kiln_model_desc *desc,
 
 typedef struct kiln_model_options {
     uint32_t flags; /* KILN_MODEL_* */
+    /* Where the weights sidecar file is, when not at the path the model was
+     * compiled with (desc->weights_file); NULL: that path. */
+    const char *weights_path;
 } kiln_model_options;
 
 /* kiln_model_create with options (NULL: none). */

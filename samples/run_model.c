@@ -6,7 +6,7 @@
  * (or -DKILN_DECLARE_MODEL instead of -include, as the tests do).
  *
  *   run_model [-i IN.bin]... [-o OUT.bin]... [-n RUNS] [-q]
- *             [-p [PROFILE.json]] [--dump DIR]
+ *             [-p [PROFILE.json]] [--dump DIR] [-w WEIGHTS]
  *
  * -i gives each input's raw little-endian bytes, in the model's input order
  * (the sizes must match exactly); without -i, f32 inputs are filled with
@@ -23,6 +23,9 @@
  * `kiln inspect --profile` reads). --dump DIR writes every intermediate tensor
  * of a model compiled with --debug-tensors as DIR/NNN.bin, listed in
  * DIR/manifest.tsv (name, dtype, shape, file), for samples/find_divergence.py.
+ *
+ * -w names the weights sidecar file of a model compiled with --weights-file
+ * when it is not at the path given to the compiler.
  *
  * Exit status: 0 success, 1 an error (printed with its cause), 2 bad usage,
  * 3 the Vulkan validation layer (KILN_VALIDATION=1) reported messages.
@@ -193,7 +196,7 @@ static int dump_tensors(kiln_model *m, const kiln_model_desc *d, const char *dir
 
 int main(int argc, char **argv) {
     const char *in_files[MAX_TENSORS], *out_files[MAX_TENSORS];
-    const char *profile_json = NULL, *dump_dir = NULL;
+    const char *profile_json = NULL, *dump_dir = NULL, *weights = NULL;
     int nin = 0, nout = 0, runs = 1, quiet = 0, profile = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-i") == 0 && i + 1 < argc && nin < MAX_TENSORS)
@@ -210,9 +213,11 @@ int main(int argc, char **argv) {
                 profile_json = argv[++i];
         } else if (strcmp(argv[i], "--dump") == 0 && i + 1 < argc)
             dump_dir = argv[++i];
+        else if (strcmp(argv[i], "-w") == 0 && i + 1 < argc)
+            weights = argv[++i];
         else {
             fprintf(stderr, "usage: %s [-i IN.bin]... [-o OUT.bin]... [-n RUNS] [-q] "
-                    "[-p [PROFILE.json]] [--dump DIR]\n", argv[0]);
+                    "[-p [PROFILE.json]] [--dump DIR] [-w WEIGHTS]\n", argv[0]);
             return 2;
         }
     }
@@ -248,9 +253,10 @@ int main(int argc, char **argv) {
         goto done;
     kiln_model_options mo;
     mo.flags = profile ? KILN_MODEL_PROFILE : 0;
+    mo.weights_path = weights;
     kiln_status s = kiln_device_create(NULL, &dev);
     if (s == KILN_OK)
-        s = profile ? kiln_model_create_ex(dev, d, &mo, &m) : MODEL_CREATE(dev, &m);
+        s = profile || weights ? kiln_model_create_ex(dev, d, &mo, &m) : MODEL_CREATE(dev, &m);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (int r = 0; r < runs && s == KILN_OK; r++) {

@@ -102,7 +102,8 @@ def run_program(prog, inputs, expected, validation=True):
         args += ["-i", p]
     for i in range(len(expected)):
         args += ["-o", workdir / f"out{i}.bin"]
-    r = run(args, env={"KILN_VALIDATION": VALIDATION if validation else "0"})
+    # In the model's directory: a relative weights file name resolves there.
+    r = run(args, cwd=workdir, env={"KILN_VALIDATION": VALIDATION if validation else "0"})
     check(r.returncode != 3, f"Vulkan validation messages:\n{r.stderr[-3000:]}")
     check(r.returncode == 0, f"the model program failed ({r.returncode}):\n{r.stderr}")
     outs = []

@@ -276,6 +276,77 @@ def test_guard_catches(workdir):
           and "a kernel wrote past tensor" in r.stderr, f"exit {r.returncode}:\n{r.stderr}")
 
 
+@case("weights sidecar (--weights-file): the model runs right; a missing, truncated, "
+      "corrupt, padded or foreign file is a clear error")
+def test_weights_file(workdir):
+    import interpret
+    d = Path(workdir)
+    path = ROOT / "samples" / "transformer.yaml"
+    wfile = d / "model.weights"
+    prog = build_model(d, path.read_text(), flags=["--weights-file", str(wfile)])
+    c_text = (d / "model.c").read_text()
+    raw = wfile.read_bytes()
+    check(raw[:8] == b"KILNWTS1", "no magic")
+    size, = struct.unpack("<Q", raw[8:16])
+    check(len(raw) == 24 + size, f"file {len(raw)} bytes, header says {size} + 24")
+    check("#define model_weights ((const uint32_t *)0)" in c_text
+          and "model_weights[" not in c_text, "the C still holds the weights")
+    inputs = [np.random.default_rng(3).integers(0, 64, [1, 16]).astype(np.int32)]
+    wants = interpret.interpret(path, inputs)
+    gots = run_program(prog, inputs, [np.asarray(w, np.float32) for w in wants])
+    assert_close(gots[0], wants[0], 1e-3, 1e-3)
+
+    def fails(data, words, name="bad.weights"):
+        if data is not None:
+            (d / name).write_bytes(data)
+        r = run([prog, "-q", "-w", d / name])
+        check(r.returncode == 1 and "KILN_ERROR_WEIGHTS" in r.stderr
+              and all(w in r.stderr for w in words), f"exit {r.returncode}: {r.stderr}")
+    flipped = bytearray(raw)
+    flipped[24 + size // 2] ^= 0x10
+    fails(bytes(flipped), ["is corrupt", "checksum"])
+    fails(raw[:24 + size - 1], ["is truncated"])
+    fails(raw[:10], ["not a kiln weights file"])
+    fails(raw + b"\0", ["bytes after its"])
+    fails(None, ["cannot open the weights file", "No such file"], "nowhere.weights")
+    other = d / "other"
+    other.mkdir()
+    r = kiln("compile", ROOT / "samples" / "mlp.yaml", "-o", other / "mlp.c",
+             "--weights-file", other / "mlp.weights")
+    check(r.returncode == 0, r.stderr)
+    fails((other / "mlp.weights").read_bytes(), ["another compile"])
+    # Same size, other values: the header's checksum tells them apart.
+    forged = bytearray(raw)
+    forged[16:24] = bytes(8)
+    fails(bytes(forged), ["is from another compile"])
+
+
+@case("weights over 16 MiB go to a sidecar file by default; --embed-weights and "
+      "--weights-file conflict")
+def test_weights_threshold(workdir):
+    d = Path(workdir)
+    (d / "big.yaml").write_text(
+        "name: big\ninputs:\n  x: {dtype: f32, shape: [2, 1100]}\nweights:\n"
+        "  w: {dtype: f32, shape: [1100, 4096], init: {normal: 0.05, seed: 9}}\n"
+        "nodes:\n  - {name: y, op: matmul, inputs: [x, w]}\noutputs: [y]\n")
+    r = kiln("compile", "big.yaml", "--name", "model", "-o", "model.c", cwd=d)
+    check(r.returncode == 0 and "weights in model.weights" in r.stdout, r.stdout + r.stderr)
+    raw = (d / "model.weights").read_bytes()
+    check(len(raw) == 24 + 1100 * 4096 * 4, f"{len(raw)} bytes")
+    check((d / "model.c").stat().st_size < 200000, "weights embedded anyway")
+    prog = d / "model"
+    r = run([CC, "-O1", "-std=c99", *EXTRA_CFLAGS, "-I", ROOT / "runtime", "-o", prog,
+             d / "model.c", BUILD / "run_model_test.o", "-L", BUILD, "-lkilnrt", VULKAN_LIB,
+             "-lm"])
+    check(r.returncode == 0, r.stderr)
+    x = np.random.default_rng(1).standard_normal([2, 1100]).astype(np.float32)
+    w = np.frombuffer(raw[24:], np.float32).reshape(1100, 4096)
+    got, = run_program(prog, [x], [np.zeros([2, 4096], np.float32)])
+    assert_close(got, x.astype(np.float64) @ w.astype(np.float64), 1e-4, 1e-4)
+    r = kiln("compile", "big.yaml", "--embed-weights", "--weights-file", "w", cwd=d)
+    check(r.returncode == 1 and "contradict" in r.stderr, r.stderr)
+
+
 # The samples again with the real memory plan (slots reused), not --guard's.
 case("model samples/transformer.yaml, arena slots reused")(sample_case(
     "transformer", lambda: [np.random.default_rng(3).integers(0, 64, [1, 16]).astype(np.int32)],
