@@ -56,7 +56,7 @@ COMPILER_LIBS = -lyaml -lprotobuf-c -Wl,--start-group -l:libshaderc_combined.a -
                 -lglslang-default-resource-limits -lSPIRV-Tools-opt -lSPIRV-Tools \
                 -Wl,--end-group -lstdc++ -lm -lpthread
 
-.PHONY: all deps test-deps run-sample samples test onnx-report clean
+.PHONY: all deps test-deps run-sample samples test onnx-report clean install uninstall
 .DEFAULT_GOAL := all
 
 all: deps $(B)/kiln $(B)/libkilnrt.a run-sample
@@ -136,6 +136,13 @@ $(B)/libkilnrt.a: $(RUNTIME_OBJ)
 	rm -f $@
 	ar rcs $@ $^
 
+# The shared runtime: the same position-independent objects. In its own
+# directory, so that -L$(B) -lkilnrt (the tests, the samples) stays static.
+RT_SONAME = libkilnrt.so.0
+$(B)/shared/libkilnrt.so: $(RUNTIME_OBJ)
+	@mkdir -p $(B)/shared
+	$(CC) $(CFLAGS) -shared -Wl,-soname,$(RT_SONAME) -o $@ $^ -lvulkan -lm
+
 # ---- the samples: compiled, built and run ----
 # `make` runs samples/mlp.yaml; `make samples` runs every sample.
 
@@ -175,6 +182,33 @@ test: test-deps $(B)/kiln $(B)/libkilnrt.a $(B)/run_model_test.o $(B)/test_units
 # list of passing cases that make test holds kiln to.
 onnx-report: test-deps $(B)/kiln $(B)/libkilnrt.a $(B)/run_model_test.o
 	$(PYTHON) tests/onnx/conformance.py --report
+
+# ---- install ----
+# make install PREFIX=/usr/local [DESTDIR=...]: the compiler, the runtime
+# (static and shared), its header, a pkg-config file (kilnrt) and the man
+# page. samples/embed/ builds against them with pkg-config alone.
+
+PREFIX ?= /usr/local
+BINDIR = $(DESTDIR)$(PREFIX)/bin
+LIBDIR = $(DESTDIR)$(PREFIX)/lib
+INCDIR = $(DESTDIR)$(PREFIX)/include
+MANDIR = $(DESTDIR)$(PREFIX)/share/man/man1
+
+install: deps $(B)/kiln $(B)/libkilnrt.a $(B)/shared/libkilnrt.so
+	install -d $(BINDIR) $(LIBDIR)/pkgconfig $(INCDIR) $(MANDIR)
+	install -m 755 $(B)/kiln $(BINDIR)/kiln
+	install -m 644 $(B)/libkilnrt.a $(LIBDIR)/libkilnrt.a
+	install -m 755 $(B)/shared/libkilnrt.so $(LIBDIR)/$(RT_SONAME)
+	ln -sf $(RT_SONAME) $(LIBDIR)/libkilnrt.so
+	install -m 644 runtime/kiln_rt.h $(INCDIR)/kiln_rt.h
+	install -m 644 compiler/kiln.1 $(MANDIR)/kiln.1
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(shell sed -n 's/^#define KILN_RT_VERSION "\(.*\)"/\1/p' runtime/kiln_rt.h)|' \
+	  runtime/kilnrt.pc.in > $(LIBDIR)/pkgconfig/kilnrt.pc
+	@echo "kiln: installed in $(DESTDIR)$(PREFIX)"
+
+uninstall:
+	rm -f $(BINDIR)/kiln $(LIBDIR)/libkilnrt.a $(LIBDIR)/$(RT_SONAME) $(LIBDIR)/libkilnrt.so \
+	  $(INCDIR)/kiln_rt.h $(MANDIR)/kiln.1 $(LIBDIR)/pkgconfig/kilnrt.pc
 
 # ---- fuzzing ----
 # make fuzz [FUZZ_SECONDS=60] [FUZZ_TARGETS="yaml onnx ..."]: builds the

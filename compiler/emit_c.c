@@ -266,6 +266,17 @@ static char *tensor_list(Vec *list) {
     return s.buf;
 }
 
+/* #define PREFIX_INPUT<i>_BYTES / PREFIX_OUTPUT<i>_BYTES: buffers of fixed
+ * size for programs that allocate nothing. */
+static char *size_macros(Vec *list, const char *upper, const char *what) {
+    Str s = {0};
+    str_add(&s, "");
+    for (int i = 0; i < list->len; i++)
+        str_addf(&s, "#define %s_%s%d_BYTES %lluull\n", upper, what, i,
+                 (unsigned long long)tensor_bytes(list->data[i]));
+    return s.buf;
+}
+
 static const char *basename_of(const char *path) {
     const char *s = strrchr(path, '/');
     return s ? s + 1 : path;
@@ -337,6 +348,8 @@ void emit_c(Graph *g, Program *p, const Options *opt, const char *header_name,
                                            : "NULL"},
         {"WEIGHTS_CHECKSUM", u64(checksum)},
         {"INPUT_LIST", tensor_list(&g->inputs)},
+        {"SIZE_MACROS", format("%s%s", size_macros(&g->inputs, upper, "INPUT"),
+                               size_macros(&g->outputs, upper, "OUTPUT"))},
         {"OUTPUT_LIST", tensor_list(&g->outputs)},
         {"KERNELS", kernels.buf},
         {"WEIGHTS", weights.buf},

@@ -247,6 +247,17 @@ kiln_status kiln_model_read_tensor(kiln_model *model, const kiln_tensor_info *te
  * desc->outputs[i].bytes bytes. */
 kiln_status kiln_model_run(kiln_model *model, const void *const *inputs,
                            void *const *outputs);
+
+/* Zero-copy use: the mapped staging memory of input i and output i (host
+ * visible and coherent, laid out as desc->inputs[i] and desc->outputs[i]
+ * describe; NULL for an index out of range). Write the inputs there, call
+ * kiln_model_run_mapped, read the outputs there: no copies on the host. The
+ * pointers stay valid until destroy; an output's bytes are those of the
+ * last run. */
+void *kiln_model_input_memory(kiln_model *model, uint32_t i);
+const void *kiln_model_output_memory(const kiln_model *model, uint32_t i);
+kiln_status kiln_model_run_mapped(kiln_model *model);
+
 void kiln_model_destroy(kiln_model *model);
 kiln_device *kiln_model_device(const kiln_model *model);
 const kiln_model_desc *kiln_model_get_desc(const kiln_model *model);

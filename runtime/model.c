@@ -470,26 +470,14 @@ static kiln_status check_guards(const kiln_model *m) {
     return KILN_OK;
 }
 
-kiln_status kiln_model_run(kiln_model *m, const void *const *inputs,
-                           void *const *outputs) {
-    if (!m)
-        return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "model is NULL");
-    const kiln_model_desc *d = m->desc;
-    if ((d->input_count && !inputs) || (d->output_count && !outputs))
-        return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT,
-                         "inputs or outputs is NULL");
+/* One submit of the recorded command buffer and its wait; the staging
+ * memory holds the inputs before and the outputs after. */
+static kiln_status submit_and_wait(kiln_model *m) {
     if (m->broken != KILN_OK)
         return KILN_FAIL(m->broken, m->broken == KILN_ERROR_DEVICE_LOST
                                         ? "the device was lost in an earlier run"
                                         : "an earlier run failed after its submit; "
                                           "destroy the model and create it again");
-    for (uint32_t i = 0; i < d->input_count; i++) {
-        if (d->inputs[i].bytes && !inputs[i])
-            return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "input %u (%s) is NULL",
-                             i, d->inputs[i].name);
-        memcpy((char *)m->io.mapped + d->inputs[i].io_offset, inputs[i],
-               (size_t)d->inputs[i].bytes);
-    }
     VkDevice vd = m->device->device;
     VkSubmitInfo si;
     memset(&si, 0, sizeof si);
@@ -520,15 +508,51 @@ kiln_status kiln_model_run(kiln_model *m, const void *const *inputs,
         return st;
     }
     m->ran = 1;
-    KILN_RETURN_IF_ERROR(check_guards(m));
-    for (uint32_t i = 0; i < d->output_count; i++) {
+    return check_guards(m);
+}
+
+kiln_status kiln_model_run(kiln_model *m, const void *const *inputs,
+                           void *const *outputs) {
+    if (!m)
+        return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "model is NULL");
+    const kiln_model_desc *d = m->desc;
+    if ((d->input_count && !inputs) || (d->output_count && !outputs))
+        return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT,
+                         "inputs or outputs is NULL");
+    for (uint32_t i = 0; i < d->input_count; i++)
+        if (d->inputs[i].bytes && !inputs[i])
+            return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "input %u (%s) is NULL",
+                             i, d->inputs[i].name);
+    for (uint32_t i = 0; i < d->output_count; i++)
         if (d->outputs[i].bytes && !outputs[i])
-            return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT,
-                             "output %u (%s) is NULL", i, d->outputs[i].name);
+            return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "output %u (%s) is NULL",
+                             i, d->outputs[i].name);
+    for (uint32_t i = 0; i < d->input_count; i++)
+        memcpy((char *)m->io.mapped + d->inputs[i].io_offset, inputs[i],
+               (size_t)d->inputs[i].bytes);
+    KILN_RETURN_IF_ERROR(submit_and_wait(m));
+    for (uint32_t i = 0; i < d->output_count; i++)
         memcpy(outputs[i], (const char *)m->io.mapped + d->outputs[i].io_offset,
                (size_t)d->outputs[i].bytes);
-    }
     return KILN_OK;
+}
+
+kiln_status kiln_model_run_mapped(kiln_model *m) {
+    if (!m)
+        return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "model is NULL");
+    return submit_and_wait(m);
+}
+
+void *kiln_model_input_memory(kiln_model *m, uint32_t i) {
+    if (!m || i >= m->desc->input_count)
+        return NULL;
+    return (char *)m->io.mapped + m->desc->inputs[i].io_offset;
+}
+
+const void *kiln_model_output_memory(const kiln_model *m, uint32_t i) {
+    if (!m || i >= m->desc->output_count)
+        return NULL;
+    return (const char *)m->io.mapped + m->desc->outputs[i].io_offset;
 }
 
 void kiln_model_destroy(kiln_model *m) {

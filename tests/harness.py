@@ -41,6 +41,10 @@ class Failure(Exception):
     """A test's check did not hold; the message says which and by how much."""
 
 
+class Skip(Exception):
+    """The test does not apply to this build; the message says why."""
+
+
 def check(cond, msg):
     if not cond:
         raise Failure(msg)

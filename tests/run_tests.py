@@ -28,7 +28,9 @@ import test_inspect  # noqa: E402
 import test_onnx  # noqa: E402
 import test_models  # noqa: E402
 import test_ops  # noqa: E402
-from harness import BUILD, Failure  # noqa: E402
+from harness import BUILD, Failure, Skip  # noqa: E402
+
+SKIPPED = "skipped: "  # a `why` that starts so is a skip, not a failure
 
 
 def unit_tests():
@@ -52,6 +54,8 @@ def run_one(name, fn, keep):
     try:
         fn(workdir)
         why = None
+    except Skip as e:
+        why = SKIPPED + str(e)
     except Failure as e:
         why = str(e)
     except Exception:  # a bug in the test or an unexpected crash: a failure
@@ -84,13 +88,18 @@ def main():
         for fut in futures:
             name, why, secs = fut.result()
             results.append((name, why))
-            if why:
+            if why and why.startswith(SKIPPED):
+                if args.v:
+                    print(f"skip {name}: {why[len(SKIPPED):]}", flush=True)
+            elif why:
                 print(f"FAIL {name}\n    " + why.replace("\n", "\n    "), flush=True)
             elif args.v:
                 print(f"ok   {name} ({secs:.1f}s)", flush=True)
-    failed = sum(1 for _, why in results if why)
+    skipped = sum(1 for _, why in results if why and why.startswith(SKIPPED))
+    failed = sum(1 for _, why in results if why) - skipped
     print(f"tests took {time.monotonic() - t0:.0f}s")
-    print(f"{len(results) - failed} passed, {failed} failed")
+    print(f"{len(results) - failed - skipped} passed, {failed} failed"
+          + (f", {skipped} skipped" if skipped else ""))
     return 1 if failed or not results else 0
 
 

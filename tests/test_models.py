@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 import reference as ref
-from harness import (BUILD, CC, EXTRA_CFLAGS, ROOT, VALIDATION, VULKAN_LIB, assert_close,
+from harness import (Skip, BUILD, CC, EXTRA_CFLAGS, ROOT, VALIDATION, VULKAN_LIB, assert_close,
                      build_model,
                      check, kiln,
                      model_yaml, registry, run, run_model, run_program)
@@ -345,6 +345,56 @@ def test_weights_threshold(workdir):
     assert_close(got, x.astype(np.float64) @ w.astype(np.float64), 1e-4, 1e-4)
     r = kiln("compile", "big.yaml", "--embed-weights", "--weights-file", "w", cwd=d)
     check(r.returncode == 1 and "contradict" in r.stderr, r.stderr)
+
+
+@case("two models in one program on one device; no allocation on the run path "
+      "(tests/test_embed.c interposes malloc)")
+def test_embed(workdir):
+    d = Path(workdir)
+    for name in ("mlp", "cnn"):
+        r = kiln("compile", ROOT / "samples" / f"{name}.yaml", "-o", d / f"{name}.c")
+        check(r.returncode == 0, r.stderr)
+    prog = d / "test_embed"
+    interpose = [] if not EXTRA_CFLAGS else ["-DNO_INTERPOSE"]  # ASan owns malloc
+    r = run([CC, "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror", *EXTRA_CFLAGS,
+             *interpose, "-I", ROOT / "runtime", "-I", d, "-o", prog,
+             ROOT / "tests" / "test_embed.c", d / "mlp.c", d / "cnn.c", "-L", BUILD,
+             "-lkilnrt", VULKAN_LIB, "-lm", "-ldl"])
+    check(r.returncode == 0, r.stderr)
+    r = run([prog], env={"KILN_VALIDATION": VALIDATION})
+    check(r.returncode == 0 and "FAIL" not in r.stdout, r.stdout + r.stderr[-2000:])
+    check(r.stdout.count("ok ") == (2 if interpose else 3), r.stdout)
+
+
+@case("make install PREFIX=...: samples/embed builds out of tree with pkg-config alone "
+      "and its firmware loop prints latency percentiles")
+def test_install(workdir):
+    if EXTRA_CFLAGS:
+        raise Skip("the sanitizer build links its runtime statically; a shared "
+                   "libkilnrt is tested in the plain build")
+    d = Path(workdir)
+    prefix = d / "prefix"
+    r = run(["make", "-s", "-C", ROOT, "install", f"PREFIX={prefix}", f"B={BUILD}"],
+            timeout=600)
+    check(r.returncode == 0, r.stdout + r.stderr)
+    for f in ["bin/kiln", "lib/libkilnrt.a", "lib/libkilnrt.so.0", "lib/libkilnrt.so",
+              "include/kiln_rt.h", "lib/pkgconfig/kilnrt.pc", "share/man/man1/kiln.1"]:
+        check((prefix / f).exists(), f"{f} was not installed")
+    r = run(["man", "-l", prefix / "share/man/man1/kiln.1"], env={"MANWIDTH": "80"})
+    check(r.returncode != 0 or "ahead-of-time compiler" in r.stdout, r.stdout)  # man may be absent
+    import shutil
+    embed = d / "embed"
+    shutil.copytree(ROOT / "samples" / "embed", embed)
+    # Out of tree: only the installed files, found through pkg-config.
+    r = run(["make", "-s", "-C", embed, f"PKG_CONFIG_PATH={prefix}/lib/pkgconfig",
+             f"KILN={prefix}/bin/kiln", f"MODEL={ROOT}/samples/mlp.yaml",
+             "CFLAGS=-O2"], timeout=600)
+    check(r.returncode == 0, r.stdout + r.stderr)
+    r = run(["ldd", embed / "firmware"])
+    check(str(prefix / "lib" / "libkilnrt.so.0") in r.stdout, f"not the installed library:\n{r.stdout}")
+    r = run([embed / "firmware"], env={"KILN_VALIDATION": VALIDATION})
+    check(r.returncode == 0 and re.search(r"mlp: 1000 runs, latency p50 [\d.]+ us, p99 [\d.]+ us",
+                                          r.stdout), r.stdout + r.stderr)
 
 
 # The samples again with the real memory plan (slots reused), not --guard's.

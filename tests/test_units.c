@@ -292,8 +292,11 @@ static void test_hostile(void) {
     const char *models[] = {"node/test_layer_normalization_4d_axis0_expanded/model.onnx",
                             "pytorch-converted/test_Conv2d/model.onnx",
                             "pytorch-converted/test_BatchNorm2d_eval/model.onnx"};
-    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
-        hostile_file(format("%s%s", onnx_dir, models[i]), true, true);
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
+        char path[512]; /* not the compiler heap, which front_end frees */
+        snprintf(path, sizeof path, "%s%s", onnx_dir, models[i]);
+        hostile_file(path, true, true);
+    }
 
     /* 200,000 nested lists as an attribute value. */
     Str deep = {0};
