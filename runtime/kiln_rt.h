@@ -3,7 +3,7 @@
  *
  * A model compiled by `kiln compile model.yaml -o model.c` is a set of
  * constant tables (kernels as SPIR-V, a dispatch schedule, tensor offsets,
- * weights) plus four small functions that hand those tables to this runtime.
+ * weights) plus five small functions that hand those tables to this runtime.
  * Using one looks like this:
  *
  *     #include "model.h"
