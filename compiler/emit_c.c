@@ -247,8 +247,8 @@ static void emit_guards(Str *s, Program *p, const char *px) {
              px, p->nguards ? p->nguards : 1);
     for (int i = 0; i < p->nguards; i++)
         str_addf(s, "    {%lluull, %lluull, %lluull, \"%s\"},\n",
-                 (unsigned long long)p->guard_offset[i], (unsigned long long)p->guard_bytes[i],
-                 (unsigned long long)p->guard_io[i], c_string(p->guard_after[i]));
+                 (unsigned long long)p->guards[i].offset, (unsigned long long)p->guards[i].bytes,
+                 (unsigned long long)p->guards[i].io_offset, c_string(p->guards[i].after));
     if (!p->nguards)
         str_add(s, "    {0ull, 0ull, 0ull, \"\"}\n");
     str_add(s, "};\n");

@@ -386,9 +386,8 @@ typedef struct Program {
     /* --guard: no slot reuse, and a guard band after every arena slot that
      * the runtime fills with a pattern and checks after each run. */
     bool guard;
+    kiln_guard *guards; /* the runtime's table entries, as emitted */
     int nguards;
-    uint64_t *guard_offset, *guard_bytes, *guard_io;
-    const char **guard_after; /* the tensor before each band ("" for the first) */
 } Program;
 
 Program *lower(Graph *g);

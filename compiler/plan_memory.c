@@ -173,14 +173,12 @@ static void add_guard(Program *p, uint64_t from, uint64_t to, const char *after)
     from = align_up(from, 4);
     if (to <= from)
         return;
-    p->guard_offset = xrealloc(p->guard_offset, sizeof(uint64_t) * (size_t)(p->nguards + 1));
-    p->guard_bytes = xrealloc(p->guard_bytes, sizeof(uint64_t) * (size_t)(p->nguards + 1));
-    p->guard_io = xrealloc(p->guard_io, sizeof(uint64_t) * (size_t)(p->nguards + 1));
-    p->guard_after = xrealloc(p->guard_after, sizeof(char *) * (size_t)(p->nguards + 1));
-    p->guard_offset[p->nguards] = from;
-    p->guard_bytes[p->nguards] = to - from;
-    p->guard_after[p->nguards] = after;
-    p->nguards++;
+    p->guards = xrealloc(p->guards, sizeof(kiln_guard) * (size_t)(p->nguards + 1));
+    kiln_guard *g = &p->guards[p->nguards++];
+    g->offset = from;
+    g->bytes = to - from;
+    g->io_offset = 0; /* place_io */
+    g->after = after;
 }
 
 static void place_arena_guarded(Graph *g, Program *p) {
@@ -215,8 +213,8 @@ static void place_io(Graph *g, Program *p) {
         off = align_up(off + tensor_bytes(t), 16);
     }
     for (int i = 0; i < p->nguards; i++) {
-        p->guard_io[i] = off;
-        off = align_up(off + p->guard_bytes[i], 16);
+        p->guards[i].io_offset = off;
+        off = align_up(off + p->guards[i].bytes, 16);
     }
     p->io_bytes = off;
 }

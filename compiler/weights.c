@@ -269,12 +269,16 @@ static const char *safetensors_dtype(kiln_dtype dt) {
 /* The safetensors header's limit (the format's own, 100 MB). */
 #define SAFETENSORS_MAX_HEADER (100u << 20)
 
+static uint64_t le64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
 uint64_t safetensors_find(Tensor *t, const char *file, const uint8_t *head,
                           size_t have, uint64_t size) {
-    uint64_t hlen = 0;
-    if (have >= 8)
-        for (int i = 7; i >= 0; i--)
-            hlen = (hlen << 8) | head[i];
+    uint64_t hlen = have >= 8 ? le64(head) : 0;
     if (have < 8 || size < 8 || hlen > have - 8 || hlen > size - 8)
         error_at(t->src.loc, "weight '%s': %s is not a safetensors file (header "
                  "length %llu, file %llu bytes)", t->name, file,
@@ -373,22 +377,22 @@ static void from_safetensors(Tensor *t) {
     if (!f)
         error_at(t->src.loc, "weight '%s': cannot read %s: %s", t->name, file,
                  strerror(errno));
-    uint64_t hlen = 0;
-    bool ok = size >= 8 && read_at(f, 0, prefix, 8);
-    for (int i = 7; ok && i >= 0; i--)
-        hlen = (hlen << 8) | prefix[i];
-    uint8_t *head = NULL;
-    if (ok && hlen <= size - 8 && hlen <= SAFETENSORS_MAX_HEADER) {
-        head = xcalloc(1, (size_t)hlen + 8);
-        ok = read_at(f, 0, head, hlen + 8);
+    /* The prefix tells how much header to read; safetensors_find judges
+     * it (a prefix alone, or nothing, fails there with the sizes). */
+    const uint8_t *head = prefix;
+    size_t have = size >= 8 && read_at(f, 0, prefix, 8) ? 8 : 0;
+    uint64_t hlen = have ? le64(prefix) : 0;
+    uint8_t *whole = NULL;
+    if (have && hlen <= size - 8 && hlen <= SAFETENSORS_MAX_HEADER) {
+        whole = xcalloc(1, (size_t)hlen + 8);
+        if (read_at(f, 0, whole, hlen + 8)) {
+            head = whole;
+            have = (size_t)hlen + 8;
+        }
     }
     fclose(f);
-    if (!ok || !head)
-        error_at(t->src.loc, "weight '%s': %s is not a safetensors file (header "
-                 "length %llu, file %llu bytes)", t->name, file,
-                 (unsigned long long)hlen, (unsigned long long)size);
-    uint64_t at = safetensors_find(t, file, head, (size_t)hlen + 8, size);
-    xfree(head);
+    uint64_t at = safetensors_find(t, file, head, have, size);
+    xfree(whole);
     read_weight_range(t, file, at, "offset");
 }
 

@@ -93,7 +93,8 @@ static kiln_status check_desc(const kiln_device *dev, const kiln_model_desc *d) 
     return KILN_OK;
 }
 
-/* Allocates a primary command buffer from the model's pool and begins it. */
+/* Allocates a primary command buffer from the model's pool and begins it;
+ * on failure nothing is left allocated. */
 static kiln_status begin_commands(kiln_model *m, VkCommandBufferUsageFlags flags,
                                   VkCommandBuffer *out) {
     VkCommandBufferAllocateInfo ai;
@@ -107,7 +108,12 @@ static kiln_status begin_commands(kiln_model *m, VkCommandBufferUsageFlags flags
     memset(&bi, 0, sizeof bi);
     bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
     bi.flags = flags;
-    KILN_VK_RETURN(vkBeginCommandBuffer(*out, &bi));
+    VkResult r = vkBeginCommandBuffer(*out, &bi);
+    if (r != VK_SUCCESS) {
+        vkFreeCommandBuffers(m->device->device, m->pool, 1, out);
+        *out = VK_NULL_HANDLE;
+        return kiln__vk_fail(r, __FILE__, __LINE__, "vkBeginCommandBuffer");
+    }
     return KILN_OK;
 }
 
@@ -120,6 +126,30 @@ static void settle(kiln_model *m, int needed) {
         return;
     if (vkDeviceWaitIdle(m->device->device) == VK_SUCCESS)
         (void)vkResetFences(m->device->device, 1, &m->fence);
+}
+
+/* Ends a command buffer from begin_commands, submits it, waits for it and
+ * frees it: the one-time work of create (weights) and of reading a tensor.
+ * After a failed wait or reset the device is drained first, since what the
+ * work uses is freed next. */
+static kiln_status submit_once(kiln_model *m, VkCommandBuffer cmd) {
+    kiln_device *dev = m->device;
+    VkSubmitInfo si;
+    memset(&si, 0, sizeof si);
+    si.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO;
+    si.commandBufferCount = 1;
+    si.pCommandBuffers = &cmd;
+    kiln_status s = KILN_OK;
+    int submitted = 0;
+    KILN_VK_GOTO(s, vkEndCommandBuffer(cmd), done);
+    KILN_VK_GOTO(s, vkQueueSubmit(dev->queue, 1, &si, m->fence), done);
+    submitted = 1;
+    KILN_VK_GOTO(s, vkWaitForFences(dev->device, 1, &m->fence, VK_TRUE, UINT64_MAX), done);
+    KILN_VK_GOTO(s, vkResetFences(dev->device, 1, &m->fence), done);
+done:
+    settle(m, submitted && s != KILN_OK);
+    vkFreeCommandBuffers(dev->device, m->pool, 1, &cmd);
+    return s;
 }
 
 static uint64_t get_u64(const unsigned char *p) {
@@ -186,7 +216,6 @@ static kiln_status upload_weights(kiln_model *m) {
                                              VK_BUFFER_USAGE_TRANSFER_SRC_BIT,
                                              KILN__MEMORY_STAGING, &staging));
     VkCommandBuffer cmd = VK_NULL_HANDLE;
-    int submitted = 0;
     kiln_status s = KILN_OK;
     if (d->weights)
         memcpy(staging.mapped, d->weights, (size_t)d->weight_bytes);
@@ -194,25 +223,11 @@ static kiln_status upload_weights(kiln_model *m) {
         s = read_weights_file(m->weights_path, d, staging.mapped);
     if (s == KILN_OK)
         s = begin_commands(m, VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT, &cmd);
-    if (s != KILN_OK)
-        goto done;
-    VkBufferCopy region = {0, 0, d->weight_bytes};
-    vkCmdCopyBuffer(cmd, staging.buffer, m->weights.buffer, 1, &region);
-    KILN_VK_GOTO(s, vkEndCommandBuffer(cmd), done);
-    VkSubmitInfo si;
-    memset(&si, 0, sizeof si);
-    si.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO;
-    si.commandBufferCount = 1;
-    si.pCommandBuffers = &cmd;
-    KILN_VK_GOTO(s, vkQueueSubmit(dev->queue, 1, &si, m->fence), done);
-    submitted = 1;
-    KILN_VK_GOTO(s, vkWaitForFences(dev->device, 1, &m->fence, VK_TRUE, UINT64_MAX),
-                 done);
-    KILN_VK_GOTO(s, vkResetFences(dev->device, 1, &m->fence), done);
-done:
-    settle(m, submitted && s != KILN_OK);
-    if (cmd)
-        vkFreeCommandBuffers(dev->device, m->pool, 1, &cmd);
+    if (s == KILN_OK) {
+        VkBufferCopy region = {0, 0, d->weight_bytes};
+        vkCmdCopyBuffer(cmd, staging.buffer, m->weights.buffer, 1, &region);
+        s = submit_once(m, cmd);
+    }
     kiln__buffer_destroy(dev, &staging);
     return s;
 }
@@ -631,29 +646,16 @@ kiln_status kiln_model_read_tensor(kiln_model *m, const kiln_tensor_info *tensor
                                              VK_BUFFER_USAGE_TRANSFER_DST_BIT,
                                              KILN__MEMORY_STAGING, &staging));
     VkCommandBuffer cmd = VK_NULL_HANDLE;
-    int submitted = 0;
     kiln_status s = begin_commands(m, VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT, &cmd);
     if (s == KILN_OK) {
         VkBufferCopy c = {tensor->offset, 0, tensor->bytes};
         vkCmdCopyBuffer(cmd, buffer_of(m, tensor->buffer), staging.buffer, 1, &c);
         memory_barrier(cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
                        VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
-        VkSubmitInfo si;
-        memset(&si, 0, sizeof si);
-        si.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO;
-        si.commandBufferCount = 1;
-        si.pCommandBuffers = &cmd;
-        KILN_VK_GOTO(s, vkEndCommandBuffer(cmd), done);
-        KILN_VK_GOTO(s, vkQueueSubmit(dev->queue, 1, &si, m->fence), done);
-        submitted = 1;
-        KILN_VK_GOTO(s, vkWaitForFences(dev->device, 1, &m->fence, VK_TRUE, UINT64_MAX), done);
-        KILN_VK_GOTO(s, vkResetFences(dev->device, 1, &m->fence), done);
-        memcpy(dst, staging.mapped, (size_t)tensor->bytes);
+        s = submit_once(m, cmd);
     }
-done:
-    settle(m, submitted && s != KILN_OK);
-    if (cmd)
-        vkFreeCommandBuffers(dev->device, m->pool, 1, &cmd);
+    if (s == KILN_OK)
+        memcpy(dst, staging.mapped, (size_t)tensor->bytes);
     kiln__buffer_destroy(dev, &staging);
     return s;
 }

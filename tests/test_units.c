@@ -40,18 +40,11 @@ static uint64_t rng_state = 12345;
 static uint32_t rnd(uint32_t n) { return (uint32_t)(splitmix64(&rng_state) % n); }
 
 static Tensor *mk_tensor(Graph *g, TensorKind kind, int64_t elems) {
-    Tensor *t = xcalloc(1, sizeof *t);
-    t->name = format("t%d", g->tensors.len);
-    t->id = g->tensors.len;
-    t->kind = kind;
+    Loc nowhere = {NULL, 0, 0};
+    Tensor *t = graph_tensor(g, format("t%d", g->tensors.len), kind, nowhere);
     t->dtype = KILN_DTYPE_F32;
     t->rank = 1;
     t->shape[0] = elems;
-    vec_push(&g->tensors, t);
-    if (kind == T_INPUT)
-        vec_push(&g->inputs, t);
-    if (kind == T_WEIGHT)
-        vec_push(&g->weights, t);
     return t;
 }
 
