@@ -185,7 +185,7 @@ onnx-report: test-deps $(B)/kiln $(B)/libkilnrt.a $(B)/run_model_test.o
 
 # ---- install ----
 # make install PREFIX=/usr/local [DESTDIR=...]: the compiler, the runtime
-# (static and shared), its header, a pkg-config file (kilnrt) and the man
+# (static and shared), its headers, a pkg-config file (kilnrt) and the man
 # page. samples/embed/ builds against them with pkg-config alone.
 
 PREFIX ?= /usr/local
@@ -200,7 +200,7 @@ install: deps $(B)/kiln $(B)/libkilnrt.a $(B)/shared/libkilnrt.so
 	install -m 644 $(B)/libkilnrt.a $(LIBDIR)/libkilnrt.a
 	install -m 755 $(B)/shared/libkilnrt.so $(LIBDIR)/$(RT_SONAME)
 	ln -sf $(RT_SONAME) $(LIBDIR)/libkilnrt.so
-	install -m 644 runtime/kiln_rt.h $(INCDIR)/kiln_rt.h
+	install -m 644 runtime/kiln_rt.h runtime/kiln_rt_vulkan.h $(INCDIR)/
 	install -m 644 compiler/kiln.1 $(MANDIR)/kiln.1
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(shell sed -n 's/^#define KILN_RT_VERSION "\(.*\)"/\1/p' runtime/kiln_rt.h)|' \
 	  runtime/kilnrt.pc.in > $(LIBDIR)/pkgconfig/kilnrt.pc
@@ -208,7 +208,7 @@ install: deps $(B)/kiln $(B)/libkilnrt.a $(B)/shared/libkilnrt.so
 
 uninstall:
 	rm -f $(BINDIR)/kiln $(LIBDIR)/libkilnrt.a $(LIBDIR)/$(RT_SONAME) $(LIBDIR)/libkilnrt.so \
-	  $(INCDIR)/kiln_rt.h $(MANDIR)/kiln.1 $(LIBDIR)/pkgconfig/kilnrt.pc
+	  $(INCDIR)/kiln_rt.h $(INCDIR)/kiln_rt_vulkan.h $(MANDIR)/kiln.1 $(LIBDIR)/pkgconfig/kilnrt.pc
 
 # ---- fuzzing ----
 # make fuzz [FUZZ_SECONDS=60] [FUZZ_TARGETS="yaml onnx ..."]: builds the

@@ -33,7 +33,7 @@ kiln_status kiln__buffer_create(kiln_device *dev, VkDeviceSize size,
     bi.size = size;
     bi.usage = usage;
     bi.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
-    KILN_VK_RETURN(vkCreateBuffer(dev->device, &bi, NULL, &out->buffer));
+    KILN_VK_RETURN(vkCreateBuffer(dev->device, &bi, dev->vk_alloc, &out->buffer));
 
     VkMemoryRequirements req;
     vkGetBufferMemoryRequirements(dev->device, out->buffer, &req);
@@ -74,7 +74,7 @@ kiln_status kiln__buffer_create(kiln_device *dev, VkDeviceSize size,
     ai.allocationSize = req.size;
     ai.memoryTypeIndex = (uint32_t)type;
     kiln_status s = KILN_OK;
-    KILN_VK_GOTO(s, vkAllocateMemory(dev->device, &ai, NULL, &out->memory), fail);
+    KILN_VK_GOTO(s, vkAllocateMemory(dev->device, &ai, dev->vk_alloc, &out->memory), fail);
     KILN_VK_GOTO(s, vkBindBufferMemory(dev->device, out->buffer, out->memory, 0),
                  fail);
     if (kind == KILN__MEMORY_STAGING)
@@ -100,8 +100,8 @@ void kiln__buffer_destroy(kiln_device *dev, kiln__buffer *buf) {
     if (buf->mapped)
         vkUnmapMemory(dev->device, buf->memory);
     if (buf->buffer)
-        vkDestroyBuffer(dev->device, buf->buffer, NULL);
+        vkDestroyBuffer(dev->device, buf->buffer, dev->vk_alloc);
     if (buf->memory)
-        vkFreeMemory(dev->device, buf->memory, NULL);
+        vkFreeMemory(dev->device, buf->memory, dev->vk_alloc);
     memset(buf, 0, sizeof *buf);
 }

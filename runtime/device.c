@@ -14,6 +14,7 @@
  * check the ones its kernels need.
  */
 #include "internal.h"
+#include "kiln_rt_vulkan.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,6 +57,16 @@ const char *kiln_device_type_name(const kiln_device *dev) {
     }
 }
 
+/* The first 32 queue families of pd into fams; returns how many. */
+static uint32_t queue_families(VkPhysicalDevice pd, VkQueueFamilyProperties fams[32]) {
+    uint32_t n = 0;
+    vkGetPhysicalDeviceQueueFamilyProperties(pd, &n, NULL);
+    if (n > 32)
+        n = 32;
+    vkGetPhysicalDeviceQueueFamilyProperties(pd, &n, fams);
+    return n;
+}
+
 /* Fills *why with what the device lacks; returns 1 when usable. */
 static int device_usable(VkPhysicalDevice pd, uint32_t *queue_family,
                          char *why, size_t why_size) {
@@ -79,12 +90,8 @@ static int device_usable(VkPhysicalDevice pd, uint32_t *queue_family,
         snprintf(why, why_size, "the bufferDeviceAddress feature");
         return 0;
     }
-    uint32_t n = 0;
-    vkGetPhysicalDeviceQueueFamilyProperties(pd, &n, NULL);
     VkQueueFamilyProperties fams[32];
-    if (n > 32)
-        n = 32;
-    vkGetPhysicalDeviceQueueFamilyProperties(pd, &n, fams);
+    uint32_t n = queue_families(pd, fams);
     for (uint32_t i = 0; i < n; i++) {
         if (fams[i].queueFlags & VK_QUEUE_COMPUTE_BIT) {
             *queue_family = i;
@@ -100,11 +107,12 @@ static int env_flag(const char *name) {
     return v && *v && strcmp(v, "0") != 0;
 }
 
-static int layer_present(const char *name) {
+static int layer_present(const kiln_device *dev, const char *name) {
     uint32_t n = 0;
     if (vkEnumerateInstanceLayerProperties(&n, NULL) != VK_SUCCESS || n == 0)
         return 0;
-    VkLayerProperties *layers = (VkLayerProperties *)kiln__calloc(n, sizeof *layers);
+    VkLayerProperties *layers =
+        (VkLayerProperties *)kiln__calloc(&dev->allocator, n, sizeof *layers);
     if (!layers)
         return 0;
     int found = 0;
@@ -112,7 +120,7 @@ static int layer_present(const char *name) {
         for (uint32_t i = 0; i < n; i++)
             if (strcmp(layers[i].layerName, name) == 0)
                 found = 1;
-    kiln__free(layers);
+    kiln__free(&dev->allocator, layers);
     return found;
 }
 
@@ -142,7 +150,7 @@ static kiln_status create_instance(kiln_device *dev, int validation) {
     ci.pApplicationInfo = &app;
     if (validation) {
         ci.pNext = &features;
-        if (!layer_present(layer))
+        if (!layer_present(dev, layer))
             return KILN_FAIL(KILN_ERROR_FEATURE_MISSING,
                              "validation requested but %s is not installed "
                              "(Debian: apt-get install vulkan-validationlayers)",
@@ -152,7 +160,7 @@ static kiln_status create_instance(kiln_device *dev, int validation) {
         ci.enabledExtensionCount = 2;
         ci.ppEnabledExtensionNames = exts;
     }
-    VkResult r = vkCreateInstance(&ci, NULL, &dev->instance);
+    VkResult r = vkCreateInstance(&ci, dev->vk_alloc_driver, &dev->instance);
     if (r == VK_ERROR_INCOMPATIBLE_DRIVER)
         return KILN_FAIL(KILN_ERROR_NO_DEVICE,
                          "no Vulkan driver found (vkCreateInstance returned "
@@ -179,7 +187,7 @@ static kiln_status create_instance(kiln_device *dev, int validation) {
                          VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT;
         mi.pfnUserCallback = on_validation;
         mi.pUserData = dev;
-        KILN_VK_RETURN(create(dev->instance, &mi, NULL, &dev->messenger));
+        KILN_VK_RETURN(create(dev->instance, &mi, dev->vk_alloc_driver, &dev->messenger));
     }
     return KILN_OK;
 }
@@ -259,28 +267,71 @@ static void feature_chain(FeatureChain *c) {
     c->v11.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES;
 }
 
+/* The KILN_FEATURE_* bits of a chain filled by vkGetPhysicalDeviceFeatures2. */
+static uint32_t feature_bits(const FeatureChain *c) {
+    return (c->v12.shaderFloat16 ? KILN_FEATURE_FLOAT16 : 0u) |
+           (c->f.features.shaderInt64 ? KILN_FEATURE_INT64 : 0u) |
+           (c->v11.storageBuffer16BitAccess ? KILN_FEATURE_STORAGE16 : 0u) |
+           (c->v12.storageBuffer8BitAccess ? KILN_FEATURE_STORAGE8 : 0u);
+}
+
+uint32_t kiln_vulkan_features(VkPhysicalDevice physical_device) {
+    if (!physical_device)
+        return 0;
+    FeatureChain c;
+    feature_chain(&c);
+    vkGetPhysicalDeviceFeatures2(physical_device, &c.f);
+    return feature_bits(&c);
+}
+
+/* Mesa's lavapipe 22.3 (Debian 12) frees a pointer to the caller's stack
+ * through the command pool's allocation callbacks inside
+ * vkCmdPipelineBarrier: with the C library's allocator nothing happens, with
+ * any other the program aborts. Its command pools, and the VkDevice and
+ * VkInstance whose allocators they inherit, get the driver's own allocator;
+ * every other object kiln creates still uses the caller's. */
+static int driver_callbacks_safe(VkPhysicalDevice pd) {
+    VkPhysicalDeviceDriverProperties driver;
+    memset(&driver, 0, sizeof driver);
+    driver.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES;
+    VkPhysicalDeviceProperties2 p2;
+    memset(&p2, 0, sizeof p2);
+    p2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2;
+    p2.pNext = &driver;
+    vkGetPhysicalDeviceProperties2(pd, &p2);
+    return driver.driverID != VK_DRIVER_ID_MESA_LLVMPIPE;
+}
+
+/* Properties kiln reads from the physical device and queue family. */
+static void query_device(kiln_device *dev) {
+    vkGetPhysicalDeviceProperties(dev->physical, &dev->props);
+    vkGetPhysicalDeviceMemoryProperties(dev->physical, &dev->memory);
+    VkQueueFamilyProperties fams[32];
+    uint32_t nfam = queue_families(dev->physical, fams);
+    dev->timestamp_bits = dev->queue_family < nfam ? fams[dev->queue_family].timestampValidBits : 0;
+
+    VkPhysicalDeviceSubgroupProperties sub;
+    memset(&sub, 0, sizeof sub);
+    sub.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES;
+    VkPhysicalDeviceProperties2 p2;
+    memset(&p2, 0, sizeof p2);
+    p2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2;
+    p2.pNext = &sub;
+    vkGetPhysicalDeviceProperties2(dev->physical, &p2);
+    dev->subgroup_size = sub.subgroupSize;
+}
+
 static kiln_status open_device(kiln_device *dev) {
     FeatureChain have_c, want_c;
     feature_chain(&have_c);
     feature_chain(&want_c);
     vkGetPhysicalDeviceFeatures2(dev->physical, &have_c.f);
+    dev->features = feature_bits(&have_c);
     want_c.v12.bufferDeviceAddress = VK_TRUE;
-    if (have_c.v12.shaderFloat16) {
-        want_c.v12.shaderFloat16 = VK_TRUE;
-        dev->features |= KILN_FEATURE_FLOAT16;
-    }
-    if (have_c.f.features.shaderInt64) {
-        want_c.f.features.shaderInt64 = VK_TRUE;
-        dev->features |= KILN_FEATURE_INT64;
-    }
-    if (have_c.v11.storageBuffer16BitAccess) {
-        want_c.v11.storageBuffer16BitAccess = VK_TRUE;
-        dev->features |= KILN_FEATURE_STORAGE16;
-    }
-    if (have_c.v12.storageBuffer8BitAccess) {
-        want_c.v12.storageBuffer8BitAccess = VK_TRUE;
-        dev->features |= KILN_FEATURE_STORAGE8;
-    }
+    want_c.v12.shaderFloat16 = have_c.v12.shaderFloat16;
+    want_c.f.features.shaderInt64 = have_c.f.features.shaderInt64;
+    want_c.v11.storageBuffer16BitAccess = have_c.v11.storageBuffer16BitAccess;
+    want_c.v12.storageBuffer8BitAccess = have_c.v12.storageBuffer8BitAccess;
 
     float priority = 1.0f;
     VkDeviceQueueCreateInfo qi;
@@ -296,27 +347,40 @@ static kiln_status open_device(kiln_device *dev) {
     ci.pNext = &want_c.f;
     ci.queueCreateInfoCount = 1;
     ci.pQueueCreateInfos = &qi;
-    KILN_VK_RETURN(vkCreateDevice(dev->physical, &ci, NULL, &dev->device));
+    KILN_VK_RETURN(vkCreateDevice(dev->physical, &ci, dev->vk_alloc_driver, &dev->device));
     vkGetDeviceQueue(dev->device, dev->queue_family, 0, &dev->queue);
-
-    uint32_t nfam = 0;
-    vkGetPhysicalDeviceQueueFamilyProperties(dev->physical, &nfam, NULL);
-    VkQueueFamilyProperties fams[32];
-    if (nfam > 32)
-        nfam = 32;
-    vkGetPhysicalDeviceQueueFamilyProperties(dev->physical, &nfam, fams);
-    dev->timestamp_bits = dev->queue_family < nfam ? fams[dev->queue_family].timestampValidBits : 0;
-
-    VkPhysicalDeviceSubgroupProperties sub;
-    memset(&sub, 0, sizeof sub);
-    sub.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES;
-    VkPhysicalDeviceProperties2 p2;
-    memset(&p2, 0, sizeof p2);
-    p2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2;
-    p2.pNext = &sub;
-    vkGetPhysicalDeviceProperties2(dev->physical, &p2);
-    dev->subgroup_size = sub.subgroupSize;
     return KILN_OK;
+}
+
+/* A zeroed device whose host memory comes from allocator (may be NULL). */
+static kiln_status new_device(const kiln_allocator *allocator, kiln_device **out) {
+    if (allocator && (allocator->alloc == NULL) != (allocator->free == NULL))
+        return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT,
+                         "kiln_allocator needs both alloc and free (or neither)");
+    *out = (kiln_device *)kiln__calloc(allocator, 1, sizeof **out);
+    if (!*out)
+        return KILN_FAIL(KILN_ERROR_OUT_OF_HOST_MEMORY, "allocating a device");
+    if (allocator && allocator->alloc) {
+        (*out)->allocator = *allocator;
+        kiln__vk_callbacks(&(*out)->allocator, &(*out)->vk_callbacks);
+        (*out)->vk_alloc = (*out)->vk_alloc_driver = &(*out)->vk_callbacks;
+    }
+    return KILN_OK;
+}
+
+/* Destroys what kiln created of dev's instance: messenger, instance. */
+static void destroy_instance(kiln_device *dev) {
+    if (dev->messenger) {
+        PFN_vkDestroyDebugUtilsMessengerEXT destroy =
+            (PFN_vkDestroyDebugUtilsMessengerEXT)vkGetInstanceProcAddr(
+                dev->instance, "vkDestroyDebugUtilsMessengerEXT");
+        if (destroy)
+            destroy(dev->instance, dev->messenger, dev->vk_alloc_driver);
+        dev->messenger = VK_NULL_HANDLE;
+    }
+    if (dev->instance)
+        vkDestroyInstance(dev->instance, dev->vk_alloc_driver);
+    dev->instance = VK_NULL_HANDLE;
 }
 
 kiln_status kiln_device_create(const kiln_device_options *options,
@@ -339,17 +403,24 @@ kiln_status kiln_device_create(const kiln_device_options *options,
             name = env;
     }
 
-    kiln_device *dev = (kiln_device *)kiln__calloc(1, sizeof *dev);
-    if (!dev)
-        return KILN_FAIL(KILN_ERROR_OUT_OF_HOST_MEMORY, "allocating a device");
+    kiln_device *dev = NULL;
+    KILN_RETURN_IF_ERROR(new_device(options ? options->allocator : NULL, &dev));
     kiln_status s = create_instance(dev, validation);
     if (s == KILN_OK)
         s = choose_device(dev, index, name);
-    if (s == KILN_OK) {
-        vkGetPhysicalDeviceProperties(dev->physical, &dev->props);
-        vkGetPhysicalDeviceMemoryProperties(dev->physical, &dev->memory);
-        s = open_device(dev);
+    if (s == KILN_OK && dev->vk_alloc_driver && !driver_callbacks_safe(dev->physical)) {
+        /* The instance's allocator reaches this driver's command pools:
+         * start again on the driver's own. */
+        destroy_instance(dev);
+        dev->vk_alloc_driver = NULL;
+        s = create_instance(dev, validation);
+        if (s == KILN_OK)
+            s = choose_device(dev, index, name);
     }
+    if (s == KILN_OK)
+        s = open_device(dev);
+    if (s == KILN_OK)
+        query_device(dev);
     if (s != KILN_OK) {
         kiln_device_destroy(dev);
         return s;
@@ -358,21 +429,70 @@ kiln_status kiln_device_create(const kiln_device_options *options,
     return KILN_OK;
 }
 
+kiln_status kiln_device_create_vulkan(const kiln_vulkan_handles *h,
+                                      const kiln_allocator *allocator,
+                                      kiln_device **out_device) {
+    if (!out_device)
+        return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "out_device is NULL");
+    *out_device = NULL;
+    if (!h || !h->instance || !h->physical_device || !h->device || !h->queue)
+        return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT,
+                         "kiln_vulkan_handles needs instance, physical_device, "
+                         "device and queue");
+    char why[128];
+    uint32_t compute_family = 0;
+    if (!device_usable(h->physical_device, &compute_family, why, sizeof why))
+        return KILN_FAIL(KILN_ERROR_FEATURE_MISSING, "the physical device lacks %s", why);
+    VkQueueFamilyProperties fams[32];
+    uint32_t nfam = queue_families(h->physical_device, fams);
+    if (h->queue_family >= nfam || !(fams[h->queue_family].queueFlags & VK_QUEUE_COMPUTE_BIT))
+        return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT,
+                         "queue family %u %s", h->queue_family,
+                         h->queue_family >= nfam ? "does not exist" : "has no compute");
+    uint32_t unsupported = h->features & ~kiln_vulkan_features(h->physical_device);
+    if (unsupported)
+        return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT,
+                         "features declares bits 0x%x the physical device does not "
+                         "support", unsupported);
+
+    kiln_device *dev = NULL;
+    KILN_RETURN_IF_ERROR(new_device(allocator, &dev));
+    dev->external = 1;
+    dev->instance = h->instance;
+    dev->physical = h->physical_device;
+    dev->device = h->device;
+    dev->queue = h->queue;
+    dev->queue_family = h->queue_family;
+    dev->features = h->features;
+    if (!driver_callbacks_safe(dev->physical))
+        dev->vk_alloc_driver = NULL;
+    query_device(dev);
+    *out_device = dev;
+    return KILN_OK;
+}
+
+kiln_status kiln_device_get_vulkan(const kiln_device *dev, kiln_vulkan_handles *out) {
+    if (!dev || !out)
+        return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "device or out_handles is NULL");
+    out->instance = dev->instance;
+    out->physical_device = dev->physical;
+    out->device = dev->device;
+    out->queue = dev->queue;
+    out->queue_family = dev->queue_family;
+    out->features = dev->features;
+    return KILN_OK;
+}
+
 void kiln_device_destroy(kiln_device *dev) {
     if (!dev)
         return;
-    if (dev->device)
-        vkDestroyDevice(dev->device, NULL);
-    if (dev->messenger) {
-        PFN_vkDestroyDebugUtilsMessengerEXT destroy =
-            (PFN_vkDestroyDebugUtilsMessengerEXT)vkGetInstanceProcAddr(
-                dev->instance, "vkDestroyDebugUtilsMessengerEXT");
-        if (destroy)
-            destroy(dev->instance, dev->messenger, NULL);
+    kiln_allocator allocator = dev->allocator; /* dev itself came from it */
+    if (!dev->external) {
+        if (dev->device)
+            vkDestroyDevice(dev->device, dev->vk_alloc_driver);
+        destroy_instance(dev);
     }
-    if (dev->instance)
-        vkDestroyInstance(dev->instance, NULL);
-    kiln__free(dev);
+    kiln__free(&allocator, dev);
 }
 
 const char *kiln_device_name(const kiln_device *dev) {

@@ -55,9 +55,13 @@ const char *kiln__vk_result_name(VkResult result);
 
 /* ---- alloc.c ----------------------------------------------------------- */
 
-/* calloc and free for everything the runtime allocates on the host. */
-void *kiln__calloc(size_t n, size_t size);
-void kiln__free(void *p);
+/* calloc and free for everything the runtime allocates on the host: through
+ * allocator when it is not NULL and has alloc set, else the C library. */
+void *kiln__calloc(const kiln_allocator *allocator, size_t n, size_t size);
+void kiln__free(const kiln_allocator *allocator, void *p);
+/* Vulkan allocation callbacks that call allocator (which must outlive
+ * them); pUserData is allocator. */
+void kiln__vk_callbacks(kiln_allocator *allocator, VkAllocationCallbacks *out);
 
 #ifdef KILN_FAULT_INJECTION
 /* Fault-injection builds only (make fault-test): the Nth host allocation
@@ -117,6 +121,14 @@ struct kiln_device {
     uint32_t timestamp_bits;  /* of the queue family; 0: no timestamps */
     VkDebugUtilsMessengerEXT messenger;
     uint32_t validation_count;
+    int external;             /* instance, device and queue are the caller's */
+    kiln_allocator allocator; /* alloc NULL: the C library */
+    VkAllocationCallbacks vk_callbacks;
+    const VkAllocationCallbacks *vk_alloc; /* &vk_callbacks, or NULL */
+    /* For the objects whose allocator a driver's command recording inherits
+     * (the instance and VkDevice kiln creates, command pools): vk_alloc, or
+     * NULL on a driver that misuses it (device.c, driver_callbacks_safe). */
+    const VkAllocationCallbacks *vk_alloc_driver;
 };
 
 /* ---- buffer.c ---------------------------------------------------------- */

@@ -32,10 +32,20 @@
  * - kiln_model_run allocates nothing and records nothing: it copies inputs
  *   into mapped staging memory, submits the command buffer recorded at
  *   create, waits on one fence and copies outputs back.
- * - Thread safety: a kiln_model may be run from one thread at a time. Models
- *   that share a kiln_device share its queue, which Vulkan requires to be
- *   externally synchronized: run them from one thread, or under your lock.
- *   kiln_last_error() is per thread.
+ * - Thread safety: a kiln_model may be used from one thread at a time.
+ *   Models that share a kiln_device share its queue, which Vulkan requires
+ *   to be externally synchronized: run, create, read and destroy them from
+ *   one thread, or under one lock. A device made from your own Vulkan
+ *   objects (kiln_rt_vulkan.h) shares your queue: hold the lock you use for
+ *   that queue around every kiln call on the device and its models.
+ *   Different kiln_devices are independent. kiln_last_error() is per thread.
+ * - Host memory: all of it comes from the device's kiln_allocator when one
+ *   is given (kiln_device_options.allocator), including what the Vulkan
+ *   driver allocates for the objects kiln creates; malloc otherwise. It is
+ *   all allocated in create and freed in destroy. Exceptions: stdio's FILE
+ *   when create reads a weights sidecar, and on Mesa's lavapipe the
+ *   instance, VkDevice and command pools (its 22.3 release frees a stack
+ *   pointer through their allocator while recording barriers).
  *
  * Environment:
  *   KILN_DEVICE=N or KILN_DEVICE=substring  pick a device by index or name
@@ -98,6 +108,20 @@ typedef struct kiln_device kiln_device;
 
 #define KILN_DEVICE_VALIDATION 1u /* enable VK_LAYER_KHRONOS_validation */
 
+/* A host allocator: every host allocation of a device and its models, the
+ * runtime's own and those the Vulkan driver makes for the objects kiln
+ * creates (passed to Vulkan as VkAllocationCallbacks). alloc returns size
+ * bytes aligned to alignment (a power of two) or NULL; free takes what alloc
+ * returned. Both may be called from any thread that calls kiln on the
+ * device; user is passed back unchanged and must outlive the device. */
+typedef struct kiln_allocator {
+    void *(*alloc)(void *user, size_t size, size_t alignment);
+    void (*free)(void *user, void *ptr);
+    void *user;
+} kiln_allocator;
+
+/* Zero-initialize options (= {0}) and set what you need: fields may be
+ * added at the end. */
 typedef struct kiln_device_options {
     /* Index into vkEnumeratePhysicalDevices, or -1 to choose: discrete GPUs
      * first, then integrated, then virtual, then CPU implementations. */
@@ -105,10 +129,13 @@ typedef struct kiln_device_options {
     /* When not NULL, the first device whose name contains this string. */
     const char *name_contains;
     uint32_t flags; /* KILN_DEVICE_* */
+    /* NULL: malloc and the driver's own allocator. Copied at create. */
+    const kiln_allocator *allocator;
 } kiln_device_options;
 
 /* options may be NULL: automatic choice, overridable by KILN_DEVICE and
- * KILN_VALIDATION in the environment. */
+ * KILN_VALIDATION in the environment. To run on a VkDevice of your own (to
+ * share the GPU with a renderer), see kiln_rt_vulkan.h. */
 kiln_status kiln_device_create(const kiln_device_options *options,
                                kiln_device **out_device);
 void kiln_device_destroy(kiln_device *device);

@@ -35,6 +35,7 @@
 
 struct kiln_model {
     kiln_device *device;
+    const kiln_allocator *host; /* the device's allocator (it outlives m) */
     int owns_device;
     const kiln_model_desc *desc;
     kiln__buffer arena, weights, io;
@@ -124,7 +125,7 @@ static kiln_status begin_commands(kiln_model *m, VkCommandBufferUsageFlags flags
 static void settle(kiln_model *m, int needed) {
     if (!needed)
         return;
-    if (vkDeviceWaitIdle(m->device->device) == VK_SUCCESS)
+    if (vkQueueWaitIdle(m->device->queue) == VK_SUCCESS)
         (void)vkResetFences(m->device->device, 1, &m->fence);
 }
 
@@ -234,7 +235,8 @@ static kiln_status upload_weights(kiln_model *m) {
 
 static kiln_status create_pipelines(kiln_model *m) {
     const kiln_model_desc *d = m->desc;
-    VkDevice vd = m->device->device;
+    const kiln_device *dev = m->device;
+    VkDevice vd = dev->device;
 
     VkPushConstantRange range = {VK_SHADER_STAGE_COMPUTE_BIT, 0, PUSH_BYTES};
     VkPipelineLayoutCreateInfo li;
@@ -242,15 +244,15 @@ static kiln_status create_pipelines(kiln_model *m) {
     li.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO;
     li.pushConstantRangeCount = 1;
     li.pPushConstantRanges = &range;
-    KILN_VK_RETURN(vkCreatePipelineLayout(vd, &li, NULL, &m->layout));
+    KILN_VK_RETURN(vkCreatePipelineLayout(vd, &li, dev->vk_alloc, &m->layout));
 
     VkPipelineCacheCreateInfo ci;
     memset(&ci, 0, sizeof ci);
     ci.sType = VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO;
-    KILN_VK_RETURN(vkCreatePipelineCache(vd, &ci, NULL, &m->cache));
+    KILN_VK_RETURN(vkCreatePipelineCache(vd, &ci, dev->vk_alloc, &m->cache));
 
-    m->pipelines = (VkPipeline *)kiln__calloc(d->kernel_count ? d->kernel_count : 1,
-                                        sizeof *m->pipelines);
+    m->pipelines = (VkPipeline *)kiln__calloc(m->host, d->kernel_count ? d->kernel_count : 1,
+                                              sizeof *m->pipelines);
     if (!m->pipelines)
         return KILN_FAIL(KILN_ERROR_OUT_OF_HOST_MEMORY, "allocating pipelines");
     for (uint32_t i = 0; i < d->kernel_count; i++) {
@@ -260,7 +262,7 @@ static kiln_status create_pipelines(kiln_model *m) {
         si.codeSize = (size_t)d->kernels[i].words * 4u;
         si.pCode = d->kernels[i].spirv;
         VkShaderModule module;
-        KILN_VK_RETURN(vkCreateShaderModule(vd, &si, NULL, &module));
+        KILN_VK_RETURN(vkCreateShaderModule(vd, &si, dev->vk_alloc, &module));
 
         VkComputePipelineCreateInfo pi;
         memset(&pi, 0, sizeof pi);
@@ -270,9 +272,9 @@ static kiln_status create_pipelines(kiln_model *m) {
         pi.stage.module = module;
         pi.stage.pName = "main";
         pi.layout = m->layout;
-        VkResult r = vkCreateComputePipelines(vd, m->cache, 1, &pi, NULL,
+        VkResult r = vkCreateComputePipelines(vd, m->cache, 1, &pi, dev->vk_alloc,
                                               &m->pipelines[i]);
-        vkDestroyShaderModule(vd, module, NULL);
+        vkDestroyShaderModule(vd, module, dev->vk_alloc);
         if (r != VK_SUCCESS) {
             kiln_status st = kiln__vk_fail(r, __FILE__, __LINE__, "");
             return kiln__fail(st, __FILE__, __LINE__,
@@ -397,11 +399,11 @@ static kiln_status create_objects(kiln_model *m) {
     memset(&pi, 0, sizeof pi);
     pi.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO;
     pi.queueFamilyIndex = dev->queue_family;
-    KILN_VK_RETURN(vkCreateCommandPool(dev->device, &pi, NULL, &m->pool));
+    KILN_VK_RETURN(vkCreateCommandPool(dev->device, &pi, dev->vk_alloc_driver, &m->pool));
     VkFenceCreateInfo fi;
     memset(&fi, 0, sizeof fi);
     fi.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO;
-    KILN_VK_RETURN(vkCreateFence(dev->device, &fi, NULL, &m->fence));
+    KILN_VK_RETURN(vkCreateFence(dev->device, &fi, dev->vk_alloc, &m->fence));
 
     KILN_RETURN_IF_ERROR(upload_weights(m));
     KILN_RETURN_IF_ERROR(create_pipelines(m));
@@ -419,7 +421,7 @@ static kiln_status create_timestamps(kiln_model *m) {
     qi.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO;
     qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
     qi.queryCount = m->desc->dispatch_count + 1;
-    KILN_VK_RETURN(vkCreateQueryPool(dev->device, &qi, NULL, &m->timestamps));
+    KILN_VK_RETURN(vkCreateQueryPool(dev->device, &qi, dev->vk_alloc, &m->timestamps));
     return KILN_OK;
 }
 
@@ -436,9 +438,11 @@ kiln_status kiln_model_create_ex(kiln_device *device, const kiln_model_desc *des
     *out_model = NULL;
     if (!desc)
         return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "desc is NULL");
-    kiln_model *m = (kiln_model *)kiln__calloc(1, sizeof *m);
+    const kiln_allocator *host = device ? &device->allocator : NULL;
+    kiln_model *m = (kiln_model *)kiln__calloc(host, 1, sizeof *m);
     if (!m)
         return KILN_FAIL(KILN_ERROR_OUT_OF_HOST_MEMORY, "allocating a model");
+    m->host = host;
     m->desc = desc;
     m->device = device;
     m->weights_path = options && options->weights_path ? options->weights_path
@@ -575,31 +579,33 @@ void kiln_model_destroy(kiln_model *m) {
         return;
     kiln_device *dev = m->device;
     if (dev && dev->device) {
-        /* After a device loss this may fail; destroy goes on regardless. */
-        vkDeviceWaitIdle(dev->device);
+        /* After a device loss this may fail; destroy goes on regardless.
+         * The queue, not the device: a device of the caller's
+         * (kiln_rt_vulkan.h) may have other queues busy with its work. */
+        vkQueueWaitIdle(dev->queue);
         if (m->pipelines) {
             for (uint32_t i = 0; i < m->desc->kernel_count; i++)
                 if (m->pipelines[i])
-                    vkDestroyPipeline(dev->device, m->pipelines[i], NULL);
+                    vkDestroyPipeline(dev->device, m->pipelines[i], dev->vk_alloc);
         }
         if (m->cache)
-            vkDestroyPipelineCache(dev->device, m->cache, NULL);
+            vkDestroyPipelineCache(dev->device, m->cache, dev->vk_alloc);
         if (m->layout)
-            vkDestroyPipelineLayout(dev->device, m->layout, NULL);
+            vkDestroyPipelineLayout(dev->device, m->layout, dev->vk_alloc);
         if (m->pool)
-            vkDestroyCommandPool(dev->device, m->pool, NULL);
+            vkDestroyCommandPool(dev->device, m->pool, dev->vk_alloc_driver);
         if (m->fence)
-            vkDestroyFence(dev->device, m->fence, NULL);
+            vkDestroyFence(dev->device, m->fence, dev->vk_alloc);
         if (m->timestamps)
-            vkDestroyQueryPool(dev->device, m->timestamps, NULL);
+            vkDestroyQueryPool(dev->device, m->timestamps, dev->vk_alloc);
         kiln__buffer_destroy(dev, &m->arena);
         kiln__buffer_destroy(dev, &m->weights);
         kiln__buffer_destroy(dev, &m->io);
     }
-    kiln__free(m->pipelines);
+    kiln__free(m->host, m->pipelines);
     if (m->owns_device)
         kiln_device_destroy(dev);
-    kiln__free(m);
+    kiln__free(m->host, m);
 }
 
 kiln_status kiln_model_profile(kiln_model *m, double *us, uint32_t count) {
@@ -616,14 +622,14 @@ kiln_status kiln_model_profile(kiln_model *m, double *us, uint32_t count) {
                          count, n);
     if (n == 0)
         return KILN_OK;
-    uint64_t *t = (uint64_t *)kiln__calloc(n + 1, sizeof *t);
+    uint64_t *t = (uint64_t *)kiln__calloc(m->host, n + 1, sizeof *t);
     if (!t)
         return KILN_FAIL(KILN_ERROR_OUT_OF_HOST_MEMORY, "allocating timestamps");
     VkResult r = vkGetQueryPoolResults(m->device->device, m->timestamps, 0, n + 1,
                                        sizeof(uint64_t) * (n + 1), t, sizeof(uint64_t),
                                        VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT);
     if (r != VK_SUCCESS) {
-        kiln__free(t);
+        kiln__free(m->host, t);
         return kiln__vk_fail(r, __FILE__, __LINE__, "vkGetQueryPoolResults");
     }
     uint32_t bits = m->device->timestamp_bits;
@@ -631,7 +637,7 @@ kiln_status kiln_model_profile(kiln_model *m, double *us, uint32_t count) {
     double period = m->device->props.limits.timestampPeriod; /* ns per tick */
     for (uint32_t i = 0; i < n; i++)
         us[i] = (double)((t[i + 1] - t[i]) & mask) * period / 1000.0;
-    kiln__free(t);
+    kiln__free(m->host, t);
     return KILN_OK;
 }
 

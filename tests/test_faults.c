@@ -51,7 +51,7 @@ static int outputs_match(const kiln_model_desc *d) {
  * (KILN_OK when none) and checks the rules above. */
 static kiln_status cycle(const char *what, uint64_t n) {
     const kiln_model_desc *d = model_desc();
-    kiln_device_options opts = {-1, NULL, 0};
+    kiln_device_options opts = {-1, NULL, 0, NULL};
     const char *v = getenv("KILN_VALIDATION");
     if (v && strcmp(v, "1") == 0)
         opts.flags |= KILN_DEVICE_VALIDATION;

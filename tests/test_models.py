@@ -366,6 +366,28 @@ def test_embed(workdir):
     check(r.stdout.count("ok ") == (2 if interpose else 3), r.stdout)
 
 
+@case("models on the caller's own VkInstance, VkDevice and queue, and its host allocator "
+      "(tests/test_vulkan.c)")
+def test_vulkan_handles(workdir):
+    d = Path(workdir)
+    r = kiln("compile", ROOT / "samples" / "mlp.yaml", "-o", d / "mlp.c")
+    check(r.returncode == 0, r.stderr)
+    (d / "half.yaml").write_text("name: half\ninputs:\n  x: {dtype: f16, shape: [8]}\n"
+                                 "nodes:\n  - {name: y, op: add, inputs: [x, x]}\n"
+                                 "outputs: [y]\n")
+    r = kiln("compile", "half.yaml", "-o", "half.c", cwd=d)
+    check(r.returncode == 0, r.stderr)
+    prog = d / "test_vulkan"
+    r = run([CC, "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror", *EXTRA_CFLAGS,
+             "-I", ROOT / "runtime", "-I", d, "-o", prog, ROOT / "tests" / "test_vulkan.c",
+             d / "mlp.c", d / "half.c", "-L", BUILD, "-lkilnrt", VULKAN_LIB, "-lm"])
+    check(r.returncode == 0, r.stderr)
+    r = run([prog], env={"KILN_VALIDATION": VALIDATION}, timeout=600)
+    check(r.returncode == 0 and "FAIL" not in r.stdout, r.stdout + r.stderr[-2000:])
+    oks = [ln for ln in r.stdout.splitlines() if ln.startswith("ok ")]
+    check(len(oks) == 20 and r.stdout.rstrip().endswith("\n0 failures"), r.stdout)
+
+
 @case("make install PREFIX=...: samples/embed builds out of tree with pkg-config alone "
       "and its firmware loop prints latency percentiles")
 def test_install(workdir):
@@ -378,7 +400,7 @@ def test_install(workdir):
             timeout=600)
     check(r.returncode == 0, r.stdout + r.stderr)
     for f in ["bin/kiln", "lib/libkilnrt.a", "lib/libkilnrt.so.0", "lib/libkilnrt.so",
-              "include/kiln_rt.h", "lib/pkgconfig/kilnrt.pc", "share/man/man1/kiln.1"]:
+              "include/kiln_rt.h", "include/kiln_rt_vulkan.h", "lib/pkgconfig/kilnrt.pc", "share/man/man1/kiln.1"]:
         check((prefix / f).exists(), f"{f} was not installed")
     r = run(["man", "-l", prefix / "share/man/man1/kiln.1"], env={"MANWIDTH": "80"})
     check(r.returncode != 0 or "ahead-of-time compiler" in r.stdout, r.stdout)  # man may be absent

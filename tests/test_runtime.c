@@ -55,7 +55,7 @@ int main(void) {
     kiln_device_destroy(NULL);
 
     /* Device selection: by index, by name, and bad requests. */
-    kiln_device_options o = {99, NULL, 0};
+    kiln_device_options o = {99, NULL, 0, NULL};
     kiln_device *dev = (kiln_device *)1;
     EXPECT("runtime: a device index past the end is NO_DEVICE and sets out to NULL",
            kiln_device_create(&o, &dev) == KILN_ERROR_NO_DEVICE && dev == NULL &&
