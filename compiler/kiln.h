@@ -51,6 +51,9 @@ void cancel_reset(void *arg);
 extern jmp_buf *kiln_error_trap;
 extern bool kiln_quiet;
 char *format(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* IEEE half precision (binary16) from and to float, round to nearest even. */
+float half_to_float(uint16_t h);
+uint16_t float_to_half(float f);
 
 /* file:line:col: error: ..., then the source line with a caret; exit(1)
  * (or longjmp to kiln_error_trap). */
@@ -207,6 +210,10 @@ struct Node {
      * for a matmul the bias add and activation its epilogue absorbed. */
     struct Node *fused_into;
     struct Node *epi_bias, *epi_act;
+    /* --weights (quantize.c): a matmul or gemm whose B is stored in another
+     * format; lowering binds these instead of inputs[1]. */
+    int wformat;                     /* WeightFormat; WF_F32: none */
+    struct Tensor *wq, *wscale, *wzero; /* data, scales, zero points */
 };
 
 typedef struct Graph {
@@ -328,6 +335,7 @@ typedef struct Options {
     bool no_fuse_eltwise;   /* --no-fuse=eltwise */
     bool no_fuse_epilogue;  /* --no-fuse=epilogue */
     bool no_fuse_norm;      /* --no-fuse=norm */
+    int weights_format;     /* --weights: a WeightFormat */
 } Options;
 
 /* Removes nodes that no output depends on, then fuses (each pass behind
@@ -340,6 +348,18 @@ void optimize(Graph *g, const Options *opt);
 char *fused_expr(Node *n, const char *ct, Tensor **leaves, int *nleaves, int max);
 /* "name + name + ..." of a node and the nodes fused into it. */
 char *fused_label(Node *n);
+
+/* ---- quantize.c ---------------------------------------------------------- */
+
+/* Weight formats of --weights (the order is W_FORMAT in shaders/weights.glsl). */
+typedef enum WeightFormat {
+    WF_F32, WF_F16, WF_INT8, WF_INT8_ASYM, WF_INT4, WF_INT4_ASYM, WF_FP8_E4M3,
+    WF_FP8_E5M2, WF_COUNT
+} WeightFormat;
+#define QUANT_BLOCK 32 /* consecutive k sharing a scale (and zero point) */
+extern const char *const weight_format_names[WF_COUNT];
+/* Re-encodes the B weights of matmul and gemm nodes in opt->weights_format. */
+void quantize_weights(Graph *g, const Options *opt);
 
 /* ---- lower.c ------------------------------------------------------------- */
 

@@ -86,41 +86,6 @@ static const char *onnx_type_name(int32_t t) {
 
 static bool is_integral(kiln_dtype d) { return d != KILN_DTYPE_F32 && d != KILN_DTYPE_F16; }
 
-static float half_to_float(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ffu, x;
-    if (e == 0) {
-        float f = (float)m * 5.9604644775390625e-8f; /* 2^-24 */
-        memcpy(&x, &f, 4);
-        x |= sign;
-    } else if (e == 31) {
-        x = sign | 0x7f800000u | (m << 13);
-    } else {
-        x = sign | ((e + 112) << 23) | (m << 13);
-    }
-    float f;
-    memcpy(&f, &x, 4);
-    return f;
-}
-
-static uint16_t float_to_half(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    uint32_t sign = (x >> 16) & 0x8000u, mag = x & 0x7fffffffu;
-    if (mag >= 0x7f800000u)
-        return (uint16_t)(sign | 0x7c00u | (mag > 0x7f800000u ? 0x200u : 0));
-    if (mag >= 0x477ff000u)
-        return (uint16_t)(sign | 0x7c00u);
-    if (mag < 0x38800000u) {
-        float a;
-        memcpy(&a, &mag, 4);
-        return (uint16_t)(sign | (uint32_t)lrintf(a * 16777216.0f));
-    }
-    uint32_t h = (mag - 0x38000000u) >> 13, rest = mag & 0x1fffu;
-    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u)))
-        h++;
-    return (uint16_t)(sign | h);
-}
-
 static int64_t vcount(const Value *v) { return shape_count(v->rank, v->shape); }
 
 static double vget(const Value *v, int64_t i) {

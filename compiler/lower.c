@@ -668,7 +668,11 @@ static Dispatch *matmul_dispatch(Program *p, Node *n, MatmulShape *s) {
     }
     dispatch_arg(d, s->ops[0].t, true);
     dispatch_arg(d, s->ops[1].t, false);
-    dispatch_arg(d, s->ops[2].t, false);
+    dispatch_arg(d, n->wq ? n->wq : s->ops[2].t, false);
+    if (n->wformat != WF_F32) {
+        define_int(d, "W_FORMAT", n->wformat);
+        define_int(d, "QBLOCK", QUANT_BLOCK);
+    }
     d->flops = 2ull * (uint64_t)(s->M * s->N) * (uint64_t)s->K * (uint64_t)s->batch;
     d->groups[0] = groups_for(s->N, matvec ? MATVEC_NCOL : bn);
     d->groups[1] = matvec ? 1 : groups_for(s->M, bm);
@@ -677,6 +681,15 @@ static Dispatch *matmul_dispatch(Program *p, Node *n, MatmulShape *s) {
 }
 
 static const char *activation_expr(const char *name);
+
+/* After the bias slot: the scales and zero points of a quantized B. */
+static void bind_weight_scales(Dispatch *d, Node *n) {
+    if (!n->wscale)
+        return;
+    dispatch_arg(d, n->wscale, false);
+    if (n->wzero)
+        dispatch_arg(d, n->wzero, false);
+}
 
 static void lower_matmul(Program *p, Node *n) {
     Tensor *a = n->inputs[0], *b = n->inputs[1], *out = n->outputs[0];
@@ -744,6 +757,7 @@ static void lower_matmul(Program *p, Node *n) {
     } else {
         dispatch_unused(d, a); /* the bias slot */
     }
+    bind_weight_scales(d, n);
 }
 
 /* Activation expressions for fused epilogues, over x. */
@@ -795,6 +809,7 @@ static void lower_gemm(Program *p, Node *n) {
     } else {
         dispatch_unused(d, a); /* the bias slot */
     }
+    bind_weight_scales(d, n);
 }
 
 /* Row kernels (reduce.glsl): ROWS rows of LEN elements, element j of row r

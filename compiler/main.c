@@ -13,6 +13,7 @@ static const char usage[] =
     "usage: kiln compile MODEL [-o OUT.c] [--name PREFIX] [--shape NAME=DxD..]...\n"
     "                          [--const NAME=TENSOR.pb]... [--align BYTES]\n"
     "                          [--debug-tensors] [--guard] [--report] [-v]\n"
+    "                          [--weights FORMAT]\n"
     "                          [--weights-file FILE | --embed-weights]\n"
     "       kiln inspect MODEL [--format text|json|dot] [--html REPORT.html]\n"
     "                          [--profile PROFILE.json] [-o FILE] [model options]\n"
@@ -38,6 +39,10 @@ static const char usage[] =
     "                   tensor that each run fills and checks (a kernel writing\n"
     "                   out of bounds makes run fail with KILN_ERROR_OUT_OF_BOUNDS)\n"
     "  --no-fuse[=LIST] turn fusions off: eltwise, epilogue, norm (default: all)\n"
+    "  --weights FMT    store matmul and gemm weights as f16, int8, int8-asym,\n"
+    "                   int4, int4-asym, fp8-e4m3 or fp8-e5m2 (blocks of 32 along\n"
+    "                   K with an f32 scale), dequantized inside the matmul;\n"
+    "                   arithmetic stays f32 (default f32: as given)\n"
     "  -v               say what the optimizer removed\n"
     "compile:\n"
     "  -o OUT.c         write OUT.c and OUT.h (default: PREFIX.c here)\n"
@@ -153,6 +158,15 @@ static void parse_args(int argc, char **argv, bool inspect, Args *a) {
                           (int)len, w);
                 w += len + (e ? 1 : 0);
             }
+        } else if (strcmp(arg, "--weights") == 0 && has_value) {
+            const char *v = argv[++i];
+            a->opt.weights_format = -1;
+            for (int f = 0; f < WF_COUNT; f++)
+                if (strcmp(v, weight_format_names[f]) == 0)
+                    a->opt.weights_format = f;
+            if (a->opt.weights_format < 0)
+                fatal("--weights: unknown format '%s' (f32, f16, int8, int8-asym, int4, "
+                      "int4-asym, fp8-e4m3, fp8-e5m2)", v);
         } else if (strcmp(arg, "--debug-tensors") == 0) {
             a->opt.debug_tensors = true;
         } else if (strcmp(arg, "--guard") == 0) {
@@ -200,6 +214,7 @@ static Program *build(Args *a, Graph **out_graph) {
     load_weights(g);
     infer_shapes(g);
     optimize(g, &a->opt);
+    quantize_weights(g, &a->opt);
     if (!a->opt.name)
         a->opt.name = sanitize_name(g->name);
     Program *p = lower(g);

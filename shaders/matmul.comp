@@ -12,6 +12,7 @@
 // Epilogue: C = ACT(ALPHA * acc + BETA * bias[m * BIAS_SM + n * BIAS_SN])
 // where HAS_BIAS (gemm); ACT(x) is an activation expression.
 #include "common.glsl"
+#include "weights.glsl"
 
 #define NTX (BN / TN)
 #define NTY (BM / TM)
@@ -21,8 +22,10 @@ layout(local_size_x = NTX, local_size_y = NTY) in;
 layout(push_constant) uniform Args {
     F32 c;
     F32R a;
-    F32R b;
+    B_BUF b;
     F32R bias;
+    F32R bscale; // quantized B only (weights.glsl)
+    U32R bzero;
 } args;
 
 #ifndef ALPHA
@@ -74,7 +77,7 @@ void main() {
                     for (uint e = tid; e < BK * BN; e += NT) {
                         uint kk = e / BN, cn = e % BN;
                         uint gk = k0 + kk, gn = n0 + cn;
-                        Bs[kk][cn] = (gk < K && gn < N) ? args.b.v[cb + gk * B_SK + gn * B_SN]
+                        Bs[kk][cn] = (gk < K && gn < N) ? LOAD_B(cb + gk * B_SK + gn * B_SN, gk, gn)
                                                         : 0.0;
                     }
                     barrier();

@@ -9,14 +9,17 @@
 // meet in shared memory. Same defines as matmul.comp (strides, batches, the
 // bias and activation epilogue).
 #include "common.glsl"
+#include "weights.glsl"
 
 layout(local_size_x = NCOL, local_size_y = KSPLIT) in;
 
 layout(push_constant) uniform Args {
     F32 c;
     F32R a;
-    F32R b;
+    B_BUF b;
     F32R bias;
+    F32R bscale; // quantized B only (weights.glsl)
+    U32R bzero;
 } args;
 
 #ifndef ALPHA
@@ -55,7 +58,7 @@ void main() {
                 acc[m] = 0.0;
             if (n < N) {
                 for (uint k = s; k < K; k += KSPLIT) {
-                    const float bv = args.b.v[cb + k * B_SK + n * B_SN];
+                    const float bv = LOAD_B(cb + k * B_SK + n * B_SN, k, n);
                     for (uint m = 0; m < M; ++m)
                         acc[m] = fma(args.a.v[ca + m * A_SM + k * A_SK], bv, acc[m]);
                 }

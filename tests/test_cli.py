@@ -214,6 +214,8 @@ def test_usage(workdir):
     check(r.returncode == 1 and "no model given" in r.stderr, r.stderr)
     r = kiln("compile", "m.yaml", "--bogus")
     check(r.returncode == 1 and "unknown option '--bogus'" in r.stderr, r.stderr)
+    r = kiln("compile", "m.yaml", "--weights", "int3")
+    check(r.returncode == 1 and "--weights: unknown format 'int3'" in r.stderr, r.stderr)
     r = kiln("compile", "m.yaml", "--name", "9lives")
     check(r.returncode == 1 and "not a C identifier" in r.stderr, r.stderr)
     r = kiln("compile", "m.pt")

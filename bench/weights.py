@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""weights.py: matmuls with f16, int8, int4 and fp8 weights (--weights), against PyTorch.
+
+Runs where bench/run.py runs (a GPU, kiln built, PyTorch with CUDA). For
+each shape and weight format it compiles y = x @ W with `--weights FMT`
+(weights in a sidecar file), checks kiln's result against PyTorch's x @ W'
+where W' is W quantized as the README describes (tests/test_quant.py's
+reference), then times kiln (GPU timestamps) against torch f32 x @ W and
+torch f16 x @ W (CUDA events), medians of 50 runs. Writes
+bench/WEIGHTS.md and bench/weights.json.
+
+  bench/weights.py [--out DIR] [--quick]
+"""
+import argparse
+import datetime
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import run as bench  # noqa: E402
+from test_quant import dequantized  # noqa: E402  (tests/ is on the path through run)
+
+torch = bench.torch
+FORMATS = ["f32", "f16", "int8", "int8-asym", "int4", "int4-asym", "fp8-e4m3", "fp8-e5m2"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=str(bench.ROOT / "bench"))
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    wd = Path(tempfile.mkdtemp(prefix="kiln-weights-"))
+    K = N = 512 if args.quick else 4096
+    shapes = [(1, K, N), (16, K, N)] + ([] if args.quick else [(4096, K, N)])
+    r = np.random.default_rng(0)
+    w = (r.standard_normal((K, N)) / np.sqrt(K)).astype(np.float32)
+    (wd / "w.bin").write_bytes(w.tobytes())
+    res = {"date": datetime.date.today().isoformat(), "rows": []}
+    try:
+        smi = bench.sh(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"])
+        res["gpu"], res["driver"] = [s.strip() for s in smi.strip().split(",")][:2]
+    except Exception:
+        res["gpu"], res["driver"] = "?", "?"
+    wt = torch.from_numpy(w).to(bench.DEV)
+    wh = wt.half()
+    deq = {f: (w.astype(np.float64) if f == "f32" else dequantized(w, f)[0]) for f in FORMATS}
+    for M, K_, N_ in shapes:
+        x = r.standard_normal((M, K)).astype(np.float32)
+        xt = torch.from_numpy(x).to(bench.DEV)
+        runs = 50
+        t32 = bench.cuda_time_us(lambda: xt @ wt, runs)
+        xh = xt.half()
+        t16 = bench.cuda_time_us(lambda: xh @ wh, runs)
+        for fmt in FORMATS:
+            key = f"mm{M}_{fmt}"
+            doc = {"name": "q", "inputs": {"x": bench.spec([M, K])},
+                   "weights": {"w": {"dtype": "f32", "shape": [K, N], "file": str(wd / "w.bin")}},
+                   "nodes": [{"name": "y", "op": "matmul", "inputs": ["x", "w"]}],
+                   "outputs": ["y"]}
+            (wd / f"{key}.yaml").write_text(json.dumps(doc))
+            bench.sh([bench.BUILD / "kiln", "compile", wd / f"{key}.yaml", "--name", "model",
+                      "-o", wd / f"{key}.c", "--weights", fmt,
+                      "--weights-file", wd / f"{key}.weights"])
+            prog = wd / key
+            bench.sh(["cc", "-O2", "-std=c99", "-D_POSIX_C_SOURCE=199309L", "-I",
+                      bench.ROOT / "runtime", "-DKILN_MODEL=model", "-include", wd / f"{key}.h",
+                      "-o", prog, bench.ROOT / "bench" / "bench.c", wd / f"{key}.c", "-L",
+                      bench.BUILD, "-lkilnrt", bench.VULKAN_LIB, "-lm"])
+            want = (xt.double() @ torch.from_numpy(deq[fmt]).to(bench.DEV)).cpu().numpy()
+            kr, (got,) = bench.run_kiln(wd, prog, [x], [want.astype(np.float32)], runs, 5)
+            err = bench.check_close(f"{key}", got, want, 2e-4)
+            wbytes = int((wd / f"{key}.h").read_text().split("#define MODEL_WEIGHT_BYTES ")[1]
+                         .split()[0].rstrip("ul"))
+            row = {"M": M, "K": K, "N": N, "format": fmt, "kiln_us": kr["gpu_us"],
+                   "torch_f32_us": t32, "torch_f16_us": t16, "weight_bytes": wbytes,
+                   "rel_error_vs_reference": err,
+                   "rel_error_vs_f32": float(np.abs(got - x.astype(np.float64) @ w).max() /
+                                             np.abs(x.astype(np.float64) @ w).max())}
+            res["rows"].append(row)
+            print(json.dumps(row), flush=True)
+    out = Path(args.out)
+    (out / "weights.json").write_text(json.dumps(res, indent=1))
+    L = ["# kiln matmuls with quantized weights, against PyTorch", "",
+         f"Measured {res['date']} on {res['gpu']} (driver {res['driver']}), TF32 off, by "
+         "`bench/weights.py`. Do not edit: rerun it.", "",
+         "y = x @ W, W [K, N] = [4096, 4096]. kiln: `--weights FMT`, dequantized inside the "
+         "matmul, f32 arithmetic; median GPU time of 50 runs. torch: x @ W in f32 and in "
+         "f16 (CUDA events). Each kiln result was first checked against torch's x @ W' "
+         "with W' the format's reference dequantization (error column 'vs ref'); 'vs f32' "
+         "is the quantization error itself (max |y - x @ W| / max |x @ W|).", "",
+         "| M | format | weight MiB | kiln us | torch f32 us | torch f16 us | kiln / torch f32 "
+         "speed | weight GB/s | vs ref | vs f32 |",
+         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for x in res["rows"]:
+        L.append(f"| {x['M']} | {x['format']} | {x['weight_bytes'] / 2**20:.1f} | "
+                 f"{x['kiln_us']:.1f} | {x['torch_f32_us']:.1f} | {x['torch_f16_us']:.1f} | "
+                 f"{x['torch_f32_us'] / x['kiln_us']:.2f} | "
+                 f"{x['weight_bytes'] / x['kiln_us'] / 1e3:.0f} | "
+                 f"{x['rel_error_vs_reference']:.1e} | {x['rel_error_vs_f32']:.1e} |")
+    (out / "WEIGHTS.md").write_text("\n".join(L) + "\n")
+    print((out / "WEIGHTS.md").read_text())
+
+
+if __name__ == "__main__":
+    main()

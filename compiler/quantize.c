@@ -1,0 +1,195 @@
+/*
+ * quantize.c: matmul weights in a smaller format (kiln compile --weights).
+ *
+ * Runs after optimize. The B operand of a live matmul or gemm that is an
+ * f32 weight of rank 2, read by nothing else, is re-encoded here; the node
+ * keeps its inputs (shapes and strides stay those of the f32 tensor) and
+ * records the new weight tensors in wq, wscale, wzero, which lowering binds
+ * instead of B and which shaders/weights.glsl turns back into f32 where the
+ * matmul loads them. The f32 tensor is then read by no dispatch, so
+ * plan_memory leaves it out of the weight buffer.
+ *
+ * Formats (README, "Weight formats", gives the error of each):
+ *   f16        round to nearest even;
+ *   int8       per block of QUANT_BLOCK consecutive k of one column n:
+ *              s = max|w| / 127, q = rint(w / s) in [-127, 127];
+ *   int8-asym  lo = min(w, 0), hi = max(w, 0), s = (hi - lo) / 255,
+ *              z = rint(-lo / s), q = rint(w / s) + z, both in [0, 255];
+ *   int4       s = max|w| / 7, q in [-8, 7], two per byte, low nibble first;
+ *   int4-asym  s = (hi - lo) / 15, z and q in [0, 15];
+ *   fp8-e4m3   s = max|w| / 448, q the nearest e4m3 (FN) value to w / s;
+ *   fp8-e5m2   s = max|w| / 57344, q the nearest e5m2 value.
+ * Scales are f32 ([ceil(K / QUANT_BLOCK), N]); zero points one byte each,
+ * same index. Every rounding is done in double on the stored f32 scale, so
+ * that a reference written from this description gets the same bytes.
+ */
+#include "kiln.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+const char *const weight_format_names[WF_COUNT] = {
+    "f32", "f16", "int8", "int8-asym", "int4", "int4-asym", "fp8-e4m3", "fp8-e5m2"};
+
+/* The fp8 value of code q (sign in bit 7) with ebits exponent bits. */
+static double fp8_value(unsigned q, int ebits) {
+    int mbits = 7 - ebits, bias = (1 << (ebits - 1)) - 1;
+    unsigned e = (q >> mbits) & ((1u << ebits) - 1u), m = q & ((1u << mbits) - 1u);
+    double mag = e == 0 ? ldexp((double)m, 1 - bias - mbits)
+                        : ldexp((double)(m + (1u << mbits)), (int)e - bias - mbits);
+    return (q & 128u) ? -mag : mag;
+}
+
+/* The nearest finite fp8 code to v (ties to the even code); v is within
+ * the format's range by construction of the scale. */
+static unsigned fp8_encode(double v, int ebits) {
+    unsigned top = ebits == 4 ? 126u : 123u; /* the largest finite magnitude */
+    double a = fabs(v);
+    unsigned lo = 0, hi = top;
+    if (a >= fp8_value(top, ebits)) {
+        lo = top;
+    } else {
+        while (hi - lo > 1) { /* magnitudes grow with the code */
+            unsigned mid = (lo + hi) / 2;
+            if (fp8_value(mid, ebits) <= a)
+                lo = mid;
+            else
+                hi = mid;
+        }
+        double dl = a - fp8_value(lo, ebits), dh = fp8_value(hi, ebits) - a;
+        if (dh < dl || (dh == dl && (hi & 1u) == 0))
+            lo = hi;
+    }
+    return lo | (v < 0 && lo ? 128u : 0u);
+}
+
+static double clampd(double v, double lo, double hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+static Tensor *new_weight(Graph *g, const Tensor *from, const char *suffix, kiln_dtype dt,
+                          int64_t count) {
+    Tensor *t = graph_tensor(g, format("%s%s", from->name, suffix), T_WEIGHT, from->loc);
+    t->dtype = dt;
+    t->rank = 1;
+    t->shape[0] = count;
+    t->data = xcalloc((size_t)tensor_bytes(t) + 4, 1);
+    t->first = 1; /* placed only when a dispatch reads it (plan_memory) */
+    t->last = 0;
+    return t;
+}
+
+/* Encodes B (K x N, element (k, n) at k * sk + n * sn) in format f. */
+static void encode(Graph *g, Node *n, Tensor *b, int64_t K, int64_t N, int64_t sk, int64_t sn,
+                   WeightFormat f) {
+    int64_t count = K * N, nb = (K + QUANT_BLOCK - 1) / QUANT_BLOCK;
+    float w;
+    n->wformat = f;
+    if (f == WF_F16) {
+        /* Two halves per 32-bit word: count rounded up to an even number. */
+        n->wq = new_weight(g, b, ".f16", KILN_DTYPE_F16, count + (count & 1));
+        for (int64_t i = 0; i < count; i++) {
+            memcpy(&w, b->data + 4 * i, 4);
+            uint16_t h = float_to_half(w);
+            memcpy(n->wq->data + 2 * i, &h, 2);
+        }
+        return;
+    }
+    bool int4 = f == WF_INT4 || f == WF_INT4_ASYM;
+    bool asym = f == WF_INT8_ASYM || f == WF_INT4_ASYM;
+    int64_t qbytes = int4 ? (count + 1) / 2 : count;
+    n->wq = new_weight(g, b, ".q", KILN_DTYPE_U8, (qbytes + 3) / 4 * 4);
+    n->wscale = new_weight(g, b, ".scale", KILN_DTYPE_F32, nb * N);
+    if (asym)
+        n->wzero = new_weight(g, b, ".zero", KILN_DTYPE_U8, (nb * N + 3) / 4 * 4);
+    double levels = f == WF_INT8 ? 127 : f == WF_INT4 ? 7 : f == WF_INT8_ASYM ? 255
+                  : f == WF_INT4_ASYM ? 15 : f == WF_FP8_E4M3 ? 448 : 57344;
+    for (int64_t col = 0; col < N; col++) {
+        for (int64_t blk = 0; blk < nb; blk++) {
+            int64_t k0 = blk * QUANT_BLOCK, k1 = k0 + QUANT_BLOCK < K ? k0 + QUANT_BLOCK : K;
+            double lo = 0, hi = 0, amax = 0;
+            for (int64_t k = k0; k < k1; k++) {
+                memcpy(&w, b->data + 4 * (k * sk + col * sn), 4);
+                lo = w < lo ? w : lo;
+                hi = w > hi ? w : hi;
+                amax = fabs((double)w) > amax ? fabs((double)w) : amax;
+            }
+            float s = (float)((asym ? hi - lo : amax) / levels);
+            double z = 0;
+            if (asym && s > 0)
+                z = clampd(rint(-lo / s), 0, levels);
+            memcpy(n->wscale->data + 4 * (blk * N + col), &s, 4);
+            if (asym)
+                n->wzero->data[blk * N + col] = (uint8_t)z;
+            for (int64_t k = k0; k < k1; k++) {
+                int64_t i = k * sk + col * sn;
+                memcpy(&w, b->data + 4 * i, 4);
+                double v = s > 0 ? (double)w / s : 0;
+                unsigned q;
+                if (f == WF_FP8_E4M3 || f == WF_FP8_E5M2)
+                    q = fp8_encode(v, f == WF_FP8_E4M3 ? 4 : 5);
+                else if (asym)
+                    q = (unsigned)clampd(rint(v) + z, 0, levels);
+                else
+                    q = (unsigned)(int)clampd(rint(v), -levels - 1, levels) & (int4 ? 15u : 255u);
+                if (int4)
+                    n->wq->data[i / 2] |= (uint8_t)(q << (4 * (i & 1)));
+                else
+                    n->wq->data[i] = (uint8_t)q;
+            }
+        }
+    }
+}
+
+void quantize_weights(Graph *g, const Options *opt) {
+    WeightFormat f = (WeightFormat)opt->weights_format;
+    if (f == WF_F32)
+        return;
+    /* A weight qualifies when every live reader is a matmul or gemm that
+     * takes it as B. */
+    bool *other = xcalloc((size_t)g->tensors.len + 1, sizeof *other);
+    for (int i = 0; i < g->nodes.len; i++) {
+        Node *n = g->nodes.data[i];
+        for (int k = 0; !n->dead && k < n->ninputs; k++)
+            if (k != 1 || (n->op != OP_MATMUL && n->op != OP_GEMM))
+                other[n->inputs[k]->id] = true;
+    }
+    int done = 0;
+    for (int i = 0; i < g->nodes.len; i++) {
+        Node *n = g->nodes.data[i];
+        if (n->dead || (n->op != OP_MATMUL && n->op != OP_GEMM) || n->ninputs < 2)
+            continue;
+        Tensor *b = n->inputs[1];
+        if (b->kind != T_WEIGHT || b->dtype != KILN_DTYPE_F32 || b->rank != 2 ||
+            b->is_output || other[b->id] || !b->data)
+            continue;
+        int64_t K = b->shape[0], N = b->shape[1], sk = N, sn = 1;
+        if (n->op == OP_GEMM && attr_int(n, "trans_b", 0)) {
+            K = b->shape[1];
+            N = b->shape[0];
+            sk = 1;
+            sn = K;
+        }
+        if (K * N == 0)
+            continue;
+        /* Readers of one weight with the same orientation share its bytes. */
+        Node *same = NULL;
+        for (int j = 0; j < i && !same; j++) {
+            Node *m = g->nodes.data[j];
+            if (m->wformat != WF_F32 && m->inputs[1] == b && m->op == n->op &&
+                attr_int(m, "trans_b", 0) == attr_int(n, "trans_b", 0))
+                same = m;
+        }
+        if (same) {
+            n->wformat = same->wformat;
+            n->wq = same->wq;
+            n->wscale = same->wscale;
+            n->wzero = same->wzero;
+            continue;
+        }
+        encode(g, n, b, K, N, sk, sn, f);
+        done++;
+    }
+    if (opt->verbose)
+        fprintf(stderr, "kiln: --weights %s: %d matmul weights re-encoded\n",
+                weight_format_names[f], done);
+}

@@ -1,0 +1,70 @@
+// weights.glsl: B operands of matmul.comp and matvec.comp stored in another
+// format than f32 (kiln compile --weights FORMAT), turned back into f32
+// where they are loaded, so all arithmetic stays f32.
+//
+// W_FORMAT: 0 f32; 1 f16 (two per 32-bit word, unpackHalf2x16: no 16-bit
+// storage feature needed); 2 int8, symmetric: w = q * s; 3 int8,
+// asymmetric: w = (q - z) * s, q and z unsigned bytes; 4 int4, symmetric,
+// q in [-8, 7]; 5 int4, asymmetric, q and z in [0, 15]; 6 fp8 e4m3 (the FN
+// variant: no infinities, 448 largest) times s; 7 fp8 e5m2 times s.
+// Quantized elements keep B's element order (element i of the f32 tensor is
+// byte i, or nibble i with the low nibble first); s and z are per block of
+// QBLOCK consecutive k of one column n: s at bscale[(k / QBLOCK) * N + n],
+// z the byte at the same index of bzero. Everything is read through 32-bit
+// words, so no 8-bit storage feature is needed either.
+//
+// LOAD_B(i, k, n) is element i of B, at row k and column n; it reads
+// args.b, args.bscale and args.bzero, so include this before the kernel's
+// push constants (it defines their B_BUF type) and use it after them.
+#ifndef W_FORMAT
+#define W_FORMAT 0
+#endif
+
+#if W_FORMAT == 0
+#define B_BUF F32R
+#define LOAD_B(i, k, n) args.b.v[i]
+#else
+#define B_BUF U32R
+
+uint kiln_byte(U32R buf, uint i) { return (buf.v[i >> 2] >> ((i & 3u) * 8u)) & 255u; }
+
+// fp8 e4m3 (FN) and e5m2 bytes to float.
+float kiln_fp8(uint q, uint ebits, uint mbits) {
+    uint e = (q >> mbits) & ((1u << ebits) - 1u), m = q & ((1u << mbits) - 1u);
+    int bias = (1 << (ebits - 1)) - 1;
+    float mag = e == 0u ? ldexp(float(m), 1 - bias - int(mbits))
+                        : ldexp(float(m + (1u << mbits)), int(e) - bias - int(mbits));
+    if (ebits == 5u && e == 31u)
+        mag = m == 0u ? uintBitsToFloat(0x7f800000u) : uintBitsToFloat(0x7fc00000u);
+    if (ebits == 4u && e == 15u && m == 7u)
+        mag = uintBitsToFloat(0x7fc00000u);
+    return (q & 128u) != 0u ? -mag : mag;
+}
+
+float kiln_load_b(U32R b, F32R bscale, U32R bzero, uint i, uint k, uint n) {
+#if W_FORMAT == 1
+    vec2 h = unpackHalf2x16(b.v[i >> 1]);
+    return (i & 1u) != 0u ? h.y : h.x;
+#else
+    const uint blk = (k / QBLOCK) * N + n;
+    const float s = bscale.v[blk];
+#if W_FORMAT == 4 || W_FORMAT == 5
+    const uint q = (b.v[i >> 3] >> ((i & 7u) * 4u)) & 15u;
+#else
+    const uint q = kiln_byte(b, i);
+#endif
+#if W_FORMAT == 2
+    return float(int(q << 24) >> 24) * s;
+#elif W_FORMAT == 4
+    return float(int(q << 28) >> 28) * s;
+#elif W_FORMAT == 3 || W_FORMAT == 5
+    return (float(q) - float(kiln_byte(bzero, blk))) * s;
+#elif W_FORMAT == 6
+    return kiln_fp8(q, 4u, 3u) * s;
+#else
+    return kiln_fp8(q, 5u, 2u) * s;
+#endif
+#endif
+}
+#define LOAD_B(i, k, n) kiln_load_b(args.b, args.bscale, args.bzero, i, k, n)
+#endif

@@ -1,0 +1,159 @@
+"""test_quant.py: matmul weights stored as f16, int8, int4 and fp8 (--weights).
+
+For each format and several shapes (matvec and tiled kernels, K not a
+multiple of the block, a gemm with a transposed weight, one weight read by
+two matmuls, one also read by another op), the weight is quantized again
+here with numpy from the README's description of the format (not from
+kiln's code), and kiln's output is compared twice:
+- with x @ dequantized(W) in float64, to f32 matmul accuracy: the kernel
+  decodes exactly the bytes the description says;
+- with x @ W (the f32 weights), within |x| @ bound, where bound is the
+  format's documented worst error per element: what a user can count on.
+The weight memory is checked against the format's size.
+"""
+import re
+from pathlib import Path
+
+import numpy as np
+
+from harness import assert_close, build_model, check, model_yaml, registry, run_program
+
+TESTS, case = registry()
+
+BLOCK = 32
+LEVELS = {"int8": 127, "int4": 7, "int8-asym": 255, "int4-asym": 15,
+          "fp8-e4m3": 448, "fp8-e5m2": 57344}
+# Bytes per weight, scales and zero points included (blocks of 32).
+SIZE = {"f16": 2, "int8": 1 + 4 / 32, "int8-asym": 1 + 5 / 32, "int4": 0.5 + 4 / 32,
+        "int4-asym": 0.5 + 5 / 32, "fp8-e4m3": 1 + 4 / 32, "fp8-e5m2": 1 + 4 / 32}
+
+
+def fp8_table(ebits):
+    """Every finite non-negative fp8 value, by code (0 .. largest finite)."""
+    mbits, bias = 7 - ebits, (1 << (ebits - 1)) - 1
+    top = 126 if ebits == 4 else 123
+    vals = []
+    for q in range(top + 1):
+        e, m = q >> mbits, q & ((1 << mbits) - 1)
+        vals.append(m * 2.0 ** (1 - bias - mbits) if e == 0
+                    else (m + (1 << mbits)) * 2.0 ** (e - bias - mbits))
+    return np.array(vals)
+
+
+def fp8_round(v, ebits):
+    """The nearest fp8 value to each element of v, ties to the even code."""
+    table = fp8_table(ebits)
+    a = np.minimum(np.abs(v), table[-1])
+    hi = np.clip(np.searchsorted(table, a), 1, len(table) - 1)
+    lo = hi - 1
+    dl, dh = a - table[lo], table[hi] - a
+    code = np.where((dh < dl) | ((dh == dl) & (hi % 2 == 0)), hi, lo)
+    return np.sign(v) * table[code]
+
+
+def dequantized(w, fmt):
+    """W as the format stores it ([K, N], blocks along K), and the
+    documented worst error of each element."""
+    w64 = w.astype(np.float64)
+    if fmt == "f16":
+        return (w.astype(np.float16).astype(np.float64),
+                np.maximum(np.abs(w64) * 2.0 ** -11, 2.0 ** -25))
+    out = np.zeros_like(w64)
+    bound = np.zeros_like(w64)
+    L = LEVELS[fmt]
+    for k0 in range(0, w.shape[0], BLOCK):
+        blk = w64[k0:k0 + BLOCK]
+        lo, hi = np.minimum(blk.min(0), 0), np.maximum(blk.max(0), 0)
+        asym = fmt.endswith("asym")
+        s = ((hi - lo) if asym else np.abs(blk).max(0)) / L
+        s = s.astype(np.float32).astype(np.float64)  # stored as f32
+        v = np.divide(blk, s, out=np.zeros_like(blk), where=s > 0)
+        if fmt.startswith("fp8"):
+            ebits = 4 if fmt == "fp8-e4m3" else 5
+            out[k0:k0 + BLOCK] = fp8_round(v, ebits) * s
+            rel, sub = (2.0 ** -4, 2.0 ** -10) if ebits == 4 else (2.0 ** -3, 2.0 ** -17)
+            bound[k0:k0 + BLOCK] = np.maximum(np.abs(blk) * rel, sub * s)
+        elif asym:
+            z = np.where(s > 0, np.clip(np.rint(np.divide(-lo, s, out=np.zeros_like(s),
+                                                          where=s > 0)), 0, L), 0)
+            q = np.clip(np.rint(v) + z, 0, L)
+            out[k0:k0 + BLOCK] = (q - z) * s
+            bound[k0:k0 + BLOCK] = s * 1.0001  # rounding, and a rounded zero point
+        else:
+            q = np.clip(np.rint(v), -L - 1, L)
+            out[k0:k0 + BLOCK] = q * s
+            bound[k0:k0 + BLOCK] = s / 2 * 1.0001
+    return out, bound
+
+
+def weight_bytes(workdir):
+    h = (Path(workdir) / "model.h").read_text()
+    return int(re.search(r"#define MODEL_WEIGHT_BYTES (\d+)", h)[1])
+
+
+def quant_case(fmt, M, K, N, gemm=False, shared=False, other_use=False, seed=0):
+    def test(workdir):
+        r = np.random.default_rng(seed)
+        x = r.standard_normal([M, K]).astype(np.float32)
+        w = (r.standard_normal([K, N]) * 0.5).astype(np.float32)
+        w[:, 0] *= 40  # one column of large values: scales differ per block and column
+        w[3 % K, 1 % N] = 0.0
+        wq, bound = dequantized(w, fmt)
+        stored = w.T.copy() if gemm else w  # gemm trans_b: the weight is [N, K]
+        weights = {"w": {"dtype": "f32", "shape": list(stored.shape), "file": "w.bin"}}
+        if gemm:
+            nodes = [{"name": "y", "op": "gemm", "inputs": ["x", "w"], "trans_b": 1}]
+        else:
+            nodes = [{"name": "y", "op": "matmul", "inputs": ["x", "w"]}]
+        outs = ["y"]
+        if shared:  # a second reader of the same weight, sharing its bytes
+            nodes.append({"name": "y2", "op": "matmul", "inputs": ["x2", "w"]})
+            outs.append("y2")
+        if other_use:  # read by another op too: stays f32 for both
+            nodes.append({"name": "y2", "op": "mul", "inputs": ["w", "w"]})
+            outs.append("y2")
+        ins = {"x": {"dtype": "f32", "shape": [M, K]}}
+        inputs = [x]
+        if shared:
+            x2 = (r.standard_normal([3, K]) * 2).astype(np.float32)
+            ins["x2"] = {"dtype": "f32", "shape": [3, K]}
+            inputs.append(x2)
+        y = model_yaml("q", ins, nodes, outs, weights=weights)
+        prog = build_model(workdir, y, {"w.bin": stored.tobytes()}, flags=("--weights", fmt))
+        x64 = x.astype(np.float64)
+        wants = [x64 @ (w.astype(np.float64) if other_use else wq)]
+        if shared:
+            wants.append(x2.astype(np.float64) @ wq)
+        if other_use:
+            wants.append(w * w)
+        gots = run_program(prog, inputs, [np.zeros(np.shape(v), np.float32) for v in wants])
+        for i, (g, want) in enumerate(zip(gots, wants)):
+            assert_close(g, want, 1e-5, 2e-6 * K ** 0.5 * 4 * max(1, np.abs(w).max()),
+                         f"output {i} against x @ dequantized(W)")
+        if other_use:
+            check(weight_bytes(workdir) >= K * N * 4, "the f32 weight should stay")
+            return
+        # The documented error, against the f32 weights.
+        err = np.abs(gots[0] - x64 @ w.astype(np.float64))
+        allowed = np.abs(x64) @ bound + 1e-5 * (1 + np.abs(x64) @ np.abs(w.astype(np.float64)))
+        worst = np.unravel_index(np.argmax(err - allowed), err.shape)
+        check((err <= allowed).all(),
+              f"{fmt}: error {err[worst]:.3g} at {list(worst)} above the documented "
+              f"{allowed[worst]:.3g}")
+        got_bytes, want_bytes = weight_bytes(workdir), SIZE[fmt] * K * N
+        check(got_bytes <= want_bytes + 3 * 256 and got_bytes < K * N * 4,
+              f"{fmt}: {got_bytes} bytes of weights, expected about {want_bytes:.0f}")
+    return test
+
+
+FORMATS = ["f16", "int8", "int8-asym", "int4", "int4-asym", "fp8-e4m3", "fp8-e5m2"]
+for i, fmt in enumerate(FORMATS):
+    case(f"--weights {fmt}: matvec [5, 70] x [70, 40]")(quant_case(fmt, 5, 70, 40, seed=i))
+    case(f"--weights {fmt}: tiled matmul [70, 96] x [96, 130]")(
+        quant_case(fmt, 70, 96, 130, seed=10 + i))
+    case(f"--weights {fmt}: gemm, transposed weight [33, 64] x [50, 64]^T")(
+        quant_case(fmt, 33, 64, 50, gemm=True, seed=20 + i))
+case("--weights int4: one weight, two matmuls, one copy")(
+    quant_case("int4", 6, 40, 24, shared=True, seed=40))
+case("--weights int8: a weight another op reads stays f32")(
+    quant_case("int8", 6, 40, 24, other_use=True, seed=41))
