@@ -28,16 +28,21 @@
 
 uint kiln_byte(U32R buf, uint i) { return (buf.v[i >> 2] >> ((i & 3u) * 8u)) & 255u; }
 
-// fp8 e4m3 (FN) and e5m2 bytes to float.
-float kiln_fp8(uint q, uint ebits, uint mbits) {
-    uint e = (q >> mbits) & ((1u << ebits) - 1u), m = q & ((1u << mbits) - 1u);
-    int bias = (1 << (ebits - 1)) - 1;
-    float mag = e == 0u ? ldexp(float(m), 1 - bias - int(mbits))
-                        : ldexp(float(m + (1u << mbits)), int(e) - bias - int(mbits));
-    if (ebits == 5u && e == 31u)
-        mag = m == 0u ? uintBitsToFloat(0x7f800000u) : uintBitsToFloat(0x7fc00000u);
-    if (ebits == 4u && e == 15u && m == 7u)
-        mag = uintBitsToFloat(0x7fc00000u);
+// fp8 bytes to float by building the f32 bits (no ldexp, no branches but
+// the selects): a normal value moves its exponent and mantissa into place
+// with the exponent rebiased; a subnormal one is m times its step.
+float kiln_fp8_e4m3(uint q) {
+    const uint e = (q >> 3) & 15u, m = q & 7u;
+    float mag = e == 0u ? float(m) * (1.0 / 512.0)
+                        : uintBitsToFloat(((e + 120u) << 23) | (m << 20));
+    mag = (q & 127u) == 127u ? uintBitsToFloat(0x7fc00000u) : mag; // the FN variant's NaN
+    return (q & 128u) != 0u ? -mag : mag;
+}
+float kiln_fp8_e5m2(uint q) {
+    const uint e = (q >> 2) & 31u, m = q & 3u;
+    float mag = e == 0u ? float(m) * (1.0 / 65536.0)
+              : e == 31u ? uintBitsToFloat(m == 0u ? 0x7f800000u : 0x7fc00000u)
+                         : uintBitsToFloat(((e + 112u) << 23) | (m << 21));
     return (q & 128u) != 0u ? -mag : mag;
 }
 
@@ -60,9 +65,9 @@ float kiln_load_b(U32R b, F32R bscale, U32R bzero, uint i, uint k, uint n) {
 #elif W_FORMAT == 3 || W_FORMAT == 5
     return (float(q) - float(kiln_byte(bzero, blk))) * s;
 #elif W_FORMAT == 6
-    return kiln_fp8(q, 4u, 3u) * s;
+    return kiln_fp8_e4m3(q) * s;
 #else
-    return kiln_fp8(q, 5u, 2u) * s;
+    return kiln_fp8_e5m2(q) * s;
 #endif
 #endif
 }
