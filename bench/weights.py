@@ -22,7 +22,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run as bench  # noqa: E402
-from test_quant import dequantized  # noqa: E402  (tests/ is on the path through run)
+from test_quant import dequantized, weight_bytes  # noqa: E402  (tests/ is on the path through run)
 
 torch = bench.torch
 FORMATS = ["f32", "f16", "int8", "int8-asym", "int4", "int4-asym", "fp8-e4m3", "fp8-e5m2"]
@@ -75,8 +75,7 @@ def main():
             want = (xt.double() @ torch.from_numpy(deq[fmt]).to(bench.DEV)).cpu().numpy()
             kr, (got,) = bench.run_kiln(wd, prog, [x], [want.astype(np.float32)], runs, 5)
             err = bench.check_close(f"{key}", got, want, 2e-4)
-            wbytes = int((wd / f"{key}.h").read_text().split("#define MODEL_WEIGHT_BYTES ")[1]
-                         .split()[0].rstrip("ul"))
+            wbytes = weight_bytes(wd / f"{key}.h")
             row = {"M": M, "K": K, "N": N, "format": fmt, "kiln_us": kr["gpu_us"],
                    "torch_f32_us": t32, "torch_f16_us": t16, "weight_bytes": wbytes,
                    "rel_error_vs_reference": err,

@@ -73,8 +73,6 @@ static Tensor *new_weight(Graph *g, const Tensor *from, const char *suffix, kiln
     t->rank = 1;
     t->shape[0] = count;
     t->data = xcalloc((size_t)tensor_bytes(t) + 4, 1);
-    t->first = 1; /* placed only when a dispatch reads it (plan_memory) */
-    t->last = 0;
     return t;
 }
 

@@ -17,8 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The allocation itself, never failed on purpose. */
-static void *raw_alloc(const kiln_allocator *a, size_t bytes) {
+/* n zeroed elements of size bytes, never failed on purpose. */
+static void *raw_alloc(const kiln_allocator *a, size_t n, size_t size) {
+    if (size && n > (size_t)-1 / size)
+        return NULL;
+    size_t bytes = n * size;
     if (bytes == 0)
         bytes = 1;
     if (a && a->alloc) {
@@ -57,13 +60,11 @@ kiln_fault_counts kiln_fault_get(void) { return counts; }
 int kiln__fault_vk(void) { return ++counts.vk_calls == fail_vk_at; }
 
 void *kiln__calloc(const kiln_allocator *a, size_t n, size_t size) {
-    if (size && n > (size_t)-1 / size)
-        return NULL;
     if (++counts.allocs == fail_alloc_at) {
         counts.allocs--; /* nothing to free */
         return NULL;
     }
-    return raw_alloc(a, n * size);
+    return raw_alloc(a, n, size);
 }
 
 void kiln__free(const kiln_allocator *a, void *p) {
@@ -75,9 +76,7 @@ void kiln__free(const kiln_allocator *a, void *p) {
 #else
 
 void *kiln__calloc(const kiln_allocator *a, size_t n, size_t size) {
-    if (size && n > (size_t)-1 / size)
-        return NULL;
-    return raw_alloc(a, n * size);
+    return raw_alloc(a, n, size);
 }
 
 void kiln__free(const kiln_allocator *a, void *p) { raw_free(a, p); }

@@ -57,6 +57,32 @@ const char *kiln_device_type_name(const kiln_device *dev) {
     }
 }
 
+/* Features2 -> Vulkan12 -> Vulkan11, zeroed and chained. */
+typedef struct FeatureChain {
+    VkPhysicalDeviceFeatures2 f;
+    VkPhysicalDeviceVulkan12Features v12;
+    VkPhysicalDeviceVulkan11Features v11;
+} FeatureChain;
+
+static void feature_chain(FeatureChain *c) {
+    memset(c, 0, sizeof *c);
+    c->f.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
+    c->f.pNext = &c->v12;
+    c->v12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
+    c->v12.pNext = &c->v11;
+    c->v11.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES;
+}
+
+/* vkGetPhysicalDeviceProperties2 filling the property structures chained
+ * from next (each zeroed, with its sType set). */
+static void properties_chain(VkPhysicalDevice pd, void *next) {
+    VkPhysicalDeviceProperties2 p2;
+    memset(&p2, 0, sizeof p2);
+    p2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2;
+    p2.pNext = next;
+    vkGetPhysicalDeviceProperties2(pd, &p2);
+}
+
 /* The first 32 queue families of pd into fams; returns how many. */
 static uint32_t queue_families(VkPhysicalDevice pd, VkQueueFamilyProperties fams[32]) {
     uint32_t n = 0;
@@ -78,15 +104,10 @@ static int device_usable(VkPhysicalDevice pd, uint32_t *queue_family,
                  VK_API_VERSION_MINOR(props.apiVersion));
         return 0;
     }
-    VkPhysicalDeviceVulkan12Features f12;
-    memset(&f12, 0, sizeof f12);
-    f12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
-    VkPhysicalDeviceFeatures2 f2;
-    memset(&f2, 0, sizeof f2);
-    f2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
-    f2.pNext = &f12;
-    vkGetPhysicalDeviceFeatures2(pd, &f2);
-    if (!f12.bufferDeviceAddress) {
+    FeatureChain c;
+    feature_chain(&c);
+    vkGetPhysicalDeviceFeatures2(pd, &c.f);
+    if (!c.v12.bufferDeviceAddress) {
         snprintf(why, why_size, "the bufferDeviceAddress feature");
         return 0;
     }
@@ -251,22 +272,6 @@ static kiln_status choose_device(kiln_device *dev, int32_t index,
     return KILN_OK;
 }
 
-/* Features2 -> Vulkan12 -> Vulkan11, zeroed and chained. */
-typedef struct FeatureChain {
-    VkPhysicalDeviceFeatures2 f;
-    VkPhysicalDeviceVulkan12Features v12;
-    VkPhysicalDeviceVulkan11Features v11;
-} FeatureChain;
-
-static void feature_chain(FeatureChain *c) {
-    memset(c, 0, sizeof *c);
-    c->f.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
-    c->f.pNext = &c->v12;
-    c->v12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
-    c->v12.pNext = &c->v11;
-    c->v11.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES;
-}
-
 /* The KILN_FEATURE_* bits of a chain filled by vkGetPhysicalDeviceFeatures2. */
 static uint32_t feature_bits(const FeatureChain *c) {
     return (c->v12.shaderFloat16 ? KILN_FEATURE_FLOAT16 : 0u) |
@@ -294,11 +299,7 @@ static int driver_callbacks_safe(VkPhysicalDevice pd) {
     VkPhysicalDeviceDriverProperties driver;
     memset(&driver, 0, sizeof driver);
     driver.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES;
-    VkPhysicalDeviceProperties2 p2;
-    memset(&p2, 0, sizeof p2);
-    p2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2;
-    p2.pNext = &driver;
-    vkGetPhysicalDeviceProperties2(pd, &p2);
+    properties_chain(pd, &driver);
     return driver.driverID != VK_DRIVER_ID_MESA_LLVMPIPE;
 }
 
@@ -313,11 +314,7 @@ static void query_device(kiln_device *dev) {
     VkPhysicalDeviceSubgroupProperties sub;
     memset(&sub, 0, sizeof sub);
     sub.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES;
-    VkPhysicalDeviceProperties2 p2;
-    memset(&p2, 0, sizeof p2);
-    p2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2;
-    p2.pNext = &sub;
-    vkGetPhysicalDeviceProperties2(dev->physical, &p2);
+    properties_chain(dev->physical, &sub);
     dev->subgroup_size = sub.subgroupSize;
 }
 

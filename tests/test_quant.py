@@ -86,9 +86,9 @@ def dequantized(w, fmt):
     return out, bound
 
 
-def weight_bytes(workdir):
-    h = (Path(workdir) / "model.h").read_text()
-    return int(re.search(r"#define MODEL_WEIGHT_BYTES (\d+)", h)[1])
+def weight_bytes(header):
+    """MODEL_WEIGHT_BYTES of a generated header (compiled with --name model)."""
+    return int(re.search(r"#define MODEL_WEIGHT_BYTES (\d+)", Path(header).read_text())[1])
 
 
 def quant_case(fmt, M, K, N, gemm=False, shared=False, other_use=False, seed=0):
@@ -126,12 +126,13 @@ def quant_case(fmt, M, K, N, gemm=False, shared=False, other_use=False, seed=0):
             wants.append(x2.astype(np.float64) @ wq)
         if other_use:
             wants.append(w * w)
+        header = Path(workdir) / "model.h"
         gots = run_program(prog, inputs, [np.zeros(np.shape(v), np.float32) for v in wants])
         for i, (g, want) in enumerate(zip(gots, wants)):
             assert_close(g, want, 1e-5, 2e-6 * K ** 0.5 * 4 * max(1, np.abs(w).max()),
                          f"output {i} against x @ dequantized(W)")
         if other_use:
-            check(weight_bytes(workdir) >= K * N * 4, "the f32 weight should stay")
+            check(weight_bytes(header) >= K * N * 4, "the f32 weight should stay")
             return
         # The documented error, against the f32 weights.
         err = np.abs(gots[0] - x64 @ w.astype(np.float64))
@@ -140,7 +141,7 @@ def quant_case(fmt, M, K, N, gemm=False, shared=False, other_use=False, seed=0):
         check((err <= allowed).all(),
               f"{fmt}: error {err[worst]:.3g} at {list(worst)} above the documented "
               f"{allowed[worst]:.3g}")
-        got_bytes, want_bytes = weight_bytes(workdir), SIZE[fmt] * K * N
+        got_bytes, want_bytes = weight_bytes(header), SIZE[fmt] * K * N
         check(got_bytes <= want_bytes + 3 * 256 and got_bytes < K * N * 4,
               f"{fmt}: {got_bytes} bytes of weights, expected about {want_bytes:.0f}")
     return test

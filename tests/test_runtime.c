@@ -11,24 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "expect.h"
+
 const kiln_model_desc *model_desc(void);
 kiln_status model_create(kiln_device *device, kiln_model **out_model);
 kiln_status model_run(kiln_model *model, const void *const *inputs,
                       void *const *outputs);
 void model_destroy(kiln_model *model);
-
-static int failures;
-
-#define EXPECT(name, cond)                                                    \
-    do {                                                                      \
-        if (cond) {                                                           \
-            printf("ok %s\n", name);                                          \
-        } else {                                                              \
-            printf("FAIL %s: %s (last error: %s)\n", name, #cond,             \
-                   kiln_last_error());                                        \
-            failures++;                                                       \
-        }                                                                     \
-    } while (0)
 
 int main(void) {
     /* Status names are distinct and name themselves. */

@@ -27,18 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int failures;
-
-#define EXPECT(name, cond)                                                    \
-    do {                                                                      \
-        if (cond) {                                                           \
-            printf("ok %s\n", name);                                          \
-        } else {                                                              \
-            printf("FAIL %s: %s (last error: %s)\n", name, #cond,             \
-                   kiln_last_error());                                        \
-            failures++;                                                       \
-        }                                                                     \
-    } while (0)
+#include "expect.h"
 
 /* Zeroes a Vulkan struct and sets its sType. */
 #define STRUCT(var, stype)            \
