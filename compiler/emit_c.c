@@ -173,6 +173,16 @@ static const char *dtype_enum(kiln_dtype dt) {
     return names[dt];
 }
 
+/* "{c0, {c...}}" of a kiln_extent. */
+static char *extent_init(const DimExpr *e) {
+    Str s = {0};
+    str_addf(&s, "{%lldll, {", (long long)e->c0);
+    for (int i = 0; i < MAX_DIMS; i++)
+        str_addf(&s, "%s%lldll", i ? ", " : "", (long long)e->c[i]);
+    str_add(&s, "}}");
+    return s.buf;
+}
+
 static void emit_tensor_table(Str *s, Vec *list, const char *px, const char *what) {
     str_addf(s, "\nstatic const kiln_tensor_info %s_%s[%d] = {\n", px, what,
              list->len ? list->len : 1);
@@ -181,18 +191,25 @@ static void emit_tensor_table(Str *s, Vec *list, const char *px, const char *wha
         Tensor *r = tensor_root(t);
         str_addf(s, "    {\"%s\", %s, %du, {", c_string(t->name), dtype_enum(t->dtype),
                  t->rank);
-        for (int k = 0; k < t->rank; k++)
-            str_addf(s, "%s%lld", k ? ", " : "", (long long)t->shape[k]);
+        for (int k = 0; k < t->rank; k++) {
+            int64_t d = t->shape[k];
+            if (t->kind == T_STATE && t->dynamic && k == t->dyn_axis && tensor_bytes(t))
+                d = (int64_t)(slot_bytes(t) / (tensor_bytes(t) / (uint64_t)d)); /* storage */
+            str_addf(s, "%s%lld", k ? ", " : "", (long long)d);
+        }
         if (!t->rank)
             str_add(s, "0");
-        str_addf(s, "}, %lluull, %s, %lluull, %lluull},\n",
-                 (unsigned long long)tensor_bytes(t),
+        DimExpr none = {0, {0}};
+        str_addf(s, "}, %lluull, %s, %lluull, %lluull, %d, %s},\n",
+                 (unsigned long long)slot_bytes(t),
                  r->buffer == KILN_BUFFER_WEIGHTS ? "KILN_BUFFER_WEIGHTS"
                                                   : "KILN_BUFFER_ARENA",
-                 (unsigned long long)r->offset, (unsigned long long)t->io_offset);
+                 (unsigned long long)r->offset, (unsigned long long)t->io_offset,
+                 t->dynamic ? t->dyn_axis : -1, extent_init(t->dynamic ? &t->extent : &none));
     }
     if (!list->len) /* C99 has no empty arrays; every field named for C++ */
-        str_add(s, "    {\"\", KILN_DTYPE_F32, 0u, {0}, 0ull, KILN_BUFFER_ARENA, 0ull, 0ull}\n");
+        str_add(s, "    {\"\", KILN_DTYPE_F32, 0u, {0}, 0ull, KILN_BUFFER_ARENA, 0ull, 0ull, -1, "
+                   "{0ll, {0ll, 0ll, 0ll, 0ll, 0ll, 0ll, 0ll, 0ll}}}\n");
     str_add(s, "};\n");
 }
 
@@ -218,7 +235,8 @@ static void emit_schedule(Str *s, Program *p, const char *px) {
         str_add(s, "    {KILN_BUFFER_ARENA, 0ull}\n");
     str_add(s, "};\n");
 
-    str_addf(s, "\n/* {kernel, {groups}, first binding, bindings, barrier, node, bytes, flops} */\n"
+    str_addf(s, "\n/* {kernel, {groups}, first binding, bindings, barrier, node, bytes, flops,\n"
+                " *  dynamic groups: axis (3: none), {work}, scale, per group, work range} */\n"
                 "static const kiln_dispatch %s_dispatches[%d] = {\n",
              px, p->ndispatches ? p->ndispatches : 1);
     int b = 0;
@@ -228,15 +246,55 @@ static void emit_schedule(Str *s, Program *p, const char *px) {
                  op_info[d->node->op].name, d->family);
         if (d->barrier)
             str_addf(s, "; barrier: %s", c_comment(d->reason));
-        str_addf(s, " */\n    {%du, {%uu, %uu, %uu}, %du, %du, %du, \"%s\", %lluull, %lluull},\n",
+        DimExpr none = {0, {0}};
+        if (d->dynamic)
+            str_addf(s, "; groups[%d] follow %s", d->dyn_axis,
+                     c_comment(dim_expr_str(p->graph, &d->work)));
+        str_addf(s, " */\n    {%du, {%uu, %uu, %uu}, %du, %du, %du, \"%s\", %lluull, %lluull,\n"
+                    "     %du, %s, %lluull, %lluull, %lluull, %lluull},\n",
                  d->module, d->groups[0], d->groups[1], d->groups[2], b, d->nargs, d->barrier,
                  c_string(d->label),
                  (unsigned long long)(dispatch_bytes_read(d) + dispatch_bytes_written(d)),
-                 (unsigned long long)d->flops);
+                 (unsigned long long)d->flops, d->dynamic ? d->dyn_axis : 3,
+                 extent_init(d->dynamic ? &d->work : &none),
+                 (unsigned long long)(d->dynamic ? d->scale : 0),
+                 (unsigned long long)(d->dynamic ? d->per_group : 0),
+                 (unsigned long long)(d->dynamic ? d->work_min : 0),
+                 (unsigned long long)(d->dynamic ? d->work_max : 0));
         b += d->nargs;
     }
     if (!p->ndispatches)
-        str_add(s, "    {0u, {0u, 0u, 0u}, 0u, 0u, 0u, \"\", 0ull, 0ull}\n");
+        str_add(s, "    {0u, {0u, 0u, 0u}, 0u, 0u, 0u, \"\", 0ull, 0ull, 3u, "
+                   "{0ll, {0ll, 0ll, 0ll, 0ll, 0ll, 0ll, 0ll, 0ll}}, 0ull, 0ull, 0ull, 0ull}\n");
+    str_add(s, "};\n");
+}
+
+/* State updates computed elsewhere than in place: {src, dst, bytes}. */
+static void emit_state_copies(Str *s, Program *p, const char *px) {
+    str_addf(s, "\n/* State updates copied after the dispatches: {from, to, bytes} (arena) */\n"
+                "static const kiln_state_copy %s_state_copies[%d] = {\n", px,
+             p->nstate_copies ? p->nstate_copies : 1);
+    for (int i = 0; i < p->nstate_copies; i++) {
+        Tensor *st = p->state_copies[i], *u = tensor_root(st->update);
+        str_addf(s, "    {%lluull, %lluull, %lluull}, /* %s -> %s */\n",
+                 (unsigned long long)u->offset, (unsigned long long)st->offset,
+                 (unsigned long long)tensor_bytes(st->update), c_comment(st->update->name),
+                 c_comment(st->name));
+    }
+    if (!p->nstate_copies)
+        str_add(s, "    {0ull, 0ull, 0ull}\n");
+    str_add(s, "};\n");
+}
+
+/* Dynamic dimensions: {name, min, max}. */
+static void emit_dims(Str *s, Graph *g, const char *px) {
+    str_addf(s, "\n/* Dynamic dimensions: {name, min, max} */\n"
+                "static const kiln_dim %s_dims[%d] = {\n", px, g->ndims ? g->ndims : 1);
+    for (int i = 0; i < g->ndims; i++)
+        str_addf(s, "    {\"%s\", %lldll, %lldll},\n", c_string(g->dims[i].name),
+                 (long long)g->dims[i].lo, (long long)g->dims[i].hi);
+    if (!g->ndims)
+        str_add(s, "    {\"\", 0ll, 0ll}\n");
     str_add(s, "};\n");
 }
 
@@ -301,6 +359,7 @@ void emit_c(Graph *g, Program *p, const Options *opt, const char *header_name,
     emit_weights(&weights, g, p, px, opt->weights_file, out_weights, &checksum);
     emit_tensor_table(&tensors, &g->inputs, px, "inputs");
     emit_tensor_table(&tensors, &g->outputs, px, "outputs");
+    emit_tensor_table(&tensors, &g->states, px, "states");
     /* --debug-tensors: every node output, in schedule order. */
     Vec debug = {0};
     for (int i = 0; p->debug_tensors && i < g->nodes.len; i++) {
@@ -314,6 +373,8 @@ void emit_c(Graph *g, Program *p, const Options *opt, const char *header_name,
     emit_tensor_table(&tensors, &debug, px, "debug_tensors");
     emit_schedule(&sched, p, px);
     emit_guards(&sched, p, px);
+    emit_dims(&sched, g, px);
+    emit_state_copies(&sched, p, px);
 
     char *source_c = xstrdup(basename_of(header_name));
     size_t n = strlen(source_c);
@@ -347,6 +408,14 @@ void emit_c(Graph *g, Program *p, const Options *opt, const char *header_name,
         {"WEIGHTS_FILE", opt->weights_file ? format("\"%s\"", c_string(opt->weights_file))
                                            : "NULL"},
         {"WEIGHTS_CHECKSUM", u64(checksum)},
+        {"DIM_COUNT", format("%d", g->ndims)},
+        {"DIMS_OFFSET", u64(p->dims ? p->dims->offset : 0)},
+        {"DIMS_IO_OFFSET", u64(p->dims_io_offset)},
+        {"INDIRECT_OFFSET", u64(p->indirect ? p->indirect->offset : 0)},
+        {"INDIRECT_IO_OFFSET", u64(p->indirect_io_offset)},
+        {"INDIRECT_COUNT", format("%d", p->nindirect)},
+        {"STATE_COUNT", format("%d", g->states.len)},
+        {"STATE_COPY_COUNT", format("%d", p->nstate_copies)},
         {"INPUT_LIST", tensor_list(&g->inputs)},
         {"SIZE_MACROS", format("%s%s", size_macros(&g->inputs, upper, "INPUT"),
                                size_macros(&g->outputs, upper, "OUTPUT"))},

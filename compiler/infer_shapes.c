@@ -1435,8 +1435,43 @@ void infer_node(Node *n) {
     shape_rules[n->op](n);
 }
 
+/* A state and its update: the same dtype and shape, but for the state's
+ * dynamic axis, where the update may be longer (a cache that grows); the
+ * state's storage holds the larger. */
+static void check_state(Tensor *s) {
+    Tensor *u = s->update;
+    s->storage = tensor_bytes(s);
+    if (!u)
+        return;
+    bool ok = u->dtype == s->dtype && u->rank == s->rank;
+    for (int i = 0; ok && i < s->rank; i++)
+        ok = u->shape[i] == s->shape[i] || (s->dynamic && i == s->dyn_axis);
+    if (ok && u->dynamic && (!s->dynamic || u->dyn_axis != s->dyn_axis))
+        ok = false;
+    if (!ok)
+        error_at(s->update_loc, "state '%s' is %s %s; its update '%s' is %s %s: they must "
+                 "agree but for the state's dynamic axis%s", s->name,
+                 kiln_dtype_name(s->dtype), shape_str(s->rank, s->shape), u->name,
+                 kiln_dtype_name(u->dtype), shape_str(u->rank, u->shape),
+                 u->dynamic ? ", along which the update may also be dynamic" : "");
+    if (tensor_bytes(u) > s->storage)
+        s->storage = tensor_bytes(u);
+}
+
 void infer_shapes(Graph *g) {
     topo_sort(g);
-    for (int i = 0; i < g->nodes.len; i++)
+    for (int k = 0; k < 2; k++) {
+        Vec *v = k ? &g->states : &g->inputs;
+        for (int i = 0; i < v->len; i++) {
+            Tensor *t = v->data[i];
+            if (t->dynamic)
+                check_dynamic_input(t);
+        }
+    }
+    for (int i = 0; i < g->nodes.len; i++) {
         infer_node(g->nodes.data[i]);
+        infer_dynamic(g, g->nodes.data[i]);
+    }
+    for (int i = 0; i < g->states.len; i++)
+        check_state(g->states.data[i]);
 }

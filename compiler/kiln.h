@@ -26,6 +26,7 @@
 #define KILN_VERSION "0.1.0"
 #define MAX_RANK KILN_MAX_RANK
 #define MAX_ARGS KILN_MAX_BINDINGS
+#define MAX_DIMS KILN_MAX_DIMS
 
 /* ---- util.c ------------------------------------------------------------ */
 
@@ -134,7 +135,22 @@ OpKind op_lookup(const char *name);
  * op does not take that attribute. */
 const char *op_attr_default(OpKind op, const char *key);
 
-typedef enum TensorKind { T_INPUT, T_WEIGHT, T_VALUE } TensorKind;
+/* T_STATE: lives on the device between runs (YAML `state:`); a run reads it
+ * and, when it has an update tensor, leaves that tensor's value in it. */
+typedef enum TensorKind { T_INPUT, T_WEIGHT, T_VALUE, T_STATE } TensorKind;
+
+/* A dynamic dimension (YAML `dims: {seq: 1..2048}`, ONNX --shape seq=1..2048). */
+typedef struct DimSym {
+    const char *name;
+    int64_t lo, hi;
+    Loc loc;
+} DimSym;
+
+/* An extent that follows the dynamic dimensions: c0 + sum c[i] * dim i. */
+typedef struct DimExpr {
+    int64_t c0;
+    int64_t c[MAX_DIMS];
+} DimExpr;
 
 /* Where a weight's bytes come from (YAML `file`, `safetensors`, `values`,
  * `value`, `init`). */
@@ -164,6 +180,11 @@ typedef struct Tensor {
     int rank;
     int64_t shape[MAX_RANK];
     bool is_output;
+    /* dynamic: shape[dyn_axis] is the largest value of extent, and a run
+     * has extent elements there (dynamic.c); the axes before it are 1. */
+    bool dynamic;
+    int dyn_axis;
+    DimExpr extent;
     Loc loc;            /* where it is defined */
     Node *producer;     /* NULL for inputs and weights */
     /* weights */
@@ -176,9 +197,17 @@ typedef struct Tensor {
     int first, last;    /* live range in dispatch indices (plan_memory) */
     uint64_t io_offset; /* staging offset of inputs and outputs */
     int uses;           /* inputs of live nodes that read it (optimize) */
+    /* state: the tensor whose value it takes after each run (or NULL), and
+     * its bytes on the device (the larger of its own and the update's). */
+    struct Tensor *update;
+    Loc update_loc;
+    uint64_t storage;
+    bool is_update;     /* some state's update: kept whole, live to the end */
 } Tensor;
 
 uint64_t tensor_bytes(const Tensor *t);
+/* The bytes a tensor's slot needs (a state's storage, else tensor_bytes). */
+uint64_t slot_bytes(const Tensor *t);
 int64_t tensor_count(const Tensor *t);
 /* The tensor that owns the bytes (follows alias). */
 Tensor *tensor_root(Tensor *t);
@@ -224,6 +253,9 @@ typedef struct Graph {
     Vec inputs;         /* Tensor*, in declaration order */
     Vec weights;        /* Tensor* */
     Vec outputs;        /* Tensor* */
+    Vec states;         /* Tensor* (T_STATE), in declaration order */
+    DimSym dims[MAX_DIMS]; /* dynamic dimensions */
+    int ndims;
 } Graph;
 
 /* Attribute access, with located errors on a wrong type or value. */
@@ -320,6 +352,30 @@ bool depth_to_space_crd(Node *n);
 bool broadcast_shapes(int ra, const int64_t *a, int rb, const int64_t *b,
                       int *rout, int64_t *out);
 
+/* ---- dynamic.c ----------------------------------------------------------- */
+
+/* "LO..HI" into lo and hi; false when s is not that. */
+bool parse_dim_range(const char *s, int64_t *lo, int64_t *hi);
+/* Adds a dynamic dimension (checking its range); returns its index. */
+int declare_dim(Graph *g, const char *name, int64_t lo, int64_t hi, Loc loc);
+/* The index of a dimension by name, or -1. */
+int find_dim(const Graph *g, const char *name);
+/* Sets which axis of n's outputs follows the dynamic dimensions, or stops at
+ * n with a located error where the op cannot take a dynamic extent. */
+void infer_dynamic(Graph *g, Node *n);
+/* Checks a declared input's dynamic axis (the outermost axis above 1). */
+void check_dynamic_input(Tensor *t);
+int64_t dim_expr_max(const Graph *g, const DimExpr *e);
+int64_t dim_expr_min(const Graph *g, const DimExpr *e);
+/* e * k */
+DimExpr dim_expr_scale(const DimExpr *e, int64_t k);
+/* A GLSL int expression of e * scale, reading the run's dims (KILN_DIM). */
+char *dim_expr_glsl(const DimExpr *e, int64_t scale);
+/* "seq", "past + seq", "2*seq + 1" */
+char *dim_expr_str(const Graph *g, const DimExpr *e);
+/* The elements of t divided by its dynamic extent (t->dynamic). */
+int64_t dyn_inner(const Tensor *t);
+
 /* ---- optimize.c ---------------------------------------------------------- */
 
 typedef struct Options {
@@ -381,6 +437,14 @@ typedef struct Dispatch {
     bool barrier;           /* a barrier before this dispatch */
     int wait_on;            /* the dispatch that made it needed, or -1 */
     const char *reason;     /* "read after write of t", ... */
+    /* Work that follows the dynamic dimensions: groups[dyn_axis] is
+     * min(groups[dyn_axis], ceil(work * scale / per_group)) at run time. */
+    bool dynamic;
+    int dyn_axis;
+    DimExpr work;
+    int64_t scale, per_group;
+    int64_t work_min, work_max; /* runs only for work * scale in this range */
+    int exclusive_with;     /* a dispatch that never runs with this one, or -1 */
 } Dispatch;
 
 typedef struct Module {
@@ -392,6 +456,7 @@ typedef struct Module {
 } Module;
 
 typedef struct Program {
+    Graph *graph;
     Dispatch **dispatches;
     int ndispatches, cap;
     Module *modules;
@@ -408,7 +473,19 @@ typedef struct Program {
     bool guard;
     kiln_guard *guards; /* the runtime's table entries, as emitted */
     int nguards;
+    /* Dynamic dimensions: the int32 values every dynamic kernel reads
+     * (push-constant slot DIMS_SLOT), and the indirect commands. */
+    Tensor *dims, *indirect;
+    uint64_t dims_io_offset, indirect_io_offset;
+    int nindirect;
+    /* States whose update is computed elsewhere: copied after the dispatches
+     * (update -> state); an update that appends to its state in place
+     * (concat) aliases it instead. */
+    Tensor **state_copies; /* state tensors */
+    int nstate_copies;
 } Program;
+
+#define DIMS_SLOT (MAX_ARGS - 1) /* push-constant slot of the dims address */
 
 Program *lower(Graph *g);
 /* Used by lowering functions: a new dispatch for node n. */

@@ -5,7 +5,9 @@
  * of every node; this file walks that tree against the format's schema:
  *
  *   name: NAME
+ *   dims:    {NAME: MIN..MAX, ...}      (dynamic dimensions, optional)
  *   inputs:  {NAME: {dtype: D, shape: [..]}, ...}
+ *   state:   {NAME: {dtype: D, shape: [..], update: TENSOR}, ...} (optional)
  *   weights: {NAME: {dtype: D, shape: [..], SOURCE}, ...}
  *   nodes:   [{name: N, op: OP, inputs: [..], outputs: [..], ATTR: V, ...}]
  *   outputs: [NAME, ...]
@@ -128,7 +130,24 @@ static void parse_shape(Ctx *c, yaml_node_t *n, Tensor *t) {
     double count = 1;
     for (int i = 0; i < t->rank; i++) {
         yaml_node_t *d = seq_item(c, n, i);
-        int64_t v = parse_int(c, d, "a dimension");
+        int dim = d->type == YAML_SCALAR_NODE
+                      ? find_dim(c->g, (const char *)d->data.scalar.value) : -1;
+        if (dim >= 0) {
+            if (t->dynamic)
+                error_at(loc_of(c, d), "'%s' has two dynamic dimensions; kiln takes one "
+                         "per tensor", t->name);
+            if (t->kind == T_WEIGHT)
+                error_at(loc_of(c, d), "weight '%s' cannot have a dynamic dimension",
+                         t->name);
+            t->dynamic = true;
+            t->dyn_axis = i;
+            memset(&t->extent, 0, sizeof t->extent);
+            t->extent.c[dim] = 1;
+            t->shape[i] = c->g->dims[dim].hi;
+            count *= (double)t->shape[i];
+            continue;
+        }
+        int64_t v = parse_int(c, d, "a dimension (or a name from dims)");
         if (v < 0)
             error_at(loc_of(c, d), "dimension %d of '%s' is negative (%lld)", i,
                      t->name, (long long)v);
@@ -221,7 +240,10 @@ static void tensor_pair(Ctx *c, yaml_node_t *k, yaml_node_t *v, void *arg) {
     Tensor *t = d->t;
     const char *key = (const char *)k->data.scalar.value;
     bool weight = t->kind == T_WEIGHT;
-    if (strcmp(key, "dtype") == 0) {
+    if (t->kind == T_STATE && strcmp(key, "update") == 0) {
+        t->update = (Tensor *)v; /* its name, resolved once every node is known */
+        t->update_loc = loc_of(c, v);
+    } else if (strcmp(key, "dtype") == 0) {
         t->dtype = parse_dtype(c, v);
         d->has_dtype = true;
     } else if (strcmp(key, "shape") == 0) {
@@ -260,9 +282,9 @@ static void tensor_pair(Ctx *c, yaml_node_t *k, yaml_node_t *v, void *arg) {
             error_at(loc_of(c, v), "init needs normal: STD or uniform: [LO, HI]");
     } else {
         error_at(loc_of(c, k), "unknown key '%s' in %s '%s' (known: dtype, shape%s)",
-                 key, weight ? "weight" : "input", t->name,
+                 key, weight ? "weight" : t->kind == T_STATE ? "state" : "input", t->name,
                  weight ? ", file, offset, safetensors, key, values, value, init"
-                        : "");
+                 : t->kind == T_STATE ? ", update" : "");
     }
 }
 
@@ -270,8 +292,9 @@ static void declare(Ctx *c, yaml_node_t *k, yaml_node_t *v, TensorKind kind) {
     TensorDecl d = {0};
     d.t = new_tensor(c, k, kind);
     d.map = v;
-    each_pair(c, v, kind == T_WEIGHT ? "a weight" : "an input", tensor_pair, &d);
-    const char *what = kind == T_WEIGHT ? "weight" : "input";
+    each_pair(c, v, kind == T_WEIGHT ? "a weight" : kind == T_STATE ? "a state" : "an input",
+              tensor_pair, &d);
+    const char *what = kind == T_WEIGHT ? "weight" : kind == T_STATE ? "state" : "input";
     if (!d.has_dtype)
         error_at(loc_of(c, v), "%s '%s' has no dtype", what, d.t->name);
     if (!d.has_shape)
@@ -284,6 +307,8 @@ static void declare(Ctx *c, yaml_node_t *k, yaml_node_t *v, TensorKind kind) {
             error_at(loc_of(c, v), "weight '%s' names a safetensors file but no key",
                      d.t->name);
         vec_push(&c->g->weights, d.t);
+    } else if (kind == T_STATE) {
+        vec_push(&c->g->states, d.t);
     } else {
         vec_push(&c->g->inputs, d.t);
     }
@@ -297,6 +322,34 @@ static void input_pair(Ctx *c, yaml_node_t *k, yaml_node_t *v, void *arg) {
 static void weight_pair(Ctx *c, yaml_node_t *k, yaml_node_t *v, void *arg) {
     (void)arg;
     declare(c, k, v, T_WEIGHT);
+}
+
+static void state_pair(Ctx *c, yaml_node_t *k, yaml_node_t *v, void *arg) {
+    (void)arg;
+    declare(c, k, v, T_STATE);
+}
+
+/* A state's update names a tensor that a node computes (or an input). */
+static void resolve_update(Ctx *c, Tensor *s) {
+    yaml_node_t *v = (yaml_node_t *)s->update;
+    s->update = NULL;
+    if (!v)
+        return;
+    const char *name = scalar(c, v, "update");
+    Tensor *u = map_get(&c->names, name);
+    if (!u)
+        error_at(loc_of(c, v), "state '%s': update '%s' is not defined", s->name, name);
+    if (u->kind == T_WEIGHT || u->kind == T_STATE)
+        error_at(loc_of(c, v), "state '%s': update '%s' is a %s; name a tensor a node "
+                 "computes", s->name, name, u->kind == T_WEIGHT ? "weight" : "state");
+    for (int i = 0; i < c->g->states.len; i++) {
+        Tensor *o = c->g->states.data[i];
+        if (o != s && o->update == u)
+            error_at(loc_of(c, v), "states '%s' and '%s' both take '%s'", o->name, s->name,
+                     name);
+    }
+    s->update = u;
+    u->is_update = true;
 }
 
 /* ---- nodes ---- */
@@ -437,12 +490,27 @@ static void resolve_inputs(Ctx *c, PendingNode *p) {
     }
 }
 
+static void dim_pair(Ctx *c, yaml_node_t *k, yaml_node_t *v, void *arg) {
+    (void)arg;
+    const char *name = scalar(c, k, "a dimension name");
+    const char *range = scalar(c, v, "a dimension's range");
+    int64_t lo, hi;
+    if (!parse_dim_range(range, &lo, &hi))
+        error_at(loc_of(c, v), "dimension '%s': the range must be MIN..MAX (like 1..2048), "
+                 "not '%s'", name, range);
+    if (!*name || strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_"
+                               "0123456789") != strlen(name) || (*name >= '0' && *name <= '9'))
+        error_at(loc_of(c, k), "dimension name '%s' must be letters, digits and _, "
+                 "not starting with a digit", name);
+    declare_dim(c->g, name, lo, hi, loc_of(c, v));
+}
+
 static void top_pair(Ctx *c, yaml_node_t *k, yaml_node_t *v, void *arg) {
     yaml_node_t **slots = arg;
     const char *key = (const char *)k->data.scalar.value;
     static const char *const keys[] = {"name", "inputs", "weights", "nodes",
-                                       "outputs"};
-    for (int i = 0; i < 5; i++) {
+                                       "outputs", "dims", "state"};
+    for (int i = 0; i < 7; i++) {
         if (strcmp(key, keys[i]) == 0) {
             if (slots[i])
                 error_at(loc_of(c, k), "'%s' appears twice", key);
@@ -450,7 +518,7 @@ static void top_pair(Ctx *c, yaml_node_t *k, yaml_node_t *v, void *arg) {
             return;
         }
     }
-    error_at(loc_of(c, k), "unknown key '%s' (known: name, inputs, weights, "
+    error_at(loc_of(c, k), "unknown key '%s' (known: name, dims, inputs, state, weights, "
              "nodes, outputs)", key);
 }
 
@@ -544,13 +612,17 @@ Graph *load_yaml_text(const char *path, const char *text, size_t size) {
     Graph *g = xcalloc(1, sizeof *g);
     g->path = path;
     c.g = g;
-    yaml_node_t *slots[5] = {0};
+    yaml_node_t *slots[7] = {0};
     each_pair(&c, root, "the model", top_pair, slots);
     if (!slots[0])
         error_at(loc_of(&c, root), "the model has no name");
     g->name = xstrdup(scalar(&c, slots[0], "name"));
+    if (slots[5])
+        each_pair(&c, slots[5], "dims", dim_pair, NULL);
     if (slots[1])
         each_pair(&c, slots[1], "inputs", input_pair, NULL);
+    if (slots[6])
+        each_pair(&c, slots[6], "state", state_pair, NULL);
     if (slots[2])
         each_pair(&c, slots[2], "weights", weight_pair, NULL);
     if (!slots[3])
@@ -578,9 +650,14 @@ Graph *load_yaml_text(const char *path, const char *text, size_t size) {
             error_at(loc_of(&c, it), "output '%s' is not defined", name);
         if (t->is_output)
             error_at(loc_of(&c, it), "output '%s' is listed twice", name);
+        if (t->kind == T_STATE)
+            error_at(loc_of(&c, it), "'%s' is a state; list its update (or read it with "
+                     "kiln_model_read_state)", name);
         t->is_output = true;
         vec_push(&g->outputs, t);
     }
+    for (int i = 0; i < g->states.len; i++)
+        resolve_update(&c, g->states.data[i]);
     yaml_parser_delete(&y->parser);
     y->parser_live = false;
     return g;

@@ -26,6 +26,7 @@ Dispatch *new_dispatch(Program *p, Node *n, const char *family) {
     d->label = fused_label(n);
     d->family = family;
     d->wait_on = -1;
+    d->exclusive_with = -1;
     d->groups[0] = d->groups[1] = d->groups[2] = 1;
     if (p->ndispatches == p->cap) {
         p->cap = p->cap ? p->cap * 2 : 64;
@@ -100,6 +101,33 @@ static uint32_t groups_for(int64_t items, int64_t per_group) {
     return g > MAX_GROUPS ? MAX_GROUPS : (uint32_t)(g < 1 ? 1 : g);
 }
 
+/* t when its size follows the dynamic dimensions, else NULL. */
+static const Tensor *dyn_of(const Tensor *t) { return t->dynamic ? t : NULL; }
+
+/* The GLSL of `items`, a count over tensor dyn's shape at its largest: the
+ * same count at the run's extent (items is a multiple of the dynamic axis's
+ * size, since that axis is outermost), or the constant when dyn is NULL. */
+static char *dyn_count(const Tensor *dyn, int64_t items) {
+    if (!dyn)
+        return format("%lld", (long long)items);
+    return dim_expr_glsl(&dyn->extent, items / dyn->shape[dyn->dyn_axis]);
+}
+
+/* groups[axis] of d follows `items` (a count over dyn's shape, as in
+ * dyn_count), per_group items a group, at run time. */
+static void dyn_groups(Dispatch *d, int axis, const Tensor *dyn, int64_t items,
+                       int64_t per_group) {
+    if (!dyn)
+        return;
+    d->dynamic = true;
+    d->dyn_axis = axis;
+    d->work = dyn->extent;
+    d->scale = items / dyn->shape[dyn->dyn_axis];
+    d->per_group = per_group;
+    d->work_min = 0;
+    d->work_max = INT64_MAX;
+}
+
 static void contiguous_strides(int rank, const int64_t *shape, int64_t *strides) {
     int64_t s = 1;
     for (int i = rank - 1; i >= 0; i--) {
@@ -120,10 +148,14 @@ typedef struct Operand {
     Tensor *t;
     int64_t strides[ITER_RANK];
     int64_t base;
+    /* A base that follows the dynamic dimensions (a concatenation after a
+     * dynamic piece): base_expr elements, base unused. */
+    bool dyn_base;
+    DimExpr base_expr;
 } Operand;
 
 static Operand whole(Tensor *t) {
-    Operand o = {t, {0}, 0};
+    Operand o = {t, {0}, 0, false, {0, {0}}};
     contiguous_strides(t->rank, t->shape, o.strides);
     return o;
 }
@@ -131,7 +163,7 @@ static Operand whole(Tensor *t) {
 /* Tensor t read as if broadcast to `rank` dimensions of `shape`: a missing
  * or size-1 dimension that is broadcast has stride 0. */
 static Operand broadcast(Tensor *t, int rank, const int64_t *shape) {
-    Operand o = {t, {0}, 0};
+    Operand o = {t, {0}, 0, false, {0, {0}}};
     int64_t own[MAX_RANK];
     contiguous_strides(t->rank, t->shape, own);
     for (int i = 0; i < rank; i++) {
@@ -241,10 +273,15 @@ static void define_needs(Dispatch *d, const bool *need) {
     define_int(d, "NEED_8BIT", need[2]);
 }
 
-/* Elements of op reached over the iteration shape: [lo, hi]. */
-static void operand_extent(const Operand *op, int rank, const int64_t *shape,
-                           int64_t *lo, int64_t *hi) {
+/* Elements of op reached over the iteration shape: [lo, hi] (for every
+ * value of a dynamic base). */
+static void operand_extent(const Graph *g, const Operand *op, int rank,
+                           const int64_t *shape, int64_t *lo, int64_t *hi) {
     *lo = *hi = op->base;
+    if (op->dyn_base) {
+        *lo = dim_expr_min(g, &op->base_expr);
+        *hi = dim_expr_max(g, &op->base_expr);
+    }
     for (int i = 0; i < rank; i++) {
         int64_t span = (shape[i] - 1) * op->strides[i];
         if (span < 0)
@@ -255,10 +292,12 @@ static void operand_extent(const Operand *op, int rank, const int64_t *shape,
 }
 
 /* One elementwise dispatch: out[o(i)] = expr(a..f) for every element i of
- * the iteration shape. ct is the compute type ("float", "int", "int64_t"). */
+ * the iteration shape. ct is the compute type ("float", "int", "int64_t").
+ * dyn: the tensor whose dynamic extent the iteration follows (its dynamic
+ * axis is the iteration's outermost), or NULL. */
 static Dispatch *eltwise_dispatch(Program *p, Node *n, int rank, const int64_t *shape_in,
                                   Operand out, int nin, const Operand *in,
-                                  const char *ct, const char *expr) {
+                                  const char *ct, const char *expr, const Tensor *dyn) {
     int64_t count = shape_count(rank, shape_in);
     if (count == 0)
         return NULL;
@@ -280,14 +319,16 @@ static Dispatch *eltwise_dispatch(Program *p, Node *n, int rank, const int64_t *
         need_dtype(p, need, KILN_DTYPE_I64);
     d->local_size = 256;
     define_int(d, "WG", d->local_size);
-    define_int(d, "COUNT", count);
+    define_str(d, "COUNT", dyn_count(dyn, count));
     define_int(d, "RANK", rank);
     define_list(d, "SHAPE", rank, shape);
     define_int(d, "NOPS", nin + 1);
-    /* All operands contiguous f32 (and a multiple of 4 elements): vec4s. */
-    bool vec4 = count % 4 == 0 && strcmp(ct, "float") == 0;
+    /* All operands contiguous f32 (and a multiple of 4 elements at every
+     * extent): vec4s. */
+    bool vec4 = count % 4 == 0 && strcmp(ct, "float") == 0 &&
+                (!dyn || (count / dyn->shape[dyn->dyn_axis]) % 4 == 0);
     for (int k = 0; k <= nin; k++) {
-        bool same = ops[k].base == 0;
+        bool same = ops[k].base == 0 && !ops[k].dyn_base;
         for (int i = 0; i < rank; i++)
             same &= ops[k].strides[i] == cs[i];
         vec4 &= same && ops[k].t->dtype == KILN_DTYPE_F32;
@@ -296,7 +337,7 @@ static Dispatch *eltwise_dispatch(Program *p, Node *n, int rank, const int64_t *
     bool strided = false;
     for (int k = 0; k <= nin; k++) {
         Operand *o = &ops[k];
-        bool same = o->base == 0, scalar = true;
+        bool same = o->base == 0 && !o->dyn_base, scalar = !o->dyn_base;
         for (int i = 0; i < rank; i++) {
             same &= o->strides[i] == cs[i];
             scalar &= o->strides[i] == 0;
@@ -308,7 +349,7 @@ static Dispatch *eltwise_dispatch(Program *p, Node *n, int rank, const int64_t *
         strided |= !same && !scalar;
         need_dtype(p, need, o->t->dtype);
         int64_t lo, hi;
-        operand_extent(o, rank, shape, &lo, &hi);
+        operand_extent(p->graph, o, rank, shape, &lo, &hi);
         uint32_t es = kiln_dtype_size(o->t->dtype);
         dispatch_arg(d, o->t, k == 0);
         d->arg_begin[k] = (uint64_t)lo * es;
@@ -323,12 +364,17 @@ static Dispatch *eltwise_dispatch(Program *p, Node *n, int rank, const int64_t *
             define_str(d, format("%c", 'A' + k - 1),
                        load_conversion(o->t->dtype, ref));
         }
-        str_addf(&bases, "%s%uu", k ? ", " : "", (uint32_t)o->base);
+        if (o->dyn_base)
+            str_addf(&bases, "%suint%s", k ? ", " : "", dim_expr_glsl(&o->base_expr, 1));
+        else
+            str_addf(&bases, "%s%uu", k ? ", " : "", (uint32_t)o->base);
     }
     for (int k = nin; k < MAX_OPS - 1; k++)
         define_str(d, format("%c", 'A' + k), "CT(0)");
-    if (vec4)
+    if (vec4) {
         d->groups[0] = groups_for(count / 4, 256);
+        dyn_groups(d, 0, dyn, count, 1024);
+    }
     define_int(d, "VEC4", vec4);
     define_int(d, "STRIDED", strided);
     define_str(d, "STRIDES", strides.buf);
@@ -336,8 +382,10 @@ static Dispatch *eltwise_dispatch(Program *p, Node *n, int rank, const int64_t *
     define_str(d, "CT", ct);
     define_needs(d, need);
     define_str(d, "EXPR", format("(%s)", expr));
-    if (!vec4)
+    if (!vec4) {
         d->groups[0] = groups_for(count, d->local_size);
+        dyn_groups(d, 0, dyn, count, d->local_size);
+    }
     /* A copy computes nothing; otherwise about one operation per operand. */
     d->flops = strcmp(expr, "a") == 0 ? 0 : (uint64_t)count * (uint64_t)(nin > 1 ? nin - 1 : 1);
     return d;
@@ -472,7 +520,8 @@ static void lower_eltwise(Program *p, Node *n) {
     Operand in[MAX_OPS];
     for (int k = 0; k < nleaves; k++)
         in[k] = broadcast(leaves[k], out->rank, out->shape);
-    eltwise_dispatch(p, n, out->rank, out->shape, whole(out), nleaves, in, ct, expr);
+    eltwise_dispatch(p, n, out->rank, out->shape, whole(out), nleaves, in, ct, expr,
+                     dyn_of(out));
 }
 
 /* out = x viewed with shape `view` (contiguous) and its axes permuted. */
@@ -480,14 +529,15 @@ static void permuted_copy(Program *p, Node *n, Tensor *x, int rank, const int64_
                           const int64_t *perm) {
     int64_t own[MAX_RANK], shape[MAX_RANK];
     contiguous_strides(rank, view, own);
-    Operand in = {x, {0}, 0};
+    Operand in = {x, {0}, 0, false, {0, {0}}};
     for (int i = 0; i < rank; i++) {
         shape[i] = view[perm[i]];
         in.strides[i] = own[perm[i]];
     }
-    Operand out = {n->outputs[0], {0}, 0};
+    Operand out = {n->outputs[0], {0}, 0, false, {0, {0}}};
     contiguous_strides(rank, shape, out.strides);
-    eltwise_dispatch(p, n, rank, shape, out, 1, &in, compute_type(x->dtype), "a");
+    eltwise_dispatch(p, n, rank, shape, out, 1, &in, compute_type(x->dtype), "a",
+                     dyn_of(out.t));
 }
 
 static void lower_transpose(Program *p, Node *n) {
@@ -505,8 +555,8 @@ static void lower_view(Program *p, Node *n) {
 }
 
 static void copy(Program *p, Node *n, int rank, const int64_t *shape, Operand out,
-                 Operand in) {
-    eltwise_dispatch(p, n, rank, shape, out, 1, &in, compute_type(in.t->dtype), "a");
+                 Operand in, const Tensor *dyn) {
+    eltwise_dispatch(p, n, rank, shape, out, 1, &in, compute_type(in.t->dtype), "a", dyn);
 }
 
 static void lower_slice(Program *p, Node *n) {
@@ -518,7 +568,7 @@ static void lower_slice(Program *p, Node *n) {
         in.base += start[i] * in.strides[i];
         in.strides[i] *= step[i];
     }
-    copy(p, n, out->rank, out->shape, whole(out), in);
+    copy(p, n, out->rank, out->shape, whole(out), in, dyn_of(out));
 }
 
 /* Each input (or output) a region of the concatenation along axis. */
@@ -527,13 +577,29 @@ static void lower_concat(Program *p, Node *n) {
     int axis = (int)attr_int(n, "axis", 0);
     if (axis < 0)
         axis += out->rank;
-    int64_t at = 0;
+    /* Where the next piece starts along axis; it follows the dynamic
+     * dimensions after a dynamic piece along a dynamic axis. */
+    DimExpr at = {0, {0}};
+    bool dyn_at = false;
     for (int k = 0; k < n->ninputs; k++) {
         Tensor *x = n->inputs[k];
         Operand o = whole(out);
-        o.base = at * o.strides[axis];
-        copy(p, n, x->rank, x->shape, o, whole(x));
-        at += x->shape[axis];
+        o.base = at.c0 * o.strides[axis];
+        bool in_place = k == 0 && tensor_root(x) == tensor_root(out); /* a state's append */
+        if (dyn_at) {
+            o.dyn_base = true;
+            o.base_expr = dim_expr_scale(&at, o.strides[axis]);
+        }
+        if (!in_place)
+            copy(p, n, x->rank, x->shape, o, whole(x), dyn_of(x));
+        if (x->dynamic && x->dyn_axis == axis) {
+            for (int i = 0; i < MAX_DIMS; i++)
+                at.c[i] += x->extent.c[i];
+            at.c0 += x->extent.c0;
+            dyn_at = true;
+        } else {
+            at.c0 += x->shape[axis];
+        }
     }
 }
 
@@ -547,7 +613,7 @@ static void lower_split(Program *p, Node *n) {
         Tensor *t = n->outputs[k];
         Operand in = whole(x);
         in.base = at * in.strides[axis];
-        copy(p, n, t->rank, t->shape, whole(t), in);
+        copy(p, n, t->rank, t->shape, whole(t), in, dyn_of(t));
         at += sizes[k];
     }
 }
@@ -555,7 +621,7 @@ static void lower_split(Program *p, Node *n) {
 static void lower_expand(Program *p, Node *n) {
     Tensor *out = n->outputs[0];
     copy(p, n, out->rank, out->shape, whole(out),
-         broadcast(n->inputs[0], out->rank, out->shape));
+         broadcast(n->inputs[0], out->rank, out->shape), dyn_of(out));
 }
 
 /* tile: iterate over [rep0, d0, rep1, d1, ...]; the input repeats with
@@ -565,7 +631,7 @@ static void lower_tile(Program *p, Node *n) {
     int64_t shape[ITER_RANK], own[MAX_RANK], reps[MAX_RANK];
     attr_ints(n, "repeats", reps, MAX_RANK);
     contiguous_strides(x->rank, x->shape, own);
-    Operand in = {x, {0}, 0}, o = {out, {0}, 0};
+    Operand in = {x, {0}, 0, false, {0, {0}}}, o = {out, {0}, 0, false, {0, {0}}};
     for (int i = 0; i < x->rank; i++) {
         shape[2 * i] = reps[i];
         shape[2 * i + 1] = x->shape[i];
@@ -573,7 +639,7 @@ static void lower_tile(Program *p, Node *n) {
         in.strides[2 * i + 1] = own[i];
     }
     contiguous_strides(2 * x->rank, shape, o.strides);
-    copy(p, n, 2 * x->rank, shape, o, in);
+    copy(p, n, 2 * x->rank, shape, o, in, NULL);
 }
 
 /* depth_to_space: [N, C, H, W] viewed as 6-D, permuted, viewed as 4-D. */
@@ -621,6 +687,7 @@ typedef struct MatmulShape {
     int brank;
     int64_t bshape[ITER_RANK];
     Operand ops[3];
+    const Tensor *dyn; /* A, when its rows follow the dynamic dimensions */
 } MatmulShape;
 
 /* Few rows: matvec.comp's column-parallel kernel; else matmul.comp's tiles. */
@@ -643,7 +710,17 @@ static Dispatch *matmul_dispatch(Program *p, Node *n, MatmulShape *s) {
     }
     Dispatch *d = new_dispatch(p, n, matvec ? "matvec" : "matmul");
     d->local_size = matvec ? MATVEC_NCOL * MATVEC_KSPLIT : (uint32_t)((bm / tm) * (bn / tn));
-    define_int(d, "M", s->M);
+    if (s->dyn && s->batch != 1)
+        internal_error("node '%s': a dynamic matmul with %lld batches", n->name,
+                       (long long)s->batch);
+    /* Dynamic rows: matvec keeps M (the most) for its arrays and loops to
+     * MROWS; the tiled kernel's M is the run's. */
+    if (matvec) {
+        define_int(d, "M", s->M);
+        define_str(d, "MROWS", dyn_count(s->dyn, s->M));
+    } else {
+        define_str(d, "M", dyn_count(s->dyn, s->M));
+    }
     define_int(d, "N", s->N);
     define_int(d, "K", s->K);
     define_int(d, "A_SM", s->a_sm);
@@ -677,6 +754,8 @@ static Dispatch *matmul_dispatch(Program *p, Node *n, MatmulShape *s) {
     d->groups[0] = groups_for(s->N, matvec ? MATVEC_NCOL : bn);
     d->groups[1] = matvec ? 1 : groups_for(s->M, bm);
     d->groups[2] = groups_for(s->batch, 1);
+    if (!matvec)
+        dyn_groups(d, 1, s->dyn, s->M, bm);
     return d;
 }
 
@@ -704,9 +783,9 @@ static void lower_matmul(Program *p, Node *n) {
     /* Batch dimensions of the output and each operand's strides over them
      * (stride 0 where broadcast). */
     s.brank = out->rank - (a->rank >= 2) - (b->rank >= 2);
-    s.ops[0] = (Operand){out, {0}, 0};
-    s.ops[1] = (Operand){a, {0}, 0};
-    s.ops[2] = (Operand){b, {0}, 0};
+    s.ops[0] = (Operand){out, {0}, 0, false, {0, {0}}};
+    s.ops[1] = (Operand){a, {0}, 0, false, {0, {0}}};
+    s.ops[2] = (Operand){b, {0}, 0, false, {0, {0}}};
     memcpy(s.bshape, out->shape, sizeof(int64_t) * (size_t)s.brank);
     int64_t sa = s.M * s.K, sb = s.K * s.N, so = s.M * s.N;
     for (int i = s.brank - 1; i >= 0; i--) {
@@ -738,6 +817,7 @@ static void lower_matmul(Program *p, Node *n) {
     Node *last = n->epi_act ? n->epi_act : n->epi_bias;
     if (last)
         s.ops[0].t = last->outputs[0];
+    s.dyn = dyn_of(a);
     Dispatch *d = matmul_dispatch(p, n, &s);
     if (!d)
         return;
@@ -789,9 +869,10 @@ static void lower_gemm(Program *p, Node *n) {
     s.batch = 1;
     s.brank = 1;
     s.bshape[0] = 1;
-    s.ops[0] = (Operand){out, {0}, 0};
-    s.ops[1] = (Operand){a, {0}, 0};
-    s.ops[2] = (Operand){b, {0}, 0};
+    s.ops[0] = (Operand){out, {0}, 0, false, {0, {0}}};
+    s.ops[1] = (Operand){a, {0}, 0, false, {0, {0}}};
+    s.ops[2] = (Operand){b, {0}, 0, false, {0, {0}}};
+    s.dyn = dyn_of(a);
     Dispatch *d = matmul_dispatch(p, n, &s);
     if (!d)
         return;
@@ -823,17 +904,19 @@ static uint32_t row_workgroup(int64_t len) {
     return wg;
 }
 
+/* dyn: the tensor whose dynamic extent the rows follow, or NULL. */
 static Dispatch *row_dispatch(Program *p, Node *n, const char *family, int64_t rows,
-                              int64_t len, int64_t inner) {
+                              int64_t len, int64_t inner, const Tensor *dyn) {
     if (rows == 0 || len == 0)
         return NULL;
     Dispatch *d = new_dispatch(p, n, family);
     d->local_size = row_workgroup(len);
     define_int(d, "WG", d->local_size);
-    define_int(d, "ROWS", rows);
+    define_str(d, "ROWS", dyn_count(dyn, rows));
     define_int(d, "LEN", len);
     define_int(d, "INNER", inner);
     d->groups[0] = groups_for(rows, 1);
+    dyn_groups(d, 0, dyn, rows, 1);
     d->flops = 5ull * (uint64_t)(rows * len); /* a few passes over each row */
     return d;
 }
@@ -844,7 +927,7 @@ static Dispatch *axis_dispatch(Program *p, Node *n, const char *family, int axis
     int64_t len = x->shape[axis];
     int64_t inner = shape_count(x->rank - axis - 1, x->shape + axis + 1);
     int64_t rows = len ? tensor_count(x) / len : 0;
-    Dispatch *d = row_dispatch(p, n, family, rows, len, inner);
+    Dispatch *d = row_dispatch(p, n, family, rows, len, inner, dyn_of(x));
     if (d) {
         dispatch_arg(d, n->outputs[0], true);
         dispatch_arg(d, x, false);
@@ -902,7 +985,7 @@ static void lower_norm(Program *p, Node *n) {
         len = shape_count(x->rank - axis, x->shape + axis);
         rows = len ? tensor_count(x) / len : 0;
     }
-    Dispatch *d = row_dispatch(p, n, "norm", rows, len, 1);
+    Dispatch *d = row_dispatch(p, n, "norm", rows, len, 1, dyn_of(x));
     if (!d)
         return;
     define_float(d, "EPS", attr_float(n, "eps", 1e-5));
@@ -943,12 +1026,13 @@ static void lower_batch_norm(Program *p, Node *n) {
     Operand in[5];
     in[0] = whole(x);
     for (int k = 1; k < 5; k++) {
-        Operand o = {n->inputs[k], {0}, 0};
+        Operand o = {n->inputs[k], {0}, 0, false, {0, {0}}};
         o.strides[1] = 1;
         in[k] = o;
     }
     Dispatch *d = eltwise_dispatch(p, n, x->rank, x->shape, whole(n->outputs[0]), 5, in,
-                                   "float", "(a - d) * inversesqrt(e + EPS) * b + c");
+                                   "float", "(a - d) * inversesqrt(e + EPS) * b + c",
+                                   dyn_of(x));
     if (d)
         define_float(d, "EPS", attr_float(n, "eps", 1e-5));
 }
@@ -1009,7 +1093,7 @@ static void lower_reduce(Program *p, Node *n) {
     Dispatch *d = new_dispatch(p, n, "reduce");
     d->local_size = row_workgroup(len);
     define_int(d, "WG", d->local_size);
-    define_int(d, "ROWS", rows);
+    define_str(d, "ROWS", dyn_count(dyn_of(out), rows));
     define_int(d, "LEN", len);
     define_int(d, "KRANK", kr);
     define_list(d, "KSHAPE", kr, kshape);
@@ -1027,6 +1111,7 @@ static void lower_reduce(Program *p, Node *n) {
     dispatch_arg(d, out, true);
     dispatch_arg(d, x, false);
     d->groups[0] = groups_for(rows, 1);
+    dyn_groups(d, 0, dyn_of(out), rows, 1);
     d->flops = (uint64_t)(rows * len) * (n->op == OP_REDUCE_LOG_SUM_EXP ? 3u : 1u);
 }
 
@@ -1043,7 +1128,7 @@ static Dispatch *index_dispatch(Program *p, Node *n, const char *mode, Tensor *y
     need_dtype(p, need, y->dtype);
     d->local_size = 256;
     define_int(d, "WG", d->local_size);
-    define_int(d, "COUNT", count);
+    define_str(d, "COUNT", dyn_count(dyn_of(y), count));
     define_str(d, "MODE", mode);
     define_str(d, "TDATA", buffer_type(y->dtype, false));
     define_str(d, "TDATA_R", buffer_type(x->dtype, true));
@@ -1060,6 +1145,7 @@ static Dispatch *index_dispatch(Program *p, Node *n, const char *mode, Tensor *y
     else
         dispatch_unused(d, x);
     d->groups[0] = groups_for(count, d->local_size);
+    dyn_groups(d, 0, dyn_of(y), count, d->local_size);
     return d;
 }
 
@@ -1145,7 +1231,7 @@ static void lower_pad(Program *p, Node *n) {
  * places) every update combined into its place. */
 static void lower_scatter(Program *p, Node *n) {
     Tensor *x = n->inputs[0], *idx = n->inputs[1], *u = n->inputs[2], *y = n->outputs[0];
-    copy(p, n, x->rank, x->shape, whole(y), whole(x));
+    copy(p, n, x->rank, x->shape, whole(y), whole(x), NULL);
     int64_t count = tensor_count(u);
     if (count == 0)
         return;
@@ -1185,8 +1271,8 @@ static void lower_attention(Program *p, Node *n) {
     define_int(d, "B", a.B);
     define_int(d, "H", a.H);
     define_int(d, "KVH", a.KVH);
-    define_int(d, "SQ", a.Sq);
-    define_int(d, "SK", a.Sk);
+    define_str(d, "SQ", dyn_count(dyn_of(n->inputs[0]), a.Sq));
+    define_str(d, "SK", dyn_count(dyn_of(n->inputs[1]), a.Sk));
     define_int(d, "D", a.D);
     define_int(d, "DV", a.DV);
     /* Element strides of (batch, head, position) in each layout. */
@@ -1229,6 +1315,7 @@ static void lower_attention(Program *p, Node *n) {
         dispatch_unused(d, n->inputs[0]); /* the mask slot */
     }
     d->groups[0] = groups_for(a.B * a.H * a.Sq, 1);
+    dyn_groups(d, 0, dyn_of(n->inputs[0]), a.B * a.H * a.Sq, 1);
     d->flops = (uint64_t)(a.B * a.H * a.Sq * a.Sk) * (uint64_t)(2 * a.D + 2 * a.DV + 5);
 }
 
@@ -1248,7 +1335,7 @@ static void lower_rope(Program *p, Node *n) {
     int64_t shape[MAX_RANK];
     memcpy(shape, x->shape, sizeof shape);
     shape[rank - 1] = half;
-    Operand x1 = whole(x), x2, y1, y2, c = {n->inputs[1], {0}, 0};
+    Operand x1 = whole(x), x2, y1, y2, c = {n->inputs[1], {0}, 0, false, {0, {0}}};
     x1.strides[rank - 1] = inter ? 2 : 1;
     x2 = x1;
     x2.base = inter ? 1 : half;
@@ -1261,13 +1348,13 @@ static void lower_rope(Program *p, Node *n) {
     Operand s = c;
     s.t = n->inputs[2];
     Operand in[4] = {x1, x2, c, s};
-    eltwise_dispatch(p, n, rank, shape, y1, 4, in, "float", "a * c - b * d");
-    eltwise_dispatch(p, n, rank, shape, y2, 4, in, "float", "b * c + a * d");
+    eltwise_dispatch(p, n, rank, shape, y1, 4, in, "float", "a * c - b * d", dyn_of(x));
+    eltwise_dispatch(p, n, rank, shape, y2, 4, in, "float", "b * c + a * d", dyn_of(x));
     if (R < D) {
         Operand tail_in = whole(x), tail_out = whole(out);
         tail_in.base = tail_out.base = R;
         shape[rank - 1] = D - R;
-        copy(p, n, rank, shape, tail_out, tail_in);
+        copy(p, n, rank, shape, tail_out, tail_in, dyn_of(x));
     }
 }
 
@@ -1421,7 +1508,7 @@ static void lower_topk(Program *p, Node *n) {
 static void lower_sample(Program *p, Node *n) {
     Tensor *x = n->inputs[0], *seed = n->inputs[1];
     int64_t V = x->shape[x->rank - 1], rows = tensor_count(x) / V;
-    Dispatch *d = row_dispatch(p, n, "sample", rows, V, 1);
+    Dispatch *d = row_dispatch(p, n, "sample", rows, V, 1, dyn_of(x));
     if (!d)
         return;
     int64_t top_k = attr_int(n, "top_k", 0);
@@ -1472,12 +1559,70 @@ static const LowerFn lowerings[OP_COUNT] = {
 #undef OP
 };
 
+/* Dispatches whose defines read the run's dims get DYN and the address of
+ * the dims in push-constant slot DIMS_SLOT (shaders/common.glsl); each
+ * dispatch with dynamic groups gets a slot among the indirect commands. */
+static void bind_dims(Graph *g, Program *p) {
+    Loc none = {NULL, 0, 0};
+    for (int i = 0; i < p->ndispatches; i++) {
+        Dispatch *d = p->dispatches[i];
+        if (!strstr(d->defines.buf ? d->defines.buf : "", "KILN_DIM("))
+            continue;
+        if (!p->dims) {
+            p->dims = graph_tensor(g, "kiln.dims", T_VALUE, none);
+            p->dims->dtype = KILN_DTYPE_I32;
+            p->dims->rank = 1;
+            p->dims->shape[0] = MAX_DIMS;
+        }
+        define_int(d, "DYN", 1);
+        while (d->nargs < DIMS_SLOT)
+            dispatch_unused(d, p->dims);
+        dispatch_arg(d, p->dims, false);
+    }
+    for (int i = 0; i < p->ndispatches; i++)
+        p->nindirect += p->dispatches[i]->dynamic;
+    if (p->nindirect) {
+        p->indirect = graph_tensor(g, "kiln.indirect", T_VALUE, none);
+        p->indirect->dtype = KILN_DTYPE_I32;
+        p->indirect->rank = 1;
+        p->indirect->shape[0] = 3 * p->nindirect;
+    }
+}
+
+/* A state whose update appends to it (update = concat(state, new) along
+ * the state's dynamic axis) is updated in place: the update's bytes are the
+ * state's, the state's own piece is not copied, and only the new piece is
+ * written, past the state's extent where nothing reads. Other states are
+ * copied from their update after the dispatches. */
+static void plan_states(Graph *g, Program *p) {
+    for (int i = 0; i < g->states.len; i++) {
+        Tensor *s = g->states.data[i], *u = s->update;
+        if (!u)
+            continue;
+        Node *c = u->producer;
+        int64_t axis = c && c->op == OP_CONCAT ? attr_int(c, "axis", 0) : -1;
+        if (axis < 0 && c && c->op == OP_CONCAT)
+            axis += u->rank;
+        if (c && c->op == OP_CONCAT && !c->dead && c->inputs[0] == s && s->dynamic &&
+            axis == s->dyn_axis && !u->alias) {
+            u->alias = s;
+            continue;
+        }
+        p->state_copies = xrealloc(p->state_copies,
+                                   sizeof(Tensor *) * (size_t)(p->nstate_copies + 1));
+        p->state_copies[p->nstate_copies++] = s;
+    }
+}
+
 Program *lower(Graph *g) {
     Program *p = xcalloc(1, sizeof *p);
+    p->graph = g;
+    plan_states(g, p);
     for (int i = 0; i < g->nodes.len; i++) {
         Node *n = g->nodes.data[i];
         if (!n->dead && !n->fused_into)
             lowerings[n->op](p, n);
     }
+    bind_dims(g, p);
     return p;
 }

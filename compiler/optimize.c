@@ -32,6 +32,11 @@ static void remove_dead_nodes(Graph *g, const Options *opt) {
     bool *live = xcalloc((size_t)g->tensors.len + 1, sizeof(bool));
     for (int i = 0; i < g->outputs.len; i++)
         live[((Tensor *)g->outputs.data[i])->id] = true;
+    for (int i = 0; i < g->states.len; i++) {
+        Tensor *u = ((Tensor *)g->states.data[i])->update;
+        if (u)
+            live[u->id] = true;
+    }
     for (int i = g->nodes.len - 1; i >= 0; i--) {
         Node *n = g->nodes.data[i];
         bool any = false;
@@ -61,7 +66,7 @@ static void count_uses(Graph *g) {
 /* The one live node reading t, when t has exactly one reader and is not a
  * model output; else NULL. */
 static Node *sole_reader(Graph *g, Tensor *t) {
-    if (t->is_output || t->uses != 1)
+    if (t->is_output || t->is_update || t->uses != 1)
         return NULL;
     for (int i = 0; i < g->nodes.len; i++) {
         Node *n = g->nodes.data[i];

@@ -15,7 +15,8 @@
  * sum of (aligned) sizes live at any one step: no placement can do better.
  *
  * Inputs and outputs also get a place in the staging buffer (io_offset):
- * inputs first, then outputs, 16-byte aligned.
+ * inputs first, then outputs, guard bands, the dynamic dimensions' values
+ * and indirect commands, 16-byte aligned.
  */
 #include "kiln.h"
 
@@ -72,6 +73,23 @@ static void live_ranges(Graph *g, Program *p) {
         r->first = -1;
         r->last = n;
     }
+    /* States live across runs; an update lives until the copy into its
+     * state after the last dispatch. */
+    for (int i = 0; i < g->states.len; i++) {
+        Tensor *s = g->states.data[i];
+        s->first = -1;
+        s->last = n;
+        if (s->update)
+            tensor_root(s->update)->last = n;
+    }
+    /* The dims and indirect commands: written before the dispatches. */
+    Tensor *pinned[2] = {p->dims, p->indirect};
+    for (int i = 0; i < 2; i++) {
+        if (pinned[i]) {
+            pinned[i]->first = -1;
+            pinned[i]->last = n;
+        }
+    }
     /* --debug-tensors: every tensor a dispatch touches lives for the whole
      * run, so it can be read back afterwards. */
     for (int i = 0; p->debug_tensors && i < g->tensors.len; i++) {
@@ -95,7 +113,7 @@ static void place_weights(Graph *g, Program *p) {
             continue;
         }
         t->offset = off;
-        off = align_up(off + tensor_bytes(t), p->alignment);
+        off = align_up(off + slot_bytes(t), p->alignment);
     }
     p->weight_bytes = off;
 }
@@ -109,7 +127,7 @@ static void place_arena(Graph *g, Program *p) {
             continue;
         t->buffer = KILN_BUFFER_ARENA;
         t->offset = 0;
-        uint64_t size = align_up(tensor_bytes(t), p->alignment);
+        uint64_t size = align_up(slot_bytes(t), p->alignment);
         if (size == 0)
             continue;
         slots[n].t = t;
@@ -187,14 +205,14 @@ static void place_arena_guarded(Graph *g, Program *p) {
     uint64_t peak = 0;
     for (int i = 0; i < g->tensors.len; i++) {
         Tensor *t = g->tensors.data[i];
-        if (t->kind == T_WEIGHT || t->alias || t->last < t->first || !tensor_bytes(t))
+        if (t->kind == T_WEIGHT || t->alias || t->last < t->first || !slot_bytes(t))
             continue;
         t->buffer = KILN_BUFFER_ARENA;
         t->offset = cursor;
-        uint64_t end = cursor + tensor_bytes(t);
+        uint64_t end = cursor + slot_bytes(t);
         cursor = align_up(end, p->alignment) + band;
         add_guard(p, end, cursor, t->name);
-        peak += align_up(tensor_bytes(t), p->alignment);
+        peak += align_up(slot_bytes(t), p->alignment);
     }
     p->arena_bytes = cursor;
     p->peak_bytes = peak; /* nothing shares: every byte is its own */
@@ -205,16 +223,24 @@ static void place_io(Graph *g, Program *p) {
     for (int i = 0; i < g->inputs.len; i++) {
         Tensor *t = g->inputs.data[i];
         t->io_offset = off;
-        off = align_up(off + tensor_bytes(t), 16);
+        off = align_up(off + slot_bytes(t), 16);
     }
     for (int i = 0; i < g->outputs.len; i++) {
         Tensor *t = g->outputs.data[i];
         t->io_offset = off;
-        off = align_up(off + tensor_bytes(t), 16);
+        off = align_up(off + slot_bytes(t), 16);
     }
     for (int i = 0; i < p->nguards; i++) {
         p->guards[i].io_offset = off;
         off = align_up(off + p->guards[i].bytes, 16);
+    }
+    if (p->dims) {
+        p->dims_io_offset = off;
+        off = align_up(off + slot_bytes(p->dims), 16);
+    }
+    if (p->indirect) {
+        p->indirect_io_offset = off;
+        off = align_up(off + slot_bytes(p->indirect), 16);
     }
     p->io_bytes = off;
 }
@@ -223,9 +249,9 @@ int check_plan(Graph *g, Program *p) {
     int bad = 0;
     for (int i = 0; i < g->tensors.len; i++) {
         Tensor *a = g->tensors.data[i];
-        if (a->kind == T_WEIGHT || a->alias || a->last < a->first || !tensor_bytes(a))
+        if (a->kind == T_WEIGHT || a->alias || a->last < a->first || !slot_bytes(a))
             continue;
-        if (a->offset % p->alignment || a->offset + tensor_bytes(a) > p->arena_bytes) {
+        if (a->offset % p->alignment || a->offset + slot_bytes(a) > p->arena_bytes) {
             fprintf(stderr, "plan: '%s' at %llu is misaligned or outside the arena\n",
                     a->name, (unsigned long long)a->offset);
             bad++;
@@ -233,10 +259,10 @@ int check_plan(Graph *g, Program *p) {
         for (int j = i + 1; j < g->tensors.len; j++) {
             Tensor *b = g->tensors.data[j];
             if (b->kind == T_WEIGHT || b->alias || b->last < b->first ||
-                !tensor_bytes(b) || !ranges_meet(a, b))
+                !slot_bytes(b) || !ranges_meet(a, b))
                 continue;
-            if (a->offset < b->offset + tensor_bytes(b) &&
-                b->offset < a->offset + tensor_bytes(a)) {
+            if (a->offset < b->offset + slot_bytes(b) &&
+                b->offset < a->offset + slot_bytes(a)) {
                 fprintf(stderr, "plan: '%s' and '%s' are live together and overlap\n",
                         a->name, b->name);
                 bad++;

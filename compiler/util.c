@@ -388,6 +388,11 @@ uint64_t tensor_bytes(const Tensor *t) {
 
 int64_t tensor_count(const Tensor *t) { return shape_count(t->rank, t->shape); }
 
+uint64_t slot_bytes(const Tensor *t) {
+    uint64_t b = tensor_bytes(t);
+    return t->kind == T_STATE && t->storage > b ? t->storage : b;
+}
+
 Tensor *tensor_root(Tensor *t) {
     while (t->alias)
         t = t->alias;

@@ -65,7 +65,7 @@ extern "C" {
 #define KILN_RT_VERSION "0.1.0"
 /* Version of the tables below; the generated code records the one it was
  * written for and create refuses a mismatch. */
-#define KILN_ABI_VERSION 3u
+#define KILN_ABI_VERSION 4u
 
 typedef enum kiln_status {
     KILN_OK = 0,
@@ -78,7 +78,8 @@ typedef enum kiln_status {
     KILN_ERROR_VULKAN = 7,            /* any other Vulkan failure */
     KILN_ERROR_INCOMPATIBLE = 8,      /* tables from another kiln version */
     KILN_ERROR_OUT_OF_BOUNDS = 9,     /* a kernel wrote into a guard band (--guard) */
-    KILN_ERROR_WEIGHTS = 10           /* weights file missing, truncated or corrupt */
+    KILN_ERROR_WEIGHTS = 10,          /* weights file missing, truncated or corrupt */
+    KILN_ERROR_OUT_OF_RANGE = 11      /* a dynamic dimension outside its range */
 } kiln_status;
 
 /* A short constant name for a status ("KILN_ERROR_DEVICE_LOST"). */
@@ -158,15 +159,36 @@ enum { KILN_BUFFER_ARENA = 0, KILN_BUFFER_WEIGHTS = 1 };
 #define KILN_FEATURE_STORAGE16 4u /* storageBuffer16BitAccess */
 #define KILN_FEATURE_STORAGE8 8u  /* storageBuffer8BitAccess */
 
+#define KILN_MAX_DIMS 8 /* dynamic dimensions per model */
+
+/* A dynamic dimension (YAML `dims: {seq: 1..2048}`, or --shape for ONNX):
+ * the model is compiled for max; each run takes a value in [min, max]. */
+typedef struct kiln_dim {
+    const char *name;
+    int64_t min, max;
+} kiln_dim;
+
+/* An extent that follows the dynamic dimensions of a run:
+ * c0 + c[0] * dims[0] + ... + c[KILN_MAX_DIMS - 1] * dims[KILN_MAX_DIMS - 1]. */
+typedef struct kiln_extent {
+    int64_t c0;
+    int64_t c[KILN_MAX_DIMS];
+} kiln_extent;
+
 typedef struct kiln_tensor_info {
     const char *name;
     kiln_dtype dtype;
     uint32_t rank;
-    int64_t shape[KILN_MAX_RANK];
-    uint64_t bytes;        /* total size */
+    int64_t shape[KILN_MAX_RANK]; /* at the largest dynamic dimensions */
+    uint64_t bytes;        /* total size, at that shape */
     uint32_t buffer;       /* KILN_BUFFER_* */
     uint64_t offset;       /* bytes from the start of that buffer */
     uint64_t io_offset;    /* bytes from the start of the staging buffer */
+    /* The axis whose size follows the dynamic dimensions (always the
+     * outermost axis larger than 1, so a smaller extent is a prefix of the
+     * bytes), or -1 when every axis is fixed; its size is `extent`. */
+    int32_t dyn_axis;
+    kiln_extent extent;
 } kiln_tensor_info;
 
 typedef struct kiln_kernel {
@@ -182,13 +204,22 @@ typedef struct kiln_binding {
 
 typedef struct kiln_dispatch {
     uint32_t kernel;        /* index into kernels */
-    uint32_t groups[3];     /* workgroup counts */
+    uint32_t groups[3];     /* workgroup counts (at the largest dims) */
     uint32_t first_binding; /* index into bindings */
     uint32_t binding_count;
     uint32_t barrier;       /* 1: compute->compute memory barrier before it */
     const char *node;       /* source node, for messages and profiles */
     uint64_t bytes;         /* bytes read and written (compiler's count) */
     uint64_t flops;         /* arithmetic operations (compiler's estimate) */
+    /* Dispatches whose work follows the dynamic dimensions run indirect:
+     * with w = work * scale for a run's dims, groups[dyn_axis] becomes
+     * min(groups[dyn_axis], ceil(w / per_group)), or 0 (the dispatch does
+     * nothing) when w is outside [work_min, work_max]. dyn_axis 3: fixed. */
+    uint32_t dyn_axis;
+    kiln_extent work;
+    uint64_t scale;
+    uint64_t per_group;
+    uint64_t work_min, work_max;
 } kiln_dispatch;
 
 /* A guard band of a model compiled with --guard: arena bytes no kernel may
@@ -201,6 +232,11 @@ typedef struct kiln_guard {
 } kiln_guard;
 
 #define KILN_GUARD_PATTERN 0xA5C3E1F7u
+
+/* After the dispatches: bytes from src to dst in the arena (a state update). */
+typedef struct kiln_state_copy {
+    uint64_t src, dst, bytes;
+} kiln_state_copy;
 
 typedef struct kiln_model_desc {
     uint32_t abi_version;     /* KILN_ABI_VERSION */
@@ -231,6 +267,26 @@ typedef struct kiln_model_desc {
      * name another path), checking its size and checksum. */
     const char *weights_file;
     uint64_t weights_checksum; /* FNV-1a 64 of the weight bytes */
+    /* Dynamic dimensions: their values live as KILN_MAX_DIMS int32 at
+     * dims_offset in the arena, and each dynamic dispatch's
+     * VkDispatchIndirectCommand at indirect_offset + 12 * (its rank among
+     * the dynamic dispatches); each run copies both there from the same
+     * offsets in staging (dims_io_offset, indirect_io_offset). */
+    uint32_t dim_count;
+    const kiln_dim *dims;
+    uint64_t dims_offset, dims_io_offset;
+    uint64_t indirect_offset, indirect_io_offset;
+    uint32_t indirect_count;
+    /* State (YAML `state:`): tensors that stay in the arena between runs
+     * (bytes: their whole storage, shape: the storage's shape), zero after
+     * create and kiln_model_reset_state. After the dispatches each run
+     * copies every state_copies entry (arena offsets) from the update the
+     * model computed into its state; an update that appends to its state
+     * is computed in place and needs no copy. */
+    uint32_t state_count;
+    const kiln_tensor_info *states;
+    uint32_t state_copy_count;
+    const kiln_state_copy *state_copies;
 } kiln_model_desc;
 
 /* ---- models ------------------------------------------------------------ */
@@ -271,9 +327,21 @@ kiln_status kiln_model_profile(kiln_model *model, double *us, uint32_t count);
 kiln_status kiln_model_read_tensor(kiln_model *model, const kiln_tensor_info *tensor,
                                    void *dst);
 /* inputs[i] points to desc->inputs[i].bytes bytes; outputs[i] receives
- * desc->outputs[i].bytes bytes. */
+ * desc->outputs[i].bytes bytes. With dynamic dimensions: the bytes of the
+ * tensor at the dims last set (kiln_model_tensor_bytes), contiguous. */
 kiln_status kiln_model_run(kiln_model *model, const void *const *inputs,
                            void *const *outputs);
+
+/* Dynamic dimensions (desc->dims): sets the value of each of the model's
+ * count dims for the runs that follow (they start at each dim's max).
+ * KILN_ERROR_OUT_OF_RANGE, changing nothing, when one is outside [min, max]. */
+kiln_status kiln_model_set_dims(kiln_model *model, const int64_t *values, uint32_t count);
+/* The same for one dim by name. */
+kiln_status kiln_model_set_dim(kiln_model *model, const char *name, int64_t value);
+/* A tensor's shape (rank entries) and bytes at the current dims. */
+void kiln_model_tensor_shape(const kiln_model *model, const kiln_tensor_info *tensor,
+                             int64_t *shape);
+uint64_t kiln_model_tensor_bytes(const kiln_model *model, const kiln_tensor_info *tensor);
 
 /* Zero-copy use: the mapped staging memory of input i and output i (host
  * visible and coherent, laid out as desc->inputs[i] and desc->outputs[i]
@@ -284,6 +352,13 @@ kiln_status kiln_model_run(kiln_model *model, const void *const *inputs,
 void *kiln_model_input_memory(kiln_model *model, uint32_t i);
 const void *kiln_model_output_memory(const kiln_model *model, uint32_t i);
 kiln_status kiln_model_run_mapped(kiln_model *model);
+
+/* State (desc->states): every state back to zeros (as after create); state
+ * i's desc->states[i].bytes copied out or in. Each submits and waits: not
+ * for the run path, where an update feeds its state on the device. */
+kiln_status kiln_model_reset_state(kiln_model *model);
+kiln_status kiln_model_read_state(kiln_model *model, uint32_t i, void *dst);
+kiln_status kiln_model_write_state(kiln_model *model, uint32_t i, const void *src);
 
 void kiln_model_destroy(kiln_model *model);
 kiln_device *kiln_model_device(const kiln_model *model);

@@ -11,12 +11,18 @@
  *      pipeline layout whose only state is 128 bytes of push constants: the
  *      64-bit device addresses of the tensors a dispatch touches;
  *   4. record the whole run into one command buffer, once:
- *        copy inputs staging -> arena; barrier;
+ *        copy inputs (and the dynamic dims and indirect commands) staging ->
+ *        arena; barrier;
  *        every dispatch (a barrier before it where the compiler put one);
  *        barrier; copy outputs arena -> staging; barrier to host.
  * run copies inputs into the staging buffer, submits that command buffer,
  * waits on one fence (polling it briefly before blocking) and copies outputs
  * out. It allocates nothing.
+ *
+ * Dynamic dimensions change no command: set_dims writes their values and
+ * each dynamic dispatch's workgroup counts into staging, the recorded copy
+ * takes them to the arena, kernels read the values there and
+ * vkCmdDispatchIndirect the counts.
  */
 #include "internal.h"
 
@@ -50,8 +56,86 @@ struct kiln_model {
      * or the fence's state is unknown): every later run returns it. */
     kiln_status broken;
     int ran;  /* a run has completed (profiles and debug reads need one) */
+    int64_t dims[KILN_MAX_DIMS]; /* the dynamic dimensions of the next run */
     const char *weights_path; /* the sidecar file, when desc->weights is NULL */
 };
+
+static int64_t eval_extent(const kiln_extent *e, const int64_t *dims) {
+    int64_t v = e->c0;
+    for (int i = 0; i < KILN_MAX_DIMS; i++)
+        v += e->c[i] * dims[i];
+    return v;
+}
+
+/* The dynamic-dimension tables: counts, ranges and offsets that fit. */
+static kiln_status check_dims(const kiln_model_desc *d) {
+    if (d->dim_count > KILN_MAX_DIMS || (d->dim_count && !d->dims))
+        return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "model %s has a malformed dims table",
+                         d->name);
+    for (uint32_t i = 0; i < d->dim_count; i++)
+        if (d->dims[i].min < 0 || d->dims[i].max < d->dims[i].min ||
+            d->dims[i].max > 0x7fffffff)
+            return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "model %s: dim %u has the range "
+                             "%lld..%lld", d->name, i, (long long)d->dims[i].min,
+                             (long long)d->dims[i].max);
+    uint32_t dynamic = 0;
+    for (uint32_t i = 0; i < d->dispatch_count; i++) {
+        const kiln_dispatch *x = &d->dispatches[i];
+        if (x->dyn_axis > 3 || (x->dyn_axis < 3 && x->per_group == 0))
+            return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "dispatch %u (%s) is malformed",
+                             i, x->node ? x->node : "?");
+        dynamic += x->dyn_axis < 3;
+    }
+    if ((d->state_count && !d->states) || (d->state_copy_count && !d->state_copies))
+        return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "model %s: malformed state tables",
+                         d->name);
+    for (uint32_t i = 0; i < d->state_count; i++)
+        if (d->states[i].offset + d->states[i].bytes > d->arena_bytes)
+            return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "model %s: state %u lies outside "
+                             "the arena", d->name, i);
+    for (uint32_t i = 0; i < d->state_copy_count; i++) {
+        const kiln_state_copy *c = &d->state_copies[i];
+        if (c->src + c->bytes > d->arena_bytes || c->dst + c->bytes > d->arena_bytes)
+            return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "model %s: state copy %u lies "
+                             "outside the arena", d->name, i);
+    }
+    if (dynamic != d->indirect_count ||
+        (d->dim_count && (d->dims_offset + 4ull * KILN_MAX_DIMS > d->arena_bytes ||
+                          d->dims_io_offset + 4ull * KILN_MAX_DIMS > d->io_bytes)) ||
+        (dynamic && (d->indirect_offset + 12ull * dynamic > d->arena_bytes ||
+                     d->indirect_io_offset + 12ull * dynamic > d->io_bytes)))
+        return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "model %s: malformed dynamic tables",
+                         d->name);
+    return KILN_OK;
+}
+
+/* Writes the dims and every dynamic dispatch's workgroup counts into
+ * staging, where the next submit's copies pick them up. */
+static void write_dims(kiln_model *m) {
+    const kiln_model_desc *d = m->desc;
+    if (!d->dim_count)
+        return;
+    int32_t v[KILN_MAX_DIMS];
+    for (int i = 0; i < KILN_MAX_DIMS; i++)
+        v[i] = (int32_t)m->dims[i];
+    memcpy((char *)m->io.mapped + d->dims_io_offset, v, sizeof v);
+    uint32_t *cmd = (uint32_t *)(void *)((char *)m->io.mapped + d->indirect_io_offset);
+    for (uint32_t i = 0, k = 0; i < d->dispatch_count; i++) {
+        const kiln_dispatch *x = &d->dispatches[i];
+        if (x->dyn_axis >= 3)
+            continue;
+        uint32_t g[3] = {x->groups[0], x->groups[1], x->groups[2]};
+        int64_t w = eval_extent(&x->work, m->dims) * (int64_t)x->scale;
+        if (w < 0 || (uint64_t)w < x->work_min || (uint64_t)w > x->work_max) {
+            g[x->dyn_axis] = 0;
+        } else {
+            uint64_t need = ((uint64_t)w + x->per_group - 1) / x->per_group;
+            if (need < g[x->dyn_axis])
+                g[x->dyn_axis] = (uint32_t)need;
+        }
+        memcpy(cmd + 3 * k++, g, sizeof g);
+    }
+}
 
 static kiln_status check_desc(const kiln_device *dev, const kiln_model_desc *d) {
     if (d->abi_version != KILN_ABI_VERSION)
@@ -71,6 +155,7 @@ static kiln_status check_desc(const kiln_device *dev, const kiln_model_desc *d) 
                          missing & KILN_FEATURE_STORAGE8
                              ? " storageBuffer8BitAccess" : "",
                          dev->props.deviceName);
+    KILN_RETURN_IF_ERROR(check_dims(d));
     if (dev->props.limits.maxPushConstantsSize < PUSH_BYTES)
         return KILN_FAIL(KILN_ERROR_FEATURE_MISSING,
                          "%s offers %u bytes of push constants, kiln needs %u",
@@ -315,17 +400,25 @@ static kiln_status record(kiln_model *m) {
         VkBufferCopy c = {t->io_offset, t->offset, t->bytes};
         vkCmdCopyBuffer(cmd, m->io.buffer, m->arena.buffer, 1, &c);
     }
+    if (d->dim_count) {
+        VkBufferCopy c = {d->dims_io_offset, d->dims_offset, 4u * KILN_MAX_DIMS};
+        vkCmdCopyBuffer(cmd, m->io.buffer, m->arena.buffer, 1, &c);
+    }
+    if (d->indirect_count) {
+        VkBufferCopy c = {d->indirect_io_offset, d->indirect_offset, 12ull * d->indirect_count};
+        vkCmdCopyBuffer(cmd, m->io.buffer, m->arena.buffer, 1, &c);
+    }
     for (uint32_t i = 0; i < d->guard_count; i++)
         vkCmdFillBuffer(cmd, m->arena.buffer, d->guards[i].offset, d->guards[i].bytes,
                         KILN_GUARD_PATTERN);
     memory_barrier(cmd, VK_PIPELINE_STAGE_HOST_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
                    VK_ACCESS_HOST_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
                    VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT |
-                       VK_PIPELINE_STAGE_TRANSFER_BIT,
+                       VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT,
                    VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
-                       VK_ACCESS_TRANSFER_READ_BIT);
+                       VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_INDIRECT_COMMAND_READ_BIT);
 
-    uint32_t bound = UINT32_MAX;
+    uint32_t bound = UINT32_MAX, indirect = 0;
     if (m->timestamps)
         vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, m->timestamps, 0);
     for (uint32_t i = 0; i < d->dispatch_count; i++) {
@@ -350,7 +443,11 @@ static kiln_status record(kiln_model *m) {
         }
         vkCmdPushConstants(cmd, m->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0,
                            PUSH_BYTES, push);
-        vkCmdDispatch(cmd, x->groups[0], x->groups[1], x->groups[2]);
+        if (x->dyn_axis < 3)
+            vkCmdDispatchIndirect(cmd, m->arena.buffer,
+                                  d->indirect_offset + 12ull * indirect++);
+        else
+            vkCmdDispatch(cmd, x->groups[0], x->groups[1], x->groups[2]);
         if (m->timestamps)
             vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, m->timestamps,
                                 i + 1);
@@ -359,7 +456,18 @@ static kiln_status record(kiln_model *m) {
     memory_barrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT |
                             VK_PIPELINE_STAGE_TRANSFER_BIT,
                    VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
-                   VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_READ_BIT);
+                   VK_PIPELINE_STAGE_TRANSFER_BIT,
+                   VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT);
+    /* State updates into their states (never an output: the copies below
+     * read other bytes). The next run's first barrier orders them before
+     * its dispatches. */
+    for (uint32_t i = 0; i < d->state_copy_count; i++) {
+        const kiln_state_copy *c = &d->state_copies[i];
+        if (c->bytes == 0)
+            continue;
+        VkBufferCopy r = {c->src, c->dst, c->bytes};
+        vkCmdCopyBuffer(cmd, m->arena.buffer, m->arena.buffer, 1, &r);
+    }
     for (uint32_t i = 0; i < d->output_count; i++) {
         const kiln_tensor_info *t = &d->outputs[i];
         if (t->bytes == 0)
@@ -386,14 +494,19 @@ static kiln_status create_objects(kiln_model *m) {
                                  VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT |
                                  VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
                                  VK_BUFFER_USAGE_TRANSFER_DST_BIT;
-    KILN_RETURN_IF_ERROR(kiln__buffer_create(dev, d->arena_bytes, storage,
-                                             KILN__MEMORY_DEVICE, &m->arena));
+    KILN_RETURN_IF_ERROR(kiln__buffer_create(
+        dev, d->arena_bytes,
+        storage | (d->indirect_count ? VK_BUFFER_USAGE_INDIRECT_BUFFER_BIT : 0),
+        KILN__MEMORY_DEVICE, &m->arena));
     KILN_RETURN_IF_ERROR(kiln__buffer_create(dev, d->weight_bytes, storage,
                                              KILN__MEMORY_DEVICE, &m->weights));
     KILN_RETURN_IF_ERROR(kiln__buffer_create(
         dev, d->io_bytes,
         VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
         KILN__MEMORY_STAGING, &m->io));
+    for (uint32_t i = 0; i < d->dim_count; i++)
+        m->dims[i] = d->dims[i].max;
+    write_dims(m);
 
     VkCommandPoolCreateInfo pi;
     memset(&pi, 0, sizeof pi);
@@ -407,6 +520,7 @@ static kiln_status create_objects(kiln_model *m) {
 
     KILN_RETURN_IF_ERROR(upload_weights(m));
     KILN_RETURN_IF_ERROR(create_pipelines(m));
+    KILN_RETURN_IF_ERROR(kiln_model_reset_state(m));
     return record(m);
 }
 
@@ -546,14 +660,73 @@ kiln_status kiln_model_run(kiln_model *m, const void *const *inputs,
         if (d->outputs[i].bytes && !outputs[i])
             return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "output %u (%s) is NULL",
                              i, d->outputs[i].name);
+    /* With dynamic dims a tensor's bytes at this run's extent are a prefix
+     * of its bytes at the largest (the dynamic axis is outermost). */
     for (uint32_t i = 0; i < d->input_count; i++)
         memcpy((char *)m->io.mapped + d->inputs[i].io_offset, inputs[i],
-               (size_t)d->inputs[i].bytes);
+               (size_t)kiln_model_tensor_bytes(m, &d->inputs[i]));
     KILN_RETURN_IF_ERROR(submit_and_wait(m));
     for (uint32_t i = 0; i < d->output_count; i++)
         memcpy(outputs[i], (const char *)m->io.mapped + d->outputs[i].io_offset,
-               (size_t)d->outputs[i].bytes);
+               (size_t)kiln_model_tensor_bytes(m, &d->outputs[i]));
     return KILN_OK;
+}
+
+kiln_status kiln_model_set_dims(kiln_model *m, const int64_t *values, uint32_t count) {
+    if (!m || (count && !values))
+        return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "model or values is NULL");
+    const kiln_model_desc *d = m->desc;
+    if (count != d->dim_count)
+        return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "model %s has %u dynamic dimensions, "
+                         "not %u", d->name, d->dim_count, count);
+    for (uint32_t i = 0; i < count; i++)
+        if (values[i] < d->dims[i].min || values[i] > d->dims[i].max)
+            return KILN_FAIL(KILN_ERROR_OUT_OF_RANGE, "model %s: %s = %lld is outside its "
+                             "range %lld..%lld", d->name, d->dims[i].name,
+                             (long long)values[i], (long long)d->dims[i].min,
+                             (long long)d->dims[i].max);
+    for (uint32_t i = 0; i < count; i++)
+        m->dims[i] = values[i];
+    write_dims(m);
+    return KILN_OK;
+}
+
+kiln_status kiln_model_set_dim(kiln_model *m, const char *name, int64_t value) {
+    if (!m || !name)
+        return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "model or name is NULL");
+    const kiln_model_desc *d = m->desc;
+    int64_t v[KILN_MAX_DIMS];
+    memcpy(v, m->dims, sizeof v);
+    for (uint32_t i = 0; i < d->dim_count; i++) {
+        if (strcmp(d->dims[i].name, name) == 0) {
+            v[i] = value;
+            return kiln_model_set_dims(m, v, d->dim_count);
+        }
+    }
+    return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "model %s has no dynamic dimension '%s'",
+                     d->name, name);
+}
+
+void kiln_model_tensor_shape(const kiln_model *m, const kiln_tensor_info *t,
+                             int64_t *shape) {
+    if (!t || !shape)
+        return;
+    for (uint32_t i = 0; i < t->rank && i < KILN_MAX_RANK; i++)
+        shape[i] = t->shape[i];
+    if (m && t->dyn_axis >= 0 && (uint32_t)t->dyn_axis < t->rank)
+        shape[t->dyn_axis] = eval_extent(&t->extent, m->dims);
+}
+
+uint64_t kiln_model_tensor_bytes(const kiln_model *m, const kiln_tensor_info *t) {
+    if (!t)
+        return 0;
+    if (!m || t->dyn_axis < 0 || (uint32_t)t->dyn_axis >= t->rank ||
+        t->shape[t->dyn_axis] <= 0)
+        return t->bytes;
+    int64_t e = eval_extent(&t->extent, m->dims);
+    if (e < 0 || e > t->shape[t->dyn_axis])
+        return t->bytes; /* cannot happen within the dims' ranges */
+    return t->bytes / (uint64_t)t->shape[t->dyn_axis] * (uint64_t)e;
 }
 
 kiln_status kiln_model_run_mapped(kiln_model *m) {
@@ -663,6 +836,50 @@ kiln_status kiln_model_read_tensor(kiln_model *m, const kiln_tensor_info *tensor
     if (s == KILN_OK)
         memcpy(dst, staging.mapped, (size_t)tensor->bytes);
     kiln__buffer_destroy(dev, &staging);
+    return s;
+}
+
+kiln_status kiln_model_reset_state(kiln_model *m) {
+    if (!m)
+        return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "model is NULL");
+    const kiln_model_desc *d = m->desc;
+    if (d->state_count == 0)
+        return KILN_OK;
+    VkCommandBuffer cmd = VK_NULL_HANDLE;
+    KILN_RETURN_IF_ERROR(begin_commands(m, VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT, &cmd));
+    for (uint32_t i = 0; i < d->state_count; i++)
+        if (d->states[i].bytes)
+            vkCmdFillBuffer(cmd, m->arena.buffer, d->states[i].offset,
+                            (d->states[i].bytes + 3) / 4 * 4, 0);
+    return submit_once(m, cmd);
+}
+
+kiln_status kiln_model_read_state(kiln_model *m, uint32_t i, void *dst) {
+    if (!m || i >= m->desc->state_count)
+        return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "model is NULL or has no state %u", i);
+    return kiln_model_read_tensor(m, &m->desc->states[i], dst);
+}
+
+kiln_status kiln_model_write_state(kiln_model *m, uint32_t i, const void *src) {
+    if (!m || !src || i >= m->desc->state_count)
+        return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT,
+                         "model or src is NULL, or the model has no state %u", i);
+    const kiln_tensor_info *t = &m->desc->states[i];
+    if (t->bytes == 0)
+        return KILN_OK;
+    kiln__buffer staging;
+    KILN_RETURN_IF_ERROR(kiln__buffer_create(m->device, t->bytes,
+                                             VK_BUFFER_USAGE_TRANSFER_SRC_BIT,
+                                             KILN__MEMORY_STAGING, &staging));
+    memcpy(staging.mapped, src, (size_t)t->bytes);
+    VkCommandBuffer cmd = VK_NULL_HANDLE;
+    kiln_status s = begin_commands(m, VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT, &cmd);
+    if (s == KILN_OK) {
+        VkBufferCopy c = {0, t->offset, t->bytes};
+        vkCmdCopyBuffer(cmd, staging.buffer, m->arena.buffer, 1, &c);
+        s = submit_once(m, cmd);
+    }
+    kiln__buffer_destroy(m->device, &staging);
     return s;
 }
 

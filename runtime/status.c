@@ -30,6 +30,7 @@ const char *kiln_status_string(kiln_status status) {
     case KILN_ERROR_INCOMPATIBLE: return "KILN_ERROR_INCOMPATIBLE";
     case KILN_ERROR_OUT_OF_BOUNDS: return "KILN_ERROR_OUT_OF_BOUNDS";
     case KILN_ERROR_WEIGHTS: return "KILN_ERROR_WEIGHTS";
+    case KILN_ERROR_OUT_OF_RANGE: return "KILN_ERROR_OUT_OF_RANGE";
     }
     return "KILN_ERROR_UNKNOWN";
 }

@@ -7,6 +7,7 @@
  *
  *   run_model [-i IN.bin]... [-o OUT.bin]... [-n RUNS] [-q]
  *             [-p [PROFILE.json]] [--dump DIR] [-w WEIGHTS]
+ *             [-d DIM=V[,V...]]... [--steps K]
  *
  * -i gives each input's raw little-endian bytes, in the model's input order
  * (the sizes must match exactly); without -i, f32 inputs are filled with
@@ -23,6 +24,11 @@
  * `kiln inspect --profile` reads). --dump DIR writes every intermediate tensor
  * of a model compiled with --debug-tensors as DIR/NNN.bin, listed in
  * DIR/manifest.tsv (name, dtype, shape, file), for samples/find_divergence.py.
+ *
+ * -d sets a dynamic dimension (inputs and outputs then have the bytes of that
+ * extent). --steps K runs the model K times in a row (state carries over):
+ * step s takes the s-th value of each -d list (the last one repeats), and
+ * every -i and -o path with a %d names a file per step (step number there).
  *
  * -w names the weights sidecar file of a model compiled with --weights-file
  * when it is not at the path given to the compiler.
@@ -88,17 +94,21 @@ static void fill(const kiln_tensor_info *t, void *dst, uint32_t input) {
     }
 }
 
-static void print_tensor(const kiln_tensor_info *t, const void *data) {
+/* t as the last run left it (its shape at the model's current dims). */
+static void print_tensor(const kiln_model *m, const kiln_tensor_info *t, const void *data) {
+    int64_t shape[KILN_MAX_RANK];
+    uint64_t bytes = kiln_model_tensor_bytes(m, t);
+    kiln_model_tensor_shape(m, t, shape);
     printf("  %s: %s [", t->name, kiln_dtype_name(t->dtype));
     for (uint32_t i = 0; i < t->rank; i++)
-        printf("%s%lld", i ? ", " : "", (long long)t->shape[i]);
+        printf("%s%lld", i ? ", " : "", (long long)shape[i]);
     printf("]");
     if (t->dtype != KILN_DTYPE_F32) {
-        printf(" (%llu bytes)\n", (unsigned long long)t->bytes);
+        printf(" (%llu bytes)\n", (unsigned long long)bytes);
         return;
     }
     const float *v = (const float *)data;
-    uint64_t n = t->bytes / 4;
+    uint64_t n = bytes / 4;
     double sum = 0;
     for (uint64_t k = 0; k < n; k++)
         sum += v[k];
@@ -194,10 +204,50 @@ static int dump_tensors(kiln_model *m, const kiln_model_desc *d, const char *dir
     return status;
 }
 
+/* The file name for a step: path with its one %d replaced by the step. */
+static const char *step_path(const char *path, int step, char *buf, size_t size) {
+    const char *pct = strstr(path, "%d");
+    if (!pct)
+        return path;
+    snprintf(buf, size, "%.*s%d%s", (int)(pct - path), path, step, pct + 2);
+    return buf;
+}
+
+#define MAX_STEPS 4096
+
+/* -d NAME=V[,V...]: the values of a dynamic dimension, one per step. */
+typedef struct DimArg {
+    const char *name;
+    int64_t values[MAX_STEPS];
+    int count;
+} DimArg;
+
+static int parse_dim_arg(const char *arg, DimArg *out) {
+    const char *eq = strchr(arg, '=');
+    if (!eq || eq == arg)
+        return 0;
+    static char names[KILN_MAX_DIMS][256];
+    static int used;
+    if (used == KILN_MAX_DIMS || (size_t)(eq - arg) >= sizeof names[0])
+        return 0;
+    snprintf(names[used], sizeof names[used], "%.*s", (int)(eq - arg), arg);
+    out->name = names[used++];
+    out->count = 0;
+    for (const char *p = eq + 1; *p && out->count < MAX_STEPS;) {
+        char *end;
+        out->values[out->count++] = strtoll(p, &end, 10);
+        if (end == p || (*end && *end != ','))
+            return 0;
+        p = *end ? end + 1 : end;
+    }
+    return out->count > 0;
+}
+
 int main(int argc, char **argv) {
     const char *in_files[MAX_TENSORS], *out_files[MAX_TENSORS];
     const char *profile_json = NULL, *dump_dir = NULL, *weights = NULL;
-    int nin = 0, nout = 0, runs = 1, quiet = 0, profile = 0;
+    int nin = 0, nout = 0, runs = 1, quiet = 0, profile = 0, steps = 1, ndims = 0;
+    static DimArg dims[KILN_MAX_DIMS];
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-i") == 0 && i + 1 < argc && nin < MAX_TENSORS)
             in_files[nin++] = argv[++i];
@@ -215,9 +265,16 @@ int main(int argc, char **argv) {
             dump_dir = argv[++i];
         else if (strcmp(argv[i], "-w") == 0 && i + 1 < argc)
             weights = argv[++i];
+        else if (strcmp(argv[i], "-d") == 0 && i + 1 < argc && ndims < KILN_MAX_DIMS &&
+                 parse_dim_arg(argv[i + 1], &dims[ndims]))
+            ndims++, i++;
+        else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0 &&
+                 atoi(argv[i + 1]) <= MAX_STEPS)
+            steps = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: %s [-i IN.bin]... [-o OUT.bin]... [-n RUNS] [-q] "
-                    "[-p [PROFILE.json]] [--dump DIR] [-w WEIGHTS]\n", argv[0]);
+                    "[-p [PROFILE.json]] [--dump DIR] [-w WEIGHTS] [-d DIM=V[,V...]]... "
+                    "[--steps K]\n", argv[0]);
             return 2;
         }
     }
@@ -235,14 +292,12 @@ int main(int argc, char **argv) {
     int status = 1;
     kiln_device *dev = NULL;
     kiln_model *m = NULL;
+    char path[4096];
     memset(inputs, 0, sizeof inputs);
     memset(outputs, 0, sizeof outputs);
-    for (uint32_t i = 0; i < d->input_count; i++) {
-        inputs[i] = calloc(1, (size_t)d->inputs[i].bytes + 1);
-        if (!inputs[i] || (nin ? !read_exact(in_files[i], inputs[i], d->inputs[i].bytes)
-                               : (fill(&d->inputs[i], inputs[i], i), 0)))
+    for (uint32_t i = 0; i < d->input_count; i++)
+        if (!(inputs[i] = calloc(1, (size_t)d->inputs[i].bytes + 1)))
             goto done;
-    }
     for (uint32_t i = 0; i < d->output_count; i++)
         if (!(outputs[i] = calloc(1, (size_t)d->outputs[i].bytes + 1)))
             goto done;
@@ -259,12 +314,44 @@ int main(int argc, char **argv) {
         s = profile || weights ? kiln_model_create_ex(dev, d, &mo, &m) : MODEL_CREATE(dev, &m);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (int r = 0; r < runs && s == KILN_OK; r++) {
-        s = MODEL_RUN(m, (const void *const *)inputs, outputs);
-        if (s == KILN_OK && profile) {
-            s = kiln_model_profile(m, us, d->dispatch_count);
-            for (uint32_t k = 0; k < d->dispatch_count; k++)
-                sum_us[k] += us[k] / runs;
+    /* Each step: its dims, its inputs, `runs` runs (one when stepping), its
+     * outputs. The model (and its state) lives across the steps. */
+    for (int step = 0; step < steps && s == KILN_OK; step++) {
+        for (int k = 0; k < ndims && s == KILN_OK; k++)
+            s = kiln_model_set_dim(m, dims[k].name,
+                                   dims[k].values[step < dims[k].count ? step
+                                                                       : dims[k].count - 1]);
+        if (s != KILN_OK)
+            break;
+        for (uint32_t i = 0; i < d->input_count; i++) {
+            uint64_t bytes = kiln_model_tensor_bytes(m, &d->inputs[i]);
+            if (!nin) {
+                fill(&d->inputs[i], inputs[i], i);
+                continue;
+            }
+            if (!read_exact(step_path(in_files[i], step, path, sizeof path), inputs[i], bytes))
+                goto done;
+        }
+        int reps = steps > 1 ? 1 : runs;
+        for (int r = 0; r < reps && s == KILN_OK; r++) {
+            s = MODEL_RUN(m, (const void *const *)inputs, outputs);
+            if (s == KILN_OK && profile) {
+                s = kiln_model_profile(m, us, d->dispatch_count);
+                for (uint32_t k = 0; k < d->dispatch_count; k++)
+                    sum_us[k] += us[k] / reps;
+            }
+        }
+        for (int i = 0; i < nout && s == KILN_OK; i++) {
+            const char *out = step_path(out_files[i], step, path, sizeof path);
+            uint64_t bytes = kiln_model_tensor_bytes(m, &d->outputs[i]);
+            FILE *f = fopen(out, "wb");
+            int bad = !f || fwrite(outputs[i], 1, (size_t)bytes, f) != (size_t)bytes;
+            if (f && fclose(f) != 0)
+                bad = 1;
+            if (bad) {
+                perror(out);
+                goto done;
+            }
         }
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -276,28 +363,18 @@ int main(int argc, char **argv) {
         printf("model: %s\ndevice: %s (%s)\narena: %llu bytes\ndispatches: %u\n",
                d->name, kiln_device_name(dev), kiln_device_type_name(dev),
                (unsigned long long)d->arena_bytes, d->dispatch_count);
-        if (runs > 1)
+        if (runs > 1 && steps == 1)
             printf("runs: %d, %.1f us per run (wall clock)\n", runs,
                    ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / 1e3 / runs);
         printf("outputs:\n");
         for (uint32_t i = 0; i < d->output_count; i++)
-            print_tensor(&d->outputs[i], outputs[i]);
+            print_tensor(m, &d->outputs[i], outputs[i]);
     }
     if (profile && (print_profile(d, sum_us, profile_json, kiln_device_name(dev)) != 0))
         goto done;
     if (dump_dir && dump_tensors(m, d, dump_dir) != 0)
         goto done;
     status = 0;
-    for (int i = 0; i < nout; i++) {
-        FILE *f = fopen(out_files[i], "wb");
-        if (!f || fwrite(outputs[i], 1, (size_t)d->outputs[i].bytes, f) !=
-                      (size_t)d->outputs[i].bytes) {
-            perror(out_files[i]);
-            status = 1;
-        }
-        if (f && fclose(f) != 0)
-            status = 1;
-    }
 done:
     free(us);
     free(sum_us);

@@ -26,6 +26,7 @@ layout(push_constant) uniform Args {
     F32R k;
     F32R v;
     F32R mask;
+    KILN_DIMS
 } args;
 
 #include "reduce.glsl"

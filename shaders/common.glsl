@@ -39,6 +39,17 @@ KILN_BUFFER(U8, uint8_t, 1)
 KILN_BUFFER(I8, int8_t, 1)
 #endif
 
+// Dynamic dimensions: a kernel whose sizes follow them (DYN 1) declares
+// KILN_DIMS last in its Args; the compiler puts the address of the run's
+// dimension values (int32, one per dimension) in push-constant slot 15, and
+// writes sizes as expressions of KILN_DIM(i). Without DYN it is nothing.
+#if defined(DYN) && DYN
+#define KILN_DIMS layout(offset = 120) I32R kiln_dims_;
+#define KILN_DIM(i) args.kiln_dims_.v[i]
+#else
+#define KILN_DIMS
+#endif
+
 const float KILN_PI = 3.14159265358979323846;
 
 float kiln_sigmoid(float x) { return 1.0 / (1.0 + exp(-x)); }

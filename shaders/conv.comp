@@ -17,6 +17,7 @@ layout(push_constant) uniform Args {
     F32R x;
     F32R w;
     F32R bias;
+    KILN_DIMS
 } args;
 
 #ifndef ACT

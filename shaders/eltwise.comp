@@ -44,12 +44,12 @@ layout(push_constant) uniform Args {
     T3 in3;
     T4 in4;
     T5 in5;
+    KILN_DIMS
 } args;
 
 #if STRIDED
 const uint SHAPE_[RANK] = uint[RANK](SHAPE);
 const uint STR[NOPS * RANK] = uint[NOPS * RANK](STRIDES);
-const uint BASE[NOPS] = uint[NOPS](BASES);
 #endif
 
 #if VEC4
@@ -91,6 +91,9 @@ void main() {
 #else
 void main() {
     const uint step = gl_NumWorkGroups.x * WG;
+#if STRIDED
+    const uint BASE[NOPS] = uint[NOPS](BASES); // may follow the dynamic dims
+#endif
     for (uint i = gl_GlobalInvocationID.x; i < COUNT;) {
 #if STRIDED
         uint off[NOPS];

@@ -33,6 +33,7 @@ layout(push_constant) uniform Args {
     TDATA y;
     TDATA_R x;
     TIDX idx;
+    KILN_DIMS
 } args;
 
 #if MODE == MODE_GATHER_ELEMENTS || MODE == MODE_PAD

@@ -26,6 +26,7 @@ layout(push_constant) uniform Args {
     F32R bias;
     F32R bscale; // quantized B only (weights.glsl)
     U32R bzero;
+    KILN_DIMS
 } args;
 
 #ifndef ALPHA
@@ -42,8 +43,8 @@ const uint BSHAPE_[BRANK] = uint[BRANK](BSHAPE);
 const uint CBS[BRANK] = uint[BRANK](C_BSTRIDES);
 const uint ABS[BRANK] = uint[BRANK](A_BSTRIDES);
 const uint BBS[BRANK] = uint[BRANK](B_BSTRIDES);
-const uint TILES_M = (M + BM - 1) / BM;
-const uint TILES_N = (N + BN - 1) / BN;
+#define TILES_M ((uint(M) + BM - 1) / BM) // M may follow the dynamic dims
+#define TILES_N ((N + BN - 1) / BN)
 
 shared float As[BK][BM];
 shared float Bs[BK][BN];

@@ -20,6 +20,7 @@ layout(push_constant) uniform Args {
     F32R bias;
     F32R bscale; // quantized B only (weights.glsl)
     U32R bzero;
+    KILN_DIMS
 } args;
 
 #ifndef ALPHA
@@ -37,6 +38,9 @@ const uint CBS[BRANK] = uint[BRANK](C_BSTRIDES);
 const uint ABS[BRANK] = uint[BRANK](A_BSTRIDES);
 const uint BBS[BRANK] = uint[BRANK](B_BSTRIDES);
 const uint TILES_N = (N + NCOL - 1) / NCOL;
+#ifndef MROWS
+#define MROWS M // the rows of this run: M at most (dynamic dims)
+#endif
 
 shared float part[KSPLIT][M][NCOL];
 
@@ -60,14 +64,15 @@ void main() {
                 for (uint k = s; k < K; k += KSPLIT) {
                     const float bv = LOAD_B(cb + k * B_SK + n * B_SN, k, n);
                     for (uint m = 0; m < M; ++m)
-                        acc[m] = fma(args.a.v[ca + m * A_SM + k * A_SK], bv, acc[m]);
+                        if (m < MROWS)
+                            acc[m] = fma(args.a.v[ca + m * A_SM + k * A_SK], bv, acc[m]);
                 }
             }
             for (uint m = 0; m < M; ++m)
                 part[s][m][lc] = acc[m];
             barrier();
             if (s == 0 && n < N) {
-                for (uint m = 0; m < M; ++m) {
+                for (uint m = 0; m < MROWS; ++m) {
                     float v = 0.0;
                     for (uint t = 0; t < KSPLIT; ++t)
                         v += part[t][m][lc];

@@ -22,6 +22,7 @@ layout(push_constant) uniform Args {
     F32R beta;
     F32R res;
     F32 sum;
+    KILN_DIMS
 } args;
 
 #include "reduce.glsl"

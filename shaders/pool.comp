@@ -12,6 +12,7 @@ layout(local_size_x = WG) in;
 layout(push_constant) uniform Args {
     F32 y;
     F32R x;
+    KILN_DIMS
 } args;
 
 const uint IN_[3] = uint[3](IN_SP);

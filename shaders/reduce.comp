@@ -20,6 +20,7 @@ layout(push_constant) uniform Args {
     F32 y;
 #endif
     F32R x;
+    KILN_DIMS
 } args;
 
 #define INNER 1

@@ -14,6 +14,7 @@ layout(local_size_x = WG) in;
 layout(push_constant) uniform Args {
     F32 y;
     F32R x;
+    KILN_DIMS
 } args;
 
 const uint XS[RANK] = uint[RANK](XSHAPE);

@@ -15,6 +15,7 @@ layout(push_constant) uniform Args {
     I64 y;
     F32R x;
     TSEED seed;
+    KILN_DIMS
 } args;
 
 #define INNER 1

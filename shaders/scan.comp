@@ -21,6 +21,7 @@ layout(push_constant) uniform Args {
     F32R C;
     F32R Dskip;
     F32R z;
+    KILN_DIMS
 } args;
 
 #include "reduce.glsl"

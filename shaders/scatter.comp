@@ -17,6 +17,7 @@ layout(push_constant) uniform Args {
     U32 y;
     TIDX idx;
     F32R upd;
+    KILN_DIMS
 } args;
 
 const uint SHAPE_[RANK] = uint[RANK](SHAPE);

@@ -13,6 +13,7 @@ layout(local_size_x = WG) in;
 layout(push_constant) uniform Args {
     F32 y;
     F32R x;
+    KILN_DIMS
 } args;
 
 #include "reduce.glsl"

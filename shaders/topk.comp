@@ -11,6 +11,7 @@ layout(push_constant) uniform Args {
     F32 values;
     F32R x;
     I64 indices;
+    KILN_DIMS
 } args;
 
 #include "reduce.glsl"

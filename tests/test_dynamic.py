@@ -1,0 +1,291 @@
+"""test_dynamic.py: dynamic dimensions (`dims: {seq: 1..64}`).
+
+Each model is compiled once, for the largest extents, and run by one
+process at several extents in a row (1, a few in between, the largest, and
+back down: nothing is re-recorded between them), each run's inputs drawn at
+that extent. Every output element of every run is compared with
+tests/reference.py evaluated at that extent. Extents outside the declared
+range are a run-time error; graphs kiln cannot run dynamically are located
+compile errors.
+"""
+import json
+from pathlib import Path
+
+import numpy as np
+
+import reference as ref
+from harness import (VALIDATION, assert_close, build_model, check, kiln, model_yaml,
+                     registry, run)
+
+TESTS, case = registry()
+
+SEQ = [1, 3, 64, 17, 2, 64, 1]  # seq: 1..64, up and down
+
+
+def dyn_yaml(dims, inputs, nodes, outputs, weights=None):
+    doc = json.loads(model_yaml("dyn", inputs, nodes, outputs, weights))
+    return json.dumps({"name": doc.pop("name"), "dims": dims, **doc}, indent=1)
+
+
+def run_steps(workdir, yaml_text, steps, make_inputs, reference, rtol=1e-5, atol=1e-5,
+              flags=()):
+    """steps: a list of {dim: value}; make_inputs(rng, **dims) -> arrays;
+    reference(*arrays, **dims) -> expected outputs."""
+    workdir = Path(workdir)
+    prog = build_model(workdir, yaml_text, flags=flags)
+    rng = np.random.default_rng(7)
+    wanted = []
+    for s, dims in enumerate(steps):
+        ins = make_inputs(rng, **dims)
+        for i, a in enumerate(ins):
+            np.ascontiguousarray(a).tofile(workdir / f"in{i}_{s}.bin")
+        wanted.append([np.asarray(w) for w in reference(*ins, **dims)])
+        nin = len(ins)
+    args = [prog, "-q", "--steps", str(len(steps))]
+    for name in steps[0]:
+        args += ["-d", f"{name}=" + ",".join(str(d[name]) for d in steps)]
+    args += [a for i in range(nin) for a in ("-i", workdir / f"in{i}_%d.bin")]
+    args += [a for i in range(len(wanted[0])) for a in ("-o", workdir / f"out{i}_%d.bin")]
+    r = run(args, cwd=workdir, env={"KILN_VALIDATION": VALIDATION})
+    check(r.returncode != 3, f"Vulkan validation messages:\n{r.stderr[-3000:]}")
+    check(r.returncode == 0, f"the model program failed ({r.returncode}):\n{r.stderr}")
+    for s, (dims, want) in enumerate(zip(steps, wanted)):
+        for i, w in enumerate(want):
+            dt = w.dtype if w.dtype != np.float64 else np.float32
+            got = np.fromfile(workdir / f"out{i}_{s}.bin", dtype=dt)
+            check(got.size == w.size, f"step {s} {dims}: output {i} has {got.size} "
+                  f"elements, expected {w.size} {list(w.shape)}")
+            assert_close(got.reshape(w.shape), w, rtol, atol,
+                         f"step {s} {dims}, output {i}")
+
+
+def seq_steps(values=SEQ):
+    return [{"seq": v} for v in values]
+
+
+def normal(rng, *shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+W = {"dtype": "f32"}
+
+
+def weight(shape, seed, std=0.3):
+    return {**W, "shape": list(shape), "init": {"normal": std, "seed": seed}}
+
+
+def w_of(shape, seed, std=0.3):
+    return ref.init_normal(list(shape), std, seed)
+
+
+@case("dynamic: elementwise chain with a broadcast bias (fused, vec4 and scalar paths)")
+def test_eltwise(workdir):
+    for inner in (24, 5):  # a multiple of 4 (vec4 kernel) and not
+        sub = Path(workdir) / f"w{inner}"
+        sub.mkdir()
+        y = dyn_yaml({"seq": "1..64"}, {"x": {**W, "shape": ["seq", inner]}},
+                     [{"name": "a", "op": "add", "inputs": ["x", "b"]},
+                      {"name": "g", "op": "gelu", "inputs": ["a"]},
+                      {"name": "y", "op": "mul", "inputs": ["g", "x"]}],
+                     ["y"], {"b": weight([inner], 3)})
+        b = w_of([inner], 3)
+        run_steps(sub, y, seq_steps(), lambda rng, seq: [normal(rng, seq, inner)],
+                  lambda x, seq: [ref.UNARY["gelu"](x + b) * x])
+
+
+@case("dynamic: transpose of fixed axes, reshape and slice behind a dynamic axis")
+def test_views(workdir):
+    y = dyn_yaml({"seq": "1..64"}, {"x": {**W, "shape": [1, "seq", 3, 4]}},
+                 [{"name": "t", "op": "transpose", "inputs": ["x"], "perm": [0, 1, 3, 2]},
+                  {"name": "r", "op": "reshape", "inputs": ["t"], "shape": [-1, 12]},
+                  {"name": "s", "op": "slice", "inputs": ["r"], "starts": [2], "ends": [11],
+                   "axes": [1], "steps": [3]},
+                  {"name": "y", "op": "neg", "inputs": ["s"]}],
+                 ["y", "r"])
+    run_steps(workdir, y, seq_steps(), lambda rng, seq: [normal(rng, 1, seq, 3, 4)],
+              lambda x, seq: [-x.transpose(0, 1, 3, 2).reshape(-1, 12)[:, 2:11:3],
+                              x.transpose(0, 1, 3, 2).reshape(-1, 12)])
+
+
+@case("dynamic: matmul (tiled and matrix-vector) with bias and activation, gemm")
+def test_matmul(workdir):
+    for hi, n in ((64, 40), (16, 24)):  # rows above 16: tiled; up to 16: matvec
+        sub = Path(workdir) / f"m{hi}"
+        sub.mkdir()
+        y = dyn_yaml({"seq": f"1..{hi}"}, {"x": {**W, "shape": ["seq", 33]}},
+                     [{"name": "h", "op": "matmul", "inputs": ["x", "w"]},
+                      {"name": "hb", "op": "add", "inputs": ["h", "b"]},
+                      {"name": "a", "op": "relu", "inputs": ["hb"]},
+                      {"name": "g", "op": "gemm", "inputs": ["a", "w2", "c"], "trans_b": 1,
+                       "alpha": 0.5}],
+                     ["a", "g"],
+                     {"w": weight([33, n], 1), "b": weight([n], 2), "w2": weight([7, n], 4),
+                      "c": weight([7], 5)})
+        w, b, w2, c = w_of([33, n], 1), w_of([n], 2), w_of([7, n], 4), w_of([7], 5)
+        steps = [v for v in SEQ if v <= hi] + [hi]
+
+        def want(x, seq):
+            a = np.maximum(ref.f64(x) @ w + b, 0)
+            return [a, 0.5 * a @ w2.T + c]
+        run_steps(sub, y, seq_steps(steps), lambda rng, seq: [normal(rng, seq, 33)], want,
+                  rtol=1e-4, atol=1e-4)
+
+
+@case("dynamic: layer_norm, rms_norm and a residual add fused into a norm")
+def test_norms(workdir):
+    y = dyn_yaml({"seq": "1..64"}, {"x": {**W, "shape": ["seq", 48]},
+                                    "r": {**W, "shape": ["seq", 48]}},
+                 [{"name": "l", "op": "layer_norm", "inputs": ["x", "g", "bt"]},
+                  {"name": "s", "op": "add", "inputs": ["l", "r"]},
+                  {"name": "n", "op": "rms_norm", "inputs": ["s", "g"]}],
+                 ["l", "n"], {"g": weight([48], 6), "bt": weight([48], 7)})
+    g, bt = w_of([48], 6), w_of([48], 7)
+
+    def want(x, r, seq):
+        lo = ref.norm(x, -1, g, bt)
+        return [lo, ref.norm(lo + r, -1, g, rms=True)]
+    run_steps(workdir, y, seq_steps(), lambda rng, seq: [normal(rng, seq, 48),
+                                                         normal(rng, seq, 48)],
+              want, rtol=1e-4, atol=1e-4)
+
+
+@case("dynamic: softmax, log_softmax, cumsum, reduce_sum and argmax over a fixed axis")
+def test_rows(workdir):
+    y = dyn_yaml({"seq": "1..64"}, {"x": {**W, "shape": ["seq", 2, 37]}},
+                 [{"name": "a", "op": "softmax", "inputs": ["x"]},
+                  {"name": "b", "op": "log_softmax", "inputs": ["x"], "axis": 1},
+                  {"name": "c", "op": "cumsum", "inputs": ["x"], "axis": 2},
+                  {"name": "d", "op": "reduce_sum", "inputs": ["x"], "axes": [2],
+                   "keep_dims": 0},
+                  {"name": "e", "op": "argmax", "inputs": ["x"], "axis": 2}],
+                 ["a", "b", "c", "d", "e"])
+
+    def want(x, seq):
+        return [ref.softmax(x, -1), ref.log_softmax(x, 1), ref.cumsum(x, 2),
+                ref.f64(x).sum(axis=2), ref.arg_reduce(x, 2, 1, True, False)]
+    run_steps(workdir, y, seq_steps(), lambda rng, seq: [normal(rng, seq, 2, 37)], want,
+              rtol=1e-4, atol=1e-4)
+
+
+@case("dynamic: embedding of dynamic token ids, rope with positions gathered")
+def test_embedding_rope(workdir):
+    y = dyn_yaml({"seq": "1..64"}, {"tok": {"dtype": "i32", "shape": ["seq"]},
+                                    "pos": {"dtype": "i32", "shape": ["seq"]}},
+                 [{"name": "e", "op": "embedding", "inputs": ["tok", "table"]},
+                  {"name": "h", "op": "reshape", "inputs": ["e"], "shape": [-1, 2, 8]},
+                  {"name": "c", "op": "gather", "inputs": ["cos", "pos"]},
+                  {"name": "s", "op": "gather", "inputs": ["sin", "pos"]},
+                  {"name": "y", "op": "rope", "inputs": ["h", "c", "s"], "seq_axis": 0}],
+                 ["e", "y"], {"table": weight([50, 16], 8), "cos": weight([128, 4], 9),
+                              "sin": weight([128, 4], 10)})
+    table, cos, sin = w_of([50, 16], 8), w_of([128, 4], 9), w_of([128, 4], 10)
+
+    def inputs(rng, seq):
+        return [rng.integers(0, 50, seq).astype(np.int32),
+                rng.integers(0, 128, seq).astype(np.int32)]
+
+    def want(tok, pos, seq):
+        e = table[tok]
+        return [e, ref.rope(e.reshape(-1, 2, 8), cos[pos], sin[pos], seq_axis=0)]
+    run_steps(workdir, y, seq_steps(), inputs, want, rtol=1e-5, atol=1e-5)
+
+
+@case("dynamic: causal attention with dynamic queries and keys (two dims)")
+def test_attention(workdir):
+    # queries: seq new positions; keys: past + seq (a concatenation).
+    y = dyn_yaml({"seq": "1..8", "past": "0..24"},
+                 {"q": {**W, "shape": [1, "seq", 32]},
+                  "kp": {**W, "shape": [1, "past", 16]},
+                  "kn": {**W, "shape": [1, "seq", 16]},
+                  "vp": {**W, "shape": [1, "past", 16]},
+                  "vn": {**W, "shape": [1, "seq", 16]}},
+                 [{"name": "k", "op": "concat", "inputs": ["kp", "kn"], "axis": 1},
+                  {"name": "v", "op": "concat", "inputs": ["vp", "vn"], "axis": 1},
+                  {"name": "o", "op": "attention", "inputs": ["q", "k", "v"],
+                   "layout": "bshd", "heads": 4, "kv_heads": 2, "causal": 1}],
+                 ["o", "k"])
+    steps = [{"seq": s, "past": p} for s, p in
+             ((1, 0), (8, 0), (3, 5), (1, 24), (8, 24), (1, 1), (5, 13))]
+
+    def inputs(rng, seq, past):
+        return [normal(rng, 1, seq, 32), normal(rng, 1, past, 16), normal(rng, 1, seq, 16),
+                normal(rng, 1, past, 16), normal(rng, 1, seq, 16)]
+
+    def want(q, kp, kn, vp, vn, seq, past):
+        k, v = np.concatenate([kp, kn], 1), np.concatenate([vp, vn], 1)
+        return [ref.attention(q, k, v, layout="bshd", heads=4, kv_heads=2, causal=1), k]
+    run_steps(workdir, y, steps, inputs, want, rtol=1e-4, atol=1e-5)
+
+
+@case("dynamic: concatenation along a fixed axis and of a fixed piece after a dynamic one")
+def test_concat(workdir):
+    y = dyn_yaml({"seq": "1..64"}, {"x": {**W, "shape": ["seq", 5]},
+                                    "z": {**W, "shape": ["seq", 3]}},
+                 [{"name": "a", "op": "concat", "inputs": ["x", "z"], "axis": 1},
+                  {"name": "b", "op": "concat", "inputs": ["z", "t", "z"], "axis": 0}],
+                 ["a", "b"], {"t": weight([2, 3], 11)})
+    t = w_of([2, 3], 11)
+    run_steps(workdir, y, seq_steps(), lambda rng, seq: [normal(rng, seq, 5),
+                                                         normal(rng, seq, 3)],
+              lambda x, z, seq: [np.concatenate([x, z], 1), np.concatenate([z, t, z], 0)])
+
+
+@case("dynamic: an extent outside its range is KILN_ERROR_OUT_OF_RANGE; the model "
+      "still runs after it")
+def test_out_of_range(workdir):
+    y = dyn_yaml({"seq": "2..8"}, {"x": {**W, "shape": ["seq", 4]}},
+                 [{"name": "y", "op": "exp", "inputs": ["x"]}], ["y"])
+    prog = build_model(workdir, y)
+    for bad in ("1", "9", "-3"):
+        r = run([prog, "-q", "-d", f"seq={bad}"], cwd=workdir)
+        check(r.returncode == 1 and "KILN_ERROR_OUT_OF_RANGE" in r.stderr and
+              "range 2..8" in r.stderr, f"seq={bad}: {r.returncode} {r.stderr}")
+    run_steps(workdir, y, seq_steps([2, 8, 5]), lambda rng, seq: [normal(rng, seq, 4)],
+              lambda x, seq: [np.exp(ref.f64(x))])
+
+
+def compile_error(workdir, yaml_text, *needles):
+    workdir = Path(workdir)
+    (workdir / "m.yaml").write_text(yaml_text)
+    r = kiln("compile", workdir / "m.yaml", "-o", workdir / "m.c")
+    check(r.returncode == 1, f"expected a compile error, got {r.returncode}: {needles}")
+    check("m.yaml:" in r.stderr and all(n in r.stderr for n in needles),
+          f"expected a located error with {needles}:\n{r.stderr}")
+    check("Traceback" not in r.stderr and "internal" not in r.stderr, r.stderr)
+
+
+@case("dynamic: graphs kiln cannot run dynamically are located compile errors")
+def test_errors(workdir):
+    x = {"x": {**W, "shape": ["seq", 4]}}
+    ok_dims = {"seq": "1..64"}
+    cases = [
+        (ok_dims, x, [{"name": "y", "op": "add", "inputs": ["x", "p"]}],
+         {"p": weight([64, 4], 1)}, ["fixed size 64"]),
+        (ok_dims, x, [{"name": "y", "op": "softmax", "inputs": ["x"], "axis": 0}], None,
+         ["reduces over the dynamic axis"]),
+        (ok_dims, x, [{"name": "y", "op": "transpose", "inputs": ["x"]}], None,
+         ["outermost"]),
+        (ok_dims, {"x": {**W, "shape": [2, "seq"]}},
+         [{"name": "y", "op": "exp", "inputs": ["x"]}], None, ["outermost"]),
+        (ok_dims, {"x": {**W, "shape": ["seq", "seq"]}},
+         [{"name": "y", "op": "exp", "inputs": ["x"]}], None, ["two dynamic"]),
+        (ok_dims, {"x": {**W, "shape": [1, 1, "seq", 4]}},
+         [{"name": "y", "op": "max_pool", "inputs": ["x"], "kernel": [1, 2]}], None,
+         ["does not take a dynamic extent"]),
+        (ok_dims, x, [{"name": "y", "op": "matmul", "inputs": ["w", "x"]}],
+         {"w": weight([3, 64], 1)}, ["rows of the first"]),
+        (ok_dims, x, [{"name": "y", "op": "slice", "inputs": ["x"], "starts": [1],
+                       "ends": [5], "axes": [0]}], None, ["slices the dynamic axis"]),
+        ({"seq": "4..2"}, x, [{"name": "y", "op": "exp", "inputs": ["x"]}], None,
+         ["range 4..2"]),
+        ({"seq": "1-8"}, x, [{"name": "y", "op": "exp", "inputs": ["x"]}], None,
+         ["MIN..MAX"]),
+        ({"seq": "3..3"}, x, [{"name": "y", "op": "exp", "inputs": ["x"]}], None,
+         ["fixed size"]),
+        ({"seq": "1..8"}, {"x": {**W, "shape": ["sq", 4]}},
+         [{"name": "y", "op": "exp", "inputs": ["x"]}], None, ["'sq'"]),
+    ]
+    for k, (dims, ins, nodes, weights, needles) in enumerate(cases):
+        sub = Path(workdir) / f"c{k}"
+        sub.mkdir()
+        compile_error(sub, dyn_yaml(dims, ins, nodes, ["y"], weights), *needles)
