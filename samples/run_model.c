@@ -7,7 +7,7 @@
  *
  *   run_model [-i IN.bin]... [-o OUT.bin]... [-n RUNS] [-q]
  *             [-p [PROFILE.json]] [--dump DIR] [-w WEIGHTS]
- *             [-d DIM=V[,V...]]... [--steps K]
+ *             [-d DIM=V[,V...]]... [--steps K] [--states DIR] [--reset-at S]
  *
  * -i gives each input's raw little-endian bytes, in the model's input order
  * (the sizes must match exactly); without -i, f32 inputs are filled with
@@ -29,6 +29,11 @@
  * extent). --steps K runs the model K times in a row (state carries over):
  * step s takes the s-th value of each -d list (the last one repeats), and
  * every -i and -o path with a %d names a file per step (step number there).
+ *
+ * --states DIR: before the first step, state i is written from DIR/init<i>.bin
+ * when that file exists (kiln_model_write_state); after the last, every state
+ * is read out to DIR/state<i>.bin (kiln_model_read_state). --reset-at S sets
+ * every state back to zeros before step S (kiln_model_reset_state).
  *
  * -w names the weights sidecar file of a model compiled with --weights-file
  * when it is not at the path given to the compiler.
@@ -247,6 +252,8 @@ int main(int argc, char **argv) {
     const char *in_files[MAX_TENSORS], *out_files[MAX_TENSORS];
     const char *profile_json = NULL, *dump_dir = NULL, *weights = NULL;
     int nin = 0, nout = 0, runs = 1, quiet = 0, profile = 0, steps = 1, ndims = 0;
+    int reset_at = -1;
+    const char *states = NULL;
     static DimArg dims[KILN_MAX_DIMS];
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-i") == 0 && i + 1 < argc && nin < MAX_TENSORS)
@@ -268,13 +275,17 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "-d") == 0 && i + 1 < argc && ndims < KILN_MAX_DIMS &&
                  parse_dim_arg(argv[i + 1], &dims[ndims]))
             ndims++, i++;
+        else if (strcmp(argv[i], "--states") == 0 && i + 1 < argc)
+            states = argv[++i];
+        else if (strcmp(argv[i], "--reset-at") == 0 && i + 1 < argc)
+            reset_at = atoi(argv[++i]);
         else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0 &&
                  atoi(argv[i + 1]) <= MAX_STEPS)
             steps = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: %s [-i IN.bin]... [-o OUT.bin]... [-n RUNS] [-q] "
                     "[-p [PROFILE.json]] [--dump DIR] [-w WEIGHTS] [-d DIM=V[,V...]]... "
-                    "[--steps K]\n", argv[0]);
+                    "[--steps K] [--states DIR] [--reset-at S]\n", argv[0]);
             return 2;
         }
     }
@@ -312,11 +323,27 @@ int main(int argc, char **argv) {
     kiln_status s = kiln_device_create(NULL, &dev);
     if (s == KILN_OK)
         s = profile || weights ? kiln_model_create_ex(dev, d, &mo, &m) : MODEL_CREATE(dev, &m);
+    for (uint32_t i = 0; states && s == KILN_OK && i < d->state_count; i++) {
+        snprintf(path, sizeof path, "%s/init%u.bin", states, i);
+        FILE *f = fopen(path, "rb");
+        if (!f)
+            continue;
+        fclose(f);
+        void *buf = calloc(1, (size_t)d->states[i].bytes + 1);
+        if (!buf || !read_exact(path, buf, d->states[i].bytes)) {
+            free(buf);
+            goto done;
+        }
+        s = kiln_model_write_state(m, i, buf);
+        free(buf);
+    }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     /* Each step: its dims, its inputs, `runs` runs (one when stepping), its
      * outputs. The model (and its state) lives across the steps. */
     for (int step = 0; step < steps && s == KILN_OK; step++) {
+        if (step == reset_at)
+            s = kiln_model_reset_state(m);
         for (int k = 0; k < ndims && s == KILN_OK; k++)
             s = kiln_model_set_dim(m, dims[k].name,
                                    dims[k].values[step < dims[k].count ? step
@@ -355,6 +382,21 @@ int main(int argc, char **argv) {
         }
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
+    for (uint32_t i = 0; states && s == KILN_OK && i < d->state_count; i++) {
+        void *buf = calloc(1, (size_t)d->states[i].bytes + 1);
+        s = buf ? kiln_model_read_state(m, i, buf) : KILN_ERROR_OUT_OF_HOST_MEMORY;
+        snprintf(path, sizeof path, "%s/state%u.bin", states, i);
+        FILE *f = s == KILN_OK ? fopen(path, "wb") : NULL;
+        int bad = s == KILN_OK && (!f || fwrite(buf, 1, (size_t)d->states[i].bytes, f) !=
+                                             (size_t)d->states[i].bytes);
+        if (f && fclose(f) != 0)
+            bad = 1;
+        free(buf);
+        if (bad) {
+            perror(path);
+            goto done;
+        }
+    }
     if (s != KILN_OK) {
         fprintf(stderr, "run_model: %s: %s\n", kiln_status_string(s), kiln_last_error());
         goto done;

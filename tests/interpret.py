@@ -56,6 +56,13 @@ def run_node(op, a, xs):
         return ref.UNARY[op](x)
     if op == "embedding":
         return ref.f64(xs[1])[np.asarray(x)]
+    if op == "gather":
+        return np.take(xs[0], np.asarray(xs[1]), axis=a.get("axis", 0))
+    if op == "concat":
+        return np.concatenate(xs, axis=a.get("axis", 0))
+    if op == "argmax":
+        return ref.arg_reduce(x, a.get("axis", 0), a.get("keep_dims", 1), True,
+                              a.get("select_last_index", 0))
     if op == "matmul":
         return ref.matmul(*xs)
     if op == "gemm":
@@ -101,16 +108,17 @@ def run_node(op, a, xs):
     raise ValueError(f"op {op} is not in the interpreter")
 
 
-def interpret(path, inputs):
-    """Returns the model's outputs (float64 or integer arrays), in order."""
-    model, env = interpret_all(path, inputs)
+def interpret(path, inputs, state=None):
+    """Returns the model's outputs (float64 or integer arrays), in order.
+    state: the value of each state tensor by name (YAML `state:`)."""
+    model, env = interpret_all(path, inputs, state)
     return [env[o] for o in model["outputs"]]
 
 
-def interpret_all(path, inputs):
+def interpret_all(path, inputs, state=None):
     """Returns the model and every value it computes, by name."""
     model = yaml.safe_load(Path(path).read_text())
-    env = {}
+    env = dict(state or {})
     for (name, spec), value in zip(model.get("inputs", {}).items(), inputs):
         env[name] = value
     for name, spec in (model.get("weights") or {}).items():

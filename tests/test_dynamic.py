@@ -28,7 +28,7 @@ def dyn_yaml(dims, inputs, nodes, outputs, weights=None):
 
 
 def run_steps(workdir, yaml_text, steps, make_inputs, reference, rtol=1e-5, atol=1e-5,
-              flags=()):
+              flags=(), extra_args=()):
     """steps: a list of {dim: value}; make_inputs(rng, **dims) -> arrays;
     reference(*arrays, **dims) -> expected outputs."""
     workdir = Path(workdir)
@@ -46,7 +46,7 @@ def run_steps(workdir, yaml_text, steps, make_inputs, reference, rtol=1e-5, atol
         args += ["-d", f"{name}=" + ",".join(str(d[name]) for d in steps)]
     args += [a for i in range(nin) for a in ("-i", workdir / f"in{i}_%d.bin")]
     args += [a for i in range(len(wanted[0])) for a in ("-o", workdir / f"out{i}_%d.bin")]
-    r = run(args, cwd=workdir, env={"KILN_VALIDATION": VALIDATION})
+    r = run(args + list(extra_args), cwd=workdir, env={"KILN_VALIDATION": VALIDATION})
     check(r.returncode != 3, f"Vulkan validation messages:\n{r.stderr[-3000:]}")
     check(r.returncode == 0, f"the model program failed ({r.returncode}):\n{r.stderr}")
     for s, (dims, want) in enumerate(zip(steps, wanted)):
@@ -244,6 +244,66 @@ def test_out_of_range(workdir):
               lambda x, seq: [np.exp(ref.f64(x))])
 
 
+@case("state: an update copied into its state after each run; reset, write and read "
+      "from the host")
+def test_state_copy(workdir):
+    workdir = Path(workdir)
+    y = json.dumps({"name": "acc", "inputs": {"x": {**W, "shape": [2, 3]}},
+                    "state": {"acc": {**W, "shape": [2, 3], "update": "acc2"}},
+                    "nodes": [{"name": "acc2", "op": "add", "inputs": ["acc", "x"]},
+                              {"name": "y", "op": "mul", "inputs": ["acc2", "x"]}],
+                    "outputs": ["y"]})
+    init = np.arange(6, dtype=np.float32).reshape(2, 3) - 2.5
+    sd = workdir / "states"
+    sd.mkdir()
+    init.tofile(sd / "init0.bin")
+    total = {"acc": init.astype(np.float64)}
+
+    def want(x):
+        if want.step == 3:  # --reset-at 3
+            total["acc"] = np.zeros((2, 3))
+        want.step += 1
+        total["acc"] = total["acc"] + x
+        return [total["acc"] * x]
+    want.step = 0
+    run_steps(workdir, y, [{}] * 6, lambda rng: [normal(rng, 2, 3)], want,
+              extra_args=("--states", sd, "--reset-at", "3"))
+    got = np.fromfile(sd / "state0.bin", dtype=np.float32).reshape(2, 3)
+    assert_close(got, total["acc"], 1e-5, 1e-5, "state read after the last run")
+
+
+@case("state: a dynamic cache that grows in place (concat) across runs of varying extent")
+def test_state_append(workdir):
+    workdir = Path(workdir)
+    y = dyn_yaml({"seq": "1..3", "past": "0..6"}, {"x": {**W, "shape": ["seq", 3]}},
+                 [{"name": "all", "op": "concat", "inputs": ["c", "x"], "axis": 0},
+                  {"name": "y", "op": "exp", "inputs": ["all"]}], ["y", "all"])
+    doc = json.loads(y)
+    doc["state"] = {"c": {**W, "shape": ["past", 3], "update": "all"}}
+    (workdir / "m.yaml").write_text(json.dumps(doc))
+    r = kiln("compile", workdir / "m.yaml", "-o", workdir / "m.c")
+    check("copied after" in (workdir / "m.c").read_text() and
+          "{0ull, 0ull, 0ull}" in (workdir / "m.c").read_text(),
+          "the append is not in place (a state copy was emitted)")
+    steps = [{"seq": 2, "past": 0}, {"seq": 1, "past": 2}, {"seq": 3, "past": 3},
+             {"seq": 1, "past": 6}]
+    cache = []
+
+    def want(x, seq, past):
+        check(sum(len(c) for c in cache) == past, "test bug")
+        cache.append(ref.f64(x))
+        a = np.concatenate(cache)
+        return [np.exp(a), a]
+    sd = workdir / "states"
+    sd.mkdir()
+    run_steps(workdir, json.dumps(doc), steps, lambda rng, seq, past: [normal(rng, seq, 3)],
+              want, extra_args=("--states", sd))
+    got = np.fromfile(sd / "state0.bin", dtype=np.float32)
+    check(got.size == 9 * 3, f"state storage {got.size} floats, expected 27 (past + seq "
+          "at most)")
+    assert_close(got.reshape(9, 3)[:7], np.concatenate(cache), 0, 0, "the cache")
+
+
 def compile_error(workdir, yaml_text, *needles):
     workdir = Path(workdir)
     (workdir / "m.yaml").write_text(yaml_text)
@@ -285,6 +345,19 @@ def test_errors(workdir):
         ({"seq": "1..8"}, {"x": {**W, "shape": ["sq", 4]}},
          [{"name": "y", "op": "exp", "inputs": ["x"]}], None, ["'sq'"]),
     ]
+    # state: an update of another shape; a state listed as an output
+    base = json.loads(dyn_yaml(ok_dims, x, [{"name": "y", "op": "exp", "inputs": ["s"]}],
+                               ["y"]))
+    base["state"] = {"s": {**W, "shape": [3, 4], "update": "x"}}
+    cases_state = [(json.dumps(base), ["update 'x'", "must"])]
+    base2 = dict(base, state={"s": {**W, "shape": ["seq", 4]}}, outputs=["s"])
+    cases_state.append((json.dumps(base2), ["'s' is a state"]))
+    base3 = dict(base, state={"s": {**W, "shape": [3, 4], "update": "nope"}})
+    cases_state.append((json.dumps(base3), ["'nope' is not defined"]))
+    for k, (text, needles) in enumerate(cases_state):
+        sub = Path(workdir) / f"s{k}"
+        sub.mkdir()
+        compile_error(sub, text, *needles)
     for k, (dims, ins, nodes, weights, needles) in enumerate(cases):
         sub = Path(workdir) / f"c{k}"
         sub.mkdir()

@@ -459,3 +459,40 @@ def test_fusion_counts(workdir):
     check(count("cnn") == 8, "cnn fused")
     r = kiln("inspect", ROOT / "samples" / "mlp.yaml", "--no-fuse=loops")
     check(r.returncode == 1 and "unknown fusion 'loops'" in r.stderr, r.stderr)
+
+
+@case("sample samples/decode: cached greedy decoding matches the CPU reference "
+      "recomputing the whole prefix without a cache")
+def test_decode_sample(workdir):
+    import interpret
+    workdir = Path(workdir)
+    src = ROOT / "samples" / "decode"
+    r = kiln("compile", src / "decoder.yaml", "--name", "decoder", "-o",
+             workdir / "decoder.c")
+    check(r.returncode == 0, f"kiln compile failed:\n{r.stderr}")
+    prog = workdir / "decode"
+    r = run([CC, "-O1", "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror",
+             *EXTRA_CFLAGS, "-I", ROOT / "runtime", "-I", workdir, "-o", prog,
+             workdir / "decoder.c", src / "decode.c", "-L", BUILD, "-lkilnrt", VULKAN_LIB,
+             "-lm"])
+    check(r.returncode == 0, f"building the decode sample failed:\n{r.stderr}")
+    prompt, new = 7, 9
+    r = run([prog, "-q", "-p", str(prompt), "-n", str(new), "--dump", workdir],
+            env={"KILN_VALIDATION": VALIDATION})
+    check(r.returncode == 0, f"decode failed ({r.returncode}):\n{r.stderr}")
+    tokens = [int(t) for t in (workdir / "tokens.txt").read_text().split()]
+    check(len(tokens) == prompt + new, f"{len(tokens)} tokens")
+    empty = np.zeros((1, 0, 64), np.float32)
+    state = {f"{kv}_cache{l}": empty for kv in "kv" for l in range(2)}
+    for k in range(new):
+        n = prompt + k  # tokens the model has seen after this step
+        seq = np.array(tokens[:n], np.int32)
+        logits, nxt = interpret.interpret(src / "decoder.yaml",
+                                          [seq, np.arange(n, dtype=np.int32)], state)
+        got = np.fromfile(workdir / f"logits_{k}.bin", np.float32).reshape(-1, 256)
+        want = logits if k == 0 else logits[-1:]
+        assert_close(got, want, 1e-3, 1e-3, f"logits of step {k}")
+        top = np.sort(logits[-1])[-2:]
+        if top[1] - top[0] > 1e-3:  # the greedy choice, unless a near tie
+            check(tokens[n] == int(nxt[-1]), f"step {k}: token {tokens[n]}, reference "
+                  f"{int(nxt[-1])}")
