@@ -56,7 +56,7 @@ COMPILER_LIBS = -lyaml -lprotobuf-c -Wl,--start-group -l:libshaderc_combined.a -
                 -lglslang-default-resource-limits -lSPIRV-Tools-opt -lSPIRV-Tools \
                 -Wl,--end-group -lstdc++ -lm -lpthread
 
-.PHONY: all deps test-deps run-sample samples test onnx-report clean install uninstall
+.PHONY: all deps test-deps run-sample samples decode test onnx-report clean install uninstall
 .DEFAULT_GOAL := all
 
 all: deps $(B)/kiln $(B)/libkilnrt.a run-sample
@@ -159,8 +159,21 @@ $(B)/%: $(B)/%.c samples/run_model.c $(B)/libkilnrt.a
 run-sample: $(B)/mlp
 	$(B)/mlp
 
-samples: deps $(SAMPLES:%=$(B)/%)
+samples: deps $(SAMPLES:%=$(B)/%) $(B)/decode
 	@for m in $(SAMPLES); do echo "== $$m"; $(B)/$$m || exit 1; done
+	@echo "== decode"; $(B)/decode
+
+# samples/decode: autoregressive decoding with a key/value cache (state).
+$(B)/decoder.c: samples/decode/decoder.yaml samples/decode/rope_cos.bin \
+                samples/decode/rope_sin.bin $(B)/kiln
+	$(B)/kiln compile $< --name decoder -o $@
+
+$(B)/decode: samples/decode/decode.c $(B)/decoder.c $(B)/libkilnrt.a
+	$(CC) $(CFLAGS) $(WARN) -std=c99 -Iruntime -I$(B) -o $@ $< $(B)/decoder.c \
+	  -L$(B) -lkilnrt -lvulkan -lm
+
+decode: deps $(B)/decode
+	$(B)/decode
 
 .PRECIOUS: $(B)/%.c
 
