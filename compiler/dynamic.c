@@ -375,12 +375,12 @@ void infer_dynamic(Graph *g, Node *n) {
         same_as(n, x);
         return;
     }
-    case OP_SAMPLE:
+    case OP_SAMPLE: /* [..., V] -> [...]: the dynamic axis keeps its place */
         if (n->inputs[1]->dynamic)
             unsupported(n, "its seed is dynamic");
         reduced[x->rank - 1] = true;
         not_over(n, x, reduced);
-        same_as(n, x);
+        set_dynamic(n, out, x->dyn_axis, &x->extent);
         return;
     case OP_REDUCE_SUM: case OP_REDUCE_MEAN: case OP_REDUCE_MAX: case OP_REDUCE_MIN:
     case OP_REDUCE_PROD: case OP_REDUCE_L1: case OP_REDUCE_L2: case OP_REDUCE_SUM_SQUARE:

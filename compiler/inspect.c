@@ -97,6 +97,24 @@ void inspect_text(Graph *g, Program *p, FILE *f) {
             (unsigned long long)p->weight_bytes, (unsigned long long)p->io_bytes);
     fprintf(f, "work        about %.3g GFLOP, %s moved\n", (double)t.flops / 1e9,
             human(t.bytes));
+    if (g->ndims) {
+        fprintf(f, "dims       ");
+        for (int i = 0; i < g->ndims; i++)
+            fprintf(f, " %s %lld..%lld%s", g->dims[i].name, (long long)g->dims[i].lo,
+                    (long long)g->dims[i].hi, i + 1 < g->ndims ? "," : "");
+        fprintf(f, "; %d dispatches follow them (indirect), sizes above at the largest\n",
+                p->nindirect);
+    }
+    for (int i = 0; i < g->states.len; i++) {
+        Tensor *s = g->states.data[i];
+        fprintf(f, "state       %s: %s %s, %s on the device, %s\n", s->name,
+                kiln_dtype_name(s->dtype),
+                shape_str(s->rank, s->shape), human(slot_bytes(s)),
+                !s->update ? "written by the host only"
+                : tensor_root(s->update) == s ? format("appended in place by '%s'",
+                                                        s->update->name)
+                : format("copied from '%s' after each run", s->update->name));
+    }
 }
 
 static void json_string(FILE *f, const char *s) {

@@ -387,6 +387,7 @@ static Node *emit_tmp(Ctx *c, OpKind op, int n, Value **ins) {
 /* Checks the node and binds its outputs to the ONNX names. */
 static Value *finish(Ctx *c, Node *k) {
     infer_node(k);
+    infer_dynamic(c->g, k);
     Value *first = NULL;
     for (int i = 0; i < k->noutputs; i++) {
         Value *v = value_of_tensor(k->outputs[i]);
@@ -531,7 +532,7 @@ static bool shape_override(const char *name, int nshapes, const char **shapes, i
                            int64_t *dims) {
     size_t n = strlen(name);
     for (int i = 0; i < nshapes; i++) {
-        if (strncmp(shapes[i], name, n) != 0 || shapes[i][n] != '=')
+        if (strncmp(shapes[i], name, n) != 0 || shapes[i][n] != '=' || strstr(shapes[i], ".."))
             continue;
         const char *p = shapes[i] + n + 1;
         *rank = 0;
@@ -609,6 +610,17 @@ Graph *load_onnx_bytes(const char *path, const char *raw, size_t size, int nshap
         Value *v = decode_tensor(path, c.dir, tp, format("initializer '%s'", tp->name), file);
         bind(&c, tp->name, v);
     }
+    /* --shape NAME=LO..HI: a dynamic dimension for the symbolic dimension
+     * (dim_param) NAME of the inputs. */
+    for (int i = 0; i < nshapes; i++) {
+        const char *eq = strchr(shapes[i], '=');
+        int64_t lo, hi;
+        if (!eq || !strstr(shapes[i], ".."))
+            continue;
+        if (!parse_dim_range(eq + 1, &lo, &hi))
+            fatal("--shape %s: expected NAME=MIN..MAX", shapes[i]);
+        declare_dim(g, format("%.*s", (int)(eq - shapes[i]), shapes[i]), lo, hi, file);
+    }
     for (size_t i = 0; i < gp->n_input; i++) {
         Onnx__ValueInfoProto *vi = gp->input[i];
         if (map_get(&c.values, vi->name))
@@ -643,6 +655,20 @@ Graph *load_onnx_bytes(const char *path, const char *raw, size_t size, int nshap
             rank = (int)tt->shape->n_dim;
             for (int d = 0; d < rank; d++) {
                 Onnx__TensorShapeProto__Dimension *dim = tt->shape->dim[d];
+                int sym = dim->value_case ==
+                                  ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM &&
+                                  dim->dim_param
+                              ? find_dim(g, dim->dim_param) : -1;
+                if (sym >= 0) {
+                    if (t->dynamic)
+                        error_at(file, "unsupported: input '%s' has two dynamic dimensions",
+                                 vi->name);
+                    t->dynamic = true;
+                    t->dyn_axis = d;
+                    t->extent.c[sym] = 1;
+                    dims[d] = g->dims[sym].hi;
+                    continue;
+                }
                 if (dim->value_case != ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE)
                     error_at(file, "input '%s' dimension %d is symbolic (%s); fix it with "
                              "--shape %s=D0xD1x...", vi->name, d,
@@ -657,11 +683,24 @@ Graph *load_onnx_bytes(const char *path, const char *raw, size_t size, int nshap
         }
         t->rank = rank;
         memcpy(t->shape, dims, sizeof(int64_t) * (size_t)rank);
+        if (t->dynamic)
+            check_dynamic_input(t);
         if ((double)shape_count(rank, dims) > 4294967295.0)
             error_at(file, "input '%s' has more than 2^32 - 1 elements", vi->name);
         bind(&c, vi->name, value_of_tensor(t));
     }
 
+    for (int d = 0; d < g->ndims; d++) {
+        bool used = false;
+        for (int i = 0; i < g->inputs.len; i++) {
+            Tensor *t = g->inputs.data[i];
+            used |= t->dynamic && t->extent.c[d];
+        }
+        if (!used)
+            error_at(file, "--shape %s=%lld..%lld: no input has the symbolic dimension '%s'",
+                     g->dims[d].name, (long long)g->dims[d].lo, (long long)g->dims[d].hi,
+                     g->dims[d].name);
+    }
     for (size_t i = 0; i < gp->n_node; i++) {
         Onnx__NodeProto *n = gp->node[i];
         c.node = n;
@@ -685,6 +724,7 @@ Graph *load_onnx_bytes(const char *path, const char *raw, size_t size, int nshap
             node_set_ints(k, "shape", t->rank, t->shape);
             node_add_output(k, graph_tensor(g, name, T_VALUE, file));
             infer_node(k);
+            infer_dynamic(g, k);
             t = k->outputs[0];
         }
         t->is_output = true;

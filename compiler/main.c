@@ -29,6 +29,7 @@ static const char usage[] =
     "  --name PREFIX    C prefix of the generated functions (default: the model's\n"
     "                   name, made a C identifier)\n"
     "  --shape NAME=DxD...  fix an ONNX input's symbolic dimensions (repeatable)\n"
+    "  --shape DIM=MIN..MAX make the ONNX symbolic dimension DIM dynamic\n"
     "  --const NAME=T.pb    make an ONNX input a constant, from a TensorProto file\n"
     "  --align BYTES    arena and weight alignment, a power of two >= 16\n"
     "                   (default 256)\n"

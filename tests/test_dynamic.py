@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 
 import reference as ref
-from harness import (VALIDATION, assert_close, build_model, check, kiln, model_yaml,
-                     registry, run)
+from harness import (BUILD, CC, EXTRA_CFLAGS, ROOT, VALIDATION, VULKAN_LIB, assert_close,
+                     build_model, check, kiln, model_yaml, registry, run)
 
 TESTS, case = registry()
 
@@ -167,6 +167,37 @@ def test_rows(workdir):
               rtol=1e-4, atol=1e-4)
 
 
+@case("dynamic: topk, split, expand, batch_norm, where and greedy sample")
+def test_more(workdir):
+    y = dyn_yaml({"seq": "1..64"}, {"x": {**W, "shape": ["seq", 1, 6]},
+                                    "seed": {"dtype": "i32", "shape": [1]}},
+                 [{"name": "topk1", "outputs": ["tv", "ti"], "op": "topk", "inputs": ["x"],
+                   "k": 2},
+                  {"name": "split1", "outputs": ["s1", "s2"], "op": "split", "inputs": ["x"],
+                   "axis": 2, "sizes": [2, 4]},
+                  {"name": "e", "op": "expand", "inputs": ["x"], "shape": [1, 3, 1]},
+                  {"name": "f", "op": "reshape", "inputs": ["x"], "shape": [-1, 6]},
+                  {"name": "bn", "op": "batch_norm", "inputs": ["f", "g", "b", "mu", "var"]},
+                  {"name": "c", "op": "gt", "inputs": ["bn", "b"]},
+                  {"name": "wh", "op": "where", "inputs": ["c", "bn", "f"]},
+                  {"name": "sm", "op": "sample", "inputs": ["f", "seed"], "temperature": 0}],
+                 ["tv", "ti", "s1", "s2", "e", "wh", "sm"],
+                 {"g": weight([6], 13), "b": weight([6], 14), "mu": weight([6], 15),
+                  "var": {**W, "shape": [6], "init": {"uniform": [0.5, 2], "seed": 16}}})
+    g, b, mu = w_of([6], 13), w_of([6], 14), w_of([6], 15)
+    var = ref.init_uniform([6], 0.5, 2, 16)
+
+    def want(x, seed, seq):
+        tv, ti = ref.topk(x, 2, axis=-1)
+        f = ref.f64(x).reshape(-1, 6)
+        bn = ref.batch_norm(f, g, b, mu, var)
+        return [tv, ti, x[:, :, :2], x[:, :, 2:], np.broadcast_to(x, (seq, 3, 6)),
+                np.where(bn > b, bn, f), np.argmax(f, axis=-1).astype(np.int64)]
+    run_steps(workdir, y, seq_steps(), lambda rng, seq: [normal(rng, seq, 1, 6),
+                                                         np.array([5], np.int32)],
+              want, rtol=1e-4, atol=1e-5)
+
+
 @case("dynamic: embedding of dynamic token ids, rope with positions gathered")
 def test_embedding_rope(workdir):
     y = dyn_yaml({"seq": "1..64"}, {"tok": {"dtype": "i32", "shape": ["seq"]},
@@ -302,6 +333,49 @@ def test_state_append(workdir):
     check(got.size == 9 * 3, f"state storage {got.size} floats, expected 27 (past + seq "
           "at most)")
     assert_close(got.reshape(9, 3)[:7], np.concatenate(cache), 0, 0, "the cache")
+
+
+@case("dynamic: ONNX --shape DIM=MIN..MAX makes a symbolic dimension dynamic; Shape of "
+      "it and an unused DIM are errors")
+def test_onnx(workdir):
+    import struct
+    from test_onnx import field, model, node, value_info
+    workdir = Path(workdir)
+    w = ref.init_normal([3, 4], 0.5, 12).astype(np.float32)
+    init = (field(1, 3) + field(1, 4) + field(2, 1) + field(8, "w") +
+            field(9, struct.pack("<12f", *w.ravel())))
+    (workdir / "m.onnx").write_bytes(model(
+        [node("MatMul", ["x", "w"], ["h"], "mm"), node("Relu", ["h"], ["y"], "r")],
+        [value_info("x", ["seq", 3])], [value_info("y", ["seq", 4])], [init]))
+    r = kiln("compile", workdir / "m.onnx", "--shape", "seq=1..16", "--name", "model",
+             "-o", workdir / "model.c", "--guard")
+    check(r.returncode == 0, r.stderr)
+    prog = workdir / "model"
+    r = run([CC, "-O1", "-std=c99", *EXTRA_CFLAGS, "-I", ROOT / "runtime", "-o", prog,
+             workdir / "model.c", BUILD / "run_model_test.o", "-L", BUILD, "-lkilnrt",
+             VULKAN_LIB, "-lm"])
+    check(r.returncode == 0, r.stderr)
+    rng = np.random.default_rng(1)
+    steps = [1, 16, 5]
+    for s, seq in enumerate(steps):
+        normal(rng, seq, 3).tofile(workdir / f"in0_{s}.bin")
+    r = run([prog, "-q", "--steps", "3", "-d", "seq=" + ",".join(map(str, steps)),
+             "-i", workdir / "in0_%d.bin", "-o", workdir / "out0_%d.bin"],
+            env={"KILN_VALIDATION": VALIDATION})
+    check(r.returncode == 0, r.stderr)
+    for s, seq in enumerate(steps):
+        x = np.fromfile(workdir / f"in0_{s}.bin", np.float32).reshape(seq, 3)
+        got = np.fromfile(workdir / f"out0_{s}.bin", np.float32).reshape(-1, 4)
+        assert_close(got, np.maximum(ref.f64(x) @ w, 0), 1e-5, 1e-5, f"seq {seq}")
+    (workdir / "s.onnx").write_bytes(model(
+        [node("Shape", ["x"], ["s"], "sh"), node("Reshape", ["x", "s"], ["y"], "rs")],
+        [value_info("x", ["seq", 3])], [value_info("y", ["seq", 3])]))
+    r = kiln("compile", workdir / "s.onnx", "--shape", "seq=1..16", "-o", workdir / "s.c")
+    check(r.returncode == 1 and "sh (Shape)" in r.stderr and "dynamic" in r.stderr, r.stderr)
+    r = kiln("compile", workdir / "m.onnx", "--shape", "len=1..16", "--shape", "seq=1..4",
+             "-o", workdir / "u.c")
+    check(r.returncode == 1 and "no input has the symbolic dimension 'len'" in r.stderr,
+          r.stderr)
 
 
 def compile_error(workdir, yaml_text, *needles):

@@ -99,6 +99,24 @@ int main(void) {
         EXPECT("runtime: a NULL input pointer is INVALID_ARGUMENT",
                model_run(m, null_in, outs2) == KILN_ERROR_INVALID_ARGUMENT);
         EXPECT("runtime: the model's device is the caller's", kiln_model_device(m) == dev);
+        int64_t v[2] = {4, 4}, shape[KILN_MAX_RANK];
+        EXPECT("runtime: set_dims of a model without dims: count 0 only",
+               kiln_model_set_dims(m, v, 0) == KILN_OK &&
+                   kiln_model_set_dims(m, v, 1) == KILN_ERROR_INVALID_ARGUMENT &&
+                   kiln_model_set_dims(NULL, v, 0) == KILN_ERROR_INVALID_ARGUMENT);
+        EXPECT("runtime: set_dim of an unknown name is INVALID_ARGUMENT",
+               kiln_model_set_dim(m, "seq", 1) == KILN_ERROR_INVALID_ARGUMENT &&
+                   strstr(kiln_last_error(), "no dynamic dimension 'seq'") != NULL &&
+                   kiln_model_set_dim(m, NULL, 1) == KILN_ERROR_INVALID_ARGUMENT);
+        kiln_model_tensor_shape(m, &d->inputs[0], shape);
+        EXPECT("runtime: a fixed tensor's shape and bytes are its own",
+               kiln_model_tensor_bytes(m, &d->inputs[0]) == d->inputs[0].bytes &&
+                   shape[0] == d->inputs[0].shape[0] && shape[1] == d->inputs[0].shape[1]);
+        EXPECT("runtime: state calls on a model without state",
+               kiln_model_reset_state(m) == KILN_OK &&
+                   kiln_model_read_state(m, 0, o2) == KILN_ERROR_INVALID_ARGUMENT &&
+                   kiln_model_write_state(m, 0, o2) == KILN_ERROR_INVALID_ARGUMENT &&
+                   kiln_model_reset_state(NULL) == KILN_ERROR_INVALID_ARGUMENT);
         model_destroy(m);
     }
     kiln_model *owned = NULL;
