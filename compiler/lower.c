@@ -1564,16 +1564,18 @@ static const LowerFn lowerings[OP_COUNT] = {
  * dispatch with dynamic groups gets a slot among the indirect commands. */
 static void bind_dims(Graph *g, Program *p) {
     Loc none = {NULL, 0, 0};
+    if (g->ndims) { /* the runtime writes them whether a kernel reads them or not */
+        p->dims = graph_tensor(g, "kiln.dims", T_VALUE, none);
+        p->dims->dtype = KILN_DTYPE_I32;
+        p->dims->rank = 1;
+        p->dims->shape[0] = MAX_DIMS;
+    }
     for (int i = 0; i < p->ndispatches; i++) {
         Dispatch *d = p->dispatches[i];
         if (!strstr(d->defines.buf ? d->defines.buf : "", "KILN_DIM("))
             continue;
-        if (!p->dims) {
-            p->dims = graph_tensor(g, "kiln.dims", T_VALUE, none);
-            p->dims->dtype = KILN_DTYPE_I32;
-            p->dims->rank = 1;
-            p->dims->shape[0] = MAX_DIMS;
-        }
+        if (!p->dims)
+            internal_error("dispatch %d reads dims the model does not declare", i);
         define_int(d, "DYN", 1);
         while (d->nargs < DIMS_SLOT)
             dispatch_unused(d, p->dims);

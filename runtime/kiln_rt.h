@@ -348,7 +348,8 @@ uint64_t kiln_model_tensor_bytes(const kiln_model *model, const kiln_tensor_info
  * describe; NULL for an index out of range). Write the inputs there, call
  * kiln_model_run_mapped, read the outputs there: no copies on the host. The
  * pointers stay valid until destroy; an output's bytes are those of the
- * last run. */
+ * last run. With dynamic dimensions a tensor at the current extent is the
+ * first kiln_model_tensor_bytes bytes there. */
 void *kiln_model_input_memory(kiln_model *model, uint32_t i);
 const void *kiln_model_output_memory(const kiln_model *model, uint32_t i);
 kiln_status kiln_model_run_mapped(kiln_model *model);

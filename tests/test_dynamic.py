@@ -418,6 +418,8 @@ def test_errors(workdir):
          ["fixed size"]),
         ({"seq": "1..8"}, {"x": {**W, "shape": ["sq", 4]}},
          [{"name": "y", "op": "exp", "inputs": ["x"]}], None, ["'sq'"]),
+        ({"seq": "1..8", "len": "1..4"}, x,
+         [{"name": "y", "op": "exp", "inputs": ["x"]}], None, ["'len' is declared but no"]),
     ]
     # state: an update of another shape; a state listed as an output
     base = json.loads(dyn_yaml(ok_dims, x, [{"name": "y", "op": "exp", "inputs": ["s"]}],
