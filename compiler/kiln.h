@@ -445,6 +445,7 @@ typedef struct Dispatch {
     int64_t scale, per_group;
     int64_t work_min, work_max; /* runs only for work * scale in this range */
     int exclusive_with;     /* a dispatch that never runs with this one, or -1 */
+    struct Dispatch *variant; /* that dispatch, when lowered after this one */
 } Dispatch;
 
 typedef struct Module {

@@ -695,10 +695,10 @@ typedef struct MatmulShape {
 #define MATVEC_NCOL 32
 #define MATVEC_KSPLIT 8
 
-static Dispatch *matmul_dispatch(Program *p, Node *n, MatmulShape *s) {
-    if (s->M * s->N * s->batch == 0)
-        return NULL;
-    bool matvec = s->M <= MATVEC_MAX_M;
+/* One matmul kernel for s: the matrix-vector one (rows up to mrows, its
+ * array size) or the tiled one. */
+static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
+                               int64_t mrows) {
     int64_t bm, tm, bn, tn;
     pick_tile(s->M, &bm, &tm);
     pick_tile(s->N, &bn, &tn);
@@ -716,7 +716,7 @@ static Dispatch *matmul_dispatch(Program *p, Node *n, MatmulShape *s) {
     /* Dynamic rows: matvec keeps M (the most) for its arrays and loops to
      * MROWS; the tiled kernel's M is the run's. */
     if (matvec) {
-        define_int(d, "M", s->M);
+        define_int(d, "M", mrows);
         define_str(d, "MROWS", dyn_count(s->dyn, s->M));
     } else {
         define_str(d, "M", dyn_count(s->dyn, s->M));
@@ -750,13 +750,44 @@ static Dispatch *matmul_dispatch(Program *p, Node *n, MatmulShape *s) {
         define_int(d, "W_FORMAT", n->wformat);
         define_int(d, "QBLOCK", QUANT_BLOCK);
     }
-    d->flops = 2ull * (uint64_t)(s->M * s->N) * (uint64_t)s->K * (uint64_t)s->batch;
+    d->flops = 2ull * (uint64_t)((matvec ? mrows : s->M) * s->N) * (uint64_t)s->K *
+               (uint64_t)s->batch;
     d->groups[0] = groups_for(s->N, matvec ? MATVEC_NCOL : bn);
     d->groups[1] = matvec ? 1 : groups_for(s->M, bm);
     d->groups[2] = groups_for(s->batch, 1);
     if (!matvec)
         dyn_groups(d, 1, s->dyn, s->M, bm);
     return d;
+}
+
+/* The kernel by the rows: matrix-vector up to MATVEC_MAX_M, else tiled.
+ * Dynamic rows that can be either get both, recorded one after the other:
+ * each run gives one of them its groups and the other none (work_min and
+ * work_max over the run's rows), and no barrier separates them. Returns the
+ * first; d->variant is the second. */
+static Dispatch *matmul_dispatch(Program *p, Node *n, MatmulShape *s) {
+    if (s->M * s->N * s->batch == 0)
+        return NULL;
+    if (s->M <= MATVEC_MAX_M)
+        return matmul_kernel(p, n, s, true, s->M);
+    int64_t per = s->dyn ? s->M / s->dyn->shape[s->dyn->dyn_axis] : 0; /* rows per unit */
+    if (!s->dyn || per > MATVEC_MAX_M)
+        return matmul_kernel(p, n, s, false, 0);
+    int64_t small = MATVEC_MAX_M / per * per; /* the most rows the matvec one takes */
+    Dispatch *v = matmul_kernel(p, n, s, true, small);
+    uint32_t cols = v->groups[0];
+    v->dynamic = true; /* all its column groups, while the rows are 1..small */
+    v->dyn_axis = 0;
+    v->work = s->dyn->extent;
+    v->scale = per * cols;
+    v->per_group = 1;
+    v->work_min = cols;
+    v->work_max = small * cols;
+    Dispatch *t = matmul_kernel(p, n, s, false, 0);
+    t->work_min = small + 1;
+    v->variant = t;
+    t->exclusive_with = p->ndispatches - 2;
+    return v;
 }
 
 static const char *activation_expr(const char *name);
@@ -818,26 +849,25 @@ static void lower_matmul(Program *p, Node *n) {
     if (last)
         s.ops[0].t = last->outputs[0];
     s.dyn = dyn_of(a);
-    Dispatch *d = matmul_dispatch(p, n, &s);
-    if (!d)
-        return;
-    if (n->epi_act)
-        define_str(d, "ACT(x)", activation_expr(op_info[n->epi_act->op].name));
-    if (n->epi_bias) {
-        Node *add = n->epi_bias;
-        Tensor *bias = add->inputs[add->inputs[0] == out ? 1 : 0];
-        Operand bo = broadcast(bias, 2, (int64_t[]){s.M, s.N});
-        if (bias->rank >= 2 && bias->shape[bias->rank - 2] != 1)
-            bo = broadcast(bias, 2, (int64_t[]){out->shape[out->rank - 2], s.N});
-        define_int(d, "HAS_BIAS", 1);
-        define_float(d, "BETA", 1.0);
-        define_int(d, "BIAS_SM", bo.strides[0]);
-        define_int(d, "BIAS_SN", bo.strides[1]);
-        dispatch_arg(d, bias, false);
-    } else {
-        dispatch_unused(d, a); /* the bias slot */
+    for (Dispatch *d = matmul_dispatch(p, n, &s); d; d = d->variant) {
+        if (n->epi_act)
+            define_str(d, "ACT(x)", activation_expr(op_info[n->epi_act->op].name));
+        if (n->epi_bias) {
+            Node *add = n->epi_bias;
+            Tensor *bias = add->inputs[add->inputs[0] == out ? 1 : 0];
+            Operand bo = broadcast(bias, 2, (int64_t[]){s.M, s.N});
+            if (bias->rank >= 2 && bias->shape[bias->rank - 2] != 1)
+                bo = broadcast(bias, 2, (int64_t[]){out->shape[out->rank - 2], s.N});
+            define_int(d, "HAS_BIAS", 1);
+            define_float(d, "BETA", 1.0);
+            define_int(d, "BIAS_SM", bo.strides[0]);
+            define_int(d, "BIAS_SN", bo.strides[1]);
+            dispatch_arg(d, bias, false);
+        } else {
+            dispatch_unused(d, a); /* the bias slot */
+        }
+        bind_weight_scales(d, n);
     }
-    bind_weight_scales(d, n);
 }
 
 /* Activation expressions for fused epilogues, over x. */
@@ -873,24 +903,23 @@ static void lower_gemm(Program *p, Node *n) {
     s.ops[1] = (Operand){a, {0}, 0, false, {0, {0}}};
     s.ops[2] = (Operand){b, {0}, 0, false, {0, {0}}};
     s.dyn = dyn_of(a);
-    Dispatch *d = matmul_dispatch(p, n, &s);
-    if (!d)
-        return;
-    define_float(d, "ALPHA", attr_float(n, "alpha", 1.0));
-    Attr *act = node_attr(n, "activation");
-    define_str(d, "ACT(x)", activation_expr(act ? act->scalar : "none"));
-    if (n->ninputs > 2) {
-        Tensor *c = n->inputs[2];
-        Operand bias = broadcast(c, 2, out->shape);
-        define_int(d, "HAS_BIAS", 1);
-        define_float(d, "BETA", attr_float(n, "beta", 1.0));
-        define_int(d, "BIAS_SM", bias.strides[0]);
-        define_int(d, "BIAS_SN", bias.strides[1]);
-        dispatch_arg(d, c, false);
-    } else {
-        dispatch_unused(d, a); /* the bias slot */
+    for (Dispatch *d = matmul_dispatch(p, n, &s); d; d = d->variant) {
+        define_float(d, "ALPHA", attr_float(n, "alpha", 1.0));
+        Attr *act = node_attr(n, "activation");
+        define_str(d, "ACT(x)", activation_expr(act ? act->scalar : "none"));
+        if (n->ninputs > 2) {
+            Tensor *c = n->inputs[2];
+            Operand bias = broadcast(c, 2, out->shape);
+            define_int(d, "HAS_BIAS", 1);
+            define_float(d, "BETA", attr_float(n, "beta", 1.0));
+            define_int(d, "BIAS_SM", bias.strides[0]);
+            define_int(d, "BIAS_SN", bias.strides[1]);
+            dispatch_arg(d, c, false);
+        } else {
+            dispatch_unused(d, a); /* the bias slot */
+        }
+        bind_weight_scales(d, n);
     }
-    bind_weight_scales(d, n);
 }
 
 /* Row kernels (reduce.glsl): ROWS rows of LEN elements, element j of row r

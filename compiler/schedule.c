@@ -7,7 +7,8 @@
  * read (write after read: memory reuse makes this happen) or writes bytes one
  * of them wrote (write after write) gets a barrier before it, which orders it
  * after everything earlier; the pending set then starts over. Independent
- * dispatches run with no barrier between them. Each barrier records the
+ * dispatches run with no barrier between them, as do two variants of one
+ * matmul of which each run gives only one work (lower.c). Each barrier records the
  * dispatch and tensor that made it necessary, for `kiln inspect`.
  *
  * The runtime adds the barriers around the whole schedule (input copies
@@ -50,7 +51,8 @@ void schedule(Graph *g, Program *p) {
                 continue;
             for (int j = 0; j < npending; j++) {
                 Access *a = &pending[j];
-                if (!(a->write || mine[k].write) || !overlap(a, &mine[k]))
+                if (!(a->write || mine[k].write) || !overlap(a, &mine[k]) ||
+                    a->dispatch == d->exclusive_with) /* never both in one run */
                     continue;
                 Dispatch *w = p->dispatches[a->dispatch];
                 d->barrier = true;
