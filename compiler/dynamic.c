@@ -55,6 +55,19 @@ int declare_dim(Graph *g, const char *name, int64_t lo, int64_t hi, Loc loc) {
     return g->ndims++;
 }
 
+int unused_dim(const Graph *g) {
+    for (int d = 0; d < g->ndims; d++) {
+        bool used = false;
+        for (int i = 0; i < g->tensors.len && !used; i++) {
+            const Tensor *t = g->tensors.data[i];
+            used = t->dynamic && t->extent.c[d];
+        }
+        if (!used)
+            return d;
+    }
+    return -1;
+}
+
 int find_dim(const Graph *g, const char *name) {
     for (int i = 0; i < g->ndims; i++)
         if (strcmp(g->dims[i].name, name) == 0)
@@ -84,7 +97,7 @@ DimExpr dim_expr_scale(const DimExpr *e, int64_t k) {
     return r;
 }
 
-static DimExpr dim_expr_add(const DimExpr *a, const DimExpr *b) {
+DimExpr dim_expr_add(const DimExpr *a, const DimExpr *b) {
     DimExpr r;
     r.c0 = a->c0 + b->c0;
     for (int i = 0; i < MAX_DIMS; i++)

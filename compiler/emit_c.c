@@ -199,13 +199,12 @@ static void emit_tensor_table(Str *s, Vec *list, const char *px, const char *wha
         }
         if (!t->rank)
             str_add(s, "0");
-        DimExpr none = {0, {0}};
         str_addf(s, "}, %lluull, %s, %lluull, %lluull, %d, %s},\n",
                  (unsigned long long)slot_bytes(t),
                  r->buffer == KILN_BUFFER_WEIGHTS ? "KILN_BUFFER_WEIGHTS"
                                                   : "KILN_BUFFER_ARENA",
                  (unsigned long long)r->offset, (unsigned long long)t->io_offset,
-                 t->dynamic ? t->dyn_axis : -1, extent_init(t->dynamic ? &t->extent : &none));
+                 t->dynamic ? t->dyn_axis : -1, extent_init(&t->extent)); /* 0s if fixed */
     }
     if (!list->len) /* C99 has no empty arrays; every field named for C++ */
         str_add(s, "    {\"\", KILN_DTYPE_F32, 0u, {0}, 0ull, KILN_BUFFER_ARENA, 0ull, 0ull, -1, "
@@ -246,7 +245,6 @@ static void emit_schedule(Str *s, Program *p, const char *px) {
                  op_info[d->node->op].name, d->family);
         if (d->barrier)
             str_addf(s, "; barrier: %s", c_comment(d->reason));
-        DimExpr none = {0, {0}};
         if (d->dynamic)
             str_addf(s, "; groups[%d] follow %s", d->dyn_axis,
                      c_comment(dim_expr_str(p->graph, &d->work)));
@@ -256,11 +254,9 @@ static void emit_schedule(Str *s, Program *p, const char *px) {
                  c_string(d->label),
                  (unsigned long long)(dispatch_bytes_read(d) + dispatch_bytes_written(d)),
                  (unsigned long long)d->flops, d->dynamic ? d->dyn_axis : 3,
-                 extent_init(d->dynamic ? &d->work : &none),
-                 (unsigned long long)(d->dynamic ? d->scale : 0),
-                 (unsigned long long)(d->dynamic ? d->per_group : 0),
-                 (unsigned long long)(d->dynamic ? d->work_min : 0),
-                 (unsigned long long)(d->dynamic ? d->work_max : 0));
+                 extent_init(&d->work), /* these are 0 for a fixed dispatch */
+                 (unsigned long long)d->scale, (unsigned long long)d->per_group,
+                 (unsigned long long)d->work_min, (unsigned long long)d->work_max);
         b += d->nargs;
     }
     if (!p->ndispatches)

@@ -358,6 +358,8 @@ bool broadcast_shapes(int ra, const int64_t *a, int rb, const int64_t *b,
 bool parse_dim_range(const char *s, int64_t *lo, int64_t *hi);
 /* Adds a dynamic dimension (checking its range); returns its index. */
 int declare_dim(Graph *g, const char *name, int64_t lo, int64_t hi, Loc loc);
+/* The first dimension that no tensor's extent uses, or -1. */
+int unused_dim(const Graph *g);
 /* The index of a dimension by name, or -1. */
 int find_dim(const Graph *g, const char *name);
 /* Sets which axis of n's outputs follows the dynamic dimensions, or stops at
@@ -367,8 +369,9 @@ void infer_dynamic(Graph *g, Node *n);
 void check_dynamic_input(Tensor *t);
 int64_t dim_expr_max(const Graph *g, const DimExpr *e);
 int64_t dim_expr_min(const Graph *g, const DimExpr *e);
-/* e * k */
+/* e * k, and a + b */
 DimExpr dim_expr_scale(const DimExpr *e, int64_t k);
+DimExpr dim_expr_add(const DimExpr *a, const DimExpr *b);
 /* A GLSL int expression of e * scale, reading the run's dims (KILN_DIM). */
 char *dim_expr_glsl(const DimExpr *e, int64_t scale);
 /* "seq", "past + seq", "2*seq + 1" */
@@ -444,8 +447,9 @@ typedef struct Dispatch {
     DimExpr work;
     int64_t scale, per_group;
     int64_t work_min, work_max; /* runs only for work * scale in this range */
-    int exclusive_with;     /* a dispatch that never runs with this one, or -1 */
-    struct Dispatch *variant; /* that dispatch, when lowered after this one */
+    /* Another kernel for the same work, recorded right after this one; a
+     * run gives groups to one of the two only (lower.c, matmul_dispatch). */
+    struct Dispatch *variant;
 } Dispatch;
 
 typedef struct Module {

@@ -690,17 +690,11 @@ Graph *load_onnx_bytes(const char *path, const char *raw, size_t size, int nshap
         bind(&c, vi->name, value_of_tensor(t));
     }
 
-    for (int d = 0; d < g->ndims; d++) {
-        bool used = false;
-        for (int i = 0; i < g->inputs.len; i++) {
-            Tensor *t = g->inputs.data[i];
-            used |= t->dynamic && t->extent.c[d];
-        }
-        if (!used)
-            error_at(file, "--shape %s=%lld..%lld: no input has the symbolic dimension '%s'",
-                     g->dims[d].name, (long long)g->dims[d].lo, (long long)g->dims[d].hi,
-                     g->dims[d].name);
-    }
+    int unused = unused_dim(g); /* only the inputs have tensors yet */
+    if (unused >= 0)
+        error_at(file, "--shape %s=%lld..%lld: no input has the symbolic dimension '%s'",
+                 g->dims[unused].name, (long long)g->dims[unused].lo,
+                 (long long)g->dims[unused].hi, g->dims[unused].name);
     for (size_t i = 0; i < gp->n_node; i++) {
         Onnx__NodeProto *n = gp->node[i];
         c.node = n;

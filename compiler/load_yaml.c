@@ -658,16 +658,10 @@ Graph *load_yaml_text(const char *path, const char *text, size_t size) {
     }
     for (int i = 0; i < g->states.len; i++)
         resolve_update(&c, g->states.data[i]);
-    for (int d = 0; d < g->ndims; d++) {
-        bool used = false;
-        for (int i = 0; i < g->tensors.len; i++) {
-            Tensor *t = g->tensors.data[i];
-            used |= t->dynamic && t->extent.c[d];
-        }
-        if (!used)
-            error_at(g->dims[d].loc, "dimension '%s' is declared but no input or state "
-                     "uses it", g->dims[d].name);
-    }
+    int unused = unused_dim(g);
+    if (unused >= 0)
+        error_at(g->dims[unused].loc, "dimension '%s' is declared but no input or state "
+                 "uses it", g->dims[unused].name);
     yaml_parser_delete(&y->parser);
     y->parser_live = false;
     return g;

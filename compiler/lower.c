@@ -26,7 +26,6 @@ Dispatch *new_dispatch(Program *p, Node *n, const char *family) {
     d->label = fused_label(n);
     d->family = family;
     d->wait_on = -1;
-    d->exclusive_with = -1;
     d->groups[0] = d->groups[1] = d->groups[2] = 1;
     if (p->ndispatches == p->cap) {
         p->cap = p->cap ? p->cap * 2 : 64;
@@ -593,9 +592,7 @@ static void lower_concat(Program *p, Node *n) {
         if (!in_place)
             copy(p, n, x->rank, x->shape, o, whole(x), dyn_of(x));
         if (x->dynamic && x->dyn_axis == axis) {
-            for (int i = 0; i < MAX_DIMS; i++)
-                at.c[i] += x->extent.c[i];
-            at.c0 += x->extent.c0;
+            at = dim_expr_add(&at, &x->extent);
             dyn_at = true;
         } else {
             at.c0 += x->shape[axis];
@@ -786,11 +783,25 @@ static Dispatch *matmul_dispatch(Program *p, Node *n, MatmulShape *s) {
     Dispatch *t = matmul_kernel(p, n, s, false, 0);
     t->work_min = small + 1;
     v->variant = t;
-    t->exclusive_with = p->ndispatches - 2;
     return v;
 }
 
 static const char *activation_expr(const char *name);
+
+/* The bias slot of a matmul kernel: bias read at BIAS_SM * m + BIAS_SN * n
+ * (strides of bo) and added times beta, or, without one, a slot the kernel
+ * does not touch (a's address). */
+static void bind_bias(Dispatch *d, Tensor *bias, Operand bo, double beta, Tensor *a) {
+    if (!bias) {
+        dispatch_unused(d, a);
+        return;
+    }
+    define_int(d, "HAS_BIAS", 1);
+    define_float(d, "BETA", beta);
+    define_int(d, "BIAS_SM", bo.strides[0]);
+    define_int(d, "BIAS_SN", bo.strides[1]);
+    dispatch_arg(d, bias, false);
+}
 
 /* After the bias slot: the scales and zero points of a quantized B. */
 static void bind_weight_scales(Dispatch *d, Node *n) {
@@ -852,20 +863,16 @@ static void lower_matmul(Program *p, Node *n) {
     for (Dispatch *d = matmul_dispatch(p, n, &s); d; d = d->variant) {
         if (n->epi_act)
             define_str(d, "ACT(x)", activation_expr(op_info[n->epi_act->op].name));
+        Tensor *bias = NULL;
+        Operand bo = whole(a);
         if (n->epi_bias) {
             Node *add = n->epi_bias;
-            Tensor *bias = add->inputs[add->inputs[0] == out ? 1 : 0];
-            Operand bo = broadcast(bias, 2, (int64_t[]){s.M, s.N});
+            bias = add->inputs[add->inputs[0] == out ? 1 : 0];
+            bo = broadcast(bias, 2, (int64_t[]){s.M, s.N});
             if (bias->rank >= 2 && bias->shape[bias->rank - 2] != 1)
                 bo = broadcast(bias, 2, (int64_t[]){out->shape[out->rank - 2], s.N});
-            define_int(d, "HAS_BIAS", 1);
-            define_float(d, "BETA", 1.0);
-            define_int(d, "BIAS_SM", bo.strides[0]);
-            define_int(d, "BIAS_SN", bo.strides[1]);
-            dispatch_arg(d, bias, false);
-        } else {
-            dispatch_unused(d, a); /* the bias slot */
         }
+        bind_bias(d, bias, bo, 1.0, a);
         bind_weight_scales(d, n);
     }
 }
@@ -907,17 +914,9 @@ static void lower_gemm(Program *p, Node *n) {
         define_float(d, "ALPHA", attr_float(n, "alpha", 1.0));
         Attr *act = node_attr(n, "activation");
         define_str(d, "ACT(x)", activation_expr(act ? act->scalar : "none"));
-        if (n->ninputs > 2) {
-            Tensor *c = n->inputs[2];
-            Operand bias = broadcast(c, 2, out->shape);
-            define_int(d, "HAS_BIAS", 1);
-            define_float(d, "BETA", attr_float(n, "beta", 1.0));
-            define_int(d, "BIAS_SM", bias.strides[0]);
-            define_int(d, "BIAS_SN", bias.strides[1]);
-            dispatch_arg(d, c, false);
-        } else {
-            dispatch_unused(d, a); /* the bias slot */
-        }
+        Tensor *c = n->ninputs > 2 ? n->inputs[2] : NULL;
+        bind_bias(d, c, c ? broadcast(c, 2, out->shape) : whole(a),
+                  attr_float(n, "beta", 1.0), a);
         bind_weight_scales(d, n);
     }
 }

@@ -52,7 +52,7 @@ void schedule(Graph *g, Program *p) {
             for (int j = 0; j < npending; j++) {
                 Access *a = &pending[j];
                 if (!(a->write || mine[k].write) || !overlap(a, &mine[k]) ||
-                    a->dispatch == d->exclusive_with) /* never both in one run */
+                    p->dispatches[a->dispatch]->variant == d) /* never both in one run */
                     continue;
                 Dispatch *w = p->dispatches[a->dispatch];
                 d->barrier = true;

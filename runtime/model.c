@@ -291,27 +291,28 @@ static kiln_status read_weights_file(const char *path, const kiln_model_desc *d,
     return KILN_OK;
 }
 
-/* Uploads the weights through a temporary staging buffer, once. */
-static kiln_status upload_weights(kiln_model *m) {
-    const kiln_model_desc *d = m->desc;
+/* Copies `bytes` bytes of src (NULL: the weights sidecar file, read and
+ * checked) into dst at offset, through a temporary staging buffer and one
+ * submit: the weights at create, a state from the host. */
+static kiln_status upload(kiln_model *m, VkBuffer dst, uint64_t offset, uint64_t bytes,
+                          const void *src) {
     kiln_device *dev = m->device;
-    if (d->weight_bytes == 0)
+    if (bytes == 0)
         return KILN_OK;
     kiln__buffer staging;
-    KILN_RETURN_IF_ERROR(kiln__buffer_create(dev, d->weight_bytes,
-                                             VK_BUFFER_USAGE_TRANSFER_SRC_BIT,
+    KILN_RETURN_IF_ERROR(kiln__buffer_create(dev, bytes, VK_BUFFER_USAGE_TRANSFER_SRC_BIT,
                                              KILN__MEMORY_STAGING, &staging));
     VkCommandBuffer cmd = VK_NULL_HANDLE;
     kiln_status s = KILN_OK;
-    if (d->weights)
-        memcpy(staging.mapped, d->weights, (size_t)d->weight_bytes);
+    if (src)
+        memcpy(staging.mapped, src, (size_t)bytes);
     else
-        s = read_weights_file(m->weights_path, d, staging.mapped);
+        s = read_weights_file(m->weights_path, m->desc, staging.mapped);
     if (s == KILN_OK)
         s = begin_commands(m, VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT, &cmd);
     if (s == KILN_OK) {
-        VkBufferCopy region = {0, 0, d->weight_bytes};
-        vkCmdCopyBuffer(cmd, staging.buffer, m->weights.buffer, 1, &region);
+        VkBufferCopy region = {0, offset, bytes};
+        vkCmdCopyBuffer(cmd, staging.buffer, dst, 1, &region);
         s = submit_once(m, cmd);
     }
     kiln__buffer_destroy(dev, &staging);
@@ -386,6 +387,15 @@ static VkBuffer buffer_of(const kiln_model *m, uint32_t which) {
     return which == KILN_BUFFER_WEIGHTS ? m->weights.buffer : m->arena.buffer;
 }
 
+/* Records a copy of `bytes` bytes (none when 0). */
+static void copy_bytes(VkCommandBuffer cmd, VkBuffer src, uint64_t from, VkBuffer dst,
+                       uint64_t to, uint64_t bytes) {
+    if (bytes == 0)
+        return;
+    VkBufferCopy c = {from, to, bytes};
+    vkCmdCopyBuffer(cmd, src, dst, 1, &c);
+}
+
 static kiln_status record(kiln_model *m) {
     const kiln_model_desc *d = m->desc;
     KILN_RETURN_IF_ERROR(begin_commands(m, 0, &m->cmd));
@@ -393,23 +403,16 @@ static kiln_status record(kiln_model *m) {
     if (m->timestamps)
         vkCmdResetQueryPool(cmd, m->timestamps, 0, d->dispatch_count + 1);
 
-    for (uint32_t i = 0; i < d->input_count; i++) {
-        const kiln_tensor_info *t = &d->inputs[i];
-        if (t->bytes == 0)
-            continue;
-        VkBufferCopy c = {t->io_offset, t->offset, t->bytes};
-        vkCmdCopyBuffer(cmd, m->io.buffer, m->arena.buffer, 1, &c);
-    }
-    if (d->dim_count) {
-        VkBufferCopy c = {d->dims_io_offset, d->dims_offset, 4u * KILN_MAX_DIMS};
-        vkCmdCopyBuffer(cmd, m->io.buffer, m->arena.buffer, 1, &c);
-    }
-    if (d->indirect_count) {
-        VkBufferCopy c = {d->indirect_io_offset, d->indirect_offset, 12ull * d->indirect_count};
-        vkCmdCopyBuffer(cmd, m->io.buffer, m->arena.buffer, 1, &c);
-    }
+    VkBuffer io = m->io.buffer, arena = m->arena.buffer;
+    for (uint32_t i = 0; i < d->input_count; i++)
+        copy_bytes(cmd, io, d->inputs[i].io_offset, arena, d->inputs[i].offset,
+                   d->inputs[i].bytes);
+    copy_bytes(cmd, io, d->dims_io_offset, arena, d->dims_offset,
+               d->dim_count ? 4u * KILN_MAX_DIMS : 0);
+    copy_bytes(cmd, io, d->indirect_io_offset, arena, d->indirect_offset,
+               12ull * d->indirect_count);
     for (uint32_t i = 0; i < d->guard_count; i++)
-        vkCmdFillBuffer(cmd, m->arena.buffer, d->guards[i].offset, d->guards[i].bytes,
+        vkCmdFillBuffer(cmd, arena, d->guards[i].offset, d->guards[i].bytes,
                         KILN_GUARD_PATTERN);
     memory_barrier(cmd, VK_PIPELINE_STAGE_HOST_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
                    VK_ACCESS_HOST_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
@@ -444,7 +447,7 @@ static kiln_status record(kiln_model *m) {
         vkCmdPushConstants(cmd, m->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0,
                            PUSH_BYTES, push);
         if (x->dyn_axis < 3)
-            vkCmdDispatchIndirect(cmd, m->arena.buffer,
+            vkCmdDispatchIndirect(cmd, arena,
                                   d->indirect_offset + 12ull * indirect++);
         else
             vkCmdDispatch(cmd, x->groups[0], x->groups[1], x->groups[2]);
@@ -461,24 +464,15 @@ static kiln_status record(kiln_model *m) {
     /* State updates into their states (never an output: the copies below
      * read other bytes). The next run's first barrier orders them before
      * its dispatches. */
-    for (uint32_t i = 0; i < d->state_copy_count; i++) {
-        const kiln_state_copy *c = &d->state_copies[i];
-        if (c->bytes == 0)
-            continue;
-        VkBufferCopy r = {c->src, c->dst, c->bytes};
-        vkCmdCopyBuffer(cmd, m->arena.buffer, m->arena.buffer, 1, &r);
-    }
-    for (uint32_t i = 0; i < d->output_count; i++) {
-        const kiln_tensor_info *t = &d->outputs[i];
-        if (t->bytes == 0)
-            continue;
-        VkBufferCopy c = {t->offset, t->io_offset, t->bytes};
-        vkCmdCopyBuffer(cmd, buffer_of(m, t->buffer), m->io.buffer, 1, &c);
-    }
-    for (uint32_t i = 0; i < d->guard_count; i++) {
-        VkBufferCopy c = {d->guards[i].offset, d->guards[i].io_offset, d->guards[i].bytes};
-        vkCmdCopyBuffer(cmd, m->arena.buffer, m->io.buffer, 1, &c);
-    }
+    for (uint32_t i = 0; i < d->state_copy_count; i++)
+        copy_bytes(cmd, arena, d->state_copies[i].src, arena, d->state_copies[i].dst,
+                   d->state_copies[i].bytes);
+    for (uint32_t i = 0; i < d->output_count; i++)
+        copy_bytes(cmd, buffer_of(m, d->outputs[i].buffer), d->outputs[i].offset, io,
+                   d->outputs[i].io_offset, d->outputs[i].bytes);
+    for (uint32_t i = 0; i < d->guard_count; i++)
+        copy_bytes(cmd, arena, d->guards[i].offset, io, d->guards[i].io_offset,
+                   d->guards[i].bytes);
     memory_barrier(cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
                    VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
     KILN_VK_RETURN(vkEndCommandBuffer(cmd));
@@ -518,7 +512,7 @@ static kiln_status create_objects(kiln_model *m) {
     fi.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO;
     KILN_VK_RETURN(vkCreateFence(dev->device, &fi, dev->vk_alloc, &m->fence));
 
-    KILN_RETURN_IF_ERROR(upload_weights(m));
+    KILN_RETURN_IF_ERROR(upload(m, m->weights.buffer, 0, d->weight_bytes, d->weights));
     KILN_RETURN_IF_ERROR(create_pipelines(m));
     KILN_RETURN_IF_ERROR(kiln_model_reset_state(m));
     return record(m);
@@ -865,22 +859,7 @@ kiln_status kiln_model_write_state(kiln_model *m, uint32_t i, const void *src) {
         return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT,
                          "model or src is NULL, or the model has no state %u", i);
     const kiln_tensor_info *t = &m->desc->states[i];
-    if (t->bytes == 0)
-        return KILN_OK;
-    kiln__buffer staging;
-    KILN_RETURN_IF_ERROR(kiln__buffer_create(m->device, t->bytes,
-                                             VK_BUFFER_USAGE_TRANSFER_SRC_BIT,
-                                             KILN__MEMORY_STAGING, &staging));
-    memcpy(staging.mapped, src, (size_t)t->bytes);
-    VkCommandBuffer cmd = VK_NULL_HANDLE;
-    kiln_status s = begin_commands(m, VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT, &cmd);
-    if (s == KILN_OK) {
-        VkBufferCopy c = {0, t->offset, t->bytes};
-        vkCmdCopyBuffer(cmd, staging.buffer, m->arena.buffer, 1, &c);
-        s = submit_once(m, cmd);
-    }
-    kiln__buffer_destroy(m->device, &staging);
-    return s;
+    return upload(m, m->arena.buffer, t->offset, t->bytes, src);
 }
 
 kiln_device *kiln_model_device(const kiln_model *m) { return m ? m->device : NULL; }

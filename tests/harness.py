@@ -87,9 +87,15 @@ def build_model(workdir, yaml_text, extra_files=None, flags=(), guard=True):
     r = kiln("compile", workdir / "model.yaml", "--name", "model",
              "-o", workdir / "model.c", *(("--guard",) if guard else ()), *flags)
     check(r.returncode == 0, f"kiln compile failed:\n{r.stderr}")
-    prog = workdir / "model"
+    return link_model(workdir)
+
+
+def link_model(workdir):
+    """Builds workdir/model.c (compiled with --name model) into workdir/model
+    with the run_model driver; returns the program's path."""
+    prog = Path(workdir) / "model"
     r = run([CC, "-O1", "-std=c99", *EXTRA_CFLAGS, "-I", ROOT / "runtime", "-o", prog,
-             workdir / "model.c", BUILD / "run_model_test.o",
+             Path(workdir) / "model.c", BUILD / "run_model_test.o",
              "-L", BUILD, "-lkilnrt", VULKAN_LIB, "-lm"])
     check(r.returncode == 0, f"building the generated C failed:\n{r.stderr}")
     return prog

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 
 import reference as ref
-from harness import (BUILD, CC, EXTRA_CFLAGS, ROOT, VALIDATION, VULKAN_LIB, assert_close,
-                     build_model, check, kiln, model_yaml, registry, run)
+from harness import (VALIDATION, assert_close, build_model, check, kiln, link_model,
+                     model_yaml, registry, run)
 
 TESTS, case = registry()
 
@@ -32,7 +32,13 @@ def run_steps(workdir, yaml_text, steps, make_inputs, reference, rtol=1e-5, atol
     """steps: a list of {dim: value}; make_inputs(rng, **dims) -> arrays;
     reference(*arrays, **dims) -> expected outputs."""
     workdir = Path(workdir)
-    prog = build_model(workdir, yaml_text, flags=flags)
+    run_built(build_model(workdir, yaml_text, flags=flags), steps, make_inputs, reference,
+              rtol, atol, extra_args)
+
+
+def run_built(prog, steps, make_inputs, reference, rtol=1e-5, atol=1e-5, extra_args=()):
+    """run_steps on a model program already built (in its directory)."""
+    workdir = Path(prog).parent
     rng = np.random.default_rng(7)
     wanted = []
     for s, dims in enumerate(steps):
@@ -311,11 +317,6 @@ def test_state_append(workdir):
                   {"name": "y", "op": "exp", "inputs": ["all"]}], ["y", "all"])
     doc = json.loads(y)
     doc["state"] = {"c": {**W, "shape": ["past", 3], "update": "all"}}
-    (workdir / "m.yaml").write_text(json.dumps(doc))
-    r = kiln("compile", workdir / "m.yaml", "-o", workdir / "m.c")
-    check("copied after" in (workdir / "m.c").read_text() and
-          "{0ull, 0ull, 0ull}" in (workdir / "m.c").read_text(),
-          "the append is not in place (a state copy was emitted)")
     steps = [{"seq": 2, "past": 0}, {"seq": 1, "past": 2}, {"seq": 3, "past": 3},
              {"seq": 1, "past": 6}]
     cache = []
@@ -329,6 +330,9 @@ def test_state_append(workdir):
     sd.mkdir()
     run_steps(workdir, json.dumps(doc), steps, lambda rng, seq, past: [normal(rng, seq, 3)],
               want, extra_args=("--states", sd))
+    c_text = (workdir / "model.c").read_text()  # as run_steps compiled it
+    check("copied after" in c_text and "{0ull, 0ull, 0ull}" in c_text,
+          "the append is not in place (a state copy was emitted)")
     got = np.fromfile(sd / "state0.bin", dtype=np.float32)
     check(got.size == 9 * 3, f"state storage {got.size} floats, expected 27 (past + seq "
           "at most)")
@@ -350,23 +354,9 @@ def test_onnx(workdir):
     r = kiln("compile", workdir / "m.onnx", "--shape", "seq=1..16", "--name", "model",
              "-o", workdir / "model.c", "--guard")
     check(r.returncode == 0, r.stderr)
-    prog = workdir / "model"
-    r = run([CC, "-O1", "-std=c99", *EXTRA_CFLAGS, "-I", ROOT / "runtime", "-o", prog,
-             workdir / "model.c", BUILD / "run_model_test.o", "-L", BUILD, "-lkilnrt",
-             VULKAN_LIB, "-lm"])
-    check(r.returncode == 0, r.stderr)
-    rng = np.random.default_rng(1)
-    steps = [1, 16, 5]
-    for s, seq in enumerate(steps):
-        normal(rng, seq, 3).tofile(workdir / f"in0_{s}.bin")
-    r = run([prog, "-q", "--steps", "3", "-d", "seq=" + ",".join(map(str, steps)),
-             "-i", workdir / "in0_%d.bin", "-o", workdir / "out0_%d.bin"],
-            env={"KILN_VALIDATION": VALIDATION})
-    check(r.returncode == 0, r.stderr)
-    for s, seq in enumerate(steps):
-        x = np.fromfile(workdir / f"in0_{s}.bin", np.float32).reshape(seq, 3)
-        got = np.fromfile(workdir / f"out0_{s}.bin", np.float32).reshape(-1, 4)
-        assert_close(got, np.maximum(ref.f64(x) @ w, 0), 1e-5, 1e-5, f"seq {seq}")
+    run_built(link_model(workdir), seq_steps([1, 16, 5]),
+              lambda rng, seq: [normal(rng, seq, 3)],
+              lambda x, seq: [np.maximum(ref.f64(x) @ w, 0)])
     (workdir / "s.onnx").write_bytes(model(
         [node("Shape", ["x"], ["s"], "sh"), node("Reshape", ["x", "s"], ["y"], "rs")],
         [value_info("x", ["seq", 3])], [value_info("y", ["seq", 3])]))
