@@ -7,7 +7,9 @@
  * performance level, which runs spirv-tools' optimizer passes (the spirv-tools
  * of Debian 12 has no C API for the optimizer itself); spirv-tools then
  * validates the result. Modules whose final words are identical are stored
- * once, so the generated file carries each distinct kernel once.
+ * once, so the generated file carries each distinct kernel once. The kernel
+ * cache (kernel_cache.c) spares the compile of a kernel built before; what
+ * it returns is validated again (an invalid entry is compiled afresh).
  *
  * A kernel that fails to compile or validate is a bug in kiln, not in the
  * model: it is reported as an internal error with the compiler's message.
@@ -17,6 +19,7 @@
 #include <shaderc/shaderc.h>
 #include <spirv-tools/libspirv.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static shaderc_include_result *include_file(void *user, const char *requested,
@@ -46,17 +49,44 @@ static void release_include(void *user, shaderc_include_result *r) {
     (void)r;
 }
 
-static void spirv_check(spv_context ctx, const uint32_t *words, size_t n,
-                        const Dispatch *d) {
+/* NULL when the words are valid SPIR-V for Vulkan, else the validator's
+ * message. */
+static char *spirv_invalid(spv_context ctx, const uint32_t *words, size_t n) {
     spv_const_binary_t bin = {words, n};
     spv_diagnostic diag = NULL;
+    char *msg = NULL;
     if (spvValidate(ctx, &bin, &diag) != SPV_SUCCESS)
-        internal_error("SPIR-V of %s for node '%s' is invalid: %s", d->family, d->node->name,
-                       diag && diag->error ? diag->error : "?");
+        msg = xstrdup(diag && diag->error ? diag->error : "?");
     spvDiagnosticDestroy(diag);
+    return msg;
 }
 
-static Module compile_one(shaderc_compiler_t sc, spv_context ctx, const Dispatch *d) {
+static Module module_of(const Dispatch *d, const uint32_t *words, size_t nwords) {
+    Module m = {0};
+    m.family = d->family;
+    m.defines = d->defines.buf ? d->defines.buf : "";
+    m.nwords = nwords;
+    m.words = xcalloc(m.nwords, sizeof(uint32_t));
+    memcpy(m.words, words, m.nwords * sizeof(uint32_t));
+    m.hash = hash_bytes(HASH_SEED, m.words, m.nwords * sizeof(uint32_t));
+    return m;
+}
+
+static Module compile_one(shaderc_compiler_t sc, spv_context ctx, const Dispatch *d,
+                          KernelCache *cache) {
+    const char *defines = d->defines.buf ? d->defines.buf : "";
+    size_t cached_words = 0;
+    uint32_t *cached = kernel_cache_get(cache, d->family, defines, &cached_words);
+    if (cached) {
+        char *invalid = spirv_invalid(ctx, cached, cached_words);
+        if (!invalid) {
+            Module m = module_of(d, cached, cached_words);
+            xfree(cached);
+            return m;
+        }
+        xfree(invalid); /* compile it again, and overwrite the entry */
+        xfree(cached);
+    }
     char *file = format("%s.comp", d->family);
     const EmbeddedFile *src = embedded_file(file);
     if (!src)
@@ -87,21 +117,18 @@ static Module compile_one(shaderc_compiler_t sc, spv_context ctx, const Dispatch
                        d->defines.buf ? d->defines.buf : "");
     size_t nwords = shaderc_result_get_length(r) / 4;
     const uint32_t *words = (const uint32_t *)shaderc_result_get_bytes(r);
-    spirv_check(ctx, words, nwords, d);
-
-    Module m = {0};
-    m.family = d->family;
-    m.defines = d->defines.buf ? d->defines.buf : "";
-    m.nwords = nwords;
-    m.words = xcalloc(m.nwords, sizeof(uint32_t));
-    memcpy(m.words, words, m.nwords * sizeof(uint32_t));
-    m.hash = hash_bytes(HASH_SEED, m.words, m.nwords * sizeof(uint32_t));
+    char *invalid = spirv_invalid(ctx, words, nwords);
+    if (invalid)
+        internal_error("SPIR-V of %s for node '%s' is invalid: %s", d->family, d->node->name,
+                       invalid);
+    kernel_cache_put(cache, d->family, defines, words, nwords);
+    Module m = module_of(d, words, nwords);
     shaderc_result_release(r);
     shaderc_compile_options_release(o);
     return m;
 }
 
-void compile_kernels(Program *p) {
+void compile_kernels(Program *p, KernelCache *cache) {
     shaderc_compiler_t sc = shaderc_compiler_initialize();
     if (!sc)
         fatal("cannot initialize shaderc");
@@ -117,7 +144,7 @@ void compile_kernels(Program *p) {
             d->module = (int)known - 1;
             continue;
         }
-        Module m = compile_one(sc, ctx, d);
+        Module m = compile_one(sc, ctx, d, cache);
         int idx = -1;
         for (int j = 0; j < p->nmodules; j++)
             if (p->modules[j].hash == m.hash && p->modules[j].nwords == m.nwords &&

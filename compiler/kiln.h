@@ -421,6 +421,7 @@ typedef struct Options {
     bool no_fuse_epilogue;  /* --no-fuse=epilogue */
     bool no_fuse_norm;      /* --no-fuse=norm */
     int weights_format;     /* --weights: a WeightFormat */
+    const char *kernel_cache; /* --kernel-cache DIR, NULL: none */
 } Options;
 
 /* Removes nodes that no output depends on, then fuses (each pass behind
@@ -551,8 +552,28 @@ void schedule(Graph *g, Program *p);
 /* ---- compile_spirv.c ----------------------------------------------------- */
 
 /* GLSL -> SPIR-V (shaderc), validated and optimized (spirv-tools); modules
- * with identical SPIR-V are kept once. */
-void compile_kernels(Program *p);
+ * with identical SPIR-V are kept once. cache: NULL, or where compiled
+ * kernels are looked up first and stored. */
+typedef struct KernelCache KernelCache;
+void compile_kernels(Program *p, KernelCache *cache);
+
+/* ---- kernel_cache.c ------------------------------------------------------ */
+
+struct KernelCache {
+    char *dir;
+    char *salt;      /* versions and the shader sources' hash: part of every key */
+    bool verbose, failed;
+    int hits, misses;
+};
+/* $KILN_CACHE_DIR (empty: none), $XDG_CACHE_HOME/kiln or ~/.cache/kiln. */
+const char *kernel_cache_default(void);
+/* NULL (no cache) when dir is NULL or cannot be made. */
+KernelCache *kernel_cache_open(const char *dir, bool verbose);
+/* The words of a kernel compiled before, or NULL (also for a damaged entry). */
+uint32_t *kernel_cache_get(KernelCache *c, const char *family, const char *defines,
+                           size_t *nwords);
+void kernel_cache_put(KernelCache *c, const char *family, const char *defines,
+                      const uint32_t *words, size_t nwords);
 
 /* ---- emit_c.c ------------------------------------------------------------ */
 

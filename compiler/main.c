@@ -44,7 +44,11 @@ static const char usage[] =
     "                   int4, int4-asym, fp8-e4m3 or fp8-e5m2 (blocks of 32 along\n"
     "                   K with an f32 scale), dequantized inside the matmul;\n"
     "                   arithmetic stays f32 (default f32: as given)\n"
-    "  -v               say what the optimizer removed\n"
+    "  --kernel-cache DIR  keep compiled kernels in DIR and reuse them (default:\n"
+    "                   $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else\n"
+    "                   ~/.cache/kiln; KILN_CACHE_DIR= turns it off)\n"
+    "  --no-kernel-cache  compile every kernel afresh, store nothing\n"
+    "  -v               say what the optimizer removed and what the kernel cache did\n"
     "compile:\n"
     "  -o OUT.c         write OUT.c and OUT.h (default: PREFIX.c here)\n"
     "  --report         print the size of each part and the device memory\n"
@@ -115,6 +119,7 @@ typedef struct Args {
 static void parse_args(int argc, char **argv, bool inspect, Args *a) {
     memset(a, 0, sizeof *a);
     a->opt.alignment = 256;
+    a->opt.kernel_cache = kernel_cache_default();
     a->opt.command = join_command(argc, argv);
     a->format = "text";
     for (int i = 2; i < argc; i++) {
@@ -168,6 +173,12 @@ static void parse_args(int argc, char **argv, bool inspect, Args *a) {
             if (a->opt.weights_format < 0)
                 fatal("--weights: unknown format '%s' (f32, f16, int8, int8-asym, int4, "
                       "int4-asym, fp8-e4m3, fp8-e5m2)", v);
+        } else if (strcmp(arg, "--kernel-cache") == 0 && has_value) {
+            a->opt.kernel_cache = argv[++i];
+            if (!*a->opt.kernel_cache)
+                fatal("--kernel-cache needs a directory (--no-kernel-cache turns it off)");
+        } else if (strcmp(arg, "--no-kernel-cache") == 0) {
+            a->opt.kernel_cache = NULL;
         } else if (strcmp(arg, "--debug-tensors") == 0) {
             a->opt.debug_tensors = true;
         } else if (strcmp(arg, "--guard") == 0) {
@@ -224,7 +235,11 @@ static Program *build(Args *a, Graph **out_graph) {
     p->guard = a->opt.guard;
     plan_memory(g, p);
     schedule(g, p);
-    compile_kernels(p);
+    KernelCache *cache = kernel_cache_open(a->opt.kernel_cache, a->opt.verbose);
+    compile_kernels(p, cache);
+    if (cache && a->opt.verbose)
+        fprintf(stderr, "kiln: kernel cache %s: %d kernels found, %d compiled\n", cache->dir,
+                cache->hits, cache->misses);
     *out_graph = g;
     return p;
 }

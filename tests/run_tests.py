@@ -6,7 +6,7 @@ tests (test_ops.py), the command-line error tests (test_cli.py), the
 whole-model, runtime and generated-code tests (test_models.py), and the ONNX
 loader and conformance cases (test_onnx.py: every case listed in
 tests/onnx/passing.txt must still pass). Tests run in parallel, one
-temporary directory each. Exit status 1 on any failure.
+temporary directory each, sharing a kernel cache that starts empty. Exit status 1 on any failure.
 
   tests/run_tests.py [-k SUBSTRING] [-j JOBS] [-v]
 """
@@ -83,6 +83,11 @@ def main():
     tests = (test_ops.TESTS + test_quant.TESTS + test_dynamic.TESTS + test_experts.TESTS + test_signal.TESTS + test_backward.TESTS + test_cli.TESTS + test_models.TESTS + test_inspect.TESTS +
              test_onnx.TESTS)
     tests = [(n, f) for n, f in tests if args.k in n]
+    # One kernel cache for this run only, starting empty: the first compile
+    # of each kernel goes through shaderc, later ones through the cache; the
+    # user's own cache is neither read nor filled.
+    cache = tempfile.mkdtemp(prefix="kiln-cache-")
+    os.environ["KILN_CACHE_DIR"] = cache
     t0 = time.monotonic()
     results = unit_tests() if "unit".find(args.k) >= 0 or args.k in "unit" else []
     for name, why in results:
@@ -100,6 +105,7 @@ def main():
                 print(f"FAIL {name}\n    " + why.replace("\n", "\n    "), flush=True)
             elif args.v:
                 print(f"ok   {name} ({secs:.1f}s)", flush=True)
+    shutil.rmtree(cache, ignore_errors=True)
     skipped = sum(1 for _, why in results if why and why.startswith(SKIPPED))
     failed = sum(1 for _, why in results if why) - skipped
     print(f"tests took {time.monotonic() - t0:.0f}s")

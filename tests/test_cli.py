@@ -6,9 +6,10 @@ containing the expected words (the node's name among them), and no output
 file left behind.
 """
 import re
+import struct
 from pathlib import Path
 
-from harness import check, kiln
+from harness import KILN, ROOT, check, kiln, run
 
 TESTS = []
 
@@ -245,7 +246,88 @@ def test_name_and_output(workdir):
     check("kiln_status net_create(" in h and "NET_ARENA_BYTES" in h, "--name net")
 
 
+def fnv1a(data):
+    h = 1469598103934665603
+    for b in data:
+        h = ((h ^ b) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def test_kernel_cache(workdir):
+    """A warm kernel cache gives the same C as no cache; damaged, foreign or
+    invalid entries are compiled afresh (and repaired), never used; a cache
+    that cannot be written never fails a compile."""
+    wd = Path(workdir)
+    model = ROOT / "samples" / "transformer.yaml"
+    cache = wd / "cache"
+
+    def compile_with(*opts, env=None):
+        out = wd / "out"
+        out.mkdir(exist_ok=True)
+        r = run([KILN, "compile", model, "-o", "m.c", "-v", *opts], cwd=out,
+                env=dict(env or {}, ASAN_OPTIONS="detect_leaks=0"))
+        check(r.returncode == 0, r.stderr)
+        text = (out / "m.c").read_text()
+        # The command line (in the frontmatter) names the options; the rest
+        # must be byte for byte the same.
+        return re.sub(r"command: .*", "", text), r.stderr
+
+    def counts(err):
+        m = re.search(r"kernel cache .*: (\d+) kernels found, (\d+) compiled", err)
+        check(m, f"no cache report in: {err}")
+        return int(m.group(1)), int(m.group(2))
+
+    ref, err = compile_with("--no-kernel-cache")
+    check("kernel cache" not in err, err)
+    cold, err = compile_with("--kernel-cache", cache)
+    found, compiled = counts(err)
+    entries = sorted(cache.glob("*.spv"))
+    check(found == 0 and compiled == len(entries) and len(entries) >= 10,
+          f"cold: {found} found, {compiled} compiled, {len(entries)} entries")
+    check(cold == ref, "cold compile through the cache differs from no cache")
+    warm, err = compile_with("--kernel-cache", cache)
+    check(counts(err) == (compiled, 0), f"warm: {counts(err)}")
+    check(warm == ref, "warm compile differs from no cache")
+
+    # Damage four entries: truncated, a flipped word (checksum), another
+    # kernel's entry under this name (key), and valid framing around words
+    # that are not valid SPIR-V (caught by validating again).
+    a, b, c, d = entries[:4]
+    a.write_bytes(a.read_bytes()[:-13])
+    raw = bytearray(b.read_bytes())
+    raw[len(raw) // 2] ^= 0x40
+    b.write_bytes(bytes(raw))
+    c.write_bytes(entries[5].read_bytes())
+    raw = d.read_bytes()
+    klen = struct.unpack_from("<I", raw, 8)[0]
+    head = raw[:12 + klen]
+    words = [0x07230203, 0x00010500, 0, 10, 0] + [0xDEADBEEF] * 8
+    body = head + struct.pack("<I", len(words)) + struct.pack(f"<{len(words)}I", *words)
+    d.write_bytes(body + struct.pack("<Q", fnv1a(body)))
+    damaged, err = compile_with("--kernel-cache", cache)
+    check(counts(err) == (compiled - 3, 3),
+          f"damaged entries: {counts(err)} (the invalid SPIR-V is found, then recompiled)")
+    check(damaged == ref, "a damaged cache changed the output")
+    again, err = compile_with("--kernel-cache", cache)
+    check(counts(err) == (compiled, 0) and again == ref, f"not repaired: {counts(err)}")
+
+    # A cache that cannot be made: the compile goes on without it.
+    (wd / "file").write_text("x")
+    off, err = compile_with("--kernel-cache", wd / "file" / "cache")
+    check("kernel cache off" in err and off == ref, err)
+    # KILN_CACHE_DIR picks the default; empty turns it off.
+    env_cache = wd / "env-cache"
+    compile_with(env={"KILN_CACHE_DIR": str(env_cache)})
+    check(len(list(env_cache.glob("*.spv"))) == len(entries), "KILN_CACHE_DIR unused")
+    _, err = compile_with(env={"KILN_CACHE_DIR": ""})
+    check("kernel cache" not in err, f"KILN_CACHE_DIR= left a cache on: {err}")
+    r = kiln("compile", model, "--kernel-cache", "")
+    check(r.returncode == 1 and "--kernel-cache needs a directory" in r.stderr, r.stderr)
+
+
 TESTS.append(("cli usage, --help, --version, bad options", test_usage))
+TESTS.append(("cli kernel cache: warm equals cold, damaged entries recompiled",
+              test_kernel_cache))
 TESTS.append(("cli --name and default output names", test_name_and_output))
 
 # Errors of the full op set: line and words checked (the column is tested
