@@ -689,8 +689,56 @@ typedef struct MatmulShape {
 
 /* Few rows: matvec.comp's column-parallel kernel; else matmul.comp's tiles. */
 #define MATVEC_MAX_M 16
-#define MATVEC_NCOL 32
-#define MATVEC_KSPLIT 8
+#define MATVEC_THREADS 256 /* NCOL x KSPLIT */
+#define MATVEC_PART_FLOATS 3072 /* shared memory for partial sums: 12 KiB */
+
+static bool all_multiples(int n, const int64_t *v, int64_t of) {
+    for (int i = 0; i < n; i++)
+        if (v[i] % of)
+            return false;
+    return true;
+}
+
+typedef struct MatvecShape {
+    int64_t ncol, ksplit, vec, avec, mc;
+} MatvecShape;
+
+/* matvec.comp's layout for s: vec4 columns when B is f32 with 16-byte
+ * aligned rows, vec4 rows of A likewise. Column lanes per workgroup (4 to
+ * 32): as few as leave 256 workgroups over the columns and batches (128
+ * from 9 rows up, where each workgroup's reads of A cost more), so that a
+ * large GPU has a workgroup or two per multiprocessor, each reading B with
+ * at least 64 contiguous bytes a row. Splits of K fill the rest of 256
+ * invocations, but each keeps at least 8 steps: a short K needs no
+ * reduction rounds through shared memory. Measured on an H200 (bench/).
+ * KILN_MATVEC_NCOL (a power of two from 1 to 256) overrides the lanes, for
+ * tuning. */
+static MatvecShape matvec_shape(const Node *n, const MatmulShape *s, int64_t rows) {
+    MatvecShape v = {0};
+    v.vec = n->wformat == WF_F32 && s->b_sn == 1 && s->N % 4 == 0 && s->b_sk % 4 == 0 &&
+                    all_multiples(s->brank, s->ops[2].strides, 4)
+                ? 4 : 1;
+    v.avec = s->a_sk == 1 && s->K % 4 == 0 && s->a_sm % 4 == 0 &&
+             all_multiples(s->brank, s->ops[1].strides, 4);
+    int64_t want_groups = rows > 8 ? 128 : 256;
+    v.ncol = 4;
+    while (v.ncol < 32 && groups_for(s->N, v.ncol * 2 * v.vec) * s->batch >= want_groups)
+        v.ncol *= 2;
+    const char *tune = getenv("KILN_MATVEC_NCOL");
+    if (tune) {
+        long t = strtol(tune, NULL, 10);
+        if (t >= 1 && t <= MATVEC_THREADS && (t & (t - 1)) == 0)
+            v.ncol = t;
+    }
+    int64_t steps = s->K / (v.avec ? 4 : 1);
+    v.ksplit = MATVEC_THREADS / v.ncol;
+    while (v.ksplit > 1 && steps / v.ksplit < 8)
+        v.ksplit /= 2;
+    v.mc = MATVEC_PART_FLOATS / (v.ksplit * v.ncol * v.vec);
+    if (v.mc > rows)
+        v.mc = rows;
+    return v;
+}
 
 /* One matmul kernel for s: the matrix-vector one (rows up to mrows, its
  * array size) or the tiled one. */
@@ -705,8 +753,9 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
         bm = bn = 128;
         tm = tn = 8;
     }
+    MatvecShape mv = matvec_shape(n, s, mrows);
     Dispatch *d = new_dispatch(p, n, matvec ? "matvec" : "matmul");
-    d->local_size = matvec ? MATVEC_NCOL * MATVEC_KSPLIT : (uint32_t)((bm / tm) * (bn / tn));
+    d->local_size = matvec ? (uint32_t)(mv.ncol * mv.ksplit) : (uint32_t)((bm / tm) * (bn / tn));
     if (s->dyn && s->batch != 1)
         internal_error("node '%s': a dynamic matmul with %lld batches", n->name,
                        (long long)s->batch);
@@ -731,8 +780,11 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
     define_list(d, "A_BSTRIDES", s->brank, s->ops[1].strides);
     define_list(d, "B_BSTRIDES", s->brank, s->ops[2].strides);
     if (matvec) {
-        define_int(d, "NCOL", MATVEC_NCOL);
-        define_int(d, "KSPLIT", MATVEC_KSPLIT);
+        define_int(d, "NCOL", mv.ncol);
+        define_int(d, "KSPLIT", mv.ksplit);
+        define_int(d, "VEC", mv.vec);
+        define_int(d, "AVEC", mv.avec);
+        define_int(d, "MC", mv.mc);
     } else {
         define_int(d, "BM", bm);
         define_int(d, "BN", bn);
@@ -749,7 +801,7 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
     }
     d->flops = 2ull * (uint64_t)((matvec ? mrows : s->M) * s->N) * (uint64_t)s->K *
                (uint64_t)s->batch;
-    d->groups[0] = groups_for(s->N, matvec ? MATVEC_NCOL : bn);
+    d->groups[0] = groups_for(s->N, matvec ? mv.ncol * mv.vec : bn);
     d->groups[1] = matvec ? 1 : groups_for(s->M, bm);
     d->groups[2] = groups_for(s->batch, 1);
     if (!matvec)
@@ -930,9 +982,11 @@ static void lower_gemm(Program *p, Node *n) {
     }
 }
 
-/* grouped_matmul: grouped.comp, NCOL columns of GROUPED_RB rows a workgroup,
- * each row reading its own expert's matrix. */
+/* grouped_matmul: grouped.comp, NCOL columns of GROUPED_RB rows a workgroup
+ * (NCOL x KSPLIT invocations), each row reading its own expert's matrix. */
 #define GROUPED_RB 4
+#define GROUPED_NCOL 32
+#define GROUPED_KSPLIT 8
 
 static void lower_grouped_matmul(Program *p, Node *n) {
     Tensor *x = n->inputs[0], *w = n->inputs[1], *idx = n->inputs[2], *y = n->outputs[0];
@@ -943,14 +997,14 @@ static void lower_grouped_matmul(Program *p, Node *n) {
     bool need[3] = {false, false, false};
     need_dtype(p, need, idx->dtype);
     define_needs(d, need);
-    d->local_size = MATVEC_NCOL * MATVEC_KSPLIT;
+    d->local_size = GROUPED_NCOL * GROUPED_KSPLIT;
     define_int(d, "M", M);
     define_int(d, "N", N);
     define_int(d, "K", K);
     define_int(d, "E", w->shape[0]);
     define_int(d, "RB", GROUPED_RB);
-    define_int(d, "NCOL", MATVEC_NCOL);
-    define_int(d, "KSPLIT", MATVEC_KSPLIT);
+    define_int(d, "NCOL", GROUPED_NCOL);
+    define_int(d, "KSPLIT", GROUPED_KSPLIT);
     define_str(d, "TIDX", buffer_type(idx->dtype, true));
     dispatch_arg(d, y, true);
     dispatch_arg(d, x, false);
@@ -963,7 +1017,7 @@ static void lower_grouped_matmul(Program *p, Node *n) {
         dispatch_unused(d, x);
     }
     d->flops = 2ull * (uint64_t)(M * N) * (uint64_t)K;
-    d->groups[0] = groups_for(N, MATVEC_NCOL);
+    d->groups[0] = groups_for(N, GROUPED_NCOL);
     d->groups[1] = groups_for(M, GROUPED_RB);
 }
 

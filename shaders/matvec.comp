@@ -1,22 +1,44 @@
 #version 460
 // matvec.comp: C = A x B when A has few rows (M <= 16): decode steps, small
-// batches. matmul.comp's tiles would leave most of a GPU idle there.
+// batches. matmul.comp's tiles would leave most of a GPU idle there, and
+// the product is bound by reading B once.
 //
-// A workgroup of NCOL x KSPLIT invocations computes NCOL columns of C for all
-// M rows. Invocation (column c, split s) sums over k = s, s + KSPLIT, ...:
-// each step reads NCOL consecutive elements of a row of B (coalesced) and one
-// element of A per row that the whole group shares; the KSPLIT partial sums
-// meet in shared memory. Same defines as matmul.comp (strides, batches, the
-// bias and activation epilogue).
+// A workgroup of NCOL x KSPLIT invocations computes CPG = NCOL * VEC
+// columns of C for all M rows. Invocation (lane c, split s) owns VEC
+// consecutive columns and sums over its share of k: VEC 4 (B f32, its rows
+// 16-byte aligned) reads them as one vec4 per k, so NCOL lanes read
+// 16 * NCOL contiguous bytes of a row of B; AVEC (A's rows contiguous and
+// 16-byte aligned) takes 4 k at a time and reads each row of A as a vec4.
+// The KSPLIT partial sums meet in shared memory, MC rows at a time: each
+// element's KSPLIT parts are added by Q invocations, then their Q sums by
+// one, which applies the epilogue. Same defines as matmul.comp (strides,
+// batches, the bias and activation epilogue; B in any weights.glsl format
+// with VEC 1).
+#extension GL_EXT_control_flow_attributes : enable
 #include "common.glsl"
 #include "weights.glsl"
 
 layout(local_size_x = NCOL, local_size_y = KSPLIT) in;
 
+#if VEC == 4
+#define BT V4R
+#define VT vec4
+#else
+#define BT B_BUF
+#define VT float
+#endif
+#if AVEC
+#define AT V4R
+#define KSTEP 4u
+#else
+#define AT F32R
+#define KSTEP 1u
+#endif
+
 layout(push_constant) uniform Args {
     F32 c;
-    F32R a;
-    B_BUF b;
+    AT a;
+    BT b;
     F32R bias;
     F32R bscale; // quantized B only (weights.glsl)
     U32R bzero;
@@ -37,15 +59,29 @@ const uint BSHAPE_[BRANK] = uint[BRANK](BSHAPE);
 const uint CBS[BRANK] = uint[BRANK](C_BSTRIDES);
 const uint ABS[BRANK] = uint[BRANK](A_BSTRIDES);
 const uint BBS[BRANK] = uint[BRANK](B_BSTRIDES);
-const uint TILES_N = (N + NCOL - 1) / NCOL;
+const uint NT = NCOL * KSPLIT;
+const uint CPG = NCOL * VEC;
+const uint TILES_N = (N + CPG - 1) / CPG;
+const uint ROUNDS = (M + MC - 1) / MC;
+const uint OUTS = MC * CPG;                 // elements of C one round sums
+const uint Q = OUTS >= NT ? 1 : NT / OUTS;  // invocations adding one element's parts
 #ifndef MROWS
 #define MROWS M // the rows of this run: M at most (dynamic dims)
 #endif
 
-shared float part[KSPLIT][M][NCOL];
+shared float part[KSPLIT][OUTS];
+shared float red[Q][OUTS];
+
+// Row k of B at this invocation's columns.
+#if VEC == 4
+#define LOAD_ROW(k) args.b.v[(cb + (k) * B_SK + n) / 4]
+#else
+#define LOAD_ROW(k) LOAD_B(cb + (k) * B_SK + n * B_SN, k, n)
+#endif
 
 void main() {
     const uint lc = gl_LocalInvocationID.x, s = gl_LocalInvocationID.y;
+    const uint tid = s * NCOL + lc;
     for (uint bz = gl_WorkGroupID.z; bz < BATCH; bz += gl_NumWorkGroups.z) {
         uint rem = bz, ca = 0, cb = 0, cc = 0;
         for (int d = BRANK - 1; d >= 0; --d) {
@@ -56,34 +92,66 @@ void main() {
             cc += x * CBS[d];
         }
         for (uint tile = gl_WorkGroupID.x; tile < TILES_N; tile += gl_NumWorkGroups.x) {
-            const uint n = tile * NCOL + lc;
-            float acc[M];
-            for (uint m = 0; m < M; ++m)
-                acc[m] = 0.0;
+            const uint n = tile * CPG + lc * VEC;
+            VT acc[M];
+            [[unroll]] for (uint m = 0; m < M; ++m)
+                acc[m] = VT(0.0);
             if (n < N) {
-                for (uint k = s; k < K; k += KSPLIT) {
-                    const float bv = LOAD_B(cb + k * B_SK + n * B_SN, k, n);
-                    for (uint m = 0; m < M; ++m)
+                for (uint k = s * KSTEP; k < K; k += KSPLIT * KSTEP) {
+#if AVEC
+                    const VT b0 = LOAD_ROW(k), b1 = LOAD_ROW(k + 1), b2 = LOAD_ROW(k + 2),
+                             b3 = LOAD_ROW(k + 3);
+                    [[unroll]] for (uint m = 0; m < M; ++m) {
+                        if (m < MROWS) {
+                            const vec4 av = args.a.v[(ca + m * A_SM + k) / 4];
+                            acc[m] = fma(VT(av.x), b0, acc[m]);
+                            acc[m] = fma(VT(av.y), b1, acc[m]);
+                            acc[m] = fma(VT(av.z), b2, acc[m]);
+                            acc[m] = fma(VT(av.w), b3, acc[m]);
+                        }
+                    }
+#else
+                    const VT b0 = LOAD_ROW(k);
+                    [[unroll]] for (uint m = 0; m < M; ++m)
                         if (m < MROWS)
-                            acc[m] = fma(args.a.v[ca + m * A_SM + k * A_SK], bv, acc[m]);
-                }
-            }
-            for (uint m = 0; m < M; ++m)
-                part[s][m][lc] = acc[m];
-            barrier();
-            if (s == 0 && n < N) {
-                for (uint m = 0; m < MROWS; ++m) {
-                    float v = 0.0;
-                    for (uint t = 0; t < KSPLIT; ++t)
-                        v += part[t][m][lc];
-                    v *= ALPHA;
-#if HAS_BIAS
-                    v += BETA * args.bias.v[m * BIAS_SM + n * BIAS_SN];
+                            acc[m] = fma(VT(args.a.v[ca + m * A_SM + k * A_SK]), b0, acc[m]);
 #endif
-                    args.c.v[cc + m * N + n] = ACT(v);
                 }
             }
-            barrier();
+            [[unroll]] for (uint r = 0; r < ROUNDS; ++r) {
+                [[unroll]] for (uint mm = 0; mm < MC; ++mm) {
+                    if (r * MC + mm < M) {
+#if VEC == 4
+                        [[unroll]] for (uint v = 0; v < 4; ++v)
+                            part[s][mm * CPG + lc * 4 + v] = acc[r * MC + mm][v];
+#else
+                        part[s][mm * CPG + lc] = acc[r * MC + mm];
+#endif
+                    }
+                }
+                barrier();
+                for (uint o = tid; o < Q * OUTS; o += NT) {
+                    const uint q = o / OUTS, e = o % OUTS;
+                    float v = 0.0;
+                    for (uint t = q; t < KSPLIT; t += Q)
+                        v += part[t][e];
+                    red[q][e] = v;
+                }
+                barrier();
+                for (uint e = tid; e < OUTS; e += NT) {
+                    const uint m = r * MC + e / CPG, col = tile * CPG + e % CPG;
+                    if (m < MROWS && col < N) {
+                        float v = 0.0;
+                        for (uint q = 0; q < Q; ++q)
+                            v += red[q][e];
+                        v *= ALPHA;
+#if HAS_BIAS
+                        v += BETA * args.bias.v[m * BIAS_SM + col * BIAS_SN];
+#endif
+                        args.c.v[cc + m * N + col] = ACT(v);
+                    }
+                }
+            }
         }
     }
 }

@@ -172,6 +172,12 @@ MATMUL_SHAPES = [
     ([256, 512], [512, 384]),      # large
     ([600, 520], [520, 700]),      # 64 tiles with ragged edges
     ([2100, 40], [40, 2050]),      # 128 x 128 tiles (enough of them), ragged edges
+    # matvec.comp: vec4 columns and vec4 rows of A, 16 rows in six rounds of
+    # 3, columns past the last workgroup's; then vec4 columns with scalar A
+    # (K odd), and a batch with vec4 on both sides.
+    ([16, 1028], [1028, 1000]),
+    ([11, 257], [257, 84]),
+    ([3, 2, 64], [3, 64, 36]),
 ]
 
 
