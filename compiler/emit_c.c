@@ -235,7 +235,8 @@ static void emit_schedule(Str *s, Program *p, const char *px) {
     str_add(s, "};\n");
 
     str_addf(s, "\n/* {kernel, {groups}, first binding, bindings, barrier, node, bytes, flops,\n"
-                " *  dynamic groups: axis (3: none), {work}, scale, per group, work range} */\n"
+                " *  dynamic groups: axis (3: none), {work}, scale, per group, work range,\n"
+                " *  device features: needs, unless} */\n"
                 "static const kiln_dispatch %s_dispatches[%d] = {\n",
              px, p->ndispatches ? p->ndispatches : 1);
     int b = 0;
@@ -248,20 +249,26 @@ static void emit_schedule(Str *s, Program *p, const char *px) {
         if (d->dynamic)
             str_addf(s, "; groups[%d] follow %s", d->dyn_axis,
                      c_comment(dim_expr_str(p->graph, &d->work)));
+        if (d->needs)
+            str_add(s, "; only on devices with cooperative matrices");
+        if (d->unless)
+            str_add(s, "; only on devices without cooperative matrices");
         str_addf(s, " */\n    {%du, {%uu, %uu, %uu}, %du, %du, %du, \"%s\", %lluull, %lluull,\n"
-                    "     %du, %s, %lluull, %lluull, %lluull, %lluull},\n",
+                    "     %du, %s, %lluull, %lluull, %lluull, %lluull, %uu, %uu},\n",
                  d->module, d->groups[0], d->groups[1], d->groups[2], b, d->nargs, d->barrier,
                  c_string(d->label),
                  (unsigned long long)(dispatch_bytes_read(d) + dispatch_bytes_written(d)),
                  (unsigned long long)d->flops, d->dynamic ? d->dyn_axis : 3,
                  extent_init(&d->work), /* these are 0 for a fixed dispatch */
                  (unsigned long long)d->scale, (unsigned long long)d->per_group,
-                 (unsigned long long)d->work_min, (unsigned long long)d->work_max);
+                 (unsigned long long)d->work_min, (unsigned long long)d->work_max,
+                 d->needs, d->unless);
         b += d->nargs;
     }
     if (!p->ndispatches)
         str_add(s, "    {0u, {0u, 0u, 0u}, 0u, 0u, 0u, \"\", 0ull, 0ull, 3u, "
-                   "{0ll, {0ll, 0ll, 0ll, 0ll, 0ll, 0ll, 0ll, 0ll}}, 0ull, 0ull, 0ull, 0ull}\n");
+                   "{0ll, {0ll, 0ll, 0ll, 0ll, 0ll, 0ll, 0ll, 0ll}}, 0ull, 0ull, 0ull, 0ull, 0u, "
+                   "0u}\n");
     str_add(s, "};\n");
 }
 

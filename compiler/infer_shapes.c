@@ -294,7 +294,11 @@ static void shape_gemm(Node *n) {
  * a 1-D operand is a vector (its dimension dropped from the result). */
 static void shape_matmul(Node *n) {
     Tensor *a = n->inputs[0], *b = n->inputs[1];
-    require_f32(n);
+    /* f16 x f16 -> f16 (f32 accumulation), else f32 only */
+    if (a->dtype == KILN_DTYPE_F16)
+        require(n, 1, b->dtype == KILN_DTYPE_F16, "two f16 or two f32");
+    else
+        require_f32(n);
     if (a->rank < 1 || b->rank < 1)
         error_at(n->loc, "node '%s': matmul needs operands of rank 1 or more, "
                  "got %s and %s", n->name, shape_str(a->rank, a->shape),

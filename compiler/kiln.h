@@ -475,8 +475,12 @@ typedef struct Dispatch {
     int64_t scale, per_group;
     int64_t work_min, work_max; /* runs only for work * scale in this range */
     /* Another kernel for the same work, recorded right after this one; a
-     * run gives groups to one of the two only (lower.c, matmul_dispatch). */
+     * run gives groups to one of the two only (lower.c, matmul_dispatch),
+     * or a device records one of the two only (needs, unless). */
     struct Dispatch *variant;
+    /* KILN_FEATURE_* a device must have for this dispatch to be recorded
+     * (needs), or must lack one of (unless): kiln_dispatch's fields. */
+    uint32_t needs, unless;
 } Dispatch;
 
 typedef struct Module {

@@ -715,10 +715,10 @@ typedef struct MatvecShape {
  * tuning. */
 static MatvecShape matvec_shape(const Node *n, const MatmulShape *s, int64_t rows) {
     MatvecShape v = {0};
-    v.vec = n->wformat == WF_F32 && s->b_sn == 1 && s->N % 4 == 0 && s->b_sk % 4 == 0 &&
+    v.vec = n->wformat == WF_F32 && s->ops[2].t->dtype == KILN_DTYPE_F32 && s->b_sn == 1 && s->N % 4 == 0 && s->b_sk % 4 == 0 &&
                     all_multiples(s->brank, s->ops[2].strides, 4)
                 ? 4 : 1;
-    v.avec = s->a_sk == 1 && s->K % 4 == 0 && s->a_sm % 4 == 0 &&
+    v.avec = s->ops[1].t->dtype == KILN_DTYPE_F32 && s->a_sk == 1 && s->K % 4 == 0 && s->a_sm % 4 == 0 &&
              all_multiples(s->brank, s->ops[1].strides, 4);
     int64_t want_groups = rows > 8 ? 128 : 256;
     v.ncol = 4;
@@ -738,6 +738,80 @@ static MatvecShape matvec_shape(const Node *n, const MatmulShape *s, int64_t row
     if (v.mc > rows)
         v.mc = rows;
     return v;
+}
+
+/* The defines of a product that every matmul kernel shares but M: N, K,
+ * the operands' strides and the batches. */
+static void define_product(Dispatch *d, const MatmulShape *s) {
+    define_int(d, "N", s->N);
+    define_int(d, "K", s->K);
+    define_int(d, "A_SM", s->a_sm);
+    define_int(d, "A_SK", s->a_sk);
+    define_int(d, "B_SK", s->b_sk);
+    define_int(d, "B_SN", s->b_sn);
+    define_int(d, "BATCH", s->batch);
+    define_int(d, "BRANK", s->brank);
+    define_list(d, "BSHAPE", s->brank, s->bshape);
+    define_list(d, "C_BSTRIDES", s->brank, s->ops[0].strides);
+    define_list(d, "A_BSTRIDES", s->brank, s->ops[1].strides);
+    define_list(d, "B_BSTRIDES", s->brank, s->ops[2].strides);
+}
+
+/* coopmat.comp for s, when it applies: f16 operands (B as given, not
+ * re-encoded), more rows than matvec takes, fixed shapes, and every vector
+ * of eight halves it moves whole and 16-byte aligned (rows of A and B
+ * contiguous; K, N and all row and batch strides multiples of 8). The
+ * dispatch needs KILN_FEATURE_COOPMAT; NULL when it does not apply. Tiles
+ * (measured on an H200, bench/): 128 x 256 of 8 subgroups (64 x 64 each)
+ * when they leave 128 workgroups, else 128 x 128 of 4 when those leave 64,
+ * else 64 x 64 of 4. */
+static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
+    const Tensor *c = s->ops[0].t, *a = s->ops[1].t, *b = s->ops[2].t;
+    if (a->dtype != KILN_DTYPE_F16 || b->dtype != KILN_DTYPE_F16 || n->wq || s->dyn ||
+        s->M <= MATVEC_MAX_M || s->a_sk != 1 || s->a_sm % 8 || s->K % 8 || s->N % 8 ||
+        s->b_sn != 1 || s->b_sk % 8 ||
+        !all_multiples(s->brank, s->ops[0].strides, 8) ||
+        !all_multiples(s->brank, s->ops[1].strides, 8) ||
+        !all_multiples(s->brank, s->ops[2].strides, 8))
+        return NULL;
+    int64_t bm = 128, bn = 256, wm = 2, wn = 4, bk = 32;
+    if (groups_for(s->M, 128) * groups_for(s->N, 256) * s->batch < 128) {
+        bn = 128;
+        wn = 2;
+        if (groups_for(s->M, 128) * groups_for(s->N, 128) * s->batch < 64)
+            bm = bn = 64;
+    }
+    /* KILN_COOPMAT_TILE=BM,BN,WM,WN,BK overrides the tiles, for tuning
+     * (each subgroup's block a multiple of 16, BK 16, 32 or 64) */
+    const char *tune = getenv("KILN_COOPMAT_TILE");
+    long t[5];
+    if (tune && sscanf(tune, "%ld,%ld,%ld,%ld,%ld", &t[0], &t[1], &t[2], &t[3], &t[4]) == 5 &&
+        t[2] > 0 && t[3] > 0 && t[2] * t[3] <= 32 && t[0] % (16 * t[2]) == 0 &&
+        t[1] % (16 * t[3]) == 0 && (t[4] == 16 || t[4] == 32 || t[4] == 64)) {
+        bm = t[0], bn = t[1], wm = t[2], wn = t[3], bk = t[4];
+    }
+    Dispatch *d = new_dispatch(p, n, "coopmat");
+    d->needs = KILN_FEATURE_COOPMAT;
+    d->local_size = (uint32_t)(32 * wm * wn);
+    define_int(d, "M", s->M);
+    define_product(d, s);
+    bool need[3] = {false, false, false};
+    need_dtype(p, need, c->dtype);
+    define_needs(d, need);
+    define_int(d, "C_F16", c->dtype == KILN_DTYPE_F16);
+    define_int(d, "BM", bm);
+    define_int(d, "BN", bn);
+    define_int(d, "WM", wm);
+    define_int(d, "WN", wn);
+    define_int(d, "BK", bk);
+    dispatch_arg(d, s->ops[0].t, true);
+    dispatch_arg(d, s->ops[1].t, false);
+    dispatch_arg(d, s->ops[2].t, false);
+    d->flops = 2ull * (uint64_t)(s->M * s->N) * (uint64_t)s->K * (uint64_t)s->batch;
+    d->groups[0] = groups_for(s->N, bn);
+    d->groups[1] = groups_for(s->M, bm);
+    d->groups[2] = groups_for(s->batch, 1);
+    return d;
 }
 
 /* One matmul kernel for s: the matrix-vector one (rows up to mrows, its
@@ -767,18 +841,15 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
     } else {
         define_str(d, "M", dyn_count(s->dyn, s->M));
     }
-    define_int(d, "N", s->N);
-    define_int(d, "K", s->K);
-    define_int(d, "A_SM", s->a_sm);
-    define_int(d, "A_SK", s->a_sk);
-    define_int(d, "B_SK", s->b_sk);
-    define_int(d, "B_SN", s->b_sn);
-    define_int(d, "BATCH", s->batch);
-    define_int(d, "BRANK", s->brank);
-    define_list(d, "BSHAPE", s->brank, s->bshape);
-    define_list(d, "C_BSTRIDES", s->brank, s->ops[0].strides);
-    define_list(d, "A_BSTRIDES", s->brank, s->ops[1].strides);
-    define_list(d, "B_BSTRIDES", s->brank, s->ops[2].strides);
+    define_product(d, s);
+    /* f16 operands: A and C through 16-bit storage, B as packed halves
+     * (weights.glsl's f16 format) */
+    bool need[3] = {false, false, false};
+    need_dtype(p, need, s->ops[0].t->dtype);
+    need_dtype(p, need, s->ops[1].t->dtype);
+    define_needs(d, need);
+    define_int(d, "A_F16", s->ops[1].t->dtype == KILN_DTYPE_F16);
+    define_int(d, "C_F16", s->ops[0].t->dtype == KILN_DTYPE_F16);
     if (matvec) {
         define_int(d, "NCOL", mv.ncol);
         define_int(d, "KSPLIT", mv.ksplit);
@@ -795,7 +866,9 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
     dispatch_arg(d, s->ops[0].t, true);
     dispatch_arg(d, s->ops[1].t, false);
     dispatch_arg(d, n->wq ? n->wq : s->ops[2].t, false);
-    if (n->wformat != WF_F32) {
+    if (s->ops[2].t->dtype == KILN_DTYPE_F16) {
+        define_int(d, "W_FORMAT", WF_F16);
+    } else if (n->wformat != WF_F32) {
         define_int(d, "W_FORMAT", n->wformat);
         define_int(d, "QBLOCK", QUANT_BLOCK);
     }
@@ -817,6 +890,12 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
 static Dispatch *matmul_dispatch(Program *p, Node *n, MatmulShape *s) {
     if (s->M * s->N * s->batch == 0)
         return NULL;
+    Dispatch *cm = coopmat_kernel(p, n, s);
+    if (cm) { /* devices without cooperative matrices run the tiled kernel */
+        cm->variant = matmul_kernel(p, n, s, false, 0);
+        cm->variant->unless = KILN_FEATURE_COOPMAT;
+        return cm;
+    }
     if (s->M <= MATVEC_MAX_M)
         return matmul_kernel(p, n, s, true, s->M);
     int64_t per = s->dyn ? s->M / s->dyn->shape[s->dyn->dyn_axis] : 0; /* rows per unit */

@@ -9,9 +9,10 @@
  * override the choice; a device picked by name or index that is not usable is
  * an error naming what it lacks, never a silent fallback.
  *
- * Optional features (f16 arithmetic, 16- and 8-bit storage, int64) are
- * enabled when present and recorded in kiln_device.features, so a model can
- * check the ones its kernels need.
+ * Optional features (f16 arithmetic, 16- and 8-bit storage, int64,
+ * cooperative matrices) are enabled when present and recorded in
+ * kiln_device.features, so a model can check the ones its kernels need and
+ * pick the kernels a device has (kiln_dispatch.needs).
  */
 #include "internal.h"
 #include "kiln_rt_vulkan.h"
@@ -272,12 +273,74 @@ static kiln_status choose_device(kiln_device *dev, int32_t index,
     return KILN_OK;
 }
 
-/* The KILN_FEATURE_* bits of a chain filled by vkGetPhysicalDeviceFeatures2. */
-static uint32_t feature_bits(const FeatureChain *c) {
+/* 1 when pd has VK_NV_cooperative_matrix as coopmat.comp uses it: the
+ * extension and its feature, subgroups of 32, and (given an instance to
+ * query it through) 16 x 16 x 16 fragments of f16 x f16 + f32 at subgroup
+ * scope; c holds pd's features (f16 arithmetic, 16-bit storage and the
+ * Vulkan memory model with device scope are needed too: its SPIR-V declares
+ * the Vulkan memory model, and once that feature is on, kiln's other
+ * kernels' device-scope atomics need vulkanMemoryModelDeviceScope). */
+static int coopmat_usable(VkInstance instance, VkPhysicalDevice pd, const FeatureChain *c,
+                          const kiln_allocator *allocator) {
+    if (!c->v12.shaderFloat16 || !c->v11.storageBuffer16BitAccess ||
+        !c->v12.vulkanMemoryModel || !c->v12.vulkanMemoryModelDeviceScope)
+        return 0;
+    uint32_t n = 0;
+    if (vkEnumerateDeviceExtensionProperties(pd, NULL, &n, NULL) != VK_SUCCESS || n == 0)
+        return 0;
+    VkExtensionProperties *ext =
+        (VkExtensionProperties *)kiln__calloc(allocator, n, sizeof *ext);
+    int has = 0;
+    if (ext && vkEnumerateDeviceExtensionProperties(pd, NULL, &n, ext) >= 0)
+        for (uint32_t i = 0; i < n; i++)
+            has |= strcmp(ext[i].extensionName, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME) == 0;
+    kiln__free(allocator, ext);
+    if (!has)
+        return 0;
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV cm;
+    memset(&cm, 0, sizeof cm);
+    cm.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV;
+    VkPhysicalDeviceFeatures2 f2;
+    memset(&f2, 0, sizeof f2);
+    f2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
+    f2.pNext = &cm;
+    vkGetPhysicalDeviceFeatures2(pd, &f2);
+    VkPhysicalDeviceSubgroupProperties sub;
+    memset(&sub, 0, sizeof sub);
+    sub.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES;
+    properties_chain(pd, &sub);
+    if (!cm.cooperativeMatrix || sub.subgroupSize != 32)
+        return 0;
+    if (!instance)
+        return 1;
+    PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV props =
+        (PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV)vkGetInstanceProcAddr(
+            instance, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV");
+    VkCooperativeMatrixPropertiesNV p[64];
+    uint32_t np = 64;
+    memset(p, 0, sizeof p);
+    for (uint32_t i = 0; i < np; i++)
+        p[i].sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV;
+    if (!props || props(pd, &np, p) < 0)
+        return 0;
+    for (uint32_t i = 0; i < np && i < 64; i++)
+        if (p[i].MSize == 16 && p[i].NSize == 16 && p[i].KSize == 16 &&
+            p[i].AType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+            p[i].BType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+            p[i].CType == VK_COMPONENT_TYPE_FLOAT32_NV &&
+            p[i].DType == VK_COMPONENT_TYPE_FLOAT32_NV && p[i].scope == VK_SCOPE_SUBGROUP_NV)
+            return 1;
+    return 0;
+}
+
+/* The KILN_FEATURE_* bits of a chain filled by vkGetPhysicalDeviceFeatures2;
+ * coopmat: whether coopmat_usable said yes. */
+static uint32_t feature_bits(const FeatureChain *c, int coopmat) {
     return (c->v12.shaderFloat16 ? KILN_FEATURE_FLOAT16 : 0u) |
            (c->f.features.shaderInt64 ? KILN_FEATURE_INT64 : 0u) |
            (c->v11.storageBuffer16BitAccess ? KILN_FEATURE_STORAGE16 : 0u) |
-           (c->v12.storageBuffer8BitAccess ? KILN_FEATURE_STORAGE8 : 0u);
+           (c->v12.storageBuffer8BitAccess ? KILN_FEATURE_STORAGE8 : 0u) |
+           (coopmat ? KILN_FEATURE_COOPMAT : 0u);
 }
 
 uint32_t kiln_vulkan_features(VkPhysicalDevice physical_device) {
@@ -286,7 +349,7 @@ uint32_t kiln_vulkan_features(VkPhysicalDevice physical_device) {
     FeatureChain c;
     feature_chain(&c);
     vkGetPhysicalDeviceFeatures2(physical_device, &c.f);
-    return feature_bits(&c);
+    return feature_bits(&c, coopmat_usable(VK_NULL_HANDLE, physical_device, &c, NULL));
 }
 
 /* Mesa's lavapipe 22.3 (Debian 12) frees a pointer to the caller's stack
@@ -323,7 +386,10 @@ static kiln_status open_device(kiln_device *dev) {
     feature_chain(&have_c);
     feature_chain(&want_c);
     vkGetPhysicalDeviceFeatures2(dev->physical, &have_c.f);
-    dev->features = feature_bits(&have_c);
+    const char *coopmat_env = getenv("KILN_COOPMAT");
+    int coopmat = !(coopmat_env && strcmp(coopmat_env, "0") == 0) &&
+                  coopmat_usable(dev->instance, dev->physical, &have_c, &dev->allocator);
+    dev->features = feature_bits(&have_c, coopmat);
     want_c.v12.bufferDeviceAddress = VK_TRUE;
     want_c.v12.shaderFloat16 = have_c.v12.shaderFloat16;
     want_c.f.features.shaderInt64 = have_c.f.features.shaderInt64;
@@ -344,6 +410,19 @@ static kiln_status open_device(kiln_device *dev) {
     ci.pNext = &want_c.f;
     ci.queueCreateInfoCount = 1;
     ci.pQueueCreateInfos = &qi;
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV cm;
+    memset(&cm, 0, sizeof cm);
+    cm.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV;
+    const char *coopmat_ext = VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME;
+    if (coopmat) {
+        cm.cooperativeMatrix = VK_TRUE;
+        cm.pNext = want_c.f.pNext;
+        want_c.f.pNext = &cm;
+        want_c.v12.vulkanMemoryModel = VK_TRUE;
+        want_c.v12.vulkanMemoryModelDeviceScope = VK_TRUE;
+        ci.enabledExtensionCount = 1;
+        ci.ppEnabledExtensionNames = &coopmat_ext;
+    }
     KILN_VK_RETURN(vkCreateDevice(dev->physical, &ci, dev->vk_alloc_driver, &dev->device));
     vkGetDeviceQueue(dev->device, dev->queue_family, 0, &dev->queue);
     return KILN_OK;
@@ -447,6 +526,13 @@ kiln_status kiln_device_create_vulkan(const kiln_vulkan_handles *h,
                          "queue family %u %s", h->queue_family,
                          h->queue_family >= nfam ? "does not exist" : "has no compute");
     uint32_t unsupported = h->features & ~kiln_vulkan_features(h->physical_device);
+    if (h->features & KILN_FEATURE_COOPMAT) {
+        FeatureChain c;
+        feature_chain(&c);
+        vkGetPhysicalDeviceFeatures2(h->physical_device, &c.f);
+        if (!coopmat_usable(h->instance, h->physical_device, &c, allocator))
+            unsupported |= KILN_FEATURE_COOPMAT;
+    }
     if (unsupported)
         return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT,
                          "features declares bits 0x%x the physical device does not "

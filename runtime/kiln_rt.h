@@ -65,7 +65,7 @@ extern "C" {
 #define KILN_RT_VERSION "0.1.0"
 /* Version of the tables below; the generated code records the one it was
  * written for and create refuses a mismatch. */
-#define KILN_ABI_VERSION 4u
+#define KILN_ABI_VERSION 5u
 
 typedef enum kiln_status {
     KILN_OK = 0,
@@ -158,6 +158,14 @@ enum { KILN_BUFFER_ARENA = 0, KILN_BUFFER_WEIGHTS = 1 };
 #define KILN_FEATURE_INT64 2u     /* shaderInt64 */
 #define KILN_FEATURE_STORAGE16 4u /* storageBuffer16BitAccess */
 #define KILN_FEATURE_STORAGE8 8u  /* storageBuffer8BitAccess */
+/* VK_NV_cooperative_matrix with 16x16x16 f16 x f16 + f32 fragments on
+ * subgroups of 32, vulkanMemoryModel (with device scope), shaderFloat16 and
+ * 16-bit storage:
+ * matmuls of f16 tensors run on the matrix units. Never a model's required
+ * feature: a dispatch that needs it has a fallback for devices without it
+ * (kiln_dispatch.needs and .unless). KILN_COOPMAT=0 in the environment
+ * turns it off on devices kiln creates. */
+#define KILN_FEATURE_COOPMAT 16u
 
 #define KILN_MAX_DIMS 8 /* dynamic dimensions per model */
 
@@ -220,6 +228,13 @@ typedef struct kiln_dispatch {
     uint64_t scale;
     uint64_t per_group;
     uint64_t work_min, work_max;
+    /* Kernels for some devices only: the dispatch is recorded when the
+     * device has every feature in needs and lacks one in unless (unless 0:
+     * never skipped). A dispatch that needs a feature is followed by its
+     * fallback, which has it in unless; a barrier of a skipped dispatch
+     * moves to the next one recorded. Pipelines are made only for kernels
+     * some recorded dispatch uses. */
+    uint32_t needs, unless;
 } kiln_dispatch;
 
 /* A guard band of a model compiled with --guard: arena bytes no kernel may

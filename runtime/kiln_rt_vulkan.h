@@ -30,7 +30,12 @@
  *   (shaderFloat16, shaderInt64, storageBuffer16BitAccess,
  *   storageBuffer8BitAccess). A model whose kernels need one you did not
  *   declare fails create with KILN_ERROR_FEATURE_MISSING, naming it.
- *   kiln_vulkan_features() says which ones the physical device has.
+ *   KILN_FEATURE_COOPMAT declares VK_NV_cooperative_matrix enabled with its
+ *   cooperativeMatrix feature, vulkanMemoryModel and
+ *   vulkanMemoryModelDeviceScope (and shaderFloat16 and
+ *   storageBuffer16BitAccess); without it f16 matmuls take the f32-arithmetic
+ *   kernels instead. kiln_vulkan_features() says which ones the physical
+ *   device has.
  *
  * Synchronization: kiln submits to your queue (a run is one vkQueueSubmit
  * and a wait on kiln's own fence) and, in create and destroy, waits for

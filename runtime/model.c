@@ -137,6 +137,12 @@ static void write_dims(kiln_model *m) {
     }
 }
 
+/* Whether this device records dispatch x (kiln_dispatch.needs, .unless). */
+static int dispatch_active(const kiln_device *dev, const kiln_dispatch *x) {
+    return (x->needs & ~dev->features) == 0 &&
+           (x->unless == 0 || (x->unless & ~dev->features) != 0);
+}
+
 static kiln_status check_desc(const kiln_device *dev, const kiln_model_desc *d) {
     if (d->abi_version != KILN_ABI_VERSION)
         return KILN_FAIL(KILN_ERROR_INCOMPATIBLE,
@@ -342,6 +348,11 @@ static kiln_status create_pipelines(kiln_model *m) {
     if (!m->pipelines)
         return KILN_FAIL(KILN_ERROR_OUT_OF_HOST_MEMORY, "allocating pipelines");
     for (uint32_t i = 0; i < d->kernel_count; i++) {
+        int used = 0; /* by a dispatch this device records */
+        for (uint32_t j = 0; j < d->dispatch_count && !used; j++)
+            used = d->dispatches[j].kernel == i && dispatch_active(dev, &d->dispatches[j]);
+        if (!used)
+            continue;
         VkShaderModuleCreateInfo si;
         memset(&si, 0, sizeof si);
         si.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO;
@@ -424,13 +435,23 @@ static kiln_status record(kiln_model *m) {
     uint32_t bound = UINT32_MAX, indirect = 0;
     if (m->timestamps)
         vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, m->timestamps, 0);
+    uint32_t pending_barrier = 0; /* of dispatches this device skips */
     for (uint32_t i = 0; i < d->dispatch_count; i++) {
         const kiln_dispatch *x = &d->dispatches[i];
-        if (x->barrier)
+        if (!dispatch_active(m->device, x)) {
+            pending_barrier |= x->barrier;
+            indirect += x->dyn_axis < 3;
+            if (m->timestamps) /* its time is 0 */
+                vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                                    m->timestamps, i + 1);
+            continue;
+        }
+        if (x->barrier || pending_barrier)
             memory_barrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
                            VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_SHADER_READ_BIT,
                            VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
                            VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
+        pending_barrier = 0;
         if (x->kernel != bound) {
             vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE,
                               m->pipelines[x->kernel]);

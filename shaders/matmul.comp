@@ -19,9 +19,22 @@
 #define NT (NTX * NTY)
 layout(local_size_x = NTX, local_size_y = NTY) in;
 
+#if A_F16
+#define A_BUF F16R
+#else
+#define A_BUF F32R
+#endif
+#if C_F16
+#define C_BUF F16
+#define C_T float16_t
+#else
+#define C_BUF F32
+#define C_T float
+#endif
+
 layout(push_constant) uniform Args {
-    F32 c;
-    F32R a;
+    C_BUF c;
+    A_BUF a;
     B_BUF b;
     F32R bias;
     F32R bscale; // quantized B only (weights.glsl)
@@ -72,7 +85,7 @@ void main() {
                     for (uint e = tid; e < BM * BK; e += NT) {
                         uint r = e / BK, kk = e % BK;
                         uint gm = m0 + r, gk = k0 + kk;
-                        As[kk][r] = (gm < M && gk < K) ? args.a.v[ca + gm * A_SM + gk * A_SK]
+                        As[kk][r] = (gm < M && gk < K) ? float(args.a.v[ca + gm * A_SM + gk * A_SK])
                                                        : 0.0;
                     }
                     for (uint e = tid; e < BK * BN; e += NT) {
@@ -103,7 +116,7 @@ void main() {
 #if HAS_BIAS
                             v += BETA * args.bias.v[gm * BIAS_SM + gn * BIAS_SN];
 #endif
-                            args.c.v[cc + gm * N + gn] = ACT(v);
+                            args.c.v[cc + gm * N + gn] = C_T(ACT(v));
                         }
                     }
                 }

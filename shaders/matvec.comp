@@ -31,12 +31,25 @@ layout(local_size_x = NCOL, local_size_y = KSPLIT) in;
 #define AT V4R
 #define KSTEP 4u
 #else
-#define AT F32R
+#define AT A_BUF
 #define KSTEP 1u
 #endif
 
+#if A_F16
+#define A_BUF F16R
+#else
+#define A_BUF F32R
+#endif
+#if C_F16
+#define C_BUF F16
+#define C_T float16_t
+#else
+#define C_BUF F32
+#define C_T float
+#endif
+
 layout(push_constant) uniform Args {
-    F32 c;
+    C_BUF c;
     AT a;
     BT b;
     F32R bias;
@@ -114,7 +127,7 @@ void main() {
                     const VT b0 = LOAD_ROW(k);
                     [[unroll]] for (uint m = 0; m < M; ++m)
                         if (m < MROWS)
-                            acc[m] = fma(VT(args.a.v[ca + m * A_SM + k * A_SK]), b0, acc[m]);
+                            acc[m] = fma(VT(float(args.a.v[ca + m * A_SM + k * A_SK])), b0, acc[m]);
 #endif
                 }
             }
@@ -148,7 +161,7 @@ void main() {
 #if HAS_BIAS
                         v += BETA * args.bias.v[m * BIAS_SM + col * BIAS_SN];
 #endif
-                        args.c.v[cc + m * N + col] = ACT(v);
+                        args.c.v[cc + m * N + col] = C_T(ACT(v));
                     }
                 }
             }

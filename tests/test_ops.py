@@ -10,7 +10,7 @@ size, and one large case per op.
 import numpy as np
 
 import reference as ref
-from harness import assert_close, model_yaml, registry, run_model
+from harness import assert_close, check, model_yaml, registry, run_model
 
 TESTS, case = registry()
 
@@ -197,6 +197,39 @@ def matmul_case(i, sa, sb):
 
 for i, (sa, sb) in enumerate(MATMUL_SHAPES):
     case(f"op matmul {sa} {sb}")(matmul_case(i, sa, sb))
+
+
+# f16 x f16 -> f16, f32 accumulation. Shapes that fit coopmat.comp (more
+# than 16 rows, K and N multiples of 8) compile to it and to the tiled
+# fallback; lavapipe has no cooperative matrices, so it runs the fallback
+# (the NVIDIA run of the suite takes coopmat.comp); then matvec, and a
+# ragged shape that only the tiled kernel takes.
+MATMUL_F16_SHAPES = [
+    ([40, 64], [64, 72]),
+    ([2, 150, 136], [2, 136, 200]),
+    ([300, 256], [256, 264]),
+    ([5, 24], [24, 16]),
+    ([33, 65], [65, 17]),
+]
+
+
+def matmul_f16_case(i, sa, sb):
+    def test(workdir):
+        r = rng(340 + i)
+        a = values(r, sa, 1.0).astype(np.float16)
+        b = values(r, sb, 1.0).astype(np.float16)
+        exact = ref.matmul(a.astype(np.float64), b.astype(np.float64))
+        y = model_yaml("mm", {"a": spec(a), "b": spec(b)},
+                       [{"name": "y", "op": "matmul", "inputs": ["a", "b"]}], ["y"])
+        got, = run_model(workdir, y, [a, b], [exact.astype(np.float16)])
+        check(got.dtype == np.float16, f"output dtype {got.dtype}")
+        # f32 sums of exact f16 products, rounded once to f16
+        assert_close(got, exact, 2 ** -10, 1e-6 * sa[-1] ** 0.5 * 4)
+    return test
+
+
+for i, (sa, sb) in enumerate(MATMUL_F16_SHAPES):
+    case(f"op matmul f16 {sa} {sb}")(matmul_f16_case(i, sa, sb))
 
 
 def matmul_weights_case(workdir):

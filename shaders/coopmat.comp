@@ -1,0 +1,167 @@
+#version 460
+// coopmat.comp: C = A x B for f16 A and B with f32 accumulation on the
+// matrix units, through cooperative matrices (VK_NV_cooperative_matrix:
+// 16 x 16 x 16 fragments of f16 with an f32 accumulator, subgroups of 32).
+// Only recorded for devices that have them (KILN_FEATURE_COOPMAT); the
+// runtime runs matmul.comp instead elsewhere.
+//
+// A workgroup of WM x WN subgroups computes a BM x BN tile of C, each
+// subgroup a (BM / WM) x (BN / WN) block of FM x FN fragments. K goes in
+// steps of BK (32 or 64): the tiles of A (BM x BK) and B (BK x BN) go through
+// shared memory as 16-byte vectors of
+// eight halves, rows padded by one vector against bank conflicts; the next
+// step's vectors are loaded into registers while this step's fragments
+// multiply. Tiles wholly inside C are stored straight from the fragments;
+// edge tiles go through a per-subgroup 16 x 16 staging area, element by
+// element with bounds checks.
+//
+// Defines: M, N, K; A_SM and B_SK (row strides; A_SK and B_SN are 1),
+// batches as in matmul.comp (BATCH, BRANK, BSHAPE,
+// C_BSTRIDES, A_BSTRIDES, B_BSTRIDES); C_F16 when C is f16. The compiler
+// guarantees K, N, the row strides and batch strides are multiples of 8
+// (every vector is whole and 16-byte aligned).
+#extension GL_NV_cooperative_matrix : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_EXT_control_flow_attributes : enable
+#include "common.glsl"
+
+#define NT (32 * WM * WN)
+#define TM (BM / WM) // a subgroup's block
+#define TN (BN / WN)
+#define FM (TM / 16)
+#define FN (TN / 16)
+layout(local_size_x = NT) in;
+
+#if C_F16
+#define C_BUF F16
+#define C_T float16_t
+#else
+#define C_BUF F32
+#define C_T float
+#endif
+
+layout(push_constant) uniform Args {
+    C_BUF c;
+    U4R a;
+    U4R b;
+} args;
+
+const uint BSHAPE_[BRANK] = uint[BRANK](BSHAPE);
+const uint CBS[BRANK] = uint[BRANK](C_BSTRIDES);
+const uint ABS[BRANK] = uint[BRANK](A_BSTRIDES);
+const uint BBS[BRANK] = uint[BRANK](B_BSTRIDES);
+#define TILES_M ((M + BM - 1) / BM)
+#define TILES_N ((N + BN - 1) / BN)
+
+// Shared tiles in vectors of 8 halves.
+#define AS_STRIDE (BK / 8 + 1)  // A tile: BM rows of BK halves
+const uint A_VECS = BM * BK / 8;
+#define BS_STRIDE (BN / 8 + 1)  // B tile: BK rows (k) of BN halves (n)
+const uint B_ROWS = BK, B_ROWVECS = BN / 8;
+const uint B_VECS = BK * BN / 8;
+const uint LA = (A_VECS + NT - 1) / NT, LB = (B_VECS + NT - 1) / NT;
+
+shared uvec4 As[BM * AS_STRIDE];
+shared uvec4 Bs[B_ROWS * BS_STRIDE];
+shared float Cs[WM * WN][256];
+
+uvec4 ra[LA], rb[LB];
+
+// The vectors of step k0 from memory into ra and rb (zeros outside).
+void load_tiles(uint ca, uint cb, uint m0, uint n0, uint k0, uint tid) {
+    [[unroll]] for (uint i = 0; i < LA; ++i) {
+        const uint e = tid + i * NT, row = e / (BK / 8), v = e % (BK / 8);
+        const uint gm = m0 + row, gk = k0 + v * 8;
+        ra[i] = e < A_VECS && gm < M && gk < K ? args.a.v[(ca + gm * A_SM + gk) / 8] : uvec4(0);
+    }
+    [[unroll]] for (uint i = 0; i < LB; ++i) {
+        const uint e = tid + i * NT, row = e / B_ROWVECS, v = e % B_ROWVECS;
+        const uint gk = k0 + row, gn = n0 + v * 8;
+        rb[i] = e < B_VECS && gk < K && gn < N ? args.b.v[(cb + gk * B_SK + gn) / 8] : uvec4(0);
+    }
+}
+
+void store_tiles(uint tid) {
+    [[unroll]] for (uint i = 0; i < LA; ++i) {
+        const uint e = tid + i * NT;
+        if (e < A_VECS)
+            As[(e / (BK / 8)) * AS_STRIDE + e % (BK / 8)] = ra[i];
+    }
+    [[unroll]] for (uint i = 0; i < LB; ++i) {
+        const uint e = tid + i * NT;
+        if (e < B_VECS)
+            Bs[(e / B_ROWVECS) * BS_STRIDE + e % B_ROWVECS] = rb[i];
+    }
+}
+
+void main() {
+    const uint tid = gl_LocalInvocationID.x;
+    const uint sg = tid / 32, lane = tid % 32;
+    const uint wm = sg / WN, wn = sg % WN;
+    for (uint bz = gl_WorkGroupID.z; bz < BATCH; bz += gl_NumWorkGroups.z) {
+        uint rem = bz, ca = 0, cb = 0, cc = 0;
+        for (int d = BRANK - 1; d >= 0; --d) {
+            uint x = rem % BSHAPE_[d];
+            rem /= BSHAPE_[d];
+            ca += x * ABS[d];
+            cb += x * BBS[d];
+            cc += x * CBS[d];
+        }
+        for (uint tm = gl_WorkGroupID.y; tm < TILES_M; tm += gl_NumWorkGroups.y) {
+            for (uint tn = gl_WorkGroupID.x; tn < TILES_N; tn += gl_NumWorkGroups.x) {
+                const uint m0 = tm * BM, n0 = tn * BN;
+                fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc[FM][FN];
+                [[unroll]] for (uint i = 0; i < FM; ++i)
+                    [[unroll]] for (uint j = 0; j < FN; ++j)
+                        acc[i][j] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
+                load_tiles(ca, cb, m0, n0, 0, tid);
+                for (uint k0 = 0; k0 < K; k0 += BK) {
+                    store_tiles(tid);
+                    barrier();
+                    if (k0 + BK < K)
+                        load_tiles(ca, cb, m0, n0, k0 + BK, tid);
+                    [[unroll]] for (uint kk = 0; kk < BK; kk += 16) {
+                        fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> fa[FM], fb[FN];
+                        [[unroll]] for (uint i = 0; i < FM; ++i)
+                            coopMatLoadNV(fa[i], As, (wm * TM + i * 16) * AS_STRIDE + kk / 8,
+                                          AS_STRIDE, false);
+                        [[unroll]] for (uint j = 0; j < FN; ++j)
+                            coopMatLoadNV(fb[j], Bs, kk * BS_STRIDE + (wn * TN + j * 16) / 8,
+                                          BS_STRIDE, false);
+                        [[unroll]] for (uint i = 0; i < FM; ++i)
+                            [[unroll]] for (uint j = 0; j < FN; ++j)
+                                acc[i][j] = coopMatMulAddNV(fa[i], fb[j], acc[i][j]);
+                    }
+                    barrier();
+                }
+                const bool whole = m0 + BM <= M && n0 + BN <= N;
+                [[unroll]] for (uint i = 0; i < FM; ++i) {
+                    [[unroll]] for (uint j = 0; j < FN; ++j) {
+                        const uint r0 = m0 + wm * TM + i * 16, c0 = n0 + wn * TN + j * 16;
+                        if (whole) {
+#if C_F16
+                            fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> h =
+                                fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>(acc[i][j]);
+                            coopMatStoreNV(h, args.c.v, cc + r0 * N + c0, N, false);
+#else
+                            coopMatStoreNV(acc[i][j], args.c.v, cc + r0 * N + c0, N, false);
+#endif
+                        } else {
+                            coopMatStoreNV(acc[i][j], Cs[sg], 0, 16, false);
+                            subgroupMemoryBarrierShared();
+                            subgroupBarrier();
+                            for (uint e = lane; e < 256; e += 32) {
+                                const uint gm = r0 + e / 16, gn = c0 + e % 16;
+                                if (gm < M && gn < N)
+                                    args.c.v[cc + gm * N + gn] = C_T(Cs[sg][e]);
+                            }
+                            subgroupBarrier();
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
