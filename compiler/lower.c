@@ -709,8 +709,7 @@ typedef struct MatvecShape {
  * from 9 rows up, where each workgroup's reads of A cost more), so that a
  * large GPU has a workgroup or two per multiprocessor, each reading B with
  * at least 64 contiguous bytes a row. Splits of K fill the rest of 256
- * invocations, but each keeps at least 8 steps: a short K needs no
- * reduction rounds through shared memory. Measured on an H200 (bench/).
+ * invocations, as many as K has steps. Measured on an H200 (bench/).
  * KILN_MATVEC_NCOL (a power of two from 1 to 256) overrides the lanes, for
  * tuning. */
 static MatvecShape matvec_shape(const Node *n, const MatmulShape *s, int64_t rows) {
@@ -732,7 +731,7 @@ static MatvecShape matvec_shape(const Node *n, const MatmulShape *s, int64_t row
     }
     int64_t steps = s->K / (v.avec ? 4 : 1);
     v.ksplit = MATVEC_THREADS / v.ncol;
-    while (v.ksplit > 1 && steps / v.ksplit < 8)
+    while (v.ksplit > 1 && v.ksplit > steps)
         v.ksplit /= 2;
     v.mc = MATVEC_PART_FLOATS / (v.ksplit * v.ncol * v.vec);
     if (v.mc > rows)
