@@ -714,11 +714,12 @@ typedef struct MatvecShape {
  * tuning. */
 static MatvecShape matvec_shape(const Node *n, const MatmulShape *s, int64_t rows) {
     MatvecShape v = {0};
-    v.vec = n->wformat == WF_F32 && s->ops[2].t->dtype == KILN_DTYPE_F32 && s->b_sn == 1 && s->N % 4 == 0 && s->b_sk % 4 == 0 &&
-                    all_multiples(s->brank, s->ops[2].strides, 4)
-                ? 4 : 1;
-    v.avec = s->ops[1].t->dtype == KILN_DTYPE_F32 && s->a_sk == 1 && s->K % 4 == 0 && s->a_sm % 4 == 0 &&
-             all_multiples(s->brank, s->ops[1].strides, 4);
+    bool b_vec4 = n->wformat == WF_F32 && s->ops[2].t->dtype == KILN_DTYPE_F32 &&
+                  s->b_sn == 1 && s->N % 4 == 0 && s->b_sk % 4 == 0 &&
+                  all_multiples(s->brank, s->ops[2].strides, 4);
+    v.vec = b_vec4 ? 4 : 1;
+    v.avec = s->ops[1].t->dtype == KILN_DTYPE_F32 && s->a_sk == 1 && s->K % 4 == 0 &&
+             s->a_sm % 4 == 0 && all_multiples(s->brank, s->ops[1].strides, 4);
     int64_t want_groups = rows > 8 ? 128 : 256;
     v.ncol = 4;
     while (v.ncol < 32 && groups_for(s->N, v.ncol * 2 * v.vec) * s->batch >= want_groups)
@@ -826,7 +827,9 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
         bm = bn = 128;
         tm = tn = 8;
     }
-    MatvecShape mv = matvec_shape(n, s, mrows);
+    MatvecShape mv = {0};
+    if (matvec)
+        mv = matvec_shape(n, s, mrows);
     Dispatch *d = new_dispatch(p, n, matvec ? "matvec" : "matmul");
     d->local_size = matvec ? (uint32_t)(mv.ncol * mv.ksplit) : (uint32_t)((bm / tm) * (bn / tn));
     if (s->dyn && s->batch != 1)

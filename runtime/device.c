@@ -343,13 +343,18 @@ static uint32_t feature_bits(const FeatureChain *c, int coopmat) {
            (coopmat ? KILN_FEATURE_COOPMAT : 0u);
 }
 
-uint32_t kiln_vulkan_features(VkPhysicalDevice physical_device) {
-    if (!physical_device)
-        return 0;
+/* The KILN_FEATURE_* bits pd has; instance (may be VK_NULL_HANDLE) lets
+ * coopmat_usable check the fragment sizes too. */
+static uint32_t physical_features(VkInstance instance, VkPhysicalDevice pd,
+                                  const kiln_allocator *allocator) {
     FeatureChain c;
     feature_chain(&c);
-    vkGetPhysicalDeviceFeatures2(physical_device, &c.f);
-    return feature_bits(&c, coopmat_usable(VK_NULL_HANDLE, physical_device, &c, NULL));
+    vkGetPhysicalDeviceFeatures2(pd, &c.f);
+    return feature_bits(&c, coopmat_usable(instance, pd, &c, allocator));
+}
+
+uint32_t kiln_vulkan_features(VkPhysicalDevice physical_device) {
+    return physical_device ? physical_features(VK_NULL_HANDLE, physical_device, NULL) : 0;
 }
 
 /* Mesa's lavapipe 22.3 (Debian 12) frees a pointer to the caller's stack
@@ -525,14 +530,8 @@ kiln_status kiln_device_create_vulkan(const kiln_vulkan_handles *h,
         return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT,
                          "queue family %u %s", h->queue_family,
                          h->queue_family >= nfam ? "does not exist" : "has no compute");
-    uint32_t unsupported = h->features & ~kiln_vulkan_features(h->physical_device);
-    if (h->features & KILN_FEATURE_COOPMAT) {
-        FeatureChain c;
-        feature_chain(&c);
-        vkGetPhysicalDeviceFeatures2(h->physical_device, &c.f);
-        if (!coopmat_usable(h->instance, h->physical_device, &c, allocator))
-            unsupported |= KILN_FEATURE_COOPMAT;
-    }
+    uint32_t unsupported =
+        h->features & ~physical_features(h->instance, h->physical_device, allocator);
     if (unsupported)
         return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT,
                          "features declares bits 0x%x the physical device does not "
