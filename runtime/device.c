@@ -433,11 +433,17 @@ static kiln_status open_device(kiln_device *dev) {
     return KILN_OK;
 }
 
-/* A zeroed device whose host memory comes from allocator (may be NULL). */
-static kiln_status new_device(const kiln_allocator *allocator, kiln_device **out) {
+/* An allocator (may be NULL) kiln can use: both functions or neither. */
+static kiln_status check_allocator(const kiln_allocator *allocator) {
     if (allocator && (allocator->alloc == NULL) != (allocator->free == NULL))
         return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT,
                          "kiln_allocator needs both alloc and free (or neither)");
+    return KILN_OK;
+}
+
+/* A zeroed device whose host memory comes from allocator (may be NULL). */
+static kiln_status new_device(const kiln_allocator *allocator, kiln_device **out) {
+    KILN_RETURN_IF_ERROR(check_allocator(allocator));
     *out = (kiln_device *)kiln__calloc(allocator, 1, sizeof **out);
     if (!*out)
         return KILN_FAIL(KILN_ERROR_OUT_OF_HOST_MEMORY, "allocating a device");
@@ -520,6 +526,7 @@ kiln_status kiln_device_create_vulkan(const kiln_vulkan_handles *h,
         return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT,
                          "kiln_vulkan_handles needs instance, physical_device, "
                          "device and queue");
+    KILN_RETURN_IF_ERROR(check_allocator(allocator)); /* before it allocates */
     char why[128];
     uint32_t compute_family = 0;
     if (!device_usable(h->physical_device, &compute_family, why, sizeof why))
