@@ -11,6 +11,12 @@
  * cache (kernel_cache.c) spares the compile of a kernel built before; what
  * it returns is validated again (an invalid entry is compiled afresh).
  *
+ * With --sync-check each kernel's main is renamed (common.glsl) and a new
+ * main is appended (sync_tail): it declares the dispatch's bindings as
+ * storage-buffer descriptors, read-only where the kernel only reads, touches
+ * them in a branch that never runs, and calls the kernel. The validation
+ * layer then counts them as accesses of the ranges the runtime binds.
+ *
  * A kernel that fails to compile or validate is a bug in kiln, not in the
  * model: it is reported as an internal error with the compiler's message.
  */
@@ -72,9 +78,41 @@ static Module module_of(const Dispatch *d, const uint32_t *words, size_t nwords)
     return m;
 }
 
+/* --sync-check: what follows the kernel's source (see the top). Binding k is
+ * argument k; the validation layer does not report write-after-write hazards
+ * between descriptor writes, so each written argument is bound a second time,
+ * read-only (bindings nargs, nargs + 1, ... in argument order), which turns a
+ * missing barrier between two writes into a read after write. Every dispatch
+ * writes something, so the reads feed a write and stay. */
+static char *sync_tail(const Dispatch *d) {
+    Str s = {0};
+    str_add(&s, "\n#undef main\n");
+    int alias = d->nargs;
+    for (int k = 0; k < d->nargs; k++) {
+        bool w = (d->writes >> k) & 1u;
+        str_addf(&s, "layout(set = 0, binding = %d, std430) restrict%s buffer KilnSync%d "
+                     "{ uint d[]; } kiln_sync%d;\n", k, w ? "" : " readonly", k, k);
+        if (w)
+            str_addf(&s, "layout(set = 0, binding = %d, std430) restrict readonly buffer "
+                         "KilnSyncR%d { uint d[]; } kiln_sync_r%d;\n", alias++, k, k);
+    }
+    str_add(&s, "void main() {\n"
+                "    if (gl_NumWorkGroups.x == 0u) { /* never while a dispatch runs */\n"
+                "        uint s = 0u;\n");
+    for (int k = 0; k < d->nargs; k++)
+        str_addf(&s, "        s += kiln_sync%s%d.d[0];\n", (d->writes >> k) & 1u ? "_r" : "", k);
+    for (int k = 0; k < d->nargs; k++)
+        if ((d->writes >> k) & 1u)
+            str_addf(&s, "        kiln_sync%d.d[0] = s;\n", k);
+    str_add(&s, "    }\n    kiln_kernel_main();\n}\n");
+    return s.buf;
+}
+
 static Module compile_one(shaderc_compiler_t sc, spv_context ctx, const Dispatch *d,
-                          KernelCache *cache) {
-    const char *defines = d->defines.buf ? d->defines.buf : "";
+                          bool sync_check, KernelCache *cache) {
+    const char *tail = sync_check ? sync_tail(d) : "";
+    /* The cache key holds the tail too: it is source the defines do not name. */
+    const char *defines = format("%s%s", d->defines.buf ? d->defines.buf : "", tail);
     size_t cached_words = 0;
     uint32_t *cached = kernel_cache_get(cache, d->family, defines, &cached_words);
     if (cached) {
@@ -91,6 +129,7 @@ static Module compile_one(shaderc_compiler_t sc, spv_context ctx, const Dispatch
     const EmbeddedFile *src = embedded_file(file);
     if (!src)
         internal_error("no shader family %s", file);
+    char *text = format("%.*s%s", (int)src->size, src->text, tail);
 
     shaderc_compile_options_t o = shaderc_compile_options_initialize();
     shaderc_compile_options_set_target_env(o, shaderc_target_env_vulkan,
@@ -108,7 +147,7 @@ static Module compile_one(shaderc_compiler_t sc, spv_context ctx, const Dispatch
         p = nl + 1;
     }
     shaderc_compilation_result_t r =
-        shaderc_compile_into_spv(sc, src->text, src->size, shaderc_compute_shader,
+        shaderc_compile_into_spv(sc, text, strlen(text), shaderc_compute_shader,
                                  file, "main", o);
     if (shaderc_result_get_compilation_status(r) !=
         shaderc_compilation_status_success)
@@ -138,13 +177,17 @@ void compile_kernels(Program *p, KernelCache *cache) {
     p->modules = xcalloc((size_t)p->ndispatches + 1, sizeof(Module));
     for (int i = 0; i < p->ndispatches; i++) {
         Dispatch *d = p->dispatches[i];
+        if (p->sync_check) { /* the tail depends on them */
+            define_int(d, "KILN_SYNC_ARGS", d->nargs);
+            define_int(d, "KILN_SYNC_WRITES", d->writes);
+        }
         char *key = format("%s\n%s", d->family, d->defines.buf ? d->defines.buf : "");
         intptr_t known = (intptr_t)map_get(&by_source, key);
         if (known) {
             d->module = (int)known - 1;
             continue;
         }
-        Module m = compile_one(sc, ctx, d, cache);
+        Module m = compile_one(sc, ctx, d, p->sync_check, cache);
         int idx = -1;
         for (int j = 0; j < p->nmodules; j++)
             if (p->modules[j].hash == m.hash && p->modules[j].nwords == m.nwords &&

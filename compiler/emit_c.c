@@ -216,22 +216,25 @@ static void emit_schedule(Str *s, Program *p, const char *px) {
     int nbind = 0;
     for (int i = 0; i < p->ndispatches; i++)
         nbind += p->dispatches[i]->nargs;
-    str_addf(s, "\n/* Device addresses each dispatch receives: {buffer, offset}. */\n"
+    str_addf(s, "\n/* Device addresses each dispatch receives, and the bytes it touches through\n"
+                " * them: {buffer, offset, begin, end, writes}. */\n"
                 "static const kiln_binding %s_bindings[%d] = {\n",
              px, nbind ? nbind : 1);
     for (int i = 0; i < p->ndispatches; i++) {
         Dispatch *d = p->dispatches[i];
         for (int k = 0; k < d->nargs; k++) {
             Tensor *t = d->args[k], *r = tensor_root(t);
-            str_addf(s, "    {%s, %lluull}, /* %d.%d %s %s */\n",
+            str_addf(s, "    {%s, %lluull, %lluull, %lluull, %uu}, /* %d.%d %s %s */\n",
                      r->buffer == KILN_BUFFER_WEIGHTS ? "KILN_BUFFER_WEIGHTS"
                                                       : "KILN_BUFFER_ARENA",
-                     (unsigned long long)(r->offset + d->arg_offset[k]), i, k,
-                     (d->writes >> k) & 1u ? "writes" : "reads", c_comment(t->name));
+                     (unsigned long long)(r->offset + d->arg_offset[k]),
+                     (unsigned long long)(r->offset + d->arg_begin[k]),
+                     (unsigned long long)(r->offset + d->arg_end[k]), (d->writes >> k) & 1u,
+                     i, k, (d->writes >> k) & 1u ? "writes" : "reads", c_comment(t->name));
         }
     }
     if (!nbind)
-        str_add(s, "    {KILN_BUFFER_ARENA, 0ull}\n");
+        str_add(s, "    {KILN_BUFFER_ARENA, 0ull, 0ull, 0ull, 0u}\n");
     str_add(s, "};\n");
 
     str_addf(s, "\n/* {kernel, {groups}, first binding, bindings, barrier, node, bytes, flops,\n"
@@ -419,6 +422,7 @@ void emit_c(Graph *g, Program *p, const Options *opt, const char *header_name,
         {"INDIRECT_COUNT", format("%d", p->nindirect)},
         {"STATE_COUNT", format("%d", g->states.len)},
         {"STATE_COPY_COUNT", format("%d", p->nstate_copies)},
+        {"SYNC_CHECK", p->sync_check ? "1u" : "0u"},
         {"INPUT_LIST", tensor_list(&g->inputs)},
         {"SIZE_MACROS", format("%s%s", size_macros(&g->inputs, upper, "INPUT"),
                                size_macros(&g->outputs, upper, "OUTPUT"))},

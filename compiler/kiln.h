@@ -414,6 +414,7 @@ typedef struct Options {
     bool verbose;
     bool debug_tensors;     /* --debug-tensors */
     bool guard;             /* --guard */
+    bool sync_check;        /* --sync-check */
     const char *weights_file; /* --weights-file (or chosen by size) */
     bool embed_weights;     /* --embed-weights */
     bool report;            /* --report */
@@ -509,6 +510,9 @@ typedef struct Program {
     bool guard;
     kiln_guard *guards; /* the runtime's table entries, as emitted */
     int nguards;
+    /* --sync-check: kernels also declare their bindings as descriptors
+     * (compile_spirv.c) for synchronization validation. */
+    bool sync_check;
     /* Dynamic dimensions: the int32 values every dynamic kernel reads
      * (push-constant slot DIMS_SLOT), and the indirect commands. */
     Tensor *dims, *indirect;

@@ -12,7 +12,8 @@
 static const char usage[] =
     "usage: kiln compile MODEL [-o OUT.c] [--name PREFIX] [--shape NAME=DxD..]...\n"
     "                          [--const NAME=TENSOR.pb]... [--align BYTES]\n"
-    "                          [--debug-tensors] [--guard] [--report] [-v]\n"
+    "                          [--debug-tensors] [--guard] [--sync-check]\n"
+    "                          [--report] [-v]\n"
     "                          [--weights FORMAT]\n"
     "                          [--weights-file FILE | --embed-weights]\n"
     "       kiln inspect MODEL [--format text|json|dot] [--html REPORT.html]\n"
@@ -39,6 +40,9 @@ static const char usage[] =
     "  --guard          test mode: no arena reuse, and a guard band after every\n"
     "                   tensor that each run fills and checks (a kernel writing\n"
     "                   out of bounds makes run fail with KILN_ERROR_OUT_OF_BOUNDS)\n"
+    "  --sync-check     test mode: kernels also bind what they read and write as\n"
+    "                   descriptors, so that Vulkan's synchronization validation\n"
+    "                   (KILN_VALIDATION=1) checks every barrier\n"
     "  --no-fuse[=LIST] turn fusions off: eltwise, epilogue, norm (default: all)\n"
     "  --weights FMT    store matmul and gemm weights as f16, int8, int8-asym,\n"
     "                   int4, int4-asym, fp8-e4m3 or fp8-e5m2 (blocks of 32 along\n"
@@ -183,6 +187,8 @@ static void parse_args(int argc, char **argv, bool inspect, Args *a) {
             a->opt.debug_tensors = true;
         } else if (strcmp(arg, "--guard") == 0) {
             a->opt.guard = true;
+        } else if (strcmp(arg, "--sync-check") == 0) {
+            a->opt.sync_check = true;
         } else if (!inspect && strcmp(arg, "--weights-file") == 0 && has_value) {
             a->opt.weights_file = argv[++i];
             if (!*a->opt.weights_file)
@@ -233,6 +239,7 @@ static Program *build(Args *a, Graph **out_graph) {
     p->alignment = a->opt.alignment;
     p->debug_tensors = a->opt.debug_tensors;
     p->guard = a->opt.guard;
+    p->sync_check = a->opt.sync_check;
     plan_memory(g, p);
     schedule(g, p);
     KernelCache *cache = kernel_cache_open(a->opt.kernel_cache, a->opt.verbose);

@@ -8,7 +8,8 @@
  * of them wrote (write after write) gets a barrier before it, which orders it
  * after everything earlier; the pending set then starts over. Independent
  * dispatches run with no barrier between them, as do two variants of one
- * matmul of which each run gives only one work (lower.c). Each barrier records the
+ * matmul of which each run gives only one work (lower.c; with --sync-check
+ * those get a barrier too). Each barrier records the
  * dispatch and tensor that made it necessary, for `kiln inspect`.
  *
  * The runtime adds the barriers around the whole schedule (input copies
@@ -51,8 +52,13 @@ void schedule(Graph *g, Program *p) {
                 continue;
             for (int j = 0; j < npending; j++) {
                 Access *a = &pending[j];
+                /* Two variants never both work in one run; --sync-check
+                 * orders those a run chooses between (dynamic ones) all the
+                 * same, since the validation layer cannot tell that one of
+                 * them gets no workgroups. */
                 if (!(a->write || mine[k].write) || !overlap(a, &mine[k]) ||
-                    p->dispatches[a->dispatch]->variant == d) /* never both in one run */
+                    (p->dispatches[a->dispatch]->variant == d &&
+                     !(p->sync_check && d->dynamic)))
                     continue;
                 Dispatch *w = p->dispatches[a->dispatch];
                 d->barrier = true;

@@ -104,6 +104,9 @@ extern VkResult kiln__fault_result;
 #define vkCreateComputePipelines(...) KILN__FAULTY(vkCreateComputePipelines(__VA_ARGS__))
 #define vkCreateQueryPool(...) KILN__FAULTY(vkCreateQueryPool(__VA_ARGS__))
 #define vkGetQueryPoolResults(...) KILN__FAULTY(vkGetQueryPoolResults(__VA_ARGS__))
+#define vkCreateDescriptorSetLayout(...) KILN__FAULTY(vkCreateDescriptorSetLayout(__VA_ARGS__))
+#define vkCreateDescriptorPool(...) KILN__FAULTY(vkCreateDescriptorPool(__VA_ARGS__))
+#define vkAllocateDescriptorSets(...) KILN__FAULTY(vkAllocateDescriptorSets(__VA_ARGS__))
 #endif
 
 /* ---- device.c ---------------------------------------------------------- */

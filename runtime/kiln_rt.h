@@ -65,7 +65,7 @@ extern "C" {
 #define KILN_RT_VERSION "0.1.0"
 /* Version of the tables below; the generated code records the one it was
  * written for and create refuses a mismatch. */
-#define KILN_ABI_VERSION 5u
+#define KILN_ABI_VERSION 6u
 
 typedef enum kiln_status {
     KILN_OK = 0,
@@ -207,7 +207,14 @@ typedef struct kiln_kernel {
 
 typedef struct kiln_binding {
     uint32_t buffer; /* KILN_BUFFER_* */
-    uint64_t offset; /* bytes */
+    uint64_t offset; /* bytes: the address the kernel receives */
+    /* The bytes [begin, end) of that buffer the kernel touches through it,
+     * and whether it writes them (1) or only reads them (0): the ranges the
+     * compiler's barrier analysis used. A model compiled with --sync-check
+     * binds them as descriptors, so that synchronization validation sees
+     * each dispatch's accesses. */
+    uint64_t begin, end;
+    uint32_t writes;
 } kiln_binding;
 
 typedef struct kiln_dispatch {
@@ -302,6 +309,13 @@ typedef struct kiln_model_desc {
     const kiln_tensor_info *states;
     uint32_t state_copy_count;
     const kiln_state_copy *state_copies;
+    /* Compiled with --sync-check (a test mode): every kernel also declares
+     * its bindings as storage buffers (set 0, binding i: the dispatch's i-th
+     * kiln_binding, over [begin, end)) and touches them in a branch that
+     * never runs, so that the validation layer's synchronization validation,
+     * blind to device addresses, sees what each dispatch reads and writes;
+     * create then makes and binds a descriptor set per dispatch. */
+    uint32_t sync_check;
 } kiln_model_desc;
 
 /* ---- models ------------------------------------------------------------ */

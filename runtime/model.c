@@ -15,6 +15,10 @@
  *        arena; barrier;
  *        every dispatch (a barrier before it where the compiler put one);
  *        barrier; copy outputs arena -> staging; barrier to host.
+ * A model compiled with --sync-check also gets a descriptor set per recorded
+ * dispatch, binding [begin, end) of each of its bindings (create_sync_sets),
+ * so that synchronization validation sees every access.
+ *
  * run copies inputs into the staging buffer, submits that command buffer,
  * waits on one fence (polling it briefly before blocking) and copies outputs
  * out. It allocates nothing.
@@ -58,6 +62,13 @@ struct kiln_model {
     int ran;  /* a run has completed (profiles and debug reads need one) */
     int64_t dims[KILN_MAX_DIMS]; /* the dynamic dimensions of the next run */
     const char *weights_path; /* the sidecar file, when desc->weights is NULL */
+    /* desc->sync_check: a descriptor set per dispatch (VK_NULL_HANDLE for
+     * dispatches this device skips), and a buffer behind the bindings that
+     * touch no bytes (each gets its own slice). */
+    VkDescriptorSetLayout set_layout;
+    VkDescriptorPool descriptor_pool;
+    VkDescriptorSet *sets;
+    kiln__buffer sink;
 };
 
 static int64_t eval_extent(const kiln_extent *e, const int64_t *dims) {
@@ -325,6 +336,148 @@ static kiln_status upload(kiln_model *m, VkBuffer dst, uint64_t offset, uint64_t
     return s;
 }
 
+/* --sync-check: the descriptor set of each recorded dispatch. Binding b is
+ * the dispatch's b-th kiln_binding over [begin, end); each written one is
+ * bound again, read-only, after them (bindings binding_count, ... in order:
+ * the kernels declare them so, compile_spirv.c), since the validation layer
+ * does not report write-after-write hazards between descriptor writes.
+ * Offsets are rounded down to the device's storage-buffer alignment (a view
+ * that starts mid-way is bound from a little before); a binding that touches
+ * no bytes gets a slice of the sink buffer of its own. */
+/* Where the read-only copy of a written binding starts: begin rounded up,
+ * so that it never reaches into bytes a neighbouring write of the same
+ * tensor owns (the parts of a concat); at or past end it is bound to the
+ * sink instead. */
+static uint64_t alias_begin(const kiln_binding *bd, uint64_t align) {
+    return bd->begin == bd->end ? bd->end : (bd->begin + align - 1) / align * align;
+}
+
+static kiln_status create_sync_sets(kiln_model *m) {
+    const kiln_model_desc *d = m->desc;
+    kiln_device *dev = m->device;
+    VkDevice vd = dev->device;
+    uint64_t align = dev->props.limits.minStorageBufferOffsetAlignment;
+    uint32_t sets = 0, descriptors = 0, empty = 0, most = 1;
+    for (uint32_t i = 0; i < d->dispatch_count; i++) {
+        const kiln_dispatch *x = &d->dispatches[i];
+        if (!dispatch_active(dev, x))
+            continue;
+        uint32_t n = x->binding_count;
+        for (uint32_t b = 0; b < x->binding_count; b++) {
+            const kiln_binding *bd = &d->bindings[x->first_binding + b];
+            const kiln__buffer *buf = bd->buffer == KILN_BUFFER_WEIGHTS ? &m->weights
+                                                                       : &m->arena;
+            if (bd->begin > bd->end || bd->end > buf->size)
+                return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT,
+                                 "dispatch %u (%s): binding %u touches bytes "
+                                 "[%llu, %llu) of a %llu-byte buffer", i, x->node, b,
+                                 (unsigned long long)bd->begin,
+                                 (unsigned long long)bd->end,
+                                 (unsigned long long)buf->size);
+            n += bd->writes != 0;
+            empty += bd->begin == bd->end;
+            empty += bd->writes && alias_begin(bd, align) >= bd->end;
+        }
+        sets++;
+        descriptors += n;
+        most = n > most ? n : most;
+    }
+    if (most > dev->props.limits.maxPerStageDescriptorStorageBuffers)
+        return KILN_FAIL(KILN_ERROR_FEATURE_MISSING,
+                         "--sync-check: a dispatch binds %u storage buffers, %s "
+                         "allows %u", most, dev->props.deviceName,
+                         dev->props.limits.maxPerStageDescriptorStorageBuffers);
+    VkDescriptorSetLayoutBinding slots[2 * KILN_MAX_BINDINGS];
+    memset(slots, 0, sizeof slots);
+    for (uint32_t b = 0; b < most; b++) {
+        slots[b].binding = b;
+        slots[b].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+        slots[b].descriptorCount = 1;
+        slots[b].stageFlags = VK_SHADER_STAGE_COMPUTE_BIT;
+    }
+    VkDescriptorSetLayoutCreateInfo li;
+    memset(&li, 0, sizeof li);
+    li.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO;
+    li.bindingCount = most;
+    li.pBindings = slots;
+    KILN_VK_RETURN(vkCreateDescriptorSetLayout(vd, &li, dev->vk_alloc, &m->set_layout));
+    if (sets == 0)
+        return KILN_OK;
+    if (empty)
+        KILN_RETURN_IF_ERROR(kiln__buffer_create(dev, empty * align,
+                                                 VK_BUFFER_USAGE_STORAGE_BUFFER_BIT,
+                                                 KILN__MEMORY_DEVICE, &m->sink));
+    VkDescriptorPoolSize size = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, descriptors};
+    VkDescriptorPoolCreateInfo pi;
+    memset(&pi, 0, sizeof pi);
+    pi.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO;
+    pi.maxSets = sets;
+    pi.poolSizeCount = 1;
+    pi.pPoolSizes = &size;
+    KILN_VK_RETURN(vkCreateDescriptorPool(vd, &pi, dev->vk_alloc, &m->descriptor_pool));
+    m->sets = (VkDescriptorSet *)kiln__calloc(m->host, d->dispatch_count, sizeof *m->sets);
+    if (!m->sets)
+        return KILN_FAIL(KILN_ERROR_OUT_OF_HOST_MEMORY, "allocating descriptor sets");
+
+    uint32_t sunk = 0;
+    for (uint32_t i = 0; i < d->dispatch_count; i++) {
+        const kiln_dispatch *x = &d->dispatches[i];
+        if (!dispatch_active(dev, x))
+            continue;
+        VkDescriptorSetAllocateInfo ai;
+        memset(&ai, 0, sizeof ai);
+        ai.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO;
+        ai.descriptorPool = m->descriptor_pool;
+        ai.descriptorSetCount = 1;
+        ai.pSetLayouts = &m->set_layout;
+        KILN_VK_RETURN(vkAllocateDescriptorSets(vd, &ai, &m->sets[i]));
+        VkDescriptorBufferInfo info[2 * KILN_MAX_BINDINGS];
+        VkWriteDescriptorSet w[2 * KILN_MAX_BINDINGS];
+        memset(w, 0, sizeof w);
+        uint32_t n = x->binding_count;
+        for (uint32_t b = 0; b < x->binding_count; b++) {
+            const kiln_binding *bd = &d->bindings[x->first_binding + b];
+            const kiln__buffer *buf = bd->buffer == KILN_BUFFER_WEIGHTS ? &m->weights
+                                                                       : &m->arena;
+            uint64_t from = bd->begin - bd->begin % align, range = bd->end - from;
+            if (bd->begin == bd->end) {
+                buf = &m->sink;
+                from = align * sunk++;
+                range = align;
+            }
+            uint32_t slot[2] = {b, n}, copies = bd->writes ? 2 : 1;
+            for (uint32_t c = 0; c < copies; c++) {
+                uint32_t j = slot[c];
+                info[j].buffer = buf->buffer;
+                info[j].offset = from;
+                info[j].range = range;
+                if (c) { /* the read-only copy of a write */
+                    uint64_t up = alias_begin(bd, align);
+                    if (up < bd->end) {
+                        info[j].offset = up;
+                        info[j].range = bd->end - up;
+                    } else {
+                        info[j].buffer = m->sink.buffer;
+                        info[j].offset = align * sunk++;
+                        info[j].range = align;
+                    }
+                }
+                if (info[j].range > dev->props.limits.maxStorageBufferRange)
+                    info[j].range = dev->props.limits.maxStorageBufferRange; /* in part */
+                w[j].sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;
+                w[j].dstSet = m->sets[i];
+                w[j].dstBinding = j;
+                w[j].descriptorCount = 1;
+                w[j].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+                w[j].pBufferInfo = &info[j];
+            }
+            n += copies - 1;
+        }
+        vkUpdateDescriptorSets(vd, n, w, 0, NULL);
+    }
+    return KILN_OK;
+}
+
 static kiln_status create_pipelines(kiln_model *m) {
     const kiln_model_desc *d = m->desc;
     const kiln_device *dev = m->device;
@@ -336,6 +489,10 @@ static kiln_status create_pipelines(kiln_model *m) {
     li.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO;
     li.pushConstantRangeCount = 1;
     li.pPushConstantRanges = &range;
+    if (m->set_layout) {
+        li.setLayoutCount = 1;
+        li.pSetLayouts = &m->set_layout;
+    }
     KILN_VK_RETURN(vkCreatePipelineLayout(vd, &li, dev->vk_alloc, &m->layout));
 
     VkPipelineCacheCreateInfo ci;
@@ -467,6 +624,9 @@ static kiln_status record(kiln_model *m) {
         }
         vkCmdPushConstants(cmd, m->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0,
                            PUSH_BYTES, push);
+        if (m->sets)
+            vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, m->layout, 0, 1,
+                                    &m->sets[i], 0, NULL);
         if (x->dyn_axis < 3)
             vkCmdDispatchIndirect(cmd, arena,
                                   d->indirect_offset + 12ull * indirect++);
@@ -534,6 +694,8 @@ static kiln_status create_objects(kiln_model *m) {
     KILN_VK_RETURN(vkCreateFence(dev->device, &fi, dev->vk_alloc, &m->fence));
 
     KILN_RETURN_IF_ERROR(upload(m, m->weights.buffer, 0, d->weight_bytes, d->weights));
+    if (d->sync_check)
+        KILN_RETURN_IF_ERROR(create_sync_sets(m));
     KILN_RETURN_IF_ERROR(create_pipelines(m));
     KILN_RETURN_IF_ERROR(kiln_model_reset_state(m));
     return record(m);
@@ -780,6 +942,11 @@ void kiln_model_destroy(kiln_model *m) {
             vkDestroyPipelineCache(dev->device, m->cache, dev->vk_alloc);
         if (m->layout)
             vkDestroyPipelineLayout(dev->device, m->layout, dev->vk_alloc);
+        if (m->descriptor_pool) /* frees the sets */
+            vkDestroyDescriptorPool(dev->device, m->descriptor_pool, dev->vk_alloc);
+        if (m->set_layout)
+            vkDestroyDescriptorSetLayout(dev->device, m->set_layout, dev->vk_alloc);
+        kiln__buffer_destroy(dev, &m->sink);
         if (m->pool)
             vkDestroyCommandPool(dev->device, m->pool, dev->vk_alloc_driver);
         if (m->fence)
@@ -791,6 +958,7 @@ void kiln_model_destroy(kiln_model *m) {
         kiln__buffer_destroy(dev, &m->io);
     }
     kiln__free(m->host, m->pipelines);
+    kiln__free(m->host, m->sets);
     if (m->owns_device)
         kiln_device_destroy(dev);
     kiln__free(m->host, m);

@@ -12,6 +12,12 @@
 // records the device features they require.
 #extension GL_EXT_buffer_reference : require
 
+// kiln compile --sync-check appends a main that declares the bindings as
+// descriptors too and calls this kernel's (compile_spirv.c, sync_tail).
+#ifdef KILN_SYNC_ARGS
+#define main kiln_kernel_main
+#endif
+
 #define KILN_BUFFER(name, type, align)                                               \
     layout(buffer_reference, std430, buffer_reference_align = align) buffer name {   \
         type v[];                                                                    \

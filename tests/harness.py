@@ -23,6 +23,11 @@ CC = os.environ.get("CC", "cc")
 VULKAN_LIB = os.environ.get("KILN_VULKAN_LIB", "-lvulkan")
 # The Khronos validation layer is on unless KILN_TEST_VALIDATION=0.
 VALIDATION = os.environ.get("KILN_TEST_VALIDATION", "1")
+# Every `kiln compile` (and `kiln inspect`) the suite runs gets --sync-check (unless
+# KILN_TEST_SYNC_CHECK=0): the kernels also bind their tensors as descriptors,
+# so that the validation layer's synchronization validation, which cannot see
+# device addresses, checks every barrier of every generated program.
+SYNC_CHECK = os.environ.get("KILN_TEST_SYNC_CHECK", "1") != "0"
 
 
 def registry():
@@ -54,7 +59,10 @@ def run(cmd, cwd=None, env=None, timeout=300):
     full_env = dict(os.environ)
     if env:
         full_env.update(env)
-    return subprocess.run([str(c) for c in cmd], cwd=cwd, env=full_env,
+    cmd = [str(c) for c in cmd]
+    if SYNC_CHECK and cmd[:2] in ([str(KILN), "compile"], [str(KILN), "inspect"]):
+        cmd.insert(2, "--sync-check")
+    return subprocess.run(cmd, cwd=cwd, env=full_env,
                           capture_output=True, text=True, errors="replace",
                           timeout=timeout)
 

@@ -44,18 +44,21 @@ def json_case(name):
         check(len(rows) == len(ds) == doc["summary"]["dispatches"],
               f"{len(rows)} records in C, {len(ds)} in JSON")
         check(sum(1 for d in ds if d["barrier"]) == doc["summary"]["barriers"], "barriers")
-        binding = [(m[1], int(m[2])) for m in re.finditer(
-            r"\{KILN_BUFFER_(ARENA|WEIGHTS), (\d+)ull\}, /\*", (wd / "m.c").read_text())]
+        binding = [(m[1], int(m[2]), int(m[3]), int(m[4]), int(m[5])) for m in re.finditer(
+            r"\{KILN_BUFFER_(ARENA|WEIGHTS), (\d+)ull, (\d+)ull, (\d+)ull, ([01])u\}, /\*",
+            (wd / "m.c").read_text())]
         for i, (row, d) in enumerate(zip(rows, ds)):
             kernel, gx, gy, gz, first, count, barrier = row
             check(kernel == d["kernel"] and [gx, gy, gz] == d["groups"] and
                   barrier == (d["barrier"] is not None) and count == len(d["args"]),
                   f"dispatch {i}: C {row}, JSON {d}")
             for k, a in enumerate(d["args"]):
-                buf, off = binding[first + k]
+                buf, off, begin, end, writes = binding[first + k]
                 check(buf.lower() == a["buffer"] and (a["access"] == "none" or
-                                                      off <= a["begin"]),
-                      f"dispatch {i} arg {k}: C {buf} {off}, JSON {a}")
+                                                      off <= a["begin"]) and
+                      [begin, end] == [a["begin"], a["end"]] and
+                      writes == (a["access"] == "write"),
+                      f"dispatch {i} arg {k}: C {binding[first + k]}, JSON {a}")
         check(len(doc["kernels"]) == doc["summary"]["kernels"], "kernels")
         # Tensors live at once never overlap in the arena.
         ts = [t for t in doc["tensors"] if t["buffer"] == "arena" and t["view_of"] is None

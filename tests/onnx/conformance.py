@@ -115,9 +115,10 @@ def run_case(case, keep=False):
         consts = {}
         for _ in range(8):
             # --guard: every run also checks that no kernel wrote outside
-            # its tensors (guard bands between arena slots).
+            # its tensors (guard bands between arena slots); --sync-check:
+            # synchronization validation sees what each kernel touches.
             args = [KILN, "compile", d / "model.onnx", "--name", "model", "--guard",
-                    "-o", wd / "model.c"]
+                    "--sync-check", "-o", wd / "model.c"]
             for name, i in consts.items():
                 args += ["--const", f"{name}={inputs0[i]}"]
             r = run(args, env=NO_LEAKS)
