@@ -827,6 +827,27 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
         bm = bn = 128;
         tm = tn = 8;
     }
+    /* KILN_MATMUL_TILE=BM,BN,TM,TN overrides them, for tuning and tests:
+     * (BM/TM) * (BN/TN) invocations, at most 1024. */
+    const char *tune = getenv("KILN_MATMUL_TILE");
+    long t[4];
+    if (!matvec && tune &&
+        sscanf(tune, "%ld,%ld,%ld,%ld", &t[0], &t[1], &t[2], &t[3]) == 4 && t[2] > 0 &&
+        t[3] > 0 && t[0] % t[2] == 0 && t[1] % t[3] == 0 &&
+        (t[0] / t[2]) * (t[1] / t[3]) <= 1024) {
+        bm = t[0], bn = t[1], tm = t[2], tn = t[3];
+    }
+    /* The vec4 path: f32 operands whose rows are contiguous and 16-byte
+     * aligned, 4 x 4 blocks per invocation, whole vec4s per invocation in
+     * each step's loads (K steps of 16). */
+    int64_t nt = (bm / tm) * (bn / tn);
+    bool vec4 = !matvec && n->wformat == WF_F32 &&
+                s->ops[1].t->dtype == KILN_DTYPE_F32 &&
+                s->ops[2].t->dtype == KILN_DTYPE_F32 && s->a_sk == 1 && s->b_sn == 1 &&
+                s->K % 4 == 0 && s->N % 4 == 0 && s->a_sm % 4 == 0 && s->b_sk % 4 == 0 &&
+                all_multiples(s->brank, s->ops[1].strides, 4) &&
+                all_multiples(s->brank, s->ops[2].strides, 4) && tm % 4 == 0 &&
+                tn % 4 == 0 && bm * 4 % nt == 0 && bn * 4 % nt == 0;
     MatvecShape mv = {0};
     if (matvec)
         mv = matvec_shape(n, s, mrows);
@@ -864,6 +885,7 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
         define_int(d, "BK", 16);
         define_int(d, "TM", tm);
         define_int(d, "TN", tn);
+        define_int(d, "VEC4", vec4);
     }
     dispatch_arg(d, s->ops[0].t, true);
     dispatch_arg(d, s->ops[1].t, false);

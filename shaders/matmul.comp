@@ -11,6 +11,13 @@
 // Groups loop over tiles and batches beyond the dispatch's counts.
 // Epilogue: C = ACT(ALPHA * acc + BETA * bias[m * BIAS_SM + n * BIAS_SN])
 // where HAS_BIAS (gemm); ACT(x) is an activation expression.
+//
+// VEC4 (f32 A and B, rows of both contiguous and 16-byte aligned, TM and TN
+// multiples of 4): A and B are read as vec4s, the next K step into
+// registers while this one multiplies, and shared memory holds two stages;
+// each invocation's rows and columns come in groups of 4 (vec4 reads of
+// shared memory), the groups spread at the group's width.
+#extension GL_EXT_control_flow_attributes : enable
 #include "common.glsl"
 #include "weights.glsl"
 
@@ -32,10 +39,18 @@ layout(local_size_x = NTX, local_size_y = NTY) in;
 #define C_T float
 #endif
 
+#if VEC4
+#define AT V4R
+#define BT V4R
+#else
+#define AT A_BUF
+#define BT B_BUF
+#endif
+
 layout(push_constant) uniform Args {
     C_BUF c;
-    A_BUF a;
-    B_BUF b;
+    AT a;
+    BT b;
     F32R bias;
     F32R bscale; // quantized B only (weights.glsl)
     U32R bzero;
@@ -59,6 +74,109 @@ const uint BBS[BRANK] = uint[BRANK](B_BSTRIDES);
 #define TILES_M ((uint(M) + BM - 1) / BM) // M may follow the dynamic dims
 #define TILES_N ((N + BN - 1) / BN)
 
+// The epilogue for element (gm, gn) of batch offset cc, inside C.
+void store_c(uint cc, uint gm, uint gn, float acc) {
+    float v = ALPHA * acc;
+#if HAS_BIAS
+    v += BETA * args.bias.v[gm * BIAS_SM + gn * BIAS_SN];
+#endif
+    args.c.v[cc + gm * N + gn] = C_T(ACT(v));
+}
+
+#if VEC4
+#define BM4 (BM / 4)
+#define BN4 (BN / 4)
+#define A_LOADS (BM4 * BK / NT) // vec4s of A and of B an invocation loads
+#define B_LOADS (BN4 * BK / NT)
+shared vec4 As[2][BK][BM4];
+shared vec4 Bs[2][BK][BN4];
+
+// Element (gm, gk) of A at batch offset ca: vec4 l of the step at k0
+// (vec4 index v: row v % BM, k 4 * (v / BM)).
+void load_step(uint ca, uint cb, uint m0, uint n0, uint k0, uint tid,
+               out vec4 ra[A_LOADS], out vec4 rb[B_LOADS]) {
+    [[unroll]] for (uint l = 0; l < A_LOADS; ++l) {
+        uint v = tid + l * NT, gm = m0 + v % BM, gk = k0 + 4 * (v / BM);
+        ra[l] = gm < M && gk < K ? args.a.v[(ca + gm * A_SM + gk) / 4] : vec4(0.0);
+    }
+    [[unroll]] for (uint l = 0; l < B_LOADS; ++l) {
+        uint v = tid + l * NT, gk = k0 + v / BN4, gn = n0 + 4 * (v % BN4);
+        rb[l] = gk < K && gn < N ? args.b.v[(cb + gk * B_SK + gn) / 4] : vec4(0.0);
+    }
+}
+
+void store_step(uint buf, uint tid, vec4 ra[A_LOADS], vec4 rb[B_LOADS]) {
+    [[unroll]] for (uint l = 0; l < A_LOADS; ++l) {
+        uint v = tid + l * NT, r = v % BM, kq = 4 * (v / BM);
+        As[buf][kq][r / 4][r % 4] = ra[l].x;
+        As[buf][kq + 1][r / 4][r % 4] = ra[l].y;
+        As[buf][kq + 2][r / 4][r % 4] = ra[l].z;
+        As[buf][kq + 3][r / 4][r % 4] = ra[l].w;
+    }
+    [[unroll]] for (uint l = 0; l < B_LOADS; ++l) {
+        uint v = tid + l * NT;
+        Bs[buf][v / BN4][v % BN4] = rb[l];
+    }
+}
+
+void main() {
+    const uint tx = gl_LocalInvocationID.x, ty = gl_LocalInvocationID.y;
+    const uint tid = ty * NTX + tx;
+    for (uint bz = gl_WorkGroupID.z; bz < BATCH; bz += gl_NumWorkGroups.z) {
+        uint rem = bz, ca = 0, cb = 0, cc = 0;
+        for (int d = BRANK - 1; d >= 0; --d) {
+            uint x = rem % BSHAPE_[d];
+            rem /= BSHAPE_[d];
+            ca += x * ABS[d];
+            cb += x * BBS[d];
+            cc += x * CBS[d];
+        }
+        for (uint tm = gl_WorkGroupID.y; tm < TILES_M; tm += gl_NumWorkGroups.y) {
+            for (uint tn = gl_WorkGroupID.x; tn < TILES_N; tn += gl_NumWorkGroups.x) {
+                const uint m0 = tm * BM, n0 = tn * BN;
+                float acc[TM][TN];
+                [[unroll]] for (uint i = 0; i < TM; ++i)
+                    [[unroll]] for (uint j = 0; j < TN; ++j)
+                        acc[i][j] = 0.0;
+                vec4 ra[A_LOADS], rb[B_LOADS];
+                load_step(ca, cb, m0, n0, 0, tid, ra, rb);
+                store_step(0, tid, ra, rb);
+                barrier();
+                uint buf = 0;
+                for (uint k0 = 0; k0 < K; k0 += BK) {
+                    const bool more = k0 + BK < K;
+                    if (more) // in flight while this step multiplies
+                        load_step(ca, cb, m0, n0, k0 + BK, tid, ra, rb);
+                    [[unroll]] for (uint kk = 0; kk < BK; ++kk) {
+                        vec4 av[TM / 4], bv[TN / 4];
+                        [[unroll]] for (uint i = 0; i < TM / 4; ++i)
+                            av[i] = As[buf][kk][i * NTY + ty];
+                        [[unroll]] for (uint j = 0; j < TN / 4; ++j)
+                            bv[j] = Bs[buf][kk][j * NTX + tx];
+                        [[unroll]] for (uint i = 0; i < TM; ++i)
+                            [[unroll]] for (uint j = 0; j < TN; ++j)
+                                acc[i][j] = fma(av[i / 4][i % 4], bv[j / 4][j % 4], acc[i][j]);
+                    }
+                    // The other stage was last read before the previous
+                    // barrier: it can take the next step now.
+                    if (more)
+                        store_step(buf ^ 1u, tid, ra, rb);
+                    barrier();
+                    buf ^= 1u;
+                }
+                [[unroll]] for (uint i = 0; i < TM; ++i) {
+                    uint gm = m0 + 4 * ((i / 4) * NTY + ty) + i % 4;
+                    [[unroll]] for (uint j = 0; j < TN; ++j) {
+                        uint gn = n0 + 4 * ((j / 4) * NTX + tx) + j % 4;
+                        if (gm < M && gn < N)
+                            store_c(cc, gm, gn, acc[i][j]);
+                    }
+                }
+            }
+        }
+    }
+}
+#else
 shared float As[BK][BM];
 shared float Bs[BK][BN];
 
@@ -111,16 +229,12 @@ void main() {
                     uint gm = m0 + ty + i * NTY;
                     for (uint j = 0; j < TN; ++j) {
                         uint gn = n0 + tx + j * NTX;
-                        if (gm < M && gn < N) {
-                            float v = ALPHA * acc[i][j];
-#if HAS_BIAS
-                            v += BETA * args.bias.v[gm * BIAS_SM + gn * BIAS_SN];
-#endif
-                            args.c.v[cc + gm * N + gn] = C_T(ACT(v));
-                        }
+                        if (gm < M && gn < N)
+                            store_c(cc, gm, gn, acc[i][j]);
                     }
                 }
             }
         }
     }
 }
+#endif

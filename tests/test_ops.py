@@ -172,6 +172,11 @@ MATMUL_SHAPES = [
     ([256, 512], [512, 384]),      # large
     ([600, 520], [520, 700]),      # 64 tiles with ragged edges
     ([2100, 40], [40, 2050]),      # 128 x 128 tiles (enough of them), ragged edges
+    # matmul.comp's vec4 path (rows 16-byte aligned): 128 x 128 tiles with
+    # ragged edges and K steps past K, a batch, broadcast weights.
+    ([2100, 44], [44, 2052]),
+    ([3, 70, 36], [3, 36, 68]),
+    ([2, 3, 66, 20], [20, 72]),
     # matvec.comp: vec4 columns and vec4 rows of A, 16 rows in six rounds of
     # 3, columns past the last workgroup's; then vec4 columns with scalar A
     # (K odd), and a batch with vec4 on both sides.
