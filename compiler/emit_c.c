@@ -212,6 +212,13 @@ static void emit_tensor_table(Str *s, Vec *list, const char *px, const char *wha
     str_add(s, "};\n");
 }
 
+/* What a dispatch's needs or unless bits stand for, in words. */
+static const char *feature_words(uint32_t bits) {
+    return bits == KILN_FEATURE_COOPMAT ? "cooperative matrices"
+           : bits == KILN_FEATURE_SHARED48K ? "48 KiB of shared memory"
+                                            : "some features";
+}
+
 static void emit_schedule(Str *s, Program *p, const char *px) {
     int nbind = 0;
     for (int i = 0; i < p->ndispatches; i++)
@@ -253,9 +260,9 @@ static void emit_schedule(Str *s, Program *p, const char *px) {
             str_addf(s, "; groups[%d] follow %s", d->dyn_axis,
                      c_comment(dim_expr_str(p->graph, &d->work)));
         if (d->needs)
-            str_add(s, "; only on devices with cooperative matrices");
+            str_addf(s, "; only on devices with %s", feature_words(d->needs));
         if (d->unless)
-            str_add(s, "; only on devices without cooperative matrices");
+            str_addf(s, "; only on devices without %s", feature_words(d->unless));
         str_addf(s, " */\n    {%du, {%uu, %uu, %uu}, %du, %du, %du, \"%s\", %lluull, %lluull,\n"
                     "     %du, %s, %lluull, %lluull, %lluull, %lluull, %uu, %uu},\n",
                  d->module, d->groups[0], d->groups[1], d->groups[2], b, d->nargs, d->barrier,

@@ -343,6 +343,13 @@ static uint32_t feature_bits(const FeatureChain *c, int coopmat) {
            (coopmat ? KILN_FEATURE_COOPMAT : 0u);
 }
 
+/* The KILN_FEATURE_* bits that pd's limits give. */
+static uint32_t limit_bits(VkPhysicalDevice pd) {
+    VkPhysicalDeviceProperties p;
+    vkGetPhysicalDeviceProperties(pd, &p);
+    return p.limits.maxComputeSharedMemorySize >= 49152 ? KILN_FEATURE_SHARED48K : 0u;
+}
+
 /* The KILN_FEATURE_* bits pd has; instance (may be VK_NULL_HANDLE) lets
  * coopmat_usable check the fragment sizes too. */
 static uint32_t physical_features(VkInstance instance, VkPhysicalDevice pd,
@@ -350,7 +357,7 @@ static uint32_t physical_features(VkInstance instance, VkPhysicalDevice pd,
     FeatureChain c;
     feature_chain(&c);
     vkGetPhysicalDeviceFeatures2(pd, &c.f);
-    return feature_bits(&c, coopmat_usable(instance, pd, &c, allocator));
+    return feature_bits(&c, coopmat_usable(instance, pd, &c, allocator)) | limit_bits(pd);
 }
 
 uint32_t kiln_vulkan_features(VkPhysicalDevice physical_device) {
@@ -394,7 +401,7 @@ static kiln_status open_device(kiln_device *dev) {
     const char *coopmat_env = getenv("KILN_COOPMAT");
     int coopmat = !(coopmat_env && strcmp(coopmat_env, "0") == 0) &&
                   coopmat_usable(dev->instance, dev->physical, &have_c, &dev->allocator);
-    dev->features = feature_bits(&have_c, coopmat);
+    dev->features = feature_bits(&have_c, coopmat) | limit_bits(dev->physical);
     want_c.v12.bufferDeviceAddress = VK_TRUE;
     want_c.v12.shaderFloat16 = have_c.v12.shaderFloat16;
     want_c.f.features.shaderInt64 = have_c.f.features.shaderInt64;
@@ -552,7 +559,7 @@ kiln_status kiln_device_create_vulkan(const kiln_vulkan_handles *h,
     dev->device = h->device;
     dev->queue = h->queue;
     dev->queue_family = h->queue_family;
-    dev->features = h->features;
+    dev->features = h->features | limit_bits(h->physical_device);
     if (!driver_callbacks_safe(dev->physical))
         dev->vk_alloc_driver = NULL;
     query_device(dev);

@@ -166,6 +166,12 @@ enum { KILN_BUFFER_ARENA = 0, KILN_BUFFER_WEIGHTS = 1 };
  * (kiln_dispatch.needs and .unless). KILN_COOPMAT=0 in the environment
  * turns it off on devices kiln creates. */
 #define KILN_FEATURE_COOPMAT 16u
+/* A limit rather than a feature: at least 48 KiB of shared memory per
+ * workgroup (maxComputeSharedMemorySize; Vulkan guarantees 16, lavapipe
+ * has 32). kiln sets it from the device's limits, also for devices made
+ * with kiln_device_create_vulkan; like COOPMAT, only a dispatch with a
+ * fallback needs it (f32 matmuls on 128 x 256 tiles). */
+#define KILN_FEATURE_SHARED48K 32u
 
 #define KILN_MAX_DIMS 8 /* dynamic dimensions per model */
 
