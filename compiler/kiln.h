@@ -239,6 +239,11 @@ struct Node {
      * for a matmul the bias add and activation its epilogue absorbed. */
     struct Node *fused_into;
     struct Node *epi_bias, *epi_act;
+    /* QKV split: matmuls of the same A by other weights whose columns this
+     * node's dispatch also computes (inputs[1] is then all the weights side
+     * by side, and the siblings are fused_into it). */
+    struct Node *siblings[2];
+    int nsiblings;
     /* --weights (quantize.c): a matmul or gemm whose B is stored in another
      * format; lowering binds these instead of inputs[1]. */
     int wformat;                     /* WeightFormat; WF_F32: none */
@@ -421,6 +426,7 @@ typedef struct Options {
     bool no_fuse_eltwise;   /* --no-fuse=eltwise */
     bool no_fuse_epilogue;  /* --no-fuse=epilogue */
     bool no_fuse_norm;      /* --no-fuse=norm */
+    bool no_fuse_qkv;       /* --no-fuse=qkv */
     int weights_format;     /* --weights: a WeightFormat */
     const char *kernel_cache; /* --kernel-cache DIR, NULL: none */
 } Options;

@@ -502,6 +502,8 @@ char *fused_label(Node *n) {
         return format("%s + %s%s%s", n->name, n->epi_bias->name, n->epi_act ? " + " : "",
                       n->epi_act ? n->epi_act->name : "");
     str_add(&s, n->name);
+    for (int k = 0; k < n->nsiblings; k++)
+        str_addf(&s, " + %s", n->siblings[k]->name);
     return s.buf;
 }
 
@@ -992,6 +994,31 @@ static void bind_weight_scales(Dispatch *d, Node *n) {
         dispatch_arg(d, n->wzero, false);
 }
 
+/* QKV split (optimize.c): the product's columns [0, N0) are n's output,
+ * the next N1 its first sibling's, the rest its second's; each a row-major
+ * [M, width] tensor (B is one 2-D weight, so the batch folded into M). The
+ * kernels take the siblings' outputs after the scale and zero-point slots
+ * (bound unused when B is not quantized). */
+static void bind_split(Dispatch *d, Node *n, const MatmulShape *s) {
+    if (s->batch != 1)
+        internal_error("node '%s': a split product with %lld batches", n->name,
+                       (long long)s->batch);
+    Tensor *a = n->inputs[0];
+    if (!n->wscale)
+        dispatch_unused(d, a);
+    if (!n->wzero)
+        dispatch_unused(d, a);
+    int64_t n0 = n->outputs[0]->shape[n->outputs[0]->rank - 1];
+    int64_t n1 = n->siblings[0]->outputs[0]->shape[n->siblings[0]->outputs[0]->rank - 1];
+    define_int(d, "SPLIT_N0", n0);
+    define_int(d, "SPLIT_N1", n->nsiblings > 1 ? n1 : s->N - n0);
+    dispatch_arg(d, n->siblings[0]->outputs[0], true);
+    if (n->nsiblings > 1)
+        dispatch_arg(d, n->siblings[1]->outputs[0], true);
+    else
+        dispatch_unused(d, a);
+}
+
 static void lower_matmul(Program *p, Node *n) {
     Tensor *a = n->inputs[0], *b = n->inputs[1], *out = n->outputs[0];
     MatmulShape s = {0};
@@ -1054,6 +1081,8 @@ static void lower_matmul(Program *p, Node *n) {
         }
         bind_bias(d, bias, bo, 1.0, a);
         bind_weight_scales(d, n);
+        if (n->nsiblings)
+            bind_split(d, n, &s);
     }
 }
 

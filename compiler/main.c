@@ -43,7 +43,8 @@ static const char usage[] =
     "  --sync-check     test mode: kernels also bind what they read and write as\n"
     "                   descriptors, so that Vulkan's synchronization validation\n"
     "                   (KILN_VALIDATION=1) checks every barrier\n"
-    "  --no-fuse[=LIST] turn fusions off: eltwise, epilogue, norm (default: all)\n"
+    "  --no-fuse[=LIST] turn fusions off: eltwise, epilogue, norm, qkv (default:\n"
+    "                   all)\n"
     "  --weights FMT    store matmul and gemm weights as f16, int8, int8-asym,\n"
     "                   int4, int4-asym, fp8-e4m3 or fp8-e5m2 (blocks of 32 along\n"
     "                   K with an f32 scale), dequantized inside the matmul;\n"
@@ -153,7 +154,7 @@ static void parse_args(int argc, char **argv, bool inspect, Args *a) {
         } else if (strcmp(arg, "-v") == 0) {
             a->opt.verbose = true;
         } else if (strncmp(arg, "--no-fuse", 9) == 0 && (arg[9] == 0 || arg[9] == '=')) {
-            const char *which = arg[9] ? arg + 10 : "eltwise,epilogue,norm";
+            const char *which = arg[9] ? arg + 10 : "eltwise,epilogue,norm,qkv";
             for (const char *w = which; *w;) {
                 const char *e = strchr(w, ',');
                 size_t len = e ? (size_t)(e - w) : strlen(w);
@@ -163,8 +164,10 @@ static void parse_args(int argc, char **argv, bool inspect, Args *a) {
                     a->opt.no_fuse_epilogue = true;
                 else if (len == 4 && strncmp(w, "norm", 4) == 0)
                     a->opt.no_fuse_norm = true;
+                else if (len == 3 && strncmp(w, "qkv", 3) == 0)
+                    a->opt.no_fuse_qkv = true;
                 else
-                    fatal("--no-fuse: unknown fusion '%.*s' (eltwise, epilogue, norm)",
+                    fatal("--no-fuse: unknown fusion '%.*s' (eltwise, epilogue, norm, qkv)",
                           (int)len, w);
                 w += len + (e ? 1 : 0);
             }

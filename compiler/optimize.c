@@ -17,7 +17,10 @@
  *      also writes the sum when anything else reads it (the residual stream
  *      of a transformer);
  *    - eltwise: chains of elementwise ops of one shape become one dispatch
- *      of at most six operands, the expression composed.
+ *      of at most six operands, the expression composed;
+ *    - qkv: two or three plain matmuls of one input by weights with the
+ *      same K (a transformer's query, key and value projections) become one
+ *      product by the weights side by side, writing three outputs.
  * --debug-tensors turns fusion off, so every intermediate exists.
  */
 #include "kiln.h"
@@ -200,6 +203,58 @@ static void fuse_conv_epilogues(Graph *g) {
     }
 }
 
+/* Whether m can share its dispatch with other products of its A: a plain
+ * f32 matmul (no epilogue) by a 2-D weight with its values. */
+static bool qkv_candidate(const Node *m) {
+    const Tensor *b = m->op == OP_MATMUL && m->ninputs == 2 ? m->inputs[1] : NULL;
+    return b && free_node(m) && all_f32(m) && !m->epi_bias && !m->epi_act &&
+           m->nsiblings == 0 && b->kind == T_WEIGHT && b->rank == 2 && b->data &&
+           m->inputs[0]->rank >= 1 && m->inputs[0] != b;
+}
+
+/* QKV split: up to three matmuls of one A by weights of the same K become
+ * one product by the weights side by side ([K, N0 + N1 + N2], a new
+ * weight), whose dispatch writes each product's columns to its own output. */
+static void fuse_qkv(Graph *g) {
+    for (int i = 0; i < g->nodes.len; i++) {
+        Node *m = g->nodes.data[i];
+        if (!qkv_candidate(m))
+            continue;
+        Node *group[3] = {m, NULL, NULL};
+        int n = 1;
+        for (int j = i + 1; j < g->nodes.len && n < 3; j++) {
+            Node *o = g->nodes.data[j];
+            if (qkv_candidate(o) && o->inputs[0] == m->inputs[0] &&
+                o->inputs[1]->shape[0] == m->inputs[1]->shape[0])
+                group[n++] = o;
+        }
+        if (n < 2)
+            continue;
+        int64_t K = m->inputs[1]->shape[0], N = 0;
+        for (int k = 0; k < n; k++)
+            N += group[k]->inputs[1]->shape[1];
+        Tensor *w = graph_tensor(g, format("kiln.qkv.%s", m->name), T_WEIGHT, m->loc);
+        w->dtype = KILN_DTYPE_F32;
+        w->rank = 2;
+        w->shape[0] = K;
+        w->shape[1] = N;
+        w->data = xcalloc((size_t)tensor_bytes(w) + 4, 1);
+        for (int64_t r = 0, col = 0; r < K; r++, col = 0)
+            for (int k = 0; k < n; k++) {
+                const Tensor *b = group[k]->inputs[1];
+                int64_t bn = b->shape[1];
+                memcpy(w->data + (size_t)(r * N + col) * 4, b->data + (size_t)(r * bn) * 4,
+                       (size_t)bn * 4);
+                col += bn;
+            }
+        m->inputs[1] = w;
+        for (int k = 1; k < n; k++) {
+            m->siblings[m->nsiblings++] = group[k];
+            group[k]->fused_into = m;
+        }
+    }
+}
+
 static void fuse_residual_norms(Graph *g) {
     for (int i = 0; i < g->nodes.len; i++) {
         Node *n = g->nodes.data[i];
@@ -239,6 +294,8 @@ void optimize(Graph *g, const Options *opt) {
         fuse_epilogues(g);
         fuse_conv_epilogues(g);
     }
+    if (!opt->no_fuse_qkv)
+        fuse_qkv(g);
     if (!opt->no_fuse_norm)
         fuse_residual_norms(g);
     if (!opt->no_fuse_eltwise)

@@ -57,6 +57,27 @@ KILN_BUFFER(I8, int8_t, 1)
 #define KILN_DIMS
 #endif
 
+// A matmul kernel's store of element (m, n) of C, batch offset cc. With a
+// QKV split (SPLIT_N0, SPLIT_N1; the kernel declares outputs c1 and c2),
+// columns [0, SPLIT_N0) go to c, the next SPLIT_N1 to c1 and the rest to
+// c2, each its own row-major tensor (the batch is 1).
+#if defined(SPLIT_N0)
+#define KILN_STORE_C(cc, m, n, val)                                                  \
+    do {                                                                             \
+        if ((n) < SPLIT_N0)                                                          \
+            args.c.v[(m) * SPLIT_N0 + (n)] = (val);                                  \
+        else if ((n) < SPLIT_N0 + SPLIT_N1)                                          \
+            args.c1.v[(m) * SPLIT_N1 + (n) - SPLIT_N0] = (val);                       \
+        else                                                                         \
+            args.c2.v[(m) * (N - SPLIT_N0 - SPLIT_N1) + (n) - SPLIT_N0 - SPLIT_N1] = \
+                (val);                                                               \
+    } while (false)
+#define KILN_SPLIT_OUTPUTS(T) T c1; T c2;
+#else
+#define KILN_STORE_C(cc, m, n, val) args.c.v[(cc) + (m) * N + (n)] = (val)
+#define KILN_SPLIT_OUTPUTS(T)
+#endif
+
 const float KILN_PI = 3.14159265358979323846;
 
 float kiln_sigmoid(float x) { return 1.0 / (1.0 + exp(-x)); }

@@ -54,6 +54,7 @@ layout(push_constant) uniform Args {
     F32R bias;
     F32R bscale; // quantized B only (weights.glsl)
     U32R bzero;
+    KILN_SPLIT_OUTPUTS(C_BUF) // QKV split (common.glsl)
     KILN_DIMS
 } args;
 
@@ -80,7 +81,7 @@ void store_c(uint cc, uint gm, uint gn, float acc) {
 #if HAS_BIAS
     v += BETA * args.bias.v[gm * BIAS_SM + gn * BIAS_SN];
 #endif
-    args.c.v[cc + gm * N + gn] = C_T(ACT(v));
+    KILN_STORE_C(cc, gm, gn, C_T(ACT(v)));
 }
 
 #if VEC4

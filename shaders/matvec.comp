@@ -55,6 +55,7 @@ layout(push_constant) uniform Args {
     F32R bias;
     F32R bscale; // quantized B only (weights.glsl)
     U32R bzero;
+    KILN_SPLIT_OUTPUTS(C_BUF) // QKV split (common.glsl)
     KILN_DIMS
 } args;
 
@@ -161,7 +162,7 @@ void main() {
 #if HAS_BIAS
                         v += BETA * args.bias.v[m * BIAS_SM + col * BIAS_SN];
 #endif
-                        args.c.v[cc + m * N + col] = C_T(ACT(v));
+                        KILN_STORE_C(cc, m, col, C_T(ACT(v)));
                     }
                 }
             }

@@ -482,11 +482,16 @@ def test_fusion_counts(workdir):
     check(count("mlp", "--no-fuse=eltwise,norm") == 3, "matmul + bias + gelu in one")
     check(count("mlp") == 3, "mlp fused")
     t_all, t_none = count("transformer"), count("transformer", "--no-fuse")
-    t_norm = count("transformer", "--no-fuse=eltwise,epilogue")
-    t_elt = count("transformer", "--no-fuse=norm,epilogue")
+    t_norm = count("transformer", "--no-fuse=eltwise,epilogue,qkv")
+    t_elt = count("transformer", "--no-fuse=norm,epilogue,qkv")
+    t_qkv = count("transformer", "--no-fuse=eltwise,epilogue,norm")
     check(t_norm == t_none - 4, f"residual norms: {t_norm} vs {t_none}")
     check(t_elt == t_none - 2, f"silu * up chains: {t_elt} vs {t_none}")
-    check(t_all < t_norm and t_all < t_elt, f"all fusions: {t_all}")
+    # Per layer q, k and v become one product, and so do gate and up (no
+    # silu epilogue on gate once epilogues are off).
+    check(t_qkv == t_none - 6, f"q, k, v and gate, up in one product each per layer: "
+          f"{t_qkv} vs {t_none}")
+    check(t_all < t_norm and t_all < t_elt and t_all < t_qkv, f"all fusions: {t_all}")
     # conv + batch_norm (folded into the weights) + relu: three convs, one each.
     check(count("cnn", "--no-fuse") == 14, "cnn unfused")
     check(count("cnn", "--no-fuse=eltwise,norm") == 9, "conv epilogues")

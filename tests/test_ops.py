@@ -7,10 +7,13 @@ reference.py under the op's tolerance. Shapes include odd sizes, size-1
 dimensions, broadcasting, sizes that are not multiples of the workgroup
 size, and one large case per op.
 """
+from pathlib import Path
+
 import numpy as np
 
 import reference as ref
-from harness import assert_close, check, model_yaml, registry, run_model
+from harness import (assert_close, build_model, check, model_yaml, registry, run_model,
+                     run_program)
 
 TESTS, case = registry()
 
@@ -252,6 +255,44 @@ def matmul_weights_case(workdir):
 
 
 case("op matmul [2, 3, 4] x inline weight [4, 5]")(matmul_weights_case)
+
+
+def qkv_case(i, xshape, widths, flags=(), rtol=1e-5):
+    """Matmuls of one input by weights of the same K (QKV split fusion: one
+    dispatch writes every output), against float64 products; with
+    --no-fuse=qkv one dispatch each."""
+    def test(workdir):
+        r = rng(340 + i)
+        k = xshape[-1]
+        x = values(r, xshape, 1.0)
+        ws = [values(r, [k, w], 1.0) for w in widths]
+        names = [f"y{j}" for j in range(len(ws))]
+        y = model_yaml("qkv", {"x": spec(x)},
+                       [{"name": n, "op": "matmul", "inputs": ["x", f"w{j}"]}
+                        for j, n in enumerate(names)], names,
+                       weights={f"w{j}": {"dtype": "f32", "shape": list(w.shape),
+                                          "values": [float(v) for v in w.reshape(-1)]}
+                                for j, w in enumerate(ws)})
+        want = [ref.matmul(x, w) for w in ws]
+        prog = build_model(workdir, y, flags=list(flags))
+        c = (Path(workdir) / "model.c").read_text()
+        fused = "--no-fuse=qkv" not in flags
+        check(("_DISPATCH_COUNT 1u\n" in (Path(workdir) / "model.h").read_text()) == fused and
+              (" + ".join(names) + " (matmul)" in c) == fused,
+              "the products are not one dispatch" if fused else "fused with --no-fuse=qkv")
+        got = run_program(prog, [x], [w.astype(np.float32) for w in want])
+        for g, w in zip(got, want):
+            assert_close(g, w, rtol, 2e-6 * k ** 0.5 * 4 + rtol)
+    return test
+
+
+for i, (xs, ws, fl, tol) in enumerate([
+        ([4, 32], [16, 8, 24], (), 1e-5),                   # matvec, three outputs
+        ([2, 40, 36], [20, 12], (), 1e-5),                  # tiled (vec4), two, batch folded
+        ([3, 33, 7], [5, 6, 9], (), 1e-5),                  # tiled scalar, odd widths
+        ([4, 32], [16, 8, 24], ("--weights", "int8"), 0.1),  # int8 B: its scales bound
+        ([4, 32], [16, 8, 24], ("--no-fuse=qkv",), 1e-5)]):
+    case(f"op matmul QKV split {xs} x {ws} {' '.join(fl)}".rstrip())(qkv_case(i, xs, ws, fl, tol))
 
 # ---- softmax ----
 
