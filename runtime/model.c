@@ -336,14 +336,11 @@ static kiln_status upload(kiln_model *m, VkBuffer dst, uint64_t offset, uint64_t
     return s;
 }
 
-/* --sync-check: the descriptor set of each recorded dispatch. Binding b is
- * the dispatch's b-th kiln_binding over [begin, end); each written one is
- * bound again, read-only, after them (bindings binding_count, ... in order:
- * the kernels declare them so, compile_spirv.c), since the validation layer
- * does not report write-after-write hazards between descriptor writes.
- * Offsets are rounded down to the device's storage-buffer alignment (a view
- * that starts mid-way is bound from a little before); a binding that touches
- * no bytes gets a slice of the sink buffer of its own. */
+/* The arena or the weight buffer (KILN_BUFFER_*). */
+static const kiln__buffer *buffer_of(const kiln_model *m, uint32_t which) {
+    return which == KILN_BUFFER_WEIGHTS ? &m->weights : &m->arena;
+}
+
 /* Where the read-only copy of a written binding starts: begin rounded up,
  * so that it never reaches into bytes a neighbouring write of the same
  * tensor owns (the parts of a concat); at or past end it is bound to the
@@ -352,6 +349,31 @@ static uint64_t alias_begin(const kiln_binding *bd, uint64_t align) {
     return bd->begin == bd->end ? bd->end : (bd->begin + align - 1) / align * align;
 }
 
+/* A descriptor over [begin, end) of buf, from begin rounded down to the
+ * alignment (at most maxStorageBufferRange bytes: checked in part); an
+ * empty range gets the sink's next slice instead. */
+static void describe(kiln_model *m, const kiln__buffer *buf, uint64_t begin, uint64_t end,
+                     uint64_t align, uint32_t *sunk, VkDescriptorBufferInfo *info) {
+    if (begin >= end) {
+        buf = &m->sink;
+        begin = align * (*sunk)++;
+        end = begin + align;
+    }
+    info->buffer = buf->buffer;
+    info->offset = begin - begin % align;
+    info->range = end - info->offset;
+    if (info->range > m->device->props.limits.maxStorageBufferRange)
+        info->range = m->device->props.limits.maxStorageBufferRange;
+}
+
+/* --sync-check: the descriptor set of each recorded dispatch. Binding b is
+ * the dispatch's b-th kiln_binding over [begin, end); each written one is
+ * bound again, read-only, after them (bindings binding_count, ... in order:
+ * the kernels declare them so, compile_spirv.c), since the validation layer
+ * does not report write-after-write hazards between descriptor writes.
+ * Offsets are rounded down to the device's storage-buffer alignment (a view
+ * that starts mid-way is bound from a little before); a binding that touches
+ * no bytes gets a slice of the sink buffer of its own. */
 static kiln_status create_sync_sets(kiln_model *m) {
     const kiln_model_desc *d = m->desc;
     kiln_device *dev = m->device;
@@ -365,8 +387,7 @@ static kiln_status create_sync_sets(kiln_model *m) {
         uint32_t n = x->binding_count;
         for (uint32_t b = 0; b < x->binding_count; b++) {
             const kiln_binding *bd = &d->bindings[x->first_binding + b];
-            const kiln__buffer *buf = bd->buffer == KILN_BUFFER_WEIGHTS ? &m->weights
-                                                                       : &m->arena;
+            const kiln__buffer *buf = buffer_of(m, bd->buffer);
             if (bd->begin > bd->end || bd->end > buf->size)
                 return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT,
                                  "dispatch %u (%s): binding %u touches bytes "
@@ -432,46 +453,23 @@ static kiln_status create_sync_sets(kiln_model *m) {
         ai.pSetLayouts = &m->set_layout;
         KILN_VK_RETURN(vkAllocateDescriptorSets(vd, &ai, &m->sets[i]));
         VkDescriptorBufferInfo info[2 * KILN_MAX_BINDINGS];
-        VkWriteDescriptorSet w[2 * KILN_MAX_BINDINGS];
-        memset(w, 0, sizeof w);
         uint32_t n = x->binding_count;
         for (uint32_t b = 0; b < x->binding_count; b++) {
             const kiln_binding *bd = &d->bindings[x->first_binding + b];
-            const kiln__buffer *buf = bd->buffer == KILN_BUFFER_WEIGHTS ? &m->weights
-                                                                       : &m->arena;
-            uint64_t from = bd->begin - bd->begin % align, range = bd->end - from;
-            if (bd->begin == bd->end) {
-                buf = &m->sink;
-                from = align * sunk++;
-                range = align;
-            }
-            uint32_t slot[2] = {b, n}, copies = bd->writes ? 2 : 1;
-            for (uint32_t c = 0; c < copies; c++) {
-                uint32_t j = slot[c];
-                info[j].buffer = buf->buffer;
-                info[j].offset = from;
-                info[j].range = range;
-                if (c) { /* the read-only copy of a write */
-                    uint64_t up = alias_begin(bd, align);
-                    if (up < bd->end) {
-                        info[j].offset = up;
-                        info[j].range = bd->end - up;
-                    } else {
-                        info[j].buffer = m->sink.buffer;
-                        info[j].offset = align * sunk++;
-                        info[j].range = align;
-                    }
-                }
-                if (info[j].range > dev->props.limits.maxStorageBufferRange)
-                    info[j].range = dev->props.limits.maxStorageBufferRange; /* in part */
-                w[j].sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;
-                w[j].dstSet = m->sets[i];
-                w[j].dstBinding = j;
-                w[j].descriptorCount = 1;
-                w[j].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
-                w[j].pBufferInfo = &info[j];
-            }
-            n += copies - 1;
+            const kiln__buffer *buf = buffer_of(m, bd->buffer);
+            describe(m, buf, bd->begin, bd->end, align, &sunk, &info[b]);
+            if (bd->writes) /* its read-only copy */
+                describe(m, buf, alias_begin(bd, align), bd->end, align, &sunk, &info[n++]);
+        }
+        VkWriteDescriptorSet w[2 * KILN_MAX_BINDINGS];
+        memset(w, 0, sizeof w);
+        for (uint32_t j = 0; j < n; j++) {
+            w[j].sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;
+            w[j].dstSet = m->sets[i];
+            w[j].dstBinding = j;
+            w[j].descriptorCount = 1;
+            w[j].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+            w[j].pBufferInfo = &info[j];
         }
         vkUpdateDescriptorSets(vd, n, w, 0, NULL);
     }
@@ -551,10 +549,6 @@ static void memory_barrier(VkCommandBuffer cmd, VkPipelineStageFlags src_stage,
     vkCmdPipelineBarrier(cmd, src_stage, dst_stage, 0, 1, &b, 0, NULL, 0, NULL);
 }
 
-static VkBuffer buffer_of(const kiln_model *m, uint32_t which) {
-    return which == KILN_BUFFER_WEIGHTS ? m->weights.buffer : m->arena.buffer;
-}
-
 /* Records a copy of `bytes` bytes (none when 0). */
 static void copy_bytes(VkCommandBuffer cmd, VkBuffer src, uint64_t from, VkBuffer dst,
                        uint64_t to, uint64_t bytes) {
@@ -618,9 +612,7 @@ static kiln_status record(kiln_model *m) {
         memset(push, 0, sizeof push);
         for (uint32_t b = 0; b < x->binding_count; b++) {
             const kiln_binding *bd = &d->bindings[x->first_binding + b];
-            const kiln__buffer *buf =
-                bd->buffer == KILN_BUFFER_WEIGHTS ? &m->weights : &m->arena;
-            push[b] = buf->address + bd->offset;
+            push[b] = buffer_of(m, bd->buffer)->address + bd->offset;
         }
         vkCmdPushConstants(cmd, m->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0,
                            PUSH_BYTES, push);
@@ -649,7 +641,7 @@ static kiln_status record(kiln_model *m) {
         copy_bytes(cmd, arena, d->state_copies[i].src, arena, d->state_copies[i].dst,
                    d->state_copies[i].bytes);
     for (uint32_t i = 0; i < d->output_count; i++)
-        copy_bytes(cmd, buffer_of(m, d->outputs[i].buffer), d->outputs[i].offset, io,
+        copy_bytes(cmd, buffer_of(m, d->outputs[i].buffer)->buffer, d->outputs[i].offset, io,
                    d->outputs[i].io_offset, d->outputs[i].bytes);
     for (uint32_t i = 0; i < d->guard_count; i++)
         copy_bytes(cmd, arena, d->guards[i].offset, io, d->guards[i].io_offset,
@@ -1011,7 +1003,7 @@ kiln_status kiln_model_read_tensor(kiln_model *m, const kiln_tensor_info *tensor
     kiln_status s = begin_commands(m, VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT, &cmd);
     if (s == KILN_OK) {
         VkBufferCopy c = {tensor->offset, 0, tensor->bytes};
-        vkCmdCopyBuffer(cmd, buffer_of(m, tensor->buffer), staging.buffer, 1, &c);
+        vkCmdCopyBuffer(cmd, buffer_of(m, tensor->buffer)->buffer, staging.buffer, 1, &c);
         memory_barrier(cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
                        VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
         s = submit_once(m, cmd);
