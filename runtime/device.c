@@ -343,11 +343,9 @@ static uint32_t feature_bits(const FeatureChain *c, int coopmat) {
            (coopmat ? KILN_FEATURE_COOPMAT : 0u);
 }
 
-/* The KILN_FEATURE_* bits that pd's limits give. */
-static uint32_t limit_bits(VkPhysicalDevice pd) {
-    VkPhysicalDeviceProperties p;
-    vkGetPhysicalDeviceProperties(pd, &p);
-    return p.limits.maxComputeSharedMemorySize >= 49152 ? KILN_FEATURE_SHARED48K : 0u;
+/* The KILN_FEATURE_* bits that a device's limits give. */
+static uint32_t limit_bits(const VkPhysicalDeviceLimits *limits) {
+    return limits->maxComputeSharedMemorySize >= 49152 ? KILN_FEATURE_SHARED48K : 0u;
 }
 
 /* The KILN_FEATURE_* bits pd has; instance (may be VK_NULL_HANDLE) lets
@@ -357,7 +355,10 @@ static uint32_t physical_features(VkInstance instance, VkPhysicalDevice pd,
     FeatureChain c;
     feature_chain(&c);
     vkGetPhysicalDeviceFeatures2(pd, &c.f);
-    return feature_bits(&c, coopmat_usable(instance, pd, &c, allocator)) | limit_bits(pd);
+    VkPhysicalDeviceProperties p;
+    vkGetPhysicalDeviceProperties(pd, &p);
+    return feature_bits(&c, coopmat_usable(instance, pd, &c, allocator)) |
+           limit_bits(&p.limits);
 }
 
 uint32_t kiln_vulkan_features(VkPhysicalDevice physical_device) {
@@ -381,6 +382,7 @@ static int driver_callbacks_safe(VkPhysicalDevice pd) {
 /* Properties kiln reads from the physical device and queue family. */
 static void query_device(kiln_device *dev) {
     vkGetPhysicalDeviceProperties(dev->physical, &dev->props);
+    dev->features |= limit_bits(&dev->props.limits); /* a device's own or the caller's */
     vkGetPhysicalDeviceMemoryProperties(dev->physical, &dev->memory);
     VkQueueFamilyProperties fams[32];
     uint32_t nfam = queue_families(dev->physical, fams);
@@ -401,7 +403,7 @@ static kiln_status open_device(kiln_device *dev) {
     const char *coopmat_env = getenv("KILN_COOPMAT");
     int coopmat = !(coopmat_env && strcmp(coopmat_env, "0") == 0) &&
                   coopmat_usable(dev->instance, dev->physical, &have_c, &dev->allocator);
-    dev->features = feature_bits(&have_c, coopmat) | limit_bits(dev->physical);
+    dev->features = feature_bits(&have_c, coopmat);
     want_c.v12.bufferDeviceAddress = VK_TRUE;
     want_c.v12.shaderFloat16 = have_c.v12.shaderFloat16;
     want_c.f.features.shaderInt64 = have_c.f.features.shaderInt64;
@@ -559,7 +561,7 @@ kiln_status kiln_device_create_vulkan(const kiln_vulkan_handles *h,
     dev->device = h->device;
     dev->queue = h->queue;
     dev->queue_family = h->queue_family;
-    dev->features = h->features | limit_bits(h->physical_device);
+    dev->features = h->features;
     if (!driver_callbacks_safe(dev->physical))
         dev->vk_alloc_driver = NULL;
     query_device(dev);
