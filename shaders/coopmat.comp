@@ -48,10 +48,7 @@ layout(push_constant) uniform Args {
     U4R b;
 } args;
 
-const uint BSHAPE_[BRANK] = uint[BRANK](BSHAPE);
-const uint CBS[BRANK] = uint[BRANK](C_BSTRIDES);
-const uint ABS[BRANK] = uint[BRANK](A_BSTRIDES);
-const uint BBS[BRANK] = uint[BRANK](B_BSTRIDES);
+#include "product.glsl"
 #define TILES_M ((M + BM - 1) / BM)
 #define TILES_N ((N + BN - 1) / BN)
 
@@ -101,14 +98,8 @@ void main() {
     const uint sg = tid / 32, lane = tid % 32;
     const uint wm = sg / WN, wn = sg % WN;
     for (uint bz = gl_WorkGroupID.z; bz < BATCH; bz += gl_NumWorkGroups.z) {
-        uint rem = bz, ca = 0, cb = 0, cc = 0;
-        for (int d = BRANK - 1; d >= 0; --d) {
-            uint x = rem % BSHAPE_[d];
-            rem /= BSHAPE_[d];
-            ca += x * ABS[d];
-            cb += x * BBS[d];
-            cc += x * CBS[d];
-        }
+        uint ca, cb, cc;
+        kiln_batch_offsets(bz, ca, cb, cc);
         for (uint tm = gl_WorkGroupID.y; tm < TILES_M; tm += gl_NumWorkGroups.y) {
             for (uint tn = gl_WorkGroupID.x; tn < TILES_N; tn += gl_NumWorkGroups.x) {
                 const uint m0 = tm * BM, n0 = tn * BN;

@@ -69,10 +69,7 @@ layout(push_constant) uniform Args {
 #define ACT(x) (x)
 #endif
 
-const uint BSHAPE_[BRANK] = uint[BRANK](BSHAPE);
-const uint CBS[BRANK] = uint[BRANK](C_BSTRIDES);
-const uint ABS[BRANK] = uint[BRANK](A_BSTRIDES);
-const uint BBS[BRANK] = uint[BRANK](B_BSTRIDES);
+#include "product.glsl"
 const uint NT = NCOL * KSPLIT;
 const uint CPG = NCOL * VEC;
 const uint TILES_N = (N + CPG - 1) / CPG;
@@ -97,14 +94,8 @@ void main() {
     const uint lc = gl_LocalInvocationID.x, s = gl_LocalInvocationID.y;
     const uint tid = s * NCOL + lc;
     for (uint bz = gl_WorkGroupID.z; bz < BATCH; bz += gl_NumWorkGroups.z) {
-        uint rem = bz, ca = 0, cb = 0, cc = 0;
-        for (int d = BRANK - 1; d >= 0; --d) {
-            uint x = rem % BSHAPE_[d];
-            rem /= BSHAPE_[d];
-            ca += x * ABS[d];
-            cb += x * BBS[d];
-            cc += x * CBS[d];
-        }
+        uint ca, cb, cc;
+        kiln_batch_offsets(bz, ca, cb, cc);
         for (uint tile = gl_WorkGroupID.x; tile < TILES_N; tile += gl_NumWorkGroups.x) {
             const uint n = tile * CPG + lc * VEC;
             VT acc[M];
