@@ -831,6 +831,7 @@ static bool matmul_vec4_shape(const Node *n, const MatmulShape *s) {
 static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
                                int64_t mrows, bool wide) {
     int64_t bm, tm, bn, tn, bk = 16;
+    bool shape4 = !matvec && matmul_vec4_shape(n, s);
     pick_tile(s->M, &bm, &tm);
     pick_tile(s->N, &bn, &tn);
     /* 128 x 128 tiles (8 x 8 per invocation) reuse more of what they load,
@@ -839,7 +840,7 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
     if ((s->M + 127) / 128 * ((s->N + 127) / 128) * s->batch >= 256) {
         bm = bn = 128;
         tm = tn = 8;
-        bk = matmul_vec4_shape(n, s) ? 8 : 16;
+        bk = shape4 ? 8 : 16;
     }
     /* wide: 128 x 256 tiles, 512 invocations of 8 x 8, two stages of K 16:
      * 48 KiB of shared memory (matmul_dispatch). */
@@ -858,16 +859,16 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
     }
     /* The vec4 path: f32 operands whose rows are contiguous and 16-byte
      * aligned, 4 x 4 blocks per invocation, whole vec4s per invocation in
-     * each step's loads (K steps of 16). */
+     * each K step's loads. */
     int64_t nt = (bm / tm) * (bn / tn);
-    bool vec4 = !matvec && matmul_vec4_shape(n, s) && tm % 4 == 0 && tn % 4 == 0 &&
+    bool vec4 = shape4 && tm % 4 == 0 && tn % 4 == 0 &&
                 bm * bk / 4 % nt == 0 && bn * bk / 4 % nt == 0 &&
                 2 * bk * (bm + bn) * 4 <= 49152; /* two stages of shared memory */
     MatvecShape mv = {0};
     if (matvec)
         mv = matvec_shape(n, s, mrows);
     Dispatch *d = new_dispatch(p, n, matvec ? "matvec" : "matmul");
-    d->local_size = matvec ? (uint32_t)(mv.ncol * mv.ksplit) : (uint32_t)((bm / tm) * (bn / tn));
+    d->local_size = (uint32_t)(matvec ? mv.ncol * mv.ksplit : nt);
     if (s->dyn && s->batch != 1)
         internal_error("node '%s': a dynamic matmul with %lld batches", n->name,
                        (long long)s->batch);
