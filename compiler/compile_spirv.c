@@ -108,11 +108,29 @@ static char *sync_tail(const Dispatch *d) {
     return s.buf;
 }
 
+static bool words_equal(const uint32_t *a, size_t na, const uint32_t *b, size_t nb) {
+    return na == nb && (na == 0 || memcmp(a, b, na * sizeof *a) == 0);
+}
+
+/* Whether a family's kernels reduce across workgroups through reduce.glsl:
+ * they get a second build with KILN_SUBGROUP 1 (reductions within
+ * subgroups first) for devices with KILN_FEATURE_SUBGROUP. */
+static bool reduces(const char *family) {
+    static const char line[] = "#include \"reduce.glsl\"";
+    const EmbeddedFile *src = embedded_file(format("%s.comp", family));
+    for (size_t i = 0; src && i + sizeof line - 1 <= src->size; i++)
+        if (memcmp(src->text + i, line, sizeof line - 1) == 0)
+            return true;
+    return false;
+}
+
+/* The module of d's family with d's defines and then extra ones (""). */
 static Module compile_one(shaderc_compiler_t sc, spv_context ctx, const Dispatch *d,
-                          bool sync_check, KernelCache *cache) {
+                          const char *extra, bool sync_check, KernelCache *cache) {
     const char *tail = sync_check ? sync_tail(d) : "";
+    const char *all = format("%s%s", d->defines.buf ? d->defines.buf : "", extra);
     /* The cache key holds the tail too: it is source the defines do not name. */
-    const char *defines = format("%s%s", d->defines.buf ? d->defines.buf : "", tail);
+    const char *defines = format("%s%s", all, tail);
     size_t cached_words = 0;
     uint32_t *cached = kernel_cache_get(cache, d->family, defines, &cached_words);
     if (cached) {
@@ -138,7 +156,7 @@ static Module compile_one(shaderc_compiler_t sc, spv_context ctx, const Dispatch
     shaderc_compile_options_set_optimization_level(o, shaderc_optimization_level_performance);
     shaderc_compile_options_set_include_callbacks(o, include_file, release_include,
                                                   NULL);
-    for (const char *p = d->defines.buf; p && *p;) {
+    for (const char *p = all; *p;) {
         const char *sp = strchr(p, ' '), *nl = strchr(p, '\n');
         if (!sp || !nl || sp > nl)
             internal_error("malformed define in %s", d->family);
@@ -152,8 +170,7 @@ static Module compile_one(shaderc_compiler_t sc, spv_context ctx, const Dispatch
     if (shaderc_result_get_compilation_status(r) !=
         shaderc_compilation_status_success)
         internal_error("kernel %s for node '%s' does not compile:\n%s\ndefines:\n%s",
-                       d->family, d->node->name, shaderc_result_get_error_message(r),
-                       d->defines.buf ? d->defines.buf : "");
+                       d->family, d->node->name, shaderc_result_get_error_message(r), all);
     size_t nwords = shaderc_result_get_length(r) / 4;
     const uint32_t *words = (const uint32_t *)shaderc_result_get_bytes(r);
     char *invalid = spirv_invalid(ctx, words, nwords);
@@ -187,12 +204,22 @@ void compile_kernels(Program *p, KernelCache *cache) {
             d->module = (int)known - 1;
             continue;
         }
-        Module m = compile_one(sc, ctx, d, p->sync_check, cache);
+        Module m = compile_one(sc, ctx, d, "", p->sync_check, cache);
+        if (reduces(d->family)) {
+            Module alt = compile_one(sc, ctx, d, "KILN_SUBGROUP 1\n", p->sync_check, cache);
+            if (!words_equal(alt.words, alt.nwords, m.words, m.nwords)) {
+                m.alt_words = alt.words;
+                m.alt_nwords = alt.nwords;
+                m.alt_needs = KILN_FEATURE_SUBGROUP;
+            }
+        }
         int idx = -1;
-        for (int j = 0; j < p->nmodules; j++)
-            if (p->modules[j].hash == m.hash && p->modules[j].nwords == m.nwords &&
-                memcmp(p->modules[j].words, m.words, m.nwords * 4) == 0)
+        for (int j = 0; j < p->nmodules; j++) {
+            const Module *o = &p->modules[j];
+            if (o->hash == m.hash && words_equal(o->words, o->nwords, m.words, m.nwords) &&
+                words_equal(o->alt_words, o->alt_nwords, m.alt_words, m.alt_nwords))
                 idx = j;
+        }
         if (idx < 0) {
             idx = p->nmodules++;
             p->modules[idx] = m;

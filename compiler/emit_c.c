@@ -97,6 +97,14 @@ static void emit_words(Str *s, const uint32_t *w, size_t n) {
     }
 }
 
+/* What a dispatch's needs or unless bits, or a kernel's alt_needs, stand for. */
+static const char *feature_words(uint32_t bits) {
+    return bits == KILN_FEATURE_COOPMAT     ? "cooperative matrices"
+           : bits == KILN_FEATURE_SHARED48K ? "48 KiB of shared memory"
+           : bits == KILN_FEATURE_SUBGROUP  ? "subgroup arithmetic"
+                                            : "some features";
+}
+
 static void emit_kernels(Str *s, Program *p, const char *px) {
     for (int i = 0; i < p->nmodules; i++) {
         Module *m = &p->modules[i];
@@ -111,14 +119,28 @@ static void emit_kernels(Str *s, Program *p, const char *px) {
                  m->nwords);
         emit_words(s, m->words, m->nwords);
         str_add(s, "};\n");
+        if (m->alt_nwords) {
+            str_addf(s, "/* kernel %d on devices with %s: the same with KILN_SUBGROUP 1 */\n"
+                        "static const uint32_t %s_spirv_%d_alt[%zu] = {\n",
+                     i, feature_words(m->alt_needs), px, i, m->alt_nwords);
+            emit_words(s, m->alt_words, m->alt_nwords);
+            str_add(s, "};\n");
+        }
     }
-    str_addf(s, "\nstatic const kiln_kernel %s_kernels[%d] = {\n", px,
-             p->nmodules ? p->nmodules : 1);
-    for (int i = 0; i < p->nmodules; i++)
-        str_addf(s, "    {%s_spirv_%d, %zuu, \"%s\"},\n", px, i, p->modules[i].nwords,
-                 p->modules[i].family);
+    str_addf(s, "\n/* {SPIR-V, words, family, alt_spirv, alt_words, alt_needs} */\n"
+                "static const kiln_kernel %s_kernels[%d] = {\n",
+             px, p->nmodules ? p->nmodules : 1);
+    for (int i = 0; i < p->nmodules; i++) {
+        const Module *m = &p->modules[i];
+        if (m->alt_nwords)
+            str_addf(s, "    {%s_spirv_%d, %zuu, \"%s\", %s_spirv_%d_alt, %zuu, %uu},\n", px, i,
+                     m->nwords, m->family, px, i, m->alt_nwords, m->alt_needs);
+        else
+            str_addf(s, "    {%s_spirv_%d, %zuu, \"%s\", 0, 0u, 0u},\n", px, i, m->nwords,
+                     m->family);
+    }
     if (!p->nmodules)
-        str_add(s, "    {0, 0u, \"\"}\n");
+        str_add(s, "    {0, 0u, \"\", 0, 0u, 0u}\n");
     str_add(s, "};\n");
 }
 
@@ -210,13 +232,6 @@ static void emit_tensor_table(Str *s, Vec *list, const char *px, const char *wha
         str_add(s, "    {\"\", KILN_DTYPE_F32, 0u, {0}, 0ull, KILN_BUFFER_ARENA, 0ull, 0ull, -1, "
                    "{0ll, {0ll, 0ll, 0ll, 0ll, 0ll, 0ll, 0ll, 0ll}}}\n");
     str_add(s, "};\n");
-}
-
-/* What a dispatch's needs or unless bits stand for, in words. */
-static const char *feature_words(uint32_t bits) {
-    return bits == KILN_FEATURE_COOPMAT ? "cooperative matrices"
-           : bits == KILN_FEATURE_SHARED48K ? "48 KiB of shared memory"
-                                            : "some features";
 }
 
 static void emit_schedule(Str *s, Program *p, const char *px) {
@@ -364,7 +379,7 @@ void emit_c(Graph *g, Program *p, const Options *opt, const char *header_name,
         barriers += p->dispatches[i]->barrier;
     uint64_t spirv = 0;
     for (int i = 0; i < p->nmodules; i++)
-        spirv += p->modules[i].nwords * 4;
+        spirv += (p->modules[i].nwords + p->modules[i].alt_nwords) * 4;
 
     Str kernels = {0}, weights = {0}, tensors = {0}, sched = {0};
     emit_kernels(&kernels, p, px);

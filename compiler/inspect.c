@@ -33,8 +33,16 @@ static const char *human(uint64_t b) {
 static uint64_t spirv_bytes(const Program *p) {
     uint64_t b = 0;
     for (int i = 0; i < p->nmodules; i++)
-        b += p->modules[i].nwords * 4;
+        b += (p->modules[i].nwords + p->modules[i].alt_nwords) * 4;
     return b;
+}
+
+/* How many kernels have a second build (Module.alt_words). */
+static int alt_count(const Program *p) {
+    int n = 0;
+    for (int i = 0; i < p->nmodules; i++)
+        n += p->modules[i].alt_nwords > 0;
+    return n;
 }
 
 static int barrier_count(const Program *p) {
@@ -88,8 +96,11 @@ void inspect_text(Graph *g, Program *p, FILE *f) {
     }
     Totals t = totals(p);
     fprintf(f, "\ndispatches  %d, with %d barriers\n", p->ndispatches, barrier_count(p));
-    fprintf(f, "kernels     %d distinct, %llu bytes of SPIR-V\n", p->nmodules,
+    fprintf(f, "kernels     %d distinct, %llu bytes of SPIR-V", p->nmodules,
             (unsigned long long)spirv_bytes(p));
+    if (alt_count(p))
+        fprintf(f, " (%d also built for subgroup arithmetic)", alt_count(p));
+    fputc('\n', f);
     fprintf(f, "arena       %llu bytes; lower bound (peak live bytes) %llu (%.0f%%)\n",
             (unsigned long long)p->arena_bytes, (unsigned long long)p->peak_bytes,
             p->arena_bytes ? 100.0 * (double)p->peak_bytes / (double)p->arena_bytes : 100.0);
@@ -175,6 +186,9 @@ void inspect_json(Graph *g, Program *p, FILE *f) {
         json_string(f, p->modules[i].family);
         fprintf(f, ", \"spirv_bytes\": %zu, \"defines\": ", p->modules[i].nwords * 4);
         json_string(f, p->modules[i].defines);
+        if (p->modules[i].alt_nwords)
+            fprintf(f, ", \"alt_spirv_bytes\": %zu, \"alt_needs\": %u",
+                    p->modules[i].alt_nwords * 4, p->modules[i].alt_needs);
         fputc('}', f);
     }
     fprintf(f, "\n  ],\n  \"tensors\": [");
@@ -420,7 +434,7 @@ void compile_report(Graph *g, Program *p, uint64_t c_bytes, uint64_t runtime_byt
         nbind += p->dispatches[i]->nargs;
     /* The tables as the runtime's structs lay them out on a 64-bit host. */
     uint64_t schedule = (uint64_t)p->ndispatches * 48 + (uint64_t)nbind * 16 +
-                        (uint64_t)p->nmodules * 24 +
+                        (uint64_t)p->nmodules * 40 +
                         (uint64_t)(g->inputs.len + g->outputs.len) * 112;
     fprintf(f, "size report for %s\n", g->name);
     fprintf(f, "  SPIR-V              %12llu bytes (%d kernels)\n",

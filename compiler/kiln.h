@@ -236,9 +236,11 @@ struct Node {
     int nattrs;
     bool dead;          /* removed by optimize */
     /* Fusion (optimize.c): the node whose dispatch computes this one, and
-     * for a matmul the bias add and activation its epilogue absorbed. */
+     * for a matmul or conv the bias add (conv: batch_norm, folded into its
+     * weights), a conv's residual add and the activation its epilogue
+     * absorbed. */
     struct Node *fused_into;
-    struct Node *epi_bias, *epi_act;
+    struct Node *epi_bias, *epi_res, *epi_act;
     /* QKV split: matmuls of the same A by other weights whose columns this
      * node's dispatch also computes (inputs[1] is then all the weights side
      * by side, and the siblings are fused_into it). */
@@ -496,6 +498,11 @@ typedef struct Module {
     uint32_t *words;
     size_t nwords;
     uint64_t hash;
+    /* A second build that devices with alt_needs run instead (kiln_kernel):
+     * kernels that include reduce.glsl, with KILN_SUBGROUP 1. */
+    uint32_t *alt_words;
+    size_t alt_nwords;
+    uint32_t alt_needs;
 } Module;
 
 typedef struct Program {

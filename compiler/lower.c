@@ -498,10 +498,11 @@ char *fused_label(Node *n) {
         if (p && p->fused_into == n)
             str_addf(&s, "%s + ", fused_label(p));
     }
-    if (n->epi_bias)
-        return format("%s + %s%s%s", n->name, n->epi_bias->name, n->epi_act ? " + " : "",
-                      n->epi_act ? n->epi_act->name : "");
     str_add(&s, n->name);
+    Node *epi[3] = {n->epi_bias, n->epi_res, n->epi_act};
+    for (int k = 0; k < 3; k++)
+        if (epi[k])
+            str_addf(&s, " + %s", epi[k]->name);
     for (int k = 0; k < n->nsiblings; k++)
         str_addf(&s, " + %s", n->siblings[k]->name);
     return s.buf;
@@ -1680,11 +1681,14 @@ static void define_spatial(Dispatch *d, const char *name, int nsp, const int64_t
     define_str(d, name, s.buf);
 }
 
+/* Invocations a convolution's channel split aims at (lower_conv). */
+#define CONV_SPLIT_TARGET 65536
+
 static void lower_conv(Program *p, Node *n) {
     Tensor *x = n->inputs[0], *w = n->inputs[1], *y = n->outputs[0];
     /* A fused batch norm (already in w and the bias) and activation: the
      * dispatch writes the last tensor of the group. */
-    Node *last = n->epi_act ? n->epi_act : n->epi_bias;
+    Node *last = n->epi_act ? n->epi_act : n->epi_res ? n->epi_res : n->epi_bias;
     if (last)
         y = last->outputs[0];
     int64_t count = tensor_count(y);
@@ -1718,11 +1722,23 @@ static void lower_conv(Program *p, Node *n) {
         dispatch_arg(d, n->inputs[2], false);
     else
         dispatch_unused(d, x);
-    d->groups[0] = groups_for(count, d->local_size);
-    int64_t per_out = (n->op == OP_CONV_TRANSPOSE ? y->shape[1] : x->shape[1]) /
-                      attr_int(n, "group", 1) * shape_count(nsp, w->shape + 2);
-    if (n->op == OP_CONV_TRANSPOSE)
-        per_out = x->shape[1] / attr_int(n, "group", 1) * shape_count(nsp, w->shape + 2);
+    if (n->epi_res) { /* the add's other input */
+        Tensor *sum_in = n->epi_bias ? n->epi_bias->outputs[0] : n->outputs[0];
+        Node *add = n->epi_res;
+        define_int(d, "HAS_RES", 1);
+        dispatch_arg(d, add->inputs[add->inputs[0] == sum_in ? 1 : 0], false);
+    }
+    /* products per output: the input channels of its group by the kernel */
+    int64_t cg = x->shape[1] / attr_int(n, "group", 1);
+    int64_t per_out = cg * shape_count(nsp, w->shape + 2);
+    /* Split the channels of an output over up to 32 invocations while the
+     * whole takes fewer than CONV_SPLIT_TARGET (small convolutions: one
+     * invocation per output would be a long chain on a mostly idle GPU). */
+    int64_t split = 1;
+    while (split < 32 && split < cg && count * split < CONV_SPLIT_TARGET)
+        split *= 2;
+    define_int(d, "SPLIT", split);
+    d->groups[0] = groups_for(count * split, d->local_size);
     d->flops = 2ull * (uint64_t)count * (uint64_t)per_out;
 }
 

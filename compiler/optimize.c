@@ -104,6 +104,21 @@ static bool is_activation(OpKind op) {
 
 static bool free_node(const Node *n) { return n && !n->dead && !n->fused_into; }
 
+/* Whether t is ready when n's dispatch runs: a model input or weight, or
+ * made by a node before n (dispatches follow the order of g->nodes; an
+ * epilogue computes its nodes at the root's place, not at their own). */
+static bool ready_before(Graph *g, const Tensor *t, const Node *n) {
+    if (!t->producer)
+        return true;
+    for (int i = 0; i < g->nodes.len; i++) {
+        if (g->nodes.data[i] == n)
+            return false;
+        if (g->nodes.data[i] == t->producer)
+            return true;
+    }
+    return false;
+}
+
 static void fuse_epilogues(Graph *g) {
     for (int i = 0; i < g->nodes.len; i++) {
         Node *m = g->nodes.data[i];
@@ -112,7 +127,8 @@ static void fuse_epilogues(Graph *g) {
         Tensor *out = m->outputs[0];
         Node *next = sole_reader(g, out);
         if (free_node(next) && next->op == OP_ADD && all_f32(next) &&
-            next->inputs[0] != next->inputs[1] && same_shape(next->outputs[0], out)) {
+            next->inputs[0] != next->inputs[1] && same_shape(next->outputs[0], out) &&
+            ready_before(g, next->inputs[next->inputs[0] == out ? 1 : 0], m)) {
             Tensor *bias = next->inputs[next->inputs[0] == out ? 1 : 0];
             /* Per column (any batch), or per element of an unbatched product. */
             bool per_column = true;
@@ -195,6 +211,16 @@ static void fuse_conv_epilogues(Graph *g) {
                 next->fused_into = c;
                 next = sole_reader(g, next->outputs[0]);
             }
+        }
+        /* A residual: + r, r of the output's shape (a skip connection). */
+        Tensor *out = c->epi_bias ? c->epi_bias->outputs[0] : c->outputs[0];
+        if (free_node(next) && next->op == OP_ADD && all_f32(next) &&
+            next->inputs[0] != next->inputs[1] && same_shape(next->inputs[0], out) &&
+            same_shape(next->inputs[1], out) &&
+            ready_before(g, next->inputs[next->inputs[0] == out ? 1 : 0], c)) {
+            c->epi_res = next;
+            next->fused_into = c;
+            next = sole_reader(g, next->outputs[0]);
         }
         if (free_node(next) && (next->op == OP_RELU || next->op == OP_SILU) && all_f32(next)) {
             c->epi_act = next;

@@ -343,9 +343,22 @@ static uint32_t feature_bits(const FeatureChain *c, int coopmat) {
            (coopmat ? KILN_FEATURE_COOPMAT : 0u);
 }
 
-/* The KILN_FEATURE_* bits that a device's limits give. */
-static uint32_t limit_bits(const VkPhysicalDeviceLimits *limits) {
-    return limits->maxComputeSharedMemorySize >= 49152 ? KILN_FEATURE_SHARED48K : 0u;
+/* The KILN_FEATURE_* bits that a device's properties give rather than its
+ * features (nothing to enable): SHARED48K from its limits, SUBGROUP from
+ * its subgroup operations. *subgroup_size: its subgroup size. */
+static uint32_t property_bits(VkPhysicalDevice pd, const VkPhysicalDeviceLimits *limits,
+                              uint32_t *subgroup_size) {
+    VkPhysicalDeviceSubgroupProperties sub;
+    memset(&sub, 0, sizeof sub);
+    sub.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES;
+    properties_chain(pd, &sub);
+    if (subgroup_size)
+        *subgroup_size = sub.subgroupSize;
+    return (limits->maxComputeSharedMemorySize >= 49152 ? KILN_FEATURE_SHARED48K : 0u) |
+           ((sub.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                    (sub.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT)
+                ? KILN_FEATURE_SUBGROUP
+                : 0u);
 }
 
 /* The KILN_FEATURE_* bits pd has; instance (may be VK_NULL_HANDLE) lets
@@ -358,7 +371,7 @@ static uint32_t physical_features(VkInstance instance, VkPhysicalDevice pd,
     VkPhysicalDeviceProperties p;
     vkGetPhysicalDeviceProperties(pd, &p);
     return feature_bits(&c, coopmat_usable(instance, pd, &c, allocator)) |
-           limit_bits(&p.limits);
+           property_bits(pd, &p.limits, NULL);
 }
 
 uint32_t kiln_vulkan_features(VkPhysicalDevice physical_device) {
@@ -382,17 +395,16 @@ static int driver_callbacks_safe(VkPhysicalDevice pd) {
 /* Properties kiln reads from the physical device and queue family. */
 static void query_device(kiln_device *dev) {
     vkGetPhysicalDeviceProperties(dev->physical, &dev->props);
-    dev->features |= limit_bits(&dev->props.limits); /* a device's own or the caller's */
+    /* added to a device's own features or the caller's */
+    dev->features |= property_bits(dev->physical, &dev->props.limits, &dev->subgroup_size);
+    const char *subgroup_env = getenv("KILN_SUBGROUP");
+    if (subgroup_env && strcmp(subgroup_env, "0") == 0)
+        dev->features &= ~KILN_FEATURE_SUBGROUP;
     vkGetPhysicalDeviceMemoryProperties(dev->physical, &dev->memory);
     VkQueueFamilyProperties fams[32];
     uint32_t nfam = queue_families(dev->physical, fams);
     dev->timestamp_bits = dev->queue_family < nfam ? fams[dev->queue_family].timestampValidBits : 0;
 
-    VkPhysicalDeviceSubgroupProperties sub;
-    memset(&sub, 0, sizeof sub);
-    sub.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES;
-    properties_chain(dev->physical, &sub);
-    dev->subgroup_size = sub.subgroupSize;
 }
 
 static kiln_status open_device(kiln_device *dev) {
@@ -599,4 +611,8 @@ const char *kiln_device_name(const kiln_device *dev) {
 
 uint32_t kiln_device_validation_count(const kiln_device *dev) {
     return dev ? dev->validation_count : 0;
+}
+
+uint32_t kiln_device_features(const kiln_device *dev) {
+    return dev ? dev->features : 0;
 }

@@ -65,7 +65,7 @@ extern "C" {
 #define KILN_RT_VERSION "0.1.0"
 /* Version of the tables below; the generated code records the one it was
  * written for and create refuses a mismatch. */
-#define KILN_ABI_VERSION 6u
+#define KILN_ABI_VERSION 7u
 
 typedef enum kiln_status {
     KILN_OK = 0,
@@ -145,6 +145,9 @@ const char *kiln_device_name(const kiln_device *device);
 const char *kiln_device_type_name(const kiln_device *device);
 /* Number of validation-layer messages (warnings and errors) seen so far. */
 uint32_t kiln_device_validation_count(const kiln_device *device);
+/* The KILN_FEATURE_* bits the device offers kiln (0 for NULL): a dispatch
+ * or kernel build that needs one runs only where it is set. */
+uint32_t kiln_device_features(const kiln_device *device);
 
 /* ---- model tables (written by the compiler, read by the runtime) ------- */
 
@@ -172,6 +175,12 @@ enum { KILN_BUFFER_ARENA = 0, KILN_BUFFER_WEIGHTS = 1 };
  * with kiln_device_create_vulkan; like COOPMAT, only a dispatch with a
  * fallback needs it (f32 matmuls on 128 x 256 tiles). */
 #define KILN_FEATURE_SHARED48K 32u
+/* Also a property: subgroup arithmetic operations in compute shaders
+ * (VK_SUBGROUP_FEATURE_ARITHMETIC_BIT). Kernels that reduce a row across a
+ * workgroup come in a second build that reduces within subgroups first,
+ * which devices with it run instead (kiln_kernel.alt_spirv).
+ * KILN_SUBGROUP=0 in the environment turns it off. */
+#define KILN_FEATURE_SUBGROUP 64u
 
 #define KILN_MAX_DIMS 8 /* dynamic dimensions per model */
 
@@ -209,6 +218,12 @@ typedef struct kiln_kernel {
     const uint32_t *spirv;
     uint32_t words;
     const char *family; /* shader family, for messages */
+    /* A second build of the kernel (same bindings, workgroup size and work)
+     * that devices with every feature in alt_needs run instead; alt_words
+     * 0: none. */
+    const uint32_t *alt_spirv;
+    uint32_t alt_words;
+    uint32_t alt_needs;
 } kiln_kernel;
 
 typedef struct kiln_binding {

@@ -508,11 +508,13 @@ static kiln_status create_pipelines(kiln_model *m) {
             used = d->dispatches[j].kernel == i && dispatch_active(dev, &d->dispatches[j]);
         if (!used)
             continue;
+        const kiln_kernel *k = &d->kernels[i];
+        const int alt = k->alt_words && (k->alt_needs & ~dev->features) == 0;
         VkShaderModuleCreateInfo si;
         memset(&si, 0, sizeof si);
         si.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO;
-        si.codeSize = (size_t)d->kernels[i].words * 4u;
-        si.pCode = d->kernels[i].spirv;
+        si.codeSize = (size_t)(alt ? k->alt_words : k->words) * 4u;
+        si.pCode = alt ? k->alt_spirv : k->spirv;
         VkShaderModule module;
         KILN_VK_RETURN(vkCreateShaderModule(vd, &si, dev->vk_alloc, &module));
 

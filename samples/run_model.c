@@ -100,6 +100,25 @@ static void fill(const kiln_tensor_info *t, void *dst, uint32_t input) {
 }
 
 /* t as the last run left it (its shape at the model's current dims). */
+/* The device's KILN_FEATURE_* bits, in words. */
+static void print_features(uint32_t f) {
+    static const struct {
+        uint32_t bit;
+        const char *name;
+    } names[] = {{KILN_FEATURE_FLOAT16, "float16"},
+                 {KILN_FEATURE_INT64, "int64"},
+                 {KILN_FEATURE_STORAGE16, "16-bit storage"},
+                 {KILN_FEATURE_STORAGE8, "8-bit storage"},
+                 {KILN_FEATURE_COOPMAT, "cooperative matrices"},
+                 {KILN_FEATURE_SHARED48K, "48 KiB shared memory"},
+                 {KILN_FEATURE_SUBGROUP, "subgroup arithmetic"}};
+    printf("features:");
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (f & names[i].bit)
+            printf(" %s%s", names[i].name, (f & ~(2 * names[i].bit - 1)) ? "," : "");
+    printf(f ? "\n" : " none\n");
+}
+
 static void print_tensor(const kiln_model *m, const kiln_tensor_info *t, const void *data) {
     int64_t shape[KILN_MAX_RANK];
     uint64_t bytes = kiln_model_tensor_bytes(m, t);
@@ -402,9 +421,11 @@ int main(int argc, char **argv) {
         goto done;
     }
     if (!quiet) {
-        printf("model: %s\ndevice: %s (%s)\narena: %llu bytes\ndispatches: %u\n",
-               d->name, kiln_device_name(dev), kiln_device_type_name(dev),
-               (unsigned long long)d->arena_bytes, d->dispatch_count);
+        printf("model: %s\ndevice: %s (%s)\n", d->name, kiln_device_name(dev),
+               kiln_device_type_name(dev));
+        print_features(kiln_device_features(dev));
+        printf("arena: %llu bytes\ndispatches: %u\n", (unsigned long long)d->arena_bytes,
+               d->dispatch_count);
         if (runs > 1 && steps == 1)
             printf("runs: %d, %.1f us per run (wall clock)\n", runs,
                    ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / 1e3 / runs);

@@ -1,13 +1,22 @@
 #version 460
 // conv.comp: N-dimensional convolution (1 to 3 spatial dimensions) and its
-// transpose, NC(D)HW layout, one invocation per output element.
+// transpose, NC(D)HW layout.
 //
 // Spatial shapes are padded to 3 dimensions (size 1 where unused): IN_SP,
 // OUT_SP, K_SP, STRIDE, PAD (at the beginning), DIL. N, C (input channels),
 // OC, G (groups). Weights: [OC, C/G, k...] for a convolution; [C, OC/G, k...]
 // for a transpose (TRANSPOSED 1), where output position o takes input
-// position i with o = i * stride - pad + k * dil. HAS_BIAS adds bias[oc];
-// ACT(x) is an activation expression.
+// position i with o = i * stride - pad + k * dil. HAS_BIAS adds bias[oc],
+// HAS_RES the element of res (a skip connection, y's shape); ACT(x) is an
+// activation expression, last.
+//
+// SPLIT invocations (a power of two dividing WG) share each output element:
+// invocation j of them sums the input channels j, j + SPLIT, ... of its
+// group, and the first adds up their sums through shared memory. The
+// compiler splits small convolutions, whose one invocation per output would
+// leave most of a large GPU idle and take as long as one output's chain of
+// loads and multiply-adds; SPLIT 1 is one invocation per output.
+#extension GL_EXT_control_flow_attributes : enable
 #include "common.glsl"
 
 layout(local_size_x = WG) in;
@@ -17,6 +26,7 @@ layout(push_constant) uniform Args {
     F32R x;
     F32R w;
     F32R bias;
+    F32R res;
     KILN_DIMS
 } args;
 
@@ -36,48 +46,83 @@ const uint K_VOL = K_[0] * K_[1] * K_[2];
 const uint COUNT = N * OC * OUT_VOL;
 const uint CG = C / G, OCG = OC / G;
 
+// Output o's products over the input channels first, first + SPLIT, ...
+// of its group.
+float conv_sum(uint o, uint first) {
+    const uint sp = o % OUT_VOL, oc = (o / OUT_VOL) % OC, n = o / (OUT_VOL * OC);
+    const int op[3] = int[3](int(sp / (OUT_[1] * OUT_[2])), int((sp / OUT_[2]) % OUT_[1]),
+                             int(sp % OUT_[2]));
+    const uint g = oc / OCG;
+    float acc = 0.0;
+    for (uint ci = first; ci < CG; ci += SPLIT) {
+        const uint c = g * CG + ci;
+        const uint xbase = (n * C + c) * IN_VOL;
+#if TRANSPOSED
+        const uint wbase = (c * OCG + (oc - g * OCG)) * K_VOL;
+#else
+        const uint wbase = (oc * CG + ci) * K_VOL;
+#endif
+        for (uint kk = 0; kk < K_VOL; ++kk) {
+            const int kp[3] = int[3](int(kk / (K_[1] * K_[2])), int((kk / K_[2]) % K_[1]),
+                                     int(kk % K_[2]));
+            bool ok = true;
+            uint xi = 0;
+            [[unroll]] for (int d = 0; d < 3; ++d) {
+#if TRANSPOSED
+                int t = op[d] + PAD_[d] - kp[d] * DIL_[d];
+                int i = t / STRIDE_[d];
+                ok = ok && t >= 0 && t % STRIDE_[d] == 0 && i < int(IN_[d]);
+#else
+                int i = op[d] * STRIDE_[d] - PAD_[d] + kp[d] * DIL_[d];
+                ok = ok && i >= 0 && i < int(IN_[d]);
+#endif
+                xi = xi * IN_[d] + uint(max(i, 0));
+            }
+            if (ok)
+                acc += args.x.v[xbase + xi] * args.w.v[wbase + kk];
+        }
+    }
+    return acc;
+}
+
+void finish(uint o, float acc) {
+#if HAS_BIAS
+    acc += args.bias.v[(o / OUT_VOL) % OC];
+#endif
+#if HAS_RES
+    acc += args.res.v[o];
+#endif
+    args.y.v[o] = ACT(acc);
+}
+
+#if SPLIT > 1
+shared float part[WG];
+
+void main() {
+    const uint l = gl_LocalInvocationID.x, lane = l % SPLIT;
+    const uint per_group = WG / SPLIT; // outputs a workgroup takes at a time
+    for (uint o0 = gl_WorkGroupID.x * per_group; o0 < COUNT;
+         o0 += gl_NumWorkGroups.x * per_group) {
+        const uint o = o0 + l / SPLIT;
+        part[l] = o < COUNT ? conv_sum(o, lane) : 0.0;
+        barrier();
+        if (lane == 0 && o < COUNT) {
+            float acc = 0.0;
+            [[unroll]] for (uint j = 0; j < SPLIT; ++j)
+                acc += part[l + j];
+            finish(o, acc);
+        }
+        barrier();
+    }
+}
+#else
 void main() {
     const uint step = gl_NumWorkGroups.x * WG;
     for (uint o = gl_GlobalInvocationID.x; o < COUNT;) {
-        const uint sp = o % OUT_VOL, oc = (o / OUT_VOL) % OC, n = o / (OUT_VOL * OC);
-        const int op[3] = int[3](int(sp / (OUT_[1] * OUT_[2])), int((sp / OUT_[2]) % OUT_[1]),
-                                 int(sp % OUT_[2]));
-        const uint g = oc / OCG;
-        float acc = 0.0;
-        for (uint ci = 0; ci < CG; ++ci) {
-            const uint c = g * CG + ci;
-            const uint xbase = (n * C + c) * IN_VOL;
-#if TRANSPOSED
-            const uint wbase = (c * OCG + (oc - g * OCG)) * K_VOL;
-#else
-            const uint wbase = (oc * CG + ci) * K_VOL;
-#endif
-            for (uint kk = 0; kk < K_VOL; ++kk) {
-                const int kp[3] = int[3](int(kk / (K_[1] * K_[2])), int((kk / K_[2]) % K_[1]),
-                                         int(kk % K_[2]));
-                bool ok = true;
-                uint xi = 0;
-                for (int d = 0; d < 3; ++d) {
-#if TRANSPOSED
-                    int t = op[d] + PAD_[d] - kp[d] * DIL_[d];
-                    int i = t / STRIDE_[d];
-                    ok = ok && t >= 0 && t % STRIDE_[d] == 0 && i < int(IN_[d]);
-#else
-                    int i = op[d] * STRIDE_[d] - PAD_[d] + kp[d] * DIL_[d];
-                    ok = ok && i >= 0 && i < int(IN_[d]);
-#endif
-                    xi = xi * IN_[d] + uint(max(i, 0));
-                }
-                if (ok)
-                    acc += args.x.v[xbase + xi] * args.w.v[wbase + kk];
-            }
-        }
-#if HAS_BIAS
-        acc += args.bias.v[oc];
-#endif
-        args.y.v[o] = ACT(acc);
+        finish(o, conv_sum(o, 0));
         if (COUNT - o <= step)
             break;
         o += step;
     }
 }
+#endif

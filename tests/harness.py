@@ -6,9 +6,11 @@ and libkilnrt, and the program runs on the Vulkan device (lavapipe in CI)
 with the Khronos validation layer on (KILN_VALIDATION=1): any validation
 message makes the program exit 3, which fails the test.
 """
+import contextlib
 import json
 import os
 import subprocess
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +30,20 @@ VALIDATION = os.environ.get("KILN_TEST_VALIDATION", "1")
 # so that the validation layer's synchronization validation, which cannot see
 # device addresses, checks every barrier of every generated program.
 SYNC_CHECK = os.environ.get("KILN_TEST_SYNC_CHECK", "1") != "0"
+
+_thread = threading.local()  # the suite runs its cases on a pool of threads
+
+
+@contextlib.contextmanager
+def program_env(**env):
+    """Extra environment for the model programs that run_program starts on
+    this thread (a test's own), e.g. KILN_SUBGROUP="0"."""
+    old = getattr(_thread, "env", {})
+    _thread.env = {**old, **env}
+    try:
+        yield
+    finally:
+        _thread.env = old
 
 
 def registry():
@@ -121,7 +137,8 @@ def run_program(prog, inputs, expected, validation=True):
     for i in range(len(expected)):
         args += ["-o", workdir / f"out{i}.bin"]
     # In the model's directory: a relative weights file name resolves there.
-    r = run(args, cwd=workdir, env={"KILN_VALIDATION": VALIDATION if validation else "0"})
+    r = run(args, cwd=workdir, env={"KILN_VALIDATION": VALIDATION if validation else "0",
+                                    **getattr(_thread, "env", {})})
     check(r.returncode != 3, f"Vulkan validation messages:\n{r.stderr[-3000:]}")
     check(r.returncode == 0, f"the model program failed ({r.returncode}):\n{r.stderr}")
     outs = []

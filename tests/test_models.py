@@ -17,9 +17,8 @@ import numpy as np
 
 import reference as ref
 from harness import (Skip, BUILD, CC, EXTRA_CFLAGS, ROOT, VALIDATION, VULKAN_LIB, assert_close,
-                     build_model,
-                     check, kiln, link_model,
-                     model_yaml, registry, run, run_model, run_program)
+                     build_model, check, kiln, link_model, model_yaml, program_env, registry,
+                     run, run_model, run_program)
 
 TESTS, case = registry()
 
@@ -310,6 +309,49 @@ def test_sync_check_catches(workdir):
               f"{r.stderr[-2000:]}")
 
 
+@case("subgroup builds: a kernel's second build runs where the device has subgroup "
+      "arithmetic, the first with KILN_SUBGROUP=0; inspect lists both")
+def test_subgroup_builds(workdir):
+    d = Path(workdir)
+    x = np.random.default_rng(8).standard_normal([4, 50]).astype(np.float32) * 3
+    y = model_yaml("sg", {"x": {"dtype": "f32", "shape": [4, 50]}},
+                   [{"name": "p", "op": "softmax", "inputs": ["x"]},
+                    {"name": "l", "op": "log_softmax", "inputs": ["x"]}], ["p", "l"])
+    prog = build_model(d, y)
+    np.ascontiguousarray(x).tofile(d / "x.bin")
+    r = run([prog, "-i", d / "x.bin"])
+    check(r.returncode == 0, r.stderr)
+    if "subgroup arithmetic" not in r.stdout:
+        raise Skip("the device has no subgroup arithmetic")
+    r = kiln("inspect", d / "model.yaml", "--format", "json")
+    check(r.returncode == 0, r.stderr)
+    kernels = json.loads(r.stdout)["kernels"]
+    check(len(kernels) == 2 and all(k["family"] == "softmax" and k["alt_spirv_bytes"] > 0
+                                    and k["alt_needs"] == 64 for k in kernels), str(kernels))
+    want_p, want_l = ref.softmax(x), ref.log_softmax(x)
+    # The softmax kernel's second build swapped for log_softmax's: which
+    # build a device runs shows in p.
+    text = (d / "model.c").read_text()
+    log_kernel = int(re.search(r"/\* kernel (\d+): softmax\n(?: \*   .*\n)*? \*   LOG 1\n",
+                               text)[1])
+    rows = re.findall(r"\{model_spirv_(\d+), (\d+)u, \"softmax\", model_spirv_\d+_alt, "
+                      r"(\d+)u, 64u\}", text)
+    check(len(rows) == 2, f"kernel table: {rows}")
+    plain = next(r for r in rows if int(r[0]) != log_kernel)
+    alt_words = next(r[2] for r in rows if int(r[0]) == log_kernel)
+    text = text.replace(f"model_spirv_{plain[0]}_alt, {plain[2]}u, 64u}}",
+                        f"model_spirv_{log_kernel}_alt, {alt_words}u, 64u}}")
+    (d / "model.c").write_text(text)
+    link_model(d)
+    p, l = run_program(prog, [x], [want_p, want_l])
+    assert_close(p, want_l, 1e-5, 1e-5, "p, the second build (log_softmax's) on this device")
+    assert_close(l, want_l, 1e-5, 1e-5, "l")
+    with program_env(KILN_SUBGROUP="0"):
+        p, l = run_program(prog, [x], [want_p, want_l])
+    assert_close(p, want_p, 1e-5, 1e-7, "p, the first build with KILN_SUBGROUP=0")
+    assert_close(l, want_l, 1e-5, 1e-5, "l with KILN_SUBGROUP=0")
+
+
 @case("weights sidecar (--weights-file): the model runs right; a missing, truncated, "
       "corrupt, padded or foreign file is a clear error")
 def test_weights_file(workdir):
@@ -492,10 +534,12 @@ def test_fusion_counts(workdir):
     check(t_qkv == t_none - 6, f"q, k, v and gate, up in one product each per layer: "
           f"{t_qkv} vs {t_none}")
     check(t_all < t_norm and t_all < t_elt and t_all < t_qkv, f"all fusions: {t_all}")
-    # conv + batch_norm (folded into the weights) + relu: three convs, one each.
+    # conv + batch_norm (folded into the weights) (+ the skip connection's
+    # add) + relu: three convs, one dispatch each.
     check(count("cnn", "--no-fuse") == 14, "cnn unfused")
-    check(count("cnn", "--no-fuse=eltwise,norm") == 9, "conv epilogues")
-    check(count("cnn") == 8, "cnn fused")
+    check(count("cnn", "--no-fuse=eltwise,norm") == 7, "conv epilogues")
+    check(count("cnn", "--no-fuse=epilogue") == 13, "skip + relu2 fused as a chain")
+    check(count("cnn") == 7, "cnn fused")
     r = kiln("inspect", ROOT / "samples" / "mlp.yaml", "--no-fuse=loops")
     check(r.returncode == 1 and "unknown fusion 'loops'" in r.stderr, r.stderr)
 

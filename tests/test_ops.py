@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 
 import reference as ref
-from harness import (assert_close, build_model, check, model_yaml, registry, run_model,
-                     run_program)
+from harness import (assert_close, build_model, check, model_yaml, program_env, registry,
+                     run_model, run_program)
 
 TESTS, case = registry()
 
@@ -1081,6 +1081,11 @@ CONVS = [  # x shape, w shape, attrs, bias
     ([1, 2, 8, 7], [2, 2, 2, 3], {"strides": [2, 2], "auto_pad": "same_lower"}, False),
     ([1, 2, 6, 6], [3, 2, 3, 3], {"auto_pad": "valid"}, True),
     ([1, 2, 5, 6, 4], [3, 2, 2, 3, 2], {"pads": [1, 0, 1, 0, 1, 1]}, True),   # 3-D
+    # channels split over invocations (conv.comp SPLIT): 32 ways, 48 channels
+    # (some invocations take two); 4 ways within groups; one way (65,536 outputs)
+    ([1, 48, 6, 6], [8, 48, 3, 3], {"pads": [1, 1, 1, 1]}, True),
+    ([1, 8, 9, 9], [4, 4, 3, 3], {"group": 2}, True),
+    ([1, 4, 130, 130], [4, 4, 3, 3], {}, True),
 ]
 
 
@@ -1126,6 +1131,57 @@ def _(workdir):
     want = np.maximum(ref.conv(x, w, b, pads=[1, 1, 1, 1]), 0)
     one_op(workdir, "conv", [x, w, b], want, {"pads": [1, 1, 1, 1], "activation": "relu"},
            1e-5, 1e-4)
+
+
+def epilogue_case(kind, flags=()):
+    """Fusion into a conv or matmul epilogue (optimize.c): a conv's
+    residual add and activation ("residual": one dispatch); an add whose
+    other input a later node makes ("later": not fused, since the epilogue
+    runs at the conv's or matmul's place); a broadcast residual."""
+    def test(workdir):
+        r = rng(2525)
+        x, w, b = values(r, [1, 4, 8, 8], 1.0), values(r, [4, 4, 3, 3], 1.0), values(r, [4], 1.0)
+        res = values(r, [1, 1, 8, 1] if kind == "broadcast" else [1, 4, 8, 8], 1.0)
+        conv = ref.conv(x, w, b, pads=[1, 1, 1, 1])
+        ins = {"x": spec(x), "w": spec(w), "b": spec(b), "r": spec(res)}
+        nodes = [{"name": "c", "op": "conv", "inputs": ["x", "w", "b"], "pads": [1, 1, 1, 1]}]
+        if kind == "later":
+            nodes.append({"name": "z", "op": "exp", "inputs": ["r"]})
+            nodes.append({"name": "s", "op": "add", "inputs": ["c", "z"]})
+            want = np.maximum(conv + np.exp(res.astype(np.float64)), 0)
+        else:
+            nodes.append({"name": "s", "op": "add", "inputs": ["r", "c"]})
+            want = np.maximum(conv + res, 0)
+        nodes.append({"name": "y", "op": "relu", "inputs": ["s"]})
+        if kind == "matmul":  # the later operand of a matmul's bias add
+            a, m = values(r, [6, 9], 1.0), values(r, [9, 5], 1.0)
+            res = values(r, [6, 5], 1.0)
+            ins = {"a": spec(a), "m": spec(m), "r": spec(res)}
+            nodes = [{"name": "p", "op": "matmul", "inputs": ["a", "m"]},
+                     {"name": "z", "op": "exp", "inputs": ["r"]},
+                     {"name": "y", "op": "add", "inputs": ["p", "z"]}]
+            want = a.astype(np.float64) @ m + np.exp(res.astype(np.float64))
+        inputs = [v for v in (x, w, b, res)] if kind != "matmul" else [a, m, res]
+        prog = build_model(workdir, model_yaml("epi", ins, nodes, ["y"]), flags=list(flags))
+        got, = run_program(prog, inputs, [want.astype(np.float32)])
+        assert_close(got, want, 1e-5, 1e-4)
+        header = (Path(workdir) / "model.h").read_text()
+        if kind == "residual":
+            one = "--no-fuse=epilogue" not in flags
+            check(("_DISPATCH_COUNT 1u\n" in header) == one and
+                  ("c + s + y (conv)" in (Path(workdir) / "model.c").read_text()) == one,
+                  "the residual and relu in the conv's dispatch" if one else "not fused")
+    return test
+
+
+case("op conv + residual add + relu: one dispatch")(epilogue_case("residual"))
+case("op conv + residual add + relu with --no-fuse=epilogue")(
+    epilogue_case("residual", ["--no-fuse=epilogue"]))
+case("op conv + add of a tensor made after the conv: not in its epilogue")(
+    epilogue_case("later"))
+case("op conv + broadcast add + relu")(epilogue_case("broadcast"))
+case("op matmul + add of a tensor made after the matmul: not in its epilogue")(
+    epilogue_case("matmul"))
 
 
 CONV_TS = [([1, 2, 4, 5], [2, 3, 3, 3], {}, True),
@@ -1352,3 +1408,33 @@ def scan_case(i, bt, L, dim, N, has_d, has_z, softplus):
 for i, c in enumerate(SCANS):
     case(f"op selective_scan batch={c[0]} L={c[1]} dim={c[2]} N={c[3]} D={c[4]} z={c[5]} "
          f"softplus={c[6]}")(scan_case(i, *c))
+
+
+# ---- the shared-memory reductions ----
+# Kernels that reduce rows across a workgroup (reduce.glsl) have a second
+# build that reduces within subgroups first; devices with subgroup arithmetic
+# (lavapipe too) run it, so the cases above test it. These run the first
+# build, which other devices run (KILN_SUBGROUP=0 hides the feature).
+
+def shared_memory_reductions(test):
+    def run_case(workdir):
+        with program_env(KILN_SUBGROUP="0"):
+            test(workdir)
+    return run_case
+
+
+for name, test in [
+        ("softmax [64, 4096]", softmax_case(5, [64, 4096], 3.0)),
+        ("softmax [3, 5000]", softmax_case(6, [3, 5000], 3.0)),
+        ("log_softmax [2, 3, 1000] axis=-1", axis_case(
+            "log_softmax", 3, [2, 3, 1000], -1, lambda x: ref.log_softmax(x, -1),
+            tol=(1e-5, 1e-5))),
+        ("layer_norm [5, 300] offset=100", norm_case(1, *NORMS[1])),
+        ("rms_norm [4, 2, 513]", norm_case(3, *NORMS[3])),
+        ("reduce_max [3, 1000]", reduce_case("reduce_max", 3, [3, 1000], [-1], 0)),
+        ("reduce_prod [4, 5, 6]", reduce_case("reduce_prod", 2, [4, 5, 6], [0, 2], 1)),
+        ("reduce_sum [2, 3, 4, 5]", reduce_case("reduce_sum", 5, [2, 3, 4, 5], [1, 3], 0)),
+        ("attention causal 300 x 300", attention_case(6, *ATTENTIONS[6])),
+        ("attention grouped-query", attention_case(1, *ATTENTIONS[1]))]:
+    case(f"op {name} on the shared-memory reductions (KILN_SUBGROUP=0)")(
+        shared_memory_reductions(test))
