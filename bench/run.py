@@ -18,6 +18,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -245,11 +246,33 @@ def torch_model(path):
     return model, forward
 
 
-def model_rows(quick):
+def transformer_at(seq, wd):
+    """samples/transformer.yaml (16 tokens) for seq tokens: the token input,
+    the positions and the reshapes; written to wd, returns its path."""
+    text = (ROOT / "samples" / "transformer.yaml").read_text()
+    text = text.replace("tokens: {dtype: i32, shape: [1, 16]}",
+                        f"tokens: {{dtype: i32, shape: [1, {seq}]}}")
+    text = re.sub(r"positions: \{dtype: f32, shape: \[16, 1\], values: \[[0-9, ]*\]\}",
+                  f"positions: {{dtype: f32, shape: [{seq}, 1], values: "
+                  f"[{', '.join(str(i) for i in range(seq))}]}}", text)
+    text = text.replace("shape: [1, 16, ", f"shape: [1, {seq}, ")
+    path = wd / f"transformer_s{seq}.yaml"
+    path.write_text(text)
+    return path
+
+
+def model_rows(quick, wd):
+    """(row name, YAML path, inputs) of the whole-model rows."""
     r = np.random.default_rng(1)
-    rows = [("mlp", [r.standard_normal((4, 256), dtype=np.float32)]),
-            ("transformer", [r.integers(0, 64, (1, 16)).astype(np.int32)]),
-            ("cnn", [r.standard_normal((1, 3, 32, 32), dtype=np.float32)])]
+    samples = ROOT / "samples"
+    rows = [("mlp", samples / "mlp.yaml", [r.standard_normal((4, 256), dtype=np.float32)]),
+            ("transformer seq 16", samples / "transformer.yaml",
+             [r.integers(0, 64, (1, 16)).astype(np.int32)])]
+    for seq in (128, 1):
+        rows.append((f"transformer seq {seq}", transformer_at(seq, wd),
+                     [r.integers(0, 64, (1, seq)).astype(np.int32)]))
+    rows.append(("cnn", samples / "cnn.yaml",
+                 [r.standard_normal((1, 3, 32, 32), dtype=np.float32)]))
     return rows
 
 
@@ -293,9 +316,8 @@ def main():
         print(json.dumps(row), flush=True)
     results["copy_gbs"] = copy_gbs
 
-    for name, inputs in model_rows(args.quick):
-        path = ROOT / "samples" / f"{name}.yaml"
-        prog, compile_s, summary = build_kiln(wd, path.read_text(), name)
+    for name, path, inputs in model_rows(args.quick, wd):
+        prog, compile_s, summary = build_kiln(wd, path.read_text(), name.replace(" ", "_"))
         model, fwd = torch_model(path)
         want = interpret.interpret(path, inputs)
         kr, (got,) = run_kiln(wd, prog, inputs, [np.asarray(want[0], np.float32)], 200, 20)
