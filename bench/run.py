@@ -8,9 +8,10 @@ against PyTorch's before timing anything, then times both:
 
 - kernels (memory-bound rows, matmuls): kiln's GPU time from timestamps
   around its dispatches, torch's from CUDA events around its op; medians;
-- whole models (samples/*.yaml): the latency of one inference from host
-  memory to host memory (inputs in, compute, outputs out, synchronized), for
-  kiln, torch eager and torch replaying a CUDA graph; medians.
+- whole models (samples/*.yaml; the transformer at sequence 16, 128 and
+  1): the latency of one inference from host memory to host memory (inputs
+  in, compute, outputs out, synchronized), for kiln, torch eager and torch
+  replaying a CUDA graph; medians.
 
   bench/run.py [--out DIR] [--quick]     (--quick: small sizes, a smoke test)
 """
@@ -372,7 +373,10 @@ def write_markdown(res, path):
          "Every kiln result was checked against PyTorch's before it was timed (relative "
          "error column). Kernel rows: median GPU time (kiln: timestamps around its "
          "dispatches; torch: CUDA events). Model rows: median latency of one inference "
-         "from host memory to host memory.", "",
+         "from host memory to host memory (kiln's from a model created without "
+         "timestamps); kiln GPU us is the sum of its dispatches' times from a "
+         "timestamp after every dispatch, which lengthen the schedule (an upper bound, "
+         "above the wall time on NVIDIA).", "",
          "## Kernels", "",
          "| row | kiln us | torch us | kiln / torch speed | kiln GB/s | kiln GFLOP/s | rel. error |",
          "| --- | --- | --- | --- | --- | --- | --- |"]
@@ -400,7 +404,7 @@ def write_markdown(res, path):
     L += ["", "Speed ratios above 1 mean kiln is faster. Compile times: cold (an empty "
           "kernel cache: every kernel through shaderc and the optimizer) and warm (the same "
           "model again, its kernels from the cache); create is pipeline creation, buffers, "
-          "weight upload and recording."]
+          "weight upload and recording (the first create of the process)."]
     path.write_text("\n".join(L) + "\n")
 
 
