@@ -1686,8 +1686,8 @@ static void define_spatial(Dispatch *d, const char *name, int nsp, const int64_t
 
 static void lower_conv(Program *p, Node *n) {
     Tensor *x = n->inputs[0], *w = n->inputs[1], *y = n->outputs[0];
-    /* A fused batch norm (already in w and the bias) and activation: the
-     * dispatch writes the last tensor of the group. */
+    /* A fused batch norm (already in w and the bias), residual add and
+     * activation: the dispatch writes the last tensor of the group. */
     Node *last = n->epi_act ? n->epi_act : n->epi_res ? n->epi_res : n->epi_bias;
     if (last)
         y = last->outputs[0];

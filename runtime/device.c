@@ -404,7 +404,6 @@ static void query_device(kiln_device *dev) {
     VkQueueFamilyProperties fams[32];
     uint32_t nfam = queue_families(dev->physical, fams);
     dev->timestamp_bits = dev->queue_family < nfam ? fams[dev->queue_family].timestampValidBits : 0;
-
 }
 
 static kiln_status open_device(kiln_device *dev) {

@@ -112,11 +112,14 @@ static void print_features(uint32_t f) {
                  {KILN_FEATURE_COOPMAT, "cooperative matrices"},
                  {KILN_FEATURE_SHARED48K, "48 KiB shared memory"},
                  {KILN_FEATURE_SUBGROUP, "subgroup arithmetic"}};
+    const char *sep = " ";
     printf("features:");
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (f & names[i].bit)
-            printf(" %s%s", names[i].name, (f & ~(2 * names[i].bit - 1)) ? "," : "");
-    printf(f ? "\n" : " none\n");
+        if (f & names[i].bit) {
+            printf("%s%s", sep, names[i].name);
+            sep = ", ";
+        }
+    printf("%s\n", *sep == ' ' ? " none" : "");
 }
 
 static void print_tensor(const kiln_model *m, const kiln_tensor_info *t, const void *data) {
