@@ -184,6 +184,13 @@ static Module compile_one(shaderc_compiler_t sc, spv_context ctx, const Dispatch
     return m;
 }
 
+uint64_t spirv_bytes(const Program *p) {
+    uint64_t b = 0;
+    for (int i = 0; i < p->nmodules; i++)
+        b += (p->modules[i].nwords + p->modules[i].alt_nwords) * 4;
+    return b;
+}
+
 void compile_kernels(Program *p, KernelCache *cache) {
     shaderc_compiler_t sc = shaderc_compiler_initialize();
     if (!sc)

@@ -377,9 +377,7 @@ void emit_c(Graph *g, Program *p, const Options *opt, const char *header_name,
     int barriers = 0;
     for (int i = 0; i < p->ndispatches; i++)
         barriers += p->dispatches[i]->barrier;
-    uint64_t spirv = 0;
-    for (int i = 0; i < p->nmodules; i++)
-        spirv += (p->modules[i].nwords + p->modules[i].alt_nwords) * 4;
+    uint64_t spirv = spirv_bytes(p);
 
     Str kernels = {0}, weights = {0}, tensors = {0}, sched = {0};
     emit_kernels(&kernels, p, px);

@@ -39,6 +39,10 @@ void node_add_input(Node *n, Tensor *t) {
     n->inputs[n->ninputs++] = t;
 }
 
+Tensor *other_input(const Node *n, const Tensor *t) {
+    return n->inputs[n->inputs[0] == t ? 1 : 0];
+}
+
 void node_add_output(Node *n, Tensor *t) {
     n->outputs = xrealloc(n->outputs, sizeof(Tensor *) * (size_t)(n->noutputs + 1));
     n->outputs[n->noutputs++] = t;

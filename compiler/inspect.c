@@ -30,13 +30,6 @@ static const char *human(uint64_t b) {
     return format("%.1f GiB", (double)b / (1024.0 * 1024 * 1024));
 }
 
-static uint64_t spirv_bytes(const Program *p) {
-    uint64_t b = 0;
-    for (int i = 0; i < p->nmodules; i++)
-        b += (p->modules[i].nwords + p->modules[i].alt_nwords) * 4;
-    return b;
-}
-
 /* How many kernels have a second build (Module.alt_words). */
 static int alt_count(const Program *p) {
     int n = 0;

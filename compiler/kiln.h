@@ -279,6 +279,8 @@ int attr_ints(Node *n, const char *key, int64_t *out, int max);
 Tensor *graph_tensor(Graph *g, const char *name, TensorKind kind, Loc loc);
 Node *graph_node(Graph *g, OpKind op, const char *name, Loc loc);
 void node_add_input(Node *n, Tensor *t);
+/* The operand of a two-input node that is not t (an add's other side). */
+Tensor *other_input(const Node *n, const Tensor *t);
 void node_add_output(Node *n, Tensor *t);
 void node_set_attr(Node *n, const char *key, const char *scalar);
 void node_set_int(Node *n, const char *key, int64_t v);
@@ -577,6 +579,8 @@ void schedule(Graph *g, Program *p);
  * kernels are looked up first and stored. */
 typedef struct KernelCache KernelCache;
 void compile_kernels(Program *p, KernelCache *cache);
+/* Bytes of SPIR-V in p's kernels, second builds included. */
+uint64_t spirv_bytes(const Program *p);
 
 /* ---- kernel_cache.c ------------------------------------------------------ */
 

@@ -1075,8 +1075,7 @@ static void lower_matmul(Program *p, Node *n) {
         Tensor *bias = NULL;
         Operand bo = whole(a);
         if (n->epi_bias) {
-            Node *add = n->epi_bias;
-            bias = add->inputs[add->inputs[0] == out ? 1 : 0];
+            bias = other_input(n->epi_bias, out);
             bo = broadcast(bias, 2, (int64_t[]){s.M, s.N});
             if (bias->rank >= 2 && bias->shape[bias->rank - 2] != 1)
                 bo = broadcast(bias, 2, (int64_t[]){out->shape[out->rank - 2], s.N});
@@ -1722,11 +1721,10 @@ static void lower_conv(Program *p, Node *n) {
         dispatch_arg(d, n->inputs[2], false);
     else
         dispatch_unused(d, x);
-    if (n->epi_res) { /* the add's other input */
-        Tensor *sum_in = n->epi_bias ? n->epi_bias->outputs[0] : n->outputs[0];
-        Node *add = n->epi_res;
+    if (n->epi_res) {
         define_int(d, "HAS_RES", 1);
-        dispatch_arg(d, add->inputs[add->inputs[0] == sum_in ? 1 : 0], false);
+        dispatch_arg(d, other_input(n->epi_res, n->epi_bias ? n->epi_bias->outputs[0]
+                                                             : n->outputs[0]), false);
     }
     /* products per output: the input channels of its group by the kernel */
     int64_t cg = x->shape[1] / attr_int(n, "group", 1);

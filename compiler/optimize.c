@@ -128,8 +128,8 @@ static void fuse_epilogues(Graph *g) {
         Node *next = sole_reader(g, out);
         if (free_node(next) && next->op == OP_ADD && all_f32(next) &&
             next->inputs[0] != next->inputs[1] && same_shape(next->outputs[0], out) &&
-            ready_before(g, next->inputs[next->inputs[0] == out ? 1 : 0], m)) {
-            Tensor *bias = next->inputs[next->inputs[0] == out ? 1 : 0];
+            ready_before(g, other_input(next, out), m)) {
+            Tensor *bias = other_input(next, out);
             /* Per column (any batch), or per element of an unbatched product. */
             bool per_column = true;
             for (int d = 0; d + 1 < bias->rank; d++)
@@ -217,7 +217,7 @@ static void fuse_conv_epilogues(Graph *g) {
         if (free_node(next) && next->op == OP_ADD && all_f32(next) &&
             next->inputs[0] != next->inputs[1] && same_shape(next->inputs[0], out) &&
             same_shape(next->inputs[1], out) &&
-            ready_before(g, next->inputs[next->inputs[0] == out ? 1 : 0], c)) {
+            ready_before(g, other_input(next, out), c)) {
             c->epi_res = next;
             next->fused_into = c;
             next = sole_reader(g, next->outputs[0]);

@@ -99,7 +99,6 @@ static void fill(const kiln_tensor_info *t, void *dst, uint32_t input) {
     }
 }
 
-/* t as the last run left it (its shape at the model's current dims). */
 /* The device's KILN_FEATURE_* bits, in words. */
 static void print_features(uint32_t f) {
     static const struct {
@@ -122,6 +121,7 @@ static void print_features(uint32_t f) {
     printf("%s\n", *sep == ' ' ? " none" : "");
 }
 
+/* t as the last run left it (its shape at the model's current dims). */
 static void print_tensor(const kiln_model *m, const kiln_tensor_info *t, const void *data) {
     int64_t shape[KILN_MAX_RANK];
     uint64_t bytes = kiln_model_tensor_bytes(m, t);
