@@ -11,7 +11,8 @@
  * of the dispatches' times), the median wall time of a run (inputs in,
  * submit, fence wait, outputs out), the time the first create took
  * (pipelines, buffers, weight upload, recording; the second finds the
- * driver's pipeline cache warm), and the dispatch and barrier counts. -o writes the outputs of the last run.
+ * driver's pipeline cache warm), and the dispatch and barrier counts. -o
+ * writes the outputs of the last run.
  */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 199309L
@@ -104,8 +105,9 @@ int main(int argc, char **argv) {
                 s = kiln_model_profile(m, us, d->dispatch_count);
             if (r >= 0 && pass == 1)
                 wall[r] = w1 - w0;
-            for (uint32_t k = 0; r >= 0 && pass == 0 && k < d->dispatch_count; k++)
-                gpu[r] += us[k];
+            if (r >= 0 && pass == 0)
+                for (uint32_t k = 0; k < d->dispatch_count; k++)
+                    gpu[r] += us[k];
         }
     }
     if (s != KILN_OK) {
