@@ -15,8 +15,8 @@
  * sum of (aligned) sizes live at any one step: no placement can do better.
  *
  * Inputs and outputs also get a place in the staging buffer (io_offset):
- * inputs first, then outputs, guard bands, the dynamic dimensions' values
- * and indirect commands, 16-byte aligned.
+ * inputs first, then outputs (at the arena's alignment), guard bands, the
+ * dynamic dimensions' values and indirect commands (16-byte aligned).
  */
 #include "kiln.h"
 
@@ -218,17 +218,23 @@ static void place_arena_guarded(Graph *g, Program *p) {
     p->peak_bytes = peak; /* nothing shares: every byte is its own */
 }
 
+/* Inputs and outputs at the arena's alignment (at least 16 bytes): the
+ * dispatches may reach them in staging itself (the runtime's direct I/O),
+ * and a descriptor over one (--sync-check), which starts at the device's
+ * alignment, then covers no other. With --guard a band before the first and
+ * after each, which the runtime checks where the dispatches write staging. */
 static void place_io(Graph *g, Program *p) {
-    uint64_t off = 0;
+    uint64_t align = p->alignment > 16 ? p->alignment : 16;
+    uint64_t band = p->guard ? GUARD_BYTES : 0, off = align_up(band, align);
     for (int i = 0; i < g->inputs.len; i++) {
         Tensor *t = g->inputs.data[i];
         t->io_offset = off;
-        off = align_up(off + slot_bytes(t), 16);
+        off = align_up(off + slot_bytes(t) + band, align);
     }
     for (int i = 0; i < g->outputs.len; i++) {
         Tensor *t = g->outputs.data[i];
         t->io_offset = off;
-        off = align_up(off + slot_bytes(t), 16);
+        off = align_up(off + slot_bytes(t) + band, align);
     }
     for (int i = 0; i < p->nguards; i++) {
         p->guards[i].io_offset = off;

@@ -350,6 +350,12 @@ kiln_status kiln_model_create(kiln_device *device, const kiln_model_desc *desc,
                               kiln_model **out_model);
 
 #define KILN_MODEL_PROFILE 1u /* a GPU timestamp after every dispatch */
+/* Every input and output copied between the staging buffer and the arena
+ * on the device (KILN_STAGED_IO=1 in the environment does the same). By
+ * default the dispatches read small inputs (up to 64 KiB) and write
+ * outputs (up to 1 MiB) in the staging buffer itself, where nothing else
+ * shares their bytes: no copies, and fewer barriers. */
+#define KILN_MODEL_STAGED_IO 2u
 
 typedef struct kiln_model_options {
     uint32_t flags; /* KILN_MODEL_* */
@@ -403,6 +409,10 @@ uint64_t kiln_model_tensor_bytes(const kiln_model *model, const kiln_tensor_info
 void *kiln_model_input_memory(kiln_model *model, uint32_t i);
 const void *kiln_model_output_memory(const kiln_model *model, uint32_t i);
 kiln_status kiln_model_run_mapped(kiln_model *model);
+/* Whether the dispatches reach input i (output != 0: output i) in the
+ * staging memory itself (KILN_MODEL_STAGED_IO) rather than through a copy;
+ * 0 for an index out of range. */
+int kiln_model_io_direct(const kiln_model *model, int output, uint32_t i);
 
 /* State (desc->states): every state back to zeros (as after create); state
  * i's desc->states[i].bytes copied out or in. Each submits and waits: not

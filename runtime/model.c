@@ -69,7 +69,34 @@ struct kiln_model {
     VkDescriptorPool descriptor_pool;
     VkDescriptorSet *sets;
     kiln__buffer sink;
+    /* Direct I/O (choose_direct_io): the inputs and outputs the dispatches
+     * reach in the staging buffer itself, so that a run copies none of them
+     * on the device. Arena bytes [begin, end) are staging bytes from io on;
+     * index is the input's or output's, kind 0 for an input, 1 an output. */
+    struct direct_range {
+        uint64_t begin, end, io;
+        uint32_t kind, index;
+    } *direct;
+    uint32_t direct_count;
+    /* A guarded model with direct I/O: the bytes of staging no input,
+     * output, guard band copy, dims or indirect commands own (the bands the
+     * compiler left around each input and output), filled with
+     * KILN_GUARD_PATTERN before each run and checked after; after names the
+     * input or output just before each ("" for the start of staging). */
+    struct staging_gap {
+        uint64_t begin, end;
+        const char *after;
+    } *gaps;
+    uint32_t gap_count;
 };
+
+/* The largest input and output the dispatches reach in the staging buffer
+ * (direct I/O). A kernel may read an input many times (a matmul's A once
+ * per column tile), and on a discrete GPU every read of staging memory
+ * crosses the bus, so inputs stay small; a kernel writes an output once, as
+ * the copy would. */
+#define DIRECT_INPUT_MAX (64u << 10)
+#define DIRECT_OUTPUT_MAX (1u << 20)
 
 static int64_t eval_extent(const kiln_extent *e, const int64_t *dims) {
     int64_t v = e->c0;
@@ -341,6 +368,166 @@ static const kiln__buffer *buffer_of(const kiln_model *m, uint32_t which) {
     return which == KILN_BUFFER_WEIGHTS ? &m->weights : &m->arena;
 }
 
+/* The direct range holding bytes [begin, end) of buffer `which` (an empty
+ * range: the byte at begin), or NULL. */
+static const struct direct_range *direct_of(const kiln_model *m, uint32_t which,
+                                            uint64_t begin, uint64_t end) {
+    for (uint32_t i = 0; which == KILN_BUFFER_ARENA && i < m->direct_count; i++) {
+        const struct direct_range *r = &m->direct[i];
+        if (r->begin <= begin && begin < r->end && end <= r->end)
+            return r;
+    }
+    return NULL;
+}
+
+/* Where bytes [begin, end) of buffer `which` live: the staging buffer for
+ * a direct input's or output's, with *shift added to their offsets (0
+ * otherwise). */
+static const kiln__buffer *locate(const kiln_model *m, uint32_t which, uint64_t begin,
+                                  uint64_t end, int64_t *shift) {
+    const struct direct_range *r = direct_of(m, which, begin, end);
+    *shift = r ? (int64_t)(r->io - r->begin) : 0;
+    return r ? &m->io : buffer_of(m, which);
+}
+
+static int ranges_meet(uint64_t a, uint64_t a_end, uint64_t b, uint64_t b_end) {
+    return a < b_end && b < a_end;
+}
+
+/* Whether input (kind 0) or output (kind 1) `index`, at arena bytes
+ * [begin, end), can be direct: no other input or output shares a byte with
+ * it (an output that is an input, or the same output twice), every binding
+ * that touches it lies inside it (none reaches across its edge into what
+ * stays in the arena), no binding writes an input, and no copy of the run
+ * touches it (state updates). */
+static int can_be_direct(const kiln_model *m, uint32_t kind, uint32_t index,
+                         uint64_t begin, uint64_t end) {
+    const kiln_model_desc *d = m->desc;
+    for (uint32_t i = 0; i < d->input_count + d->output_count; i++) {
+        const kiln_tensor_info *t = i < d->input_count ? &d->inputs[i]
+                                                       : &d->outputs[i - d->input_count];
+        uint32_t k = i >= d->input_count, x = k ? i - d->input_count : i;
+        if ((k != kind || x != index) && t->buffer == KILN_BUFFER_ARENA &&
+            ranges_meet(begin, end, t->offset, t->offset + t->bytes))
+            return 0;
+    }
+    for (uint32_t i = 0; i < d->dispatch_count; i++) {
+        const kiln_dispatch *x = &d->dispatches[i];
+        for (uint32_t b = 0; b < x->binding_count; b++) {
+            const kiln_binding *bd = &d->bindings[x->first_binding + b];
+            if (bd->buffer != KILN_BUFFER_ARENA || bd->begin == bd->end ||
+                !ranges_meet(begin, end, bd->begin, bd->end))
+                continue;
+            if (bd->begin < begin || bd->end > end || (kind == 0 && bd->writes))
+                return 0;
+        }
+    }
+    for (uint32_t i = 0; i < d->state_copy_count; i++) {
+        const kiln_state_copy *c = &d->state_copies[i];
+        if (ranges_meet(begin, end, c->src, c->src + c->bytes) ||
+            ranges_meet(begin, end, c->dst, c->dst + c->bytes))
+            return 0;
+    }
+    for (uint32_t i = 0; i < d->state_count; i++)
+        if (ranges_meet(begin, end, d->states[i].offset,
+                        d->states[i].offset + d->states[i].bytes))
+            return 0;
+    return 1;
+}
+
+static int by_begin(const void *a, const void *b) {
+    const struct staging_gap *x = (const struct staging_gap *)a,
+                             *y = (const struct staging_gap *)b;
+    return x->begin < y->begin ? -1 : x->begin > y->begin;
+}
+
+/* The gaps of a guarded model's staging (kiln_model.gaps), each from a
+ * 4-byte boundary. */
+static kiln_status find_staging_gaps(kiln_model *m) {
+    const kiln_model_desc *d = m->desc;
+    uint32_t n = d->input_count + d->output_count + d->guard_count + 2;
+    struct staging_gap *own =
+        (struct staging_gap *)kiln__calloc(m->host, n, sizeof *own);
+    m->gaps = (struct staging_gap *)kiln__calloc(m->host, n + 1, sizeof *m->gaps);
+    if (!own || !m->gaps) {
+        kiln__free(m->host, own);
+        return KILN_FAIL(KILN_ERROR_OUT_OF_HOST_MEMORY, "allocating the staging gaps");
+    }
+    for (uint32_t i = 0; i < d->input_count + d->output_count; i++) {
+        const kiln_tensor_info *t = i < d->input_count ? &d->inputs[i]
+                                                       : &d->outputs[i - d->input_count];
+        own[i].begin = t->io_offset;
+        own[i].end = t->io_offset + t->bytes;
+        own[i].after = t->name;
+    }
+    n = d->input_count + d->output_count;
+    for (uint32_t i = 0; i < d->guard_count; i++, n++) {
+        own[n].begin = d->guards[i].io_offset;
+        own[n].end = d->guards[i].io_offset + d->guards[i].bytes;
+        own[n].after = "a guard band's copy";
+    }
+    own[n].begin = d->dims_io_offset;
+    own[n].end = d->dims_io_offset + (d->dim_count ? 4u * KILN_MAX_DIMS : 0);
+    own[n++].after = "the dims";
+    own[n].begin = d->indirect_io_offset;
+    own[n].end = d->indirect_io_offset + 12ull * d->indirect_count;
+    own[n++].after = "the indirect commands";
+    qsort(own, n, sizeof *own, by_begin);
+    uint64_t cursor = 0;
+    const char *after = "";
+    for (uint32_t i = 0; i <= n; i++) {
+        uint64_t begin = (cursor + 3) / 4 * 4, end = i < n ? own[i].begin : m->io.size;
+        end = end < m->io.size ? end : m->io.size;
+        if (end >= begin + 4) {
+            struct staging_gap *g = &m->gaps[m->gap_count++];
+            g->begin = begin;
+            g->end = begin + (end - begin) / 4 * 4;
+            g->after = after;
+        }
+        if (i < n && own[i].end > cursor && own[i].end > own[i].begin) {
+            cursor = own[i].end;
+            after = own[i].after;
+        }
+    }
+    kiln__free(m->host, own);
+    return KILN_OK;
+}
+
+/* Picks the direct inputs and outputs (none with KILN_MODEL_STAGED_IO or
+ * KILN_STAGED_IO=1, or a staging buffer kernels cannot address): those
+ * within the size limits whose arena offset keeps the 16-byte alignment the
+ * compiler planned with. A guarded model also gets the gaps of its staging
+ * checked. */
+static kiln_status choose_direct_io(kiln_model *m, int staged) {
+    const kiln_model_desc *d = m->desc;
+    if (staged || !m->io.address)
+        return KILN_OK;
+    uint32_t n = d->input_count + d->output_count;
+    if (n == 0)
+        return KILN_OK;
+    m->direct = (struct direct_range *)kiln__calloc(m->host, n, sizeof *m->direct);
+    if (!m->direct)
+        return KILN_FAIL(KILN_ERROR_OUT_OF_HOST_MEMORY, "allocating the direct ranges");
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t kind = i >= d->input_count, index = kind ? i - d->input_count : i;
+        const kiln_tensor_info *t = kind ? &d->outputs[index] : &d->inputs[index];
+        uint64_t begin = t->offset, end = t->offset + t->bytes;
+        if (t->buffer != KILN_BUFFER_ARENA || t->bytes == 0 ||
+            t->bytes > (kind ? DIRECT_OUTPUT_MAX : DIRECT_INPUT_MAX) || begin % 16 ||
+            t->io_offset % 16 || end > m->arena.size ||
+            t->io_offset + t->bytes > m->io.size ||
+            !can_be_direct(m, kind, index, begin, end))
+            continue;
+        struct direct_range *r = &m->direct[m->direct_count++];
+        r->begin = begin;
+        r->end = end;
+        r->io = t->io_offset;
+        r->kind = kind;
+        r->index = index;
+    }
+    return m->direct_count && d->guard_count ? find_staging_gaps(m) : KILN_OK;
+}
+
 /* Where the read-only copy of a written binding starts: begin rounded up,
  * so that it never reaches into bytes a neighbouring write of the same
  * tensor owns (the parts of a concat); at or past end it is bound to the
@@ -456,10 +643,12 @@ static kiln_status create_sync_sets(kiln_model *m) {
         uint32_t n = x->binding_count;
         for (uint32_t b = 0; b < x->binding_count; b++) {
             const kiln_binding *bd = &d->bindings[x->first_binding + b];
-            const kiln__buffer *buf = buffer_of(m, bd->buffer);
-            describe(m, buf, bd->begin, bd->end, align, &sunk, &info[b]);
+            int64_t shift;
+            const kiln__buffer *buf = locate(m, bd->buffer, bd->begin, bd->end, &shift);
+            describe(m, buf, bd->begin + shift, bd->end + shift, align, &sunk, &info[b]);
             if (bd->writes) /* its read-only copy */
-                describe(m, buf, alias_begin(bd, align), bd->end, align, &sunk, &info[n++]);
+                describe(m, buf, alias_begin(bd, align) + shift, bd->end + shift, align,
+                         &sunk, &info[n++]);
         }
         VkWriteDescriptorSet w[2 * KILN_MAX_BINDINGS];
         memset(w, 0, sizeof w);
@@ -568,9 +757,20 @@ static kiln_status record(kiln_model *m) {
         vkCmdResetQueryPool(cmd, m->timestamps, 0, d->dispatch_count + 1);
 
     VkBuffer io = m->io.buffer, arena = m->arena.buffer;
-    for (uint32_t i = 0; i < d->input_count; i++)
-        copy_bytes(cmd, io, d->inputs[i].io_offset, arena, d->inputs[i].offset,
-                   d->inputs[i].bytes);
+    /* Transfers before the dispatches: copies of the inputs that are not
+     * direct, the dims and indirect commands, the guard bands. The barrier
+     * after them also orders the last run's state copies before this run's
+     * dispatches. Without any of those the queue submit alone makes the
+     * host's writes of direct inputs visible to the dispatches. */
+    uint32_t before = d->dim_count + d->indirect_count + d->guard_count +
+                      d->state_copy_count;
+    for (uint32_t i = 0; i < d->input_count; i++) {
+        const kiln_tensor_info *t = &d->inputs[i];
+        if (t->bytes && !direct_of(m, t->buffer, t->offset, t->offset + t->bytes)) {
+            copy_bytes(cmd, io, t->io_offset, arena, t->offset, t->bytes);
+            before++;
+        }
+    }
     copy_bytes(cmd, io, d->dims_io_offset, arena, d->dims_offset,
                d->dim_count ? 4u * KILN_MAX_DIMS : 0);
     copy_bytes(cmd, io, d->indirect_io_offset, arena, d->indirect_offset,
@@ -578,12 +778,15 @@ static kiln_status record(kiln_model *m) {
     for (uint32_t i = 0; i < d->guard_count; i++)
         vkCmdFillBuffer(cmd, arena, d->guards[i].offset, d->guards[i].bytes,
                         KILN_GUARD_PATTERN);
-    memory_barrier(cmd, VK_PIPELINE_STAGE_HOST_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
-                   VK_ACCESS_HOST_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
-                   VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT |
-                       VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT,
-                   VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
-                       VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_INDIRECT_COMMAND_READ_BIT);
+    if (before)
+        memory_barrier(cmd, VK_PIPELINE_STAGE_HOST_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                       VK_ACCESS_HOST_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+                       VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT |
+                           VK_PIPELINE_STAGE_TRANSFER_BIT |
+                           VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT,
+                       VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                           VK_ACCESS_TRANSFER_READ_BIT |
+                           VK_ACCESS_INDIRECT_COMMAND_READ_BIT);
 
     uint32_t bound = UINT32_MAX, indirect = 0;
     if (m->timestamps)
@@ -614,7 +817,9 @@ static kiln_status record(kiln_model *m) {
         memset(push, 0, sizeof push);
         for (uint32_t b = 0; b < x->binding_count; b++) {
             const kiln_binding *bd = &d->bindings[x->first_binding + b];
-            push[b] = buffer_of(m, bd->buffer)->address + bd->offset;
+            int64_t shift;
+            const kiln__buffer *buf = locate(m, bd->buffer, bd->begin, bd->end, &shift);
+            push[b] = buf->address + bd->offset + (uint64_t)shift;
         }
         vkCmdPushConstants(cmd, m->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0,
                            PUSH_BYTES, push);
@@ -631,30 +836,41 @@ static kiln_status record(kiln_model *m) {
                                 i + 1);
     }
 
-    memory_barrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT |
-                            VK_PIPELINE_STAGE_TRANSFER_BIT,
-                   VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
-                   VK_PIPELINE_STAGE_TRANSFER_BIT,
-                   VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT);
-    /* State updates into their states (never an output: the copies below
-     * read other bytes). The next run's first barrier orders them before
-     * its dispatches. */
+    /* Transfers after the dispatches: state updates into their states
+     * (never an output: the copies below read other bytes; the next run's
+     * first barrier orders them before its dispatches), the outputs that are
+     * not direct, the guard bands. */
+    uint32_t after = d->state_copy_count + d->guard_count;
+    for (uint32_t i = 0; i < d->output_count; i++)
+        after += direct_of(m, d->outputs[i].buffer, d->outputs[i].offset,
+                           d->outputs[i].offset + d->outputs[i].bytes) == NULL;
+    if (after)
+        memory_barrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT |
+                                VK_PIPELINE_STAGE_TRANSFER_BIT,
+                       VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+                       VK_PIPELINE_STAGE_TRANSFER_BIT,
+                       VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT);
     for (uint32_t i = 0; i < d->state_copy_count; i++)
         copy_bytes(cmd, arena, d->state_copies[i].src, arena, d->state_copies[i].dst,
                    d->state_copies[i].bytes);
-    for (uint32_t i = 0; i < d->output_count; i++)
-        copy_bytes(cmd, buffer_of(m, d->outputs[i].buffer)->buffer, d->outputs[i].offset, io,
-                   d->outputs[i].io_offset, d->outputs[i].bytes);
+    for (uint32_t i = 0; i < d->output_count; i++) {
+        const kiln_tensor_info *t = &d->outputs[i];
+        if (!direct_of(m, t->buffer, t->offset, t->offset + t->bytes))
+            copy_bytes(cmd, buffer_of(m, t->buffer)->buffer, t->offset, io, t->io_offset,
+                       t->bytes);
+    }
     for (uint32_t i = 0; i < d->guard_count; i++)
         copy_bytes(cmd, arena, d->guards[i].offset, io, d->guards[i].io_offset,
                    d->guards[i].bytes);
-    memory_barrier(cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
+    /* Direct outputs are the dispatches' writes, the others the copies'. */
+    memory_barrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                   VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
                    VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
     KILN_VK_RETURN(vkEndCommandBuffer(cmd));
     return KILN_OK;
 }
 
-static kiln_status create_objects(kiln_model *m) {
+static kiln_status create_objects(kiln_model *m, int staged) {
     const kiln_model_desc *d = m->desc;
     kiln_device *dev = m->device;
     KILN_RETURN_IF_ERROR(check_desc(dev, d));
@@ -669,10 +885,14 @@ static kiln_status create_objects(kiln_model *m) {
         KILN__MEMORY_DEVICE, &m->arena));
     KILN_RETURN_IF_ERROR(kiln__buffer_create(dev, d->weight_bytes, storage,
                                              KILN__MEMORY_DEVICE, &m->weights));
-    KILN_RETURN_IF_ERROR(kiln__buffer_create(
-        dev, d->io_bytes,
-        VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
-        KILN__MEMORY_STAGING, &m->io));
+    /* Staging the dispatches can address (direct I/O), where the device
+     * allows storage buffers in host-visible memory; else copies only. */
+    VkBufferUsageFlags transfer = VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+                                  VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+    if (kiln__buffer_create(dev, d->io_bytes, storage, KILN__MEMORY_STAGING, &m->io) !=
+        KILN_OK)
+        KILN_RETURN_IF_ERROR(kiln__buffer_create(dev, d->io_bytes, transfer,
+                                                 KILN__MEMORY_STAGING, &m->io));
     for (uint32_t i = 0; i < d->dim_count; i++)
         m->dims[i] = d->dims[i].max;
     write_dims(m);
@@ -688,6 +908,7 @@ static kiln_status create_objects(kiln_model *m) {
     KILN_VK_RETURN(vkCreateFence(dev->device, &fi, dev->vk_alloc, &m->fence));
 
     KILN_RETURN_IF_ERROR(upload(m, m->weights.buffer, 0, d->weight_bytes, d->weights));
+    KILN_RETURN_IF_ERROR(choose_direct_io(m, staged));
     if (d->sync_check)
         KILN_RETURN_IF_ERROR(create_sync_sets(m));
     KILN_RETURN_IF_ERROR(create_pipelines(m));
@@ -740,10 +961,13 @@ kiln_status kiln_model_create_ex(kiln_device *device, const kiln_model_desc *des
     const char *env = getenv("KILN_PROFILE");
     bool profile = (options && (options->flags & KILN_MODEL_PROFILE)) ||
                    (env && *env && strcmp(env, "0") != 0);
+    env = getenv("KILN_STAGED_IO");
+    bool staged = (options && (options->flags & KILN_MODEL_STAGED_IO)) ||
+                  (env && *env && strcmp(env, "0") != 0);
     if (s == KILN_OK && profile)
         s = create_timestamps(m);
     if (s == KILN_OK)
-        s = create_objects(m);
+        s = create_objects(m, staged);
     if (s != KILN_OK) {
         kiln_model_destroy(m);
         return s;
@@ -752,26 +976,56 @@ kiln_status kiln_model_create_ex(kiln_device *device, const kiln_model_desc *des
     return KILN_OK;
 }
 
-/* --guard: every band must still hold the pattern the run wrote into it. */
+/* The first byte of the `bytes` bytes at p (a multiple of 4) that does not
+ * hold KILN_GUARD_PATTERN, or bytes; *word gets its word. */
+static uint64_t band_broken(const unsigned char *p, uint64_t bytes, uint32_t *word) {
+    for (uint64_t k = 0; k < bytes; k += 4) {
+        memcpy(word, p + k, 4);
+        if (*word != KILN_GUARD_PATTERN)
+            return k;
+    }
+    return bytes;
+}
+
+/* --guard: every band must still hold the pattern the run wrote into it:
+ * the arena's (copied to staging) and, with direct I/O, staging's gaps. */
 static kiln_status check_guards(const kiln_model *m) {
     const kiln_model_desc *d = m->desc;
+    const unsigned char *io = (const unsigned char *)m->io.mapped;
+    uint32_t w;
     for (uint32_t i = 0; i < d->guard_count; i++) {
         const kiln_guard *g = &d->guards[i];
-        const unsigned char *p = (const unsigned char *)m->io.mapped + g->io_offset;
-        for (uint64_t k = 0; k < g->bytes; k += 4) {
-            uint32_t w;
-            memcpy(&w, p + k, 4);
-            if (w != KILN_GUARD_PATTERN)
-                return KILN_FAIL(KILN_ERROR_OUT_OF_BOUNDS,
-                                 "a kernel wrote past %s%s%s: the guard band at arena "
-                                 "offset %llu holds 0x%08x at byte %llu of %llu",
-                                 *g->after ? "tensor '" : "the start of the arena",
-                                 g->after, *g->after ? "'" : "",
-                                 (unsigned long long)g->offset, (unsigned)w,
-                                 (unsigned long long)k, (unsigned long long)g->bytes);
-        }
+        uint64_t k = band_broken(io + g->io_offset, g->bytes, &w);
+        if (k < g->bytes)
+            return KILN_FAIL(KILN_ERROR_OUT_OF_BOUNDS,
+                             "a kernel wrote past %s%s%s: the guard band at arena "
+                             "offset %llu holds 0x%08x at byte %llu of %llu",
+                             *g->after ? "tensor '" : "the start of the arena",
+                             g->after, *g->after ? "'" : "",
+                             (unsigned long long)g->offset, (unsigned)w,
+                             (unsigned long long)k, (unsigned long long)g->bytes);
+    }
+    for (uint32_t i = 0; i < m->gap_count; i++) {
+        const struct staging_gap *g = &m->gaps[i];
+        uint64_t k = band_broken(io + g->begin, g->end - g->begin, &w);
+        if (k < g->end - g->begin)
+            return KILN_FAIL(KILN_ERROR_OUT_OF_BOUNDS,
+                             "a kernel wrote past %s%s%s in staging (direct I/O): "
+                             "byte %llu of staging holds 0x%08x",
+                             *g->after ? "'" : "the start", g->after,
+                             *g->after ? "'" : "", (unsigned long long)(g->begin + k),
+                             (unsigned)w);
     }
     return KILN_OK;
+}
+
+/* Fills staging's gaps (a guarded model with direct I/O) with the pattern
+ * check_guards looks for. */
+static void fill_staging_gaps(kiln_model *m) {
+    uint32_t w = KILN_GUARD_PATTERN;
+    for (uint32_t i = 0; i < m->gap_count; i++)
+        for (uint64_t k = m->gaps[i].begin; k < m->gaps[i].end; k += 4)
+            memcpy((unsigned char *)m->io.mapped + k, &w, 4);
 }
 
 /* One submit of the recorded command buffer and its wait; the staging
@@ -783,6 +1037,7 @@ static kiln_status submit_and_wait(kiln_model *m) {
                                         : "an earlier run failed after its submit; "
                                           "destroy the model and create it again");
     VkDevice vd = m->device->device;
+    fill_staging_gaps(m);
     VkSubmitInfo si;
     memset(&si, 0, sizeof si);
     si.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO;
@@ -912,6 +1167,13 @@ void *kiln_model_input_memory(kiln_model *m, uint32_t i) {
     return (char *)m->io.mapped + m->desc->inputs[i].io_offset;
 }
 
+int kiln_model_io_direct(const kiln_model *m, int output, uint32_t i) {
+    for (uint32_t k = 0; m && k < m->direct_count; k++)
+        if (m->direct[k].kind == (output != 0) && m->direct[k].index == i)
+            return 1;
+    return 0;
+}
+
 const void *kiln_model_output_memory(const kiln_model *m, uint32_t i) {
     if (!m || i >= m->desc->output_count)
         return NULL;
@@ -953,6 +1215,8 @@ void kiln_model_destroy(kiln_model *m) {
     }
     kiln__free(m->host, m->pipelines);
     kiln__free(m->host, m->sets);
+    kiln__free(m->host, m->direct);
+    kiln__free(m->host, m->gaps);
     if (m->owns_device)
         kiln_device_destroy(dev);
     kiln__free(m->host, m);
@@ -1004,8 +1268,11 @@ kiln_status kiln_model_read_tensor(kiln_model *m, const kiln_tensor_info *tensor
     VkCommandBuffer cmd = VK_NULL_HANDLE;
     kiln_status s = begin_commands(m, VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT, &cmd);
     if (s == KILN_OK) {
-        VkBufferCopy c = {tensor->offset, 0, tensor->bytes};
-        vkCmdCopyBuffer(cmd, buffer_of(m, tensor->buffer)->buffer, staging.buffer, 1, &c);
+        int64_t shift;
+        const kiln__buffer *from = locate(m, tensor->buffer, tensor->offset,
+                                          tensor->offset + tensor->bytes, &shift);
+        VkBufferCopy c = {tensor->offset + (uint64_t)shift, 0, tensor->bytes};
+        vkCmdCopyBuffer(cmd, from->buffer, staging.buffer, 1, &c);
         memory_barrier(cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
                        VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
         s = submit_once(m, cmd);

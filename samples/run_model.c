@@ -121,6 +121,22 @@ static void print_features(uint32_t f) {
     printf("%s\n", *sep == ' ' ? " none" : "");
 }
 
+/* Each input and output: reached by the dispatches in staging memory
+ * (direct) or copied to and from the arena on the device. */
+static void print_io(const kiln_model *m, const kiln_model_desc *d) {
+    const char *sep = " ";
+    printf("io:");
+    for (uint32_t k = 0; k < d->input_count + d->output_count; k++) {
+        int out = k >= d->input_count;
+        uint32_t i = out ? k - d->input_count : k;
+        printf("%s%s %s %s", sep, out ? "output" : "input",
+               out ? d->outputs[i].name : d->inputs[i].name,
+               kiln_model_io_direct(m, out, i) ? "direct" : "copied");
+        sep = ", ";
+    }
+    printf("%s\n", *sep == ' ' ? " none" : "");
+}
+
 /* t as the last run left it (its shape at the model's current dims). */
 static void print_tensor(const kiln_model *m, const kiln_tensor_info *t, const void *data) {
     int64_t shape[KILN_MAX_RANK];
@@ -429,6 +445,7 @@ int main(int argc, char **argv) {
         print_features(kiln_device_features(dev));
         printf("arena: %llu bytes\ndispatches: %u\n", (unsigned long long)d->arena_bytes,
                d->dispatch_count);
+        print_io(m, d);
         if (runs > 1 && steps == 1)
             printf("runs: %d, %.1f us per run (wall clock)\n", runs,
                    ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / 1e3 / runs);

@@ -249,8 +249,65 @@ case("model samples/mlp.yaml through the YAML interpreter")(sample_case(
     "mlp", lambda: [np.random.default_rng(5).standard_normal([4, 256]).astype(np.float32)],
     1e-4, 1e-6))
 
+def io_states(prog, n_inputs, env):
+    """run_model's io line (inputs in.bin files written already): name ->
+    'direct' or 'copied'."""
+    args = [prog]
+    for i in range(n_inputs):
+        args += ["-i", Path(prog).parent / f"in{i}.bin"]
+    r = run(args, env={"KILN_VALIDATION": VALIDATION, **env})
+    check(r.returncode == 0, r.stderr)
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("io:"))
+    return {w.split()[1]: w.split()[2] for w in line[3:].split(",")}
+
+
+def f32(rng, shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+@case("direct I/O: small inputs and outputs only the dispatches touch are reached in "
+      "staging, the rest copied; every output right either way and with KILN_STAGED_IO=1")
+def test_direct_io(workdir):
+    rng = np.random.default_rng(21)
+    sig = lambda v: 1 / (1 + np.exp(-v.astype(np.float64)))  # noqa: E731
+    x, big = f32(rng, [4, 8]), f32(rng, [130, 130])  # big: 67,600 bytes, over 64 KiB
+    wide, w = f32(rng, [520, 512]), f32(rng, [512])  # wide: 1,064,960 bytes, over 1 MiB
+    f = lambda n: {"dtype": "f32", "shape": n}  # noqa: E731
+    cases = [
+        # an output a later node reads (s), an input over the limit (big)
+        ("a", {"x": f([4, 8]), "big": f([130, 130])},
+         [{"name": "s", "op": "sigmoid", "inputs": ["x"]},
+          {"name": "t", "op": "mul", "inputs": ["s", "s"]},
+          {"name": "u", "op": "relu", "inputs": ["big"]}], ["s", "t", "u"], [x, big],
+         [sig(x), sig(x) ** 2, np.maximum(big, 0)],
+         {"x": "direct", "big": "copied", "s": "direct", "t": "direct", "u": "direct"}),
+        # an output that is its input's bytes (a view): both copied
+        ("b", {"x": f([4, 8])},
+         [{"name": "r", "op": "reshape", "inputs": ["x"], "shape": [8, 4]},
+          {"name": "y", "op": "exp", "inputs": ["x"]}], ["r", "y"], [x],
+         [x.reshape(8, 4), np.exp(x)], {"x": "copied", "r": "copied", "y": "direct"}),
+        # an input and an output over the limits beside a small input
+        ("c", {"wide": f([520, 512]), "w": f([512])},
+         [{"name": "y", "op": "mul", "inputs": ["wide", "w"]}], ["y"], [wide, w],
+         [wide * w], {"wide": "copied", "w": "direct", "y": "copied"}),
+    ]
+    for name, inputs, nodes, outputs, ins, wants, states in cases:
+        d = Path(workdir) / name
+        d.mkdir()
+        prog = build_model(d, model_yaml(name, inputs, nodes, outputs))
+        for staged in ("0", "1"):
+            with program_env(KILN_STAGED_IO=staged):
+                gots = run_program(prog, ins, [np.asarray(v, np.float32) for v in wants])
+            for o, g, v in zip(outputs, gots, wants):
+                assert_close(g, v, 1e-6, 1e-6, f"model {name}, {o}, KILN_STAGED_IO={staged}")
+            got = io_states(prog, len(ins), {"KILN_STAGED_IO": staged})
+            want = states if staged == "0" else {k: "copied" for k in states}
+            check(got == want, f"model {name}, KILN_STAGED_IO={staged}: io {got}, "
+                  f"expected {want}")
+
+
 @case("--guard: a kernel made to write past its tensor fails the run with "
-      "KILN_ERROR_OUT_OF_BOUNDS")
+      "KILN_ERROR_OUT_OF_BOUNDS (a direct output's band in staging, a copied one's in the arena)")
 def test_guard_catches(workdir):
     d = Path(workdir)
     text = (ROOT / "samples" / "mlp.yaml").read_text()
@@ -260,7 +317,7 @@ def test_guard_catches(workdir):
     r = run([prog, "-q", "-i", d / "x.bin"])
     check(r.returncode == 0, f"the guarded model fails as it is:\n{r.stderr}")
     # Move the last dispatch's written binding 64 bytes on: its last 16
-    # floats then land in the guard band after the tensor.
+    # floats then land in a guard band after the tensor.
     c = (d / "model.c").read_text()
     lines = c.splitlines()
     idx = max(i for i, ln in enumerate(lines) if "writes" in ln and "KILN_BUFFER_ARENA" in ln)
@@ -271,9 +328,15 @@ def test_guard_catches(workdir):
              d / "model.c", BUILD / "run_model_test.o", "-L", BUILD, "-lkilnrt", VULKAN_LIB,
              "-lm"])
     check(r.returncode == 0, r.stderr)
+    # The output is direct: the kernel's last floats land in the band the
+    # compiler left after it in staging. Copied, in the arena's band.
     r = run([prog, "-q", "-i", d / "x.bin"])
     check(r.returncode != 0 and "KILN_ERROR_OUT_OF_BOUNDS" in r.stderr
-          and "a kernel wrote past tensor" in r.stderr, f"exit {r.returncode}:\n{r.stderr}")
+          and "a kernel wrote past 'y' in staging (direct I/O)" in r.stderr,
+          f"exit {r.returncode}:\n{r.stderr}")
+    r = run([prog, "-q", "-i", d / "x.bin"], env={"KILN_STAGED_IO": "1"})
+    check(r.returncode != 0 and "KILN_ERROR_OUT_OF_BOUNDS" in r.stderr
+          and "a kernel wrote past tensor 'y'" in r.stderr, f"exit {r.returncode}:\n{r.stderr}")
 
 
 @case("--sync-check: removing one barrier of each kind (read after write, write after "
@@ -424,7 +487,7 @@ def test_weights_threshold(workdir):
 
 
 @case("two models in one program on one device; no allocation on the run path "
-      "(tests/test_embed.c interposes malloc)")
+      "(tests/test_embed.c interposes malloc); zero-copy runs, direct and staged")
 def test_embed(workdir):
     d = Path(workdir)
     for name in ("mlp", "cnn"):
@@ -437,9 +500,10 @@ def test_embed(workdir):
              ROOT / "tests" / "test_embed.c", d / "mlp.c", d / "cnn.c", "-L", BUILD,
              "-lkilnrt", VULKAN_LIB, "-lm", "-ldl"])
     check(r.returncode == 0, r.stderr)
-    r = run([prog], env={"KILN_VALIDATION": VALIDATION})
-    check(r.returncode == 0 and "FAIL" not in r.stdout, r.stdout + r.stderr[-2000:])
-    check(r.stdout.count("ok ") == (2 if interpose else 3), r.stdout)
+    for staged in ("0", "1"):  # direct I/O, then every input and output copied
+        r = run([prog], env={"KILN_VALIDATION": VALIDATION, "KILN_STAGED_IO": staged})
+        check(r.returncode == 0 and "FAIL" not in r.stdout, r.stdout + r.stderr[-2000:])
+        check(r.stdout.count("ok ") == (3 if interpose else 4), r.stdout)
 
 
 @case("models on the caller's own VkInstance, VkDevice and queue, and its host allocator "
