@@ -10,11 +10,14 @@
  *   3. one shader module and compute pipeline per kernel, all sharing one
  *      pipeline layout whose only state is 128 bytes of push constants: the
  *      64-bit device addresses of the tensors a dispatch touches;
- *   4. record the whole run into one command buffer, once:
- *        copy inputs (and the dynamic dims and indirect commands) staging ->
- *        arena; barrier;
+ *   4. pick the direct inputs and outputs (choose_direct_io): those the
+ *      dispatches reach in staging itself instead of through a copy;
+ *   5. record the whole run into one command buffer, once:
+ *        copy the other inputs (and the dynamic dims and indirect commands)
+ *        staging -> arena; barrier (if anything was copied);
  *        every dispatch (a barrier before it where the compiler put one);
- *        barrier; copy outputs arena -> staging; barrier to host.
+ *        barrier, copy the other outputs arena -> staging (if any);
+ *        barrier to host.
  * A model compiled with --sync-check also gets a descriptor set per recorded
  * dispatch, binding [begin, end) of each of its bindings (create_sync_sets),
  * so that synchronization validation sees every access.
