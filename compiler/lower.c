@@ -1625,9 +1625,15 @@ static void lower_attention(Program *p, Node *n) {
 
 /* rope: for each rotated pair (x1, x2) at position s and frequency j,
  *   y1 = x1 cos[s, j] - x2 sin[s, j],   y2 = x2 cos[s, j] + x1 sin[s, j];
- * pairs are (j, j + R/2) (rotate-half) or (2j, 2j + 1) (interleaved). Two
- * elementwise dispatches over the half-dimension, with strided operands,
- * and a copy of the unrotated tail when n_rot < D. */
+ * pairs are (j, j + R/2) (rotate-half) or (2j, 2j + 1) (interleaved). One
+ * elementwise dispatch over the rotated part seen as [..., 2, R/2] (p, j;
+ * interleaved: [..., R/2, 2]): y[p] = x[p] cos + sign[p] x[1 - p] sin, the
+ * partner read at a negative stride and sign a table (-1, 1); and a copy of
+ * the unrotated tail when n_rot < D. (Two dispatches, one per half, would
+ * write interleaved bytes of one tensor: a barrier between them.) */
+static Tensor *table_weight(Program *p, Node *n, const char *name, int rank,
+                            const int64_t *shape, const float *values);
+
 static void lower_rope(Program *p, Node *n) {
     Tensor *x = n->inputs[0], *out = n->outputs[0];
     int rank = x->rank;
@@ -1636,31 +1642,43 @@ static void lower_rope(Program *p, Node *n) {
     if (axis < 0)
         axis += rank;
     bool inter = attr_int(n, "interleaved", 0) != 0;
-    int64_t shape[MAX_RANK];
-    memcpy(shape, x->shape, sizeof shape);
-    shape[rank - 1] = half;
-    Operand x1 = whole(x), x2, y1, y2, c = {n->inputs[1], {0}, 0, false, {0, {0}}};
-    x1.strides[rank - 1] = inter ? 2 : 1;
-    x2 = x1;
-    x2.base = inter ? 1 : half;
-    y1 = x1;
-    y1.t = out;
-    y2 = x2;
-    y2.t = out;
-    c.strides[axis] = half;
-    c.strides[rank - 1] = 1;
-    Operand s = c;
-    s.t = n->inputs[2];
-    Operand in[4] = {x1, x2, c, s};
     /* rope_grad: the rotation's transpose, by -angle */
     bool back = n->op == OP_ROPE_GRAD;
-    eltwise_dispatch(p, n, rank, shape, y1, 4, in, "float", back ? "a * c + b * d" : "a * c - b * d",
-                     dyn_of(x));
-    eltwise_dispatch(p, n, rank, shape, y2, 4, in, "float", back ? "b * c - a * d" : "b * c + a * d",
+    static const float forward_sign[2] = {-1, 1}, back_sign[2] = {1, -1};
+    Tensor *sign = table_weight(p, n, back ? "kiln.rope_sign_back" : "kiln.rope_sign", 1,
+                                (int64_t[]){2}, back ? back_sign : forward_sign);
+    int64_t shape[MAX_RANK + 1];
+    memcpy(shape, x->shape, sizeof(int64_t) * (size_t)rank);
+    Operand self = whole(x), partner, y, c = {n->inputs[1], {0}, 0, false, {0, {0}}}, sg;
+    c.strides[axis] = half;
+    sg = c;
+    memset(sg.strides, 0, sizeof sg.strides);
+    sg.t = sign;
+    /* The last axis becomes two: the pair member p (stride ps in x) and
+     * the frequency j (stride js), in the order that walks x forward. */
+    int pa = inter ? rank : rank - 1, ja = inter ? rank - 1 : rank;
+    int64_t ps = inter ? 1 : half, js = inter ? 2 : 1;
+    shape[pa] = 2;
+    shape[ja] = half;
+    self.strides[pa] = ps;
+    self.strides[ja] = js;
+    partner = self;
+    partner.strides[pa] = -ps;
+    partner.base = ps;
+    y = self;
+    y.t = out;
+    c.strides[pa] = 0;
+    c.strides[ja] = 1;
+    Operand s = c;
+    s.t = n->inputs[2];
+    sg.strides[pa] = 1;
+    Operand in[5] = {self, partner, c, s, sg};
+    eltwise_dispatch(p, n, rank + 1, shape, y, 5, in, "float", "a * c + e * b * d",
                      dyn_of(x));
     if (R < D) {
         Operand tail_in = whole(x), tail_out = whole(out);
         tail_in.base = tail_out.base = R;
+        memcpy(shape, x->shape, sizeof(int64_t) * (size_t)rank);
         shape[rank - 1] = D - R;
         copy(p, n, rank, shape, tail_out, tail_in, dyn_of(x));
     }

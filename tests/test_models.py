@@ -344,29 +344,45 @@ def test_guard_catches(workdir):
 def test_sync_check_catches(workdir):
     if VALIDATION == "0":
         raise Skip("the validation layer is off (KILN_TEST_VALIDATION=0)")
-    d = Path(workdir)
-    prog = build_model(d, (ROOT / "samples" / "transformer.yaml").read_text(),
-                       flags=["--sync-check"], guard=False)
-    np.random.default_rng(3).integers(0, 64, [1, 16]).astype(np.int32).tofile(d / "x.bin")
-    r = run([prog, "-q", "-i", d / "x.bin"], env={"KILN_VALIDATION": "1"})
-    check(r.returncode == 0, f"the model fails as it is:\n{r.stderr}")
-    original = (d / "model.c").read_text()
+    rng = np.random.default_rng(3)
+    # The transformer has barriers of the first two kinds; a rope of part of
+    # each row (n_rot < D) writes the rotated part, then copies the tail:
+    # interleaved bytes of one tensor, a write after write.
+    rope = model_yaml("r", {"x": {"dtype": "f32", "shape": [1, 2, 6, 8]},
+                            "c": {"dtype": "f32", "shape": [6, 2]},
+                            "s": {"dtype": "f32", "shape": [6, 2]}},
+                      [{"name": "y", "op": "rope", "inputs": ["x", "c", "s"], "n_rot": 4}],
+                      ["y"])
+    models = {"transformer": ((ROOT / "samples" / "transformer.yaml").read_text(),
+                              [rng.integers(0, 64, [1, 16]).astype(np.int32)]),
+              "rope": (rope, [rng.standard_normal(sh).astype(np.float32)
+                              for sh in ([1, 2, 6, 8], [6, 2], [6, 2])])}
     # The layer does not report write after write between descriptor
     # writes; --sync-check binds each written range again, read-only, so a
     # missing barrier between two writes shows as a read after write.
-    for kind, hazard in [("read after write", "READ-AFTER-WRITE"),
-                         ("write after read", "WRITE-AFTER-READ"),
-                         ("write after write", "READ-AFTER-WRITE")]:
+    for kind, hazard, model in [("read after write", "READ-AFTER-WRITE", "transformer"),
+                                ("write after read", "WRITE-AFTER-READ", "transformer"),
+                                ("write after write", "READ-AFTER-WRITE", "rope")]:
+        d = Path(workdir) / kind.replace(" ", "_")
+        d.mkdir()
+        text, inputs = models[model]
+        prog = build_model(d, text, flags=["--sync-check"], guard=False)
+        args = [prog, "-q"]
+        for i, x in enumerate(inputs):
+            x.tofile(d / f"in{i}.bin")
+            args += ["-i", d / f"in{i}.bin"]
+        r = run(args, env={"KILN_VALIDATION": "1"})
+        check(r.returncode == 0, f"{model} fails as it is:\n{r.stderr}")
         # A dispatch record: its comment names the barrier's reason, the
         # next line holds {kernel, {groups}, first binding, count, barrier, ...
-        lines = original.splitlines()
+        lines = (d / "model.c").read_text().splitlines()
         idx = next(i for i, ln in enumerate(lines) if f"barrier: {kind}:" in ln) + 1
         m = re.match(r"(\s*\{\d+u, \{\d+u, \d+u, \d+u\}, \d+u, \d+u, )1u,", lines[idx])
         check(m, f"no barrier field in {lines[idx]!r}")
         lines[idx] = lines[idx].replace(m[0], m[1] + "0u,", 1)
         (d / "model.c").write_text("\n".join(lines) + "\n")
         link_model(d)
-        r = run([prog, "-q", "-i", d / "x.bin"], env={"KILN_VALIDATION": "1"})
+        r = run(args, env={"KILN_VALIDATION": "1"})
         check(r.returncode == 3 and f"SYNC-HAZARD-{hazard}" in r.stderr,
               f"{kind} barrier removed ({lines[idx - 1].strip()}): exit {r.returncode}\n"
               f"{r.stderr[-2000:]}")
@@ -606,6 +622,21 @@ def test_fusion_counts(workdir):
     check(count("cnn") == 7, "cnn fused")
     r = kiln("inspect", ROOT / "samples" / "mlp.yaml", "--no-fuse=loops")
     check(r.returncode == 1 and "unknown fusion 'loops'" in r.stderr, r.stderr)
+    # rope is one dispatch (both halves of each pair), and one more for the
+    # unrotated tail when n_rot < D (op tests check the values).
+    for attrs, want in (({}, 1), ({"interleaved": 1}, 1), ({"n_rot": 4}, 2)):
+        y = model_yaml("r", {"x": {"dtype": "f32", "shape": [1, 2, 6, 8]},
+                             "c": {"dtype": "f32", "shape": [6, 4 if not attrs.get("n_rot")
+                                                             else 2]},
+                             "s": {"dtype": "f32", "shape": [6, 4 if not attrs.get("n_rot")
+                                                             else 2]}},
+                       [{"name": "y", "op": "rope", "inputs": ["x", "c", "s"], **attrs}], ["y"])
+        (Path(workdir) / "rope.yaml").write_text(y)
+        r = kiln("inspect", Path(workdir) / "rope.yaml", "--format", "json")
+        check(r.returncode == 0, r.stderr)
+        got = json.loads(r.stdout)["summary"]
+        check(got["dispatches"] == want and got["barriers"] == want - 1,
+              f"rope {attrs}: {got['dispatches']} dispatches, {got['barriers']} barriers")
 
 
 @case("sample samples/decode: cached greedy decoding matches the CPU reference "
