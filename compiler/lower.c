@@ -1649,11 +1649,9 @@ static void lower_rope(Program *p, Node *n) {
                                 (int64_t[]){2}, back ? back_sign : forward_sign);
     int64_t shape[MAX_RANK + 1];
     memcpy(shape, x->shape, sizeof(int64_t) * (size_t)rank);
-    Operand self = whole(x), partner, y, c = {n->inputs[1], {0}, 0, false, {0, {0}}}, sg;
+    Operand self = whole(x), partner, y, c = {n->inputs[1], {0}, 0, false, {0, {0}}};
+    Operand sg = {sign, {0}, 0, false, {0, {0}}};
     c.strides[axis] = half;
-    sg = c;
-    memset(sg.strides, 0, sizeof sg.strides);
-    sg.t = sign;
     /* The last axis becomes two: the pair member p (stride ps in x) and
      * the frequency j (stride js), in the order that walks x forward. */
     int pa = inter ? rank : rank - 1, ja = inter ? rank - 1 : rank;

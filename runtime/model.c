@@ -393,24 +393,34 @@ static const kiln__buffer *locate(const kiln_model *m, uint32_t which, uint64_t 
     return r ? &m->io : buffer_of(m, which);
 }
 
+/* Input i, or output i - input_count for i past the inputs: the order in
+ * which direct I/O walks them (kind 0 for an input, 1 an output). */
+static const kiln_tensor_info *io_tensor(const kiln_model_desc *d, uint32_t i) {
+    return i < d->input_count ? &d->inputs[i] : &d->outputs[i - d->input_count];
+}
+
+/* Whether the dispatches reach input or output t in staging itself. */
+static int is_direct(const kiln_model *m, const kiln_tensor_info *t) {
+    return direct_of(m, t->buffer, t->offset, t->offset + t->bytes) != NULL;
+}
+
 static int ranges_meet(uint64_t a, uint64_t a_end, uint64_t b, uint64_t b_end) {
     return a < b_end && b < a_end;
 }
 
-/* Whether input (kind 0) or output (kind 1) `index`, at arena bytes
- * [begin, end), can be direct: no other input or output shares a byte with
- * it (an output that is an input, or the same output twice), every binding
- * that touches it lies inside it (none reaches across its edge into what
- * stays in the arena), no binding writes an input, and no copy of the run
- * touches it (state updates). */
-static int can_be_direct(const kiln_model *m, uint32_t kind, uint32_t index,
-                         uint64_t begin, uint64_t end) {
+/* Whether io_tensor(d, which), at arena bytes [begin, end), can be
+ * direct: no other input or output shares a byte with it (an output that is
+ * an input, or the same output twice), every binding that touches it lies
+ * inside it (none reaches across its edge into what stays in the arena), no
+ * binding writes an input, and no copy of the run touches it (state
+ * updates). */
+static int can_be_direct(const kiln_model *m, uint32_t which, uint64_t begin,
+                         uint64_t end) {
     const kiln_model_desc *d = m->desc;
+    int input = which < d->input_count;
     for (uint32_t i = 0; i < d->input_count + d->output_count; i++) {
-        const kiln_tensor_info *t = i < d->input_count ? &d->inputs[i]
-                                                       : &d->outputs[i - d->input_count];
-        uint32_t k = i >= d->input_count, x = k ? i - d->input_count : i;
-        if ((k != kind || x != index) && t->buffer == KILN_BUFFER_ARENA &&
+        const kiln_tensor_info *t = io_tensor(d, i);
+        if (i != which && t->buffer == KILN_BUFFER_ARENA &&
             ranges_meet(begin, end, t->offset, t->offset + t->bytes))
             return 0;
     }
@@ -421,7 +431,7 @@ static int can_be_direct(const kiln_model *m, uint32_t kind, uint32_t index,
             if (bd->buffer != KILN_BUFFER_ARENA || bd->begin == bd->end ||
                 !ranges_meet(begin, end, bd->begin, bd->end))
                 continue;
-            if (bd->begin < begin || bd->end > end || (kind == 0 && bd->writes))
+            if (bd->begin < begin || bd->end > end || (input && bd->writes))
                 return 0;
         }
     }
@@ -457,8 +467,7 @@ static kiln_status find_staging_gaps(kiln_model *m) {
         return KILN_FAIL(KILN_ERROR_OUT_OF_HOST_MEMORY, "allocating the staging gaps");
     }
     for (uint32_t i = 0; i < d->input_count + d->output_count; i++) {
-        const kiln_tensor_info *t = i < d->input_count ? &d->inputs[i]
-                                                       : &d->outputs[i - d->input_count];
+        const kiln_tensor_info *t = io_tensor(d, i);
         own[i].begin = t->io_offset;
         own[i].end = t->io_offset + t->bytes;
         own[i].after = t->name;
@@ -512,21 +521,21 @@ static kiln_status choose_direct_io(kiln_model *m, int staged) {
     if (!m->direct)
         return KILN_FAIL(KILN_ERROR_OUT_OF_HOST_MEMORY, "allocating the direct ranges");
     for (uint32_t i = 0; i < n; i++) {
-        uint32_t kind = i >= d->input_count, index = kind ? i - d->input_count : i;
-        const kiln_tensor_info *t = kind ? &d->outputs[index] : &d->inputs[index];
+        uint32_t kind = i >= d->input_count;
+        const kiln_tensor_info *t = io_tensor(d, i);
         uint64_t begin = t->offset, end = t->offset + t->bytes;
         if (t->buffer != KILN_BUFFER_ARENA || t->bytes == 0 ||
             t->bytes > (kind ? DIRECT_OUTPUT_MAX : DIRECT_INPUT_MAX) || begin % 16 ||
             t->io_offset % 16 || end > m->arena.size ||
             t->io_offset + t->bytes > m->io.size ||
-            !can_be_direct(m, kind, index, begin, end))
+            !can_be_direct(m, i, begin, end))
             continue;
         struct direct_range *r = &m->direct[m->direct_count++];
         r->begin = begin;
         r->end = end;
         r->io = t->io_offset;
         r->kind = kind;
-        r->index = index;
+        r->index = kind ? i - d->input_count : i;
     }
     return m->direct_count && d->guard_count ? find_staging_gaps(m) : KILN_OK;
 }
@@ -769,7 +778,7 @@ static kiln_status record(kiln_model *m) {
                       d->state_copy_count;
     for (uint32_t i = 0; i < d->input_count; i++) {
         const kiln_tensor_info *t = &d->inputs[i];
-        if (t->bytes && !direct_of(m, t->buffer, t->offset, t->offset + t->bytes)) {
+        if (t->bytes && !is_direct(m, t)) {
             copy_bytes(cmd, io, t->io_offset, arena, t->offset, t->bytes);
             before++;
         }
@@ -845,8 +854,7 @@ static kiln_status record(kiln_model *m) {
      * not direct, the guard bands. */
     uint32_t after = d->state_copy_count + d->guard_count;
     for (uint32_t i = 0; i < d->output_count; i++)
-        after += direct_of(m, d->outputs[i].buffer, d->outputs[i].offset,
-                           d->outputs[i].offset + d->outputs[i].bytes) == NULL;
+        after += !is_direct(m, &d->outputs[i]);
     if (after)
         memory_barrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT |
                                 VK_PIPELINE_STAGE_TRANSFER_BIT,
@@ -858,7 +866,7 @@ static kiln_status record(kiln_model *m) {
                    d->state_copies[i].bytes);
     for (uint32_t i = 0; i < d->output_count; i++) {
         const kiln_tensor_info *t = &d->outputs[i];
-        if (!direct_of(m, t->buffer, t->offset, t->offset + t->bytes))
+        if (!is_direct(m, t))
             copy_bytes(cmd, buffer_of(m, t->buffer)->buffer, t->offset, io, t->io_offset,
                        t->bytes);
     }
