@@ -920,6 +920,15 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
     d->groups[2] = groups_for(s->batch, 1);
     if (!matvec)
         dyn_groups(d, 1, s->dyn, s->M, bm);
+    /* matmul.comp's vec4 path for fixed shapes: no bounds checks on the
+     * loads where the tiles divide the product (EXACT), no loops over
+     * tiles and batches where each has its own workgroup (ONE_TILE). */
+    if (vec4) {
+        define_int(d, "EXACT",
+                   !s->dyn && s->M % bm == 0 && s->N % bn == 0 && s->K % bk == 0);
+        define_int(d, "ONE_TILE", !s->dyn && d->groups[0] * bn >= s->N &&
+                                      d->groups[1] * bm >= s->M && d->groups[2] >= s->batch);
+    }
     return d;
 }
 

@@ -115,26 +115,32 @@ def test_views(workdir):
 
 @case("dynamic: matmul (tiled and matrix-vector) with bias and activation, gemm")
 def test_matmul(workdir):
-    for hi, n in ((64, 40), (16, 24)):  # rows above 16: tiled; up to 16: matvec
+    # rows above 16: tiled (scalar; vec4, K and N multiples of 4, with loops
+    # over its tiles: the run's groups); up to 16: matvec
+    for hi, n, k in ((64, 40, 33), (16, 24, 33), (200, 64, 36)):
         sub = Path(workdir) / f"m{hi}"
         sub.mkdir()
-        y = dyn_yaml({"seq": f"1..{hi}"}, {"x": {**W, "shape": ["seq", 33]}},
+        y = dyn_yaml({"seq": f"1..{hi}"}, {"x": {**W, "shape": ["seq", k]}},
                      [{"name": "h", "op": "matmul", "inputs": ["x", "w"]},
                       {"name": "hb", "op": "add", "inputs": ["h", "b"]},
                       {"name": "a", "op": "relu", "inputs": ["hb"]},
                       {"name": "g", "op": "gemm", "inputs": ["a", "w2", "c"], "trans_b": 1,
                        "alpha": 0.5}],
                      ["a", "g"],
-                     {"w": weight([33, n], 1), "b": weight([n], 2), "w2": weight([7, n], 4),
+                     {"w": weight([k, n], 1), "b": weight([n], 2), "w2": weight([7, n], 4),
                       "c": weight([7], 5)})
-        w, b, w2, c = w_of([33, n], 1), w_of([n], 2), w_of([7, n], 4), w_of([7], 5)
+        w, b, w2, c = w_of([k, n], 1), w_of([n], 2), w_of([7, n], 4), w_of([7], 5)
         steps = [v for v in SEQ if v <= hi] + [hi]
 
         def want(x, seq):
             a = np.maximum(ref.f64(x) @ w + b, 0)
             return [a, 0.5 * a @ w2.T + c]
-        run_steps(sub, y, seq_steps(steps), lambda rng, seq: [normal(rng, seq, 33)], want,
+        run_steps(sub, y, seq_steps(steps), lambda rng, seq: [normal(rng, seq, k)], want,
                   rtol=1e-4, atol=1e-4)
+        if k % 4 == 0:
+            c_text = (sub / "model.c").read_text()
+            check(" *   VEC4 1\n *   EXACT 0\n *   ONE_TILE 0\n" in c_text,
+                  "no vec4 matmul kernel looping over its tiles")
 
 
 @case("dynamic: layer_norm, rms_norm and a residual add fused into a norm")
