@@ -2,11 +2,13 @@
  * bench.c: times one kiln model. Built like samples/run_model.c (with
  * -DKILN_MODEL=prefix -include model.h).
  *
- *   bench [-i IN.bin]... [-o OUT.bin]... [-w WARMUP] [-n RUNS]
+ *   bench [-i IN.bin]... [-o OUT.bin]... [-w WARMUP] [-W MS] [-n RUNS]
  *
  * Creates the model twice, one after the other: with GPU timestamps after
  * every dispatch (the GPU times), then as a user would (the wall times, which
- * the timestamps would lengthen); runs each WARMUP times, then RUNS times.
+ * the timestamps would lengthen); runs each WARMUP times and for at least
+ * MS milliseconds (the GPU's clocks come back up after the idle create),
+ * then RUNS times.
  * Prints one JSON line: the median GPU time of the whole schedule (the sum
  * of the dispatches' times), the median wall time of a run (inputs in,
  * submit, fence wait, outputs out), the time the first create took
@@ -60,6 +62,7 @@ static int load(const char *path, void *dst, uint64_t bytes) {
 int main(int argc, char **argv) {
     const char *ins[64], *outs[64];
     int nin = 0, nout = 0, warmup = 3, runs = 20;
+    double warmup_us = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "-i") == 0 && nin < 64)
             ins[nin++] = argv[i + 1];
@@ -67,6 +70,8 @@ int main(int argc, char **argv) {
             outs[nout++] = argv[i + 1];
         else if (strcmp(argv[i], "-w") == 0)
             warmup = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "-W") == 0)
+            warmup_us = 1e3 * atof(argv[i + 1]);
         else if (strcmp(argv[i], "-n") == 0)
             runs = atoi(argv[i + 1]);
     }
@@ -97,6 +102,8 @@ int main(int argc, char **argv) {
         s = kiln_model_create_ex(dev, d, &o, &m);
         if (pass == 0)
             create_us = now_us() - t0;
+        for (double w0 = now_us(); s == KILN_OK && now_us() - w0 < warmup_us;)
+            s = kiln_model_run(m, (const void *const *)in, out);
         for (int r = -warmup; r < runs && s == KILN_OK; r++) {
             double w0 = now_us();
             s = kiln_model_run(m, (const void *const *)in, out);
