@@ -827,14 +827,12 @@ static bool matmul_vec4_shape(const Node *n, const MatmulShape *s) {
            all_multiples(s->brank, s->ops[2].strides, 4);
 }
 
-/* matmul.comp's vec4 path for fixed shapes, after the dispatch's groups:
- * no bounds checks on the loads where BM x BN x BK tiles divide the product
- * (EXACT), no loops over tiles and batches where each has its own
- * workgroup (ONE_TILE). Both leave registers to the inner loop. (The same
- * in coopmat.comp measured no faster on the H200.) */
-static void define_tiling(Dispatch *d, const MatmulShape *s, int64_t bm, int64_t bn,
-                          int64_t bk) {
-    define_int(d, "EXACT", !s->dyn && s->M % bm == 0 && s->N % bn == 0 && s->K % bk == 0);
+/* matmul.comp's vec4 path for fixed shapes, after the dispatch's groups: no
+ * loops over tiles and batches where each has its own workgroup
+ * (ONE_TILE), leaving registers to the inner loop. (Loads without bounds
+ * checks where the tiles divide the product measured no faster on the
+ * H200 once the loops were gone; neither did coopmat.comp.) */
+static void define_tiling(Dispatch *d, const MatmulShape *s, int64_t bm, int64_t bn) {
     define_int(d, "ONE_TILE", !s->dyn && d->groups[0] * bn >= s->N &&
                                   d->groups[1] * bm >= s->M && d->groups[2] >= s->batch);
 }
@@ -933,7 +931,7 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
     if (!matvec)
         dyn_groups(d, 1, s->dyn, s->M, bm);
     if (vec4)
-        define_tiling(d, s, bm, bn, bk);
+        define_tiling(d, s, bm, bn);
     return d;
 }
 
