@@ -192,6 +192,8 @@ MATMUL_SHAPES = [
     # ragged M and N with K a multiple of the K step, 64 and 128 tiles
     ([100, 64], [64, 92]),
     ([2100, 48], [48, 2052]),
+    # 64 x 128 tiles of 4 x 8 (at least 128 of them), ragged, K steps past K
+    ([1030, 36], [36, 1028]),
     # matvec.comp: vec4 columns and vec4 rows of A, 16 rows in six rounds of
     # 3, columns past the last workgroup's; then vec4 columns with scalar A
     # (K odd), and a batch with vec4 on both sides.
