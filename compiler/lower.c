@@ -827,16 +827,6 @@ static bool matmul_vec4_shape(const Node *n, const MatmulShape *s) {
            all_multiples(s->brank, s->ops[2].strides, 4);
 }
 
-/* matmul.comp's vec4 path for fixed shapes, after the dispatch's groups: no
- * loops over tiles and batches where each has its own workgroup
- * (ONE_TILE), leaving registers to the inner loop. (Loads without bounds
- * checks where the tiles divide the product measured no faster on the
- * H200 once the loops were gone; neither did coopmat.comp.) */
-static void define_tiling(Dispatch *d, const MatmulShape *s, int64_t bm, int64_t bn) {
-    define_int(d, "ONE_TILE", !s->dyn && d->groups[0] * bn >= s->N &&
-                                  d->groups[1] * bm >= s->M && d->groups[2] >= s->batch);
-}
-
 /* One matmul kernel for s: the matrix-vector one (rows up to mrows, its
  * array size) or the tiled one. */
 static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
@@ -847,8 +837,8 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
     pick_tile(s->N, &bn, &tn);
     /* vec4 operands: 64 x 128 tiles (4 x 8 per invocation) where they still
      * leave 128 workgroups, a large GPU's multiprocessors (H200: 1024^3 in
-     * 73.5 against 83 us on 64 x 64; 8 x 8 blocks, 32- and K-32-tiles
-     * slower) */
+     * 73.5 against 83 us on 64 x 64; of the ten tiles swept there, 8 x 8
+     * blocks, 32-wide tiles and K steps of 32 were slower) */
     if (shape4 && groups_for(s->M, 64) * groups_for(s->N, 128) * s->batch >= 128) {
         bm = 64, bn = 128, tm = 4, tn = 8;
     }
@@ -937,8 +927,14 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
     d->groups[2] = groups_for(s->batch, 1);
     if (!matvec)
         dyn_groups(d, 1, s->dyn, s->M, bm);
+    /* The vec4 path without loops over tiles and batches where each has
+     * its own workgroup, leaving registers to the inner loop. (Loads
+     * without bounds checks where the tiles divide the product measured no
+     * faster on the H200 once the loops were gone; in coopmat.comp neither
+     * change measured faster.) */
     if (vec4)
-        define_tiling(d, s, bm, bn);
+        define_int(d, "ONE_TILE", !s->dyn && d->groups[0] * bn >= s->N &&
+                                      d->groups[1] * bm >= s->M && d->groups[2] >= s->batch);
     return d;
 }
 
