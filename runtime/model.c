@@ -74,11 +74,9 @@ struct kiln_model {
     kiln__buffer sink;
     /* Direct I/O (choose_direct_io): the inputs and outputs the dispatches
      * reach in the staging buffer itself, so that a run copies none of them
-     * on the device. Arena bytes [begin, end) are staging bytes from io on;
-     * index is the input's or output's, kind 0 for an input, 1 an output. */
+     * on the device. Arena bytes [begin, end) are staging bytes from io on. */
     struct direct_range {
         uint64_t begin, end, io;
-        uint32_t kind, index;
     } *direct;
     uint32_t direct_count;
     /* A guarded model with direct I/O: the bytes of staging no input,
@@ -521,11 +519,11 @@ static kiln_status choose_direct_io(kiln_model *m, int staged) {
     if (!m->direct)
         return KILN_FAIL(KILN_ERROR_OUT_OF_HOST_MEMORY, "allocating the direct ranges");
     for (uint32_t i = 0; i < n; i++) {
-        uint32_t kind = i >= d->input_count;
         const kiln_tensor_info *t = io_tensor(d, i);
         uint64_t begin = t->offset, end = t->offset + t->bytes;
         if (t->buffer != KILN_BUFFER_ARENA || t->bytes == 0 ||
-            t->bytes > (kind ? DIRECT_OUTPUT_MAX : DIRECT_INPUT_MAX) || begin % 16 ||
+            t->bytes > (i < d->input_count ? DIRECT_INPUT_MAX : DIRECT_OUTPUT_MAX) ||
+            begin % 16 ||
             t->io_offset % 16 || end > m->arena.size ||
             t->io_offset + t->bytes > m->io.size ||
             !can_be_direct(m, i, begin, end))
@@ -534,8 +532,6 @@ static kiln_status choose_direct_io(kiln_model *m, int staged) {
         r->begin = begin;
         r->end = end;
         r->io = t->io_offset;
-        r->kind = kind;
-        r->index = kind ? i - d->input_count : i;
     }
     return m->direct_count && d->guard_count ? find_staging_gaps(m) : KILN_OK;
 }
@@ -1179,10 +1175,10 @@ void *kiln_model_input_memory(kiln_model *m, uint32_t i) {
 }
 
 int kiln_model_io_direct(const kiln_model *m, int output, uint32_t i) {
-    for (uint32_t k = 0; m && k < m->direct_count; k++)
-        if (m->direct[k].kind == (output != 0) && m->direct[k].index == i)
-            return 1;
-    return 0;
+    if (!m || i >= (output ? m->desc->output_count : m->desc->input_count))
+        return 0;
+    const kiln_tensor_info *t = output ? &m->desc->outputs[i] : &m->desc->inputs[i];
+    return t->bytes && is_direct(m, t); /* chosen ones have bytes */
 }
 
 const void *kiln_model_output_memory(const kiln_model *m, uint32_t i) {
