@@ -5,7 +5,8 @@
 #   make test   the same set-up, then every test; ends "N passed, N failed"
 #
 # Packages are Debian's; when one is missing, make installs it with apt-get
-# if it runs as root, and otherwise prints the apt-get line and stops.
+# if it runs as root, and otherwise prints the apt-get line and stops
+# (tools/packages.sh). A bare Debian has no make: apt-get install make first.
 
 CC ?= cc
 CFLAGS ?= -O2 -g
@@ -38,9 +39,9 @@ endif
 # What kiln needs to build and run, and what its tests need on top.
 PACKAGES = build-essential libvulkan-dev libshaderc-dev glslc spirv-tools \
            libyaml-dev mesa-vulkan-drivers vulkan-validationlayers \
-           libprotobuf-c-dev protobuf-c-compiler libonnx-dev
+           libprotobuf-c-dev protobuf-c-compiler libonnx-dev pkg-config
 TEST_PACKAGES = python3 python3-numpy python3-yaml clang g++ libonnx-testdata \
-                graphviz chromium
+                graphviz chromium man-db
 
 COMPILER_SRC = $(filter-out compiler/embed.c, $(wildcard compiler/*.c))
 COMPILER_OBJ = $(COMPILER_SRC:compiler/%.c=$(B)/compiler/%.o) $(B)/compiler/embedded.o \
@@ -63,30 +64,11 @@ all: deps $(B)/kiln $(B)/libkilnrt.a run-sample
 
 # ---- packages ----
 
-define ensure_packages
-	@missing=""; for p in $(1); do \
-	  dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' \
-	    || missing="$$missing $$p"; \
-	done; \
-	if [ -n "$$missing" ]; then \
-	  if ! command -v dpkg-query >/dev/null; then \
-	    echo "kiln: not a Debian system; install the equivalents of:$$missing"; exit 1; \
-	  elif [ "$$(id -u)" = 0 ]; then \
-	    echo "kiln: installing$$missing"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null \
-	      || { echo "kiln: apt-get install$$missing failed"; exit 1; }; \
-	  else \
-	    echo "kiln: missing packages; run:"; \
-	    echo "  sudo apt-get install -y$$missing"; exit 1; \
-	  fi; \
-	fi
-endef
-
 deps:
-	$(call ensure_packages,$(PACKAGES))
+	@sh tools/packages.sh $(PACKAGES)
 
 test-deps: deps
-	$(call ensure_packages,$(TEST_PACKAGES))
+	@sh tools/packages.sh $(TEST_PACKAGES)
 
 # ---- the compiler ----
 
@@ -110,7 +92,9 @@ $(B)/compiler/onnx.pb-c.c $(B)/compiler/onnx.pb-c.h: $(ONNX_PROTO) | deps
 $(B)/compiler/onnx.pb-c.o: $(B)/compiler/onnx.pb-c.c
 	$(CC) $(CFLAGS) -c -o $@ $<
 
-$(B)/compiler/load_onnx.o: compiler/onnx_ops.inc $(B)/compiler/onnx.pb-c.h
+ONNX_OBJ = $(patsubst compiler/%.c,$(B)/compiler/%.o,$(wildcard compiler/onnx_*.c)) \
+           $(B)/compiler/load_onnx.o
+$(ONNX_OBJ): compiler/onnx.h $(B)/compiler/onnx.pb-c.h
 
 # kiln compile --report states the runtime library's size: text + data.
 $(B)/compiler/main.o: compiler/main.c $(B)/libkilnrt.a
@@ -119,7 +103,7 @@ $(B)/compiler/main.o: compiler/main.c $(B)/libkilnrt.a
 	  -DKILN_RUNTIME_BYTES=$$(size -t $(B)/libkilnrt.a | tail -1 | awk '{print $$1 + $$2}') \
 	  -c -o $@ $<
 
-$(B)/compiler/%.o: compiler/%.c compiler/kiln.h compiler/ops.def runtime/kiln_rt.h | deps
+$(B)/compiler/%.o: compiler/%.c compiler/kiln.h compiler/lower.h compiler/shape.h compiler/ops.def runtime/kiln_rt.h | deps
 	@mkdir -p $(B)/compiler
 	$(CC) $(CFLAGS) $(WARN) -std=c11 -I$(B)/compiler -c -o $@ $<
 
@@ -240,6 +224,7 @@ FUZZ_RUN = -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
 
 .PHONY: fuzz fuzz-build
 fuzz: test-deps
+	@sh tools/packages.sh libclang-rt-dev
 	$(MAKE) --no-print-directory B=build-fuzz CC=clang CFLAGS="$(FUZZ_FLAGS)" fuzz-build
 	$(PYTHON) tests/fuzz/seeds.py build-fuzz/corpus $(FUZZ_TARGETS)
 	@mkdir -p build-fuzz/findings

@@ -330,8 +330,7 @@ void infer_dynamic(Graph *g, Node *n) {
     }
     case OP_SPLIT: {
         int axis;
-        int64_t sizes[16];
-        split_sizes(n, &axis, sizes);
+        split_sizes(n, &axis);
         if (axis == x->dyn_axis)
             unsupported(n, "it splits the dynamic axis of '%s'", x->name);
         same_as(n, x);

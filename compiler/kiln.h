@@ -15,6 +15,7 @@
 #ifndef KILN_H
 #define KILN_H
 
+#include <limits.h>
 #include <setjmp.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -115,6 +116,9 @@ uint64_t align_up(uint64_t x, uint64_t a);
 
 /* ---- graph ------------------------------------------------------------- */
 
+/* An op's max_inputs when it takes any number (ops.def). */
+#define VARIADIC INT_MAX
+
 typedef enum OpKind {
 #define OP(id, name, mn, mx, attrs, shape, lower, expr) OP_##id,
 #include "ops.def"
@@ -131,6 +135,8 @@ typedef struct OpInfo {
 extern const OpInfo op_info[OP_COUNT];
 /* OP_COUNT when no op has this name. */
 OpKind op_lookup(const char *name);
+/* NULL when op takes n inputs, else why not ("takes 2 inputs, got 3"). */
+const char *op_arity_error(OpKind op, int n);
 /* The default of an op's attribute ("" when it has none), or NULL when the
  * op does not take that attribute. */
 const char *op_attr_default(OpKind op, const char *key);
@@ -265,13 +271,6 @@ typedef struct Graph {
     int ndims;
 } Graph;
 
-/* Attribute access, with located errors on a wrong type or value. */
-Attr *node_attr(Node *n, const char *key);
-int64_t attr_int(Node *n, const char *key, int64_t dflt);
-double attr_float(Node *n, const char *key, double dflt);
-/* Fills out (at most max) and returns the count, or -1 when absent. */
-int attr_ints(Node *n, const char *key, int64_t *out, int max);
-
 /* ---- graph.c ------------------------------------------------------------- */
 
 /* Constructors for loaders that build graphs in code (ONNX). Names must be
@@ -302,8 +301,8 @@ Graph *load_onnx_bytes(const char *path, const char *raw, size_t size, int nshap
                        const char **shapes, int nconsts, const char **consts);
 Graph *load_onnx(const char *path, int nshapes, const char **shapes, int nconsts,
                  const char **consts);
-/* kiln tensor IN.pb OUT.bin: an ONNX TensorProto's data, raw; prints
- * "DTYPE [dims] NAME". Returns the exit status. */
+/* (onnx_value.c) kiln tensor IN.pb OUT.bin: an ONNX TensorProto's data,
+ * raw; prints "DTYPE [dims] NAME". Returns the exit status. */
 int convert_tensor(const char *in, const char *out);
 
 /* ---- weights.c ----------------------------------------------------------- */
@@ -328,11 +327,24 @@ uint64_t splitmix64(uint64_t *state);
 void infer_shapes(Graph *g);
 /* Checks one node and sets its outputs (its inputs already inferred). */
 void infer_node(Node *n);
+
+/* ---- op_params.c: what attributes and inputs mean ------------------------ */
+
+/* Attribute access, with located errors on a wrong type or value. */
+Attr *node_attr(Node *n, const char *key);
+int64_t attr_int(Node *n, const char *key, int64_t dflt);
+double attr_float(Node *n, const char *key, double dflt);
+/* Fills out (at most max) and returns the count, or -1 when absent (more
+ * than max items is a located error). */
+int attr_ints(Node *n, const char *key, int64_t *out, int max);
 /* Slice parameters per axis of the input (start, step) and the output
  * shape, ONNX semantics (negative indices, clamping). */
 void slice_params(Node *n, int64_t *start, int64_t *step, int64_t *out_shape);
-/* Split: the axis and each output's size along it. */
-void split_sizes(Node *n, int *axis, int64_t *sizes);
+/* One axis of size dim sliced from *start to end by step (not 0), ONNX
+ * semantics: *start becomes the first index taken; returns the count. */
+int64_t slice_axis(int64_t dim, int64_t *start, int64_t end, int64_t step);
+/* Split: the axis and each output's size along it (noutputs of them). */
+int64_t *split_sizes(Node *n, int *axis);
 /* Reductions: marks the reduced axes of the input; returns how many. */
 int reduced_axes(Node *n, bool *reduced);
 typedef struct AttentionDims {
@@ -439,11 +451,12 @@ typedef struct Options {
  * its Options flag): matmul + bias + activation, residual add + norm,
  * elementwise chains. */
 void optimize(Graph *g, const Options *opt);
-/* The GLSL of an elementwise node with everything fused into it expanded;
- * its leaf operands are collected into leaves (at most max). Returns NULL
- * when they would not fit. ct: the compute type. */
+/* (lower_eltwise.c) The GLSL of an elementwise node with everything fused
+ * into it expanded; its leaf operands are collected into leaves (at most
+ * max). Returns NULL when they would not fit. ct: the compute type. */
 char *fused_expr(Node *n, const char *ct, Tensor **leaves, int *nleaves, int max);
-/* "name + name + ..." of a node and the nodes fused into it. */
+/* (lower_dispatch.c) "name + name + ..." of a node and the nodes fused
+ * into it. */
 char *fused_label(Node *n);
 
 /* ---- quantize.c ---------------------------------------------------------- */
@@ -486,7 +499,7 @@ typedef struct Dispatch {
     int64_t scale, per_group;
     int64_t work_min, work_max; /* runs only for work * scale in this range */
     /* Another kernel for the same work, recorded right after this one; a
-     * run gives groups to one of the two only (lower.c, matmul_dispatch),
+     * run gives groups to one of the two only (lower_matmul.c, matmul_dispatch),
      * or a device records one of the two only (needs, unless). */
     struct Dispatch *variant;
     /* KILN_FEATURE_* a device must have for this dispatch to be recorded
@@ -543,6 +556,9 @@ typedef struct Program {
 #define DIMS_SLOT (MAX_ARGS - 1) /* push-constant slot of the dims address */
 
 Program *lower(Graph *g);
+
+/* ---- lower_dispatch.c ---------------------------------------------------- */
+
 /* Used by lowering functions: a new dispatch for node n. */
 Dispatch *new_dispatch(Program *p, Node *n, const char *family);
 void define_int(Dispatch *d, const char *name, int64_t v);

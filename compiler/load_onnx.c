@@ -26,9 +26,12 @@
  * types are reported in one message (with their node names and counts).
  * Errors name the node and its op type; nothing is written on error.
  * Messages for a legal model that kiln cannot run begin with "unsupported".
+ *
+ * The parts: onnx_value.c (values, TensorProto, node inputs and
+ * attributes), onnx_fold.c (constant folding), onnx_map.c (the op table and
+ * mappers); onnx.h declares what they share.
  */
-#include "kiln.h"
-#include "onnx.pb-c.h"
+#include "onnx.h"
 
 #include <errno.h>
 #include <math.h>
@@ -36,431 +39,78 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct Value {
-    const char *name;
-    kiln_dtype dtype;
-    int rank;
-    int64_t shape[MAX_RANK];
-    uint8_t *data; /* a constant's bytes (kiln layout), or NULL */
-    Tensor *t;     /* the kiln tensor, once one exists */
-} Value;
+/* ---- declared types ---- */
 
-typedef struct Ctx {
-    const char *path, *dir;
-    Graph *g;
-    Map values;            /* name -> Value* */
-    int64_t opset;
-    Onnx__NodeProto *node; /* the node being mapped */
-    const char *nname;     /* "name (OpType)" */
-    Loc loc;
-} Ctx;
-
-#define MAX_CONST_FOLD (1 << 22) /* elements a folded constant may have */
-
-static _Noreturn void node_fail(Ctx *c, const char *msg) {
-    error_at(c->loc, "node '%s': %s", c->nname, msg);
-}
-
-/* ---- dtypes and constants ---- */
-
-static int kiln_dtype_of(int32_t onnx) {
-    switch (onnx) {
-    case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT: return KILN_DTYPE_F32;
-    case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16: return KILN_DTYPE_F16;
-    case ONNX__TENSOR_PROTO__DATA_TYPE__INT32: return KILN_DTYPE_I32;
-    case ONNX__TENSOR_PROTO__DATA_TYPE__INT64: return KILN_DTYPE_I64;
-    case ONNX__TENSOR_PROTO__DATA_TYPE__BOOL: return KILN_DTYPE_BOOL;
-    case ONNX__TENSOR_PROTO__DATA_TYPE__UINT8: return KILN_DTYPE_U8;
-    case ONNX__TENSOR_PROTO__DATA_TYPE__INT8: return KILN_DTYPE_I8;
-    default: return -1;
+/* A declared shape as text: "[1, 18, 'batch']". */
+static char *declared_shape_str(const Onnx__TensorShapeProto *sp) {
+    Str s = {0};
+    str_add(&s, "[");
+    for (size_t d = 0; d < sp->n_dim; d++) {
+        const Onnx__TensorShapeProto__Dimension *dim = sp->dim[d];
+        if (d)
+            str_add(&s, ", ");
+        if (dim->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE)
+            str_addf(&s, "%lld", (long long)dim->dim_value);
+        else if (dim->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM)
+            str_addf(&s, "'%s'", dim->dim_param ? dim->dim_param : "");
+        else
+            str_add(&s, "?");
     }
+    str_add(&s, "]");
+    return s.buf;
 }
 
-static const char *onnx_type_name(int32_t t) {
-    static const char *const names[] = {"UNDEFINED", "FLOAT", "UINT8", "INT8", "UINT16",
-                                        "INT16", "INT32", "INT64", "STRING", "BOOL",
-                                        "FLOAT16", "DOUBLE", "UINT32", "UINT64",
-                                        "COMPLEX64", "COMPLEX128", "BFLOAT16"};
-    return t >= 0 && t <= 16 ? names[t] : "an unknown type";
-}
-
-static bool is_integral(kiln_dtype d) { return d != KILN_DTYPE_F32 && d != KILN_DTYPE_F16; }
-
-static int64_t vcount(const Value *v) { return shape_count(v->rank, v->shape); }
-
-static double vget(const Value *v, int64_t i) {
-    const uint8_t *p = v->data;
-    switch (v->dtype) {
-    case KILN_DTYPE_F32: { float f; memcpy(&f, p + 4 * i, 4); return f; }
-    case KILN_DTYPE_F16: { uint16_t h; memcpy(&h, p + 2 * i, 2); return half_to_float(h); }
-    case KILN_DTYPE_I32: { int32_t x; memcpy(&x, p + 4 * i, 4); return x; }
-    case KILN_DTYPE_I64: { int64_t x; memcpy(&x, p + 8 * i, 8); return (double)x; }
-    case KILN_DTYPE_BOOL:
-    case KILN_DTYPE_U8: return p[i];
-    case KILN_DTYPE_I8: return (int8_t)p[i];
-    }
-    return 0;
-}
-
-static int64_t vgeti(const Value *v, int64_t i) {
-    if (v->dtype == KILN_DTYPE_I64) {
-        int64_t x;
-        memcpy(&x, v->data + 8 * i, 8);
-        return x;
-    }
-    return double_to_i64(vget(v, i));
-}
-
-static void vset(Value *v, int64_t i, double d) {
-    uint8_t *p = v->data;
-    switch (v->dtype) {
-    case KILN_DTYPE_F32: { float f = (float)d; memcpy(p + 4 * i, &f, 4); break; }
-    case KILN_DTYPE_F16: { uint16_t h = float_to_half((float)d); memcpy(p + 2 * i, &h, 2); break; }
-    case KILN_DTYPE_I32: { int32_t x = (int32_t)(uint32_t)double_to_i64(d); memcpy(p + 4 * i, &x, 4); break; }
-    case KILN_DTYPE_I64: { int64_t x = double_to_i64(d); memcpy(p + 8 * i, &x, 8); break; }
-    case KILN_DTYPE_BOOL: p[i] = d != 0; break;
-    case KILN_DTYPE_U8: p[i] = (uint8_t)double_to_i64(d); break;
-    case KILN_DTYPE_I8: p[i] = (uint8_t)double_to_i64(d); break;
-    }
-}
-
-static void vseti(Value *v, int64_t i, int64_t x) {
-    if (v->dtype == KILN_DTYPE_I64)
-        memcpy(v->data + 8 * i, &x, 8);
-    else
-        vset(v, i, (double)x);
-}
-
-static Value *new_value(const char *name, kiln_dtype dt, int rank, const int64_t *shape,
-                        bool constant) {
-    Value *v = xcalloc(1, sizeof *v);
-    v->name = xstrdup(name);
-    v->dtype = dt;
-    v->rank = rank;
-    if (rank)
-        memcpy(v->shape, shape, sizeof(int64_t) * (size_t)rank);
-    if (constant)
-        v->data = xcalloc((size_t)(vcount(v) * kiln_dtype_size(dt)) + 1, 1);
-    return v;
-}
-
-static void bind(Ctx *c, const char *name, Value *v) {
-    if (!*name)
-        return; /* an omitted optional output */
-    v->name = xstrdup(name);
-    map_put(&c->values, v->name, v);
-}
-
-/* The kiln tensor of a value; constants become weights on first use. */
-static Tensor *tens(Ctx *c, Value *v) {
-    if (v->t)
-        return v->t;
-    if (!v->data)
-        internal_error("value '%s' has neither a tensor nor data", v->name);
-    Tensor *t = graph_tensor(c->g, format("%s", v->name), T_WEIGHT, c->loc);
-    t->dtype = v->dtype;
-    t->rank = v->rank;
-    memcpy(t->shape, v->shape, sizeof t->shape);
-    t->data = v->data;
-    t->src.from = W_VALUES;
-    v->t = t;
-    return t;
-}
-
-static Value *value_of_tensor(Tensor *t) {
-    Value *v = new_value(t->name, t->dtype, t->rank, t->shape, false);
-    v->t = t;
-    return v;
-}
-
-/* ---- TensorProto ---- */
-
-/* protobuf-c allocates through kiln's heap, so kiln_free_all frees the
- * decoded messages too. */
-static void *pb_alloc(void *data, size_t size) {
-    (void)data;
-    return try_alloc(size);
-}
-
-static void pb_free(void *data, void *p) {
-    (void)data;
-    xfree(p);
-}
-
-static ProtobufCAllocator pb_allocator = {pb_alloc, pb_free, NULL};
-
-/* Decodes a TensorProto into a constant Value; `what` names it in errors. */
-static Value *decode_tensor(const char *path, const char *dir, Onnx__TensorProto *tp,
-                            const char *what, Loc loc) {
-    int dt = kiln_dtype_of(tp->data_type);
-    if (dt < 0)
-        error_at(loc, "unsupported: %s has dtype %s", what, onnx_type_name(tp->data_type));
-    if (tp->n_dims > MAX_RANK)
-        error_at(loc, "unsupported: %s has rank %zu; kiln supports up to %d", what,
-                 tp->n_dims, MAX_RANK);
-    double count = 1;
-    for (size_t i = 0; i < tp->n_dims; i++) {
-        if (tp->dims[i] < 0)
-            error_at(loc, "%s has a negative dimension", what);
-        count *= (double)tp->dims[i];
-    }
-    if (count > 4294967295.0)
-        error_at(loc, "%s has more than 2^32 - 1 elements", what);
-    /* Every size is checked against the data present before anything is
-     * allocated: a few bytes of protobuf must not claim gigabytes. */
-    int64_t n = (int64_t)count;
-    size_t bytes = (size_t)n * kiln_dtype_size((kiln_dtype)dt);
-    const char *name = tp->name ? tp->name : "";
-    if (tp->has_data_location &&
-        tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) {
-        const char *file = NULL;
-        long long offset = 0, length = -1;
-        for (size_t i = 0; i < tp->n_external_data; i++) {
-            Onnx__StringStringEntryProto *e = tp->external_data[i];
-            if (!e->key || !e->value)
-                continue;
-            if (strcmp(e->key, "location") == 0)
-                file = e->value;
-            else if (strcmp(e->key, "offset") == 0)
-                offset = atoll(e->value);
-            else if (strcmp(e->key, "length") == 0)
-                length = atoll(e->value);
-        }
-        if (!file || strstr(file, ".."))
-            error_at(loc, "%s: external data without a usable location", what);
-        if (length >= 0 && (size_t)length != bytes)
-            error_at(loc, "%s: external data length %lld, the tensor needs %zu bytes", what,
-                     length, bytes);
-        char *full = format("%s/%s", dir, file);
-        uint64_t size = 0;
-        FILE *f = open_regular(full, &size);
-        if (!f)
-            error_at(loc, "%s: cannot read external data %s: %s", what, full, strerror(errno));
-        bool fits = offset >= 0 && (uint64_t)offset <= size && size - (uint64_t)offset >= bytes;
-        Value *v = fits ? new_value(name, (kiln_dtype)dt, (int)tp->n_dims, tp->dims, true) : NULL;
-        bool ok = fits && read_at(f, (uint64_t)offset, v->data, bytes);
-        fclose(f);
-        if (!fits)
-            error_at(loc, "%s: %s has %llu bytes, the tensor needs %zu at offset %lld", what,
-                     full, (unsigned long long)size, bytes, offset);
-        if (!ok)
-            error_at(loc, "%s: cannot read external data %s", what, full);
-        (void)path;
-        return v;
-    }
-    if (tp->has_raw_data) {
-        if (tp->raw_data.len != bytes)
-            error_at(loc, "%s: raw data of %zu bytes, the tensor needs %zu", what,
-                     tp->raw_data.len, bytes);
-        Value *v = new_value(name, (kiln_dtype)dt, (int)tp->n_dims, tp->dims, true);
-        if (bytes) /* an empty tensor may have no data pointer */
-            memcpy(v->data, tp->raw_data.data, bytes);
-        return v;
-    }
-    size_t have = dt == KILN_DTYPE_F32   ? tp->n_float_data
-                  : dt == KILN_DTYPE_I64 ? tp->n_int64_data
-                                         : tp->n_int32_data;
-    if (have != (size_t)n)
-        error_at(loc, "%s: %zu values for %lld elements", what, have, (long long)n);
-    Value *v = new_value(name, (kiln_dtype)dt, (int)tp->n_dims, tp->dims, true);
-    for (int64_t i = 0; i < n; i++) {
-        if (v->dtype == KILN_DTYPE_F32)
-            vset(v, i, tp->float_data[i]);
-        else if (v->dtype == KILN_DTYPE_I64)
-            vseti(v, i, tp->int64_data[i]);
-        else if (v->dtype == KILN_DTYPE_F16) {
-            uint16_t h = (uint16_t)tp->int32_data[i];
-            memcpy(v->data + 2 * i, &h, 2);
-        } else
-            vset(v, i, tp->int32_data[i]);
-    }
-    return v;
-}
-
-/* A TensorProto file (kiln tensor, --const), decoded; `what` names it. */
-static Value *read_tensor_file(const char *path, const char *what) {
-    size_t size;
-    char *raw = read_file(path, &size);
-    Loc loc = {path, 0, 0};
-    if (!raw)
-        error_at(loc, "cannot read: %s", strerror(errno));
-    Onnx__TensorProto *tp = onnx__tensor_proto__unpack(&pb_allocator, size, (const uint8_t *)raw);
-    if (!tp)
-        error_at(loc, "not a valid ONNX TensorProto");
-    const char *slash = strrchr(path, '/');
-    char *dir = slash ? format("%.*s", (int)(slash - path), path) : xstrdup(".");
-    return decode_tensor(path, dir, tp, what, loc);
-}
-
-int convert_tensor(const char *in, const char *out) {
-    Value *v = read_tensor_file(in, "the tensor");
-    size_t bytes = (size_t)vcount(v) * kiln_dtype_size(v->dtype);
-    if (!write_file(out, v->data, bytes))
-        fatal("cannot write %s", out);
-    printf("%s %s %s\n", kiln_dtype_name(v->dtype), shape_str(v->rank, v->shape), v->name);
-    return 0;
-}
-
-/* ---- node inputs, outputs, attributes ---- */
-
-static int nin(Ctx *c) { return (int)c->node->n_input; }
-static int nout(Ctx *c) { return (int)c->node->n_output; }
-
-/* Input i, or NULL when absent (an empty name or past the end). */
-static Value *in_opt(Ctx *c, int i) {
-    if (i >= nin(c) || !c->node->input[i] || !*c->node->input[i])
-        return NULL;
-    Value *v = map_get(&c->values, c->node->input[i]);
-    if (!v)
-        node_fail(c, format("input '%s' is not defined before it is used",
-                            c->node->input[i]));
-    return v;
-}
-
-static Value *in(Ctx *c, int i) {
-    Value *v = in_opt(c, i);
-    if (!v)
-        node_fail(c, format("input %d is missing", i));
-    return v;
-}
-
-/* An input that kiln needs as a constant (it becomes an attribute). */
-static Value *in_const(Ctx *c, int i, const char *what) {
-    Value *v = in(c, i);
-    if (!v->data)
-        node_fail(c, format("unsupported: %s (input %d, '%s') must be a constant: kiln's "
-                            "shapes are static", what, i, v->name));
-    return v;
-}
-
-static const char *out_name(Ctx *c, int i) {
-    return i < nout(c) && c->node->output[i] ? c->node->output[i] : "";
-}
-
-static Onnx__AttributeProto *oattr(Ctx *c, const char *name) {
-    for (size_t i = 0; i < c->node->n_attribute; i++)
-        if (c->node->attribute[i]->name && strcmp(c->node->attribute[i]->name, name) == 0)
-            return c->node->attribute[i];
-    return NULL;
-}
-
-static int64_t oattr_int(Ctx *c, const char *name, int64_t dflt) {
-    Onnx__AttributeProto *a = oattr(c, name);
-    return a ? a->i : dflt;
-}
-
-static double oattr_float(Ctx *c, const char *name, double dflt) {
-    Onnx__AttributeProto *a = oattr(c, name);
-    return a ? a->f : dflt;
-}
-
-static const char *oattr_str(Ctx *c, const char *name, const char *dflt) {
-    Onnx__AttributeProto *a = oattr(c, name);
-    return a && a->has_s ? format("%.*s", (int)a->s.len, (const char *)a->s.data) : dflt;
-}
-
-/* ---- making kiln nodes ---- */
-
-static Node *knode(Ctx *c, OpKind op, const char *suffix) {
-    return graph_node(c->g, op, format("%s%s", c->nname, suffix), c->loc);
-}
-
-/* A kiln node of `op` over values, producing ONNX output `out`. */
-static Node *emit(Ctx *c, OpKind op, int n, Value **ins, const char *out) {
-    Node *k = knode(c, op, *out ? "" : "/tmp");
-    for (int i = 0; i < n; i++) {
-        if (!ins[i])
-            node_fail(c, format("input %d is missing", i));
-        node_add_input(k, tens(c, ins[i]));
-    }
-    node_add_output(k, graph_tensor(c->g, out, T_VALUE, c->loc));
-    return k;
-}
-
-static int tmp_count;
-
-/* The same, with an internal output (for decompositions). */
-static Node *emit_tmp(Ctx *c, OpKind op, int n, Value **ins) {
-    return emit(c, op, n, ins, format("%s/%d", c->nname, ++tmp_count));
-}
-
-/* Checks the node and binds its outputs to the ONNX names. */
-static Value *finish(Ctx *c, Node *k) {
-    infer_node(k);
-    infer_dynamic(c->g, k);
-    Value *first = NULL;
-    for (int i = 0; i < k->noutputs; i++) {
-        Value *v = value_of_tensor(k->outputs[i]);
-        map_put(&c->values, k->outputs[i]->name, v);
-        if (!first)
-            first = v;
-    }
-    return first;
-}
-
-/* Copies ONNX attributes onto a kiln node, renaming ("onnx:kiln") or
- * dropping ("onnx:-") as listed; any other attribute kiln's op does not take
- * is unsupported. */
-static void copy_attrs(Ctx *c, Node *k, const char *renames) {
-    for (size_t i = 0; i < c->node->n_attribute; i++) {
-        Onnx__AttributeProto *a = c->node->attribute[i];
-        const char *key = a->name;
-        const char *to = key;
-        size_t n = strlen(key);
-        for (const char *p = renames; p && *p;) {
-            while (*p == ' ')
-                p++;
-            const char *colon = strchr(p, ':'), *end = strchr(p, ' ');
-            if (!end)
-                end = p + strlen(p);
-            if (colon && colon < end && (size_t)(colon - p) == n && strncmp(p, key, n) == 0) {
-                to = format("%.*s", (int)(end - colon - 1), colon + 1);
-                break;
-            }
-            p = end;
-        }
-        /* Bookkeeping of opsets before 7, meaningless for inference. */
-        if (strcmp(to, "-") == 0 || strcmp(key, "consumed_inputs") == 0 ||
-            strcmp(key, "is_test") == 0)
+/* Remembers the value an input gives each symbolic dimension of its
+ * declared shape (dims: the shape kiln uses for it). */
+static void bind_symbols(Ctx *c, const Onnx__TypeProto__Tensor *tt, int rank,
+                         const int64_t *dims) {
+    if (!tt->shape || (int)tt->shape->n_dim != rank)
+        return;
+    for (int d = 0; d < rank; d++) {
+        const Onnx__TensorShapeProto__Dimension *dim = tt->shape->dim[d];
+        if (dim->value_case != ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM ||
+            !dim->dim_param || !*dim->dim_param || map_get(&c->syms, dim->dim_param))
             continue;
-        if (!op_attr_default(k->op, to))
-            node_fail(c, format("unsupported: attribute %s", key));
-        switch (a->type) {
-        case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT: node_set_int(k, to, a->i); break;
-        case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT: node_set_float(k, to, a->f); break;
-        case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING:
-            node_set_attr(k, to, format("%.*s", (int)a->s.len, (const char *)a->s.data));
-            break;
-        case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS:
-            node_set_ints(k, to, (int)a->n_ints, a->ints);
-            break;
-        case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS: {
-            double *f = xcalloc(a->n_floats + 1, sizeof(double));
-            for (size_t j = 0; j < a->n_floats; j++)
-                f[j] = a->floats[j];
-            node_set_floats(k, to, (int)a->n_floats, f);
-            break;
-        }
-        default:
-            node_fail(c, format("unsupported: attribute %s of this type", key));
-        }
+        int64_t *v = xcalloc(1, sizeof *v);
+        *v = dims[d];
+        map_put(&c->syms, dim->dim_param, v);
     }
 }
 
-/* Values of a constant integer input as int64 (for attributes). */
-static int const_ints(Ctx *c, int i, const char *what, int64_t *out, int max) {
-    Value *v = in_const(c, i, what);
-    int64_t n = vcount(v);
-    if (n > max)
-        node_fail(c, format("%s has %lld values, at most %d", what, (long long)n, max));
-    for (int64_t j = 0; j < n; j++)
-        out[j] = vgeti(v, j);
-    return (int)n;
+/* Checks value v (kiln's inference) against what the model declares for
+ * it, if anything: the element type, the rank, every fixed dimension, and
+ * every symbolic one that an input fixed. where: "node 'X (Op)'", or NULL
+ * for a graph input or output. */
+static void check_type(Ctx *c, const Value *v, const Onnx__ValueInfoProto *vi,
+                       const char *where) {
+    if (!vi || !vi->type || vi->type->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE)
+        return;
+    const Onnx__TypeProto__Tensor *tt = vi->type->tensor_type;
+    bool type_ok = tt->elem_type == 0 || kiln_dtype_of(tt->elem_type) == (int)v->dtype;
+    bool shape_ok = !tt->shape || (int)tt->shape->n_dim == v->rank;
+    for (int d = 0; shape_ok && tt->shape && d < v->rank; d++) {
+        const Onnx__TensorShapeProto__Dimension *dim = tt->shape->dim[d];
+        const int64_t *sym = NULL;
+        if (dim->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE)
+            shape_ok = dim->dim_value == v->shape[d];
+        else if (dim->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM &&
+                 dim->dim_param && (sym = map_get(&c->syms, dim->dim_param)))
+            shape_ok = *sym == v->shape[d];
+    }
+    if (type_ok && shape_ok)
+        return;
+    Loc file = {c->path, 0, 0};
+    error_at(where ? c->loc : file, "%s%skiln infers %s %s for '%s'; the model declares %s %s",
+             where ? where : "", where ? ": " : "", kiln_dtype_name(v->dtype),
+             shape_str(v->rank, v->shape), v->name,
+             tt->elem_type ? onnx_type_name(tt->elem_type) : "an unknown type",
+             tt->shape ? declared_shape_str(tt->shape) : "of unknown shape");
 }
 
-/* The folder and the op mappers: a file of their own, sharing the helpers
- * above. */
-#include "onnx_ops.inc"
+/* check_type against the graph output or value_info named like v. */
+static void check_declared(Ctx *c, const Value *v, const char *where) {
+    check_type(c, v, map_get(&c->declared, v->name), where);
+}
 
 /* ---- the model ---- */
 
@@ -539,8 +189,11 @@ static bool shape_override(const char *name, int nshapes, const char **shapes, i
         while (*p) {
             char *end;
             long long v = strtoll(p, &end, 10);
-            if (end == p || v < 0 || *rank == MAX_RANK)
+            if (end == p || v < 0)
                 fatal("--shape %s: expected NAME=D0xD1x...", shapes[i]);
+            if (*rank == MAX_RANK)
+                fatal("--shape %s: more than %d dimensions (kiln supports rank %d at most)",
+                      shapes[i], MAX_RANK, MAX_RANK);
             dims[(*rank)++] = v;
             p = *end == 'x' ? end + 1 : end;
             if (*end && *end != 'x')
@@ -576,7 +229,6 @@ Graph *load_onnx(const char *path, int nshapes, const char **shapes, int nconsts
 Graph *load_onnx_bytes(const char *path, const char *raw, size_t size, int nshapes,
                        const char **shapes, int nconsts, const char **consts) {
     Loc file = {path, 0, 0};
-    tmp_count = 0;
     Onnx__ModelProto *m = onnx__model_proto__unpack(&pb_allocator, size, (const uint8_t *)raw);
     if (!m)
         error_at(file, "not a valid ONNX model (malformed or truncated protobuf)");
@@ -599,6 +251,11 @@ Graph *load_onnx_bytes(const char *path, const char *raw, size_t size, int nshap
     fill_absent_names(gp);
     check_supported(gp, path);
 
+    for (size_t i = 0; i < gp->n_value_info; i++)
+        map_put(&c.declared, gp->value_info[i]->name, gp->value_info[i]);
+    for (size_t i = 0; i < gp->n_output; i++)
+        map_put(&c.declared, gp->output[i]->name, gp->output[i]);
+
     Graph *g = xcalloc(1, sizeof *g);
     g->path = path;
     g->name = gp->name && *gp->name ? xstrdup(gp->name) : "model";
@@ -608,7 +265,7 @@ Graph *load_onnx_bytes(const char *path, const char *raw, size_t size, int nshap
     for (size_t i = 0; i < gp->n_initializer; i++) {
         Onnx__TensorProto *tp = gp->initializer[i];
         Value *v = decode_tensor(path, c.dir, tp, format("initializer '%s'", tp->name), file);
-        bind(&c, tp->name, v);
+        bind_value(&c, tp->name, v);
     }
     /* --shape NAME=LO..HI: a dynamic dimension for the symbolic dimension
      * (dim_param) NAME of the inputs. */
@@ -623,11 +280,14 @@ Graph *load_onnx_bytes(const char *path, const char *raw, size_t size, int nshap
     }
     for (size_t i = 0; i < gp->n_input; i++) {
         Onnx__ValueInfoProto *vi = gp->input[i];
-        if (map_get(&c.values, vi->name))
-            continue; /* has an initializer: a constant */
+        Value *init = map_get(&c.values, vi->name);
+        if (init) { /* has an initializer: a constant */
+            check_type(&c, init, vi, format("initializer '%s'", vi->name));
+            continue;
+        }
         Value *fixed = const_override(&c, vi->name, nconsts, consts);
         if (fixed) {
-            bind(&c, vi->name, fixed);
+            bind_value(&c, vi->name, fixed);
             continue;
         }
         if (!vi->type || vi->type->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE)
@@ -683,11 +343,12 @@ Graph *load_onnx_bytes(const char *path, const char *raw, size_t size, int nshap
         }
         t->rank = rank;
         memcpy(t->shape, dims, sizeof(int64_t) * (size_t)rank);
+        bind_symbols(&c, tt, rank, dims);
         if (t->dynamic)
             check_dynamic_input(t);
         if ((double)shape_count(rank, dims) > 4294967295.0)
             error_at(file, "input '%s' has more than 2^32 - 1 elements", vi->name);
-        bind(&c, vi->name, value_of_tensor(t));
+        bind_value(&c, vi->name, value_of_tensor(t));
     }
 
     int unused = unused_dim(g); /* only the inputs have tensors yet */
@@ -701,6 +362,11 @@ Graph *load_onnx_bytes(const char *path, const char *raw, size_t size, int nshap
         c.nname = format("%s (%s)", n->name && *n->name ? n->name : format("#%zu", i),
                          n->op_type);
         map_node(&c);
+        for (size_t o = 0; o < n->n_output; o++) {
+            Value *v = *n->output[o] ? map_get(&c.values, n->output[o]) : NULL;
+            if (v)
+                check_declared(&c, v, format("node '%s'", c.nname));
+        }
     }
 
     for (size_t i = 0; i < gp->n_output; i++) {
@@ -708,6 +374,7 @@ Graph *load_onnx_bytes(const char *path, const char *raw, size_t size, int nshap
         Value *v = map_get(&c.values, name);
         if (!v)
             error_at(file, "graph output '%s' is not produced by any node", name);
+        check_declared(&c, v, NULL);
         Tensor *t = tens(&c, v);
         if (strcmp(t->name, name) != 0 || t->is_output) {
             /* An output that is another value (an input, a repeated output):

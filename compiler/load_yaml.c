@@ -18,7 +18,7 @@
  *
  * Every key the format does not know is an error at its place; so are
  * duplicate names and references to tensors that nothing defines. Weight
- * bytes are read later (weights.c); op rules are checked in infer_shapes.c.
+ * bytes are read later (weights.c); op rules are checked in shape_<family>.c.
  */
 #include "kiln.h"
 
@@ -440,14 +440,9 @@ static void parse_node(Ctx *c, yaml_node_t *m, Vec *pending) {
         error_at(n->loc, "node '%s' has no inputs", n->name);
     expect(c, d.inputs, YAML_SEQUENCE_NODE, "inputs");
     int nin = seq_len(d.inputs);
-    if (nin < info->min_inputs || nin > info->max_inputs) {
-        if (info->min_inputs == info->max_inputs)
-            error_at(loc_of(c, d.inputs), "node '%s': %s takes %d input%s, got %d",
-                     n->name, info->name, info->min_inputs,
-                     info->min_inputs == 1 ? "" : "s", nin);
-        error_at(loc_of(c, d.inputs), "node '%s': %s takes %d to %d inputs, got %d",
-                 n->name, info->name, info->min_inputs, info->max_inputs, nin);
-    }
+    const char *arity = op_arity_error(n->op, nin);
+    if (arity)
+        error_at(loc_of(c, d.inputs), "node '%s': %s", n->name, arity);
     PendingNode *p = xcalloc(1, sizeof *p);
     p->n = n;
     p->inputs = d.inputs;

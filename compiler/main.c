@@ -8,14 +8,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static const char usage[] =
     "usage: kiln compile MODEL [-o OUT.c] [--name PREFIX] [--shape NAME=DxD..]...\n"
     "                          [--const NAME=TENSOR.pb]... [--align BYTES]\n"
     "                          [--debug-tensors] [--guard] [--sync-check]\n"
-    "                          [--report] [-v]\n"
+    "                          [--no-fuse[=LIST]] [--report] [-v]\n"
     "                          [--weights FORMAT]\n"
     "                          [--weights-file FILE | --embed-weights]\n"
+    "                          [--kernel-cache DIR | --no-kernel-cache]\n"
     "       kiln inspect MODEL [--format text|json|dot] [--html REPORT.html]\n"
     "                          [--profile PROFILE.json] [-o FILE] [model options]\n"
     "       kiln tensor TENSOR.pb OUT.bin\n"
@@ -117,12 +120,14 @@ static char *join_command(int argc, char **argv) {
 typedef struct Args {
     Options opt;
     const char *model, *out, *format, *html, *profile;
-    const char *shapes[64], *consts[64];
+    const char **shapes, **consts; /* argc entries each: every option fits */
     int nshapes, nconsts;
 } Args;
 
 static void parse_args(int argc, char **argv, bool inspect, Args *a) {
     memset(a, 0, sizeof *a);
+    a->shapes = xcalloc((size_t)argc, sizeof(char *));
+    a->consts = xcalloc((size_t)argc, sizeof(char *));
     a->opt.alignment = 256;
     a->opt.kernel_cache = kernel_cache_default();
     a->opt.command = join_command(argc, argv);
@@ -145,8 +150,6 @@ static void parse_args(int argc, char **argv, bool inspect, Args *a) {
         } else if ((strcmp(arg, "--shape") == 0 || strcmp(arg, "--const") == 0) && has_value) {
             bool shape = arg[2] == 's';
             int *n = shape ? &a->nshapes : &a->nconsts;
-            if (*n == 64)
-                fatal("too many %s options", arg);
             const char *v = argv[++i];
             if (!strchr(v, '='))
                 fatal("%s %s: expected %s", arg, v, shape ? "NAME=D0xD1x..." : "NAME=TENSOR.pb");
@@ -222,6 +225,27 @@ static void parse_args(int argc, char **argv, bool inspect, Args *a) {
         fatal("--weights-file and --embed-weights contradict each other");
 }
 
+/* Stops with a clear message when `path` cannot be written because of
+ * its directory (missing, not a directory, not writable): checked before
+ * the compile, which may take a while, rather than after it. */
+static void check_output_dir(const char *path) {
+    if (!path)
+        return;
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? format("%.*s", (int)(slash - path), path) : xstrdup(".");
+    if (!*dir)
+        dir = xstrdup("/");
+    struct stat st;
+    if (stat(dir, &st) != 0 && errno == ENOENT)
+        fatal("cannot write %s: the directory %s does not exist", path, dir);
+    if (stat(dir, &st) != 0)
+        fatal("cannot write %s: %s: %s", path, dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        fatal("cannot write %s: %s is not a directory", path, dir);
+    if (access(dir, W_OK) != 0)
+        fatal("cannot write %s: no permission to write in %s", path, dir);
+}
+
 /* The whole pipeline up to SPIR-V: what compile emits and inspect shows. */
 static Program *build(Args *a, Graph **out_graph) {
     const char *model = a->model;
@@ -259,6 +283,8 @@ static int compile(int argc, char **argv) {
     parse_args(argc, argv, false, &a);
     if (a.out && !ends_with(a.out, ".c"))
         fatal("the output name must end in .c (got '%s')", a.out);
+    check_output_dir(a.out);
+    check_output_dir(a.opt.weights_file);
     Graph *g;
     Program *p = build(&a, &g);
     const char *out = a.out ? a.out : format("%s.c", a.opt.name);
@@ -272,12 +298,13 @@ static int compile(int argc, char **argv) {
     Str c = {0}, h = {0}, w = {0};
     emit_c(g, p, &a.opt, header, &c, &h, &w);
     if (a.opt.weights_file && !write_file(a.opt.weights_file, w.buf, w.len))
-        fatal("cannot write %s", a.opt.weights_file);
+        fatal("cannot write %s: %s", a.opt.weights_file, strerror(errno));
     if (!write_file(header, h.buf, h.len))
-        fatal("cannot write %s", header);
+        fatal("cannot write %s: %s", header, strerror(errno));
     if (!write_file(out, c.buf, c.len)) {
+        int e = errno;
         remove(header);
-        fatal("cannot write %s", out);
+        fatal("cannot write %s: %s", out, strerror(e));
     }
     int barriers = 0;
     for (int i = 0; i < p->ndispatches; i++)
@@ -318,6 +345,8 @@ static double *read_profile(const char *path, int *count) {
 static int inspect(int argc, char **argv) {
     Args a;
     parse_args(argc, argv, true, &a);
+    check_output_dir(a.out);
+    check_output_dir(a.html);
     Graph *g;
     Program *p = build(&a, &g);
     int nprofile = 0;

@@ -18,6 +18,20 @@ OpKind op_lookup(const char *name) {
     return OP_COUNT;
 }
 
+const char *op_arity_error(OpKind op, int n) {
+    const OpInfo *o = &op_info[op];
+    if (n >= o->min_inputs && n <= o->max_inputs)
+        return NULL;
+    if (o->max_inputs == VARIADIC)
+        return format("%s takes at least %d input%s, got %d", o->name, o->min_inputs,
+                      o->min_inputs == 1 ? "" : "s", n);
+    if (o->min_inputs == o->max_inputs)
+        return format("%s takes %d input%s, got %d", o->name, o->min_inputs,
+                      o->min_inputs == 1 ? "" : "s", n);
+    return format("%s takes %d to %d inputs, got %d", o->name, o->min_inputs, o->max_inputs,
+                  n);
+}
+
 /* Finds `key` in an op's attribute list; returns its "=default" text (or ""
  * when it has none), or NULL when the op has no such attribute. */
 const char *op_attr_default(OpKind op, const char *key) {

@@ -8,8 +8,8 @@
  * of them wrote (write after write) gets a barrier before it, which orders it
  * after everything earlier; the pending set then starts over. Independent
  * dispatches run with no barrier between them, as do two variants of one
- * matmul of which each run gives only one work (lower.c; with --sync-check
- * those get a barrier too). Each barrier records the
+ * matmul of which each run gives only one work (lower_matmul.c; with
+ * --sync-check those get a barrier too). Each barrier records the
  * dispatch and tensor that made it necessary, for `kiln inspect`.
  *
  * The runtime adds the barriers around the whole schedule (input copies

@@ -84,19 +84,23 @@ static void properties_chain(VkPhysicalDevice pd, void *next) {
     vkGetPhysicalDeviceProperties2(pd, &p2);
 }
 
-/* The first 32 queue families of pd into fams; returns how many. */
-static uint32_t queue_families(VkPhysicalDevice pd, VkQueueFamilyProperties fams[32]) {
-    uint32_t n = 0;
-    vkGetPhysicalDeviceQueueFamilyProperties(pd, &n, NULL);
-    if (n > 32)
-        n = 32;
-    vkGetPhysicalDeviceQueueFamilyProperties(pd, &n, fams);
-    return n;
+/* pd's queue families, *n of them (kiln__free them). NULL when it has none
+ * (*n = 0) or when the allocation fails (*n > 0). */
+static VkQueueFamilyProperties *queue_families(const kiln_allocator *allocator,
+                                               VkPhysicalDevice pd, uint32_t *n) {
+    *n = 0;
+    vkGetPhysicalDeviceQueueFamilyProperties(pd, n, NULL);
+    VkQueueFamilyProperties *fams =
+        *n ? (VkQueueFamilyProperties *)kiln__calloc(allocator, *n, sizeof *fams) : NULL;
+    if (fams)
+        vkGetPhysicalDeviceQueueFamilyProperties(pd, n, fams);
+    return fams;
 }
 
-/* Fills *why with what the device lacks; returns 1 when usable. */
-static int device_usable(VkPhysicalDevice pd, uint32_t *queue_family,
-                         char *why, size_t why_size) {
+/* 1 when pd is usable (its first compute queue family in *queue_family),
+ * 0 when not (*why says what it lacks), -1 when out of host memory. */
+static int device_usable(const kiln_allocator *allocator, VkPhysicalDevice pd,
+                         uint32_t *queue_family, char *why, size_t why_size) {
     VkPhysicalDeviceProperties props;
     vkGetPhysicalDeviceProperties(pd, &props);
     if (props.apiVersion < VK_API_VERSION_1_2) {
@@ -112,16 +116,21 @@ static int device_usable(VkPhysicalDevice pd, uint32_t *queue_family,
         snprintf(why, why_size, "the bufferDeviceAddress feature");
         return 0;
     }
-    VkQueueFamilyProperties fams[32];
-    uint32_t n = queue_families(pd, fams);
-    for (uint32_t i = 0; i < n; i++) {
+    uint32_t n;
+    VkQueueFamilyProperties *fams = queue_families(allocator, pd, &n);
+    if (!fams && n)
+        return -1;
+    int found = 0;
+    for (uint32_t i = 0; fams && i < n && !found; i++) {
         if (fams[i].queueFlags & VK_QUEUE_COMPUTE_BIT) {
             *queue_family = i;
-            return 1;
+            found = 1;
         }
     }
-    snprintf(why, why_size, "a compute queue");
-    return 0;
+    kiln__free(allocator, fams);
+    if (!found)
+        snprintf(why, why_size, "a compute queue");
+    return found;
 }
 
 static int env_flag(const char *name) {
@@ -214,23 +223,11 @@ static kiln_status create_instance(kiln_device *dev, int validation) {
     return KILN_OK;
 }
 
-/* Picks dev->physical and dev->queue_family following the rules above. */
-static kiln_status choose_device(kiln_device *dev, int32_t index,
-                                 const char *name) {
-    uint32_t n = 0;
-    KILN_VK_RETURN(vkEnumeratePhysicalDevices(dev->instance, &n, NULL));
-    if (n == 0)
-        return KILN_FAIL(KILN_ERROR_NO_DEVICE,
-                         "no Vulkan device found; on a machine without a GPU "
-                         "install Mesa's lavapipe: apt-get install "
-                         "mesa-vulkan-drivers");
-    VkPhysicalDevice pds[16];
-    if (n > 16)
-        n = 16;
-    VkResult r = vkEnumeratePhysicalDevices(dev->instance, &n, pds);
-    if (r != VK_SUCCESS && r != VK_INCOMPLETE)
-        return kiln__vk_fail(r, __FILE__, __LINE__, "vkEnumeratePhysicalDevices");
+#define NO_MEMORY_FOR(what) KILN_FAIL(KILN_ERROR_OUT_OF_HOST_MEMORY, "allocating %s", what)
 
+/* choose_device's rules over the n devices pds. */
+static kiln_status choose_among(kiln_device *dev, VkPhysicalDevice *pds, uint32_t n,
+                                int32_t index, const char *name) {
     char why[128];
     if (index >= 0 || name) {
         for (uint32_t i = 0; i < n; i++) {
@@ -239,7 +236,11 @@ static kiln_status choose_device(kiln_device *dev, int32_t index,
             if (index >= 0 ? (uint32_t)index != i
                            : strstr(p.deviceName, name) == NULL)
                 continue;
-            if (!device_usable(pds[i], &dev->queue_family, why, sizeof why))
+            int usable = device_usable(&dev->allocator, pds[i], &dev->queue_family, why,
+                                       sizeof why);
+            if (usable < 0)
+                return NO_MEMORY_FOR("the queue families");
+            if (!usable)
                 return KILN_FAIL(KILN_ERROR_FEATURE_MISSING,
                                  "device %u (%s) lacks %s", i, p.deviceName, why);
             dev->physical = pds[i];
@@ -258,7 +259,10 @@ static kiln_status choose_device(kiln_device *dev, int32_t index,
         VkPhysicalDeviceProperties p;
         uint32_t qf = 0;
         vkGetPhysicalDeviceProperties(pds[i], &p);
-        if (!device_usable(pds[i], &qf, why, sizeof why))
+        int usable = device_usable(&dev->allocator, pds[i], &qf, why, sizeof why);
+        if (usable < 0)
+            return NO_MEMORY_FOR("the queue families");
+        if (!usable)
             continue;
         if (type_rank(p.deviceType) > best_rank) {
             best = (int)i;
@@ -271,6 +275,28 @@ static kiln_status choose_device(kiln_device *dev, int32_t index,
                          "no usable Vulkan device: the last one lacks %s", why);
     dev->physical = pds[best];
     return KILN_OK;
+}
+
+/* Picks dev->physical and dev->queue_family following the rules above,
+ * among every device the instance lists. */
+static kiln_status choose_device(kiln_device *dev, int32_t index,
+                                 const char *name) {
+    uint32_t n = 0;
+    KILN_VK_RETURN(vkEnumeratePhysicalDevices(dev->instance, &n, NULL));
+    if (n == 0)
+        return KILN_FAIL(KILN_ERROR_NO_DEVICE,
+                         "no Vulkan device found; on a machine without a GPU "
+                         "install Mesa's lavapipe: apt-get install "
+                         "mesa-vulkan-drivers");
+    VkPhysicalDevice *pds = (VkPhysicalDevice *)kiln__calloc(&dev->allocator, n, sizeof *pds);
+    if (!pds)
+        return NO_MEMORY_FOR("the device list");
+    VkResult r = vkEnumeratePhysicalDevices(dev->instance, &n, pds);
+    kiln_status st = r == VK_SUCCESS || r == VK_INCOMPLETE
+                         ? choose_among(dev, pds, n, index, name)
+                         : kiln__vk_fail(r, __FILE__, __LINE__, "vkEnumeratePhysicalDevices");
+    kiln__free(&dev->allocator, pds);
+    return st;
 }
 
 /* 1 when pd has VK_NV_cooperative_matrix as coopmat.comp uses it: the
@@ -316,21 +342,26 @@ static int coopmat_usable(VkInstance instance, VkPhysicalDevice pd, const Featur
     PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV props =
         (PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV)vkGetInstanceProcAddr(
             instance, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV");
-    VkCooperativeMatrixPropertiesNV p[64];
-    uint32_t np = 64;
-    memset(p, 0, sizeof p);
+    uint32_t np = 0;
+    if (!props || props(pd, &np, NULL) < 0 || np == 0)
+        return 0;
+    VkCooperativeMatrixPropertiesNV *p =
+        (VkCooperativeMatrixPropertiesNV *)kiln__calloc(allocator, np, sizeof *p);
+    if (!p) /* the model then runs without cooperative matrices */
+        return 0;
     for (uint32_t i = 0; i < np; i++)
         p[i].sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV;
-    if (!props || props(pd, &np, p) < 0)
-        return 0;
-    for (uint32_t i = 0; i < np && i < 64; i++)
-        if (p[i].MSize == 16 && p[i].NSize == 16 && p[i].KSize == 16 &&
-            p[i].AType == VK_COMPONENT_TYPE_FLOAT16_NV &&
-            p[i].BType == VK_COMPONENT_TYPE_FLOAT16_NV &&
-            p[i].CType == VK_COMPONENT_TYPE_FLOAT32_NV &&
-            p[i].DType == VK_COMPONENT_TYPE_FLOAT32_NV && p[i].scope == VK_SCOPE_SUBGROUP_NV)
-            return 1;
-    return 0;
+    int found = 0;
+    if (props(pd, &np, p) >= 0)
+        for (uint32_t i = 0; i < np && !found; i++)
+            found = p[i].MSize == 16 && p[i].NSize == 16 && p[i].KSize == 16 &&
+                    p[i].AType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+                    p[i].BType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+                    p[i].CType == VK_COMPONENT_TYPE_FLOAT32_NV &&
+                    p[i].DType == VK_COMPONENT_TYPE_FLOAT32_NV &&
+                    p[i].scope == VK_SCOPE_SUBGROUP_NV;
+    kiln__free(allocator, p);
+    return found;
 }
 
 /* The KILN_FEATURE_* bits of a chain filled by vkGetPhysicalDeviceFeatures2;
@@ -401,9 +432,12 @@ static void query_device(kiln_device *dev) {
     if (subgroup_env && strcmp(subgroup_env, "0") == 0)
         dev->features &= ~KILN_FEATURE_SUBGROUP;
     vkGetPhysicalDeviceMemoryProperties(dev->physical, &dev->memory);
-    VkQueueFamilyProperties fams[32];
-    uint32_t nfam = queue_families(dev->physical, fams);
-    dev->timestamp_bits = dev->queue_family < nfam ? fams[dev->queue_family].timestampValidBits : 0;
+    uint32_t nfam;
+    VkQueueFamilyProperties *fams = queue_families(&dev->allocator, dev->physical, &nfam);
+    /* out of memory here: no timestamps (profiling reports it unsupported) */
+    dev->timestamp_bits =
+        fams && dev->queue_family < nfam ? fams[dev->queue_family].timestampValidBits : 0;
+    kiln__free(&dev->allocator, fams);
 }
 
 static kiln_status open_device(kiln_device *dev) {
@@ -549,11 +583,19 @@ kiln_status kiln_device_create_vulkan(const kiln_vulkan_handles *h,
     KILN_RETURN_IF_ERROR(check_allocator(allocator)); /* before it allocates */
     char why[128];
     uint32_t compute_family = 0;
-    if (!device_usable(h->physical_device, &compute_family, why, sizeof why))
+    int usable = device_usable(allocator, h->physical_device, &compute_family, why, sizeof why);
+    if (usable < 0)
+        return NO_MEMORY_FOR("the queue families");
+    if (!usable)
         return KILN_FAIL(KILN_ERROR_FEATURE_MISSING, "the physical device lacks %s", why);
-    VkQueueFamilyProperties fams[32];
-    uint32_t nfam = queue_families(h->physical_device, fams);
-    if (h->queue_family >= nfam || !(fams[h->queue_family].queueFlags & VK_QUEUE_COMPUTE_BIT))
+    uint32_t nfam;
+    VkQueueFamilyProperties *fams = queue_families(allocator, h->physical_device, &nfam);
+    if (!fams)
+        return NO_MEMORY_FOR("the queue families"); /* device_usable found one */
+    int compute = h->queue_family < nfam &&
+                  (fams[h->queue_family].queueFlags & VK_QUEUE_COMPUTE_BIT);
+    kiln__free(allocator, fams);
+    if (!compute)
         return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT,
                          "queue family %u %s", h->queue_family,
                          h->queue_family >= nfam ? "does not exist" : "has no compute");

@@ -536,12 +536,19 @@ static kiln_status choose_direct_io(kiln_model *m, int staged) {
     return m->direct_count && d->guard_count ? find_staging_gaps(m) : KILN_OK;
 }
 
-/* Where the read-only copy of a written binding starts: begin rounded up,
- * so that it never reaches into bytes a neighbouring write of the same
- * tensor owns (the parts of a concat); at or past end it is bound to the
- * sink instead. */
+/* The read-only copy of a written binding covers [alias_begin, alias_end):
+ * its whole alignment units only. A neighbouring write of the same tensor
+ * (the next part of a concat) is bound from its begin rounded down, which
+ * may reach back into this binding's last unit; the copy must not reach
+ * there, or synchronization validation sees a write after read that is not
+ * one. An empty copy is bound to the sink instead. */
 static uint64_t alias_begin(const kiln_binding *bd, uint64_t align) {
     return bd->begin == bd->end ? bd->end : (bd->begin + align - 1) / align * align;
+}
+
+static uint64_t alias_end(const kiln_binding *bd, uint64_t align) {
+    uint64_t end = bd->end / align * align;
+    return end < alias_begin(bd, align) ? alias_begin(bd, align) : end;
 }
 
 /* A descriptor over [begin, end) of buf, from begin rounded down to the
@@ -592,7 +599,7 @@ static kiln_status create_sync_sets(kiln_model *m) {
                                  (unsigned long long)buf->size);
             n += bd->writes != 0;
             empty += bd->begin == bd->end;
-            empty += bd->writes && alias_begin(bd, align) >= bd->end;
+            empty += bd->writes && alias_begin(bd, align) >= alias_end(bd, align);
         }
         sets++;
         descriptors += n;
@@ -655,8 +662,8 @@ static kiln_status create_sync_sets(kiln_model *m) {
             const kiln__buffer *buf = locate(m, bd->buffer, bd->begin, bd->end, &shift);
             describe(m, buf, bd->begin + shift, bd->end + shift, align, &sunk, &info[b]);
             if (bd->writes) /* its read-only copy */
-                describe(m, buf, alias_begin(bd, align) + shift, bd->end + shift, align,
-                         &sunk, &info[n++]);
+                describe(m, buf, alias_begin(bd, align) + shift, alias_end(bd, align) + shift,
+                         align, &sunk, &info[n++]);
         }
         VkWriteDescriptorSet w[2 * KILN_MAX_BINDINGS];
         memset(w, 0, sizeof w);

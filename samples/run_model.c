@@ -23,7 +23,8 @@
  * name it also writes the profile as JSON (schema kiln-profile/1, which
  * `kiln inspect --profile` reads). --dump DIR writes every intermediate tensor
  * of a model compiled with --debug-tensors as DIR/NNN.bin, listed in
- * DIR/manifest.tsv (name, dtype, shape, file), for samples/find_divergence.py.
+ * DIR/manifest.tsv (name, dtype, shape, file), for samples/find_divergence.py;
+ * DIR is made if it does not exist.
  *
  * -d sets a dynamic dimension (inputs and outputs then have the bytes of that
  * extent). --steps K runs the model K times in a row (state carries over):
@@ -46,9 +47,11 @@
 #endif
 #include "kiln_rt.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #define KILN_CAT_(a, b) a##b
@@ -65,8 +68,6 @@ kiln_status MODEL_RUN(kiln_model *model, const void *const *inputs,
                       void *const *outputs);
 void MODEL_DESTROY(kiln_model *model);
 #endif
-
-#define MAX_TENSORS 64
 
 static int read_exact(const char *path, void *dst, uint64_t bytes) {
     FILE *f = fopen(path, "rb");
@@ -214,6 +215,14 @@ static int dump_tensors(kiln_model *m, const kiln_model_desc *d, const char *dir
         return 1;
     }
     char path[4096];
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) { /* made if missing */
+        perror(dir);
+        return 1;
+    }
+    if (strlen(dir) > sizeof path - 32) { /* room for "/manifest.tsv", "/N.bin" */
+        fprintf(stderr, "run_model: --dump %s: the path is too long\n", dir);
+        return 1;
+    }
     snprintf(path, sizeof path, "%s/manifest.tsv", dir);
     FILE *manifest = fopen(path, "w");
     if (!manifest) {
@@ -287,16 +296,24 @@ static int parse_dim_arg(const char *arg, DimArg *out) {
 }
 
 int main(int argc, char **argv) {
-    const char *in_files[MAX_TENSORS], *out_files[MAX_TENSORS];
+    /* every -i and -o fits: there are fewer than argc of each */
+    const char **in_files = calloc((size_t)argc, sizeof *in_files);
+    const char **out_files = calloc((size_t)argc, sizeof *out_files);
+    if (!in_files || !out_files) {
+        fprintf(stderr, "run_model: out of memory\n");
+        free(in_files);
+        free(out_files);
+        return 1;
+    }
     const char *profile_json = NULL, *dump_dir = NULL, *weights = NULL;
     int nin = 0, nout = 0, runs = 1, quiet = 0, profile = 0, steps = 1, ndims = 0;
     int reset_at = -1;
     const char *states = NULL;
     static DimArg dims[KILN_MAX_DIMS];
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "-i") == 0 && i + 1 < argc && nin < MAX_TENSORS)
+        if (strcmp(argv[i], "-i") == 0 && i + 1 < argc)
             in_files[nin++] = argv[++i];
-        else if (strcmp(argv[i], "-o") == 0 && i + 1 < argc && nout < MAX_TENSORS)
+        else if (strcmp(argv[i], "-o") == 0 && i + 1 < argc)
             out_files[nout++] = argv[++i];
         else if (strcmp(argv[i], "-n") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0)
             runs = atoi(argv[++i]);
@@ -324,26 +341,30 @@ int main(int argc, char **argv) {
             fprintf(stderr, "usage: %s [-i IN.bin]... [-o OUT.bin]... [-n RUNS] [-q] "
                     "[-p [PROFILE.json]] [--dump DIR] [-w WEIGHTS] [-d DIM=V[,V...]]... "
                     "[--steps K] [--states DIR] [--reset-at S]\n", argv[0]);
+            free(in_files);
+            free(out_files);
             return 2;
         }
     }
     const kiln_model_desc *d = MODEL_DESC();
-    if (d->input_count > MAX_TENSORS || d->output_count > MAX_TENSORS ||
-        (nin && (uint32_t)nin != d->input_count) ||
+    if ((nin && (uint32_t)nin != d->input_count) ||
         (nout && (uint32_t)nout != d->output_count)) {
         fprintf(stderr, "run_model: model %s has %u inputs and %u outputs; got %d -i "
                 "and %d -o\n", d->name, d->input_count, d->output_count, nin, nout);
+        free(in_files);
+        free(out_files);
         return 2;
     }
 
-    void *inputs[MAX_TENSORS], *outputs[MAX_TENSORS];
+    void **inputs = calloc(d->input_count + 1, sizeof *inputs);
+    void **outputs = calloc(d->output_count + 1, sizeof *outputs);
     double *us = NULL, *sum_us = NULL;
     int status = 1;
     kiln_device *dev = NULL;
     kiln_model *m = NULL;
     char path[4096];
-    memset(inputs, 0, sizeof inputs);
-    memset(outputs, 0, sizeof outputs);
+    if (!inputs || !outputs)
+        goto done;
     for (uint32_t i = 0; i < d->input_count; i++)
         if (!(inputs[i] = calloc(1, (size_t)d->inputs[i].bytes + 1)))
             goto done;
@@ -468,9 +489,13 @@ done:
         status = 3;
     }
     kiln_device_destroy(dev);
-    for (uint32_t i = 0; i < MAX_TENSORS; i++) {
+    for (uint32_t i = 0; inputs && i < d->input_count; i++)
         free(inputs[i]);
+    for (uint32_t i = 0; outputs && i < d->output_count; i++)
         free(outputs[i]);
-    }
+    free(inputs);
+    free(outputs);
+    free(in_files);
+    free(out_files);
     return status;
 }

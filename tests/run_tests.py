@@ -9,6 +9,10 @@ tests/onnx/passing.txt must still pass). Tests run in parallel, one
 temporary directory each, sharing a kernel cache that starts empty. Exit status 1 on any failure.
 
   tests/run_tests.py [-k SUBSTRING] [-j JOBS] [-v]
+
+-k selects the tests (unit tests too: "unit NAME") whose name contains
+SUBSTRING. A running count is printed every 30 s; the last line is always
+"N passed, N failed" (", N skipped" when some were).
 """
 import argparse
 import os
@@ -33,6 +37,10 @@ import test_dynamic  # noqa: E402
 import test_experts  # noqa: E402
 import test_signal  # noqa: E402
 import test_backward  # noqa: E402
+import test_limits  # noqa: E402
+import test_corpus  # noqa: E402
+import test_readme  # noqa: E402
+import test_golden  # noqa: E402
 from harness import BUILD, Failure, Skip  # noqa: E402
 
 SKIPPED = "skipped: "  # a `why` that starts so is a skip, not a failure
@@ -40,6 +48,9 @@ SKIPPED = "skipped: "  # a `why` that starts so is a skip, not a failure
 
 def unit_tests():
     """build/test_units prints "ok NAME" or "FAIL NAME: why" per test."""
+    if not (BUILD / "test_units").exists():
+        return [("unit test_units", f"{BUILD / 'test_units'} is not built: run make test "
+                 f"(or make {BUILD / 'test_units'})")]
     r = subprocess.run([str(BUILD / "test_units")], capture_output=True, text=True,
                        timeout=600, env=dict(os.environ, ASAN_OPTIONS="detect_leaks=0"))
     results = []
@@ -80,7 +91,7 @@ def main():
     ap.add_argument("--keep", action="store_true", help="keep temporary directories")
     args = ap.parse_args()
 
-    tests = (test_ops.TESTS + test_quant.TESTS + test_dynamic.TESTS + test_experts.TESTS + test_signal.TESTS + test_backward.TESTS + test_cli.TESTS + test_models.TESTS + test_inspect.TESTS +
+    tests = (test_ops.TESTS + test_quant.TESTS + test_dynamic.TESTS + test_experts.TESTS + test_signal.TESTS + test_backward.TESTS + test_limits.TESTS + test_corpus.TESTS + test_readme.TESTS + test_golden.TESTS + test_cli.TESTS + test_models.TESTS + test_inspect.TESTS +
              test_onnx.TESTS)
     tests = [(n, f) for n, f in tests if args.k in n]
     # One kernel cache for this run only, starting empty: the first compile
@@ -89,15 +100,26 @@ def main():
     cache = tempfile.mkdtemp(prefix="kiln-cache-")
     os.environ["KILN_CACHE_DIR"] = cache
     t0 = time.monotonic()
-    results = unit_tests() if "unit".find(args.k) >= 0 or args.k in "unit" else []
+    results = [(n, why) for n, why in unit_tests() if args.k in n]
     for name, why in results:
         if why or args.v:
             print(f"{'FAIL' if why else 'ok  '} {name}" + (f"\n    {why}" if why else ""))
+    total = len(results) + len(tests)
+    print(f"running {total} tests on {max(1, args.j)} threads", flush=True)
+    last_report = time.monotonic()
     with ThreadPoolExecutor(max_workers=max(1, args.j)) as pool:
         futures = [pool.submit(run_one, n, f, args.keep) for n, f in tests]
         for fut in futures:
             name, why, secs = fut.result()
             results.append((name, why))
+            # A running count at most every 30 s (and on the last test), so
+            # that a long run is never silent.
+            now = time.monotonic()
+            if not args.v and (now - last_report >= 30 or len(results) == total):
+                failed = sum(1 for _, w in results if w and not w.startswith(SKIPPED))
+                print(f"  [{len(results)}/{total}] {now - t0:.0f} s, {failed} failed",
+                      flush=True)
+                last_report = now
             if why and why.startswith(SKIPPED):
                 if args.v:
                     print(f"skip {name}: {why[len(SKIPPED):]}", flush=True)

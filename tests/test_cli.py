@@ -227,6 +227,38 @@ def test_usage(workdir):
     check(r.returncode == 1 and "missing.yaml: error: cannot read" in r.stderr, r.stderr)
     r = kiln("compile", "m.yaml", "-o", "out.txt")
     check(r.returncode == 1 and "must end in .c" in r.stderr, r.stderr)
+    # An output directory that does not exist is named as such, before any
+    # compiling (the model need not even exist), for -o, --weights-file,
+    # inspect -o and --html; so is one that is a file.
+    wd = Path(workdir)
+    (wd / "file").write_text("")
+    for args in (["compile", "m.yaml", "-o", wd / "nodir" / "m.c"],
+                 ["compile", "m.yaml", "--weights-file", wd / "nodir" / "w.bin"],
+                 ["inspect", "m.yaml", "-o", wd / "nodir" / "i.txt"],
+                 ["inspect", "m.yaml", "--html", wd / "nodir" / "i.html"]):
+        r = kiln(*args)
+        check(r.returncode == 1 and f"cannot write {args[-1]}: the directory {wd / 'nodir'} "
+              "does not exist" in r.stderr, r.stderr)
+    r = kiln("compile", "m.yaml", "-o", wd / "file" / "m.c")
+    check(r.returncode == 1 and f"{wd / 'file'} is not a directory" in r.stderr, r.stderr)
+
+
+def test_usage_lists_every_option(workdir):
+    """Every option the command line takes (each "--x" that main.c compares
+    an argument with) is in --help's usage lines and in the README's copy."""
+    src = (ROOT / "compiler" / "main.c").read_text()
+    options = set(re.findall(r'strn?cmp\(arg, "(-[-a-z]+)"', src))
+    check(len(options) > 15, f"found only {sorted(options)} in main.c")
+    help_text = kiln("--help").stdout
+    synopsis = help_text[:help_text.index("\n\n")]
+    readme = (ROOT / "README.md").read_text()
+    block = readme[readme.index("```\nkiln compile MODEL"):]
+    block = block[:block.index("```", 4)]
+    for o in sorted(options):
+        check(o in synopsis, f"{o} missing from --help's usage lines:\n{synopsis}")
+        check(o in block, f"{o} missing from the README's usage block:\n{block}")
+        check(o in help_text[len(synopsis):] or o in ("-o", "-v"),
+              f"{o} is not explained in --help")
 
 
 def test_name_and_output(workdir):
@@ -326,6 +358,7 @@ def test_kernel_cache(workdir):
 
 
 TESTS.append(("cli usage, --help, --version, bad options", test_usage))
+TESTS.append(("cli usage lists every option (--help and the README)", test_usage_lists_every_option))
 TESTS.append(("cli kernel cache: warm equals cold, damaged entries recompiled",
               test_kernel_cache))
 TESTS.append(("cli --name and default output names", test_name_and_output))

@@ -55,29 +55,58 @@ def node(op, inputs, outputs, name="", attrs=b""):
     return b + field(3, name) + field(4, op) + attrs
 
 
+def attr(name, value):
+    """A node attribute (NodeProto field 5): an int, a float or a list of ints."""
+    if isinstance(value, float):
+        body = field(1, name) + varint(2 << 3 | 5) + struct.pack("<f", value) + field(20, 1)
+    elif isinstance(value, int):
+        body = field(1, name) + field(3, value & (1 << 64) - 1) + field(20, 2)
+    else:
+        body = field(1, name) + b"".join(field(8, v & (1 << 64) - 1) for v in value) + \
+            field(20, 7)
+    return field(5, body)
+
+
+ONNX_ELEM = {"float32": 1, "uint8": 2, "int8": 3, "int32": 6, "int64": 7, "bool": 9,
+             "float16": 10}
+
+
+def initializer(name, array):
+    """A TensorProto holding a numpy array (raw data, little-endian)."""
+    import numpy as np
+    a = np.ascontiguousarray(array)
+    return (b"".join(field(1, d) for d in a.shape) + field(2, ONNX_ELEM[a.dtype.name]) +
+            field(8, name) + field(9, a.tobytes()))
+
+
 def value_info(name, dims, elem=1):
     shape = b"".join(field(1, field(1, d) if isinstance(d, int) else field(2, d)) for d in dims)
     tensor_type = field(1, elem) + field(2, shape)
     return field(1, name) + field(2, field(1, tensor_type))
 
 
-def model(nodes, inputs, outputs, initializers=(), opset=13):
+def model(nodes, inputs, outputs, initializers=(), opset=13, value_infos=()):
     g = b"".join(field(1, n) for n in nodes) + field(2, "g")
     g += b"".join(field(5, t) for t in initializers)
     g += b"".join(field(11, i) for i in inputs) + b"".join(field(12, o) for o in outputs)
+    g += b"".join(field(13, v) for v in value_infos)
     return field(1, 8) + field(8, field(2, opset)) + field(7, g)
 
 
+def expect_refused(workdir, data, words, extra=(), name="m.onnx"):
+    """Writes a model file (ONNX, or YAML by its name) and checks that kiln
+    refuses it: exit status 1, every word in the message, no output left."""
+    wd = Path(workdir)
+    (wd / name).write_bytes(data)
+    r = kiln("compile", name, "-o", "out.c", *extra, cwd=wd)
+    check(r.returncode == 1, f"{name}: exit status {r.returncode}, expected 1\n{r.stderr}")
+    for w in words:
+        check(w in r.stderr, f"{name}: {w!r} missing from {r.stderr!r}")
+    check(not (wd / "out.c").exists(), "an output file was left behind")
+
+
 def bad_case(name, data, words, extra=()):
-    def test(workdir):
-        wd = Path(workdir)
-        (wd / "m.onnx").write_bytes(data)
-        r = kiln("compile", "m.onnx", "-o", "out.c", *extra, cwd=wd)
-        check(r.returncode == 1, f"exit status {r.returncode}, expected 1\n{r.stderr}")
-        for w in words:
-            check(w in r.stderr, f"{w!r} missing from {r.stderr!r}")
-        check(not (wd / "out.c").exists(), "an output file was left behind")
-    case(f"onnx error: {name}")(test)
+    case(f"onnx error: {name}")(lambda workdir: expect_refused(workdir, data, words, extra))
 
 
 GOOD = model([node("Relu", ["x"], ["y"], "r")], [value_info("x", [2, 3])],

@@ -1,456 +1,20 @@
 /*
- * onnx_ops.inc: included by load_onnx.c. Part one folds constant nodes on
- * the CPU; part two maps every supported ONNX op to kiln nodes. The table
- * at the end lists them all: adding an ONNX op is a row there (and a
- * mapper function when it is not a plain rename).
+ * onnx_map.c: every supported ONNX op mapped to kiln nodes. The table at
+ * the end lists them all: adding an ONNX op is a row there (and a mapper
+ * function when it is not a plain rename).
  */
+#include "onnx.h"
 
-/* ---- folding constants ---- */
-
-static void unravel(int64_t i, int rank, const int64_t *shape, int64_t *coords) {
-    for (int d = rank - 1; d >= 0; d--) {
-        coords[d] = shape[d] ? i % shape[d] : 0;
-        i = shape[d] ? i / shape[d] : 0;
-    }
-}
-
-/* Index into v of output coordinates broadcast from an output of `rank`. */
-static int64_t bcast_index(const Value *v, int rank, const int64_t *coords) {
-    int64_t idx = 0;
-    for (int d = 0; d < v->rank; d++) {
-        int64_t c = coords[d + rank - v->rank];
-        idx = idx * v->shape[d] + (v->shape[d] == 1 ? 0 : c);
-    }
-    return idx;
-}
-
-static bool all_const(Ctx *c) {
-    for (int i = 0; i < nin(c); i++) {
-        Value *v = in_opt(c, i);
-        if (v && !v->data)
-            return false;
-    }
-    return true;
-}
-
-static Value *const_out(Ctx *c, kiln_dtype dt, int rank, const int64_t *shape) {
-    for (int i = 0; i < rank; i++)
-        if (shape[i] < 0)
-            node_fail(c, format("a folded constant of shape %s", shape_str(rank, shape)));
-    if ((double)shape_count(rank, shape) > MAX_CONST_FOLD)
-        node_fail(c, "a folded constant is too large");
-    return new_value(out_name(c, 0), dt, rank, shape, true);
-}
-
-static int fold_axis(Ctx *c, int64_t axis, int rank) {
-    if (axis < -rank || axis >= (rank ? rank : 1))
-        node_fail(c, format("axis %lld is out of range for rank %d", (long long)axis, rank));
-    return (int)(axis < 0 ? axis + rank : axis);
-}
-
-/* Elementwise ops over broadcast constants. */
-static bool fold_elementwise(Ctx *c, const char *op) {
-    static const char *const ops[] = {"Add", "Sub", "Mul", "Div", "Equal", "Less", "Greater",
-                                      "LessOrEqual", "GreaterOrEqual", "Max", "Min", "Mod",
-                                      "And", "Or", "Where", "Neg", "Abs", "Not", "Floor",
-                                      "Ceil", "Sqrt", "Reciprocal", "Pow", NULL};
-    int k = 0;
-    while (ops[k] && strcmp(ops[k], op) != 0)
-        k++;
-    if (!ops[k])
-        return false;
-    Value *a = in(c, 0), *b = nin(c) > 1 ? in(c, 1) : a, *w = nin(c) > 2 ? in(c, 2) : NULL;
-    int rank;
-    int64_t shape[MAX_RANK];
-    if (!broadcast_shapes(a->rank, a->shape, b->rank, b->shape, &rank, shape) ||
-        (w && !broadcast_shapes(rank, shape, w->rank, w->shape, &rank, shape)))
-        node_fail(c, "shapes do not broadcast");
-    bool cmp = k >= 4 && k <= 8, logic = k == 12 || k == 13 || k == 17;
-    Value *x = strcmp(op, "Where") == 0 ? b : a;
-    kiln_dtype dt = cmp || logic ? KILN_DTYPE_BOOL : x->dtype;
-    Value *o = const_out(c, dt, rank, shape);
-    bool ints = is_integral(x->dtype);
-    int64_t coords[MAX_RANK];
-    for (int64_t i = 0; i < vcount(o); i++) {
-        unravel(i, rank, shape, coords);
-        int64_t ia = bcast_index(a, rank, coords), ib = bcast_index(b, rank, coords);
-        if (strcmp(op, "Where") == 0) {
-            int64_t iw = bcast_index(w, rank, coords);
-            if (ints)
-                vseti(o, i, vget(a, ia) != 0 ? vgeti(b, ib) : vgeti(w, iw));
-            else
-                vset(o, i, vget(a, ia) != 0 ? vget(b, ib) : vget(w, iw));
-            continue;
-        }
-        if (ints && !cmp) {
-            int64_t p = vgeti(a, ia), q = vgeti(b, ib), r = p;
-            switch (k) {
-            /* Integer arithmetic wraps, as in ONNX runtimes (no C overflow). */
-            case 0: r = (int64_t)((uint64_t)p + (uint64_t)q); break;
-            case 1: r = (int64_t)((uint64_t)p - (uint64_t)q); break;
-            case 2: r = (int64_t)((uint64_t)p * (uint64_t)q); break;
-            case 3:
-                if (!q)
-                    node_fail(c, "division by zero");
-                r = q == -1 ? (int64_t)(0 - (uint64_t)p) : p / q;
-                break;
-            case 9: r = p > q ? p : q; break;
-            case 10: r = p < q ? p : q; break;
-            case 11:
-                if (!q)
-                    node_fail(c, "division by zero");
-                r = q == -1 ? 0 : p % q;
-                if (r && ((r < 0) != (q < 0)))
-                    r += q;
-                break;
-            case 12: r = p && q; break;
-            case 13: r = p || q; break;
-            case 15: r = -p; break;
-            case 16: r = p < 0 ? -p : p; break;
-            case 17: r = !p; break;
-            case 20: r = (int64_t)sqrt((double)p); break;
-            case 21: r = p ? 1 / p : 0; break;
-            case 22: r = (int64_t)pow((double)p, (double)q); break;
-            default: break; /* Floor, Ceil of an integer */
-            }
-            vseti(o, i, r);
-            continue;
-        }
-        double p = vget(a, ia), q = vget(b, ib), r = 0;
-        switch (k) {
-        case 0: r = p + q; break;
-        case 1: r = p - q; break;
-        case 2: r = p * q; break;
-        case 3: r = p / q; break;
-        case 4: r = p == q; break;
-        case 5: r = p < q; break;
-        case 6: r = p > q; break;
-        case 7: r = p <= q; break;
-        case 8: r = p >= q; break;
-        case 9: r = fmax(p, q); break;
-        case 10: r = fmin(p, q); break;
-        case 11:
-            r = fmod(p, q);
-            if (r != 0 && ((r < 0) != (q < 0)))
-                r += q;
-            break;
-        case 12: r = p != 0 && q != 0; break;
-        case 13: r = p != 0 || q != 0; break;
-        case 15: r = -p; break;
-        case 16: r = fabs(p); break;
-        case 17: r = p == 0; break;
-        case 18: r = floor(p); break;
-        case 19: r = ceil(p); break;
-        case 20: r = sqrt(p); break;
-        case 21: r = 1 / p; break;
-        case 22: r = pow(p, q); break;
-        default: break;
-        }
-        vset(o, i, r);
-    }
-    bind(c, out_name(c, 0), o);
-    return true;
-}
-
-/* Folds the node when it computes a constant; false when it does not. */
-/* A constant input that must hold one value (read with vget or vgeti). */
-static Value *scalar_in(Ctx *c, int i, const char *what) {
-    Value *v = in(c, i);
-    if (vcount(v) != 1)
-        node_fail(c, format("%s (input %d) must hold one value, not %s", what, i,
-                            shape_str(v->rank, v->shape)));
-    return v;
-}
-
-/* The output dtype of a window or mel matrix (output_datatype, f32 default). */
-static kiln_dtype table_dtype(Ctx *c) {
-    int dt = kiln_dtype_of((int32_t)oattr_int(c, "output_datatype", 1));
-    if (dt < 0)
-        node_fail(c, "unsupported: this output_datatype");
-    return (kiln_dtype)dt;
-}
-
-/* HannWindow, HammingWindow, BlackmanWindow and MelWeightMatrix of constant
- * inputs: tables computed by signal.c. */
-static bool fold_signal_table(Ctx *c, const char *op) {
-    static const char *const windows[] = {"", "HannWindow", "HammingWindow",
-                                          "BlackmanWindow"};
-    for (int kind = WINDOW_HANN; kind < WINDOW_COUNT; kind++) {
-        if (strcmp(op, windows[kind]) != 0)
-            continue;
-        int64_t n = vgeti(scalar_in(c, 0, "the size"), 0);
-        if (n < 0 || n > MAX_CONST_FOLD)
-            node_fail(c, format("a window of %lld samples", (long long)n));
-        Value *o = const_out(c, table_dtype(c), 1, &n);
-        double *w = xcalloc((size_t)n + 1, sizeof *w);
-        window_values((WindowKind)kind, n, oattr_int(c, "periodic", 1) != 0, w);
-        for (int64_t i = 0; i < n; i++)
-            vset(o, i, w[i]);
-        bind(c, out_name(c, 0), o);
-        return true;
-    }
-    if (strcmp(op, "MelWeightMatrix") != 0)
-        return false;
-    int64_t mels = vgeti(scalar_in(c, 0, "num_mel_bins"), 0);
-    int64_t len = vgeti(scalar_in(c, 1, "dft_length"), 0);
-    int64_t rate = vgeti(scalar_in(c, 2, "sample_rate"), 0);
-    double lo = vget(scalar_in(c, 3, "lower_edge_hertz"), 0);
-    double hi = vget(scalar_in(c, 4, "upper_edge_hertz"), 0);
-    if (mels < 1 || len < 1 || rate < 1 || len > MAX_CONST_FOLD || mels > MAX_CONST_FOLD ||
-        !(lo >= 0 && lo < hi))
-        node_fail(c, "MelWeightMatrix needs positive sizes and rate, and 0 <= lower < upper");
-    int64_t shape[2] = {len / 2 + 1, mels};
-    Value *o = const_out(c, table_dtype(c), 2, shape);
-    double *m = xcalloc((size_t)(shape[0] * mels), sizeof *m);
-    if (!mel_weight_values(mels, len, (double)rate, lo, hi, m))
-        node_fail(c, "MelWeightMatrix: upper_edge_hertz lies past the last DFT bin");
-    for (int64_t i = 0; i < shape[0] * mels; i++)
-        vset(o, i, m[i]);
-    bind(c, out_name(c, 0), o);
-    return true;
-}
-
-static bool fold(Ctx *c) {
-    const char *op = c->node->op_type;
-    if (strcmp(op, "Constant") == 0) {
-        Onnx__AttributeProto *a;
-        Value *o;
-        if ((a = oattr(c, "value")) && a->t) {
-            o = decode_tensor(c->path, c->dir, a->t, "the constant", c->loc);
-        } else if ((a = oattr(c, "value_float")) || (a = oattr(c, "value_int"))) {
-            bool f = strcmp(a->name, "value_float") == 0;
-            o = const_out(c, f ? KILN_DTYPE_F32 : KILN_DTYPE_I64, 0, NULL);
-            if (f)
-                vset(o, 0, a->f);
-            else
-                vseti(o, 0, a->i);
-        } else if ((a = oattr(c, "value_floats")) || (a = oattr(c, "value_ints"))) {
-            bool f = strcmp(a->name, "value_floats") == 0;
-            int64_t n = f ? (int64_t)a->n_floats : (int64_t)a->n_ints;
-            o = const_out(c, f ? KILN_DTYPE_F32 : KILN_DTYPE_I64, 1, &n);
-            for (int64_t i = 0; i < n; i++) {
-                if (f)
-                    vset(o, i, a->floats[i]);
-                else
-                    vseti(o, i, a->ints[i]);
-            }
-        } else {
-            node_fail(c, "unsupported: this kind of Constant (sparse or string)");
-        }
-        bind(c, out_name(c, 0), o);
-        return true;
-    }
-    if (strcmp(op, "Shape") == 0 || strcmp(op, "Size") == 0) {
-        Value *x = in(c, 0);
-        /* Shapes are folded at compile time: a dynamic extent has no value
-         * then (only the part of the shape before the dynamic axis would). */
-        if (x->t && x->t->dynamic)
-            node_fail(c, format("unsupported: %s of '%s', whose axis %d is dynamic (kiln "
-                                "folds shapes at compile time); use Reshape with -1",
-                                op, x->name, x->t->dyn_axis));
-        if (op[1] == 'i') {
-            Value *o = const_out(c, KILN_DTYPE_I64, 0, NULL);
-            vseti(o, 0, vcount(x));
-            bind(c, out_name(c, 0), o);
-            return true;
-        }
-        int64_t start = oattr_int(c, "start", 0), end = oattr_int(c, "end", x->rank);
-        start = start < 0 ? start + x->rank : start;
-        end = end < 0 ? end + x->rank : end;
-        start = start < 0 ? 0 : start > x->rank ? x->rank : start;
-        end = end < start ? start : end > x->rank ? x->rank : end;
-        int64_t n = end - start;
-        Value *o = const_out(c, KILN_DTYPE_I64, 1, &n);
-        for (int64_t i = 0; i < n; i++)
-            vseti(o, i, x->shape[start + i]);
-        bind(c, out_name(c, 0), o);
-        return true;
-    }
-    if (!all_const(c))
-        return false;
-    if (fold_signal_table(c, op))
-        return true;
-    if (strcmp(op, "ConstantOfShape") == 0) {
-        Value *s = in(c, 0);
-        int64_t shape[MAX_RANK];
-        if (vcount(s) > MAX_RANK)
-            node_fail(c, "unsupported: rank above 8");
-        for (int64_t i = 0; i < vcount(s); i++)
-            shape[i] = vgeti(s, i);
-        Onnx__AttributeProto *a = oattr(c, "value");
-        Value *fillv = a && a->t ? decode_tensor(c->path, c->dir, a->t, "value", c->loc) : NULL;
-        Value *o = const_out(c, fillv ? fillv->dtype : KILN_DTYPE_F32, (int)vcount(s), shape);
-        for (int64_t i = 0; i < vcount(o); i++) {
-            if (fillv && is_integral(fillv->dtype))
-                vseti(o, i, vgeti(fillv, 0));
-            else
-                vset(o, i, fillv ? vget(fillv, 0) : 0);
-        }
-        bind(c, out_name(c, 0), o);
-        return true;
-    }
-    if (strcmp(op, "Range") == 0) {
-        Value *s = in(c, 0), *l = in(c, 1), *d = in(c, 2);
-        double start = vget(s, 0), limit = vget(l, 0), delta = vget(d, 0);
-        if (delta == 0)
-            node_fail(c, "Range with a zero delta");
-        double nd = ceil((limit - start) / delta);
-        int64_t n = nd > 0 ? (int64_t)nd : 0;
-        Value *o = const_out(c, s->dtype, 1, &n);
-        for (int64_t i = 0; i < n; i++) {
-            if (is_integral(s->dtype))
-                vseti(o, i, vgeti(s, 0) + i * vgeti(d, 0));
-            else
-                vset(o, i, start + (double)i * delta);
-        }
-        bind(c, out_name(c, 0), o);
-        return true;
-    }
-    if (strcmp(op, "Identity") == 0) {
-        Value *x = in(c, 0), *o = new_value(out_name(c, 0), x->dtype, x->rank, x->shape, false);
-        o->data = x->data;
-        bind(c, out_name(c, 0), o);
-        return true;
-    }
-    if (strcmp(op, "Cast") == 0) {
-        Value *x = in(c, 0);
-        int dt = kiln_dtype_of((int32_t)oattr_int(c, "to", 1));
-        if (dt < 0)
-            return false;
-        Value *o = const_out(c, (kiln_dtype)dt, x->rank, x->shape);
-        for (int64_t i = 0; i < vcount(o); i++) {
-            if (is_integral((kiln_dtype)dt) && is_integral(x->dtype))
-                vseti(o, i, vgeti(x, i));
-            else if (dt == KILN_DTYPE_BOOL)
-                vseti(o, i, vget(x, i) != 0);
-            else
-                vset(o, i, vget(x, i));
-        }
-        bind(c, out_name(c, 0), o);
-        return true;
-    }
-    if (strcmp(op, "Reshape") == 0 || strcmp(op, "Unsqueeze") == 0 ||
-        strcmp(op, "Squeeze") == 0 || strcmp(op, "Flatten") == 0) {
-        return false; /* the kiln view's shape rule computes it; see map_view */
-    }
-    if (strcmp(op, "Concat") == 0) {
-        Value *x = in(c, 0);
-        int axis = fold_axis(c, oattr_int(c, "axis", 0), x->rank);
-        int64_t shape[MAX_RANK];
-        memcpy(shape, x->shape, sizeof shape);
-        for (int i = 1; i < nin(c); i++) {
-            Value *y = in(c, i);
-            for (int d = 0; d < x->rank; d++)
-                if (y->rank != x->rank || (d != axis && y->shape[d] != x->shape[d]))
-                    node_fail(c, format("cannot concatenate %s and %s on axis %d",
-                                        shape_str(x->rank, x->shape),
-                                        shape_str(y->rank, y->shape), axis));
-            shape[axis] += y->shape[axis];
-        }
-        Value *o = const_out(c, x->dtype, x->rank, shape);
-        int64_t coords[MAX_RANK];
-        for (int64_t i = 0; i < vcount(o); i++) {
-            unravel(i, o->rank, shape, coords);
-            int k = 0;
-            while (coords[axis] >= in(c, k)->shape[axis])
-                coords[axis] -= in(c, k++)->shape[axis];
-            Value *src = in(c, k);
-            int64_t j = 0;
-            for (int d = 0; d < src->rank; d++)
-                j = j * src->shape[d] + coords[d];
-            vseti(o, i, vgeti(src, j));
-            if (!is_integral(o->dtype))
-                vset(o, i, vget(src, j));
-        }
-        bind(c, out_name(c, 0), o);
-        return true;
-    }
-    if (strcmp(op, "Gather") == 0) {
-        Value *x = in(c, 0), *idx = in(c, 1);
-        int axis = fold_axis(c, oattr_int(c, "axis", 0), x->rank);
-        int64_t shape[MAX_RANK], r = 0;
-        for (int d = 0; d < axis; d++)
-            shape[r++] = x->shape[d];
-        for (int d = 0; d < idx->rank; d++)
-            shape[r++] = idx->shape[d];
-        for (int d = axis + 1; d < x->rank; d++)
-            shape[r++] = x->shape[d];
-        if (r > MAX_RANK)
-            return false;
-        Value *o = const_out(c, x->dtype, (int)r, shape);
-        int64_t inner = shape_count(x->rank - axis - 1, x->shape + axis + 1);
-        int64_t n_idx = vcount(idx), len = x->shape[axis];
-        for (int64_t i = 0; i < vcount(o); i++) {
-            int64_t in_ = i % inner, p = (i / inner) % n_idx, outer = i / (inner * n_idx);
-            int64_t k = vgeti(idx, p);
-            if (k < 0)
-                k += len;
-            if (k < 0 || k >= len)
-                node_fail(c, format("index %lld is out of range for %lld",
-                                    (long long)vgeti(idx, p), (long long)len));
-            int64_t j = (outer * len + k) * inner + in_;
-            if (is_integral(o->dtype))
-                vseti(o, i, vgeti(x, j));
-            else
-                vset(o, i, vget(x, j));
-        }
-        bind(c, out_name(c, 0), o);
-        return true;
-    }
-    if (strcmp(op, "Slice") == 0 && c->opset >= 10) {
-        Value *x = in(c, 0);
-        int64_t start[MAX_RANK], step[MAX_RANK], shape[MAX_RANK];
-        for (int d = 0; d < x->rank; d++) {
-            start[d] = 0;
-            step[d] = 1;
-            shape[d] = x->shape[d];
-        }
-        Value *st = in(c, 1), *en = in(c, 2), *ax = in_opt(c, 3), *sp = in_opt(c, 4);
-        for (int64_t i = 0; i < vcount(st); i++) {
-            int d = ax ? fold_axis(c, vgeti(ax, i), x->rank) : (int)i;
-            int64_t dim = x->shape[d], b = vgeti(st, i), e = vgeti(en, i);
-            int64_t k = sp ? vgeti(sp, i) : 1;
-            if (k == 0)
-                node_fail(c, "a slice step is 0");
-            if (b < 0)
-                b += dim;
-            if (e < 0)
-                e += dim;
-            if (k > 0) {
-                b = b < 0 ? 0 : b > dim ? dim : b;
-                e = e < 0 ? 0 : e > dim ? dim : e;
-                shape[d] = e > b ? (e - b + k - 1) / k : 0;
-            } else {
-                b = b < 0 ? -1 : b > dim - 1 ? dim - 1 : b;
-                e = e < -1 ? -1 : e > dim - 1 ? dim - 1 : e;
-                shape[d] = b > e ? (b - e - k - 1) / -k : 0;
-            }
-            start[d] = b;
-            step[d] = k;
-        }
-        Value *o = const_out(c, x->dtype, x->rank, shape);
-        int64_t coords[MAX_RANK];
-        for (int64_t i = 0; i < vcount(o); i++) {
-            unravel(i, x->rank, shape, coords);
-            int64_t j = 0;
-            for (int d = 0; d < x->rank; d++)
-                j = j * x->shape[d] + start[d] + coords[d] * step[d];
-            if (is_integral(o->dtype))
-                vseti(o, i, vgeti(x, j));
-            else
-                vset(o, i, vget(x, j));
-        }
-        bind(c, out_name(c, 0), o);
-        return true;
-    }
-    return fold_elementwise(c, op);
-}
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* ---- op mappers ---- */
 
 static Value *cast_to(Ctx *c, Value *v, kiln_dtype dt);
 
-typedef struct OnnxOp OnnxOp;
 typedef void (*MapFn)(Ctx *c, const OnnxOp *op);
 struct OnnxOp {
     const char *name;
@@ -463,9 +27,9 @@ struct OnnxOp {
  * of opsets before 7 broadcast only on request (broadcast=1), aligning the
  * second operand at `axis`: that becomes a reshape to numpy's alignment. */
 static void map_simple(Ctx *c, const OnnxOp *op) {
-    Value *ins[8];
+    Value **ins = xcalloc((size_t)nin(c) + 1, sizeof(Value *));
     int n = 0;
-    for (int i = 0; i < nin(c) && n < 8; i++) {
+    for (int i = 0; i < nin(c); i++) {
         Value *v = in_opt(c, i);
         if (v)
             ins[n++] = v;
@@ -574,7 +138,7 @@ static void map_view(Ctx *c, const OnnxOp *op) {
                 Value *mask = new_value(out_name(c, 1), KILN_DTYPE_BOOL, x->rank, x->shape,
                                         true);
                 memset(mask->data, 1, (size_t)vcount(mask));
-                bind(c, out_name(c, 1), mask);
+                bind_value(c, out_name(c, 1), mask);
             }
         }
     }
@@ -586,7 +150,7 @@ static void map_view(Ctx *c, const OnnxOp *op) {
     Tensor *t = k->outputs[0];
     Value *o = new_value(out_name(c, 0), x->dtype, t->rank, t->shape, false);
     o->data = x->data;
-    bind(c, out_name(c, 0), o);
+    bind_value(c, out_name(c, 0), o);
 }
 
 static void map_slice(Ctx *c, const OnnxOp *op) {
@@ -632,12 +196,30 @@ static void map_split(Ctx *c, const OnnxOp *op) {
                                                                 : format("%s/%d", c->nname, i),
                                         T_VALUE, c->loc));
     node_set_int(k, "axis", oattr_int(c, "axis", 0));
-    int64_t v[16];
     Onnx__AttributeProto *a = oattr(c, "split");
-    if (a)
+    if (a) {
         node_set_ints(k, "sizes", (int)a->n_ints, a->ints);
-    else if (in_opt(c, 1))
-        node_set_ints(k, "sizes", const_ints(c, 1, "split", v, 16), v);
+    } else if (in_opt(c, 1)) {
+        int64_t count = vcount(in_const(c, 1, "split"));
+        int64_t *v = xcalloc((size_t)count + 1, sizeof(int64_t));
+        node_set_ints(k, "sizes", const_ints(c, 1, "split", v, (int)count), v);
+    } else if (oattr(c, "num_outputs")) {
+        /* Opset 18: num_outputs parts of ceil(dim / num_outputs), the last
+         * one smaller when they do not divide. */
+        int64_t parts = oattr_int(c, "num_outputs", 0), axis = oattr_int(c, "axis", 0);
+        if (parts != nout(c))
+            node_fail(c, format("num_outputs is %lld but the node has %d outputs",
+                                (long long)parts, nout(c)));
+        if (axis < -x->rank || axis >= x->rank)
+            node_fail(c, format("axis %lld is out of range for rank %d", (long long)axis,
+                                x->rank));
+        int64_t dim = x->shape[axis < 0 ? axis + x->rank : axis];
+        int64_t chunk = (dim + parts - 1) / parts;
+        int64_t *v = xcalloc((size_t)parts + 1, sizeof(int64_t));
+        for (int64_t i = 0; i < parts; i++)
+            v[i] = dim - i * chunk < chunk ? (dim - i * chunk > 0 ? dim - i * chunk : 0) : chunk;
+        node_set_ints(k, "sizes", (int)parts, v);
+    }
     finish(c, k);
 }
 
@@ -767,8 +349,10 @@ static void map_reduce(Ctx *c, const OnnxOp *op) {
     Onnx__AttributeProto *a = oattr(c, "axes");
     if (a) {
         n = (int)a->n_ints;
+        if (n > MAX_RANK)
+            node_fail(c, format("axes has %d values, at most %d", n, MAX_RANK));
         if (n > 0)
-            memcpy(axes, a->ints, sizeof(int64_t) * (size_t)(n > MAX_RANK ? MAX_RANK : n));
+            memcpy(axes, a->ints, sizeof(int64_t) * (size_t)n);
     } else if (in_opt(c, 1)) {
         n = const_ints(c, 1, "axes", axes, MAX_RANK);
     }
@@ -906,7 +490,9 @@ static void map_resize(Ctx *c, const OnnxOp *op) {
         in_const(c, scales_at, "scales");
         double f[MAX_RANK];
         int64_t n = vcount(scales);
-        for (int64_t i = 0; i < n && i < MAX_RANK; i++)
+        if (n > MAX_RANK)
+            node_fail(c, format("scales has %lld values, at most %d", (long long)n, MAX_RANK));
+        for (int64_t i = 0; i < n; i++)
             f[i] = vget(scales, i);
         node_set_floats(k, "scales", (int)n, f);
     } else {
@@ -1026,7 +612,7 @@ static void map_pow(Ctx *c, const OnnxOp *op) {
 }
 
 static Value *const_scalar(Ctx *c, kiln_dtype dt, double v) {
-    Value *k = new_value(format("%s/const%d", c->nname, ++tmp_count), dt, 0, NULL, true);
+    Value *k = new_value(format("%s/const%d", c->nname, ++c->tmp_count), dt, 0, NULL, true);
     vset(k, 0, v);
     return k;
 }
@@ -1332,14 +918,14 @@ static const OnnxOp onnx_ops[] = {
     {"Xor", map_simple, OP_XOR, NULL},
 };
 
-static const OnnxOp *find_mapper(const char *name) {
+const OnnxOp *find_mapper(const char *name) {
     for (size_t i = 0; i < sizeof onnx_ops / sizeof onnx_ops[0]; i++)
         if (strcmp(onnx_ops[i].name, name) == 0)
             return &onnx_ops[i];
     return NULL;
 }
 
-static void map_node(Ctx *c) {
+void map_node(Ctx *c) {
     if (fold(c))
         return;
     const OnnxOp *op = find_mapper(c->node->op_type);

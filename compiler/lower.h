@@ -1,0 +1,106 @@
+/*
+ * lower.h: what the lowering files share. lower.c (the driver: the table
+ * of lowerings, dims and states) calls lower_<family>.c, one per op family
+ * named as in shaders/, which call lower_dispatch.c (a dispatch, its
+ * defines and arguments, operands, the shared builders): the dependencies
+ * run one way. Each section is named after the file that defines it;
+ * every op's lowering function is declared from ops.def at the end.
+ */
+#ifndef KILN_LOWER_H
+#define KILN_LOWER_H
+
+#include "kiln.h"
+
+#define MAX_GROUPS 65535u /* workgroups per dimension: kernels loop past it */
+
+#define ITER_RANK (2 * MAX_RANK) /* tile iterates over twice the rank */
+#define MAX_OPS 7                /* the output and up to 6 inputs */
+
+/* A tensor as an elementwise kernel walks it: element strides over the
+ * iteration shape (0: broadcast, negative: a reversed slice) and the element
+ * where index 0 lands. */
+typedef struct Operand {
+    Tensor *t;
+    int64_t strides[ITER_RANK];
+    int64_t base;
+    /* A base that follows the dynamic dimensions (a concatenation after a
+     * dynamic piece): base_expr elements, base unused. */
+    bool dyn_base;
+    DimExpr base_expr;
+} Operand;
+
+/* One matrix product per batch: element (m, k) of A at a_sm*m + a_sk*k,
+ * (k, n) of B at b_sk*k + b_sn*n, batches over bshape with per-operand
+ * strides ops[0] (C), ops[1] (A), ops[2] (B). */
+typedef struct MatmulShape {
+    int64_t M, N, K, a_sm, a_sk, b_sk, b_sn, batch;
+    int brank;
+    int64_t bshape[ITER_RANK];
+    Operand ops[3];
+    const Tensor *dyn; /* A, when its rows follow the dynamic dimensions */
+} MatmulShape;
+
+/* t when its size follows the dynamic dimensions, else NULL. */
+static inline const Tensor *dyn_of(const Tensor *t) { return t->dynamic ? t : NULL; }
+
+/* ---- lower_dispatch.c -------------------------------------------------- */
+
+char *glsl_float(double v);
+uint32_t groups_for(int64_t items, int64_t per_group);
+char *dyn_count(const Tensor *dyn, int64_t items);
+void dyn_groups(Dispatch *d, int axis, const Tensor *dyn, int64_t items,
+                int64_t per_group);
+void contiguous_strides(int rank, const int64_t *shape, int64_t *strides);
+Operand whole(Tensor *t);
+Operand broadcast(Tensor *t, int rank, const int64_t *shape);
+int collapse(int rank, int64_t *shape, int nops, Operand *ops);
+void operand_extent(const Graph *g, const Operand *op, int rank,
+                    const int64_t *shape, int64_t *lo, int64_t *hi);
+const char *buffer_type(kiln_dtype dt, bool readonly);
+char *load_conversion(kiln_dtype dt, const char *ref);
+const char *store_conversion(kiln_dtype dt);
+const char *compute_type(kiln_dtype dt);
+void need_dtype(Program *p, bool *need, kiln_dtype dt);
+void define_needs(Dispatch *d, const bool *need);
+Dispatch *eltwise_dispatch(Program *p, Node *n, int rank, const int64_t *shape_in,
+                           Operand out, int nin, const Operand *in,
+                           const char *ct, const char *expr, const Tensor *dyn);
+void copy(Program *p, Node *n, int rank, const int64_t *shape, Operand out,
+          Operand in, const Tensor *dyn);
+uint32_t row_workgroup(int64_t len);
+Dispatch *row_dispatch(Program *p, Node *n, const char *family, int64_t rows,
+                       int64_t len, int64_t inner, const Tensor *dyn);
+Dispatch *axis_dispatch(Program *p, Node *n, const char *family, int axis);
+Tensor *table_weight(Program *p, Node *n, const char *name, int rank,
+                     const int64_t *shape, const float *values);
+Tensor *scratch(Program *p, Node *n, const char *suffix, int rank,
+                const int64_t *shape);
+
+/* ---- lower_matmul.c ---------------------------------------------------- */
+
+Dispatch *matmul_dispatch(Program *p, Node *n, MatmulShape *s);
+MatmulShape matrix_product(Tensor *c, Tensor *a, Tensor *b, int64_t M, int64_t N,
+                           int64_t K, bool ta, bool tb);
+void bind_bias(Dispatch *d, Tensor *bias, Operand bo, double beta, Tensor *a);
+const char *activation_expr(const char *name);
+
+/* ---- lower_index.c ----------------------------------------------------- */
+
+int attr_axis(Node *n, int rank, int64_t dflt);
+Dispatch *index_dispatch(Program *p, Node *n, const char *mode, Tensor *y,
+                         Tensor *x, Tensor *idx);
+Dispatch *scatter_dispatch(Program *p, Node *n, Tensor *y, Tensor *idx, Tensor *upd,
+                           int rank, const int64_t *shape, const int64_t *ys,
+                           int axis, int64_t axis_len, int reduce);
+
+/* ---- lower_attention.c ------------------------------------------------- */
+
+void attention_strides(Dispatch *d, const AttentionDims *a);
+
+/* ---- each op's lowering, in lower_<family>.c (ops.def names it) ------- */
+
+#define OP(id, name, mn, mx, attrs, shape, lower, expr) void lower(Program *p, Node *n);
+#include "ops.def"
+#undef OP
+
+#endif /* KILN_LOWER_H */

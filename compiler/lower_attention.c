@@ -1,0 +1,167 @@
+/*
+ * lower_attention.c: attention (attention.comp), rope (one elementwise
+ * dispatch), and attention's gradient (grad.comp).
+ */
+#include "lower.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+
+/* Element strides of (batch, head, position) of q, k, v and the output in
+ * either layout: QS_B, QS_H, QS_S, KS_*, VS_*, OS_*. */
+void attention_strides(Dispatch *d, const AttentionDims *a) {
+    const char *names[4] = {"QS", "KS", "VS", "OS"};
+    int64_t heads[4] = {a->H, a->KVH, a->KVH, a->H}, seq[4] = {a->Sq, a->Sk, a->Sk, a->Sq};
+    int64_t width[4] = {a->D, a->D, a->DV, a->DV};
+    for (int t = 0; t < 4; t++) {
+        int64_t sb = heads[t] * seq[t] * width[t];
+        int64_t sh = a->bshd ? width[t] : seq[t] * width[t];
+        int64_t ss = a->bshd ? heads[t] * width[t] : width[t];
+        define_int(d, format("%s_B", names[t]), sb);
+        define_int(d, format("%s_H", names[t]), sh);
+        define_int(d, format("%s_S", names[t]), ss);
+    }
+}
+
+void lower_attention(Program *p, Node *n) {
+    AttentionDims a;
+    attention_dims(n, &a);
+    if (a.B * a.H * a.Sq * a.DV == 0)
+        return;
+    Dispatch *d = new_dispatch(p, n, "attention");
+    d->local_size = a.Sk >= 128 ? 128 : 64;
+    define_int(d, "WG", d->local_size);
+    define_int(d, "B", a.B);
+    define_int(d, "H", a.H);
+    define_int(d, "KVH", a.KVH);
+    define_str(d, "SQ", dyn_count(dyn_of(n->inputs[0]), a.Sq));
+    define_str(d, "SK", dyn_count(dyn_of(n->inputs[1]), a.Sk));
+    define_int(d, "D", a.D);
+    define_int(d, "DV", a.DV);
+    attention_strides(d, &a);
+    double scale = attr_float(n, "scale", 1.0 / sqrt((double)a.D));
+    double cap = attr_float(n, "softcap", 0);
+    define_float(d, "SCALE", scale);
+    define_int(d, "SOFTCAP_ON", cap > 0);
+    define_float(d, "SOFTCAP", cap > 0 ? cap : 1.0);
+    define_int(d, "CAUSAL", attr_int(n, "causal", 0) != 0);
+    define_int(d, "WINDOW", attr_int(n, "window", 0));
+    dispatch_arg(d, n->outputs[0], true);
+    for (int i = 0; i < 3; i++)
+        dispatch_arg(d, n->inputs[i], false);
+    if (n->ninputs > 3) {
+        int64_t full[4] = {a.B, a.H, a.Sq, a.Sk};
+        Operand m = broadcast(n->inputs[3], 4, full);
+        define_int(d, "HAS_MASK", 1);
+        define_int(d, "MS_B", m.strides[0]);
+        define_int(d, "MS_H", m.strides[1]);
+        define_int(d, "MS_I", m.strides[2]);
+        define_int(d, "MS_J", m.strides[3]);
+        dispatch_arg(d, n->inputs[3], false);
+    } else {
+        define_int(d, "HAS_MASK", 0);
+        define_int(d, "MS_B", 0);
+        define_int(d, "MS_H", 0);
+        define_int(d, "MS_I", 0);
+        define_int(d, "MS_J", 0);
+        dispatch_unused(d, n->inputs[0]); /* the mask slot */
+    }
+    d->groups[0] = groups_for(a.B * a.H * a.Sq, 1);
+    dyn_groups(d, 0, dyn_of(n->inputs[0]), a.B * a.H * a.Sq, 1);
+    d->flops = (uint64_t)(a.B * a.H * a.Sq * a.Sk) * (uint64_t)(2 * a.D + 2 * a.DV + 5);
+}
+
+/* rope: for each rotated pair (x1, x2) at position s and frequency j,
+ *   y1 = x1 cos[s, j] - x2 sin[s, j],   y2 = x2 cos[s, j] + x1 sin[s, j];
+ * pairs are (j, j + R/2) (rotate-half) or (2j, 2j + 1) (interleaved). One
+ * elementwise dispatch over the rotated part seen as [..., 2, R/2] (p, j;
+ * interleaved: [..., R/2, 2]): y[p] = x[p] cos + sign[p] x[1 - p] sin, the
+ * partner read at a negative stride and sign a table (-1, 1); and a copy of
+ * the unrotated tail when n_rot < D. (Two dispatches, one per half, would
+ * write interleaved bytes of one tensor: a barrier between them.) */
+void lower_rope(Program *p, Node *n) {
+    Tensor *x = n->inputs[0], *out = n->outputs[0];
+    int rank = x->rank;
+    int64_t D = x->shape[rank - 1], R = attr_int(n, "n_rot", D), half = R / 2;
+    int axis = (int)attr_int(n, "seq_axis", -2);
+    if (axis < 0)
+        axis += rank;
+    bool inter = attr_int(n, "interleaved", 0) != 0;
+    /* rope_grad: the rotation's transpose, by -angle */
+    bool back = n->op == OP_ROPE_GRAD;
+    static const float forward_sign[2] = {-1, 1}, back_sign[2] = {1, -1};
+    Tensor *sign = table_weight(p, n, back ? "kiln.rope_sign_back" : "kiln.rope_sign", 1,
+                                (int64_t[]){2}, back ? back_sign : forward_sign);
+    int64_t shape[MAX_RANK + 1];
+    memcpy(shape, x->shape, sizeof(int64_t) * (size_t)rank);
+    Operand self = whole(x), partner, y, c = {n->inputs[1], {0}, 0, false, {0, {0}}};
+    Operand sg = {sign, {0}, 0, false, {0, {0}}};
+    c.strides[axis] = half;
+    /* The last axis becomes two: the pair member p (stride ps in x) and
+     * the frequency j (stride js), in the order that walks x forward. */
+    int pa = inter ? rank : rank - 1, ja = inter ? rank - 1 : rank;
+    int64_t ps = inter ? 1 : half, js = inter ? 2 : 1;
+    shape[pa] = 2;
+    shape[ja] = half;
+    self.strides[pa] = ps;
+    self.strides[ja] = js;
+    partner = self;
+    partner.strides[pa] = -ps;
+    partner.base = ps;
+    y = self;
+    y.t = out;
+    c.strides[pa] = 0;
+    c.strides[ja] = 1;
+    Operand s = c;
+    s.t = n->inputs[2];
+    sg.strides[pa] = 1;
+    Operand in[5] = {self, partner, c, s, sg};
+    eltwise_dispatch(p, n, rank + 1, shape, y, 5, in, "float", "a * c + e * b * d",
+                     dyn_of(x));
+    if (R < D) {
+        Operand tail_in = whole(x), tail_out = whole(out);
+        tail_in.base = tail_out.base = R;
+        memcpy(shape, x->shape, sizeof(int64_t) * (size_t)rank);
+        shape[rank - 1] = D - R;
+        copy(p, n, rank, shape, tail_out, tail_in, dyn_of(x));
+    }
+}
+
+
+/* attention_grad: an invocation per query row (dq, and each row's
+ * log-sum-exp and dy . o in a scratch), then one per key row (dk, dv). */
+void lower_attention_grad(Program *p, Node *n) {
+    AttentionDims a;
+    attention_dims(n, &a);
+    if (a.B * a.H * a.Sq * a.Sk == 0)
+        return;
+    Tensor *stats = scratch(p, n, "stats", 2, (int64_t[]){a.B * a.H * a.Sq, 2});
+    double scale = attr_float(n, "scale", 1.0 / sqrt((double)a.D));
+    for (int pass = 0; pass < 2; pass++) {
+        Dispatch *d = new_dispatch(p, n, "grad");
+        d->local_size = 64;
+        define_int(d, "WG", 64);
+        define_int(d, "MODE", 2 + pass);
+        define_int(d, "B", a.B);
+        define_int(d, "H", a.H);
+        define_int(d, "KVH", a.KVH);
+        define_int(d, "SQ", a.Sq);
+        define_int(d, "SK", a.Sk);
+        define_int(d, "D", a.D);
+        define_int(d, "DV", a.DV);
+        attention_strides(d, &a);
+        define_float(d, "SCALE", scale);
+        define_int(d, "CAUSAL", attr_int(n, "causal", 0) != 0);
+        dispatch_arg(d, n->outputs[pass ? 1 : 0], true);
+        dispatch_arg(d, pass ? n->outputs[2] : stats, true);
+        dispatch_arg(d, n->inputs[3], false);
+        for (int i = 0; i < 3; i++)
+            dispatch_arg(d, n->inputs[i], false);
+        if (pass)
+            dispatch_arg(d, stats, false);
+        d->groups[0] = groups_for(pass ? a.B * a.KVH * a.Sk : a.B * a.H * a.Sq, 64);
+        d->flops = (uint64_t)(a.B * a.H * a.Sq * a.Sk) * (uint64_t)(4 * a.D + 4 * a.DV);
+    }
+}

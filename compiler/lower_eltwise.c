@@ -1,0 +1,128 @@
+/*
+ * lower_eltwise.c: elementwise ops, and the GLSL of fused elementwise chains
+ * (each op's expression in ops.def, its operands and attributes substituted).
+ */
+#include "lower.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+
+/* The expression for a node: the op's (its integer variant after '#' when
+ * the compute type is an integer), or a cast's. */
+static const char *node_expr(Node *n, const char *ct) {
+    const char *e = op_info[n->op].expr;
+    if (n->op == OP_CAST && n->outputs[0]->dtype == KILN_DTYPE_BOOL)
+        return "a != CT(0)";
+    const char *bar = strchr(e, '#');
+    if (!bar)
+        return e;
+    if (strcmp(ct, "float") == 0)
+        return format("%.*s", (int)(bar - e), e);
+    return bar + 1;
+}
+
+/* The literal of a numeric attribute named `ident` (upper case) of n, or
+ * NULL when n has no such attribute. Integer compute types get integers
+ * clamped to 32 bits. */
+static char *attribute_literal(Node *n, const char *ident, const char *ct) {
+    for (const char *p = op_info[n->op].attrs; *p;) {
+        while (*p == ' ')
+            p++;
+        const char *e = p;
+        while (*e && *e != ' ' && *e != '=')
+            e++;
+        char *key = format("%.*s", (int)(e - p), p);
+        while (*e && *e != ' ')
+            e++;
+        p = e;
+        char *upper = xstrdup(key);
+        for (char *c = upper; *c; c++)
+            *c = (char)toupper((unsigned char)*c);
+        if (strcmp(upper, ident) != 0)
+            continue;
+        const char *dflt = op_attr_default(n->op, key);
+        char *end;
+        double v = strtod(dflt, &end);
+        if (!*dflt || *end)
+            return NULL;
+        v = attr_float(n, key, v);
+        if (strcmp(ct, "float") == 0)
+            return glsl_float(v);
+        double lo = -2147483648.0, hi = 2147483647.0;
+        return format("%lld", (long long)(v < lo ? lo : v > hi ? hi : v));
+    }
+    return NULL;
+}
+
+static int leaf_index(Tensor **leaves, int *nleaves, int max, Tensor *t) {
+    for (int i = 0; i < *nleaves; i++)
+        if (leaves[i] == t)
+            return i;
+    if (*nleaves == max)
+        return -1;
+    leaves[*nleaves] = t;
+    return (*nleaves)++;
+}
+
+char *fused_expr(Node *n, const char *ct, Tensor **leaves, int *nleaves, int max) {
+    char **sub = xcalloc((size_t)n->ninputs + 1, sizeof(char *));
+    for (int k = 0; k < n->ninputs; k++) {
+        Tensor *in = n->inputs[k];
+        if (in->producer && in->producer->fused_into == n) {
+            char *inner = fused_expr(in->producer, ct, leaves, nleaves, max);
+            if (!inner)
+                return NULL;
+            sub[k] = format("(%s)", inner);
+        } else {
+            int i = leaf_index(leaves, nleaves, max, in);
+            if (i < 0)
+                return NULL;
+            sub[k] = format("%c", 'a' + i);
+        }
+    }
+    /* Rewrite identifiers: operands a..f become their expressions,
+     * attribute names their values; everything else stays. */
+    const char *e = node_expr(n, ct);
+    Str out = {0};
+    str_add(&out, "");
+    while (*e) {
+        if (isalpha((unsigned char)*e) || *e == '_') {
+            const char *s0 = e;
+            while (isalnum((unsigned char)*e) || *e == '_')
+                e++;
+            char *ident = format("%.*s", (int)(e - s0), s0);
+            char *lit;
+            if (e - s0 == 1 && *s0 >= 'a' && *s0 < 'a' + n->ninputs)
+                str_add(&out, sub[*s0 - 'a']);
+            else if ((lit = attribute_literal(n, ident, ct)))
+                str_add(&out, lit);
+            else
+                str_add(&out, ident);
+        } else {
+            str_addn(&out, e++, 1);
+        }
+    }
+    return out.buf;
+}
+
+
+/* An elementwise node and every node fused into it: one dispatch. */
+void lower_eltwise(Program *p, Node *n) {
+    Tensor *out = n->outputs[0];
+    Tensor *leaves[MAX_OPS];
+    int nleaves = 0;
+    int ref = n->op == OP_WHERE ? 1 : 0;
+    const char *ct = compute_type(n->inputs[ref]->dtype);
+    char *expr = fused_expr(n, ct, leaves, &nleaves, MAX_OPS - 1);
+    if (!expr)
+        internal_error("node '%s': a fused group with more than %d operands", n->name,
+                       MAX_OPS - 1);
+    Operand in[MAX_OPS];
+    for (int k = 0; k < nleaves; k++)
+        in[k] = broadcast(leaves[k], out->rank, out->shape);
+    eltwise_dispatch(p, n, out->rank, out->shape, whole(out), nleaves, in, ct, expr,
+                     dyn_of(out));
+}

@@ -1,0 +1,142 @@
+/*
+ * lower_layout.c: views, transpose, slice, concat, split, expand, tile,
+ * depth_to_space and space_to_depth: strided copies (eltwise.comp).
+ */
+#include "lower.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* out = x viewed with shape `view` (contiguous) and its axes permuted. */
+static void permuted_copy(Program *p, Node *n, Tensor *x, int rank, const int64_t *view,
+                          const int64_t *perm) {
+    int64_t own[MAX_RANK], shape[MAX_RANK];
+    contiguous_strides(rank, view, own);
+    Operand in = {x, {0}, 0, false, {0, {0}}};
+    for (int i = 0; i < rank; i++) {
+        shape[i] = view[perm[i]];
+        in.strides[i] = own[perm[i]];
+    }
+    Operand out = {n->outputs[0], {0}, 0, false, {0, {0}}};
+    contiguous_strides(rank, shape, out.strides);
+    eltwise_dispatch(p, n, rank, shape, out, 1, &in, compute_type(x->dtype), "a",
+                     dyn_of(out.t));
+}
+
+void lower_transpose(Program *p, Node *n) {
+    Tensor *x = n->inputs[0];
+    int64_t perm[MAX_RANK];
+    int np = attr_ints(n, "perm", perm, MAX_RANK);
+    for (int i = 0; i < x->rank; i++)
+        perm[i] = np < 0 ? x->rank - 1 - i : perm[i] < 0 ? perm[i] + x->rank : perm[i];
+    permuted_copy(p, n, x, x->rank, x->shape, perm);
+}
+
+void lower_view(Program *p, Node *n) {
+    (void)p;
+    n->outputs[0]->alias = n->inputs[0];
+}
+
+
+void lower_slice(Program *p, Node *n) {
+    Tensor *x = n->inputs[0], *out = n->outputs[0];
+    int64_t start[MAX_RANK], step[MAX_RANK], shape[MAX_RANK];
+    slice_params(n, start, step, shape);
+    Operand in = whole(x);
+    for (int i = 0; i < x->rank; i++) {
+        in.base += start[i] * in.strides[i];
+        in.strides[i] *= step[i];
+    }
+    copy(p, n, out->rank, out->shape, whole(out), in, dyn_of(out));
+}
+
+/* Each input (or output) a region of the concatenation along axis. */
+void lower_concat(Program *p, Node *n) {
+    Tensor *out = n->outputs[0];
+    int axis = (int)attr_int(n, "axis", 0);
+    if (axis < 0)
+        axis += out->rank;
+    /* Where the next piece starts along axis; it follows the dynamic
+     * dimensions after a dynamic piece along a dynamic axis. */
+    DimExpr at = {0, {0}};
+    bool dyn_at = false;
+    for (int k = 0; k < n->ninputs; k++) {
+        Tensor *x = n->inputs[k];
+        Operand o = whole(out);
+        o.base = at.c0 * o.strides[axis];
+        bool in_place = k == 0 && tensor_root(x) == tensor_root(out); /* a state's append */
+        if (dyn_at) {
+            o.dyn_base = true;
+            o.base_expr = dim_expr_scale(&at, o.strides[axis]);
+        }
+        if (!in_place)
+            copy(p, n, x->rank, x->shape, o, whole(x), dyn_of(x));
+        if (x->dynamic && x->dyn_axis == axis) {
+            at = dim_expr_add(&at, &x->extent);
+            dyn_at = true;
+        } else {
+            at.c0 += x->shape[axis];
+        }
+    }
+}
+
+void lower_split(Program *p, Node *n) {
+    Tensor *x = n->inputs[0];
+    int axis;
+    int64_t *sizes = split_sizes(n, &axis);
+    int64_t at = 0;
+    for (int k = 0; k < n->noutputs; k++) {
+        Tensor *t = n->outputs[k];
+        Operand in = whole(x);
+        in.base = at * in.strides[axis];
+        copy(p, n, t->rank, t->shape, whole(t), in, dyn_of(t));
+        at += sizes[k];
+    }
+}
+
+void lower_expand(Program *p, Node *n) {
+    Tensor *out = n->outputs[0];
+    copy(p, n, out->rank, out->shape, whole(out),
+         broadcast(n->inputs[0], out->rank, out->shape), dyn_of(out));
+}
+
+/* tile: iterate over [rep0, d0, rep1, d1, ...]; the input repeats with
+ * stride 0 over the rep dimensions, the output is contiguous over them. */
+void lower_tile(Program *p, Node *n) {
+    Tensor *x = n->inputs[0], *out = n->outputs[0];
+    int64_t shape[ITER_RANK], own[MAX_RANK], reps[MAX_RANK];
+    attr_ints(n, "repeats", reps, MAX_RANK);
+    contiguous_strides(x->rank, x->shape, own);
+    Operand in = {x, {0}, 0, false, {0, {0}}}, o = {out, {0}, 0, false, {0, {0}}};
+    for (int i = 0; i < x->rank; i++) {
+        shape[2 * i] = reps[i];
+        shape[2 * i + 1] = x->shape[i];
+        in.strides[2 * i] = 0;
+        in.strides[2 * i + 1] = own[i];
+    }
+    contiguous_strides(2 * x->rank, shape, o.strides);
+    copy(p, n, 2 * x->rank, shape, o, in, NULL);
+}
+
+/* depth_to_space: [N, C, H, W] viewed as 6-D, permuted, viewed as 4-D. */
+void lower_depth_to_space(Program *p, Node *n) {
+    Tensor *x = n->inputs[0];
+    int64_t b = attr_int(n, "block", 1), c = x->shape[1] / (b * b);
+    int64_t H = x->shape[2], W = x->shape[3];
+    if (depth_to_space_crd(n)) {
+        int64_t view[6] = {x->shape[0], c, b, b, H, W}, perm[6] = {0, 1, 4, 2, 5, 3};
+        permuted_copy(p, n, x, 6, view, perm);
+    } else {
+        int64_t view[6] = {x->shape[0], b, b, c, H, W}, perm[6] = {0, 3, 4, 1, 5, 2};
+        permuted_copy(p, n, x, 6, view, perm);
+    }
+}
+
+void lower_space_to_depth(Program *p, Node *n) {
+    Tensor *x = n->inputs[0];
+    int64_t b = attr_int(n, "block", 1);
+    int64_t view[6] = {x->shape[0], x->shape[1], x->shape[2] / b, b, x->shape[3] / b, b};
+    int64_t perm[6] = {0, 3, 5, 1, 2, 4};
+    permuted_copy(p, n, x, 6, view, perm);
+}

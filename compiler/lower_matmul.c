@@ -1,0 +1,530 @@
+/*
+ * lower_matmul.c: matmul, gemm and grouped_matmul: the tiled kernel
+ * (matmul.comp), the column-parallel one for few rows (matvec.comp),
+ * cooperative matrices for f16 (coopmat.comp), with their epilogues (bias,
+ * residual, activation), weight formats and QKV splits.
+ */
+#include "lower.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Matmul tile sizes by the extent of M or N: (tile, per-thread). Each
+ * workgroup has (BM/TM) * (BN/TN) = 256 invocations. */
+static void pick_tile(int64_t extent, int64_t *tile, int64_t *per_thread) {
+    if (extent >= 64) {
+        *tile = 64;
+        *per_thread = 4;
+    } else if (extent >= 32) {
+        *tile = 32;
+        *per_thread = 2;
+    } else {
+        *tile = 16;
+        *per_thread = 1;
+    }
+}
+
+/* Few rows: matvec.comp's column-parallel kernel; else matmul.comp's tiles. */
+#define MATVEC_MAX_M 16
+#define MATVEC_THREADS 256 /* NCOL x KSPLIT */
+#define MATVEC_PART_FLOATS 3072 /* shared memory for partial sums: 12 KiB */
+
+static bool all_multiples(int n, const int64_t *v, int64_t of) {
+    for (int i = 0; i < n; i++)
+        if (v[i] % of)
+            return false;
+    return true;
+}
+
+typedef struct MatvecShape {
+    int64_t ncol, ksplit, vec, avec, mc;
+} MatvecShape;
+
+/* matvec.comp's layout for s: vec4 columns when B is f32 with 16-byte
+ * aligned rows, vec4 rows of A likewise. Column lanes per workgroup (4 to
+ * 32): as few as leave 256 workgroups over the columns and batches (128
+ * from 9 rows up, where each workgroup's reads of A cost more), so that a
+ * large GPU has a workgroup or two per multiprocessor, each reading B with
+ * at least 64 contiguous bytes a row. Splits of K fill the rest of 256
+ * invocations, as many as K has steps. Measured on an H200 (bench/).
+ * KILN_MATVEC_NCOL (a power of two from 1 to 256) overrides the lanes, for
+ * tuning. */
+static MatvecShape matvec_shape(const Node *n, const MatmulShape *s, int64_t rows) {
+    MatvecShape v = {0};
+    bool b_vec4 = n->wformat == WF_F32 && s->ops[2].t->dtype == KILN_DTYPE_F32 &&
+                  s->b_sn == 1 && s->N % 4 == 0 && s->b_sk % 4 == 0 &&
+                  all_multiples(s->brank, s->ops[2].strides, 4);
+    v.vec = b_vec4 ? 4 : 1;
+    v.avec = s->ops[1].t->dtype == KILN_DTYPE_F32 && s->a_sk == 1 && s->K % 4 == 0 &&
+             s->a_sm % 4 == 0 && all_multiples(s->brank, s->ops[1].strides, 4);
+    int64_t want_groups = rows > 8 ? 128 : 256;
+    v.ncol = 4;
+    while (v.ncol < 32 && groups_for(s->N, v.ncol * 2 * v.vec) * s->batch >= want_groups)
+        v.ncol *= 2;
+    const char *tune = getenv("KILN_MATVEC_NCOL");
+    if (tune) {
+        long t = strtol(tune, NULL, 10);
+        if (t >= 1 && t <= MATVEC_THREADS && (t & (t - 1)) == 0)
+            v.ncol = t;
+    }
+    int64_t steps = s->K / (v.avec ? 4 : 1);
+    v.ksplit = MATVEC_THREADS / v.ncol;
+    while (v.ksplit > 1 && v.ksplit > steps)
+        v.ksplit /= 2;
+    v.mc = MATVEC_PART_FLOATS / (v.ksplit * v.ncol * v.vec);
+    if (v.mc > rows)
+        v.mc = rows;
+    return v;
+}
+
+/* The defines of a product that every matmul kernel shares but M: N, K,
+ * the operands' strides and the batches. */
+static void define_product(Dispatch *d, const MatmulShape *s) {
+    define_int(d, "N", s->N);
+    define_int(d, "K", s->K);
+    define_int(d, "A_SM", s->a_sm);
+    define_int(d, "A_SK", s->a_sk);
+    define_int(d, "B_SK", s->b_sk);
+    define_int(d, "B_SN", s->b_sn);
+    define_int(d, "BATCH", s->batch);
+    define_int(d, "BRANK", s->brank);
+    define_list(d, "BSHAPE", s->brank, s->bshape);
+    define_list(d, "C_BSTRIDES", s->brank, s->ops[0].strides);
+    define_list(d, "A_BSTRIDES", s->brank, s->ops[1].strides);
+    define_list(d, "B_BSTRIDES", s->brank, s->ops[2].strides);
+}
+
+/* coopmat.comp for s, when it applies: f16 operands (B as given, not
+ * re-encoded), more rows than matvec takes, fixed shapes, and every vector
+ * of eight halves it moves whole and 16-byte aligned (rows of A and B
+ * contiguous; K, N and all row and batch strides multiples of 8). The
+ * dispatch needs KILN_FEATURE_COOPMAT; NULL when it does not apply. Tiles
+ * (measured on an H200, bench/): 128 x 256 of 8 subgroups (64 x 64 each)
+ * when they leave 128 workgroups, else 128 x 128 of 4 when those leave 64,
+ * else 64 x 64 of 4. */
+static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
+    const Tensor *c = s->ops[0].t, *a = s->ops[1].t, *b = s->ops[2].t;
+    if (a->dtype != KILN_DTYPE_F16 || b->dtype != KILN_DTYPE_F16 || n->wq || s->dyn ||
+        s->M <= MATVEC_MAX_M || s->a_sk != 1 || s->a_sm % 8 || s->K % 8 || s->N % 8 ||
+        s->b_sn != 1 || s->b_sk % 8 ||
+        !all_multiples(s->brank, s->ops[0].strides, 8) ||
+        !all_multiples(s->brank, s->ops[1].strides, 8) ||
+        !all_multiples(s->brank, s->ops[2].strides, 8))
+        return NULL;
+    int64_t bm = 128, bn = 256, wm = 2, wn = 4, bk = 32;
+    if (groups_for(s->M, 128) * groups_for(s->N, 256) * s->batch < 128) {
+        bn = 128;
+        wn = 2;
+        if (groups_for(s->M, 128) * groups_for(s->N, 128) * s->batch < 64)
+            bm = bn = 64;
+    }
+    /* KILN_COOPMAT_TILE=BM,BN,WM,WN,BK overrides the tiles, for tuning
+     * (each subgroup's block a multiple of 16, BK 16, 32 or 64) */
+    const char *tune = getenv("KILN_COOPMAT_TILE");
+    long t[5];
+    if (tune && sscanf(tune, "%ld,%ld,%ld,%ld,%ld", &t[0], &t[1], &t[2], &t[3], &t[4]) == 5 &&
+        t[2] > 0 && t[3] > 0 && t[2] * t[3] <= 32 && t[0] % (16 * t[2]) == 0 &&
+        t[1] % (16 * t[3]) == 0 && (t[4] == 16 || t[4] == 32 || t[4] == 64)) {
+        bm = t[0], bn = t[1], wm = t[2], wn = t[3], bk = t[4];
+    }
+    Dispatch *d = new_dispatch(p, n, "coopmat");
+    d->needs = KILN_FEATURE_COOPMAT;
+    d->local_size = (uint32_t)(32 * wm * wn);
+    define_int(d, "M", s->M);
+    define_product(d, s);
+    bool need[3] = {false, false, false};
+    need_dtype(p, need, c->dtype);
+    define_needs(d, need);
+    define_int(d, "C_F16", c->dtype == KILN_DTYPE_F16);
+    define_int(d, "BM", bm);
+    define_int(d, "BN", bn);
+    define_int(d, "WM", wm);
+    define_int(d, "WN", wn);
+    define_int(d, "BK", bk);
+    dispatch_arg(d, s->ops[0].t, true);
+    dispatch_arg(d, s->ops[1].t, false);
+    dispatch_arg(d, s->ops[2].t, false);
+    d->flops = 2ull * (uint64_t)(s->M * s->N) * (uint64_t)s->K * (uint64_t)s->batch;
+    d->groups[0] = groups_for(s->N, bn);
+    d->groups[1] = groups_for(s->M, bm);
+    d->groups[2] = groups_for(s->batch, 1);
+    return d;
+}
+
+/* Whether matmul.comp's vec4 path can read s: f32 operands (B as given)
+ * whose rows are contiguous and 16-byte aligned. */
+static bool matmul_vec4_shape(const Node *n, const MatmulShape *s) {
+    return n->wformat == WF_F32 && s->ops[1].t->dtype == KILN_DTYPE_F32 &&
+           s->ops[2].t->dtype == KILN_DTYPE_F32 && s->a_sk == 1 && s->b_sn == 1 &&
+           s->K % 4 == 0 && s->N % 4 == 0 && s->a_sm % 4 == 0 && s->b_sk % 4 == 0 &&
+           all_multiples(s->brank, s->ops[1].strides, 4) &&
+           all_multiples(s->brank, s->ops[2].strides, 4);
+}
+
+/* One matmul kernel for s: the matrix-vector one (rows up to mrows, its
+ * array size) or the tiled one. */
+static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
+                               int64_t mrows, bool wide) {
+    int64_t bm, tm, bn, tn, bk = 16;
+    bool shape4 = !matvec && matmul_vec4_shape(n, s);
+    pick_tile(s->M, &bm, &tm);
+    pick_tile(s->N, &bn, &tn);
+    /* vec4 operands: 64 x 128 tiles (4 x 8 per invocation) where they still
+     * leave 128 workgroups, a large GPU's multiprocessors (H200: 1024^3 in
+     * 73.5 against 83 us on 64 x 64; of the ten tiles swept there, 8 x 8
+     * blocks, 32-wide tiles and K steps of 32 were slower) */
+    if (shape4 && groups_for(s->M, 64) * groups_for(s->N, 128) * s->batch >= 128) {
+        bm = 64, bn = 128, tm = 4, tn = 8;
+    }
+    /* 128 x 128 tiles (8 x 8 per invocation) reuse more of what they load,
+     * when they still leave enough workgroups (256) to fill a large GPU; K
+     * steps of 8 measured faster there (H200: 4.2 against 4.8 ms at 4096). */
+    if ((s->M + 127) / 128 * ((s->N + 127) / 128) * s->batch >= 256) {
+        bm = bn = 128;
+        tm = tn = 8;
+        bk = shape4 ? 8 : 16;
+    }
+    /* wide: 128 x 256 tiles, 512 invocations of 8 x 8, two stages of K 16:
+     * 48 KiB of shared memory (matmul_dispatch). */
+    if (wide) {
+        bm = 128, bn = 256, tm = tn = 8, bk = 16;
+    }
+    /* KILN_MATMUL_TILE=BM,BN,TM,TN[,BK] overrides them, for tuning and
+     * tests: (BM/TM) * (BN/TN) invocations, at most 1024. */
+    const char *tune = getenv("KILN_MATMUL_TILE");
+    long t[5] = {0, 0, 0, 0, 16};
+    if (!matvec && tune &&
+        sscanf(tune, "%ld,%ld,%ld,%ld,%ld", &t[0], &t[1], &t[2], &t[3], &t[4]) >= 4 &&
+        t[2] > 0 && t[3] > 0 && t[4] > 0 && t[4] % 4 == 0 && t[0] % t[2] == 0 &&
+        t[1] % t[3] == 0 && (t[0] / t[2]) * (t[1] / t[3]) <= 1024) {
+        bm = t[0], bn = t[1], tm = t[2], tn = t[3], bk = t[4];
+    }
+    /* The vec4 path: f32 operands whose rows are contiguous and 16-byte
+     * aligned, 4 x 4 blocks per invocation, whole vec4s per invocation in
+     * each K step's loads. */
+    int64_t nt = (bm / tm) * (bn / tn);
+    bool vec4 = shape4 && tm % 4 == 0 && tn % 4 == 0 &&
+                bm * bk / 4 % nt == 0 && bn * bk / 4 % nt == 0 &&
+                2 * bk * (bm + bn) * 4 <= 49152; /* two stages of shared memory */
+    MatvecShape mv = {0};
+    if (matvec)
+        mv = matvec_shape(n, s, mrows);
+    Dispatch *d = new_dispatch(p, n, matvec ? "matvec" : "matmul");
+    d->local_size = (uint32_t)(matvec ? mv.ncol * mv.ksplit : nt);
+    if (s->dyn && s->batch != 1)
+        internal_error("node '%s': a dynamic matmul with %lld batches", n->name,
+                       (long long)s->batch);
+    /* Dynamic rows: matvec keeps M (the most) for its arrays and loops to
+     * MROWS; the tiled kernel's M is the run's. */
+    if (matvec) {
+        define_int(d, "M", mrows);
+        define_str(d, "MROWS", dyn_count(s->dyn, s->M));
+    } else {
+        define_str(d, "M", dyn_count(s->dyn, s->M));
+    }
+    define_product(d, s);
+    /* f16 operands: A and C through 16-bit storage, B as packed halves
+     * (weights.glsl's f16 format) */
+    bool need[3] = {false, false, false};
+    need_dtype(p, need, s->ops[0].t->dtype);
+    need_dtype(p, need, s->ops[1].t->dtype);
+    define_needs(d, need);
+    define_int(d, "A_F16", s->ops[1].t->dtype == KILN_DTYPE_F16);
+    define_int(d, "C_F16", s->ops[0].t->dtype == KILN_DTYPE_F16);
+    if (matvec) {
+        define_int(d, "NCOL", mv.ncol);
+        define_int(d, "KSPLIT", mv.ksplit);
+        define_int(d, "VEC", mv.vec);
+        define_int(d, "AVEC", mv.avec);
+        define_int(d, "MC", mv.mc);
+    } else {
+        define_int(d, "BM", bm);
+        define_int(d, "BN", bn);
+        define_int(d, "BK", bk);
+        define_int(d, "TM", tm);
+        define_int(d, "TN", tn);
+        define_int(d, "VEC4", vec4);
+    }
+    dispatch_arg(d, s->ops[0].t, true);
+    dispatch_arg(d, s->ops[1].t, false);
+    dispatch_arg(d, n->wq ? n->wq : s->ops[2].t, false);
+    if (s->ops[2].t->dtype == KILN_DTYPE_F16) {
+        define_int(d, "W_FORMAT", WF_F16);
+    } else if (n->wformat != WF_F32) {
+        define_int(d, "W_FORMAT", n->wformat);
+        define_int(d, "QBLOCK", QUANT_BLOCK);
+    }
+    d->flops = 2ull * (uint64_t)((matvec ? mrows : s->M) * s->N) * (uint64_t)s->K *
+               (uint64_t)s->batch;
+    d->groups[0] = groups_for(s->N, matvec ? mv.ncol * mv.vec : bn);
+    d->groups[1] = matvec ? 1 : groups_for(s->M, bm);
+    d->groups[2] = groups_for(s->batch, 1);
+    if (!matvec)
+        dyn_groups(d, 1, s->dyn, s->M, bm);
+    /* The vec4 path without loops over tiles and batches where each has
+     * its own workgroup, leaving registers to the inner loop. (Loads
+     * without bounds checks where the tiles divide the product measured no
+     * faster on the H200 once the loops were gone; in coopmat.comp neither
+     * change measured faster.) */
+    if (vec4)
+        define_int(d, "ONE_TILE", !s->dyn && d->groups[0] * bn >= s->N &&
+                                      d->groups[1] * bm >= s->M && d->groups[2] >= s->batch);
+    return d;
+}
+
+/* The kernel by the rows: matrix-vector up to MATVEC_MAX_M, else tiled.
+ * Dynamic rows that can be either get both, recorded one after the other:
+ * each run gives one of them its groups and the other none (work_min and
+ * work_max over the run's rows), and no barrier separates them. Returns the
+ * first; d->variant is the second. */
+Dispatch *matmul_dispatch(Program *p, Node *n, MatmulShape *s) {
+    if (s->M * s->N * s->batch == 0)
+        return NULL;
+    Dispatch *cm = coopmat_kernel(p, n, s);
+    if (cm) { /* devices without cooperative matrices run the tiled kernel */
+        cm->variant = matmul_kernel(p, n, s, false, 0, false);
+        cm->variant->unless = KILN_FEATURE_COOPMAT;
+        return cm;
+    }
+    if (s->M <= MATVEC_MAX_M)
+        return matmul_kernel(p, n, s, true, s->M, false);
+    /* Fixed f32 products with at least 128 tiles of 128 x 256 run on those
+     * where the device has 48 KiB of shared memory (H200: 3.5 against 4.2
+     * ms at 4096), on 128 x 128 (or smaller) tiles elsewhere. */
+    if (!s->dyn && matmul_vec4_shape(n, s) &&
+        (s->M + 127) / 128 * ((s->N + 255) / 256) * s->batch >= 128 &&
+        !getenv("KILN_MATMUL_TILE")) {
+        Dispatch *w = matmul_kernel(p, n, s, false, 0, true);
+        w->needs = KILN_FEATURE_SHARED48K;
+        w->variant = matmul_kernel(p, n, s, false, 0, false);
+        w->variant->unless = KILN_FEATURE_SHARED48K;
+        return w;
+    }
+    int64_t per = s->dyn ? s->M / s->dyn->shape[s->dyn->dyn_axis] : 0; /* rows per unit */
+    if (!s->dyn || per > MATVEC_MAX_M)
+        return matmul_kernel(p, n, s, false, 0, false);
+    int64_t small = MATVEC_MAX_M / per * per; /* the most rows the matvec one takes */
+    Dispatch *v = matmul_kernel(p, n, s, true, small, false);
+    uint32_t cols = v->groups[0];
+    v->dynamic = true; /* all its column groups, while the rows are 1..small */
+    v->dyn_axis = 0;
+    v->work = s->dyn->extent;
+    v->scale = per * cols;
+    v->per_group = 1;
+    v->work_min = cols;
+    v->work_max = small * cols;
+    Dispatch *t = matmul_kernel(p, n, s, false, 0, false);
+    t->work_min = small + 1;
+    v->variant = t;
+    return v;
+}
+
+const char *activation_expr(const char *name);
+
+/* The bias slot of a matmul kernel: bias read at BIAS_SM * m + BIAS_SN * n
+ * (strides of bo) and added times beta, or, without one, a slot the kernel
+ * does not touch (a's address). */
+void bind_bias(Dispatch *d, Tensor *bias, Operand bo, double beta, Tensor *a) {
+    if (!bias) {
+        dispatch_unused(d, a);
+        return;
+    }
+    define_int(d, "HAS_BIAS", 1);
+    define_float(d, "BETA", beta);
+    define_int(d, "BIAS_SM", bo.strides[0]);
+    define_int(d, "BIAS_SN", bo.strides[1]);
+    dispatch_arg(d, bias, false);
+}
+
+/* After the bias slot: the scales and zero points of a quantized B. */
+static void bind_weight_scales(Dispatch *d, Node *n) {
+    if (!n->wscale)
+        return;
+    dispatch_arg(d, n->wscale, false);
+    if (n->wzero)
+        dispatch_arg(d, n->wzero, false);
+}
+
+/* QKV split (optimize.c): the product's columns [0, N0) are n's output,
+ * the next N1 its first sibling's, the rest its second's; each a row-major
+ * [M, width] tensor (B is one 2-D weight, so the batch folded into M). The
+ * kernels take the siblings' outputs after the scale and zero-point slots
+ * (bound unused when B is not quantized). */
+static void bind_split(Dispatch *d, Node *n, const MatmulShape *s) {
+    if (s->batch != 1)
+        internal_error("node '%s': a split product with %lld batches", n->name,
+                       (long long)s->batch);
+    Tensor *a = n->inputs[0];
+    if (!n->wscale)
+        dispatch_unused(d, a);
+    if (!n->wzero)
+        dispatch_unused(d, a);
+    int64_t n0 = n->outputs[0]->shape[n->outputs[0]->rank - 1];
+    int64_t n1 = n->siblings[0]->outputs[0]->shape[n->siblings[0]->outputs[0]->rank - 1];
+    define_int(d, "SPLIT_N0", n0);
+    define_int(d, "SPLIT_N1", n->nsiblings > 1 ? n1 : s->N - n0);
+    dispatch_arg(d, n->siblings[0]->outputs[0], true);
+    if (n->nsiblings > 1)
+        dispatch_arg(d, n->siblings[1]->outputs[0], true);
+    else
+        dispatch_unused(d, a);
+}
+
+void lower_matmul(Program *p, Node *n) {
+    Tensor *a = n->inputs[0], *b = n->inputs[1], *out = n->outputs[0];
+    MatmulShape s = {0};
+    s.K = a->shape[a->rank - 1];
+    s.M = a->rank >= 2 ? a->shape[a->rank - 2] : 1;
+    s.N = b->rank >= 2 ? b->shape[b->rank - 1] : 1;
+    s.a_sm = s.K;
+    s.a_sk = 1;
+    s.b_sk = b->rank >= 2 ? s.N : 1;
+    s.b_sn = 1;
+    /* Batch dimensions of the output and each operand's strides over them
+     * (stride 0 where broadcast). */
+    s.brank = out->rank - (a->rank >= 2) - (b->rank >= 2);
+    s.ops[0] = (Operand){out, {0}, 0, false, {0, {0}}};
+    s.ops[1] = (Operand){a, {0}, 0, false, {0, {0}}};
+    s.ops[2] = (Operand){b, {0}, 0, false, {0, {0}}};
+    memcpy(s.bshape, out->shape, sizeof(int64_t) * (size_t)s.brank);
+    int64_t sa = s.M * s.K, sb = s.K * s.N, so = s.M * s.N;
+    for (int i = s.brank - 1; i >= 0; i--) {
+        int ja = i - (s.brank - (a->rank - 2)), jb = i - (s.brank - (b->rank - 2));
+        s.ops[0].strides[i] = so;
+        so *= s.bshape[i];
+        if (a->rank > 2 && ja >= 0 && a->shape[ja] == s.bshape[i]) {
+            s.ops[1].strides[i] = sa;
+            sa *= s.bshape[i];
+        }
+        if (b->rank > 2 && jb >= 0 && b->shape[jb] == s.bshape[i]) {
+            s.ops[2].strides[i] = sb;
+            sb *= s.bshape[i];
+        }
+    }
+    s.batch = shape_count(s.brank, s.bshape);
+    s.brank = collapse(s.brank, s.bshape, 3, s.ops);
+    /* A shared B and an unbroadcast A: fold the batch into M. */
+    if (s.brank == 1 && s.ops[2].strides[0] == 0 && s.ops[1].strides[0] == s.M * s.K &&
+        a->rank >= 2) {
+        s.M *= s.bshape[0];
+        s.batch = 1;
+        s.bshape[0] = 1;
+        s.ops[0].strides[0] = s.ops[1].strides[0] = 0;
+    }
+    /* A fused epilogue (optimize.c): the dispatch writes the last tensor of
+     * the group, adding a per-column (or, unbatched, per-element) bias and
+     * applying the activation. */
+    Node *last = n->epi_act ? n->epi_act : n->epi_bias;
+    if (last)
+        s.ops[0].t = last->outputs[0];
+    s.dyn = dyn_of(a);
+    for (Dispatch *d = matmul_dispatch(p, n, &s); d; d = d->variant) {
+        if (n->epi_act)
+            define_str(d, "ACT(x)", activation_expr(op_info[n->epi_act->op].name));
+        Tensor *bias = NULL;
+        Operand bo = whole(a);
+        if (n->epi_bias) {
+            bias = other_input(n->epi_bias, out);
+            bo = broadcast(bias, 2, (int64_t[]){s.M, s.N});
+            if (bias->rank >= 2 && bias->shape[bias->rank - 2] != 1)
+                bo = broadcast(bias, 2, (int64_t[]){out->shape[out->rank - 2], s.N});
+        }
+        bind_bias(d, bias, bo, 1.0, a);
+        bind_weight_scales(d, n);
+        if (n->nsiblings)
+            bind_split(d, n, &s);
+    }
+}
+
+/* Activation expressions for fused epilogues, over x. */
+const char *activation_expr(const char *name) {
+    static const char *const table[][2] = {
+        {"none", "(x)"},           {"relu", "max(x, 0.0)"},
+        {"gelu", "kiln_gelu(x)"},  {"gelu_tanh", "kiln_gelu_tanh(x)"},
+        {"silu", "(x) * kiln_sigmoid(x)"}, {"sigmoid", "kiln_sigmoid(x)"},
+        {"tanh", "kiln_tanh(x)"}};
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (strcmp(table[i][0], name) == 0)
+            return table[i][1];
+    return NULL;
+}
+
+/* One product C [M, N] = op(A) op(B) of whole 2-D tensors, op a transpose
+ * when ta / tb; A's rows dynamic when A is. */
+MatmulShape matrix_product(Tensor *c, Tensor *a, Tensor *b, int64_t M, int64_t N,
+                           int64_t K, bool ta, bool tb) {
+    MatmulShape s = {0};
+    s.M = M;
+    s.N = N;
+    s.K = K;
+    s.a_sm = ta ? 1 : K;
+    s.a_sk = ta ? M : 1;
+    s.b_sk = tb ? 1 : N;
+    s.b_sn = tb ? K : 1;
+    s.batch = 1;
+    s.brank = 1;
+    s.bshape[0] = 1;
+    s.ops[0] = (Operand){c, {0}, 0, false, {0, {0}}};
+    s.ops[1] = (Operand){a, {0}, 0, false, {0, {0}}};
+    s.ops[2] = (Operand){b, {0}, 0, false, {0, {0}}};
+    s.dyn = dyn_of(a);
+    return s;
+}
+
+/* gemm: Y = act(alpha * op(A) op(B) + beta * C), op a transpose when asked;
+ * the transposes are strides, bias and activation the matmul's epilogue. */
+void lower_gemm(Program *p, Node *n) {
+    Tensor *a = n->inputs[0], *b = n->inputs[1], *out = n->outputs[0];
+    bool ta = attr_int(n, "trans_a", 0) != 0, tb = attr_int(n, "trans_b", 0) != 0;
+    MatmulShape s = matrix_product(out, a, b, out->shape[0], out->shape[1],
+                                   ta ? a->shape[0] : a->shape[1], ta, tb);
+    for (Dispatch *d = matmul_dispatch(p, n, &s); d; d = d->variant) {
+        define_float(d, "ALPHA", attr_float(n, "alpha", 1.0));
+        Attr *act = node_attr(n, "activation");
+        define_str(d, "ACT(x)", activation_expr(act ? act->scalar : "none"));
+        Tensor *c = n->ninputs > 2 ? n->inputs[2] : NULL;
+        bind_bias(d, c, c ? broadcast(c, 2, out->shape) : whole(a),
+                  attr_float(n, "beta", 1.0), a);
+        bind_weight_scales(d, n);
+    }
+}
+
+/* grouped_matmul: grouped.comp, NCOL columns of GROUPED_RB rows a workgroup
+ * (NCOL x KSPLIT invocations), each row reading its own expert's matrix. */
+#define GROUPED_RB 4
+#define GROUPED_NCOL 32
+#define GROUPED_KSPLIT 8
+
+void lower_grouped_matmul(Program *p, Node *n) {
+    Tensor *x = n->inputs[0], *w = n->inputs[1], *idx = n->inputs[2], *y = n->outputs[0];
+    int64_t K = w->shape[1], N = w->shape[2], M = tensor_count(idx);
+    if (M * N == 0)
+        return;
+    Dispatch *d = new_dispatch(p, n, "grouped");
+    bool need[3] = {false, false, false};
+    need_dtype(p, need, idx->dtype);
+    define_needs(d, need);
+    d->local_size = GROUPED_NCOL * GROUPED_KSPLIT;
+    define_int(d, "M", M);
+    define_int(d, "N", N);
+    define_int(d, "K", K);
+    define_int(d, "E", w->shape[0]);
+    define_int(d, "RB", GROUPED_RB);
+    define_int(d, "NCOL", GROUPED_NCOL);
+    define_int(d, "KSPLIT", GROUPED_KSPLIT);
+    define_str(d, "TIDX", buffer_type(idx->dtype, true));
+    dispatch_arg(d, y, true);
+    dispatch_arg(d, x, false);
+    dispatch_arg(d, w, false);
+    dispatch_arg(d, idx, false);
+    if (n->ninputs > 3) {
+        define_int(d, "HAS_BIAS", 1);
+        dispatch_arg(d, n->inputs[3], false);
+    } else {
+        dispatch_unused(d, x);
+    }
+    d->flops = 2ull * (uint64_t)(M * N) * (uint64_t)K;
+    d->groups[0] = groups_for(N, GROUPED_NCOL);
+    d->groups[1] = groups_for(M, GROUPED_RB);
+}

@@ -1,0 +1,311 @@
+/*
+ * lower_rows.c: ops over rows: softmax, cumsum, the norms, batch_norm, the
+ * reductions, topk, sample, the selective scan, and the norms' gradients.
+ */
+#include "lower.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int node_axis(Node *n) {
+    int64_t axis = attr_int(n, "axis", -1);
+    return (int)(axis < 0 ? axis + n->inputs[0]->rank : axis);
+}
+
+void lower_softmax(Program *p, Node *n) {
+    Dispatch *d = axis_dispatch(p, n, "softmax", node_axis(n));
+    if (d)
+        define_int(d, "LOG", n->op == OP_LOG_SOFTMAX);
+}
+
+void lower_cumsum(Program *p, Node *n) {
+    Dispatch *d = axis_dispatch(p, n, "cumsum", node_axis(n));
+    if (d) {
+        define_int(d, "EXCLUSIVE", attr_int(n, "exclusive", 0) != 0);
+        /* cumsum_grad: the transpose of a cumulative sum runs the other way */
+        define_int(d, "REVERSE", (attr_int(n, "reverse", 0) != 0) != (n->op == OP_CUMSUM_GRAD));
+    }
+}
+
+/* norm.comp for every normalization but batch_norm. Arguments in order:
+ * y, x, gamma, beta, residual, sum; absent ones are filled with x (read,
+ * never touched) so each keeps its push-constant slot. */
+void lower_norm(Program *p, Node *n) {
+    Tensor *x = n->inputs[0];
+    bool residual = n->op == OP_RESIDUAL_LAYER_NORM || n->op == OP_RESIDUAL_RMS_NORM;
+    /* A residual add fused into this norm (optimize.c): one kernel adds,
+     * writes the sum where anything else reads it, and normalizes. */
+    Node *add = x->producer && x->producer->fused_into == n ? x->producer : NULL;
+    bool rms = n->op == OP_RMS_NORM || n->op == OP_RESIDUAL_RMS_NORM;
+    int first_param = residual ? 2 : 1, nparams = n->ninputs - first_param;
+    int64_t rows, len, pr = 1, pj = 0, pd = 1;
+    int64_t spatial = x->rank >= 2 ? shape_count(x->rank - 2, x->shape + 2) : 1;
+    if (n->op == OP_INSTANCE_NORM) {
+        rows = x->shape[0] * x->shape[1];
+        len = spatial;
+        pr = x->shape[1];
+        pj = 1;
+        pd = len;
+    } else if (n->op == OP_GROUP_NORM) {
+        int64_t g = attr_int(n, "groups", 1);
+        rows = x->shape[0] * g;
+        len = x->shape[1] / g * spatial;
+        pr = g;
+        pj = x->shape[1] / g;
+        pd = spatial;
+    } else {
+        int axis = node_axis(n);
+        len = shape_count(x->rank - axis, x->shape + axis);
+        rows = len ? tensor_count(x) / len : 0;
+    }
+    Dispatch *d = row_dispatch(p, n, "norm", rows, len, 1, dyn_of(x));
+    if (!d)
+        return;
+    define_float(d, "EPS", attr_float(n, "eps", 1e-5));
+    define_int(d, "RMS", rms);
+    define_int(d, "HAS_GAMMA", nparams > 0);
+    define_int(d, "HAS_BETA", nparams > 1);
+    bool write_sum = n->noutputs > 1 ||
+                     (add && (add->outputs[0]->is_output || add->outputs[0]->uses > 1));
+    define_int(d, "HAS_RES", residual || add);
+    define_int(d, "HAS_SUM", write_sum);
+    define_int(d, "PR", pr);
+    define_int(d, "PJ", pj);
+    define_int(d, "PD", pd);
+    if (add)
+        x = add->inputs[0];
+    dispatch_arg(d, n->outputs[0], true);
+    dispatch_arg(d, x, false);
+    if (nparams > 0)
+        dispatch_arg(d, n->inputs[first_param], false);
+    else
+        dispatch_unused(d, x);
+    if (nparams > 1)
+        dispatch_arg(d, n->inputs[first_param + 1], false);
+    else
+        dispatch_unused(d, x);
+    if (residual || add)
+        dispatch_arg(d, add ? add->inputs[1] : n->inputs[1], false);
+    else
+        dispatch_unused(d, x);
+    if (write_sum)
+        dispatch_arg(d, add ? add->outputs[0] : n->outputs[1], true);
+}
+
+/* batch_norm is elementwise: (x - mean) / sqrt(var + eps) * scale + bias,
+ * each parameter read per channel (axis 1). */
+void lower_batch_norm(Program *p, Node *n) {
+    Tensor *x = n->inputs[0];
+    Operand in[5];
+    in[0] = whole(x);
+    for (int k = 1; k < 5; k++) {
+        Operand o = {n->inputs[k], {0}, 0, false, {0, {0}}};
+        o.strides[1] = 1;
+        in[k] = o;
+    }
+    Dispatch *d = eltwise_dispatch(p, n, x->rank, x->shape, whole(n->outputs[0]), 5, in,
+                                   "float", "(a - d) * inversesqrt(e + EPS) * b + c",
+                                   dyn_of(x));
+    if (d)
+        define_float(d, "EPS", attr_float(n, "eps", 1e-5));
+}
+
+/* Merges neighbouring dimensions of one group that are contiguous. */
+static int merge_dims(int rank, int64_t *shape, int64_t *strides) {
+    int w = 0;
+    for (int i = 0; i < rank; i++) {
+        if (shape[i] == 1)
+            continue;
+        if (w > 0 && strides[w - 1] == strides[i] * shape[i]) {
+            shape[w - 1] *= shape[i];
+            strides[w - 1] = strides[i];
+            continue;
+        }
+        shape[w] = shape[i];
+        strides[w++] = strides[i];
+    }
+    if (w == 0) {
+        shape[0] = 1;
+        strides[0] = 0;
+        w = 1;
+    }
+    return w;
+}
+
+static const char *const reduce_kinds[] = {
+    [OP_REDUCE_SUM] = "K_SUM", [OP_REDUCE_MEAN] = "K_MEAN", [OP_REDUCE_MAX] = "K_MAX",
+    [OP_REDUCE_MIN] = "K_MIN", [OP_REDUCE_PROD] = "K_PROD", [OP_REDUCE_L1] = "K_L1",
+    [OP_REDUCE_L2] = "K_L2", [OP_REDUCE_SUM_SQUARE] = "K_SUM_SQUARE",
+    [OP_REDUCE_LOG_SUM_EXP] = "K_LOG_SUM_EXP", [OP_ARGMAX] = "K_ARGMAX",
+    [OP_ARGMIN] = "K_ARGMIN", [OP_GLOBAL_AVG_POOL] = "K_MEAN",
+    [OP_GLOBAL_MAX_POOL] = "K_MAX"};
+
+void lower_reduce(Program *p, Node *n) {
+    Tensor *x = n->inputs[0], *out = n->outputs[0];
+    bool reduced[MAX_RANK];
+    reduced_axes(n, reduced);
+    int64_t own[MAX_RANK], kshape[MAX_RANK], kstr[MAX_RANK], rshape[MAX_RANK],
+        rstr[MAX_RANK];
+    contiguous_strides(x->rank, x->shape, own);
+    int kr = 0, rr = 0;
+    for (int i = 0; i < x->rank; i++) {
+        if (reduced[i]) {
+            rshape[rr] = x->shape[i];
+            rstr[rr++] = own[i];
+        } else {
+            kshape[kr] = x->shape[i];
+            kstr[kr++] = own[i];
+        }
+    }
+    int64_t rows = tensor_count(out), len = shape_count(rr, rshape);
+    kr = merge_dims(kr, kshape, kstr);
+    rr = merge_dims(rr, rshape, rstr);
+    if (rows == 0)
+        return;
+    bool arg = n->op == OP_ARGMAX || n->op == OP_ARGMIN;
+    Dispatch *d = new_dispatch(p, n, "reduce");
+    d->local_size = row_workgroup(len);
+    define_int(d, "WG", d->local_size);
+    define_str(d, "ROWS", dyn_count(dyn_of(out), rows));
+    define_int(d, "LEN", len);
+    define_int(d, "KRANK", kr);
+    define_list(d, "KSHAPE", kr, kshape);
+    define_list(d, "KSTRIDES", kr, kstr);
+    define_int(d, "RRANK", rr);
+    define_list(d, "RSHAPE", rr, rshape);
+    define_list(d, "RSTRIDES", rr, rstr);
+    define_str(d, "KIND", reduce_kinds[n->op]);
+    define_int(d, "ARG", arg);
+    define_int(d, "LAST_INDEX", arg && attr_int(n, "select_last_index", 0));
+    if (arg) {
+        define_int(d, "NEED_I64", 1);
+        p->features |= KILN_FEATURE_INT64;
+    }
+    dispatch_arg(d, out, true);
+    dispatch_arg(d, x, false);
+    d->groups[0] = groups_for(rows, 1);
+    dyn_groups(d, 0, dyn_of(out), rows, 1);
+    d->flops = (uint64_t)(rows * len) * (n->op == OP_REDUCE_LOG_SUM_EXP ? 3u : 1u);
+}
+
+
+/* ---- selection and scans ---- */
+
+void lower_topk(Program *p, Node *n) {
+    Tensor *x = n->inputs[0];
+    int axis = attr_axis(n, x->rank, -1);
+    int64_t k = attr_int(n, "k", 0);
+    if (k == 0)
+        return;
+    Dispatch *d = axis_dispatch(p, n, "topk", axis);
+    if (!d)
+        return;
+    define_int(d, "K", k);
+    d->flops *= (uint64_t)k;
+    define_int(d, "LARGEST", attr_int(n, "largest", 1) != 0);
+    define_int(d, "NEED_I64", 1);
+    p->features |= KILN_FEATURE_INT64;
+    dispatch_arg(d, n->outputs[1], true);
+}
+
+void lower_sample(Program *p, Node *n) {
+    Tensor *x = n->inputs[0], *seed = n->inputs[1];
+    int64_t V = x->shape[x->rank - 1], rows = tensor_count(x) / V;
+    Dispatch *d = row_dispatch(p, n, "sample", rows, V, 1, dyn_of(x));
+    if (!d)
+        return;
+    int64_t top_k = attr_int(n, "top_k", 0);
+    double temp = attr_float(n, "temperature", 1);
+    define_int(d, "GREEDY", temp == 0 || top_k == 1);
+    define_int(d, "TOP_K", top_k == 0 || top_k > V ? V : top_k);
+    define_float(d, "TOP_P", attr_float(n, "top_p", 1));
+    define_float(d, "TEMPERATURE", temp == 0 ? 1 : temp);
+    define_int(d, "MAX_CAND", 1024);
+    define_str(d, "TSEED", buffer_type(seed->dtype, true));
+    define_int(d, "NEED_I64", 1);
+    p->features |= KILN_FEATURE_INT64;
+    dispatch_arg(d, n->outputs[0], true);
+    dispatch_arg(d, x, false);
+    dispatch_arg(d, seed, false);
+}
+
+void lower_selective_scan(Program *p, Node *n) {
+    Tensor *u = n->inputs[0];
+    int64_t N = n->inputs[2]->shape[1];
+    if (tensor_count(u) == 0)
+        return;
+    Dispatch *d = new_dispatch(p, n, "scan");
+    d->local_size = row_workgroup(N);
+    define_int(d, "WG", d->local_size);
+    define_int(d, "BATCH", u->shape[0]);
+    define_int(d, "L", u->shape[1]);
+    define_int(d, "DIM", u->shape[2]);
+    define_int(d, "NS", N);
+    define_int(d, "SOFTPLUS", attr_int(n, "delta_softplus", 0) != 0);
+    define_int(d, "HAS_D", n->ninputs > 5);
+    define_int(d, "HAS_Z", n->ninputs > 6);
+    dispatch_arg(d, n->outputs[0], true);
+    for (int i = 0; i < 7; i++) {
+        if (i < n->ninputs)
+            dispatch_arg(d, n->inputs[i], false);
+        else
+            dispatch_unused(d, u);
+    }
+    d->groups[0] = groups_for(u->shape[0] * u->shape[2], 1);
+    d->flops = 8ull * (uint64_t)tensor_count(u) * (uint64_t)N;
+}
+
+
+/* ---- gradients ---- */
+
+/* layer_norm_grad, rms_norm_grad: dx a workgroup per row (keeping each
+ * row's mean and rstd in a scratch), then dgamma and dbeta per column. */
+void lower_norm_grad(Program *p, Node *n) {
+    Tensor *dy = n->inputs[0], *x = n->inputs[1];
+    int axis = (int)attr_int(n, "axis", -1);
+    if (axis < 0)
+        axis += x->rank;
+    int64_t cols = shape_count(x->rank - axis, x->shape + axis), count = tensor_count(x);
+    if (count == 0)
+        return;
+    int64_t rows = count / cols;
+    bool rms = n->op == OP_RMS_NORM_GRAD;
+    Tensor *stats = scratch(p, n, "stats", 2, (int64_t[]){rows, 2});
+    Dispatch *d = new_dispatch(p, n, "grad");
+    d->local_size = row_workgroup(cols);
+    define_int(d, "WG", d->local_size);
+    define_int(d, "MODE", 0);
+    define_int(d, "ROWS", rows);
+    define_int(d, "COLS", cols);
+    define_float(d, "EPS", attr_float(n, "eps", 1e-5));
+    define_int(d, "RMS", rms);
+    define_int(d, "HAS_GAMMA", n->ninputs > 2);
+    dispatch_arg(d, n->outputs[0], true);
+    dispatch_arg(d, stats, true);
+    dispatch_arg(d, dy, false);
+    dispatch_arg(d, x, false);
+    if (n->ninputs > 2)
+        dispatch_arg(d, n->inputs[2], false);
+    d->groups[0] = groups_for(rows, 1);
+    d->flops = 12ull * (uint64_t)count;
+    if (n->noutputs < 2)
+        return;
+    d = new_dispatch(p, n, "grad");
+    d->local_size = 256;
+    define_int(d, "WG", 256);
+    define_int(d, "MODE", 1);
+    define_int(d, "ROWS", rows);
+    define_int(d, "COLS", cols);
+    define_int(d, "HAS_DBETA", n->noutputs > 2);
+    dispatch_arg(d, n->outputs[1], true);
+    if (n->noutputs > 2)
+        dispatch_arg(d, n->outputs[2], true);
+    else
+        dispatch_unused(d, stats);
+    dispatch_arg(d, dy, false);
+    dispatch_arg(d, x, false);
+    dispatch_arg(d, stats, false);
+    d->groups[0] = groups_for(cols, 32);
+    d->flops = 4ull * (uint64_t)count;
+}

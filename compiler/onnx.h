@@ -1,0 +1,88 @@
+/*
+ * onnx.h: what the ONNX loader's files share. load_onnx.c (the model:
+ * inputs, initializers, declared types, the graph) calls onnx_map.c (each
+ * node: folded, or mapped to kiln nodes), which calls onnx_fold.c; all of
+ * them use onnx_value.c (values, TensorProto, node inputs and attributes,
+ * making kiln nodes): the dependencies run one way.
+ */
+#ifndef KILN_ONNX_H
+#define KILN_ONNX_H
+
+#include "kiln.h"
+#include "onnx.pb-c.h"
+
+typedef struct Value {
+    const char *name;
+    kiln_dtype dtype;
+    int rank;
+    int64_t shape[MAX_RANK];
+    uint8_t *data; /* a constant's bytes (kiln layout), or NULL */
+    Tensor *t;     /* the kiln tensor, once one exists */
+} Value;
+
+typedef struct Ctx {
+    const char *path, *dir;
+    Graph *g;
+    Map values;            /* name -> Value* */
+    int64_t opset;
+    Onnx__NodeProto *node; /* the node being mapped */
+    const char *nname;     /* "name (OpType)" */
+    Loc loc;
+    /* What the model declares (graph outputs, value_info): name ->
+     * Onnx__ValueInfoProto*; and the values of the symbolic dimensions
+     * (dim_param) that the inputs fix: name -> int64_t*. */
+    Map declared, syms;
+    int tmp_count;         /* names of internal values: NAME/1, NAME/2, ... */
+} Ctx;
+
+#define MAX_CONST_FOLD (1 << 22) /* elements a folded constant may have */
+
+/* ---- onnx_value.c ------------------------------------------------------ */
+
+_Noreturn void node_fail(Ctx *c, const char *msg);
+int kiln_dtype_of(int32_t onnx);
+const char *onnx_type_name(int32_t t);
+bool is_integral(kiln_dtype d);
+int64_t vcount(const Value *v);
+double vget(const Value *v, int64_t i);
+int64_t vgeti(const Value *v, int64_t i);
+void vset(Value *v, int64_t i, double d);
+void vseti(Value *v, int64_t i, int64_t x);
+void vcopy(Value *o, int64_t i, const Value *v, int64_t j);
+Value *new_value(const char *name, kiln_dtype dt, int rank, const int64_t *shape,
+                 bool constant);
+void bind_value(Ctx *c, const char *name, Value *v);
+Tensor *tens(Ctx *c, Value *v);
+Value *value_of_tensor(Tensor *t);
+Value *decode_tensor(const char *path, const char *dir, Onnx__TensorProto *tp,
+                     const char *what, Loc loc);
+Value *read_tensor_file(const char *path, const char *what);
+int nin(Ctx *c);
+int nout(Ctx *c);
+Value *in_opt(Ctx *c, int i);
+Value *in(Ctx *c, int i);
+Value *in_const(Ctx *c, int i, const char *what);
+const char *out_name(Ctx *c, int i);
+Onnx__AttributeProto *oattr(Ctx *c, const char *name);
+int64_t oattr_int(Ctx *c, const char *name, int64_t dflt);
+double oattr_float(Ctx *c, const char *name, double dflt);
+const char *oattr_str(Ctx *c, const char *name, const char *dflt);
+Node *knode(Ctx *c, OpKind op, const char *suffix);
+Node *emit(Ctx *c, OpKind op, int n, Value **ins, const char *out);
+Node *emit_tmp(Ctx *c, OpKind op, int n, Value **ins);
+Value *finish(Ctx *c, Node *k);
+void copy_attrs(Ctx *c, Node *k, const char *renames);
+int const_ints(Ctx *c, int i, const char *what, int64_t *out, int max);
+extern ProtobufCAllocator pb_allocator;
+
+/* ---- onnx_fold.c ------------------------------------------------------- */
+
+bool fold(Ctx *c);
+
+/* ---- onnx_map.c -------------------------------------------------------- */
+
+typedef struct OnnxOp OnnxOp;
+const OnnxOp *find_mapper(const char *name);
+void map_node(Ctx *c);
+
+#endif /* KILN_ONNX_H */

@@ -1,0 +1,423 @@
+/*
+ * onnx_value.c: what the ONNX loader's parts share: values (a kiln tensor,
+ * and a constant's bytes), ONNX dtypes, TensorProto decoding (raw, typed and
+ * external data), a node's inputs and attributes, and making kiln nodes
+ * (each checked by its shape rule as it is made).
+ */
+#include "onnx.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+_Noreturn void node_fail(Ctx *c, const char *msg) {
+    error_at(c->loc, "node '%s': %s", c->nname, msg);
+}
+
+/* ---- dtypes and constants ---- */
+
+int kiln_dtype_of(int32_t onnx) {
+    switch (onnx) {
+    case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT: return KILN_DTYPE_F32;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16: return KILN_DTYPE_F16;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__INT32: return KILN_DTYPE_I32;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__INT64: return KILN_DTYPE_I64;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__BOOL: return KILN_DTYPE_BOOL;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__UINT8: return KILN_DTYPE_U8;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__INT8: return KILN_DTYPE_I8;
+    default: return -1;
+    }
+}
+
+const char *onnx_type_name(int32_t t) {
+    static const char *const names[] = {"UNDEFINED", "FLOAT", "UINT8", "INT8", "UINT16",
+                                        "INT16", "INT32", "INT64", "STRING", "BOOL",
+                                        "FLOAT16", "DOUBLE", "UINT32", "UINT64",
+                                        "COMPLEX64", "COMPLEX128", "BFLOAT16"};
+    return t >= 0 && t <= 16 ? names[t] : "an unknown type";
+}
+
+bool is_integral(kiln_dtype d) { return d != KILN_DTYPE_F32 && d != KILN_DTYPE_F16; }
+
+int64_t vcount(const Value *v) { return shape_count(v->rank, v->shape); }
+
+double vget(const Value *v, int64_t i) {
+    const uint8_t *p = v->data;
+    switch (v->dtype) {
+    case KILN_DTYPE_F32: { float f; memcpy(&f, p + 4 * i, 4); return f; }
+    case KILN_DTYPE_F16: { uint16_t h; memcpy(&h, p + 2 * i, 2); return half_to_float(h); }
+    case KILN_DTYPE_I32: { int32_t x; memcpy(&x, p + 4 * i, 4); return x; }
+    case KILN_DTYPE_I64: { int64_t x; memcpy(&x, p + 8 * i, 8); return (double)x; }
+    case KILN_DTYPE_BOOL:
+    case KILN_DTYPE_U8: return p[i];
+    case KILN_DTYPE_I8: return (int8_t)p[i];
+    }
+    return 0;
+}
+
+int64_t vgeti(const Value *v, int64_t i) {
+    if (v->dtype == KILN_DTYPE_I64) {
+        int64_t x;
+        memcpy(&x, v->data + 8 * i, 8);
+        return x;
+    }
+    return double_to_i64(vget(v, i));
+}
+
+void vset(Value *v, int64_t i, double d) {
+    uint8_t *p = v->data;
+    switch (v->dtype) {
+    case KILN_DTYPE_F32: { float f = (float)d; memcpy(p + 4 * i, &f, 4); break; }
+    case KILN_DTYPE_F16: { uint16_t h = float_to_half((float)d); memcpy(p + 2 * i, &h, 2); break; }
+    case KILN_DTYPE_I32: { int32_t x = (int32_t)(uint32_t)double_to_i64(d); memcpy(p + 4 * i, &x, 4); break; }
+    case KILN_DTYPE_I64: { int64_t x = double_to_i64(d); memcpy(p + 8 * i, &x, 8); break; }
+    case KILN_DTYPE_BOOL: p[i] = d != 0; break;
+    case KILN_DTYPE_U8: p[i] = (uint8_t)double_to_i64(d); break;
+    case KILN_DTYPE_I8: p[i] = (uint8_t)double_to_i64(d); break;
+    }
+}
+
+void vseti(Value *v, int64_t i, int64_t x) {
+    if (v->dtype == KILN_DTYPE_I64)
+        memcpy(v->data + 8 * i, &x, 8);
+    else
+        vset(v, i, (double)x);
+}
+
+/* Element j of v into element i of o (integers exactly, past 2^53 too). */
+void vcopy(Value *o, int64_t i, const Value *v, int64_t j) {
+    if (is_integral(o->dtype))
+        vseti(o, i, vgeti(v, j));
+    else
+        vset(o, i, vget(v, j));
+}
+
+Value *new_value(const char *name, kiln_dtype dt, int rank, const int64_t *shape,
+                 bool constant) {
+    Value *v = xcalloc(1, sizeof *v);
+    v->name = xstrdup(name);
+    v->dtype = dt;
+    v->rank = rank;
+    if (rank)
+        memcpy(v->shape, shape, sizeof(int64_t) * (size_t)rank);
+    if (constant)
+        v->data = xcalloc((size_t)(vcount(v) * kiln_dtype_size(dt)) + 1, 1);
+    return v;
+}
+
+void bind_value(Ctx *c, const char *name, Value *v) {
+    if (!*name)
+        return; /* an omitted optional output */
+    v->name = xstrdup(name);
+    map_put(&c->values, v->name, v);
+}
+
+/* The kiln tensor of a value; constants become weights on first use. */
+Tensor *tens(Ctx *c, Value *v) {
+    if (v->t)
+        return v->t;
+    if (!v->data)
+        internal_error("value '%s' has neither a tensor nor data", v->name);
+    Tensor *t = graph_tensor(c->g, format("%s", v->name), T_WEIGHT, c->loc);
+    t->dtype = v->dtype;
+    t->rank = v->rank;
+    memcpy(t->shape, v->shape, sizeof t->shape);
+    t->data = v->data;
+    t->src.from = W_VALUES;
+    v->t = t;
+    return t;
+}
+
+Value *value_of_tensor(Tensor *t) {
+    Value *v = new_value(t->name, t->dtype, t->rank, t->shape, false);
+    v->t = t;
+    return v;
+}
+
+/* ---- TensorProto ---- */
+
+/* protobuf-c allocates through kiln's heap, so kiln_free_all frees the
+ * decoded messages too. */
+static void *pb_alloc(void *data, size_t size) {
+    (void)data;
+    return try_alloc(size);
+}
+
+static void pb_free(void *data, void *p) {
+    (void)data;
+    xfree(p);
+}
+
+ProtobufCAllocator pb_allocator = {pb_alloc, pb_free, NULL};
+
+/* Decodes a TensorProto into a constant Value; `what` names it in errors. */
+Value *decode_tensor(const char *path, const char *dir, Onnx__TensorProto *tp,
+                     const char *what, Loc loc) {
+    int dt = kiln_dtype_of(tp->data_type);
+    if (dt < 0)
+        error_at(loc, "unsupported: %s has dtype %s", what, onnx_type_name(tp->data_type));
+    if (tp->n_dims > MAX_RANK)
+        error_at(loc, "unsupported: %s has rank %zu; kiln supports up to %d", what,
+                 tp->n_dims, MAX_RANK);
+    double count = 1;
+    for (size_t i = 0; i < tp->n_dims; i++) {
+        if (tp->dims[i] < 0)
+            error_at(loc, "%s has a negative dimension", what);
+        count *= (double)tp->dims[i];
+    }
+    if (count > 4294967295.0)
+        error_at(loc, "%s has more than 2^32 - 1 elements", what);
+    /* Every size is checked against the data present before anything is
+     * allocated: a few bytes of protobuf must not claim gigabytes. */
+    int64_t n = (int64_t)count;
+    size_t bytes = (size_t)n * kiln_dtype_size((kiln_dtype)dt);
+    const char *name = tp->name ? tp->name : "";
+    if (tp->has_data_location &&
+        tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) {
+        const char *file = NULL;
+        long long offset = 0, length = -1;
+        for (size_t i = 0; i < tp->n_external_data; i++) {
+            Onnx__StringStringEntryProto *e = tp->external_data[i];
+            if (!e->key || !e->value)
+                continue;
+            if (strcmp(e->key, "location") == 0)
+                file = e->value;
+            else if (strcmp(e->key, "offset") == 0)
+                offset = atoll(e->value);
+            else if (strcmp(e->key, "length") == 0)
+                length = atoll(e->value);
+        }
+        if (!file || strstr(file, ".."))
+            error_at(loc, "%s: external data without a usable location", what);
+        if (length >= 0 && (size_t)length != bytes)
+            error_at(loc, "%s: external data length %lld, the tensor needs %zu bytes", what,
+                     length, bytes);
+        char *full = format("%s/%s", dir, file);
+        uint64_t size = 0;
+        FILE *f = open_regular(full, &size);
+        if (!f)
+            error_at(loc, "%s: cannot read external data %s: %s", what, full, strerror(errno));
+        bool fits = offset >= 0 && (uint64_t)offset <= size && size - (uint64_t)offset >= bytes;
+        Value *v = fits ? new_value(name, (kiln_dtype)dt, (int)tp->n_dims, tp->dims, true) : NULL;
+        bool ok = fits && read_at(f, (uint64_t)offset, v->data, bytes);
+        fclose(f);
+        if (!fits)
+            error_at(loc, "%s: %s has %llu bytes, the tensor needs %zu at offset %lld", what,
+                     full, (unsigned long long)size, bytes, offset);
+        if (!ok)
+            error_at(loc, "%s: cannot read external data %s", what, full);
+        (void)path;
+        return v;
+    }
+    if (tp->has_raw_data) {
+        if (tp->raw_data.len != bytes)
+            error_at(loc, "%s: raw data of %zu bytes, the tensor needs %zu", what,
+                     tp->raw_data.len, bytes);
+        Value *v = new_value(name, (kiln_dtype)dt, (int)tp->n_dims, tp->dims, true);
+        if (bytes) /* an empty tensor may have no data pointer */
+            memcpy(v->data, tp->raw_data.data, bytes);
+        return v;
+    }
+    size_t have = dt == KILN_DTYPE_F32   ? tp->n_float_data
+                  : dt == KILN_DTYPE_I64 ? tp->n_int64_data
+                                         : tp->n_int32_data;
+    if (have != (size_t)n)
+        error_at(loc, "%s: %zu values for %lld elements", what, have, (long long)n);
+    Value *v = new_value(name, (kiln_dtype)dt, (int)tp->n_dims, tp->dims, true);
+    for (int64_t i = 0; i < n; i++) {
+        if (v->dtype == KILN_DTYPE_F32)
+            vset(v, i, tp->float_data[i]);
+        else if (v->dtype == KILN_DTYPE_I64)
+            vseti(v, i, tp->int64_data[i]);
+        else if (v->dtype == KILN_DTYPE_F16) {
+            uint16_t h = (uint16_t)tp->int32_data[i];
+            memcpy(v->data + 2 * i, &h, 2);
+        } else
+            vset(v, i, tp->int32_data[i]);
+    }
+    return v;
+}
+
+/* A TensorProto file (kiln tensor, --const), decoded; `what` names it. */
+Value *read_tensor_file(const char *path, const char *what) {
+    size_t size;
+    char *raw = read_file(path, &size);
+    Loc loc = {path, 0, 0};
+    if (!raw)
+        error_at(loc, "cannot read: %s", strerror(errno));
+    Onnx__TensorProto *tp = onnx__tensor_proto__unpack(&pb_allocator, size, (const uint8_t *)raw);
+    if (!tp)
+        error_at(loc, "not a valid ONNX TensorProto");
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? format("%.*s", (int)(slash - path), path) : xstrdup(".");
+    return decode_tensor(path, dir, tp, what, loc);
+}
+
+int convert_tensor(const char *in, const char *out) {
+    Value *v = read_tensor_file(in, "the tensor");
+    size_t bytes = (size_t)vcount(v) * kiln_dtype_size(v->dtype);
+    if (!write_file(out, v->data, bytes))
+        fatal("cannot write %s", out);
+    printf("%s %s %s\n", kiln_dtype_name(v->dtype), shape_str(v->rank, v->shape), v->name);
+    return 0;
+}
+
+/* ---- node inputs, outputs, attributes ---- */
+
+int nin(Ctx *c) { return (int)c->node->n_input; }
+int nout(Ctx *c) { return (int)c->node->n_output; }
+
+/* Input i, or NULL when absent (an empty name or past the end). */
+Value *in_opt(Ctx *c, int i) {
+    if (i >= nin(c) || !c->node->input[i] || !*c->node->input[i])
+        return NULL;
+    Value *v = map_get(&c->values, c->node->input[i]);
+    if (!v)
+        node_fail(c, format("input '%s' is not defined before it is used",
+                            c->node->input[i]));
+    return v;
+}
+
+Value *in(Ctx *c, int i) {
+    Value *v = in_opt(c, i);
+    if (!v)
+        node_fail(c, format("input %d is missing", i));
+    return v;
+}
+
+/* An input that kiln needs as a constant (it becomes an attribute). */
+Value *in_const(Ctx *c, int i, const char *what) {
+    Value *v = in(c, i);
+    if (!v->data)
+        node_fail(c, format("unsupported: %s (input %d, '%s') must be a constant: kiln's "
+                            "shapes are static", what, i, v->name));
+    return v;
+}
+
+const char *out_name(Ctx *c, int i) {
+    return i < nout(c) && c->node->output[i] ? c->node->output[i] : "";
+}
+
+Onnx__AttributeProto *oattr(Ctx *c, const char *name) {
+    for (size_t i = 0; i < c->node->n_attribute; i++)
+        if (c->node->attribute[i]->name && strcmp(c->node->attribute[i]->name, name) == 0)
+            return c->node->attribute[i];
+    return NULL;
+}
+
+int64_t oattr_int(Ctx *c, const char *name, int64_t dflt) {
+    Onnx__AttributeProto *a = oattr(c, name);
+    return a ? a->i : dflt;
+}
+
+double oattr_float(Ctx *c, const char *name, double dflt) {
+    Onnx__AttributeProto *a = oattr(c, name);
+    return a ? a->f : dflt;
+}
+
+const char *oattr_str(Ctx *c, const char *name, const char *dflt) {
+    Onnx__AttributeProto *a = oattr(c, name);
+    return a && a->has_s ? format("%.*s", (int)a->s.len, (const char *)a->s.data) : dflt;
+}
+
+/* ---- making kiln nodes ---- */
+
+Node *knode(Ctx *c, OpKind op, const char *suffix) {
+    return graph_node(c->g, op, format("%s%s", c->nname, suffix), c->loc);
+}
+
+/* A kiln node of `op` over values, producing ONNX output `out`. */
+Node *emit(Ctx *c, OpKind op, int n, Value **ins, const char *out) {
+    Node *k = knode(c, op, *out ? "" : "/tmp");
+    for (int i = 0; i < n; i++) {
+        if (!ins[i])
+            node_fail(c, format("input %d is missing", i));
+        node_add_input(k, tens(c, ins[i]));
+    }
+    node_add_output(k, graph_tensor(c->g, out, T_VALUE, c->loc));
+    return k;
+}
+
+/* The same, with an internal output (for decompositions). */
+Node *emit_tmp(Ctx *c, OpKind op, int n, Value **ins) {
+    return emit(c, op, n, ins, format("%s/%d", c->nname, ++c->tmp_count));
+}
+
+/* Checks the node and binds its outputs to the ONNX names. */
+Value *finish(Ctx *c, Node *k) {
+    infer_node(k);
+    infer_dynamic(c->g, k);
+    Value *first = NULL;
+    for (int i = 0; i < k->noutputs; i++) {
+        Value *v = value_of_tensor(k->outputs[i]);
+        map_put(&c->values, k->outputs[i]->name, v);
+        if (!first)
+            first = v;
+    }
+    return first;
+}
+
+/* Copies ONNX attributes onto a kiln node, renaming ("onnx:kiln") or
+ * dropping ("onnx:-") as listed; any other attribute kiln's op does not take
+ * is unsupported. */
+void copy_attrs(Ctx *c, Node *k, const char *renames) {
+    for (size_t i = 0; i < c->node->n_attribute; i++) {
+        Onnx__AttributeProto *a = c->node->attribute[i];
+        const char *key = a->name;
+        const char *to = key;
+        size_t n = strlen(key);
+        for (const char *p = renames; p && *p;) {
+            while (*p == ' ')
+                p++;
+            const char *colon = strchr(p, ':'), *end = strchr(p, ' ');
+            if (!end)
+                end = p + strlen(p);
+            if (colon && colon < end && (size_t)(colon - p) == n && strncmp(p, key, n) == 0) {
+                to = format("%.*s", (int)(end - colon - 1), colon + 1);
+                break;
+            }
+            p = end;
+        }
+        /* Bookkeeping of opsets before 7, meaningless for inference. */
+        if (strcmp(to, "-") == 0 || strcmp(key, "consumed_inputs") == 0 ||
+            strcmp(key, "is_test") == 0)
+            continue;
+        if (!op_attr_default(k->op, to))
+            node_fail(c, format("unsupported: attribute %s", key));
+        switch (a->type) {
+        case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT: node_set_int(k, to, a->i); break;
+        case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT: node_set_float(k, to, a->f); break;
+        case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING:
+            node_set_attr(k, to, format("%.*s", (int)a->s.len, (const char *)a->s.data));
+            break;
+        case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS:
+            node_set_ints(k, to, (int)a->n_ints, a->ints);
+            break;
+        case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS: {
+            double *f = xcalloc(a->n_floats + 1, sizeof(double));
+            for (size_t j = 0; j < a->n_floats; j++)
+                f[j] = a->floats[j];
+            node_set_floats(k, to, (int)a->n_floats, f);
+            break;
+        }
+        default:
+            node_fail(c, format("unsupported: attribute %s of this type", key));
+        }
+    }
+}
+
+/* Values of a constant integer input as int64 (for attributes). */
+int const_ints(Ctx *c, int i, const char *what, int64_t *out, int max) {
+    Value *v = in_const(c, i, what);
+    int64_t n = vcount(v);
+    if (n > max)
+        node_fail(c, format("%s has %lld values, at most %d", what, (long long)n, max));
+    for (int64_t j = 0; j < n; j++)
+        out[j] = vgeti(v, j);
+    return (int)n;
+}
+
+/* The folder and the op mappers: a file of their own, sharing the helpers
+ * above. */

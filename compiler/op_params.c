@@ -1,0 +1,605 @@
+/*
+ * op_params.c: what a node's attributes and inputs mean, decoded once for
+ * shape inference, the dynamic rules and lowering alike: attribute access
+ * with located errors, axes, slice and split parameters, windows of
+ * convolutions and pools, resize, attention and spectral geometry.
+ */
+#include "shape.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+Attr *node_attr(Node *n, const char *key) {
+    for (int i = 0; i < n->nattrs; i++)
+        if (strcmp(n->attrs[i].key, key) == 0)
+            return &n->attrs[i];
+    return NULL;
+}
+
+static int64_t parse_int_at(Node *n, const char *key, const char *s, Loc loc) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (!*s || *end || errno == ERANGE)
+        error_at(loc, "node '%s': %s must be an integer, not '%s'", n->name, key, s);
+    return v;
+}
+
+int64_t attr_int(Node *n, const char *key, int64_t dflt) {
+    Attr *a = node_attr(n, key);
+    if (!a)
+        return dflt;
+    if (a->is_list)
+        error_at(a->loc, "node '%s': %s must be an integer, not a list", n->name, key);
+    return parse_int_at(n, key, a->scalar, a->loc);
+}
+
+double attr_float(Node *n, const char *key, double dflt) {
+    Attr *a = node_attr(n, key);
+    if (!a)
+        return dflt;
+    if (a->is_list)
+        error_at(a->loc, "node '%s': %s must be a number, not a list", n->name, key);
+    char *end;
+    errno = 0;
+    double v = strtod(a->scalar, &end);
+    if (!*a->scalar || *end || errno == ERANGE || !isfinite(v))
+        error_at(a->loc, "node '%s': %s must be a finite number, not '%s'", n->name,
+                 key, a->scalar);
+    return v;
+}
+
+int attr_ints(Node *n, const char *key, int64_t *out, int max) {
+    Attr *a = node_attr(n, key);
+    if (!a)
+        return -1;
+    if (!a->is_list)
+        error_at(a->loc, "node '%s': %s must be a list of integers", n->name, key);
+    if (a->nitems > max)
+        error_at(a->loc, "node '%s': %s has %d items, at most %d allowed", n->name,
+                 key, a->nitems, max);
+    for (int i = 0; i < a->nitems; i++)
+        out[i] = parse_int_at(n, key, a->items[i], a->item_locs[i]);
+    return a->nitems;
+}
+
+Loc attr_loc(Node *n, const char *key) {
+    Attr *a = node_attr(n, key);
+    return a ? a->loc : n->loc;
+}
+
+/* A number attribute (default dflt) that must be positive: eps, rates. */
+double positive_float(Node *n, const char *key, double dflt) {
+    double v = attr_float(n, key, dflt);
+    if (!(v > 0))
+        error_at(attr_loc(n, key), "node '%s': %s must be positive, got %g", n->name, key, v);
+    return v;
+}
+
+/* Normalizes a possibly negative axis against rank; errors when outside. */
+int norm_axis(Node *n, const char *key, int64_t axis, int rank) {
+    if (axis < -rank || axis >= rank)
+        error_at(attr_loc(n, key), "node '%s': %s %lld is out of range for rank %d",
+                 n->name, key, (long long)axis, rank);
+    return (int)(axis < 0 ? axis + rank : axis);
+}
+
+bool broadcast_shapes(int ra, const int64_t *a, int rb, const int64_t *b,
+                      int *rout, int64_t *out) {
+    int r = ra > rb ? ra : rb;
+    for (int i = 0; i < r; i++) {
+        int64_t da = i < r - ra ? 1 : a[i - (r - ra)];
+        int64_t db = i < r - rb ? 1 : b[i - (r - rb)];
+        if (da != db && da != 1 && db != 1)
+            return false;
+        out[i] = da == 1 ? db : da;
+    }
+    *rout = r;
+    return true;
+}
+
+/* Marks the reduced axes; returns how many. axes absent or empty: all. */
+int reduced_axes(Node *n, bool *reduced) {
+    Tensor *x = n->inputs[0];
+    int axes[MAX_RANK], k;
+    memset(reduced, 0, sizeof(bool) * MAX_RANK);
+    if (n->op == OP_GLOBAL_AVG_POOL || n->op == OP_GLOBAL_MAX_POOL) {
+        for (k = 0; k + 2 < x->rank; k++)
+            axes[k] = k + 2;
+    } else if (n->op == OP_ARGMAX || n->op == OP_ARGMIN) {
+        if (x->rank < 1)
+            error_at(n->loc, "node '%s': %s of a scalar", n->name, op_info[n->op].name);
+        axes[0] = norm_axis(n, "axis", attr_int(n, "axis", 0), x->rank);
+        k = 1;
+    } else {
+        k = attr_axes(n, "axes", x->rank, axes);
+        if (k <= 0)
+            for (k = 0; k < x->rank; k++)
+                axes[k] = k;
+    }
+    for (int i = 0; i < k; i++)
+        reduced[axes[i]] = true;
+    return k;
+}
+
+int64_t slice_axis(int64_t dim, int64_t *start, int64_t end, int64_t step) {
+    int64_t s = *start, e = end;
+    /* ONNX semantics: negative indices count from the end, then clamp. */
+    if (s < 0)
+        s += dim;
+    if (e < 0)
+        e += dim;
+    int64_t count;
+    if (step > 0) {
+        s = s < 0 ? 0 : s > dim ? dim : s;
+        e = e < 0 ? 0 : e > dim ? dim : e;
+        count = e > s ? (e - s + step - 1) / step : 0;
+    } else {
+        s = s < 0 ? -1 : s > dim - 1 ? dim - 1 : s;
+        e = e < -1 ? -1 : e > dim - 1 ? dim - 1 : e;
+        count = s > e ? (s - e + (-step) - 1) / (-step) : 0;
+    }
+    *start = s;
+    return count;
+}
+
+/* Reads a list of axes of a tensor of `rank` into `axes` (normalized),
+ * rejecting repeats; returns the count, or -1 when absent. */
+int attr_axes(Node *n, const char *key, int rank, int *axes) {
+    int64_t v[MAX_RANK];
+    int k = attr_ints(n, key, v, MAX_RANK);
+    bool seen[MAX_RANK] = {0};
+    for (int i = 0; i < k; i++) {
+        axes[i] = norm_axis(n, key, v[i], rank);
+        if (seen[axes[i]])
+            error_at(attr_loc(n, key), "node '%s': %s names axis %d twice", n->name,
+                     key, axes[i]);
+        seen[axes[i]] = true;
+    }
+    return k;
+}
+
+void slice_params(Node *n, int64_t *start, int64_t *step, int64_t *out_shape) {
+    Tensor *x = n->inputs[0];
+    int64_t starts[MAX_RANK], ends[MAX_RANK], steps[MAX_RANK];
+    int axes[MAX_RANK];
+    int ns = attr_ints(n, "starts", starts, MAX_RANK);
+    int ne = attr_ints(n, "ends", ends, MAX_RANK);
+    if (ns < 0 || ne < 0)
+        error_at(n->loc, "node '%s': slice needs starts and ends", n->name);
+    if (ns != ne)
+        error_at(attr_loc(n, "ends"), "node '%s': %d starts but %d ends", n->name, ns, ne);
+    int na = attr_axes(n, "axes", x->rank, axes);
+    if (na < 0)
+        for (na = 0; na < ns; na++)
+            axes[na] = na;
+    if (na != ns || ns > x->rank)
+        error_at(attr_loc(n, na != ns ? "axes" : "starts"), "node '%s': %d starts for "
+                 "%d axes of a rank-%d input", n->name, ns, na, x->rank);
+    int nst = attr_ints(n, "steps", steps, MAX_RANK);
+    if (nst < 0)
+        for (nst = 0; nst < ns; nst++)
+            steps[nst] = 1;
+    if (nst != ns)
+        error_at(attr_loc(n, "steps"), "node '%s': %d steps for %d starts", n->name, nst,
+                 ns);
+    for (int d = 0; d < x->rank; d++) {
+        start[d] = 0;
+        step[d] = 1;
+        out_shape[d] = x->shape[d];
+    }
+    for (int i = 0; i < ns; i++) {
+        int d = axes[i];
+        int64_t dim = x->shape[d], s = starts[i], e = ends[i], st = steps[i];
+        if (st == 0)
+            error_at(attr_loc(n, "steps"), "node '%s': a step is 0", n->name);
+        out_shape[d] = slice_axis(dim, &s, e, st);
+        start[d] = out_shape[d] ? s : 0;
+        step[d] = st;
+    }
+}
+
+/* split: outputs along axis, sizes given or equal. */
+int64_t *split_sizes(Node *n, int *axis_out) {
+    Tensor *x = n->inputs[0];
+    if (x->rank < 1)
+        error_at(n->loc, "node '%s': split of a scalar", n->name);
+    int axis = norm_axis(n, "axis", attr_int(n, "axis", 0), x->rank);
+    int64_t dim = x->shape[axis];
+    Attr *a = node_attr(n, "sizes");
+    int given = a && a->is_list ? a->nitems : 0;
+    int64_t *sizes = xcalloc((size_t)(given > n->noutputs ? given : n->noutputs) + 1,
+                             sizeof(int64_t));
+    int k = attr_ints(n, "sizes", sizes, given);
+    if (k < 0) {
+        if (dim % n->noutputs)
+            error_at(n->loc, "node '%s': axis %d of size %lld does not split into %d "
+                     "equal parts; give sizes", n->name, axis, (long long)dim,
+                     n->noutputs);
+        for (int i = 0; i < n->noutputs; i++)
+            sizes[i] = dim / n->noutputs;
+    } else {
+        int64_t sum = 0;
+        if (k != n->noutputs)
+            error_at(attr_loc(n, "sizes"), "node '%s': %d sizes for %d outputs", n->name,
+                     k, n->noutputs);
+        for (int i = 0; i < k; i++) {
+            if (sizes[i] < 0)
+                error_at(attr_loc(n, "sizes"), "node '%s': a negative size", n->name);
+            sum = sum > INT64_MAX - sizes[i] ? INT64_MAX : sum + sizes[i];
+        }
+        if (sum != dim)
+            error_at(attr_loc(n, "sizes"), "node '%s': sizes add up to %lld, axis %d has "
+                     "%lld", n->name, (long long)sum, axis, (long long)dim);
+    }
+    *axis_out = axis;
+    return sizes;
+}
+
+int64_t block_of(Node *n, Tensor *x) {
+    if (x->rank != 4)
+        error_at(n->loc, "node '%s': %s needs an [N, C, H, W] input, got %s", n->name,
+                 op_info[n->op].name, shape_str(x->rank, x->shape));
+    int64_t b = attr_int(n, "block", 0);
+    if (b < 1)
+        error_at(node_attr(n, "block") ? attr_loc(n, "block") : n->loc,
+                 "node '%s': block must be a positive integer", n->name);
+    return b;
+}
+
+bool depth_to_space_crd(Node *n) {
+    Attr *a = node_attr(n, "mode");
+    if (!a)
+        return false;
+    if (!a->is_list && strcmp(a->scalar, "CRD") == 0)
+        return true;
+    if (!a->is_list && strcmp(a->scalar, "DCR") == 0)
+        return false;
+    error_at(a->loc, "node '%s': mode must be DCR or CRD", n->name);
+}
+
+/* scatter_elements(data, indices, updates): f32 data; indices and updates of
+ * one shape and data's rank; reduction none, add, mul, max, min. */
+int scatter_reduction(Node *n) {
+    if (n->op == OP_SCATTER_ADD)
+        return 1;
+    Attr *a = node_attr(n, "reduction");
+    if (!a)
+        return 0;
+    static const char *const names[] = {"none", "add", "mul", "max", "min"};
+    for (int i = 0; i < 5; i++)
+        if (!a->is_list && strcmp(a->scalar, names[i]) == 0)
+            return i;
+    error_at(a->loc, "node '%s': reduction must be none, add, mul, max or min", n->name);
+}
+
+/* pad: pads [b0, b1, ..., e0, e1, ...] (negative crops); mode constant,
+ * reflect or edge. */
+int pad_mode(Node *n) {
+    Attr *a = node_attr(n, "mode");
+    if (!a)
+        return 0;
+    static const char *const names[] = {"constant", "reflect", "edge"};
+    for (int i = 0; i < 3; i++)
+        if (!a->is_list && strcmp(a->scalar, names[i]) == 0)
+            return i;
+    error_at(a->loc, "node '%s': mode must be constant, reflect or edge", n->name);
+}
+
+/* attention(q, k, v, [mask]). layout bhsd: q [B, H, Sq, D], k [B, KVH, Sk, D],
+ * v [B, KVH, Sk, DV]. layout bshd: q [B, Sq, H*D], k [B, Sk, KVH*D],
+ * v [B, Sk, KVH*DV] with heads (and kv_heads) given. H divides by KVH. The
+ * mask is additive f32, broadcast to [B, H, Sq, Sk]. */
+void attention_dims(Node *n, AttentionDims *a) {
+    Tensor *q = n->inputs[0], *k = n->inputs[1], *v = n->inputs[2];
+    Attr *lay = node_attr(n, "layout");
+    const char *layout = lay && !lay->is_list ? lay->scalar : "bhsd";
+    a->bshd = strcmp(layout, "bshd") == 0;
+    if (!a->bshd && strcmp(layout, "bhsd") != 0)
+        error_at(lay->loc, "node '%s': layout must be bhsd or bshd", n->name);
+    int want = a->bshd ? 3 : 4;
+    for (int i = 0; i < 3; i++)
+        if (n->inputs[i]->rank != want)
+            error_at(n->input_locs[i], "node '%s': with layout %s, '%s' must have rank %d, "
+                     "not %s", n->name, layout, n->inputs[i]->name, want,
+                     shape_str(n->inputs[i]->rank, n->inputs[i]->shape));
+    a->B = q->shape[0];
+    if (a->bshd) {
+        a->H = attr_int(n, "heads", 0);
+        if (a->H < 1 || q->shape[2] % a->H)
+            error_at(node_attr(n, "heads") ? attr_loc(n, "heads") : n->loc,
+                     "node '%s': layout bshd needs heads, a positive divisor of %lld",
+                     n->name, (long long)q->shape[2]);
+        a->KVH = attr_int(n, "kv_heads", a->H);
+        if (a->KVH < 1 || k->shape[2] % a->KVH || v->shape[2] % a->KVH)
+            error_at(node_attr(n, "kv_heads") ? attr_loc(n, "kv_heads") : n->loc,
+                     "node '%s': kv_heads must divide the key and value widths", n->name);
+        a->Sq = q->shape[1];
+        a->Sk = k->shape[1];
+        a->D = q->shape[2] / a->H;
+        a->DV = v->shape[2] / a->KVH;
+        if (k->shape[2] / a->KVH != a->D || v->shape[1] != a->Sk || k->shape[0] != a->B ||
+            v->shape[0] != a->B)
+            error_at(n->loc, "node '%s': q %s, k %s and v %s do not agree", n->name,
+                     shape_str(3, q->shape), shape_str(3, k->shape), shape_str(3, v->shape));
+    } else {
+        a->H = q->shape[1];
+        a->KVH = k->shape[1];
+        a->Sq = q->shape[2];
+        a->Sk = k->shape[2];
+        a->D = q->shape[3];
+        a->DV = v->shape[3];
+        if (k->shape[0] != a->B || v->shape[0] != a->B || v->shape[1] != a->KVH ||
+            v->shape[2] != a->Sk || k->shape[3] != a->D)
+            error_at(n->loc, "node '%s': q %s, k %s and v %s do not agree", n->name,
+                     shape_str(4, q->shape), shape_str(4, k->shape), shape_str(4, v->shape));
+    }
+    if (a->KVH < 1 || a->H % a->KVH)
+        error_at(n->loc, "node '%s': %lld query heads do not divide into %lld key/value "
+                 "heads", n->name, (long long)a->H, (long long)a->KVH);
+    if (a->D > 1024)
+        error_at(n->loc, "node '%s': head size %lld exceeds 1024", n->name, (long long)a->D);
+}
+
+/* Reads an attribute of `n` spatial values (default dflt each). */
+static void spatial_attr(Node *n, const char *key, int nsp, int64_t dflt, int64_t *out) {
+    int k = attr_ints(n, key, out, 2 * MAX_RANK);
+    if (k < 0)
+        for (k = 0; k < nsp; k++)
+            out[k] = dflt;
+    if (k != nsp)
+        error_at(attr_loc(n, key), "node '%s': %s needs %d values, one per spatial axis",
+                 n->name, key, nsp);
+}
+
+/* Window geometry shared by convolutions and pools: the output size of each
+ * spatial axis and the padding at both ends, ONNX rules (auto_pad notset,
+ * same_upper, same_lower, valid; ceil_mode for pools). */
+void window_geometry(Node *n, const int64_t *in, const int64_t *k, int nsp, Window *w) {
+    bool transposed = n->op == OP_CONV_TRANSPOSE;
+    w->nsp = nsp;
+    spatial_attr(n, "strides", nsp, 1, w->stride);
+    if (op_attr_default(n->op, "dilations"))
+        spatial_attr(n, "dilations", nsp, 1, w->dil);
+    else
+        for (int i = 0; i < nsp; i++)
+            w->dil[i] = 1;
+    int64_t pads[2 * MAX_RANK];
+    int np = attr_ints(n, "pads", pads, 2 * MAX_RANK);
+    if (np < 0)
+        for (np = 0; np < 2 * nsp; np++)
+            pads[np] = 0;
+    if (np != 2 * nsp)
+        error_at(attr_loc(n, "pads"), "node '%s': pads needs %d values (the beginnings, then "
+                 "the ends)", n->name, 2 * nsp);
+    Attr *ap = node_attr(n, "auto_pad");
+    int mode = 0; /* notset */
+    if (ap) {
+        static const char *const names[][2] = {{"notset", "NOTSET"}, {"same_upper", "SAME_UPPER"},
+                                               {"same_lower", "SAME_LOWER"}, {"valid", "VALID"}};
+        mode = -1;
+        for (int i = 0; i < 4; i++)
+            if (!ap->is_list && (strcmp(ap->scalar, names[i][0]) == 0 ||
+                                 strcmp(ap->scalar, names[i][1]) == 0))
+                mode = i;
+        if (mode < 0)
+            error_at(ap->loc, "node '%s': auto_pad must be notset, same_upper, same_lower "
+                     "or valid", n->name);
+    }
+    int64_t outpad[MAX_RANK] = {0};
+    if (transposed)
+        spatial_attr(n, "output_padding", nsp, 0, outpad);
+    bool ceil_mode = op_attr_default(n->op, "ceil_mode") && attr_int(n, "ceil_mode", 0);
+    for (int i = 0; i < nsp; i++) {
+        if (w->stride[i] < 1 || w->dil[i] < 1)
+            error_at(n->loc, "node '%s': strides and dilations must be positive", n->name);
+        if (pads[i] < 0 || pads[i + nsp] < 0)
+            error_at(attr_loc(n, "pads"), "node '%s': negative pads", n->name);
+        int64_t span = (k[i] - 1) * w->dil[i] + 1;
+        w->pad_begin[i] = pads[i];
+        w->pad_end[i] = pads[i + nsp];
+        if (mode == 3) {
+            w->pad_begin[i] = w->pad_end[i] = 0;
+        } else if (mode == 1 || mode == 2) {
+            int64_t out = transposed ? in[i] * w->stride[i]
+                                     : (in[i] + w->stride[i] - 1) / w->stride[i];
+            int64_t total = transposed ? (in[i] - 1) * w->stride[i] + outpad[i] + span - out
+                                       : (out - 1) * w->stride[i] + span - in[i];
+            if (total < 0)
+                total = 0;
+            int64_t small = total / 2;
+            w->pad_begin[i] = mode == 1 ? small : total - small;
+            w->pad_end[i] = total - w->pad_begin[i];
+        }
+        if (transposed) {
+            w->out[i] = w->stride[i] * (in[i] - 1) + outpad[i] + span - w->pad_begin[i] -
+                        w->pad_end[i];
+        } else {
+            int64_t room = in[i] + w->pad_begin[i] + w->pad_end[i] - span;
+            if (room < 0)
+                error_at(n->loc, "node '%s': the window (%lld) is larger than the padded "
+                         "input (%lld) on spatial axis %d", n->name, (long long)span,
+                         (long long)(in[i] + w->pad_begin[i] + w->pad_end[i]), i);
+            w->out[i] = (ceil_mode ? (room + w->stride[i] - 1) / w->stride[i]
+                                   : room / w->stride[i]) + 1;
+            /* The last window must start inside the input or its left padding. */
+            if (ceil_mode && (w->out[i] - 1) * w->stride[i] >= in[i] + w->pad_begin[i])
+                w->out[i]--;
+        }
+        if (w->out[i] < 1)
+            error_at(n->loc, "node '%s': spatial axis %d would have size %lld", n->name, i,
+                     (long long)w->out[i]);
+    }
+}
+
+/* resize: scales (floats) or sizes (ints), one per axis. */
+void resize_geometry(Node *n, double *scales, int64_t *out) {
+    Tensor *x = n->inputs[0];
+    Attr *sc = node_attr(n, "scales"), *sz = node_attr(n, "sizes");
+    if (!!sc == !!sz)
+        error_at(n->loc, "node '%s': resize needs scales or sizes (one of them)", n->name);
+    if (sz) {
+        if (attr_ints(n, "sizes", out, MAX_RANK) != x->rank)
+            error_at(sz->loc, "node '%s': sizes needs %d values", n->name, x->rank);
+        for (int i = 0; i < x->rank; i++) {
+            if (out[i] < 1 || x->shape[i] < 1)
+                error_at(sz->loc, "node '%s': sizes must be positive", n->name);
+            scales[i] = (double)out[i] / (double)x->shape[i];
+        }
+    } else {
+        if (!sc->is_list || sc->nitems != x->rank)
+            error_at(sc->loc, "node '%s': scales needs %d values", n->name, x->rank);
+        for (int i = 0; i < x->rank; i++) {
+            char *end;
+            scales[i] = strtod(sc->items[i], &end);
+            if (*end || !(scales[i] > 0) || !isfinite(scales[i]))
+                error_at(sc->item_locs[i], "node '%s': scales must be positive numbers",
+                         n->name);
+            out[i] = (int64_t)floor((double)x->shape[i] * scales[i]);
+            if (out[i] < 1)
+                error_at(sc->item_locs[i], "node '%s': axis %d would have size %lld",
+                         n->name, i, (long long)out[i]);
+        }
+    }
+}
+
+int attr_choice(Node *n, const char *key, const char *const *names, int count) {
+    Attr *a = node_attr(n, key);
+    const char *v = a && !a->is_list ? a->scalar : op_attr_default(n->op, key);
+    for (int i = 0; i < count; i++)
+        if (strcmp(v, names[i]) == 0)
+            return i;
+    Str list = {0};
+    for (int i = 0; i < count; i++)
+        str_addf(&list, "%s%s", i ? ", " : "", names[i]);
+    error_at(a ? a->loc : n->loc, "node '%s': %s must be one of %s", n->name, key, list.buf);
+}
+
+const char *const resize_modes[] = {"nearest", "linear"};
+const char *const resize_coords[] = {"half_pixel", "asymmetric", "align_corners",
+                                     "pytorch_half_pixel"};
+const char *const resize_nearest[] = {"round_prefer_floor", "round_prefer_ceil", "floor",
+                                      "ceil"};
+
+int64_t positive_attr(Node *n, const char *key, int64_t dflt, int64_t most) {
+    int64_t v = attr_int(n, key, dflt);
+    if (v < 1 || v > most)
+        error_at(node_attr(n, key) ? attr_loc(n, key) : n->loc, "node '%s': %s must be from 1 "
+                 "to %lld%s", n->name, key, (long long)most,
+                 node_attr(n, key) || dflt >= 1 ? "" : " (it has no default)");
+    return v;
+}
+
+static void flag_attr(Node *n, const char *key) {
+    int64_t v = attr_int(n, key, 0);
+    if (v != 0 && v != 1)
+        error_at(attr_loc(n, key), "node '%s': %s must be 0 or 1", n->name, key);
+}
+
+/* Transforms longer than this are refused: past 2048 points the sum is
+ * direct, O(L^2), and an invocation of it loops L times (lavapipe stops at
+ * 65535 iterations). */
+#define SPECTRAL_MAX_L (1 << 14)
+
+/* Frames of length L, step apart, over time samples: at least one. */
+static int64_t frame_count(Node *n, int64_t time, int64_t L, int64_t step, const char *what) {
+    if (L > time)
+        error_at(n->loc, "node '%s': the %s (%lld) is longer than the signal (%lld samples)",
+                 n->name, what, (long long)L, (long long)time);
+    return (time - L) / step + 1;
+}
+
+void spectral_params(Node *n, Spectral *sp) {
+    Tensor *x = n->inputs[0];
+    memset(sp, 0, sizeof *sp);
+    sp->window = WINDOW_RECT;
+    if (n->op == OP_DFT) {
+        if (x->rank < 2 || (x->shape[x->rank - 1] != 1 && x->shape[x->rank - 1] != 2))
+            error_at(n->input_locs[0], "node '%s': dft needs [..., N, ..., 1 or 2] (real, or "
+                     "real and imaginary last), not %s", n->name, shape_str(x->rank, x->shape));
+        int axis = norm_axis(n, "axis", attr_int(n, "axis", -2), x->rank);
+        if (axis == x->rank - 1)
+            error_at(attr_loc(n, "axis"), "node '%s': axis %d holds the real and imaginary "
+                     "parts, not the signal", n->name, axis);
+        flag_attr(n, "inverse");
+        flag_attr(n, "onesided");
+        sp->inverse = attr_int(n, "inverse", 0) != 0;
+        if (sp->inverse && attr_int(n, "onesided", 0))
+            error_at(attr_loc(n, "onesided"), "node '%s': an inverse transform cannot be "
+                     "one-sided", n->name);
+        int64_t N = x->shape[axis];
+        sp->C = x->shape[x->rank - 1];
+        sp->L = node_attr(n, "length") ? positive_attr(n, "length", 0, SPECTRAL_MAX_L) : N;
+        if (sp->L < 1)
+            error_at(n->input_locs[0], "node '%s': an empty signal axis", n->name);
+        sp->nin = N < sp->L ? N : sp->L;
+        sp->outer = shape_count(axis, x->shape);
+        sp->inner = shape_count(x->rank - 1 - axis - 1, x->shape + axis + 1);
+        sp->in_so = N * sp->inner * sp->C;
+        sp->in_si = sp->C;
+        sp->in_sj = sp->inner * sp->C;
+        sp->nout = attr_int(n, "onesided", 0) ? sp->L / 2 + 1 : sp->L;
+        return;
+    }
+    if (n->op == OP_STFT) {
+        bool complex_ = x->rank == 3 && x->shape[2] == 2;
+        if (!(x->rank == 2 || (x->rank == 3 && (x->shape[2] == 1 || x->shape[2] == 2))))
+            error_at(n->input_locs[0], "node '%s': stft needs a signal [batch, time] or "
+                     "[batch, time, 1 or 2], not %s", n->name, shape_str(x->rank, x->shape));
+        int64_t T = x->shape[1];
+        Tensor *w = n->ninputs > 1 ? n->inputs[1] : NULL;
+        if (w && w->rank != 1)
+            error_at(n->input_locs[1], "node '%s': the window '%s' must be 1-D, not %s",
+                     n->name, w->name, shape_str(w->rank, w->shape));
+        if (!w && !node_attr(n, "frame_length"))
+            error_at(n->loc, "node '%s': stft needs a window input or a frame_length",
+                     n->name);
+        sp->L = w ? w->shape[0] : positive_attr(n, "frame_length", 0, SPECTRAL_MAX_L);
+        if (w && node_attr(n, "frame_length") && attr_int(n, "frame_length", 0) != sp->L)
+            error_at(attr_loc(n, "frame_length"), "node '%s': frame_length %lld differs from "
+                     "the window's %lld", n->name, (long long)attr_int(n, "frame_length", 0),
+                     (long long)sp->L);
+        if (sp->L < 1 || sp->L > SPECTRAL_MAX_L)
+            error_at(n->input_locs[1], "node '%s': a window of %lld samples", n->name,
+                     (long long)sp->L);
+        flag_attr(n, "onesided");
+        sp->step = positive_attr(n, "frame_step", 0, T);
+        sp->C = complex_ ? 2 : 1;
+        sp->outer = x->shape[0];
+        sp->inner = frame_count(n, T, sp->L, sp->step, "frame");
+        sp->nin = sp->L;
+        sp->in_so = T * sp->C;
+        sp->in_si = sp->step * sp->C;
+        sp->in_sj = sp->C;
+        sp->nout = attr_int(n, "onesided", 1) ? sp->L / 2 + 1 : sp->L;
+        return;
+    }
+    /* log_mel, welch: real [..., time], framed along the last axis. */
+    if (x->rank < 1)
+        error_at(n->input_locs[0], "node '%s': %s needs a signal [..., time], not a scalar",
+                 n->name, op_info[n->op].name);
+    int64_t T = x->shape[x->rank - 1];
+    sp->window = attr_choice(n, "window", window_names, WINDOW_COUNT);
+    if (n->op == OP_LOG_MEL) {
+        sp->L = positive_attr(n, "n_fft", 0, SPECTRAL_MAX_L);
+        sp->step = positive_attr(n, "hop", sp->L / 4 > 0 ? sp->L / 4 : 1, T);
+    } else {
+        sp->L = positive_attr(n, "segment", 256, SPECTRAL_MAX_L);
+        int64_t overlap = attr_int(n, "overlap", sp->L / 2);
+        if (overlap < 0 || overlap >= sp->L)
+            error_at(attr_loc(n, "overlap"), "node '%s': overlap must be from 0 to segment - 1 "
+                     "(%lld)", n->name, (long long)(sp->L - 1));
+        sp->step = sp->L - overlap;
+    }
+    sp->C = 1;
+    sp->outer = shape_count(x->rank - 1, x->shape);
+    sp->inner = frame_count(n, T, sp->L, sp->step, n->op == OP_LOG_MEL ? "n_fft" : "segment");
+    sp->nin = sp->L;
+    sp->in_so = T;
+    sp->in_si = sp->step;
+    sp->in_sj = 1;
+    sp->nout = sp->L / 2 + 1;
+}

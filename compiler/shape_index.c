@@ -1,0 +1,139 @@
+/*
+ * shape_index.c: shape rules of gather, gather_elements, scatter, one_hot,
+ * trilu, pad, and gather's gradient.
+ */
+#include "shape.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* gather(data, indices, axis): data.shape[:axis] + indices.shape +
+ * data.shape[axis+1:]. embedding(ids, table) is gather(table, ids, 0). */
+void shape_gather(Node *n) {
+    bool emb = n->op == OP_EMBEDDING;
+    Tensor *x = n->inputs[emb ? 1 : 0], *idx = n->inputs[emb ? 0 : 1];
+    require(n, emb ? 0 : 1, is_index(idx->dtype), "i32 or i64 index");
+    if (x->rank < 1)
+        error_at(n->loc, "node '%s': %s of a scalar", n->name, op_info[n->op].name);
+    if (emb && x->rank != 2)
+        error_at(n->input_locs[1], "node '%s': the embedding table '%s' must be 2-D, not %s",
+                 n->name, x->name, shape_str(x->rank, x->shape));
+    int axis = emb ? 0 : norm_axis(n, "axis", attr_int(n, "axis", 0), x->rank);
+    int rank = x->rank - 1 + idx->rank;
+    if (rank > MAX_RANK)
+        error_at(n->loc, "node '%s': the result would have rank %d", n->name, rank);
+    int64_t shape[MAX_RANK];
+    int r = 0;
+    for (int i = 0; i < axis; i++)
+        shape[r++] = x->shape[i];
+    for (int i = 0; i < idx->rank; i++)
+        shape[r++] = idx->shape[i];
+    for (int i = axis + 1; i < x->rank; i++)
+        shape[r++] = x->shape[i];
+    set_output(n, x->dtype, rank, shape);
+}
+
+/* gather_elements(data, indices, axis): indices has data's rank; y has its
+ * shape. */
+void shape_gather_elements(Node *n) {
+    Tensor *x = n->inputs[0], *idx = n->inputs[1];
+    require(n, 1, is_index(idx->dtype), "i32 or i64 index");
+    if (idx->rank != x->rank || x->rank < 1)
+        error_at(n->input_locs[1], "node '%s': indices '%s' %s must have the rank of the "
+                 "data %s", n->name, idx->name, shape_str(idx->rank, idx->shape),
+                 shape_str(x->rank, x->shape));
+    check_index_extent(n, x, idx);
+    set_output(n, x->dtype, idx->rank, idx->shape);
+}
+
+void shape_scatter(Node *n) {
+    Tensor *x = n->inputs[0], *idx = n->inputs[1], *u = n->inputs[2];
+    require(n, 0, x->dtype == KILN_DTYPE_F32, "f32");
+    require(n, 1, is_index(idx->dtype), "i32 or i64 index");
+    require(n, 2, u->dtype == KILN_DTYPE_F32, "f32");
+    scatter_reduction(n);
+    if (x->rank < 1 || idx->rank != x->rank || u->rank != idx->rank ||
+        memcmp(u->shape, idx->shape, sizeof(int64_t) * (size_t)idx->rank))
+        error_at(n->loc, "node '%s': indices %s and updates %s must have one shape, of "
+                 "the data's rank (%s)", n->name, shape_str(idx->rank, idx->shape),
+                 shape_str(u->rank, u->shape), shape_str(x->rank, x->shape));
+    check_index_extent(n, x, idx);
+    set_output(n, x->dtype, x->rank, x->shape);
+}
+
+/* one_hot(indices): f32 with a new axis of size depth. */
+void shape_one_hot(Node *n) {
+    Tensor *idx = n->inputs[0];
+    require(n, 0, is_index(idx->dtype), "i32 or i64 index");
+    int64_t depth = attr_int(n, "depth", 0);
+    if (depth < 1)
+        error_at(node_attr(n, "depth") ? attr_loc(n, "depth") : n->loc,
+                 "node '%s': one_hot needs a positive depth", n->name);
+    int rank = idx->rank + 1;
+    if (rank > MAX_RANK)
+        error_at(n->loc, "node '%s': the result would have rank %d", n->name, rank);
+    int axis = norm_axis(n, "axis", attr_int(n, "axis", -1), rank);
+    int64_t shape[MAX_RANK];
+    for (int i = 0, j = 0; i < rank; i++)
+        shape[i] = i == axis ? depth : idx->shape[j++];
+    set_output(n, KILN_DTYPE_F32, rank, shape);
+}
+
+void shape_trilu(Node *n) {
+    Tensor *x = n->inputs[0];
+    if (x->rank < 2)
+        error_at(n->loc, "node '%s': trilu needs a matrix or a batch of them, got %s",
+                 n->name, shape_str(x->rank, x->shape));
+    set_output(n, x->dtype, x->rank, x->shape);
+}
+
+void shape_pad(Node *n) {
+    Tensor *x = n->inputs[0];
+    int64_t pads[2 * MAX_RANK], shape[MAX_RANK];
+    int k = attr_ints(n, "pads", pads, 2 * MAX_RANK);
+    if (k != 2 * x->rank)
+        error_at(k < 0 ? n->loc : attr_loc(n, "pads"), "node '%s': pads needs %d values "
+                 "(the beginnings, then the ends, of each axis)", n->name, 2 * x->rank);
+    int mode = pad_mode(n);
+    for (int i = 0; i < x->rank; i++) {
+        shape[i] = x->shape[i] + pads[i] + pads[i + x->rank];
+        if (shape[i] < 0)
+            error_at(attr_loc(n, "pads"), "node '%s': axis %d would have size %lld", n->name,
+                     i, (long long)shape[i]);
+        if (mode != 0 && x->shape[i] == 0 && shape[i] > 0)
+            error_at(attr_loc(n, "pads"), "node '%s': %s padding of an empty axis", n->name,
+                     mode == 1 ? "reflect" : "edge");
+    }
+    set_output(n, x->dtype, x->rank, shape);
+}
+
+/* gather_grad(dy, indices): the gradient of gather(data, indices, axis)
+ * for data with `size` along axis: dy's axes [axis, axis + indices.rank)
+ * are indices' shape and become one of length size. */
+void shape_gather_grad(Node *n) {
+    Tensor *dy = n->inputs[0], *idx = n->inputs[1];
+    require(n, 0, dy->dtype == KILN_DTYPE_F32, "f32");
+    require(n, 1, is_index(idx->dtype), "i32 or i64 index");
+    int rank = dy->rank - idx->rank + 1;
+    if (rank < 1)
+        error_at(n->input_locs[1], "node '%s': indices '%s' %s have more axes than the "
+                 "gradient '%s' %s", n->name, idx->name, shape_str(idx->rank, idx->shape),
+                 dy->name, shape_str(dy->rank, dy->shape));
+    int axis = norm_axis(n, "axis", attr_int(n, "axis", 0), rank);
+    if (memcmp(dy->shape + axis, idx->shape, sizeof(int64_t) * (size_t)idx->rank) != 0)
+        error_at(n->input_locs[1], "node '%s': the gradient '%s' %s does not hold the "
+                 "indices' shape %s at axis %d", n->name, dy->name,
+                 shape_str(dy->rank, dy->shape), shape_str(idx->rank, idx->shape), axis);
+    int64_t size = positive_attr(n, "size", 0, INT32_MAX);
+    int64_t shape[MAX_RANK];
+    int r = 0;
+    for (int i = 0; i < axis; i++)
+        shape[r++] = dy->shape[i];
+    shape[r++] = size;
+    for (int i = axis + idx->rank; i < dy->rank; i++)
+        shape[r++] = dy->shape[i];
+    set_output(n, KILN_DTYPE_F32, r, shape);
+}

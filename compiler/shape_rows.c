@@ -1,0 +1,231 @@
+/*
+ * shape_rows.c: shape rules of the ops over rows: softmax-like ops, the
+ * norms, batch_norm, reductions, arg, topk, sample, the selective scan and
+ * the norms' gradients.
+ */
+#include "shape.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* softmax, log_softmax, cumsum: one axis of an f32 tensor. */
+void shape_axis_float(Node *n) {
+    Tensor *x = n->inputs[0];
+    require_f32(n);
+    if (x->rank < 1)
+        error_at(n->loc, "node '%s': %s needs an input of rank 1 or more", n->name,
+                 op_info[n->op].name);
+    norm_axis(n, "axis", attr_int(n, "axis", -1), x->rank);
+    set_output(n, x->dtype, x->rank, x->shape);
+}
+
+/* layer_norm, rms_norm and their residual forms: normalize over the axes
+ * from `axis` to the last; gamma and beta hold one value per normalized
+ * element. Residual forms take (x, residual, [gamma, [beta]]) and may list
+ * a second output, the sum x + residual. */
+void shape_norm(Node *n) {
+    Tensor *x = n->inputs[0];
+    require_f32(n);
+    bool residual = n->op == OP_RESIDUAL_LAYER_NORM || n->op == OP_RESIDUAL_RMS_NORM;
+    if (x->rank < 1)
+        error_at(n->loc, "node '%s': %s needs an input of rank 1 or more", n->name,
+                 op_info[n->op].name);
+    int axis = norm_axis(n, "axis", attr_int(n, "axis", -1), x->rank);
+    positive_float(n, "eps", 1e-5);
+    int first_param = 1;
+    if (residual) {
+        Tensor *r = n->inputs[1];
+        if (r->rank != x->rank || memcmp(r->shape, x->shape, sizeof(int64_t) * (size_t)x->rank))
+            error_at(n->input_locs[1], "node '%s': the residual '%s' %s must have the "
+                     "shape of '%s' %s", n->name, r->name, shape_str(r->rank, r->shape),
+                     x->name, shape_str(x->rank, x->shape));
+        first_param = 2;
+        if (n->noutputs > 2)
+            error_at(n->loc, "node '%s': %s has one or two outputs (the norm, the sum)",
+                     n->name, op_info[n->op].name);
+    } else if (n->noutputs != 1) {
+        set_output(n, x->dtype, x->rank, x->shape); /* reports the count */
+    }
+    int64_t cols = shape_count(x->rank - axis, x->shape + axis);
+    for (int i = first_param; i < n->ninputs; i++) {
+        Tensor *p = n->inputs[i];
+        if (tensor_count(p) != cols || (p->rank && p->shape[p->rank - 1] != x->shape[x->rank - 1]))
+            error_at(n->input_locs[i], "node '%s': %s '%s' has shape %s; it must have "
+                     "the shape %s of the normalized axes", n->name,
+                     i == first_param ? "gamma" : "beta", p->name,
+                     shape_str(p->rank, p->shape), shape_str(x->rank - axis, x->shape + axis));
+    }
+    for (int i = 0; i < n->noutputs; i++) {
+        n->outputs[i]->dtype = x->dtype;
+        n->outputs[i]->rank = x->rank;
+        memcpy(n->outputs[i]->shape, x->shape, sizeof x->shape);
+    }
+}
+
+/* instance_norm(x, scale, bias) and group_norm(x, scale, bias) over
+ * x [N, C, ...]. */
+void shape_channel_norm(Node *n) {
+    Tensor *x = n->inputs[0];
+    require_f32(n);
+    if (x->rank < 3)
+        error_at(n->loc, "node '%s': %s needs [N, C, D1, ...], got %s", n->name,
+                 op_info[n->op].name, shape_str(x->rank, x->shape));
+    positive_float(n, "eps", 1e-5);
+    if (n->op == OP_GROUP_NORM) {
+        int64_t g = attr_int(n, "groups", 0);
+        if (g < 1 || x->shape[1] % g)
+            error_at(node_attr(n, "groups") ? attr_loc(n, "groups") : n->loc,
+                     "node '%s': groups must be a positive divisor of the %lld channels",
+                     n->name, (long long)x->shape[1]);
+    }
+    check_channel_param(n, 1, x->shape[1]);
+    check_channel_param(n, 2, x->shape[1]);
+    set_output(n, x->dtype, x->rank, x->shape);
+}
+
+/* batch_norm(x, scale, bias, mean, var), inference: per channel (axis 1). */
+void shape_batch_norm(Node *n) {
+    Tensor *x = n->inputs[0];
+    require_f32(n);
+    if (x->rank < 2)
+        error_at(n->loc, "node '%s': batch_norm needs [N, C, ...], got %s", n->name,
+                 shape_str(x->rank, x->shape));
+    positive_float(n, "eps", 1e-5);
+    for (int i = 1; i < 5; i++)
+        check_channel_param(n, i, x->shape[1]);
+    set_output(n, x->dtype, x->rank, x->shape);
+}
+
+static void reduce_output(Node *n, kiln_dtype dt) {
+    Tensor *x = n->inputs[0];
+    bool reduced[MAX_RANK];
+    reduced_axes(n, reduced);
+    int64_t keep = attr_int(n, "keep_dims", 1);
+    if (keep != 0 && keep != 1)
+        error_at(attr_loc(n, "keep_dims"), "node '%s': keep_dims must be 0 or 1", n->name);
+    int64_t shape[MAX_RANK];
+    int rank = 0;
+    for (int i = 0; i < x->rank; i++)
+        if (!reduced[i] || keep)
+            shape[rank++] = reduced[i] ? 1 : x->shape[i];
+    set_output(n, dt, rank, shape);
+}
+
+void shape_reduce(Node *n) {
+    require_f32(n);
+    reduce_output(n, KILN_DTYPE_F32);
+}
+
+void shape_arg(Node *n) {
+    require_f32(n);
+    int64_t last = attr_int(n, "select_last_index", 0);
+    if (last != 0 && last != 1)
+        error_at(attr_loc(n, "select_last_index"), "node '%s': select_last_index must "
+                 "be 0 or 1", n->name);
+    reduce_output(n, KILN_DTYPE_I64);
+}
+
+/* topk(x) -> values, indices (i64): k along axis. */
+void shape_topk(Node *n) {
+    Tensor *x = n->inputs[0];
+    require_f32(n);
+    if (n->noutputs != 2)
+        error_at(n->loc, "node '%s': topk has two outputs (values, indices); list them "
+                 "with outputs: [v, i]", n->name);
+    if (x->rank < 1)
+        error_at(n->loc, "node '%s': topk of a scalar", n->name);
+    int axis = norm_axis(n, "axis", attr_int(n, "axis", -1), x->rank);
+    int64_t k = attr_int(n, "k", -1);
+    if (k < 0 || k > x->shape[axis])
+        error_at(node_attr(n, "k") ? attr_loc(n, "k") : n->loc, "node '%s': k must be "
+                 "from 0 to the axis size %lld", n->name, (long long)x->shape[axis]);
+    for (int i = 0; i < 2; i++) {
+        Tensor *t = n->outputs[i];
+        t->dtype = i ? KILN_DTYPE_I64 : x->dtype;
+        t->rank = x->rank;
+        memcpy(t->shape, x->shape, sizeof t->shape);
+        t->shape[axis] = k;
+    }
+}
+
+/* sample(logits [..., V], seed) -> i64 [...]. */
+void shape_sample(Node *n) {
+    Tensor *x = n->inputs[0], *seed = n->inputs[1];
+    require(n, 0, x->dtype == KILN_DTYPE_F32, "f32");
+    require(n, 1, is_index(seed->dtype), "an i32 or i64 seed:");
+    if (tensor_count(seed) != 1)
+        error_at(n->input_locs[1], "node '%s': the seed '%s' must hold one element, not %s",
+                 n->name, seed->name, shape_str(seed->rank, seed->shape));
+    if (x->rank < 1 || x->shape[x->rank - 1] < 1)
+        error_at(n->loc, "node '%s': sample needs logits [..., V] with V > 0", n->name);
+    if (attr_int(n, "top_k", 0) < 0)
+        error_at(attr_loc(n, "top_k"), "node '%s': top_k must not be negative", n->name);
+    double p = attr_float(n, "top_p", 1), t = attr_float(n, "temperature", 1);
+    if (!(p > 0 && p <= 1))
+        error_at(attr_loc(n, "top_p"), "node '%s': top_p must be in (0, 1]", n->name);
+    if (t < 0)
+        error_at(attr_loc(n, "temperature"), "node '%s': temperature must not be negative",
+                 n->name);
+    set_output(n, KILN_DTYPE_I64, x->rank - 1, x->shape);
+}
+
+/* selective_scan(u, delta, A, B, C, [D, [z]]): u, delta, z [batch, L, dim];
+ * A [dim, N]; B, C [batch, L, N]; D [dim]; N at most 256. */
+void shape_selective_scan(Node *n) {
+    require_f32(n);
+    Tensor *u = n->inputs[0];
+    if (u->rank != 3)
+        error_at(n->input_locs[0], "node '%s': u must be [batch, L, dim], not %s", n->name,
+                 shape_str(u->rank, u->shape));
+    int64_t bt = u->shape[0], L = u->shape[1], dim = u->shape[2];
+    int64_t N = n->inputs[2]->rank == 2 ? n->inputs[2]->shape[1] : -1;
+    int64_t want[7][3] = {{bt, L, dim}, {bt, L, dim}, {dim, N, 0}, {bt, L, N},
+                          {bt, L, N},   {dim, 0, 0},  {bt, L, dim}};
+    int ranks[7] = {3, 3, 2, 3, 3, 1, 3};
+    static const char *const names[7] = {"u", "delta", "A", "B", "C", "D", "z"};
+    for (int i = 0; i < n->ninputs; i++) {
+        Tensor *t = n->inputs[i];
+        if (t->rank != ranks[i] || memcmp(t->shape, want[i], sizeof(int64_t) * (size_t)ranks[i]))
+            error_at(n->input_locs[i], "node '%s': %s '%s' is %s; it must be %s", n->name,
+                     names[i], t->name, shape_str(t->rank, t->shape),
+                     shape_str(ranks[i], want[i]));
+    }
+    if (N < 1 || N > 256)
+        error_at(n->input_locs[2], "node '%s': the state size %lld must be from 1 to 256",
+                 n->name, (long long)N);
+    set_output(n, u->dtype, 3, u->shape);
+}
+
+/* layer_norm_grad(dy, x, [gamma]) -> dx, [dgamma, [dbeta]]; rms_norm_grad
+ * has no dbeta. */
+void shape_norm_grad(Node *n) {
+    Tensor *x = n->inputs[1];
+    require_f32(n);
+    bool rms = n->op == OP_RMS_NORM_GRAD;
+    int most = rms ? 2 : 3;
+    if (n->noutputs > most)
+        error_at(n->loc, "node '%s': %s has at most %d outputs (dx, dgamma%s)", n->name,
+                 op_info[n->op].name, most, rms ? "" : ", dbeta");
+    if (x->rank < 1)
+        error_at(n->input_locs[1], "node '%s': x must have rank 1 or more", n->name);
+    same_shape(n, 0, x, "the gradient");
+    int axis = norm_axis(n, "axis", attr_int(n, "axis", -1), x->rank);
+    positive_float(n, "eps", 1e-5);
+    int prank = x->rank - axis;
+    const int64_t *pshape = x->shape + axis;
+    if (n->ninputs > 2) {
+        Tensor *g = n->inputs[2];
+        if (tensor_count(g) != shape_count(prank, pshape))
+            error_at(n->input_locs[2], "node '%s': gamma '%s' is %s; it must have the shape "
+                     "%s of the normalized axes", n->name, g->name,
+                     shape_str(g->rank, g->shape), shape_str(prank, pshape));
+        prank = g->rank;
+        pshape = g->shape;
+    }
+    set_output_i(n, 0, x, x->rank, x->shape);
+    for (int i = 1; i < n->noutputs; i++)
+        set_output_i(n, i, x, prank, pshape);
+}

@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""export.py: real exporter output for kiln's tests, and checks of full-size models.
+
+Runs where PyTorch, torchvision, onnx and onnxruntime are (the GPU machine;
+not CI). Two commands:
+
+  export.py corpus [--out tests/models]
+      Writes the small models the repository carries: each one a directory
+      NAME/ with model.onnx as torch.onnx.export wrote it, input_N.npy (seeded
+      random inputs), ort_N.npy and torch_N.npy (onnxruntime's and torch's
+      outputs, f32 on the CPU) and meta.json (exporter, opset, versions, date,
+      the largest difference between the two references). tests/test_corpus.py
+      compiles every such directory with kiln, runs it on Vulkan and compares
+      each output element with onnxruntime's.
+
+  export.py check MODEL... [--kiln build] [--out DIR]
+      Exports torchvision's full-size MODELs (densenet121, resnet50, ...;
+      random weights, eval mode, batch 1, 224 x 224), compiles each with
+      kiln from --kiln (a build directory holding kiln, libkilnrt.a and
+      run_model_test.o), builds and runs it on the first Vulkan device, and
+      prints the largest difference from onnxruntime and torch. Exit 1 when
+      a model does not compile or is off by more than atol 1e-4 + rtol 1e-3.
+
+Each model is exported twice: by the TorchScript-based exporter
+(dynamo=False) at opset 17 and by the dynamo exporter at opset 18.
+"""
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import torch
+import torchvision
+
+ROOT = Path(__file__).resolve().parents[2]
+EXPORTS = [("legacy17", dict(dynamo=False, opset_version=17)),
+           ("dynamo18", dict(dynamo=True, opset_version=18, external_data=False))]
+
+
+def randomize_norms(m, seed):
+    """BatchNorm statistics and affine weights away from their defaults (1, 0),
+    so that a wrong channel in a folded norm shows."""
+    g = torch.Generator().manual_seed(seed)
+    for mod in m.modules():
+        if isinstance(mod, torch.nn.BatchNorm2d):
+            c = mod.num_features
+            mod.running_mean.copy_(torch.rand(c, generator=g) * 0.4 - 0.2)
+            mod.running_var.copy_(torch.rand(c, generator=g) * 1.5 + 0.5)
+            mod.weight.data.copy_(torch.rand(c, generator=g) + 0.5)
+            mod.bias.data.copy_(torch.rand(c, generator=g) * 0.4 - 0.2)
+    return m
+
+
+def tiny_models():
+    """(name, module, input shapes): torchvision's own classes in small
+    configurations. DenseNet's second block has 12 layers, so its
+    concatenations take up to 13 inputs."""
+    torch.manual_seed(0)
+    dense = torchvision.models.DenseNet(growth_rate=4, block_config=(3, 12, 4),
+                                        num_init_features=8, bn_size=2, num_classes=10)
+    return [("densenet_tiny", randomize_norms(dense, 1).eval(), [(1, 3, 32, 32)])]
+
+
+def full_model(name):
+    torch.manual_seed(0)
+    m = getattr(torchvision.models, name)(weights=None)
+    return randomize_norms(m, 1).eval(), [(1, 3, 224, 224)]
+
+
+def export(module, shapes, path, how, seed=0):
+    """Exports module to path; returns (inputs, ort outputs, torch outputs)."""
+    rng = np.random.default_rng(seed)
+    inputs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    args = tuple(torch.from_numpy(x) for x in inputs)
+    torch.onnx.export(module, args, str(path), input_names=[f"x{i}" for i in range(len(args))],
+                      **dict(EXPORTS)[how])
+    onnx.checker.check_model(str(path))
+    with torch.no_grad():
+        out = module(*args)
+    outs_torch = [o.numpy() for o in (out if isinstance(out, (tuple, list)) else [out])]
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    feeds = {i.name: x for i, x in zip(sess.get_inputs(), inputs)}
+    outs_ort = [np.asarray(o, np.float32) for o in sess.run(None, feeds)]
+    return inputs, outs_ort, outs_torch
+
+
+def corpus(out):
+    for name, module, shapes in tiny_models():
+        for how, kw in EXPORTS:
+            d = Path(out) / f"{name}_{how}"
+            d.mkdir(parents=True, exist_ok=True)
+            inputs, ort_outs, torch_outs = export(module, shapes, d / "model.onnx", how)
+            for i, x in enumerate(inputs):
+                np.save(d / f"input_{i}.npy", x)
+            for i, (a, b) in enumerate(zip(ort_outs, torch_outs)):
+                np.save(d / f"ort_{i}.npy", a)
+                np.save(d / f"torch_{i}.npy", b)
+            meta = {"model": f"torchvision.models.{type(module).__name__} (tiny config)",
+                    "exporter": "dynamo" if kw["dynamo"] else "torchscript",
+                    "opset": kw["opset_version"], "torch": torch.__version__,
+                    "torchvision": torchvision.__version__, "onnx": onnx.__version__,
+                    "onnxruntime": ort.__version__,
+                    "date": datetime.date.today().isoformat(),
+                    "ort_vs_torch_max_abs": max(float(np.abs(a - b).max())
+                                                for a, b in zip(ort_outs, torch_outs))}
+            (d / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+            print(f"{d}: {(d / 'model.onnx').stat().st_size} bytes, {meta}")
+
+
+def sh(cmd, cwd=None):
+    r = subprocess.run([str(c) for c in cmd], cwd=cwd, capture_output=True, text=True)
+    return r.returncode, r.stdout + r.stderr
+
+
+def run_kiln(build, model, inputs, outs_like, wd):
+    """Compiles model with kiln, builds and runs it; returns (outputs, note)."""
+    t0 = time.monotonic()
+    rc, log = sh([build / "kiln", "compile", model, "--name", "model", "-o", wd / "model.c"])
+    if rc:
+        return None, f"kiln compile failed:\n{log[-3000:]}"
+    compile_s = time.monotonic() - t0
+    rc, log2 = sh([os.environ.get("CC", "cc"), "-O2", "-std=c99", "-I", ROOT / "runtime",
+                   "-o", wd / "model", wd / "model.c", build / "run_model_test.o",
+                   "-L", build, "-lkilnrt", os.environ.get("KILN_VULKAN_LIB", "-lvulkan"), "-lm"])
+    if rc:
+        return None, f"building the generated C failed:\n{log2[-3000:]}"
+    args = [wd / "model", "-q"]
+    for i, x in enumerate(inputs):
+        x.tofile(wd / f"in{i}.bin")
+        args += ["-i", wd / f"in{i}.bin"]
+    for i in range(len(outs_like)):
+        args += ["-o", wd / f"out{i}.bin"]
+    rc, log3 = sh(args, cwd=wd)
+    if rc:
+        return None, f"the model failed ({rc}):\n{log3[-3000:]}"
+    outs = [np.fromfile(wd / f"out{i}.bin", np.float32).reshape(o.shape)
+            for i, o in enumerate(outs_like)]
+    return outs, f"{log.strip().splitlines()[-1]}; compile {compile_s:.1f} s"
+
+
+def check(models, build, out):
+    failed = 0
+    for name in models:
+        module, shapes = full_model(name)
+        for how, _ in EXPORTS:
+            wd = Path(out) / f"{name}_{how}"
+            wd.mkdir(parents=True, exist_ok=True)
+            try:
+                inputs, ort_outs, torch_outs = export(module, shapes, wd / "model.onnx", how)
+            except Exception as e:  # an exporter failure is the exporter's, reported
+                print(f"{name} {how}: export failed: {type(e).__name__}: {str(e)[:500]}")
+                failed += 1
+                continue
+            got, note = run_kiln(Path(build), wd / "model.onnx", inputs, ort_outs, wd)
+            if got is None:
+                print(f"{name} {how}: FAIL {note}")
+                failed += 1
+                continue
+            worst = []
+            ok = True
+            for g, a, b in zip(got, ort_outs, torch_outs):
+                bad = np.abs(g - a) > 1e-4 + 1e-3 * np.abs(a)
+                ok &= not bad.any()
+                worst.append(f"max |kiln - ort| {np.abs(g - a).max():.3g}, "
+                             f"|kiln - torch| {np.abs(g - b).max():.3g}, "
+                             f"|ort - torch| {np.abs(a - b).max():.3g}, "
+                             f"{int(bad.sum())} of {bad.size} off")
+            failed += not ok
+            print(f"{name} {how}: {'ok' if ok else 'FAIL'} {'; '.join(worst)} ({note})")
+    return 1 if failed else 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("corpus")
+    c.add_argument("--out", default=str(ROOT / "tests" / "models"))
+    k = sub.add_parser("check")
+    k.add_argument("models", nargs="+")
+    k.add_argument("--kiln", default=str(ROOT / "build"))
+    k.add_argument("--out", default=tempfile.mkdtemp(prefix="kiln-check-"))
+    a = ap.parse_args()
+    print(f"torch {torch.__version__}, torchvision {torchvision.__version__}, "
+          f"onnx {onnx.__version__}, onnxruntime {ort.__version__}", flush=True)
+    if a.cmd == "corpus":
+        corpus(a.out)
+        return 0
+    return check(a.models, a.kiln, a.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""test_golden.py: the generated C of the samples, byte for byte; and the
+compiler's files depend one way.
+
+Each sample (samples/*.yaml, samples/decode/decoder.yaml) and one exported
+ONNX model (tests/models/densenet_tiny_legacy17) is compiled as a user would
+(from the top of the tree, no test flags), and the SHA-256 of the generated
+.c and .h (their `command:` line left out: it names the output path) must
+be the one in tests/golden.sha256. The schedule, the arena offsets, the
+SPIR-V and the weights all live in those files: a change that is meant to
+leave them alone (a refactoring of the compiler) is held to that, and a
+change that alters them on purpose updates the list in the same commit:
+
+  tests/test_golden.py --update        (after make; uses build/kiln)
+"""
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import BUILD, KILN, ROOT, check, registry  # noqa: E402
+
+TESTS, case = registry()
+LIST = ROOT / "tests" / "golden.sha256"
+MODELS = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "samples").glob("*.yaml")) + [
+    "samples/decode/decoder.yaml", "tests/models/densenet_tiny_legacy17/model.onnx"]
+
+
+def digests(outdir):
+    """{file name: sha256} of every model's generated .c and .h."""
+    out = {}
+    for model in MODELS:
+        name = Path(model).parent.name if model.endswith(".onnx") else Path(model).stem
+        c = Path(outdir) / f"{name}.c"
+        r = subprocess.run([str(KILN), "compile", model, "--name", name, "-o", str(c)],
+                           cwd=ROOT, capture_output=True, text=True,
+                           env=dict(os.environ, ASAN_OPTIONS="detect_leaks=0"))
+        check(r.returncode == 0, f"{model}: {r.stderr}")
+        for f in (c, c.with_suffix(".h")):
+            text = "".join(ln for ln in f.read_text().splitlines(keepends=True)
+                           if not ln.startswith(" * command: "))
+            out[f.name] = hashlib.sha256(text.encode()).hexdigest()
+    return out
+
+
+def stored():
+    return dict(reversed(ln.split()) for ln in LIST.read_text().splitlines() if ln.strip())
+
+
+@case("golden: the samples' generated C is byte for byte the recorded one")
+def _(workdir):
+    got, want = digests(workdir), stored()
+    changed = sorted(n for n in set(got) | set(want) if got.get(n) != want.get(n))
+    check(not changed, f"generated C differs for {changed}: if the change is meant to "
+          f"alter it, run tests/test_golden.py --update (with {BUILD}/kiln) and commit "
+          f"tests/golden.sha256 with it")
+
+
+@case("structure: no two compiler files call each other")
+def _(workdir):
+    """From the objects' symbols (nm): file A uses what B defines and B what A
+    defines is a cycle; the passes and the families within them depend one
+    way (driver, family, shared builders)."""
+    defs, uses = {}, {}
+    for o in sorted((BUILD / "compiler").glob("*.o")):
+        r = subprocess.run(["nm", str(o)], capture_output=True, text=True)
+        check(r.returncode == 0, f"nm {o}: {r.stderr}")
+        rows = [ln.split() for ln in r.stdout.splitlines()]
+        defs[o.stem] = {f[2] for f in rows if len(f) == 3 and f[1] in "TDRB"}
+        uses[o.stem] = {f[1] for f in rows if len(f) == 2 and f[0] == "U"}
+    check(len(defs) > 20, f"only {len(defs)} compiler objects in {BUILD / 'compiler'}")
+    owner = {sym: f for f, syms in defs.items() for sym in syms}
+    calls = {f: {owner[s] for s in u if s in owner and owner[s] != f} for f, u in uses.items()}
+    pairs = sorted({tuple(sorted((a, b))) for a in calls for b in calls[a] if a in calls[b]})
+    check(not pairs, "files that call each other: " + ", ".join(
+        f"{a}.c and {b}.c ({sorted(uses[a] & defs[b])[:3]} / {sorted(uses[b] & defs[a])[:3]})"
+        for a, b in pairs))
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--update"]:
+        sys.exit(__doc__)
+    with tempfile.TemporaryDirectory() as d:
+        LIST.write_text("".join(f"{h}  {n}\n" for n, h in sorted(digests(d).items())))
+    print(f"wrote {LIST}")
