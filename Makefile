@@ -103,7 +103,7 @@ $(B)/compiler/main.o: compiler/main.c $(B)/libkilnrt.a
 	  -DKILN_RUNTIME_BYTES=$$(size -t $(B)/libkilnrt.a | tail -1 | awk '{print $$1 + $$2}') \
 	  -c -o $@ $<
 
-$(B)/compiler/%.o: compiler/%.c compiler/kiln.h compiler/lower.h compiler/shape.h compiler/ops.def runtime/kiln_rt.h | deps
+$(B)/compiler/%.o: compiler/%.c compiler/kiln.h compiler/lower.h compiler/shape.h compiler/ops.def runtime/kiln_rt.h runtime/kiln_rt_tables.h | deps
 	@mkdir -p $(B)/compiler
 	$(CC) $(CFLAGS) $(WARN) -std=c11 -I$(B)/compiler -c -o $@ $<
 
@@ -112,7 +112,7 @@ $(B)/kiln: $(COMPILER_OBJ)
 
 # ---- the runtime ----
 
-$(B)/runtime/%.o: runtime/%.c runtime/kiln_rt.h runtime/internal.h | deps
+$(B)/runtime/%.o: runtime/%.c runtime/kiln_rt.h runtime/kiln_rt_tables.h runtime/internal.h | deps
 	@mkdir -p $(B)/runtime
 	$(CC) $(CFLAGS) $(WARN) -std=c99 -fPIC -c -o $@ $<
 
@@ -122,7 +122,9 @@ $(B)/libkilnrt.a: $(RUNTIME_OBJ)
 
 # The shared runtime: the same position-independent objects. In its own
 # directory, so that -L$(B) -lkilnrt (the tests, the samples) stays static.
-RT_SONAME = libkilnrt.so.0
+# The soname changes when the library's binary interface does (1: 0.2.0,
+# where the options structs gained their size field).
+RT_SONAME = libkilnrt.so.1
 $(B)/shared/libkilnrt.so: $(RUNTIME_OBJ)
 	@mkdir -p $(B)/shared
 	$(CC) $(CFLAGS) -shared -Wl,-soname,$(RT_SONAME) -o $@ $^ -lvulkan -lm
@@ -165,7 +167,7 @@ decode: deps $(B)/decode
 
 # The model runner the tests link every generated test model with
 # (compiled with --name model).
-$(B)/run_model_test.o: samples/run_model.c runtime/kiln_rt.h
+$(B)/run_model_test.o: samples/run_model.c runtime/kiln_rt.h runtime/kiln_rt_tables.h
 	$(CC) $(CFLAGS) $(WARN) -std=c99 -Iruntime -DKILN_MODEL=model \
 	  -DKILN_DECLARE_MODEL -c -o $@ $<
 
@@ -197,7 +199,7 @@ install: deps $(B)/kiln $(B)/libkilnrt.a $(B)/shared/libkilnrt.so
 	install -m 644 $(B)/libkilnrt.a $(LIBDIR)/libkilnrt.a
 	install -m 755 $(B)/shared/libkilnrt.so $(LIBDIR)/$(RT_SONAME)
 	ln -sf $(RT_SONAME) $(LIBDIR)/libkilnrt.so
-	install -m 644 runtime/kiln_rt.h runtime/kiln_rt_vulkan.h $(INCDIR)/
+	install -m 644 runtime/kiln_rt.h runtime/kiln_rt_tables.h runtime/kiln_rt_vulkan.h $(INCDIR)/
 	install -m 644 compiler/kiln.1 $(MANDIR)/kiln.1
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(shell sed -n 's/^#define KILN_RT_VERSION "\(.*\)"/\1/p' runtime/kiln_rt.h)|' \
 	  runtime/kilnrt.pc.in > $(LIBDIR)/pkgconfig/kilnrt.pc
@@ -205,7 +207,7 @@ install: deps $(B)/kiln $(B)/libkilnrt.a $(B)/shared/libkilnrt.so
 
 uninstall:
 	rm -f $(BINDIR)/kiln $(LIBDIR)/libkilnrt.a $(LIBDIR)/$(RT_SONAME) $(LIBDIR)/libkilnrt.so \
-	  $(INCDIR)/kiln_rt.h $(INCDIR)/kiln_rt_vulkan.h $(MANDIR)/kiln.1 $(LIBDIR)/pkgconfig/kilnrt.pc
+	  $(INCDIR)/kiln_rt.h $(INCDIR)/kiln_rt_tables.h $(INCDIR)/kiln_rt_vulkan.h $(MANDIR)/kiln.1 $(LIBDIR)/pkgconfig/kilnrt.pc
 
 # ---- fuzzing ----
 # make fuzz [FUZZ_SECONDS=60] [FUZZ_TARGETS="yaml onnx ..."]: builds the

@@ -529,6 +529,9 @@ kiln_status kiln_device_create(const kiln_device_options *options,
     if (!out_device)
         return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "out_device is NULL");
     *out_device = NULL;
+    if (options)
+        KILN_RETURN_IF_ERROR(kiln__check_options_size(
+            "kiln_device_options", options->size, KILN__DEVICE_OPTIONS_0_2));
 
     int32_t index = options ? options->index : -1;
     const char *name = options ? options->name_contains : NULL;

@@ -12,6 +12,8 @@
 
 #include <vulkan/vulkan.h>
 
+#include <stddef.h>
+
 /* ---- status.c ---------------------------------------------------------- */
 
 /* Records "file:line: message" as this thread's last error, returns status. */
@@ -52,6 +54,18 @@ const char *kiln__vk_result_name(VkResult result);
         if (kiln_st_ != KILN_OK)                                             \
             return kiln_st_;                                                 \
     } while (0)
+
+/* The bytes of an options struct's fields as of 0.2.0 (the first version
+ * with a size field): they end with its last field of then. A field added
+ * later is read only when the caller's size covers it (offsetof + sizeof
+ * <= size); size 0 means the fields of 0.2.0. */
+#define KILN__DEVICE_OPTIONS_0_2 \
+    (offsetof(kiln_device_options, allocator) + sizeof(const kiln_allocator *))
+#define KILN__MODEL_OPTIONS_0_2 \
+    (offsetof(kiln_model_options, weights_path) + sizeof(const char *))
+/* KILN_OK, or an error naming the struct when size is nonzero and smaller
+ * than its fields of 0.2.0. */
+kiln_status kiln__check_options_size(const char *type, uint32_t size, size_t size_0_2);
 
 /* ---- alloc.c ----------------------------------------------------------- */
 
@@ -155,5 +169,98 @@ kiln_status kiln__buffer_create(kiln_device *dev, VkDeviceSize size,
                                 VkBufferUsageFlags usage,
                                 kiln__memory_kind kind, kiln__buffer *out);
 void kiln__buffer_destroy(kiln_device *dev, kiln__buffer *buf);
+
+/* ---- model.c and model_*.c: a model's objects and runs ---------------- */
+
+/* Push constants: one 64-bit device address per binding. */
+#define KILN__PUSH_BYTES (KILN_MAX_BINDINGS * 8u)
+/* A dynamic dispatch's indirect command in the arena and in staging. */
+#define KILN__INDIRECT_BYTES ((uint64_t)sizeof(VkDispatchIndirectCommand))
+/* The dynamic dims' values as the kernels read them: KILN_MAX_DIMS int32. */
+#define KILN__DIMS_BYTES (4u * KILN_MAX_DIMS)
+
+struct kiln_model {
+    kiln_device *device;
+    const kiln_allocator *host; /* the device's allocator (it outlives m) */
+    int owns_device;
+    const kiln_model_desc *desc;
+    kiln__buffer arena, weights, io;
+    VkPipelineLayout layout;
+    VkPipelineCache cache;
+    VkPipeline *pipelines; /* desc->kernel_count */
+    VkCommandPool pool;
+    VkCommandBuffer cmd;
+    VkFence fence;
+    VkQueryPool timestamps; /* dispatch_count + 1 queries, when profiling */
+    /* Not KILN_OK once a run failed after its submit (the device was lost,
+     * or the fence's state is unknown): every later run returns it. */
+    kiln_status broken;
+    int ran;  /* a run has completed (profiles and debug reads need one) */
+    int64_t dims[KILN_MAX_DIMS]; /* the dynamic dimensions of the next run */
+    const char *weights_path; /* the sidecar file, when desc->weights is NULL */
+    /* desc->sync_check: a descriptor set per dispatch (VK_NULL_HANDLE for
+     * dispatches this device skips), and a buffer behind the bindings that
+     * touch no bytes (each gets its own slice). */
+    VkDescriptorSetLayout set_layout;
+    VkDescriptorPool descriptor_pool;
+    VkDescriptorSet *sets;
+    kiln__buffer sink;
+    /* Direct I/O (choose_direct_io): the inputs and outputs the dispatches
+     * reach in the staging buffer itself, so that a run copies none of them
+     * on the device. Arena bytes [begin, end) are staging bytes from io on. */
+    struct direct_range {
+        uint64_t begin, end, io;
+    } *direct;
+    uint32_t direct_count;
+    /* A guarded model with direct I/O: the bytes of staging no input,
+     * output, guard band copy, dims or indirect commands own (the bands the
+     * compiler left around each input and output), filled with
+     * KILN_GUARD_PATTERN before each run and checked after; after names the
+     * input or output just before each ("" for the start of staging). */
+    struct staging_gap {
+        uint64_t begin, end;
+        const char *after;
+    } *gaps;
+    uint32_t gap_count;
+};
+
+/* model_dims.c */
+int64_t kiln__eval_extent(const kiln_extent *e, const int64_t *dims);
+/* The dynamic-dimension and state tables: counts, ranges and offsets that fit. */
+kiln_status kiln__check_dims(const kiln_model_desc *d);
+/* The dims and every dynamic dispatch's workgroup counts into staging. */
+void kiln__write_dims(kiln_model *m);
+
+/* model_weights.c */
+kiln_status kiln__read_weights_file(const char *path, const kiln_model_desc *d, void *dst);
+
+/* model_transfer.c */
+kiln_status kiln__begin_commands(kiln_model *m, VkCommandBufferUsageFlags flags,
+                                 VkCommandBuffer *out);
+kiln_status kiln__submit_once(kiln_model *m, VkCommandBuffer cmd);
+kiln_status kiln__upload(kiln_model *m, VkBuffer dst, uint64_t offset, uint64_t bytes,
+                         const void *src);
+
+/* model_io.c */
+const kiln__buffer *kiln__buffer_of(const kiln_model *m, uint32_t which);
+const kiln__buffer *kiln__locate(const kiln_model *m, uint32_t which, uint64_t begin,
+                                 uint64_t end, int64_t *shift);
+const kiln_tensor_info *kiln__io_tensor(const kiln_model_desc *d, uint32_t i);
+int kiln__is_direct(const kiln_model *m, const kiln_tensor_info *t);
+kiln_status kiln__choose_direct_io(kiln_model *m, int staged);
+
+/* model_check.c */
+kiln_status kiln__find_staging_gaps(kiln_model *m);
+kiln_status kiln__create_sync_sets(kiln_model *m);
+kiln_status kiln__check_guards(const kiln_model *m);
+void kiln__fill_staging_gaps(kiln_model *m);
+
+/* model_record.c */
+/* Whether this device records dispatch x (kiln_dispatch.needs, .unless). */
+int kiln__dispatch_active(const kiln_device *dev, const kiln_dispatch *x);
+void kiln__memory_barrier(VkCommandBuffer cmd, VkPipelineStageFlags src_stage,
+                          VkAccessFlags src, VkPipelineStageFlags dst_stage,
+                          VkAccessFlags dst);
+kiln_status kiln__record(kiln_model *m);
 
 #endif /* KILN_INTERNAL_H */

@@ -37,6 +37,20 @@ const char *kiln_status_string(kiln_status status) {
 
 const char *kiln_last_error(void) { return last_error; }
 
+const char *kiln_rt_version(uint32_t *number) {
+    if (number)
+        *number = KILN_RT_VERSION_NUMBER;
+    return KILN_RT_VERSION;
+}
+
+kiln_status kiln__check_options_size(const char *type, uint32_t size, size_t size_0_2) {
+    if (size != 0 && size < size_0_2)
+        return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT,
+                         "%s.size is %u: set it to sizeof(%s) (%u bytes or more), "
+                         "or 0", type, size, type, (unsigned)size_0_2);
+    return KILN_OK;
+}
+
 kiln_status kiln__fail(kiln_status status, const char *file, int line,
                        const char *fmt, ...) {
     int n = snprintf(last_error, sizeof last_error, "%s:%d: ", file, line);

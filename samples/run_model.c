@@ -376,7 +376,7 @@ int main(int argc, char **argv) {
     sum_us = calloc(d->dispatch_count + 1, sizeof *sum_us);
     if (!us || !sum_us)
         goto done;
-    kiln_model_options mo;
+    kiln_model_options mo = {sizeof mo, 0, NULL};
     mo.flags = profile ? KILN_MODEL_PROFILE : 0;
     mo.weights_path = weights;
     kiln_status s = kiln_device_create(NULL, &dev);

@@ -51,13 +51,13 @@ static int outputs_match(const kiln_model_desc *d) {
  * (KILN_OK when none) and checks the rules above. */
 static kiln_status cycle(const char *what, uint64_t n) {
     const kiln_model_desc *d = model_desc();
-    kiln_device_options opts = {-1, NULL, 0, NULL};
+    kiln_device_options opts = {sizeof opts, -1, NULL, 0, NULL};
     const char *v = getenv("KILN_VALIDATION");
     if (v && strcmp(v, "1") == 0)
         opts.flags |= KILN_DEVICE_VALIDATION;
     kiln_device *dev = NULL;
     kiln_model *m = NULL;
-    kiln_model_options mo = {KILN_MODEL_PROFILE, NULL};
+    kiln_model_options mo = {sizeof mo, KILN_MODEL_PROFILE, NULL};
     kiln_status first = kiln_device_create(&opts, &dev);
     if (first == KILN_OK)
         first = kiln_model_create_ex(dev, d, &mo, &m);

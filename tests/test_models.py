@@ -555,8 +555,8 @@ def test_install(workdir):
     r = run(["make", "-s", "-C", ROOT, "install", f"PREFIX={prefix}", f"B={BUILD}"],
             timeout=600)
     check(r.returncode == 0, r.stdout + r.stderr)
-    for f in ["bin/kiln", "lib/libkilnrt.a", "lib/libkilnrt.so.0", "lib/libkilnrt.so",
-              "include/kiln_rt.h", "include/kiln_rt_vulkan.h", "lib/pkgconfig/kilnrt.pc", "share/man/man1/kiln.1"]:
+    for f in ["bin/kiln", "lib/libkilnrt.a", "lib/libkilnrt.so.1", "lib/libkilnrt.so",
+              "include/kiln_rt.h", "include/kiln_rt_tables.h", "include/kiln_rt_vulkan.h", "lib/pkgconfig/kilnrt.pc", "share/man/man1/kiln.1"]:
         check((prefix / f).exists(), f"{f} was not installed")
     # man-db and pkg-config are among the test packages (make test-deps).
     r = run(["man", "-l", prefix / "share/man/man1/kiln.1"], env={"MANWIDTH": "80"})
@@ -574,7 +574,7 @@ def test_install(workdir):
              "CFLAGS=-O2"], timeout=600)
     check(r.returncode == 0, r.stdout + r.stderr)
     r = run(["ldd", embed / "firmware"])
-    check(str(prefix / "lib" / "libkilnrt.so.0") in r.stdout, f"not the installed library:\n{r.stdout}")
+    check(str(prefix / "lib" / "libkilnrt.so.1") in r.stdout, f"not the installed library:\n{r.stdout}")
     r = run([embed / "firmware"], env={"KILN_VALIDATION": VALIDATION})
     check(r.returncode == 0 and re.search(r"mlp: 1000 runs, latency p50 [\d.]+ us, p99 [\d.]+ us",
                                           r.stdout), r.stdout + r.stderr)

@@ -28,6 +28,10 @@ int main(void) {
                     "KILN_ERROR_DEVICE_LOST") == 0;
     named &= strcmp(kiln_status_string((kiln_status)999), "KILN_ERROR_UNKNOWN") == 0;
     EXPECT("runtime: kiln_status_string names every status", named);
+    uint32_t version = 0;
+    EXPECT("runtime: kiln_rt_version is the header's",
+           strcmp(kiln_rt_version(&version), KILN_RT_VERSION) == 0 &&
+               version == KILN_RT_VERSION_NUMBER && kiln_rt_version(NULL) != NULL);
     EXPECT("runtime: dtype sizes", kiln_dtype_size(KILN_DTYPE_F16) == 2 &&
                                        kiln_dtype_size(KILN_DTYPE_I64) == 8 &&
                                        kiln_dtype_size(KILN_DTYPE_BOOL) == 1);
@@ -43,9 +47,22 @@ int main(void) {
     kiln_model_destroy(NULL);
     kiln_device_destroy(NULL);
 
-    /* Device selection: by index, by name, and bad requests. */
-    kiln_device_options o = {99, NULL, 0, NULL};
+    /* Options with a size too small for their fields are refused by name;
+     * size 0 is every field of 0.2.0. */
+    kiln_device_options small = {4, 0, NULL, 0, NULL};
     kiln_device *dev = (kiln_device *)1;
+    EXPECT("runtime: device options with size 4 are INVALID_ARGUMENT",
+           kiln_device_create(&small, &dev) == KILN_ERROR_INVALID_ARGUMENT && dev == NULL &&
+               strstr(kiln_last_error(), "kiln_device_options.size is 4") != NULL);
+    kiln_model_options msmall = {8, 0, NULL};
+    kiln_model *none = (kiln_model *)1;
+    EXPECT("runtime: model options with size 8 are INVALID_ARGUMENT",
+           kiln_model_create_ex(NULL, model_desc(), &msmall, &none) ==
+                   KILN_ERROR_INVALID_ARGUMENT && none == NULL &&
+               strstr(kiln_last_error(), "kiln_model_options.size is 8") != NULL);
+
+    /* Device selection: by index, by name, and bad requests. */
+    kiln_device_options o = {0, 99, NULL, 0, NULL};
     EXPECT("runtime: a device index past the end is NO_DEVICE and sets out to NULL",
            kiln_device_create(&o, &dev) == KILN_ERROR_NO_DEVICE && dev == NULL &&
                strstr(kiln_last_error(), "device index 99") != NULL);

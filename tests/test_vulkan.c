@@ -361,7 +361,7 @@ int main(void) {
     EXPECT("NULL handles: INVALID_ARGUMENT",
            kiln_device_create_vulkan(NULL, NULL, &dev) == KILN_ERROR_INVALID_ARGUMENT);
     kiln_allocator half_given = {count_alloc, NULL, &c};
-    kiln_device_options opts = {-1, NULL, 0, &half_given};
+    kiln_device_options opts = {sizeof opts, -1, NULL, 0, &half_given};
     EXPECT("an allocator without free: INVALID_ARGUMENT",
            kiln_device_create(&opts, &dev) == KILN_ERROR_INVALID_ARGUMENT && dev == NULL &&
                kiln_device_create_vulkan(&h, &half_given, &dev) == KILN_ERROR_INVALID_ARGUMENT);

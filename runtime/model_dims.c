@@ -1,0 +1,144 @@
+/*
+ * model_dims.c: dynamic dimensions. A model compiled for the largest
+ * extents runs at any values within their ranges without re-recording:
+ * kiln__write_dims puts the values and each dynamic dispatch's workgroup
+ * counts into staging, the recorded copy takes them to the arena, kernels
+ * read the values there and vkCmdDispatchIndirect the counts.
+ */
+#include "internal.h"
+
+#include <string.h>
+
+int64_t kiln__eval_extent(const kiln_extent *e, const int64_t *dims) {
+    int64_t v = e->c0;
+    for (int i = 0; i < KILN_MAX_DIMS; i++)
+        v += e->c[i] * dims[i];
+    return v;
+}
+
+/* The dynamic-dimension tables: counts, ranges and offsets that fit. */
+kiln_status kiln__check_dims(const kiln_model_desc *d) {
+    if (d->dim_count > KILN_MAX_DIMS || (d->dim_count && !d->dims))
+        return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "model %s has a malformed dims table",
+                         d->name);
+    for (uint32_t i = 0; i < d->dim_count; i++)
+        if (d->dims[i].min < 0 || d->dims[i].max < d->dims[i].min ||
+            d->dims[i].max > 0x7fffffff)
+            return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "model %s: dim %u has the range "
+                             "%lld..%lld", d->name, i, (long long)d->dims[i].min,
+                             (long long)d->dims[i].max);
+    uint32_t dynamic = 0;
+    for (uint32_t i = 0; i < d->dispatch_count; i++) {
+        const kiln_dispatch *x = &d->dispatches[i];
+        if (x->dyn_axis > KILN_AXIS_FIXED || (x->dyn_axis != KILN_AXIS_FIXED && x->per_group == 0))
+            return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "dispatch %u (%s) is malformed",
+                             i, x->node ? x->node : "?");
+        dynamic += x->dyn_axis != KILN_AXIS_FIXED;
+    }
+    if ((d->state_count && !d->states) || (d->state_copy_count && !d->state_copies))
+        return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "model %s: malformed state tables",
+                         d->name);
+    for (uint32_t i = 0; i < d->state_count; i++)
+        if (d->states[i].offset + d->states[i].bytes > d->arena_bytes)
+            return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "model %s: state %u lies outside "
+                             "the arena", d->name, i);
+    for (uint32_t i = 0; i < d->state_copy_count; i++) {
+        const kiln_state_copy *c = &d->state_copies[i];
+        if (c->src + c->bytes > d->arena_bytes || c->dst + c->bytes > d->arena_bytes)
+            return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "model %s: state copy %u lies "
+                             "outside the arena", d->name, i);
+    }
+    if (dynamic != d->indirect_count ||
+        (d->dim_count && (d->dims_offset + KILN__DIMS_BYTES > d->arena_bytes ||
+                          d->dims_io_offset + KILN__DIMS_BYTES > d->io_bytes)) ||
+        (dynamic && (d->indirect_offset + KILN__INDIRECT_BYTES * dynamic > d->arena_bytes ||
+                     d->indirect_io_offset + KILN__INDIRECT_BYTES * dynamic > d->io_bytes)))
+        return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "model %s: malformed dynamic tables",
+                         d->name);
+    return KILN_OK;
+}
+
+/* Writes the dims and every dynamic dispatch's workgroup counts into
+ * staging, where the next submit's copies pick them up. */
+void kiln__write_dims(kiln_model *m) {
+    const kiln_model_desc *d = m->desc;
+    if (!d->dim_count)
+        return;
+    int32_t v[KILN_MAX_DIMS];
+    for (int i = 0; i < KILN_MAX_DIMS; i++)
+        v[i] = (int32_t)m->dims[i];
+    memcpy((char *)m->io.mapped + d->dims_io_offset, v, sizeof v);
+    uint32_t *cmd = (uint32_t *)(void *)((char *)m->io.mapped + d->indirect_io_offset);
+    for (uint32_t i = 0, k = 0; i < d->dispatch_count; i++) {
+        const kiln_dispatch *x = &d->dispatches[i];
+        if (x->dyn_axis == KILN_AXIS_FIXED)
+            continue;
+        uint32_t g[3] = {x->groups[0], x->groups[1], x->groups[2]};
+        int64_t w = kiln__eval_extent(&x->work, m->dims) * (int64_t)x->scale;
+        if (w < 0 || (uint64_t)w < x->work_min || (uint64_t)w > x->work_max) {
+            g[x->dyn_axis] = 0;
+        } else {
+            uint64_t need = ((uint64_t)w + x->per_group - 1) / x->per_group;
+            if (need < g[x->dyn_axis])
+                g[x->dyn_axis] = (uint32_t)need;
+        }
+        memcpy(cmd + 3 * k++, g, sizeof g);
+    }
+}
+
+kiln_status kiln_model_set_dims(kiln_model *m, const int64_t *values, uint32_t count) {
+    if (!m || (count && !values))
+        return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "model or values is NULL");
+    const kiln_model_desc *d = m->desc;
+    if (count != d->dim_count)
+        return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "model %s has %u dynamic dimensions, "
+                         "not %u", d->name, d->dim_count, count);
+    for (uint32_t i = 0; i < count; i++)
+        if (values[i] < d->dims[i].min || values[i] > d->dims[i].max)
+            return KILN_FAIL(KILN_ERROR_OUT_OF_RANGE, "model %s: %s = %lld is outside its "
+                             "range %lld..%lld", d->name, d->dims[i].name,
+                             (long long)values[i], (long long)d->dims[i].min,
+                             (long long)d->dims[i].max);
+    for (uint32_t i = 0; i < count; i++)
+        m->dims[i] = values[i];
+    kiln__write_dims(m);
+    return KILN_OK;
+}
+
+kiln_status kiln_model_set_dim(kiln_model *m, const char *name, int64_t value) {
+    if (!m || !name)
+        return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "model or name is NULL");
+    const kiln_model_desc *d = m->desc;
+    int64_t v[KILN_MAX_DIMS];
+    memcpy(v, m->dims, sizeof v);
+    for (uint32_t i = 0; i < d->dim_count; i++) {
+        if (strcmp(d->dims[i].name, name) == 0) {
+            v[i] = value;
+            return kiln_model_set_dims(m, v, d->dim_count);
+        }
+    }
+    return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "model %s has no dynamic dimension '%s'",
+                     d->name, name);
+}
+
+void kiln_model_tensor_shape(const kiln_model *m, const kiln_tensor_info *t,
+                             int64_t *shape) {
+    if (!t || !shape)
+        return;
+    for (uint32_t i = 0; i < t->rank && i < KILN_MAX_RANK; i++)
+        shape[i] = t->shape[i];
+    if (m && t->dyn_axis >= 0 && (uint32_t)t->dyn_axis < t->rank)
+        shape[t->dyn_axis] = kiln__eval_extent(&t->extent, m->dims);
+}
+
+uint64_t kiln_model_tensor_bytes(const kiln_model *m, const kiln_tensor_info *t) {
+    if (!t)
+        return 0;
+    if (!m || t->dyn_axis < 0 || (uint32_t)t->dyn_axis >= t->rank ||
+        t->shape[t->dyn_axis] <= 0)
+        return t->bytes;
+    int64_t e = kiln__eval_extent(&t->extent, m->dims);
+    if (e < 0 || e > t->shape[t->dyn_axis])
+        return t->bytes; /* cannot happen within the dims' ranges */
+    return t->bytes / (uint64_t)t->shape[t->dyn_axis] * (uint64_t)e;
+}

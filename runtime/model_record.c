@@ -1,0 +1,159 @@
+/*
+ * model_record.c: the one command buffer a run submits, recorded once at
+ * create:
+ *   copy the inputs that are not direct (and the dynamic dims and indirect
+ *   commands) staging -> arena; barrier (if anything was copied);
+ *   every dispatch (a barrier before it where the compiler put one);
+ *   barrier, state updates, copy the outputs that are not direct
+ *   arena -> staging (if any); barrier to host.
+ */
+#include "internal.h"
+
+#include <stdint.h>
+#include <string.h>
+
+/* Whether this device records dispatch x (kiln_dispatch.needs, .unless). */
+int kiln__dispatch_active(const kiln_device *dev, const kiln_dispatch *x) {
+    return (x->needs & ~dev->features) == 0 &&
+           (x->unless == 0 || (x->unless & ~dev->features) != 0);
+}
+
+void kiln__memory_barrier(VkCommandBuffer cmd, VkPipelineStageFlags src_stage,
+                           VkAccessFlags src, VkPipelineStageFlags dst_stage,
+                           VkAccessFlags dst) {
+    VkMemoryBarrier b;
+    memset(&b, 0, sizeof b);
+    b.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
+    b.srcAccessMask = src;
+    b.dstAccessMask = dst;
+    vkCmdPipelineBarrier(cmd, src_stage, dst_stage, 0, 1, &b, 0, NULL, 0, NULL);
+}
+
+/* Records a copy of `bytes` bytes (none when 0). */
+static void copy_bytes(VkCommandBuffer cmd, VkBuffer src, uint64_t from, VkBuffer dst,
+                       uint64_t to, uint64_t bytes) {
+    if (bytes == 0)
+        return;
+    VkBufferCopy c = {from, to, bytes};
+    vkCmdCopyBuffer(cmd, src, dst, 1, &c);
+}
+
+kiln_status kiln__record(kiln_model *m) {
+    const kiln_model_desc *d = m->desc;
+    KILN_RETURN_IF_ERROR(kiln__begin_commands(m, 0, &m->cmd));
+    VkCommandBuffer cmd = m->cmd;
+    if (m->timestamps)
+        vkCmdResetQueryPool(cmd, m->timestamps, 0, d->dispatch_count + 1);
+
+    VkBuffer io = m->io.buffer, arena = m->arena.buffer;
+    /* Transfers before the dispatches: copies of the inputs that are not
+     * direct, the dims and indirect commands, the guard bands. The barrier
+     * after them also orders the last run's state copies before this run's
+     * dispatches. Without any of those the queue submit alone makes the
+     * host's writes of direct inputs visible to the dispatches. */
+    uint32_t before = d->dim_count + d->indirect_count + d->guard_count +
+                      d->state_copy_count;
+    for (uint32_t i = 0; i < d->input_count; i++) {
+        const kiln_tensor_info *t = &d->inputs[i];
+        if (t->bytes && !kiln__is_direct(m, t)) {
+            copy_bytes(cmd, io, t->io_offset, arena, t->offset, t->bytes);
+            before++;
+        }
+    }
+    copy_bytes(cmd, io, d->dims_io_offset, arena, d->dims_offset,
+               d->dim_count ? KILN__DIMS_BYTES : 0);
+    copy_bytes(cmd, io, d->indirect_io_offset, arena, d->indirect_offset,
+               KILN__INDIRECT_BYTES * d->indirect_count);
+    for (uint32_t i = 0; i < d->guard_count; i++)
+        vkCmdFillBuffer(cmd, arena, d->guards[i].offset, d->guards[i].bytes,
+                        KILN_GUARD_PATTERN);
+    if (before)
+        kiln__memory_barrier(cmd, VK_PIPELINE_STAGE_HOST_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                       VK_ACCESS_HOST_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+                       VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT |
+                           VK_PIPELINE_STAGE_TRANSFER_BIT |
+                           VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT,
+                       VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                           VK_ACCESS_TRANSFER_READ_BIT |
+                           VK_ACCESS_INDIRECT_COMMAND_READ_BIT);
+
+    uint32_t bound = UINT32_MAX, indirect = 0;
+    if (m->timestamps)
+        vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, m->timestamps, 0);
+    uint32_t pending_barrier = 0; /* of dispatches this device skips */
+    for (uint32_t i = 0; i < d->dispatch_count; i++) {
+        const kiln_dispatch *x = &d->dispatches[i];
+        if (!kiln__dispatch_active(m->device, x)) {
+            pending_barrier |= x->barrier;
+            indirect += x->dyn_axis != KILN_AXIS_FIXED;
+            if (m->timestamps) /* its time is 0 */
+                vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                                    m->timestamps, i + 1);
+            continue;
+        }
+        if (x->barrier || pending_barrier)
+            kiln__memory_barrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                           VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_SHADER_READ_BIT,
+                           VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                           VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
+        pending_barrier = 0;
+        if (x->kernel != bound) {
+            vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE,
+                              m->pipelines[x->kernel]);
+            bound = x->kernel;
+        }
+        uint64_t push[KILN_MAX_BINDINGS];
+        memset(push, 0, sizeof push);
+        for (uint32_t b = 0; b < x->binding_count; b++) {
+            const kiln_binding *bd = &d->bindings[x->first_binding + b];
+            int64_t shift;
+            const kiln__buffer *buf = kiln__locate(m, bd->buffer, bd->begin, bd->end, &shift);
+            push[b] = buf->address + bd->offset + (uint64_t)shift;
+        }
+        vkCmdPushConstants(cmd, m->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0,
+                           KILN__PUSH_BYTES, push);
+        if (m->sets)
+            vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, m->layout, 0, 1,
+                                    &m->sets[i], 0, NULL);
+        if (x->dyn_axis != KILN_AXIS_FIXED)
+            vkCmdDispatchIndirect(cmd, arena,
+                                  d->indirect_offset + KILN__INDIRECT_BYTES * indirect++);
+        else
+            vkCmdDispatch(cmd, x->groups[0], x->groups[1], x->groups[2]);
+        if (m->timestamps)
+            vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, m->timestamps,
+                                i + 1);
+    }
+
+    /* Transfers after the dispatches: state updates into their states
+     * (never an output: the copies below read other bytes; the next run's
+     * first barrier orders them before its dispatches), the outputs that are
+     * not direct, the guard bands. */
+    uint32_t after = d->state_copy_count + d->guard_count;
+    for (uint32_t i = 0; i < d->output_count; i++)
+        after += !kiln__is_direct(m, &d->outputs[i]);
+    if (after)
+        kiln__memory_barrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT |
+                                VK_PIPELINE_STAGE_TRANSFER_BIT,
+                       VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+                       VK_PIPELINE_STAGE_TRANSFER_BIT,
+                       VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT);
+    for (uint32_t i = 0; i < d->state_copy_count; i++)
+        copy_bytes(cmd, arena, d->state_copies[i].src, arena, d->state_copies[i].dst,
+                   d->state_copies[i].bytes);
+    for (uint32_t i = 0; i < d->output_count; i++) {
+        const kiln_tensor_info *t = &d->outputs[i];
+        if (!kiln__is_direct(m, t))
+            copy_bytes(cmd, kiln__buffer_of(m, t->buffer)->buffer, t->offset, io, t->io_offset,
+                       t->bytes);
+    }
+    for (uint32_t i = 0; i < d->guard_count; i++)
+        copy_bytes(cmd, arena, d->guards[i].offset, io, d->guards[i].io_offset,
+                   d->guards[i].bytes);
+    /* Direct outputs are the dispatches' writes, the others the copies'. */
+    kiln__memory_barrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                   VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+                   VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
+    KILN_VK_RETURN(vkEndCommandBuffer(cmd));
+    return KILN_OK;
+}
