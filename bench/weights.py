@@ -4,7 +4,7 @@
 Runs where bench/run.py runs (a GPU, kiln built, PyTorch with CUDA). For
 each shape and weight format it compiles y = x @ W with `--weights FMT`
 (weights in a sidecar file), checks kiln's result against PyTorch's x @ W'
-where W' is W quantized as the README describes (tests/test_quant.py's
+where W' is W quantized as docs/cli.md describes (tests/test_quant.py's
 reference), then times kiln (GPU timestamps) against torch f32 x @ W and
 torch f16 x @ W (CUDA events), medians of 50 runs. Writes
 bench/WEIGHTS.md and bench/weights.json.

@@ -469,6 +469,6 @@ void infer_dynamic(Graph *g, Node *n) {
         return;
     }
     unsupported(n, "this op does not take a dynamic extent yet (its input '%s' is "
-                "dynamic); ops that do are listed in the README",
+                "dynamic); ops that do are listed in docs/yaml.md",
                 n->inputs[0]->dynamic ? n->inputs[0]->name : "one");
 }

@@ -7,7 +7,7 @@
  *   text   one row per dispatch (node, op, kernel, workgroups, bytes read and
  *          written, the arena ranges it writes, the barrier before it and
  *          why), then a summary;
- *   json   the same, complete, in the schema "kiln-inspect/1" (README);
+ *   json   the same, complete, in the schema "kiln-inspect/1" (docs/cli.md);
  *   dot    dispatches as a graph: data dependencies as edges, barriers as
  *          dashed red edges, the dispatches of one node in one cluster;
  *   html   one self-contained page: the schedule table (coloured by GPU

@@ -9,7 +9,7 @@
  * matmul loads them. The f32 tensor is then read by no dispatch, so
  * plan_memory leaves it out of the weight buffer.
  *
- * Formats (README, "Weight formats", gives the error of each):
+ * Formats (docs/cli.md, "Weight formats", gives the error of each):
  *   f16        round to nearest even;
  *   int8       per block of QUANT_BLOCK consecutive k of one column n:
  *              s = max|w| / 127, q = rint(w / s) in [-127, 127];

@@ -1,7 +1,7 @@
 /*
  * app.c: the smallest program around a kiln model, for a model with one f32
- * input and one f32 output compiled with --name model (the README's "Using
- * kiln on your model" builds and runs it with samples/mlp.yaml):
+ * input and one f32 output compiled with --name model (the README's tour
+ * builds and runs it with samples/mlp.yaml):
  *
  *   build/kiln compile samples/mlp.yaml -o model.c --name model
  *   cc -std=c99 -Iruntime -I. -o app samples/app.c model.c -Lbuild -lkilnrt -lvulkan -lm

@@ -114,6 +114,7 @@ BINARY.update({
     "min": lambda a, b: np.minimum(f64(a), f64(b)),
     "pow": lambda a, b: np.power(f64(a), f64(b)),
     "mod": lambda a, b: _floor_mod(f64(a), f64(b)),
+    "prelu": lambda a, b: np.where(f64(a) >= 0, f64(a), f64(a) * f64(b)),
 })
 
 COMPARE = {
@@ -152,6 +153,18 @@ UNARY.update({
     "cos": lambda x: np.cos(f64(x)),
     "tan": lambda x: np.tan(f64(x)),
     "atan": lambda x: np.arctan(f64(x)),
+    "asin": lambda x: np.arcsin(f64(x)),
+    "acos": lambda x: np.arccos(f64(x)),
+    "sinh": lambda x: np.sinh(f64(x)),
+    "cosh": lambda x: np.cosh(f64(x)),
+    "asinh": lambda x: np.arcsinh(f64(x)),
+    "acosh": lambda x: np.arccosh(f64(x)),
+    "atanh": lambda x: np.arctanh(f64(x)),
+    "softsign": lambda x: f64(x) / (1 + np.abs(f64(x))),
+    # ONNX's definitions at their default attributes (alpha 1; bias 0, lambd 0.5)
+    "celu": lambda x: np.maximum(f64(x), 0) + np.minimum(0, np.expm1(f64(x))),
+    "thresholded_relu": lambda x: np.where(f64(x) > 1, f64(x), 0),
+    "shrink": lambda x: np.where(f64(x) < -0.5, f64(x), np.where(f64(x) > 0.5, f64(x), 0)),
 })
 
 

@@ -82,6 +82,14 @@ def run_one(name, fn, keep):
     return name, why, time.monotonic() - t0
 
 
+def all_tests():
+    """Every (name, function) of the Python tiers, in the order they run."""
+    return (test_ops.TESTS + test_quant.TESTS + test_dynamic.TESTS + test_experts.TESTS +
+            test_signal.TESTS + test_backward.TESTS + test_limits.TESTS + test_corpus.TESTS +
+            test_readme.TESTS + test_golden.TESTS + test_cli.TESTS + test_models.TESTS +
+            test_inspect.TESTS + test_onnx.TESTS)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -91,9 +99,7 @@ def main():
     ap.add_argument("--keep", action="store_true", help="keep temporary directories")
     args = ap.parse_args()
 
-    tests = (test_ops.TESTS + test_quant.TESTS + test_dynamic.TESTS + test_experts.TESTS + test_signal.TESTS + test_backward.TESTS + test_limits.TESTS + test_corpus.TESTS + test_readme.TESTS + test_golden.TESTS + test_cli.TESTS + test_models.TESTS + test_inspect.TESTS +
-             test_onnx.TESTS)
-    tests = [(n, f) for n, f in tests if args.k in n]
+    tests = [(n, f) for n, f in all_tests() if args.k in n]
     # One kernel cache for this run only, starting empty: the first compile
     # of each kernel goes through shaderc, later ones through the cache; the
     # user's own cache is neither read nor filled.

@@ -245,18 +245,18 @@ def test_usage(workdir):
 
 def test_usage_lists_every_option(workdir):
     """Every option the command line takes (each "--x" that main.c compares
-    an argument with) is in --help's usage lines and in the README's copy."""
+    an argument with) is in --help's usage lines and in docs/cli.md's copy."""
     src = (ROOT / "compiler" / "main.c").read_text()
     options = set(re.findall(r'strn?cmp\(arg, "(-[-a-z]+)"', src))
     check(len(options) > 15, f"found only {sorted(options)} in main.c")
     help_text = kiln("--help").stdout
     synopsis = help_text[:help_text.index("\n\n")]
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "cli.md").read_text()
     block = readme[readme.index("```\nkiln compile MODEL"):]
     block = block[:block.index("```", 4)]
     for o in sorted(options):
         check(o in synopsis, f"{o} missing from --help's usage lines:\n{synopsis}")
-        check(o in block, f"{o} missing from the README's usage block:\n{block}")
+        check(o in block, f"{o} missing from docs/cli.md's usage block:\n{block}")
         check(o in help_text[len(synopsis):] or o in ("-o", "-v"),
               f"{o} is not explained in --help")
 
@@ -358,7 +358,7 @@ def test_kernel_cache(workdir):
 
 
 TESTS.append(("cli usage, --help, --version, bad options", test_usage))
-TESTS.append(("cli usage lists every option (--help and the README)", test_usage_lists_every_option))
+TESTS.append(("cli usage lists every option (--help and docs/cli.md)", test_usage_lists_every_option))
 TESTS.append(("cli kernel cache: warm equals cold, damaged entries recompiled",
               test_kernel_cache))
 TESTS.append(("cli --name and default output names", test_name_and_output))

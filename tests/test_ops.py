@@ -69,7 +69,7 @@ BINARY_SHAPES = [
 ]
 BINARY_TOL = {"add": (1e-6, 1e-6), "sub": (1e-6, 1e-6), "mul": (1e-6, 1e-6),
               "div": (2e-6, 1e-6), "max": (0, 0), "min": (0, 0), "pow": (1e-5, 1e-6),
-              "mod": (1e-5, 1e-5)}
+              "mod": (1e-5, 1e-5), "prelu": (1e-6, 1e-7)}
 
 
 def binary_case(op, i, sa, sb):
@@ -125,9 +125,13 @@ UNARY_TOL = {"relu": (0, 0), "gelu": (1e-5, 1e-6), "silu": (1e-5, 1e-6),
              "abs": (0, 0), "sign": (0, 0), "floor": (0, 0), "ceil": (0, 0), "round": (0, 0),
              "erf": (1e-5, 2e-7), "gelu_tanh": (1e-5, 1e-6), "softplus": (1e-5, 1e-6),
              "sin": (1e-5, 2e-6), "cos": (1e-5, 2e-6), "tan": (1e-4, 1e-5),
-             "atan": (1e-5, 1e-6)}
+             "atan": (1e-5, 1e-6), "asin": (1e-5, 1e-6), "acos": (1e-5, 1e-6),
+             "sinh": (1e-5, 1e-6), "cosh": (1e-5, 1e-6), "asinh": (1e-5, 1e-6),
+             "acosh": (1e-5, 1e-6), "atanh": (1e-5, 1e-6), "softsign": (1e-6, 1e-7),
+             "celu": (1e-5, 1e-6), "thresholded_relu": (0, 0), "shrink": (0, 0)}
 # Ops whose domain is limited get inputs inside it.
 POSITIVE = {"log", "sqrt", "rsqrt"}
+UNIT = {"asin", "acos", "atanh"}  # (-1, 1)
 
 
 def unary_case(op, i, shape):
@@ -146,6 +150,12 @@ def unary_case(op, i, shape):
             x = x.astype(np.float32)
         if op == "tan":
             x = np.clip(x, -1.4, 1.4).astype(np.float32)
+        if op in UNIT:
+            x = (np.tanh(x / 2) * 0.999).astype(np.float32)
+        if op == "acosh":
+            x = (1 + np.abs(x)).astype(np.float32)
+        if op in ("sinh", "cosh"):  # inside f32's range
+            x = np.clip(x, -80, 80).astype(np.float32)
         want = ref.UNARY[op](x)
         y = model_yaml(op, {"x": spec(x)},
                        [{"name": "y", "op": op, "inputs": ["x"]}], ["y"])
@@ -158,6 +168,40 @@ for op in ref.UNARY:
     shapes = UNARY_SHAPES if op in ("relu", "gelu", "exp", "tanh") else UNARY_SHAPES[1:4]
     for i, shape in enumerate(shapes):
         case(f"op {op} {shape}")(unary_case(op, i, shape))
+
+
+
+@case("op isnan and isinf (both signs, each sign alone) on NaN, infinities and numbers")
+def _(workdir):
+    x = values(rng(77), [5, 41])
+    flat = x.reshape(-1)
+    flat[::7] = np.nan
+    flat[1::11] = np.inf
+    flat[2::13] = -np.inf
+    wants = [np.isnan(x), np.isinf(x), np.isposinf(x), np.isneginf(x)]
+    y = model_yaml("predicates", {"x": spec(x)},
+                   [{"name": "nan", "op": "isnan", "inputs": ["x"]},
+                    {"name": "inf", "op": "isinf", "inputs": ["x"]},
+                    {"name": "pos", "op": "isinf", "inputs": ["x"], "detect_negative": 0},
+                    {"name": "neg", "op": "isinf", "inputs": ["x"], "detect_positive": 0}],
+                   ["nan", "inf", "pos", "neg"])
+    got = run_model(workdir, y, [x], wants)
+    for g, w in zip(got, wants):
+        check(np.array_equal(g.astype(bool), w), f"got {g.astype(int)}\nwant {w.astype(int)}")
+
+
+@case("ops.def: every op has a test of its own (a test named 'op ... NAME ...')")
+def _(workdir):
+    from run_tests import all_tests  # the whole registry, every tier
+    names = [n for n, _ in all_tests()]
+    rows = re.findall(r'^OP\(\w+, "(\w+)"', (Path(__file__).resolve().parents[1] / "compiler" /
+                                              "ops.def").read_text(), re.M)
+    check(len(rows) > 100, f"read only {len(rows)} rows of ops.def")
+    lacking = [op for op in rows
+               if not any(n.startswith("op ") and re.search(r"[ ,]" + op + r"\b", n)
+                          for n in names)]
+    check(not lacking, f"ops with no test of their own: {' '.join(lacking)}")
+
 
 # ---- matmul ----
 

@@ -3,7 +3,7 @@
 For each format and several shapes (matvec and tiled kernels, K not a
 multiple of the block, a gemm with a transposed weight, one weight read by
 two matmuls, one also read by another op), the weight is quantized again
-here with numpy from the README's description of the format (not from
+here with numpy from docs/cli.md's description of the format (not from
 kiln's code), and kiln's output is compared twice:
 - with x @ dequantized(W) in float64, to f32 matmul accuracy: the kernel
   decodes exactly the bytes the description says;

@@ -1,13 +1,16 @@
-"""test_readme.py: every block of commands in the README runs as written.
+"""test_readme.py: every block of commands in the README and docs/ runs as written.
 
-The README's ```sh blocks are run in order, each as one `bash -e` script,
+The ```sh blocks of the README, then of each page in docs/ (DOC_PAGES'
+order: a page may use what the README's tour built), are run in order,
+each as one `bash -e` script,
 in a scratch copy of this tree (its `build` a copy of the build under
 test, HOME a scratch directory, `python3` the interpreter running the
 tests), as a user would run them from the top of the tree after `make`.
 The block with `make test` (the two commands) is tests/fresh_machine.sh's:
 it runs that block on a bare Debian root. The C block must be the core of
 samples/app.c, and the sample output of `make` must list what run_model
-prints.
+prints. The README stays short (under 300 lines) and links every page in
+docs/; every relative link in them names a file that exists.
 """
 import os
 import re
@@ -18,6 +21,11 @@ from pathlib import Path
 from harness import BUILD, EXTRA_CFLAGS, ROOT, Skip, check, registry, run
 
 TESTS, case = registry()
+
+DOCS = ROOT / "docs"
+# The order their blocks run in, after the README's.
+DOC_PAGES = ["embedding.md", "cli.md", "onnx.md", "yaml.md", "ops.md", "runtime.md",
+             "design.md", "tests.md", "performance.md", "unsupported.md"]
 
 
 def blocks(text, lang):
@@ -52,18 +60,36 @@ def _(workdir):
     env.update(HOME=str(wd / "home"),
                PATH=f"{Path(sys.executable).parent}:{env.get('PATH', '')}",
                KILN_VALIDATION=os.environ.get("KILN_TEST_VALIDATION", "1"))
-    readme = (ROOT / "README.md").read_text()
     ran = 0
-    for line, body in blocks(readme, "sh"):
-        if re.search(r"^make test\b", body, re.M):
-            continue  # the two commands: tests/fresh_machine.sh
-        script = wd / f"block{line}.sh"
-        script.write_text(body)
-        r = run(["bash", "-e", script], cwd=tree, env=env, timeout=600)
-        check(r.returncode == 0, f"README.md:{line}: the block failed ({r.returncode}):\n"
-              f"{body}\n--- output ---\n{r.stdout[-3000:]}{r.stderr[-3000:]}")
-        ran += 1
-    check(ran >= 5, f"only {ran} command blocks found")
+    for page in [ROOT / "README.md"] + [DOCS / p for p in DOC_PAGES]:
+        name = page.relative_to(ROOT)
+        for line, body in blocks(page.read_text(), "sh"):
+            if re.search(r"^make test\b", body, re.M):
+                continue  # the two commands: tests/fresh_machine.sh
+            script = wd / f"block{ran}.sh"
+            script.write_text(body)
+            r = run(["bash", "-e", script], cwd=tree, env=env, timeout=600)
+            check(r.returncode == 0, f"{name}:{line}: the block failed ({r.returncode}):\n"
+                  f"{body}\n--- output ---\n{r.stdout[-3000:]}{r.stderr[-3000:]}")
+            ran += 1
+    check(ran >= 6, f"only {ran} command blocks found")
+
+
+@case("readme: under 300 lines, linking every docs/ page; every relative link resolves")
+def _(workdir):
+    readme = (ROOT / "README.md").read_text()
+    check(readme.count("\n") < 300, f"the README has {readme.count(chr(10))} lines")
+    pages = sorted(p.name for p in DOCS.glob("*.md"))
+    check(sorted(DOC_PAGES) == pages, f"docs/ holds {pages}; DOC_PAGES lists {DOC_PAGES}")
+    for p in pages:
+        check(f"(docs/{p})" in readme, f"the README does not link docs/{p}")
+    for page in [ROOT / "README.md", ROOT / "compiler" / "ADDING_AN_OP.md"] + \
+            [DOCS / p for p in pages]:
+        if not page.exists():
+            continue
+        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text()):
+            check((page.parent / target).exists(),
+                  f"{page.relative_to(ROOT)} links {target}, which does not exist")
 
 
 @case("readme: its C example is samples/app.c's core; its make output is run_model's")
