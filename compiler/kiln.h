@@ -317,7 +317,7 @@ extern uint64_t weight_limit;
  * and range against t. */
 uint64_t safetensors_find(Tensor *t, const char *file, const uint8_t *head,
                           size_t have, uint64_t size);
-/* The deterministic generator behind `init:`; documented in the README. */
+/* The deterministic generator behind `init:`; documented in docs/yaml.md. */
 uint64_t splitmix64(uint64_t *state);
 
 /* ---- infer_shapes.c ------------------------------------------------------ */
