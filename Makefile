@@ -103,7 +103,7 @@ $(B)/compiler/main.o: compiler/main.c $(B)/libkilnrt.a
 	  -DKILN_RUNTIME_BYTES=$$(size -t $(B)/libkilnrt.a | tail -1 | awk '{print $$1 + $$2}') \
 	  -c -o $@ $<
 
-$(B)/compiler/%.o: compiler/%.c compiler/kiln.h compiler/lower.h compiler/shape.h compiler/ops.def runtime/kiln_rt.h runtime/kiln_rt_tables.h | deps
+$(B)/compiler/%.o: compiler/%.c compiler/kiln.h compiler/lower.h compiler/shape.h compiler/onnx.h compiler/ops.def compiler/onnx_versions.def runtime/kiln_rt.h runtime/kiln_rt_tables.h | deps
 	@mkdir -p $(B)/compiler
 	$(CC) $(CFLAGS) $(WARN) -std=c11 -I$(B)/compiler -c -o $@ $<
 

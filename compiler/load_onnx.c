@@ -244,9 +244,9 @@ Graph *load_onnx_bytes(const char *path, const char *raw, size_t size, int nshap
         if (!o->domain || !*o->domain || strcmp(o->domain, "ai.onnx") == 0)
             c.opset = o->version;
     }
-    if (c.opset < 1 || c.opset > 18)
-        error_at(file, "unsupported: opset %lld (kiln reads opsets 1 to 18)",
-                 (long long)c.opset);
+    if (c.opset < 1 || c.opset > onnx_opset_newest())
+        error_at(file, "unsupported: opset %lld (kiln reads opsets 1 to %lld)",
+                 (long long)c.opset, (long long)onnx_opset_newest());
     Onnx__GraphProto *gp = m->graph;
     fill_absent_names(gp);
     check_supported(gp, path);

@@ -81,6 +81,15 @@ bool fold(Ctx *c);
 
 /* ---- onnx_map.c -------------------------------------------------------- */
 
+/* onnx_versions.c */
+/* The newest opset kiln knows the op versions of. */
+int64_t onnx_opset_newest(void);
+/* The version of op (an ONNX op type) in a model of this opset: the newest
+ * of its versions not past it; 0 for an op ONNX does not define there. */
+int64_t onnx_op_version(const char *op, int64_t opset);
+/* Refuses c->node by name when kiln does not read its op's version. */
+void check_op_version(Ctx *c);
+
 typedef struct OnnxOp OnnxOp;
 const OnnxOp *find_mapper(const char *name);
 void map_node(Ctx *c);

@@ -926,6 +926,7 @@ const OnnxOp *find_mapper(const char *name) {
 }
 
 void map_node(Ctx *c) {
+    check_op_version(c);
     if (fold(c))
         return;
     const OnnxOp *op = find_mapper(c->node->op_type);

@@ -148,6 +148,73 @@ bad_case("a shape input that is not constant",
          ["node 'rs (Reshape)'", "unsupported: the shape (input 1, 's') must be a constant"])
 
 
+bad_case("an opset past the newest kiln knows",
+         model([node("Relu", ["x"], ["y"], "r")], [value_info("x", [2, 3])],
+               [value_info("y", [2, 3])], opset=29),
+         ["unsupported: opset 29 (kiln reads opsets 1 to 28)"])
+# DFT 20 made its axis an input: kiln reads DFT up to version 17, and says so.
+bad_case("an op version kiln does not read yet, by name",
+         model([node("DFT", ["x"], ["y"], "d")], [value_info("x", [1, 8, 1])],
+               [value_info("y", [1, 8, 2])], opset=20),
+         ["node 'd (DFT)'", "unsupported: DFT version 20 (opset 20); kiln reads DFT up to "
+          "version 17"])
+# Cast and CastLike 24 added round_mode: not read yet.
+bad_case("Cast 24 refused by name",
+         model([node("Cast", ["x"], ["y"], "c", attr("to", 1))], [value_info("x", [2])],
+               [value_info("y", [2])], opset=24),
+         ["node 'c (Cast)'", "unsupported: Cast version 24 (opset 24); kiln reads Cast up to "
+          "version 23"])
+# AveragePool 19 added dilations, which kiln's avg_pool does not take.
+bad_case("AveragePool 19 with dilations refused by name",
+         model([node("AveragePool", ["x"], ["y"], "p",
+                     attr("kernel_shape", [2, 2]) + attr("dilations", [2, 2]))],
+               [value_info("x", [1, 1, 5, 5])], [value_info("y", [1, 1, 3, 3])], opset=19),
+         ["node 'p (AveragePool)'", "unsupported: attribute dilations"])
+
+
+def newer_opset_case(opset):
+    """A graph at a newer opset that only uses op versions kiln reads there:
+    Reshape, Transpose and Identity (versions to 25), Softsign and
+    GlobalAveragePool (22), Relu; at opset 20 also Cast (19) and AveragePool
+    (19), whose versions at 23 and 25 kiln does not read yet."""
+    def test(workdir):
+        import numpy as np
+        from harness import assert_close, link_model, run_program
+        wd = Path(workdir)
+        shape = initializer("shape", np.array([1, 2, 4, 6], np.int64))
+        old = opset < 22
+        nodes = [node("Reshape", ["x", "shape"], ["r"], "reshape"),
+                 node("Cast", ["r"], ["c"], "cast", attr("to", 1)) if old else
+                 node("Relu", ["r"], ["c"], "relu"),
+                 node("Softsign", ["c"], ["s"], "softsign"),
+                 node("Transpose", ["s"], ["t"], "transpose", attr("perm", [0, 1, 3, 2])),
+                 node("Identity", ["t"], ["i"], "identity")]
+        nodes += [node("AveragePool", ["i"], ["p"], "pool", attr("kernel_shape", [2, 2])),
+                  node("GlobalAveragePool", ["p"], ["y"], "gap")] if old else \
+                 [node("GlobalAveragePool", ["i"], ["y"], "gap")]
+        (wd / "m.onnx").write_bytes(model(nodes, [value_info("x", [48])],
+                                          [value_info("y", [1, 2, 1, 1])], [shape],
+                                          opset=opset))
+        x = np.random.default_rng(opset).standard_normal(48).astype(np.float32) * 3
+        s = x.reshape(1, 2, 4, 6).astype(np.float64)
+        if not old:
+            s = np.maximum(s, 0)
+        t = (s / (1 + np.abs(s))).transpose(0, 1, 3, 2)            # [1, 2, 6, 4]
+        if old:
+            t = (t[:, :, :-1, :-1] + t[:, :, 1:, :-1] + t[:, :, :-1, 1:] + t[:, :, 1:, 1:]) / 4
+        want = t.mean(axis=(2, 3), keepdims=True)
+        r = kiln("compile", "m.onnx", "--name", "model", "--guard", "-o", "model.c", cwd=wd)
+        check(r.returncode == 0, r.stderr)
+        got, = run_program(link_model(wd), [x], [want.astype(np.float32)])
+        assert_close(got, want, 1e-5, 1e-6)
+    return test
+
+
+for _opset in (20, 23, 25):
+    case(f"onnx opset {_opset}: op versions kiln reads there compile and match numpy")(
+        newer_opset_case(_opset))
+
+
 @case("onnx --shape fixes a symbolic dimension; --const binds an input")
 def _(workdir):
     import numpy as np
