@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from harness import ROOT, assert_close, check, kiln, link_model, registry, run_program
-from test_limits import check_outputs, declared_outputs
+from test_onnx import check_outputs, declared_outputs
 
 TESTS, case = registry()
 MODELS = ROOT / "tests" / "models"

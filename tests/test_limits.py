@@ -9,47 +9,17 @@ disagrees with kiln's inference is a located error naming the node, the
 tensor and both shapes. Each real limit (rank 8, 8 dynamic dimensions) is
 tested at limit + 1.
 """
-import re
 from pathlib import Path
 
 import numpy as np
 
 import reference as ref
-from harness import (assert_close, build_model, check, kiln, link_model, model_yaml,
+from harness import (assert_close, build_model, check, kiln, model_yaml,
                      registry, run_program)
-from test_onnx import attr, expect_refused, initializer, model, node, value_info
+from test_onnx import (attr, check_outputs, expect_refused, initializer, model, node,
+                       run_onnx, value_info)
 
 TESTS, case = registry()
-
-
-def declared_outputs(header):
-    """{name: (dtype, shape)} of the outputs listed in a generated header."""
-    text = Path(header).read_text()
-    part = text[text.index(" * Outputs:"):text.index("*/")]
-    return {m[0]: (m[1], [int(d) for d in m[2].split(",") if d.strip()])
-            for m in re.findall(r"\[\d+\] (\S+): (\w+) \[([^\]]*)\]", part)}
-
-
-def check_outputs(workdir, names, expected):
-    got = declared_outputs(Path(workdir) / "model.h")
-    for name, want in zip(names, expected):
-        check(name in got, f"output {name} missing from the header: {got}")
-        check(got[name][1] == list(np.shape(want)),
-              f"output {name}: kiln's shape {got[name][1]}, expected {list(np.shape(want))}")
-
-
-def run_onnx(workdir, data, inputs, expected, out_names, flags=()):
-    """Compiles an ONNX model, checks its output shapes in the header, runs it
-    on the inputs and compares every element with expected."""
-    wd = Path(workdir)
-    (wd / "m.onnx").write_bytes(data)
-    r = kiln("compile", wd / "m.onnx", "--name", "model", "-o", wd / "model.c", "--guard",
-             *flags)
-    check(r.returncode == 0, f"kiln compile failed:\n{r.stderr}")
-    check_outputs(wd, out_names, expected)
-    got = run_program(link_model(wd), inputs, expected)
-    for name, g, e in zip(out_names, got, expected):
-        assert_close(g, e, 1e-4, 1e-5, name)
 
 
 def parts(n, shape, seed):

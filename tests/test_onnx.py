@@ -7,11 +7,14 @@
   node names and counts), symbolic dimensions (and --shape fixing them), a
   missing external data file: a clear error, exit 1, nothing written.
 """
+import re
 import struct
 import sys
 from pathlib import Path
 
-from harness import ROOT, check, kiln, registry
+import numpy as np
+
+from harness import ROOT, assert_close, check, kiln, link_model, registry, run_program
 
 sys.path.insert(0, str(ROOT / "tests" / "onnx"))
 import conformance  # noqa: E402
@@ -105,6 +108,36 @@ def expect_refused(workdir, data, words, extra=(), name="m.onnx"):
     check(not (wd / "out.c").exists(), "an output file was left behind")
 
 
+def declared_outputs(header):
+    """{name: (dtype, shape)} of the outputs listed in a generated header."""
+    text = Path(header).read_text()
+    part = text[text.index(" * Outputs:"):text.index("*/")]
+    return {m[0]: (m[1], [int(d) for d in m[2].split(",") if d.strip()])
+            for m in re.findall(r"\[\d+\] (\S+): (\w+) \[([^\]]*)\]", part)}
+
+
+def check_outputs(workdir, names, expected):
+    got = declared_outputs(Path(workdir) / "model.h")
+    for name, want in zip(names, expected):
+        check(name in got, f"output {name} missing from the header: {got}")
+        check(got[name][1] == list(np.shape(want)),
+              f"output {name}: kiln's shape {got[name][1]}, expected {list(np.shape(want))}")
+
+
+def run_onnx(workdir, data, inputs, expected, out_names, flags=(), tol=(1e-4, 1e-5)):
+    """Compiles an ONNX model, checks its output shapes in the header, runs it
+    on the inputs and compares every element with expected (rtol, atol)."""
+    wd = Path(workdir)
+    (wd / "m.onnx").write_bytes(data)
+    r = kiln("compile", wd / "m.onnx", "--name", "model", "-o", wd / "model.c", "--guard",
+             *flags)
+    check(r.returncode == 0, f"kiln compile failed:\n{r.stderr}")
+    check_outputs(wd, out_names, expected)
+    got = run_program(link_model(wd), inputs, expected)
+    for name, g, e in zip(out_names, got, expected):
+        assert_close(g, e, *tol, name)
+
+
 def bad_case(name, data, words, extra=()):
     case(f"onnx error: {name}")(lambda workdir: expect_refused(workdir, data, words, extra))
 
@@ -179,8 +212,6 @@ def newer_opset_case(opset):
     (19), whose versions at 23 and 25 kiln does not read yet."""
     def test(workdir):
         import numpy as np
-        from harness import assert_close, link_model, run_program
-        wd = Path(workdir)
         shape = initializer("shape", np.array([1, 2, 4, 6], np.int64))
         old = opset < 22
         nodes = [node("Reshape", ["x", "shape"], ["r"], "reshape"),
@@ -192,9 +223,8 @@ def newer_opset_case(opset):
         nodes += [node("AveragePool", ["i"], ["p"], "pool", attr("kernel_shape", [2, 2])),
                   node("GlobalAveragePool", ["p"], ["y"], "gap")] if old else \
                  [node("GlobalAveragePool", ["i"], ["y"], "gap")]
-        (wd / "m.onnx").write_bytes(model(nodes, [value_info("x", [48])],
-                                          [value_info("y", [1, 2, 1, 1])], [shape],
-                                          opset=opset))
+        data = model(nodes, [value_info("x", [48])], [value_info("y", [1, 2, 1, 1])], [shape],
+                     opset=opset)
         x = np.random.default_rng(opset).standard_normal(48).astype(np.float32) * 3
         s = x.reshape(1, 2, 4, 6).astype(np.float64)
         if not old:
@@ -203,10 +233,7 @@ def newer_opset_case(opset):
         if old:
             t = (t[:, :, :-1, :-1] + t[:, :, 1:, :-1] + t[:, :, :-1, 1:] + t[:, :, 1:, 1:]) / 4
         want = t.mean(axis=(2, 3), keepdims=True)
-        r = kiln("compile", "m.onnx", "--name", "model", "--guard", "-o", "model.c", cwd=wd)
-        check(r.returncode == 0, r.stderr)
-        got, = run_program(link_model(wd), [x], [want.astype(np.float32)])
-        assert_close(got, want, 1e-5, 1e-6)
+        run_onnx(workdir, data, [x], [want], ["y"], tol=(1e-5, 1e-6))
     return test
 
 
