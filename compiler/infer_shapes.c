@@ -73,9 +73,9 @@ void infer_node(Node *n) {
      * inputs they come with, so it is checked again here for every node. */
     const char *arity = op_arity_error(n->op, n->ninputs);
     if (arity)
-        error_at(n->loc, "node '%s': %s", n->name, arity);
+        node_error(n, "%s", arity);
     if (n->noutputs < 1)
-        error_at(n->loc, "node '%s': no outputs", n->name);
+        node_error(n, "no outputs");
     shape_rules[n->op](n);
 }
 

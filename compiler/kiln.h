@@ -61,6 +61,13 @@ uint16_t float_to_half(float f);
  * (or longjmp to kiln_error_trap). */
 _Noreturn void error_at(Loc loc, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* error_at with the node named first: "node 'NAME': ...", at the node's
+ * line (node_error) or at loc (an attribute's or an input's). */
+typedef struct Node Node;
+_Noreturn void node_error(const Node *n, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+_Noreturn void node_error_at(const Node *n, Loc loc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* kiln: error: ...; exit(1). */
 _Noreturn void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 _Noreturn void internal_failure(const char *file, int line, const char *msg);
@@ -175,8 +182,6 @@ typedef struct WeightSource {
     uint64_t seed;
     Loc loc;            /* of the source description */
 } WeightSource;
-
-typedef struct Node Node;
 
 typedef struct Tensor {
     const char *name;

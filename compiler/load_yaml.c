@@ -421,7 +421,7 @@ static void parse_node(Ctx *c, yaml_node_t *m, Vec *pending) {
     const char *opname = scalar(c, d.op, "op");
     n->op = op_lookup(opname);
     if (n->op == OP_COUNT)
-        error_at(loc_of(c, d.op), "node '%s': unknown op '%s'", n->name, opname);
+        node_error_at(n, loc_of(c, d.op), "unknown op '%s'", opname);
     const OpInfo *info = &op_info[n->op];
 
     n->nattrs = d.attr_keys.len;
@@ -430,9 +430,9 @@ static void parse_node(Ctx *c, yaml_node_t *m, Vec *pending) {
         yaml_node_t *k = d.attr_keys.data[i];
         const char *key = (const char *)k->data.scalar.value;
         if (!op_attr_default(n->op, key))
-            error_at(loc_of(c, k), "node '%s': op %s has no attribute '%s'%s%s%s",
-                     n->name, info->name, key, *info->attrs ? " (it takes: " : "",
-                     info->attrs, *info->attrs ? ")" : "");
+            node_error_at(n, loc_of(c, k), "op %s has no attribute '%s'%s%s%s", info->name, key,
+                          *info->attrs ? " (it takes: " : "",
+                          info->attrs, *info->attrs ? ")" : "");
         n->attrs[i] = make_attr(c, k, d.attr_vals.data[i]);
     }
 
@@ -442,7 +442,7 @@ static void parse_node(Ctx *c, yaml_node_t *m, Vec *pending) {
     int nin = seq_len(d.inputs);
     const char *arity = op_arity_error(n->op, nin);
     if (arity)
-        error_at(loc_of(c, d.inputs), "node '%s': %s", n->name, arity);
+        node_error_at(n, loc_of(c, d.inputs), "%s", arity);
     PendingNode *p = xcalloc(1, sizeof *p);
     p->n = n;
     p->inputs = d.inputs;
@@ -478,8 +478,8 @@ static void resolve_inputs(Ctx *c, PendingNode *p) {
         const char *name = scalar(c, it, "an input name");
         Tensor *t = map_get(&c->names, name);
         if (!t)
-            error_at(loc_of(c, it), "node '%s': input '%s' is not defined", n->name,
-                     name);
+            node_error_at(n, loc_of(c, it), "input '%s' is not defined",
+                          name);
         n->inputs[i] = t;
         n->input_locs[i] = loc_of(c, it);
     }

@@ -129,8 +129,7 @@ void lower_log_mel(Program *p, Node *n) {
         float *f = xcalloc((size_t)(sp.nout * mels), sizeof *f);
         if (!mel_weight_values(mels, sp.L, rate, attr_float(n, "fmin", 0),
                                fmax > 0 ? fmax : rate / 2, m))
-            error_at(n->loc, "node '%s': the mel filters reach past the last DFT bin",
-                     n->name);
+            node_error(n, "the mel filters reach past the last DFT bin");
         for (int64_t i = 0; i < sp.nout * mels; i++)
             f[i] = (float)m[i];
         mel = table_weight(p, n, format("%s.mel", n->name), 2, (int64_t[]){sp.nout, mels}, f);

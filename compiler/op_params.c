@@ -24,7 +24,7 @@ static int64_t parse_int_at(Node *n, const char *key, const char *s, Loc loc) {
     errno = 0;
     long long v = strtoll(s, &end, 10);
     if (!*s || *end || errno == ERANGE)
-        error_at(loc, "node '%s': %s must be an integer, not '%s'", n->name, key, s);
+        node_error_at(n, loc, "%s must be an integer, not '%s'", key, s);
     return v;
 }
 
@@ -33,7 +33,7 @@ int64_t attr_int(Node *n, const char *key, int64_t dflt) {
     if (!a)
         return dflt;
     if (a->is_list)
-        error_at(a->loc, "node '%s': %s must be an integer, not a list", n->name, key);
+        node_error_at(n, a->loc, "%s must be an integer, not a list", key);
     return parse_int_at(n, key, a->scalar, a->loc);
 }
 
@@ -42,13 +42,13 @@ double attr_float(Node *n, const char *key, double dflt) {
     if (!a)
         return dflt;
     if (a->is_list)
-        error_at(a->loc, "node '%s': %s must be a number, not a list", n->name, key);
+        node_error_at(n, a->loc, "%s must be a number, not a list", key);
     char *end;
     errno = 0;
     double v = strtod(a->scalar, &end);
     if (!*a->scalar || *end || errno == ERANGE || !isfinite(v))
-        error_at(a->loc, "node '%s': %s must be a finite number, not '%s'", n->name,
-                 key, a->scalar);
+        node_error_at(n, a->loc, "%s must be a finite number, not '%s'",
+                      key, a->scalar);
     return v;
 }
 
@@ -57,10 +57,10 @@ int attr_ints(Node *n, const char *key, int64_t *out, int max) {
     if (!a)
         return -1;
     if (!a->is_list)
-        error_at(a->loc, "node '%s': %s must be a list of integers", n->name, key);
+        node_error_at(n, a->loc, "%s must be a list of integers", key);
     if (a->nitems > max)
-        error_at(a->loc, "node '%s': %s has %d items, at most %d allowed", n->name,
-                 key, a->nitems, max);
+        node_error_at(n, a->loc, "%s has %d items, at most %d allowed",
+                      key, a->nitems, max);
     for (int i = 0; i < a->nitems; i++)
         out[i] = parse_int_at(n, key, a->items[i], a->item_locs[i]);
     return a->nitems;
@@ -75,15 +75,15 @@ Loc attr_loc(Node *n, const char *key) {
 double positive_float(Node *n, const char *key, double dflt) {
     double v = attr_float(n, key, dflt);
     if (!(v > 0))
-        error_at(attr_loc(n, key), "node '%s': %s must be positive, got %g", n->name, key, v);
+        node_error_at(n, attr_loc(n, key), "%s must be positive, got %g", key, v);
     return v;
 }
 
 /* Normalizes a possibly negative axis against rank; errors when outside. */
 int norm_axis(Node *n, const char *key, int64_t axis, int rank) {
     if (axis < -rank || axis >= rank)
-        error_at(attr_loc(n, key), "node '%s': %s %lld is out of range for rank %d",
-                 n->name, key, (long long)axis, rank);
+        node_error_at(n, attr_loc(n, key), "%s %lld is out of range for rank %d", key,
+                      (long long)axis, rank);
     return (int)(axis < 0 ? axis + rank : axis);
 }
 
@@ -111,7 +111,7 @@ int reduced_axes(Node *n, bool *reduced) {
             axes[k] = k + 2;
     } else if (n->op == OP_ARGMAX || n->op == OP_ARGMIN) {
         if (x->rank < 1)
-            error_at(n->loc, "node '%s': %s of a scalar", n->name, op_info[n->op].name);
+            node_error(n, "%s of a scalar", op_info[n->op].name);
         axes[0] = norm_axis(n, "axis", attr_int(n, "axis", 0), x->rank);
         k = 1;
     } else {
@@ -155,8 +155,8 @@ int attr_axes(Node *n, const char *key, int rank, int *axes) {
     for (int i = 0; i < k; i++) {
         axes[i] = norm_axis(n, key, v[i], rank);
         if (seen[axes[i]])
-            error_at(attr_loc(n, key), "node '%s': %s names axis %d twice", n->name,
-                     key, axes[i]);
+            node_error_at(n, attr_loc(n, key), "%s names axis %d twice",
+                          key, axes[i]);
         seen[axes[i]] = true;
     }
     return k;
@@ -169,23 +169,23 @@ void slice_params(Node *n, int64_t *start, int64_t *step, int64_t *out_shape) {
     int ns = attr_ints(n, "starts", starts, MAX_RANK);
     int ne = attr_ints(n, "ends", ends, MAX_RANK);
     if (ns < 0 || ne < 0)
-        error_at(n->loc, "node '%s': slice needs starts and ends", n->name);
+        node_error(n, "slice needs starts and ends");
     if (ns != ne)
-        error_at(attr_loc(n, "ends"), "node '%s': %d starts but %d ends", n->name, ns, ne);
+        node_error_at(n, attr_loc(n, "ends"), "%d starts but %d ends", ns, ne);
     int na = attr_axes(n, "axes", x->rank, axes);
     if (na < 0)
         for (na = 0; na < ns; na++)
             axes[na] = na;
     if (na != ns || ns > x->rank)
-        error_at(attr_loc(n, na != ns ? "axes" : "starts"), "node '%s': %d starts for "
-                 "%d axes of a rank-%d input", n->name, ns, na, x->rank);
+        node_error_at(n, attr_loc(n, na != ns ? "axes" : "starts"), "%d starts for "
+                      "%d axes of a rank-%d input", ns, na, x->rank);
     int nst = attr_ints(n, "steps", steps, MAX_RANK);
     if (nst < 0)
         for (nst = 0; nst < ns; nst++)
             steps[nst] = 1;
     if (nst != ns)
-        error_at(attr_loc(n, "steps"), "node '%s': %d steps for %d starts", n->name, nst,
-                 ns);
+        node_error_at(n, attr_loc(n, "steps"), "%d steps for %d starts", nst,
+                      ns);
     for (int d = 0; d < x->rank; d++) {
         start[d] = 0;
         step[d] = 1;
@@ -195,7 +195,7 @@ void slice_params(Node *n, int64_t *start, int64_t *step, int64_t *out_shape) {
         int d = axes[i];
         int64_t dim = x->shape[d], s = starts[i], e = ends[i], st = steps[i];
         if (st == 0)
-            error_at(attr_loc(n, "steps"), "node '%s': a step is 0", n->name);
+            node_error_at(n, attr_loc(n, "steps"), "a step is 0");
         out_shape[d] = slice_axis(dim, &s, e, st);
         start[d] = out_shape[d] ? s : 0;
         step[d] = st;
@@ -206,7 +206,7 @@ void slice_params(Node *n, int64_t *start, int64_t *step, int64_t *out_shape) {
 int64_t *split_sizes(Node *n, int *axis_out) {
     Tensor *x = n->inputs[0];
     if (x->rank < 1)
-        error_at(n->loc, "node '%s': split of a scalar", n->name);
+        node_error(n, "split of a scalar");
     int axis = norm_axis(n, "axis", attr_int(n, "axis", 0), x->rank);
     int64_t dim = x->shape[axis];
     Attr *a = node_attr(n, "sizes");
@@ -216,24 +216,24 @@ int64_t *split_sizes(Node *n, int *axis_out) {
     int k = attr_ints(n, "sizes", sizes, given);
     if (k < 0) {
         if (dim % n->noutputs)
-            error_at(n->loc, "node '%s': axis %d of size %lld does not split into %d "
-                     "equal parts; give sizes", n->name, axis, (long long)dim,
-                     n->noutputs);
+            node_error(n, "axis %d of size %lld does not split into %d "
+                       "equal parts; give sizes", axis, (long long)dim,
+                       n->noutputs);
         for (int i = 0; i < n->noutputs; i++)
             sizes[i] = dim / n->noutputs;
     } else {
         int64_t sum = 0;
         if (k != n->noutputs)
-            error_at(attr_loc(n, "sizes"), "node '%s': %d sizes for %d outputs", n->name,
-                     k, n->noutputs);
+            node_error_at(n, attr_loc(n, "sizes"), "%d sizes for %d outputs",
+                          k, n->noutputs);
         for (int i = 0; i < k; i++) {
             if (sizes[i] < 0)
-                error_at(attr_loc(n, "sizes"), "node '%s': a negative size", n->name);
+                node_error_at(n, attr_loc(n, "sizes"), "a negative size");
             sum = sum > INT64_MAX - sizes[i] ? INT64_MAX : sum + sizes[i];
         }
         if (sum != dim)
-            error_at(attr_loc(n, "sizes"), "node '%s': sizes add up to %lld, axis %d has "
-                     "%lld", n->name, (long long)sum, axis, (long long)dim);
+            node_error_at(n, attr_loc(n, "sizes"), "sizes add up to %lld, axis %d has "
+                          "%lld", (long long)sum, axis, (long long)dim);
     }
     *axis_out = axis;
     return sizes;
@@ -241,12 +241,12 @@ int64_t *split_sizes(Node *n, int *axis_out) {
 
 int64_t block_of(Node *n, Tensor *x) {
     if (x->rank != 4)
-        error_at(n->loc, "node '%s': %s needs an [N, C, H, W] input, got %s", n->name,
-                 op_info[n->op].name, shape_str(x->rank, x->shape));
+        node_error(n, "%s needs an [N, C, H, W] input, got %s",
+                   op_info[n->op].name, shape_str(x->rank, x->shape));
     int64_t b = attr_int(n, "block", 0);
     if (b < 1)
-        error_at(node_attr(n, "block") ? attr_loc(n, "block") : n->loc,
-                 "node '%s': block must be a positive integer", n->name);
+        node_error_at(n, node_attr(n, "block") ? attr_loc(n, "block") : n->loc,
+                      "block must be a positive integer");
     return b;
 }
 
@@ -258,7 +258,7 @@ bool depth_to_space_crd(Node *n) {
         return true;
     if (!a->is_list && strcmp(a->scalar, "DCR") == 0)
         return false;
-    error_at(a->loc, "node '%s': mode must be DCR or CRD", n->name);
+    node_error_at(n, a->loc, "mode must be DCR or CRD");
 }
 
 /* scatter_elements(data, indices, updates): f32 data; indices and updates of
@@ -273,7 +273,7 @@ int scatter_reduction(Node *n) {
     for (int i = 0; i < 5; i++)
         if (!a->is_list && strcmp(a->scalar, names[i]) == 0)
             return i;
-    error_at(a->loc, "node '%s': reduction must be none, add, mul, max or min", n->name);
+    node_error_at(n, a->loc, "reduction must be none, add, mul, max or min");
 }
 
 /* pad: pads [b0, b1, ..., e0, e1, ...] (negative crops); mode constant,
@@ -286,7 +286,7 @@ int pad_mode(Node *n) {
     for (int i = 0; i < 3; i++)
         if (!a->is_list && strcmp(a->scalar, names[i]) == 0)
             return i;
-    error_at(a->loc, "node '%s': mode must be constant, reflect or edge", n->name);
+    node_error_at(n, a->loc, "mode must be constant, reflect or edge");
 }
 
 /* attention(q, k, v, [mask]). layout bhsd: q [B, H, Sq, D], k [B, KVH, Sk, D],
@@ -299,32 +299,32 @@ void attention_dims(Node *n, AttentionDims *a) {
     const char *layout = lay && !lay->is_list ? lay->scalar : "bhsd";
     a->bshd = strcmp(layout, "bshd") == 0;
     if (!a->bshd && strcmp(layout, "bhsd") != 0)
-        error_at(lay->loc, "node '%s': layout must be bhsd or bshd", n->name);
+        node_error_at(n, lay->loc, "layout must be bhsd or bshd");
     int want = a->bshd ? 3 : 4;
     for (int i = 0; i < 3; i++)
         if (n->inputs[i]->rank != want)
-            error_at(n->input_locs[i], "node '%s': with layout %s, '%s' must have rank %d, "
-                     "not %s", n->name, layout, n->inputs[i]->name, want,
-                     shape_str(n->inputs[i]->rank, n->inputs[i]->shape));
+            node_error_at(n, n->input_locs[i], "with layout %s, '%s' must have rank %d, "
+                          "not %s", layout, n->inputs[i]->name, want,
+                          shape_str(n->inputs[i]->rank, n->inputs[i]->shape));
     a->B = q->shape[0];
     if (a->bshd) {
         a->H = attr_int(n, "heads", 0);
         if (a->H < 1 || q->shape[2] % a->H)
-            error_at(node_attr(n, "heads") ? attr_loc(n, "heads") : n->loc,
-                     "node '%s': layout bshd needs heads, a positive divisor of %lld",
-                     n->name, (long long)q->shape[2]);
+            node_error_at(n, node_attr(n, "heads") ? attr_loc(n, "heads") : n->loc,
+                          "layout bshd needs heads, a positive divisor of %lld",
+                          (long long)q->shape[2]);
         a->KVH = attr_int(n, "kv_heads", a->H);
         if (a->KVH < 1 || k->shape[2] % a->KVH || v->shape[2] % a->KVH)
-            error_at(node_attr(n, "kv_heads") ? attr_loc(n, "kv_heads") : n->loc,
-                     "node '%s': kv_heads must divide the key and value widths", n->name);
+            node_error_at(n, node_attr(n, "kv_heads") ? attr_loc(n, "kv_heads") : n->loc,
+                          "kv_heads must divide the key and value widths");
         a->Sq = q->shape[1];
         a->Sk = k->shape[1];
         a->D = q->shape[2] / a->H;
         a->DV = v->shape[2] / a->KVH;
         if (k->shape[2] / a->KVH != a->D || v->shape[1] != a->Sk || k->shape[0] != a->B ||
             v->shape[0] != a->B)
-            error_at(n->loc, "node '%s': q %s, k %s and v %s do not agree", n->name,
-                     shape_str(3, q->shape), shape_str(3, k->shape), shape_str(3, v->shape));
+            node_error(n, "q %s, k %s and v %s do not agree",
+                       shape_str(3, q->shape), shape_str(3, k->shape), shape_str(3, v->shape));
     } else {
         a->H = q->shape[1];
         a->KVH = k->shape[1];
@@ -334,14 +334,14 @@ void attention_dims(Node *n, AttentionDims *a) {
         a->DV = v->shape[3];
         if (k->shape[0] != a->B || v->shape[0] != a->B || v->shape[1] != a->KVH ||
             v->shape[2] != a->Sk || k->shape[3] != a->D)
-            error_at(n->loc, "node '%s': q %s, k %s and v %s do not agree", n->name,
-                     shape_str(4, q->shape), shape_str(4, k->shape), shape_str(4, v->shape));
+            node_error(n, "q %s, k %s and v %s do not agree",
+                       shape_str(4, q->shape), shape_str(4, k->shape), shape_str(4, v->shape));
     }
     if (a->KVH < 1 || a->H % a->KVH)
-        error_at(n->loc, "node '%s': %lld query heads do not divide into %lld key/value "
-                 "heads", n->name, (long long)a->H, (long long)a->KVH);
+        node_error(n, "%lld query heads do not divide into %lld key/value "
+                   "heads", (long long)a->H, (long long)a->KVH);
     if (a->D > 1024)
-        error_at(n->loc, "node '%s': head size %lld exceeds 1024", n->name, (long long)a->D);
+        node_error(n, "head size %lld exceeds 1024", (long long)a->D);
 }
 
 /* Reads an attribute of `n` spatial values (default dflt each). */
@@ -351,8 +351,7 @@ static void spatial_attr(Node *n, const char *key, int nsp, int64_t dflt, int64_
         for (k = 0; k < nsp; k++)
             out[k] = dflt;
     if (k != nsp)
-        error_at(attr_loc(n, key), "node '%s': %s needs %d values, one per spatial axis",
-                 n->name, key, nsp);
+        node_error_at(n, attr_loc(n, key), "%s needs %d values, one per spatial axis", key, nsp);
 }
 
 /* Window geometry shared by convolutions and pools: the output size of each
@@ -373,8 +372,8 @@ void window_geometry(Node *n, const int64_t *in, const int64_t *k, int nsp, Wind
         for (np = 0; np < 2 * nsp; np++)
             pads[np] = 0;
     if (np != 2 * nsp)
-        error_at(attr_loc(n, "pads"), "node '%s': pads needs %d values (the beginnings, then "
-                 "the ends)", n->name, 2 * nsp);
+        node_error_at(n, attr_loc(n, "pads"), "pads needs %d values (the beginnings, then "
+                      "the ends)", 2 * nsp);
     Attr *ap = node_attr(n, "auto_pad");
     int mode = 0; /* notset */
     if (ap) {
@@ -386,8 +385,8 @@ void window_geometry(Node *n, const int64_t *in, const int64_t *k, int nsp, Wind
                                  strcmp(ap->scalar, names[i][1]) == 0))
                 mode = i;
         if (mode < 0)
-            error_at(ap->loc, "node '%s': auto_pad must be notset, same_upper, same_lower "
-                     "or valid", n->name);
+            node_error_at(n, ap->loc, "auto_pad must be notset, same_upper, same_lower "
+                          "or valid");
     }
     int64_t outpad[MAX_RANK] = {0};
     if (transposed)
@@ -395,9 +394,9 @@ void window_geometry(Node *n, const int64_t *in, const int64_t *k, int nsp, Wind
     bool ceil_mode = op_attr_default(n->op, "ceil_mode") && attr_int(n, "ceil_mode", 0);
     for (int i = 0; i < nsp; i++) {
         if (w->stride[i] < 1 || w->dil[i] < 1)
-            error_at(n->loc, "node '%s': strides and dilations must be positive", n->name);
+            node_error(n, "strides and dilations must be positive");
         if (pads[i] < 0 || pads[i + nsp] < 0)
-            error_at(attr_loc(n, "pads"), "node '%s': negative pads", n->name);
+            node_error_at(n, attr_loc(n, "pads"), "negative pads");
         int64_t span = (k[i] - 1) * w->dil[i] + 1;
         w->pad_begin[i] = pads[i];
         w->pad_end[i] = pads[i + nsp];
@@ -420,9 +419,9 @@ void window_geometry(Node *n, const int64_t *in, const int64_t *k, int nsp, Wind
         } else {
             int64_t room = in[i] + w->pad_begin[i] + w->pad_end[i] - span;
             if (room < 0)
-                error_at(n->loc, "node '%s': the window (%lld) is larger than the padded "
-                         "input (%lld) on spatial axis %d", n->name, (long long)span,
-                         (long long)(in[i] + w->pad_begin[i] + w->pad_end[i]), i);
+                node_error(n, "the window (%lld) is larger than the padded "
+                           "input (%lld) on spatial axis %d", (long long)span,
+                           (long long)(in[i] + w->pad_begin[i] + w->pad_end[i]), i);
             w->out[i] = (ceil_mode ? (room + w->stride[i] - 1) / w->stride[i]
                                    : room / w->stride[i]) + 1;
             /* The last window must start inside the input or its left padding. */
@@ -430,8 +429,8 @@ void window_geometry(Node *n, const int64_t *in, const int64_t *k, int nsp, Wind
                 w->out[i]--;
         }
         if (w->out[i] < 1)
-            error_at(n->loc, "node '%s': spatial axis %d would have size %lld", n->name, i,
-                     (long long)w->out[i]);
+            node_error(n, "spatial axis %d would have size %lld", i,
+                       (long long)w->out[i]);
     }
 }
 
@@ -440,28 +439,27 @@ void resize_geometry(Node *n, double *scales, int64_t *out) {
     Tensor *x = n->inputs[0];
     Attr *sc = node_attr(n, "scales"), *sz = node_attr(n, "sizes");
     if (!!sc == !!sz)
-        error_at(n->loc, "node '%s': resize needs scales or sizes (one of them)", n->name);
+        node_error(n, "resize needs scales or sizes (one of them)");
     if (sz) {
         if (attr_ints(n, "sizes", out, MAX_RANK) != x->rank)
-            error_at(sz->loc, "node '%s': sizes needs %d values", n->name, x->rank);
+            node_error_at(n, sz->loc, "sizes needs %d values", x->rank);
         for (int i = 0; i < x->rank; i++) {
             if (out[i] < 1 || x->shape[i] < 1)
-                error_at(sz->loc, "node '%s': sizes must be positive", n->name);
+                node_error_at(n, sz->loc, "sizes must be positive");
             scales[i] = (double)out[i] / (double)x->shape[i];
         }
     } else {
         if (!sc->is_list || sc->nitems != x->rank)
-            error_at(sc->loc, "node '%s': scales needs %d values", n->name, x->rank);
+            node_error_at(n, sc->loc, "scales needs %d values", x->rank);
         for (int i = 0; i < x->rank; i++) {
             char *end;
             scales[i] = strtod(sc->items[i], &end);
             if (*end || !(scales[i] > 0) || !isfinite(scales[i]))
-                error_at(sc->item_locs[i], "node '%s': scales must be positive numbers",
-                         n->name);
+                node_error_at(n, sc->item_locs[i], "scales must be positive numbers");
             out[i] = (int64_t)floor((double)x->shape[i] * scales[i]);
             if (out[i] < 1)
-                error_at(sc->item_locs[i], "node '%s': axis %d would have size %lld",
-                         n->name, i, (long long)out[i]);
+                node_error_at(n, sc->item_locs[i], "axis %d would have size %lld", i,
+                              (long long)out[i]);
         }
     }
 }
@@ -475,7 +473,7 @@ int attr_choice(Node *n, const char *key, const char *const *names, int count) {
     Str list = {0};
     for (int i = 0; i < count; i++)
         str_addf(&list, "%s%s", i ? ", " : "", names[i]);
-    error_at(a ? a->loc : n->loc, "node '%s': %s must be one of %s", n->name, key, list.buf);
+    node_error_at(n, a ? a->loc : n->loc, "%s must be one of %s", key, list.buf);
 }
 
 const char *const resize_modes[] = {"nearest", "linear"};
@@ -487,16 +485,16 @@ const char *const resize_nearest[] = {"round_prefer_floor", "round_prefer_ceil",
 int64_t positive_attr(Node *n, const char *key, int64_t dflt, int64_t most) {
     int64_t v = attr_int(n, key, dflt);
     if (v < 1 || v > most)
-        error_at(node_attr(n, key) ? attr_loc(n, key) : n->loc, "node '%s': %s must be from 1 "
-                 "to %lld%s", n->name, key, (long long)most,
-                 node_attr(n, key) || dflt >= 1 ? "" : " (it has no default)");
+        node_error_at(n, node_attr(n, key) ? attr_loc(n, key) : n->loc, "%s must be from 1 "
+                      "to %lld%s", key, (long long)most,
+                      node_attr(n, key) || dflt >= 1 ? "" : " (it has no default)");
     return v;
 }
 
 static void flag_attr(Node *n, const char *key) {
     int64_t v = attr_int(n, key, 0);
     if (v != 0 && v != 1)
-        error_at(attr_loc(n, key), "node '%s': %s must be 0 or 1", n->name, key);
+        node_error_at(n, attr_loc(n, key), "%s must be 0 or 1", key);
 }
 
 /* Transforms longer than this are refused: past 2048 points the sum is
@@ -507,8 +505,8 @@ static void flag_attr(Node *n, const char *key) {
 /* Frames of length L, step apart, over time samples: at least one. */
 static int64_t frame_count(Node *n, int64_t time, int64_t L, int64_t step, const char *what) {
     if (L > time)
-        error_at(n->loc, "node '%s': the %s (%lld) is longer than the signal (%lld samples)",
-                 n->name, what, (long long)L, (long long)time);
+        node_error(n, "the %s (%lld) is longer than the signal (%lld samples)", what,
+                   (long long)L, (long long)time);
     return (time - L) / step + 1;
 }
 
@@ -518,23 +516,23 @@ void spectral_params(Node *n, Spectral *sp) {
     sp->window = WINDOW_RECT;
     if (n->op == OP_DFT) {
         if (x->rank < 2 || (x->shape[x->rank - 1] != 1 && x->shape[x->rank - 1] != 2))
-            error_at(n->input_locs[0], "node '%s': dft needs [..., N, ..., 1 or 2] (real, or "
-                     "real and imaginary last), not %s", n->name, shape_str(x->rank, x->shape));
+            node_error_at(n, n->input_locs[0], "dft needs [..., N, ..., 1 or 2] (real, or "
+                          "real and imaginary last), not %s", shape_str(x->rank, x->shape));
         int axis = norm_axis(n, "axis", attr_int(n, "axis", -2), x->rank);
         if (axis == x->rank - 1)
-            error_at(attr_loc(n, "axis"), "node '%s': axis %d holds the real and imaginary "
-                     "parts, not the signal", n->name, axis);
+            node_error_at(n, attr_loc(n, "axis"), "axis %d holds the real and imaginary "
+                          "parts, not the signal", axis);
         flag_attr(n, "inverse");
         flag_attr(n, "onesided");
         sp->inverse = attr_int(n, "inverse", 0) != 0;
         if (sp->inverse && attr_int(n, "onesided", 0))
-            error_at(attr_loc(n, "onesided"), "node '%s': an inverse transform cannot be "
-                     "one-sided", n->name);
+            node_error_at(n, attr_loc(n, "onesided"), "an inverse transform cannot be "
+                          "one-sided");
         int64_t N = x->shape[axis];
         sp->C = x->shape[x->rank - 1];
         sp->L = node_attr(n, "length") ? positive_attr(n, "length", 0, SPECTRAL_MAX_L) : N;
         if (sp->L < 1)
-            error_at(n->input_locs[0], "node '%s': an empty signal axis", n->name);
+            node_error_at(n, n->input_locs[0], "an empty signal axis");
         sp->nin = N < sp->L ? N : sp->L;
         sp->outer = shape_count(axis, x->shape);
         sp->inner = shape_count(x->rank - 1 - axis - 1, x->shape + axis + 1);
@@ -547,24 +545,23 @@ void spectral_params(Node *n, Spectral *sp) {
     if (n->op == OP_STFT) {
         bool complex_ = x->rank == 3 && x->shape[2] == 2;
         if (!(x->rank == 2 || (x->rank == 3 && (x->shape[2] == 1 || x->shape[2] == 2))))
-            error_at(n->input_locs[0], "node '%s': stft needs a signal [batch, time] or "
-                     "[batch, time, 1 or 2], not %s", n->name, shape_str(x->rank, x->shape));
+            node_error_at(n, n->input_locs[0], "stft needs a signal [batch, time] or "
+                          "[batch, time, 1 or 2], not %s", shape_str(x->rank, x->shape));
         int64_t T = x->shape[1];
         Tensor *w = n->ninputs > 1 ? n->inputs[1] : NULL;
         if (w && w->rank != 1)
-            error_at(n->input_locs[1], "node '%s': the window '%s' must be 1-D, not %s",
-                     n->name, w->name, shape_str(w->rank, w->shape));
+            node_error_at(n, n->input_locs[1], "the window '%s' must be 1-D, not %s", w->name,
+                          shape_str(w->rank, w->shape));
         if (!w && !node_attr(n, "frame_length"))
-            error_at(n->loc, "node '%s': stft needs a window input or a frame_length",
-                     n->name);
+            node_error(n, "stft needs a window input or a frame_length");
         sp->L = w ? w->shape[0] : positive_attr(n, "frame_length", 0, SPECTRAL_MAX_L);
         if (w && node_attr(n, "frame_length") && attr_int(n, "frame_length", 0) != sp->L)
-            error_at(attr_loc(n, "frame_length"), "node '%s': frame_length %lld differs from "
-                     "the window's %lld", n->name, (long long)attr_int(n, "frame_length", 0),
-                     (long long)sp->L);
+            node_error_at(n, attr_loc(n, "frame_length"), "frame_length %lld differs from "
+                          "the window's %lld", (long long)attr_int(n, "frame_length", 0),
+                          (long long)sp->L);
         if (sp->L < 1 || sp->L > SPECTRAL_MAX_L)
-            error_at(n->input_locs[1], "node '%s': a window of %lld samples", n->name,
-                     (long long)sp->L);
+            node_error_at(n, n->input_locs[1], "a window of %lld samples",
+                          (long long)sp->L);
         flag_attr(n, "onesided");
         sp->step = positive_attr(n, "frame_step", 0, T);
         sp->C = complex_ ? 2 : 1;
@@ -579,8 +576,8 @@ void spectral_params(Node *n, Spectral *sp) {
     }
     /* log_mel, welch: real [..., time], framed along the last axis. */
     if (x->rank < 1)
-        error_at(n->input_locs[0], "node '%s': %s needs a signal [..., time], not a scalar",
-                 n->name, op_info[n->op].name);
+        node_error_at(n, n->input_locs[0], "%s needs a signal [..., time], not a scalar",
+                      op_info[n->op].name);
     int64_t T = x->shape[x->rank - 1];
     sp->window = attr_choice(n, "window", window_names, WINDOW_COUNT);
     if (n->op == OP_LOG_MEL) {
@@ -590,8 +587,8 @@ void spectral_params(Node *n, Spectral *sp) {
         sp->L = positive_attr(n, "segment", 256, SPECTRAL_MAX_L);
         int64_t overlap = attr_int(n, "overlap", sp->L / 2);
         if (overlap < 0 || overlap >= sp->L)
-            error_at(attr_loc(n, "overlap"), "node '%s': overlap must be from 0 to segment - 1 "
-                     "(%lld)", n->name, (long long)(sp->L - 1));
+            node_error_at(n, attr_loc(n, "overlap"), "overlap must be from 0 to segment - 1 "
+                          "(%lld)", (long long)(sp->L - 1));
         sp->step = sp->L - overlap;
     }
     sp->C = 1;

@@ -27,14 +27,14 @@ void shape_attention(Node *n) {
         int r;
         if (m->rank > 4 || !broadcast_shapes(m->rank, m->shape, 4, full, &r, out) ||
             memcmp(out, full, sizeof full))
-            error_at(n->input_locs[3], "node '%s': mask '%s' %s does not broadcast to "
-                     "[B, H, Sq, Sk] = %s", n->name, m->name, shape_str(m->rank, m->shape),
-                     shape_str(4, full));
+            node_error_at(n, n->input_locs[3], "mask '%s' %s does not broadcast to "
+                          "[B, H, Sq, Sk] = %s", m->name, shape_str(m->rank, m->shape),
+                          shape_str(4, full));
     }
     if (attr_float(n, "softcap", 0) < 0)
-        error_at(attr_loc(n, "softcap"), "node '%s': softcap must not be negative", n->name);
+        node_error_at(n, attr_loc(n, "softcap"), "softcap must not be negative");
     if (attr_int(n, "window", 0) < 0)
-        error_at(attr_loc(n, "window"), "node '%s': window must not be negative", n->name);
+        node_error_at(n, attr_loc(n, "window"), "window must not be negative");
     int64_t shape[4];
     attention_output_shape(q, &a, shape);
     set_output(n, q->dtype, q->rank, shape);
@@ -46,24 +46,23 @@ void shape_rope(Node *n) {
     Tensor *x = n->inputs[0], *c = n->inputs[1], *s = n->inputs[2];
     require_f32(n);
     if (x->rank < 2)
-        error_at(n->loc, "node '%s': rope needs [..., S, ..., D], got %s", n->name,
-                 shape_str(x->rank, x->shape));
+        node_error(n, "rope needs [..., S, ..., D], got %s",
+                   shape_str(x->rank, x->shape));
     int axis = norm_axis(n, "seq_axis", attr_int(n, "seq_axis", -2), x->rank);
     int64_t D = x->shape[x->rank - 1];
     if (axis == x->rank - 1)
-        error_at(attr_loc(n, "seq_axis"), "node '%s': seq_axis is the head dimension",
-                 n->name);
+        node_error_at(n, attr_loc(n, "seq_axis"), "seq_axis is the head dimension");
     int64_t R = attr_int(n, "n_rot", D);
     if (R < 2 || R > D || R % 2)
-        error_at(node_attr(n, "n_rot") ? attr_loc(n, "n_rot") : n->loc,
-                 "node '%s': n_rot must be even, from 2 to the head size %lld", n->name,
-                 (long long)D);
+        node_error_at(n, node_attr(n, "n_rot") ? attr_loc(n, "n_rot") : n->loc,
+                      "n_rot must be even, from 2 to the head size %lld",
+                      (long long)D);
     for (int i = 1; i < 3; i++) {
         Tensor *t = i == 1 ? c : s;
         if (t->rank != 2 || t->shape[0] != x->shape[axis] || t->shape[1] != R / 2)
-            error_at(n->input_locs[i], "node '%s': '%s' is %s; it must be [%lld, %lld] "
-                     "(positions, n_rot / 2)", n->name, t->name, shape_str(t->rank, t->shape),
-                     (long long)x->shape[axis], (long long)(R / 2));
+            node_error_at(n, n->input_locs[i], "'%s' is %s; it must be [%lld, %lld] "
+                          "(positions, n_rot / 2)", t->name, shape_str(t->rank, t->shape),
+                          (long long)x->shape[axis], (long long)(R / 2));
     }
     set_output(n, x->dtype, x->rank, x->shape);
 }
@@ -74,15 +73,15 @@ void shape_attention_grad(Node *n) {
     AttentionDims a;
     attention_dims(n, &a);
     if (n->noutputs != 3)
-        error_at(n->loc, "node '%s': attention_grad has three outputs; list them with "
-                 "outputs: [dq, dk, dv]", n->name);
+        node_error(n, "attention_grad has three outputs; list them with "
+                   "outputs: [dq, dk, dv]");
     Tensor *q = n->inputs[0], *dy = n->inputs[3];
     int64_t want[4];
     attention_output_shape(q, &a, want);
     if (dy->rank != q->rank || memcmp(dy->shape, want, sizeof(int64_t) * (size_t)q->rank))
-        error_at(n->input_locs[3], "node '%s': the gradient '%s' is %s; it must be %s, the "
-                 "attention's output", n->name, dy->name, shape_str(dy->rank, dy->shape),
-                 shape_str(q->rank, want));
+        node_error_at(n, n->input_locs[3], "the gradient '%s' is %s; it must be %s, the "
+                      "attention's output", dy->name, shape_str(dy->rank, dy->shape),
+                      shape_str(q->rank, want));
     for (int i = 0; i < 3; i++)
         set_output_i(n, i, n->inputs[i], n->inputs[i]->rank, n->inputs[i]->shape);
 }

@@ -12,15 +12,14 @@
 
 void set_output(Node *n, kiln_dtype dt, int rank, const int64_t *shape) {
     if (n->noutputs != 1)
-        error_at(n->loc, "node '%s': %s has one output, %d are listed", n->name,
-                 op_info[n->op].name, n->noutputs);
+        node_error(n, "%s has one output, %d are listed",
+                   op_info[n->op].name, n->noutputs);
     Tensor *t = n->outputs[0];
     double count = 1;
     for (int i = 0; i < rank; i++)
         count *= (double)shape[i];
     if (count > 4294967295.0)
-        error_at(n->loc, "node '%s': output %s has more than 2^32 - 1 elements",
-                 n->name, shape_str(rank, shape));
+        node_error(n, "output %s has more than 2^32 - 1 elements", shape_str(rank, shape));
     t->dtype = dt;
     t->rank = rank;
     memcpy(t->shape, shape, sizeof(int64_t) * (size_t)rank);
@@ -29,17 +28,17 @@ void set_output(Node *n, kiln_dtype dt, int rank, const int64_t *shape) {
 void require(Node *n, int i, bool ok, const char *what) {
     Tensor *t = n->inputs[i];
     if (!ok)
-        error_at(n->input_locs[i], "node '%s': %s needs %s inputs, '%s' is %s", n->name,
-                 op_info[n->op].name, what, t->name, kiln_dtype_name(t->dtype));
+        node_error_at(n, n->input_locs[i], "%s needs %s inputs, '%s' is %s",
+                      op_info[n->op].name, what, t->name, kiln_dtype_name(t->dtype));
 }
 
 void same_dtype(Node *n, int first, int last) {
     for (int i = first + 1; i <= last && i < n->ninputs; i++)
         if (n->inputs[i]->dtype != n->inputs[first]->dtype)
-            error_at(n->input_locs[i], "node '%s': '%s' is %s but '%s' is %s; %s needs "
-                     "one dtype", n->name, n->inputs[first]->name,
-                     kiln_dtype_name(n->inputs[first]->dtype), n->inputs[i]->name,
-                     kiln_dtype_name(n->inputs[i]->dtype), op_info[n->op].name);
+            node_error_at(n, n->input_locs[i], "'%s' is %s but '%s' is %s; %s needs "
+                          "one dtype", n->inputs[first]->name,
+                          kiln_dtype_name(n->inputs[first]->dtype), n->inputs[i]->name,
+                          kiln_dtype_name(n->inputs[i]->dtype), op_info[n->op].name);
 }
 
 /* The broadcast shape of inputs [first, ninputs). */
@@ -51,9 +50,9 @@ int broadcast_inputs(Node *n, int first, int64_t *shape) {
         Tensor *b = n->inputs[i];
         int64_t out[MAX_RANK];
         if (!broadcast_shapes(rank, shape, b->rank, b->shape, &rank, out))
-            error_at(n->loc, "node '%s': shapes %s and %s ('%s') do not broadcast",
-                     n->name, shape_str(rank, shape), shape_str(b->rank, b->shape),
-                     b->name);
+            node_error(n, "shapes %s and %s ('%s') do not broadcast", shape_str(rank, shape),
+                       shape_str(b->rank, b->shape),
+                       b->name);
         memcpy(shape, out, sizeof(int64_t) * (size_t)rank);
     }
     return rank;
@@ -63,13 +62,12 @@ int broadcast_inputs(Node *n, int first, int64_t *shape) {
 kiln_dtype attr_dtype(Node *n, const char *key) {
     Attr *a = node_attr(n, key);
     if (!a)
-        error_at(n->loc, "node '%s': %s needs a '%s' attribute", n->name,
-                 op_info[n->op].name, key);
+        node_error(n, "%s needs a '%s' attribute",
+                   op_info[n->op].name, key);
     for (int d = KILN_DTYPE_F32; d <= KILN_DTYPE_I8; d++)
         if (!a->is_list && strcmp(a->scalar, kiln_dtype_name((kiln_dtype)d)) == 0)
             return (kiln_dtype)d;
-    error_at(a->loc, "node '%s': %s must be a dtype (f32 f16 i32 i64 bool u8 i8)",
-             n->name, key);
+    node_error_at(n, a->loc, "%s must be a dtype (f32 f16 i32 i64 bool u8 i8)", key);
 }
 
 void require_f32(Node *n) {
@@ -80,9 +78,9 @@ void require_f32(Node *n) {
 void check_channel_param(Node *n, int i, int64_t c) {
     Tensor *p = n->inputs[i];
     if (p->rank != 1 || p->shape[0] != c)
-        error_at(n->input_locs[i], "node '%s': '%s' has shape %s; it must be [%lld], one "
-                 "value per channel", n->name, p->name, shape_str(p->rank, p->shape),
-                 (long long)c);
+        node_error_at(n, n->input_locs[i], "'%s' has shape %s; it must be [%lld], one "
+                      "value per channel", p->name, shape_str(p->rank, p->shape),
+                      (long long)c);
 }
 
 /* gather_elements and scatter_elements: off the 'axis' attribute, indices
@@ -91,18 +89,18 @@ void check_index_extent(Node *n, const Tensor *x, const Tensor *idx) {
     int axis = norm_axis(n, "axis", attr_int(n, "axis", 0), x->rank);
     for (int d = 0; d < x->rank; d++)
         if (d != axis && idx->shape[d] > x->shape[d])
-            error_at(n->input_locs[1], "node '%s': indices %s exceed the data %s on axis %d",
-                     n->name, shape_str(idx->rank, idx->shape), shape_str(x->rank, x->shape),
-                     d);
+            node_error_at(n, n->input_locs[1], "indices %s exceed the data %s on axis %d",
+                          shape_str(idx->rank, idx->shape), shape_str(x->rank, x->shape),
+                          d);
 }
 
 void same_shape(Node *n, int i, const Tensor *like, const char *what) {
     Tensor *t = n->inputs[i];
     if (t->rank != like->rank ||
         memcmp(t->shape, like->shape, sizeof(int64_t) * (size_t)like->rank) != 0)
-        error_at(n->input_locs[i], "node '%s': %s '%s' is %s; it must be %s like '%s'",
-                 n->name, what, t->name, shape_str(t->rank, t->shape),
-                 shape_str(like->rank, like->shape), like->name);
+        node_error_at(n, n->input_locs[i], "%s '%s' is %s; it must be %s like '%s'", what,
+                      t->name, shape_str(t->rank, t->shape),
+                      shape_str(like->rank, like->shape), like->name);
 }
 
 void set_output_i(Node *n, int i, const Tensor *like, int rank, const int64_t *shape) {

@@ -26,31 +26,31 @@ void shape_conv(Node *n) {
     require_f32(n);
     int nsp = x->rank - 2;
     if (nsp < 1 || nsp > 3)
-        error_at(n->loc, "node '%s': %s needs [N, C, D1 (, D2 (, D3))], got %s", n->name,
-                 op_info[n->op].name, shape_str(x->rank, x->shape));
+        node_error(n, "%s needs [N, C, D1 (, D2 (, D3))], got %s",
+                   op_info[n->op].name, shape_str(x->rank, x->shape));
     if (w->rank != x->rank)
-        error_at(n->input_locs[1], "node '%s': weights %s must have the input's rank %d",
-                 n->name, shape_str(w->rank, w->shape), x->rank);
+        node_error_at(n, n->input_locs[1], "weights %s must have the input's rank %d",
+                      shape_str(w->rank, w->shape), x->rank);
     int64_t g = attr_int(n, "group", 1);
     if (g < 1 || x->shape[1] % g || (!tr && w->shape[0] % g))
-        error_at(node_attr(n, "group") ? attr_loc(n, "group") : n->loc,
-                 "node '%s': group %lld must divide the channels", n->name, (long long)g);
+        node_error_at(n, node_attr(n, "group") ? attr_loc(n, "group") : n->loc,
+                      "group %lld must divide the channels", (long long)g);
     int64_t oc = tr ? w->shape[1] * g : w->shape[0];
     if ((tr ? w->shape[0] : w->shape[1] * g) != x->shape[1])
-        error_at(n->input_locs[1], "node '%s': weights %s do not match %lld input channels "
-                 "in %lld groups", n->name, shape_str(w->rank, w->shape),
-                 (long long)x->shape[1], (long long)g);
+        node_error_at(n, n->input_locs[1], "weights %s do not match %lld input channels "
+                      "in %lld groups", shape_str(w->rank, w->shape),
+                      (long long)x->shape[1], (long long)g);
     if (n->ninputs > 2) {
         Tensor *b = n->inputs[2];
         if (b->rank != 1 || b->shape[0] != oc)
-            error_at(n->input_locs[2], "node '%s': bias %s must be [%lld]", n->name,
-                     shape_str(b->rank, b->shape), (long long)oc);
+            node_error_at(n, n->input_locs[2], "bias %s must be [%lld]",
+                          shape_str(b->rank, b->shape), (long long)oc);
     }
     Attr *act = node_attr(n, "activation");
     if (act && !(strcmp(act->scalar ? act->scalar : "", "none") == 0 ||
                  strcmp(act->scalar ? act->scalar : "", "relu") == 0 ||
                  strcmp(act->scalar ? act->scalar : "", "silu") == 0))
-        error_at(act->loc, "node '%s': conv activation must be none, relu or silu", n->name);
+        node_error_at(n, act->loc, "conv activation must be none, relu or silu");
     Window win;
     window_geometry(n, x->shape + 2, w->shape + 2, nsp, &win);
     set_window_output(n, oc, &win);
@@ -61,21 +61,20 @@ void shape_pool(Node *n) {
     require_f32(n);
     int nsp = x->rank - 2;
     if (nsp < 1 || nsp > 3)
-        error_at(n->loc, "node '%s': %s needs [N, C, D1 (, D2 (, D3))], got %s", n->name,
-                 op_info[n->op].name, shape_str(x->rank, x->shape));
+        node_error(n, "%s needs [N, C, D1 (, D2 (, D3))], got %s",
+                   op_info[n->op].name, shape_str(x->rank, x->shape));
     int64_t k[MAX_RANK];
     if (attr_ints(n, "kernel", k, MAX_RANK) != nsp)
-        error_at(node_attr(n, "kernel") ? attr_loc(n, "kernel") : n->loc,
-                 "node '%s': kernel needs %d sizes", n->name, nsp);
+        node_error_at(n, node_attr(n, "kernel") ? attr_loc(n, "kernel") : n->loc,
+                      "kernel needs %d sizes", nsp);
     for (int i = 0; i < nsp; i++)
         if (k[i] < 1)
-            error_at(attr_loc(n, "kernel"), "node '%s': kernel sizes must be positive",
-                     n->name);
+            node_error_at(n, attr_loc(n, "kernel"), "kernel sizes must be positive");
     Window win;
     window_geometry(n, x->shape + 2, k, nsp, &win);
     for (int i = 0; i < nsp; i++)
         if (win.pad_begin[i] >= k[i] || win.pad_end[i] >= k[i])
-            error_at(n->loc, "node '%s': padding must be smaller than the kernel", n->name);
+            node_error(n, "padding must be smaller than the kernel");
     set_window_output(n, x->shape[1], &win);
 }
 
@@ -83,8 +82,8 @@ void shape_global_pool(Node *n) {
     Tensor *x = n->inputs[0];
     require_f32(n);
     if (x->rank < 3)
-        error_at(n->loc, "node '%s': %s needs [N, C, D1, ...], got %s", n->name,
-                 op_info[n->op].name, shape_str(x->rank, x->shape));
+        node_error(n, "%s needs [N, C, D1, ...], got %s",
+                   op_info[n->op].name, shape_str(x->rank, x->shape));
     int64_t shape[MAX_RANK];
     for (int i = 0; i < x->rank; i++)
         shape[i] = i < 2 ? x->shape[i] : 1;
@@ -95,7 +94,7 @@ void shape_resize(Node *n) {
     Tensor *x = n->inputs[0];
     require_f32(n);
     if (x->rank < 1)
-        error_at(n->loc, "node '%s': resize of a scalar", n->name);
+        node_error(n, "resize of a scalar");
     double scales[MAX_RANK];
     int64_t out[MAX_RANK];
     resize_geometry(n, scales, out);

@@ -61,9 +61,9 @@ void shape_logical(Node *n) {
 /* where(cond, x, y) */
 void shape_where(Node *n) {
     if (n->inputs[0]->dtype != KILN_DTYPE_BOOL)
-        error_at(n->input_locs[0], "node '%s': the condition '%s' of where must be bool, "
-                 "not %s", n->name, n->inputs[0]->name,
-                 kiln_dtype_name(n->inputs[0]->dtype));
+        node_error_at(n, n->input_locs[0], "the condition '%s' of where must be bool, "
+                      "not %s", n->inputs[0]->name,
+                      kiln_dtype_name(n->inputs[0]->dtype));
     same_dtype(n, 1, 2);
     int64_t shape[MAX_RANK];
     int rank = broadcast_inputs(n, 0, shape);

@@ -17,14 +17,14 @@ void shape_gather(Node *n) {
     Tensor *x = n->inputs[emb ? 1 : 0], *idx = n->inputs[emb ? 0 : 1];
     require(n, emb ? 0 : 1, is_index(idx->dtype), "i32 or i64 index");
     if (x->rank < 1)
-        error_at(n->loc, "node '%s': %s of a scalar", n->name, op_info[n->op].name);
+        node_error(n, "%s of a scalar", op_info[n->op].name);
     if (emb && x->rank != 2)
-        error_at(n->input_locs[1], "node '%s': the embedding table '%s' must be 2-D, not %s",
-                 n->name, x->name, shape_str(x->rank, x->shape));
+        node_error_at(n, n->input_locs[1], "the embedding table '%s' must be 2-D, not %s",
+                      x->name, shape_str(x->rank, x->shape));
     int axis = emb ? 0 : norm_axis(n, "axis", attr_int(n, "axis", 0), x->rank);
     int rank = x->rank - 1 + idx->rank;
     if (rank > MAX_RANK)
-        error_at(n->loc, "node '%s': the result would have rank %d", n->name, rank);
+        node_error(n, "the result would have rank %d", rank);
     int64_t shape[MAX_RANK];
     int r = 0;
     for (int i = 0; i < axis; i++)
@@ -42,9 +42,9 @@ void shape_gather_elements(Node *n) {
     Tensor *x = n->inputs[0], *idx = n->inputs[1];
     require(n, 1, is_index(idx->dtype), "i32 or i64 index");
     if (idx->rank != x->rank || x->rank < 1)
-        error_at(n->input_locs[1], "node '%s': indices '%s' %s must have the rank of the "
-                 "data %s", n->name, idx->name, shape_str(idx->rank, idx->shape),
-                 shape_str(x->rank, x->shape));
+        node_error_at(n, n->input_locs[1], "indices '%s' %s must have the rank of the "
+                      "data %s", idx->name, shape_str(idx->rank, idx->shape),
+                      shape_str(x->rank, x->shape));
     check_index_extent(n, x, idx);
     set_output(n, x->dtype, idx->rank, idx->shape);
 }
@@ -57,9 +57,9 @@ void shape_scatter(Node *n) {
     scatter_reduction(n);
     if (x->rank < 1 || idx->rank != x->rank || u->rank != idx->rank ||
         memcmp(u->shape, idx->shape, sizeof(int64_t) * (size_t)idx->rank))
-        error_at(n->loc, "node '%s': indices %s and updates %s must have one shape, of "
-                 "the data's rank (%s)", n->name, shape_str(idx->rank, idx->shape),
-                 shape_str(u->rank, u->shape), shape_str(x->rank, x->shape));
+        node_error(n, "indices %s and updates %s must have one shape, of "
+                   "the data's rank (%s)", shape_str(idx->rank, idx->shape),
+                   shape_str(u->rank, u->shape), shape_str(x->rank, x->shape));
     check_index_extent(n, x, idx);
     set_output(n, x->dtype, x->rank, x->shape);
 }
@@ -70,11 +70,11 @@ void shape_one_hot(Node *n) {
     require(n, 0, is_index(idx->dtype), "i32 or i64 index");
     int64_t depth = attr_int(n, "depth", 0);
     if (depth < 1)
-        error_at(node_attr(n, "depth") ? attr_loc(n, "depth") : n->loc,
-                 "node '%s': one_hot needs a positive depth", n->name);
+        node_error_at(n, node_attr(n, "depth") ? attr_loc(n, "depth") : n->loc,
+                      "one_hot needs a positive depth");
     int rank = idx->rank + 1;
     if (rank > MAX_RANK)
-        error_at(n->loc, "node '%s': the result would have rank %d", n->name, rank);
+        node_error(n, "the result would have rank %d", rank);
     int axis = norm_axis(n, "axis", attr_int(n, "axis", -1), rank);
     int64_t shape[MAX_RANK];
     for (int i = 0, j = 0; i < rank; i++)
@@ -85,8 +85,8 @@ void shape_one_hot(Node *n) {
 void shape_trilu(Node *n) {
     Tensor *x = n->inputs[0];
     if (x->rank < 2)
-        error_at(n->loc, "node '%s': trilu needs a matrix or a batch of them, got %s",
-                 n->name, shape_str(x->rank, x->shape));
+        node_error(n, "trilu needs a matrix or a batch of them, got %s", shape_str(x->rank,
+                   x->shape));
     set_output(n, x->dtype, x->rank, x->shape);
 }
 
@@ -95,17 +95,17 @@ void shape_pad(Node *n) {
     int64_t pads[2 * MAX_RANK], shape[MAX_RANK];
     int k = attr_ints(n, "pads", pads, 2 * MAX_RANK);
     if (k != 2 * x->rank)
-        error_at(k < 0 ? n->loc : attr_loc(n, "pads"), "node '%s': pads needs %d values "
-                 "(the beginnings, then the ends, of each axis)", n->name, 2 * x->rank);
+        node_error_at(n, k < 0 ? n->loc : attr_loc(n, "pads"), "pads needs %d values "
+                      "(the beginnings, then the ends, of each axis)", 2 * x->rank);
     int mode = pad_mode(n);
     for (int i = 0; i < x->rank; i++) {
         shape[i] = x->shape[i] + pads[i] + pads[i + x->rank];
         if (shape[i] < 0)
-            error_at(attr_loc(n, "pads"), "node '%s': axis %d would have size %lld", n->name,
-                     i, (long long)shape[i]);
+            node_error_at(n, attr_loc(n, "pads"), "axis %d would have size %lld",
+                          i, (long long)shape[i]);
         if (mode != 0 && x->shape[i] == 0 && shape[i] > 0)
-            error_at(attr_loc(n, "pads"), "node '%s': %s padding of an empty axis", n->name,
-                     mode == 1 ? "reflect" : "edge");
+            node_error_at(n, attr_loc(n, "pads"), "%s padding of an empty axis",
+                          mode == 1 ? "reflect" : "edge");
     }
     set_output(n, x->dtype, x->rank, shape);
 }
@@ -119,14 +119,14 @@ void shape_gather_grad(Node *n) {
     require(n, 1, is_index(idx->dtype), "i32 or i64 index");
     int rank = dy->rank - idx->rank + 1;
     if (rank < 1)
-        error_at(n->input_locs[1], "node '%s': indices '%s' %s have more axes than the "
-                 "gradient '%s' %s", n->name, idx->name, shape_str(idx->rank, idx->shape),
-                 dy->name, shape_str(dy->rank, dy->shape));
+        node_error_at(n, n->input_locs[1], "indices '%s' %s have more axes than the "
+                      "gradient '%s' %s", idx->name, shape_str(idx->rank, idx->shape),
+                      dy->name, shape_str(dy->rank, dy->shape));
     int axis = norm_axis(n, "axis", attr_int(n, "axis", 0), rank);
     if (memcmp(dy->shape + axis, idx->shape, sizeof(int64_t) * (size_t)idx->rank) != 0)
-        error_at(n->input_locs[1], "node '%s': the gradient '%s' %s does not hold the "
-                 "indices' shape %s at axis %d", n->name, dy->name,
-                 shape_str(dy->rank, dy->shape), shape_str(idx->rank, idx->shape), axis);
+        node_error_at(n, n->input_locs[1], "the gradient '%s' %s does not hold the "
+                      "indices' shape %s at axis %d", dy->name,
+                      shape_str(dy->rank, dy->shape), shape_str(idx->rank, idx->shape), axis);
     int64_t size = positive_attr(n, "size", 0, INT32_MAX);
     int64_t shape[MAX_RANK];
     int r = 0;

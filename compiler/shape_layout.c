@@ -17,24 +17,23 @@ void shape_reshape(Node *n) {
     int64_t shape[MAX_RANK];
     int rank = attr_ints(n, "shape", shape, MAX_RANK);
     if (rank < 0)
-        error_at(n->loc, "node '%s': reshape needs a shape attribute", n->name);
+        node_error(n, "reshape needs a shape attribute");
     int infer = -1;
     int64_t known = 1;
     for (int i = 0; i < rank; i++) {
         if (shape[i] == 0) {
             if (i >= x->rank)
-                error_at(attr_loc(n, "shape"), "node '%s': shape[%d] is 0 (copy) "
-                         "but the input has rank %d", n->name, i, x->rank);
+                node_error_at(n, attr_loc(n, "shape"), "shape[%d] is 0 (copy) "
+                              "but the input has rank %d", i, x->rank);
             shape[i] = x->shape[i];
         }
         if (shape[i] == -1) {
             if (infer >= 0)
-                error_at(attr_loc(n, "shape"), "node '%s': shape has more than one -1",
-                         n->name);
+                node_error_at(n, attr_loc(n, "shape"), "shape has more than one -1");
             infer = i;
         } else if (shape[i] < 0) {
-            error_at(attr_loc(n, "shape"), "node '%s': shape[%d] is %lld", n->name,
-                     i, (long long)shape[i]);
+            node_error_at(n, attr_loc(n, "shape"), "shape[%d] is %lld",
+                          i, (long long)shape[i]);
         } else {
             known = sat_mul(known, shape[i]);
         }
@@ -42,16 +41,16 @@ void shape_reshape(Node *n) {
     int64_t count = tensor_count(x);
     if (infer >= 0) {
         if (known == 0 || count % known != 0)
-            error_at(attr_loc(n, "shape"), "node '%s': cannot reshape %s (%lld "
-                     "elements) to %s", n->name, shape_str(x->rank, x->shape),
-                     (long long)count, shape_str(rank, shape));
+            node_error_at(n, attr_loc(n, "shape"), "cannot reshape %s (%lld "
+                          "elements) to %s", shape_str(x->rank, x->shape),
+                          (long long)count, shape_str(rank, shape));
         shape[infer] = count / known;
         known = count;
     }
     if (known != count)
-        error_at(attr_loc(n, "shape"), "node '%s': cannot reshape %s (%lld elements) "
-                 "to %s (%lld elements)", n->name, shape_str(x->rank, x->shape),
-                 (long long)count, shape_str(rank, shape), (long long)known);
+        node_error_at(n, attr_loc(n, "shape"), "cannot reshape %s (%lld elements) "
+                      "to %s (%lld elements)", shape_str(x->rank, x->shape),
+                      (long long)count, shape_str(rank, shape), (long long)known);
     set_output(n, x->dtype, rank, shape);
 }
 
@@ -66,15 +65,14 @@ void shape_transpose(Node *n) {
             perm[i] = np - 1 - i;
     }
     if (np != x->rank)
-        error_at(attr_loc(n, "perm"), "node '%s': perm has %d axes, the input %s "
-                 "has %d", n->name, np, shape_str(x->rank, x->shape), x->rank);
+        node_error_at(n, attr_loc(n, "perm"), "perm has %d axes, the input %s "
+                      "has %d", np, shape_str(x->rank, x->shape), x->rank);
     bool seen[MAX_RANK] = {0};
     int64_t shape[MAX_RANK];
     for (int i = 0; i < np; i++) {
         int a = norm_axis(n, "perm", perm[i], x->rank);
         if (seen[a])
-            error_at(attr_loc(n, "perm"), "node '%s': perm names axis %d twice",
-                     n->name, a);
+            node_error_at(n, attr_loc(n, "perm"), "perm names axis %d twice", a);
         seen[a] = true;
         shape[i] = x->shape[a];
     }
@@ -91,9 +89,9 @@ void shape_squeeze(Node *n) {
         drop[i] = k < 0 && x->shape[i] == 1;
     for (int i = 0; i < k; i++) {
         if (x->shape[axes[i]] != 1)
-            error_at(attr_loc(n, "axes"), "node '%s': axis %d of %s has size %lld, not 1",
-                     n->name, axes[i], shape_str(x->rank, x->shape),
-                     (long long)x->shape[axes[i]]);
+            node_error_at(n, attr_loc(n, "axes"), "axis %d of %s has size %lld, not 1", axes[i],
+                          shape_str(x->rank, x->shape),
+                          (long long)x->shape[axes[i]]);
         drop[axes[i]] = true;
     }
     int64_t shape[MAX_RANK];
@@ -110,11 +108,11 @@ void shape_unsqueeze(Node *n) {
     int64_t v[MAX_RANK];
     int k = attr_ints(n, "axes", v, MAX_RANK);
     if (k < 0)
-        error_at(n->loc, "node '%s': unsqueeze needs axes", n->name);
+        node_error(n, "unsqueeze needs axes");
     int rank = x->rank + k;
     if (rank > MAX_RANK)
-        error_at(attr_loc(n, "axes"), "node '%s': the result would have rank %d; "
-                 "kiln supports up to %d", n->name, rank, MAX_RANK);
+        node_error_at(n, attr_loc(n, "axes"), "the result would have rank %d; "
+                      "kiln supports up to %d", rank, MAX_RANK);
     int axes[MAX_RANK];
     k = attr_axes(n, "axes", rank, axes);
     bool ins[MAX_RANK] = {0};
@@ -131,8 +129,8 @@ void shape_flatten(Node *n) {
     Tensor *x = n->inputs[0];
     int64_t axis = attr_int(n, "axis", 1);
     if (axis < -x->rank || axis > x->rank)
-        error_at(attr_loc(n, "axis"), "node '%s': axis %lld is out of range for rank %d",
-                 n->name, (long long)axis, x->rank);
+        node_error_at(n, attr_loc(n, "axis"), "axis %lld is out of range for rank %d",
+                      (long long)axis, x->rank);
     if (axis < 0)
         axis += x->rank;
     int64_t shape[2] = {shape_count((int)axis, x->shape),
@@ -151,9 +149,9 @@ void shape_concat(Node *n) {
     Tensor *x = n->inputs[0];
     Attr *a = node_attr(n, "axis");
     if (!a)
-        error_at(n->loc, "node '%s': concat needs an axis", n->name);
+        node_error(n, "concat needs an axis");
     if (x->rank < 1)
-        error_at(n->loc, "node '%s': concat of a scalar", n->name);
+        node_error(n, "concat of a scalar");
     int axis = norm_axis(n, "axis", attr_int(n, "axis", 0), x->rank);
     int64_t shape[MAX_RANK];
     memcpy(shape, x->shape, sizeof shape);
@@ -164,9 +162,9 @@ void shape_concat(Node *n) {
         for (int d = 0; ok && d < x->rank; d++)
             ok = d == axis || t->shape[d] == x->shape[d];
         if (!ok)
-            error_at(n->input_locs[i], "node '%s': '%s' %s does not match %s outside "
-                     "axis %d", n->name, t->name, shape_str(t->rank, t->shape),
-                     shape_str(x->rank, x->shape), axis);
+            node_error_at(n, n->input_locs[i], "'%s' %s does not match %s outside "
+                          "axis %d", t->name, shape_str(t->rank, t->shape),
+                          shape_str(x->rank, x->shape), axis);
         shape[axis] += t->shape[axis];
     }
     set_output(n, x->dtype, x->rank, shape);
@@ -190,11 +188,11 @@ void shape_expand(Node *n) {
     int64_t target[MAX_RANK], shape[MAX_RANK];
     int k = attr_ints(n, "shape", target, MAX_RANK);
     if (k < 0)
-        error_at(n->loc, "node '%s': expand needs a shape", n->name);
+        node_error(n, "expand needs a shape");
     int rank;
     if (!broadcast_shapes(x->rank, x->shape, k, target, &rank, shape))
-        error_at(attr_loc(n, "shape"), "node '%s': %s does not broadcast to %s", n->name,
-                 shape_str(x->rank, x->shape), shape_str(k, target));
+        node_error_at(n, attr_loc(n, "shape"), "%s does not broadcast to %s",
+                      shape_str(x->rank, x->shape), shape_str(k, target));
     set_output(n, x->dtype, rank, shape);
 }
 
@@ -203,11 +201,11 @@ void shape_tile(Node *n) {
     int64_t reps[MAX_RANK], shape[MAX_RANK];
     int k = attr_ints(n, "repeats", reps, MAX_RANK);
     if (k != x->rank)
-        error_at(k < 0 ? n->loc : attr_loc(n, "repeats"), "node '%s': tile needs %d "
-                 "repeats, one per axis", n->name, x->rank);
+        node_error_at(n, k < 0 ? n->loc : attr_loc(n, "repeats"), "tile needs %d "
+                      "repeats, one per axis", x->rank);
     for (int i = 0; i < k; i++) {
         if (reps[i] < 0)
-            error_at(attr_loc(n, "repeats"), "node '%s': a negative repeat", n->name);
+            node_error_at(n, attr_loc(n, "repeats"), "a negative repeat");
         shape[i] = sat_mul(x->shape[i], reps[i]);
     }
     set_output(n, x->dtype, x->rank, shape);
@@ -218,8 +216,8 @@ void shape_depth_to_space(Node *n) {
     int64_t b = block_of(n, x);
     depth_to_space_crd(n);
     if (x->shape[1] % (b * b))
-        error_at(n->loc, "node '%s': %lld channels do not divide by block^2 = %lld",
-                 n->name, (long long)x->shape[1], (long long)(b * b));
+        node_error(n, "%lld channels do not divide by block^2 = %lld", (long long)x->shape[1],
+                   (long long)(b * b));
     int64_t shape[4] = {x->shape[0], x->shape[1] / (b * b), x->shape[2] * b,
                         x->shape[3] * b};
     set_output(n, x->dtype, 4, shape);
@@ -229,9 +227,9 @@ void shape_space_to_depth(Node *n) {
     Tensor *x = n->inputs[0];
     int64_t b = block_of(n, x);
     if (x->shape[2] % b || x->shape[3] % b)
-        error_at(n->loc, "node '%s': height and width %lld x %lld do not divide by "
-                 "block %lld", n->name, (long long)x->shape[2], (long long)x->shape[3],
-                 (long long)b);
+        node_error(n, "height and width %lld x %lld do not divide by "
+                   "block %lld", (long long)x->shape[2], (long long)x->shape[3],
+                   (long long)b);
     int64_t shape[4] = {x->shape[0], x->shape[1] * b * b, x->shape[2] / b,
                         x->shape[3] / b};
     set_output(n, x->dtype, 4, shape);

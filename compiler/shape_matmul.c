@@ -15,15 +15,15 @@ void shape_gemm(Node *n) {
     Tensor *a = n->inputs[0], *b = n->inputs[1];
     require_f32(n);
     if (a->rank != 2 || b->rank != 2)
-        error_at(n->loc, "node '%s': gemm needs 2-D operands, got %s and %s", n->name,
-                 shape_str(a->rank, a->shape), shape_str(b->rank, b->shape));
+        node_error(n, "gemm needs 2-D operands, got %s and %s",
+                   shape_str(a->rank, a->shape), shape_str(b->rank, b->shape));
     bool ta = attr_int(n, "trans_a", 0) != 0, tb = attr_int(n, "trans_b", 0) != 0;
     int64_t M = ta ? a->shape[1] : a->shape[0], K = ta ? a->shape[0] : a->shape[1];
     int64_t Kb = tb ? b->shape[1] : b->shape[0], N = tb ? b->shape[0] : b->shape[1];
     if (K != Kb)
-        error_at(n->loc, "node '%s': gemm of op(A) [%lld, %lld] and op(B) [%lld, %lld]: "
-                 "inner dimensions differ", n->name, (long long)M, (long long)K,
-                 (long long)Kb, (long long)N);
+        node_error(n, "gemm of op(A) [%lld, %lld] and op(B) [%lld, %lld]: "
+                   "inner dimensions differ", (long long)M, (long long)K,
+                   (long long)Kb, (long long)N);
     int64_t shape[2] = {M, N};
     if (n->ninputs > 2) {
         Tensor *c = n->inputs[2];
@@ -31,9 +31,9 @@ void shape_gemm(Node *n) {
         int64_t out[MAX_RANK];
         if (c->rank > 2 || !broadcast_shapes(c->rank, c->shape, 2, shape, &r, out) ||
             out[0] != M || out[1] != N)
-            error_at(n->input_locs[2], "node '%s': bias '%s' %s does not broadcast to "
-                     "[%lld, %lld]", n->name, c->name, shape_str(c->rank, c->shape),
-                     (long long)M, (long long)N);
+            node_error_at(n, n->input_locs[2], "bias '%s' %s does not broadcast to "
+                          "[%lld, %lld]", c->name, shape_str(c->rank, c->shape),
+                          (long long)M, (long long)N);
     }
     Attr *act = node_attr(n, "activation");
     if (act) {
@@ -43,8 +43,8 @@ void shape_gemm(Node *n) {
         for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
             ok |= !act->is_list && strcmp(act->scalar, names[i]) == 0;
         if (!ok)
-            error_at(act->loc, "node '%s': unknown activation (known: none relu gelu "
-                     "gelu_tanh silu sigmoid tanh)", n->name);
+            node_error_at(n, act->loc, "unknown activation (known: none relu gelu "
+                          "gelu_tanh silu sigmoid tanh)");
     }
     set_output(n, a->dtype, 2, shape);
 }
@@ -59,23 +59,23 @@ void shape_matmul(Node *n) {
     else
         require_f32(n);
     if (a->rank < 1 || b->rank < 1)
-        error_at(n->loc, "node '%s': matmul needs operands of rank 1 or more, "
-                 "got %s and %s", n->name, shape_str(a->rank, a->shape),
-                 shape_str(b->rank, b->shape));
+        node_error(n, "matmul needs operands of rank 1 or more, "
+                   "got %s and %s", shape_str(a->rank, a->shape),
+                   shape_str(b->rank, b->shape));
     int64_t k_a = a->shape[a->rank - 1];
     int64_t k_b = b->rank == 1 ? b->shape[0] : b->shape[b->rank - 2];
     if (k_a != k_b)
-        error_at(n->loc, "node '%s': matmul of %s ('%s') and %s ('%s'): inner "
-                 "dimensions %lld and %lld differ", n->name,
-                 shape_str(a->rank, a->shape), a->name, shape_str(b->rank, b->shape),
-                 b->name, (long long)k_a, (long long)k_b);
+        node_error(n, "matmul of %s ('%s') and %s ('%s'): inner "
+                   "dimensions %lld and %lld differ",
+                   shape_str(a->rank, a->shape), a->name, shape_str(b->rank, b->shape),
+                   b->name, (long long)k_a, (long long)k_b);
     int ba = a->rank > 2 ? a->rank - 2 : 0, bb = b->rank > 2 ? b->rank - 2 : 0;
     int rank;
     int64_t shape[MAX_RANK];
     if (!broadcast_shapes(ba, a->shape, bb, b->shape, &rank, shape))
-        error_at(n->loc, "node '%s': matmul batch dimensions of %s and %s do not "
-                 "broadcast", n->name, shape_str(a->rank, a->shape),
-                 shape_str(b->rank, b->shape));
+        node_error(n, "matmul batch dimensions of %s and %s do not "
+                   "broadcast", shape_str(a->rank, a->shape),
+                   shape_str(b->rank, b->shape));
     if (a->rank >= 2)
         shape[rank++] = a->shape[a->rank - 2];
     if (b->rank >= 2)
@@ -93,25 +93,24 @@ void shape_grouped_matmul(Node *n) {
             require(n, i, n->inputs[i]->dtype == KILN_DTYPE_F32, "f32");
     require(n, 2, is_index(e->dtype), "an i32 or i64 expert index:");
     if (x->rank < 1)
-        error_at(n->input_locs[0], "node '%s': x '%s' must be [..., K], not a scalar",
-                 n->name, x->name);
+        node_error_at(n, n->input_locs[0], "x '%s' must be [..., K], not a scalar", x->name);
     int64_t K = x->shape[x->rank - 1];
     if (w->rank != 3 || w->shape[1] != K)
-        error_at(n->input_locs[1], "node '%s': the expert weights '%s' are %s; they must "
-                 "be [experts, %lld, N] (K of x '%s' is %lld)", n->name, w->name,
-                 shape_str(w->rank, w->shape), (long long)K, x->name, (long long)K);
+        node_error_at(n, n->input_locs[1], "the expert weights '%s' are %s; they must "
+                      "be [experts, %lld, N] (K of x '%s' is %lld)", w->name,
+                      shape_str(w->rank, w->shape), (long long)K, x->name, (long long)K);
     if (e->rank != x->rank - 1 ||
         memcmp(e->shape, x->shape, sizeof(int64_t) * (size_t)e->rank) != 0)
-        error_at(n->input_locs[2], "node '%s': the expert index '%s' is %s; it must be "
-                 "%s, one expert per row of '%s'", n->name, e->name,
-                 shape_str(e->rank, e->shape), shape_str(x->rank - 1, x->shape), x->name);
+        node_error_at(n, n->input_locs[2], "the expert index '%s' is %s; it must be "
+                      "%s, one expert per row of '%s'", e->name,
+                      shape_str(e->rank, e->shape), shape_str(x->rank - 1, x->shape), x->name);
     if (n->ninputs > 3) {
         Tensor *b = n->inputs[3];
         if (b->rank != 2 || b->shape[0] != w->shape[0] || b->shape[1] != w->shape[2])
-            error_at(n->input_locs[3], "node '%s': the expert bias '%s' is %s; it must be "
-                     "[%lld, %lld] (experts, N)", n->name, b->name,
-                     shape_str(b->rank, b->shape), (long long)w->shape[0],
-                     (long long)w->shape[2]);
+            node_error_at(n, n->input_locs[3], "the expert bias '%s' is %s; it must be "
+                          "[%lld, %lld] (experts, N)", b->name,
+                          shape_str(b->rank, b->shape), (long long)w->shape[0],
+                          (long long)w->shape[2]);
     }
     int64_t shape[MAX_RANK];
     memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->rank);

@@ -16,8 +16,8 @@ void shape_axis_float(Node *n) {
     Tensor *x = n->inputs[0];
     require_f32(n);
     if (x->rank < 1)
-        error_at(n->loc, "node '%s': %s needs an input of rank 1 or more", n->name,
-                 op_info[n->op].name);
+        node_error(n, "%s needs an input of rank 1 or more",
+                   op_info[n->op].name);
     norm_axis(n, "axis", attr_int(n, "axis", -1), x->rank);
     set_output(n, x->dtype, x->rank, x->shape);
 }
@@ -31,21 +31,20 @@ void shape_norm(Node *n) {
     require_f32(n);
     bool residual = n->op == OP_RESIDUAL_LAYER_NORM || n->op == OP_RESIDUAL_RMS_NORM;
     if (x->rank < 1)
-        error_at(n->loc, "node '%s': %s needs an input of rank 1 or more", n->name,
-                 op_info[n->op].name);
+        node_error(n, "%s needs an input of rank 1 or more",
+                   op_info[n->op].name);
     int axis = norm_axis(n, "axis", attr_int(n, "axis", -1), x->rank);
     positive_float(n, "eps", 1e-5);
     int first_param = 1;
     if (residual) {
         Tensor *r = n->inputs[1];
         if (r->rank != x->rank || memcmp(r->shape, x->shape, sizeof(int64_t) * (size_t)x->rank))
-            error_at(n->input_locs[1], "node '%s': the residual '%s' %s must have the "
-                     "shape of '%s' %s", n->name, r->name, shape_str(r->rank, r->shape),
-                     x->name, shape_str(x->rank, x->shape));
+            node_error_at(n, n->input_locs[1], "the residual '%s' %s must have the "
+                          "shape of '%s' %s", r->name, shape_str(r->rank, r->shape),
+                          x->name, shape_str(x->rank, x->shape));
         first_param = 2;
         if (n->noutputs > 2)
-            error_at(n->loc, "node '%s': %s has one or two outputs (the norm, the sum)",
-                     n->name, op_info[n->op].name);
+            node_error(n, "%s has one or two outputs (the norm, the sum)", op_info[n->op].name);
     } else if (n->noutputs != 1) {
         set_output(n, x->dtype, x->rank, x->shape); /* reports the count */
     }
@@ -53,10 +52,10 @@ void shape_norm(Node *n) {
     for (int i = first_param; i < n->ninputs; i++) {
         Tensor *p = n->inputs[i];
         if (tensor_count(p) != cols || (p->rank && p->shape[p->rank - 1] != x->shape[x->rank - 1]))
-            error_at(n->input_locs[i], "node '%s': %s '%s' has shape %s; it must have "
-                     "the shape %s of the normalized axes", n->name,
-                     i == first_param ? "gamma" : "beta", p->name,
-                     shape_str(p->rank, p->shape), shape_str(x->rank - axis, x->shape + axis));
+            node_error_at(n, n->input_locs[i], "%s '%s' has shape %s; it must have "
+                          "the shape %s of the normalized axes",
+                          i == first_param ? "gamma" : "beta", p->name,
+                          shape_str(p->rank, p->shape), shape_str(x->rank - axis, x->shape + axis));
     }
     for (int i = 0; i < n->noutputs; i++) {
         n->outputs[i]->dtype = x->dtype;
@@ -71,15 +70,15 @@ void shape_channel_norm(Node *n) {
     Tensor *x = n->inputs[0];
     require_f32(n);
     if (x->rank < 3)
-        error_at(n->loc, "node '%s': %s needs [N, C, D1, ...], got %s", n->name,
-                 op_info[n->op].name, shape_str(x->rank, x->shape));
+        node_error(n, "%s needs [N, C, D1, ...], got %s",
+                   op_info[n->op].name, shape_str(x->rank, x->shape));
     positive_float(n, "eps", 1e-5);
     if (n->op == OP_GROUP_NORM) {
         int64_t g = attr_int(n, "groups", 0);
         if (g < 1 || x->shape[1] % g)
-            error_at(node_attr(n, "groups") ? attr_loc(n, "groups") : n->loc,
-                     "node '%s': groups must be a positive divisor of the %lld channels",
-                     n->name, (long long)x->shape[1]);
+            node_error_at(n, node_attr(n, "groups") ? attr_loc(n, "groups") : n->loc,
+                          "groups must be a positive divisor of the %lld channels",
+                          (long long)x->shape[1]);
     }
     check_channel_param(n, 1, x->shape[1]);
     check_channel_param(n, 2, x->shape[1]);
@@ -91,8 +90,8 @@ void shape_batch_norm(Node *n) {
     Tensor *x = n->inputs[0];
     require_f32(n);
     if (x->rank < 2)
-        error_at(n->loc, "node '%s': batch_norm needs [N, C, ...], got %s", n->name,
-                 shape_str(x->rank, x->shape));
+        node_error(n, "batch_norm needs [N, C, ...], got %s",
+                   shape_str(x->rank, x->shape));
     positive_float(n, "eps", 1e-5);
     for (int i = 1; i < 5; i++)
         check_channel_param(n, i, x->shape[1]);
@@ -105,7 +104,7 @@ static void reduce_output(Node *n, kiln_dtype dt) {
     reduced_axes(n, reduced);
     int64_t keep = attr_int(n, "keep_dims", 1);
     if (keep != 0 && keep != 1)
-        error_at(attr_loc(n, "keep_dims"), "node '%s': keep_dims must be 0 or 1", n->name);
+        node_error_at(n, attr_loc(n, "keep_dims"), "keep_dims must be 0 or 1");
     int64_t shape[MAX_RANK];
     int rank = 0;
     for (int i = 0; i < x->rank; i++)
@@ -123,8 +122,8 @@ void shape_arg(Node *n) {
     require_f32(n);
     int64_t last = attr_int(n, "select_last_index", 0);
     if (last != 0 && last != 1)
-        error_at(attr_loc(n, "select_last_index"), "node '%s': select_last_index must "
-                 "be 0 or 1", n->name);
+        node_error_at(n, attr_loc(n, "select_last_index"), "select_last_index must "
+                      "be 0 or 1");
     reduce_output(n, KILN_DTYPE_I64);
 }
 
@@ -133,15 +132,15 @@ void shape_topk(Node *n) {
     Tensor *x = n->inputs[0];
     require_f32(n);
     if (n->noutputs != 2)
-        error_at(n->loc, "node '%s': topk has two outputs (values, indices); list them "
-                 "with outputs: [v, i]", n->name);
+        node_error(n, "topk has two outputs (values, indices); list them "
+                   "with outputs: [v, i]");
     if (x->rank < 1)
-        error_at(n->loc, "node '%s': topk of a scalar", n->name);
+        node_error(n, "topk of a scalar");
     int axis = norm_axis(n, "axis", attr_int(n, "axis", -1), x->rank);
     int64_t k = attr_int(n, "k", -1);
     if (k < 0 || k > x->shape[axis])
-        error_at(node_attr(n, "k") ? attr_loc(n, "k") : n->loc, "node '%s': k must be "
-                 "from 0 to the axis size %lld", n->name, (long long)x->shape[axis]);
+        node_error_at(n, node_attr(n, "k") ? attr_loc(n, "k") : n->loc, "k must be "
+                      "from 0 to the axis size %lld", (long long)x->shape[axis]);
     for (int i = 0; i < 2; i++) {
         Tensor *t = n->outputs[i];
         t->dtype = i ? KILN_DTYPE_I64 : x->dtype;
@@ -157,18 +156,17 @@ void shape_sample(Node *n) {
     require(n, 0, x->dtype == KILN_DTYPE_F32, "f32");
     require(n, 1, is_index(seed->dtype), "an i32 or i64 seed:");
     if (tensor_count(seed) != 1)
-        error_at(n->input_locs[1], "node '%s': the seed '%s' must hold one element, not %s",
-                 n->name, seed->name, shape_str(seed->rank, seed->shape));
+        node_error_at(n, n->input_locs[1], "the seed '%s' must hold one element, not %s",
+                      seed->name, shape_str(seed->rank, seed->shape));
     if (x->rank < 1 || x->shape[x->rank - 1] < 1)
-        error_at(n->loc, "node '%s': sample needs logits [..., V] with V > 0", n->name);
+        node_error(n, "sample needs logits [..., V] with V > 0");
     if (attr_int(n, "top_k", 0) < 0)
-        error_at(attr_loc(n, "top_k"), "node '%s': top_k must not be negative", n->name);
+        node_error_at(n, attr_loc(n, "top_k"), "top_k must not be negative");
     double p = attr_float(n, "top_p", 1), t = attr_float(n, "temperature", 1);
     if (!(p > 0 && p <= 1))
-        error_at(attr_loc(n, "top_p"), "node '%s': top_p must be in (0, 1]", n->name);
+        node_error_at(n, attr_loc(n, "top_p"), "top_p must be in (0, 1]");
     if (t < 0)
-        error_at(attr_loc(n, "temperature"), "node '%s': temperature must not be negative",
-                 n->name);
+        node_error_at(n, attr_loc(n, "temperature"), "temperature must not be negative");
     set_output(n, KILN_DTYPE_I64, x->rank - 1, x->shape);
 }
 
@@ -178,8 +176,8 @@ void shape_selective_scan(Node *n) {
     require_f32(n);
     Tensor *u = n->inputs[0];
     if (u->rank != 3)
-        error_at(n->input_locs[0], "node '%s': u must be [batch, L, dim], not %s", n->name,
-                 shape_str(u->rank, u->shape));
+        node_error_at(n, n->input_locs[0], "u must be [batch, L, dim], not %s",
+                      shape_str(u->rank, u->shape));
     int64_t bt = u->shape[0], L = u->shape[1], dim = u->shape[2];
     int64_t N = n->inputs[2]->rank == 2 ? n->inputs[2]->shape[1] : -1;
     int64_t want[7][3] = {{bt, L, dim}, {bt, L, dim}, {dim, N, 0}, {bt, L, N},
@@ -189,13 +187,13 @@ void shape_selective_scan(Node *n) {
     for (int i = 0; i < n->ninputs; i++) {
         Tensor *t = n->inputs[i];
         if (t->rank != ranks[i] || memcmp(t->shape, want[i], sizeof(int64_t) * (size_t)ranks[i]))
-            error_at(n->input_locs[i], "node '%s': %s '%s' is %s; it must be %s", n->name,
-                     names[i], t->name, shape_str(t->rank, t->shape),
-                     shape_str(ranks[i], want[i]));
+            node_error_at(n, n->input_locs[i], "%s '%s' is %s; it must be %s",
+                          names[i], t->name, shape_str(t->rank, t->shape),
+                          shape_str(ranks[i], want[i]));
     }
     if (N < 1 || N > 256)
-        error_at(n->input_locs[2], "node '%s': the state size %lld must be from 1 to 256",
-                 n->name, (long long)N);
+        node_error_at(n, n->input_locs[2], "the state size %lld must be from 1 to 256",
+                      (long long)N);
     set_output(n, u->dtype, 3, u->shape);
 }
 
@@ -207,10 +205,10 @@ void shape_norm_grad(Node *n) {
     bool rms = n->op == OP_RMS_NORM_GRAD;
     int most = rms ? 2 : 3;
     if (n->noutputs > most)
-        error_at(n->loc, "node '%s': %s has at most %d outputs (dx, dgamma%s)", n->name,
-                 op_info[n->op].name, most, rms ? "" : ", dbeta");
+        node_error(n, "%s has at most %d outputs (dx, dgamma%s)",
+                   op_info[n->op].name, most, rms ? "" : ", dbeta");
     if (x->rank < 1)
-        error_at(n->input_locs[1], "node '%s': x must have rank 1 or more", n->name);
+        node_error_at(n, n->input_locs[1], "x must have rank 1 or more");
     same_shape(n, 0, x, "the gradient");
     int axis = norm_axis(n, "axis", attr_int(n, "axis", -1), x->rank);
     positive_float(n, "eps", 1e-5);
@@ -219,9 +217,9 @@ void shape_norm_grad(Node *n) {
     if (n->ninputs > 2) {
         Tensor *g = n->inputs[2];
         if (tensor_count(g) != shape_count(prank, pshape))
-            error_at(n->input_locs[2], "node '%s': gamma '%s' is %s; it must have the shape "
-                     "%s of the normalized axes", n->name, g->name,
-                     shape_str(g->rank, g->shape), shape_str(prank, pshape));
+            node_error_at(n, n->input_locs[2], "gamma '%s' is %s; it must have the shape "
+                          "%s of the normalized axes", g->name,
+                          shape_str(g->rank, g->shape), shape_str(prank, pshape));
         prank = g->rank;
         pshape = g->shape;
     }

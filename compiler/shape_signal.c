@@ -43,9 +43,9 @@ void shape_log_mel(Node *n) {
     if (n->ninputs > 1) {
         Tensor *m = n->inputs[1];
         if (m->rank != 2 || m->shape[0] != sp.nout)
-            error_at(n->input_locs[1], "node '%s': the mel matrix '%s' is %s; it must be "
-                     "[%lld, n_mels] (n_fft / 2 + 1 bins)", n->name, m->name,
-                     shape_str(m->rank, m->shape), (long long)sp.nout);
+            node_error_at(n, n->input_locs[1], "the mel matrix '%s' is %s; it must be "
+                          "[%lld, n_mels] (n_fft / 2 + 1 bins)", m->name,
+                          shape_str(m->rank, m->shape), (long long)sp.nout);
         mels = m->shape[1];
     } else {
         mels = positive_attr(n, "n_mels", 80, 1 << 16);
@@ -53,16 +53,16 @@ void shape_log_mel(Node *n) {
         if (fmax == 0)
             fmax = rate / 2;
         if (!(fmin >= 0 && fmin < fmax && fmax <= rate / 2))
-            error_at(node_attr(n, "fmax") ? attr_loc(n, "fmax") : n->loc, "node '%s': need "
-                     "0 <= fmin < fmax <= sample_rate / 2 (%g), got fmin %g, fmax %g",
-                     n->name, rate / 2, fmin, fmax);
+            node_error_at(n, node_attr(n, "fmax") ? attr_loc(n, "fmax") : n->loc, "need "
+                          "0 <= fmin < fmax <= sample_rate / 2 (%g), got fmin %g, fmax %g",
+                          rate / 2, fmin, fmax);
     }
     positive_float(n, "eps", 1e-10);
     int64_t shape[MAX_RANK];
     memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->rank);
     shape[x->rank - 1] = sp.inner;
     if (x->rank + 1 > MAX_RANK)
-        error_at(n->loc, "node '%s': the result would have rank %d", n->name, x->rank + 1);
+        node_error(n, "the result would have rank %d", x->rank + 1);
     shape[x->rank] = mels;
     set_output(n, KILN_DTYPE_F32, x->rank + 1, shape);
 }

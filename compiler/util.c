@@ -194,6 +194,24 @@ void error_at(Loc loc, const char *fmt, ...) {
     leave();
 }
 
+/* The message is a tracked allocation: kiln_free_all releases it when an
+ * error trap catches the exit. */
+void node_error(const Node *n, const char *fmt, ...) {
+                va_list ap;
+    va_start(ap, fmt);
+    char *msg = vformat(fmt, ap);
+    va_end(ap);
+    error_at(n->loc, "node '%s': %s", n->name, msg);
+}
+
+void node_error_at(const Node *n, Loc loc, const char *fmt, ...) {
+                   va_list ap;
+    va_start(ap, fmt);
+    char *msg = vformat(fmt, ap);
+    va_end(ap);
+    error_at(loc, "node '%s': %s", n->name, msg);
+}
+
 void fatal(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
