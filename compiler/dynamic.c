@@ -246,7 +246,7 @@ static void not_over(Node *n, Tensor *x, const bool *reduced) {
 static void dynamic_norm(Node *n) {
     Tensor *x = n->inputs[0];
     bool residual = n->op == OP_RESIDUAL_LAYER_NORM || n->op == OP_RESIDUAL_RMS_NORM;
-    int64_t axis = attr_int(n, "axis", -1);
+    int64_t axis = attr_int(n, "axis");
     if (axis < 0)
         axis += x->rank;
     bool reduced[MAX_RANK] = {false};
@@ -294,7 +294,7 @@ void infer_dynamic(Graph *g, Node *n) {
         return;
     }
     case OP_CONCAT: {
-        int64_t axis = attr_int(n, "axis", 0);
+        int64_t axis = attr_int(n, "axis");
         if (axis < 0)
             axis += out->rank;
         Tensor *ref = NULL;
@@ -353,7 +353,7 @@ void infer_dynamic(Graph *g, Node *n) {
         return;
     }
     case OP_GEMM:
-        if (n->inputs[1]->dynamic || attr_int(n, "trans_a", 0))
+        if (n->inputs[1]->dynamic || attr_int(n, "trans_a"))
             unsupported(n, "kiln takes a dynamic extent only in the rows of A "
                         "(trans_a 0)");
         if (n->ninputs > 2 && n->inputs[2]->dynamic)
@@ -381,7 +381,7 @@ void infer_dynamic(Graph *g, Node *n) {
     case OP_LOG_SOFTMAX:
     case OP_CUMSUM:
     case OP_TOPK: {
-        int64_t axis = attr_int(n, "axis", -1);
+        int64_t axis = attr_int(n, "axis");
         reduced[axis < 0 ? axis + x->rank : axis] = true;
         not_over(n, x, reduced);
         same_as(n, x);
@@ -400,7 +400,7 @@ void infer_dynamic(Graph *g, Node *n) {
         reduced_axes(n, reduced);
         not_over(n, x, reduced);
         int a = x->dyn_axis;
-        if (!attr_int(n, "keep_dims", 1))
+        if (!attr_int(n, "keep_dims"))
             for (int i = 0; i < x->dyn_axis; i++)
                 a -= reduced[i];
         set_dynamic(n, out, a, &x->extent);
@@ -413,7 +413,7 @@ void infer_dynamic(Graph *g, Node *n) {
         if (data->dynamic)
             unsupported(n, "it gathers from the dynamic tensor '%s'; kiln gathers "
                         "dynamic indices from fixed tensors", data->name);
-        int64_t axis = emb ? 0 : attr_int(n, "axis", 0);
+        int64_t axis = emb ? 0 : attr_int(n, "axis");
         if (axis < 0)
             axis += data->rank;
         set_dynamic(n, out, (int)axis + idx->dyn_axis, &idx->extent);
@@ -443,7 +443,7 @@ void infer_dynamic(Graph *g, Node *n) {
         return;
     }
     case OP_ROPE: {
-        int64_t axis = attr_int(n, "seq_axis", -2);
+        int64_t axis = attr_int(n, "seq_axis");
         if (axis < 0)
             axis += x->rank;
         Tensor *c = n->inputs[1], *s = n->inputs[2];

@@ -335,10 +335,16 @@ void infer_node(Node *n);
 
 /* ---- op_params.c: what attributes and inputs mean ------------------------ */
 
-/* Attribute access, with located errors on a wrong type or value. */
+/* Attribute access, with located errors on a wrong type or value. An absent
+ * attribute takes the default of the op's row in ops.def (no call site
+ * repeats it); one the row lists without a default is required, except
+ * through the _or forms, for defaults computed from the node (attention's
+ * scale = 1/sqrt(D)). */
 Attr *node_attr(Node *n, const char *key);
-int64_t attr_int(Node *n, const char *key, int64_t dflt);
-double attr_float(Node *n, const char *key, double dflt);
+int64_t attr_int(Node *n, const char *key);
+double attr_float(Node *n, const char *key);
+int64_t attr_int_or(Node *n, const char *key, int64_t computed);
+double attr_float_or(Node *n, const char *key, double computed);
 /* Fills out (at most max) and returns the count, or -1 when absent (more
  * than max items is a located error). */
 int attr_ints(Node *n, const char *key, int64_t *out, int max);

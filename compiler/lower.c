@@ -72,7 +72,7 @@ static void plan_states(Graph *g, Program *p) {
         if (!u)
             continue;
         Node *c = u->producer;
-        int64_t axis = c && c->op == OP_CONCAT ? attr_int(c, "axis", 0) : -1;
+        int64_t axis = c && c->op == OP_CONCAT ? attr_int(c, "axis") : -1;
         if (axis < 0 && c && c->op == OP_CONCAT)
             axis += u->rank;
         if (c && c->op == OP_CONCAT && !c->dead && c->inputs[0] == s && s->dynamic &&

@@ -86,7 +86,7 @@ const char *activation_expr(const char *name);
 
 /* ---- lower_index.c ----------------------------------------------------- */
 
-int attr_axis(Node *n, int rank, int64_t dflt);
+int attr_axis(Node *n, int rank);
 Dispatch *index_dispatch(Program *p, Node *n, const char *mode, Tensor *y,
                          Tensor *x, Tensor *idx);
 Dispatch *scatter_dispatch(Program *p, Node *n, Tensor *y, Tensor *idx, Tensor *upd,

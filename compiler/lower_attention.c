@@ -41,13 +41,13 @@ void lower_attention(Program *p, Node *n) {
     define_int(d, "D", a.D);
     define_int(d, "DV", a.DV);
     attention_strides(d, &a);
-    double scale = attr_float(n, "scale", 1.0 / sqrt((double)a.D));
-    double cap = attr_float(n, "softcap", 0);
+    double scale = attr_float_or(n, "scale", 1.0 / sqrt((double)a.D));
+    double cap = attr_float(n, "softcap");
     define_float(d, "SCALE", scale);
     define_int(d, "SOFTCAP_ON", cap > 0);
     define_float(d, "SOFTCAP", cap > 0 ? cap : 1.0);
-    define_int(d, "CAUSAL", attr_int(n, "causal", 0) != 0);
-    define_int(d, "WINDOW", attr_int(n, "window", 0));
+    define_int(d, "CAUSAL", attr_int(n, "causal") != 0);
+    define_int(d, "WINDOW", attr_int(n, "window"));
     dispatch_arg(d, n->outputs[0], true);
     for (int i = 0; i < 3; i++)
         dispatch_arg(d, n->inputs[i], false);
@@ -84,11 +84,11 @@ void lower_attention(Program *p, Node *n) {
 void lower_rope(Program *p, Node *n) {
     Tensor *x = n->inputs[0], *out = n->outputs[0];
     int rank = x->rank;
-    int64_t D = x->shape[rank - 1], R = attr_int(n, "n_rot", D), half = R / 2;
-    int axis = (int)attr_int(n, "seq_axis", -2);
+    int64_t D = x->shape[rank - 1], R = attr_int_or(n, "n_rot", D), half = R / 2;
+    int axis = (int)attr_int(n, "seq_axis");
     if (axis < 0)
         axis += rank;
-    bool inter = attr_int(n, "interleaved", 0) != 0;
+    bool inter = attr_int(n, "interleaved") != 0;
     /* rope_grad: the rotation's transpose, by -angle */
     bool back = n->op == OP_ROPE_GRAD;
     static const float forward_sign[2] = {-1, 1}, back_sign[2] = {1, -1};
@@ -138,7 +138,7 @@ void lower_attention_grad(Program *p, Node *n) {
     if (a.B * a.H * a.Sq * a.Sk == 0)
         return;
     Tensor *stats = scratch(p, n, "stats", 2, (int64_t[]){a.B * a.H * a.Sq, 2});
-    double scale = attr_float(n, "scale", 1.0 / sqrt((double)a.D));
+    double scale = attr_float_or(n, "scale", 1.0 / sqrt((double)a.D));
     for (int pass = 0; pass < 2; pass++) {
         Dispatch *d = new_dispatch(p, n, "grad");
         d->local_size = 64;
@@ -153,7 +153,7 @@ void lower_attention_grad(Program *p, Node *n) {
         define_int(d, "DV", a.DV);
         attention_strides(d, &a);
         define_float(d, "SCALE", scale);
-        define_int(d, "CAUSAL", attr_int(n, "causal", 0) != 0);
+        define_int(d, "CAUSAL", attr_int(n, "causal") != 0);
         dispatch_arg(d, n->outputs[pass ? 1 : 0], true);
         dispatch_arg(d, pass ? n->outputs[2] : stats, true);
         dispatch_arg(d, n->inputs[3], false);

@@ -43,7 +43,7 @@ void lower_conv(Program *p, Node *n) {
     define_int(d, "N", x->shape[0]);
     define_int(d, "C", x->shape[1]);
     define_int(d, "OC", y->shape[1]);
-    define_int(d, "G", attr_int(n, "group", 1));
+    define_int(d, "G", attr_int(n, "group"));
     define_int(d, "TRANSPOSED", n->op == OP_CONV_TRANSPOSE);
     define_spatial(d, "IN_SP", nsp, x->shape + 2, 1);
     define_spatial(d, "OUT_SP", nsp, y->shape + 2, 1);
@@ -68,7 +68,7 @@ void lower_conv(Program *p, Node *n) {
                                                              : n->outputs[0]), false);
     }
     /* products per output: the input channels of its group by the kernel */
-    int64_t cg = x->shape[1] / attr_int(n, "group", 1);
+    int64_t cg = x->shape[1] / attr_int(n, "group");
     int64_t per_out = cg * shape_count(nsp, w->shape + 2);
     /* Split the channels of an output over up to 32 invocations while the
      * whole takes fewer than CONV_SPLIT_TARGET (small convolutions: one
@@ -103,7 +103,7 @@ void lower_pool(Program *p, Node *n) {
     define_spatial(d, "PAD_END", nsp, win.pad_end, 0);
     define_spatial(d, "DIL", nsp, win.dil, 1);
     define_int(d, "MAX", n->op == OP_MAX_POOL);
-    define_int(d, "INCLUDE_PAD", n->op == OP_AVG_POOL && attr_int(n, "count_include_pad", 0));
+    define_int(d, "INCLUDE_PAD", n->op == OP_AVG_POOL && attr_int(n, "count_include_pad"));
     dispatch_arg(d, y, true);
     dispatch_arg(d, x, false);
     d->groups[0] = groups_for(count, d->local_size);

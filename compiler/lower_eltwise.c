@@ -48,7 +48,8 @@ static char *attribute_literal(Node *n, const char *ident, const char *ct) {
         double v = strtod(dflt, &end);
         if (!*dflt || *end)
             return NULL;
-        v = attr_float(n, key, v);
+        if (node_attr(n, key)) /* the row's default may be infinite (clip) */
+            v = attr_float(n, key);
         if (strcmp(ct, "float") == 0)
             return glsl_float(v);
         double lo = -2147483648.0, hi = 2147483647.0;

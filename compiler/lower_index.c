@@ -44,7 +44,7 @@ Dispatch *index_dispatch(Program *p, Node *n, const char *mode, Tensor *y,
 void lower_gather(Program *p, Node *n) {
     bool emb = n->op == OP_EMBEDDING;
     Tensor *x = n->inputs[emb ? 1 : 0], *idx = n->inputs[emb ? 0 : 1];
-    int axis = emb ? 0 : (int)attr_int(n, "axis", 0);
+    int axis = emb ? 0 : (int)attr_int(n, "axis");
     if (axis < 0)
         axis += x->rank;
     Dispatch *d = index_dispatch(p, n, "MODE_GATHER", n->outputs[0], x, idx);
@@ -56,8 +56,8 @@ void lower_gather(Program *p, Node *n) {
     define_int(d, "INNER", shape_count(x->rank - axis - 1, x->shape + axis + 1));
 }
 
-int attr_axis(Node *n, int rank, int64_t dflt) {
-    int64_t axis = attr_int(n, "axis", dflt);
+int attr_axis(Node *n, int rank) {
+    int64_t axis = attr_int(n, "axis");
     return (int)(axis < 0 ? axis + rank : axis);
 }
 
@@ -68,7 +68,7 @@ void lower_gather_elements(Program *p, Node *n) {
         return;
     int64_t xs[MAX_RANK];
     contiguous_strides(x->rank, x->shape, xs);
-    int axis = attr_axis(n, x->rank, 0);
+    int axis = attr_axis(n, x->rank);
     define_int(d, "RANK", x->rank);
     define_list(d, "SHAPE", idx->rank, idx->shape);
     define_list(d, "XSTRIDES", x->rank, xs);
@@ -78,14 +78,14 @@ void lower_gather_elements(Program *p, Node *n) {
 
 void lower_one_hot(Program *p, Node *n) {
     Tensor *y = n->outputs[0], *idx = n->inputs[0];
-    int axis = attr_axis(n, y->rank, -1);
+    int axis = attr_axis(n, y->rank);
     Dispatch *d = index_dispatch(p, n, "MODE_ONE_HOT", y, idx, idx);
     if (!d)
         return;
     define_int(d, "DEPTH", y->shape[axis]);
     define_int(d, "INNER", shape_count(y->rank - axis - 1, y->shape + axis + 1));
-    define_float(d, "ON", attr_float(n, "on_value", 1));
-    define_float(d, "OFF", attr_float(n, "off_value", 0));
+    define_float(d, "ON", attr_float(n, "on_value"));
+    define_float(d, "OFF", attr_float(n, "off_value"));
 }
 
 void lower_trilu(Program *p, Node *n) {
@@ -95,8 +95,8 @@ void lower_trilu(Program *p, Node *n) {
         return;
     define_int(d, "ROWS_", x->shape[x->rank - 2]);
     define_int(d, "COLS_", x->shape[x->rank - 1]);
-    define_int(d, "UPPER", attr_int(n, "upper", 1) != 0);
-    define_int(d, "K", attr_int(n, "k", 0));
+    define_int(d, "UPPER", attr_int(n, "upper") != 0);
+    define_int(d, "K", attr_int(n, "k"));
 }
 
 void lower_pad(Program *p, Node *n) {
@@ -116,7 +116,7 @@ void lower_pad(Program *p, Node *n) {
     define_list(d, "XSTRIDES", x->rank ? x->rank : 1, x->rank ? xs : (int64_t[]){0});
     define_str(d, "BEGIN", begin.buf ? begin.buf : "0");
     define_int(d, "PAD_MODE", pad_mode(n));
-    define_float(d, "VALUE", attr_float(n, "value", 0));
+    define_float(d, "VALUE", attr_float(n, "value"));
 }
 
 /* scatter: a copy of the data into y, then (after a barrier the scheduler
@@ -157,7 +157,7 @@ void lower_scatter(Program *p, Node *n) {
         return;
     int64_t ys[MAX_RANK];
     contiguous_strides(y->rank, y->shape, ys);
-    int axis = attr_axis(n, x->rank, 0);
+    int axis = attr_axis(n, x->rank);
     scatter_dispatch(p, n, y, idx, u, u->rank, u->shape, ys, axis, x->shape[axis],
                      scatter_reduction(n));
 }
@@ -167,7 +167,7 @@ void lower_scatter(Program *p, Node *n) {
  * row its index names: scatter.comp over dy viewed as [outer, nidx, inner]. */
 void lower_gather_grad(Program *p, Node *n) {
     Tensor *dy = n->inputs[0], *idx = n->inputs[1], *y = n->outputs[0];
-    int axis = (int)attr_int(n, "axis", 0);
+    int axis = (int)attr_int(n, "axis");
     if (axis < 0)
         axis += y->rank;
     Operand zero = whole(dy);

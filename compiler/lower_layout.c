@@ -54,7 +54,7 @@ void lower_slice(Program *p, Node *n) {
 /* Each input (or output) a region of the concatenation along axis. */
 void lower_concat(Program *p, Node *n) {
     Tensor *out = n->outputs[0];
-    int axis = (int)attr_int(n, "axis", 0);
+    int axis = (int)attr_int(n, "axis");
     if (axis < 0)
         axis += out->rank;
     /* Where the next piece starts along axis; it follows the dynamic
@@ -122,7 +122,7 @@ void lower_tile(Program *p, Node *n) {
 /* depth_to_space: [N, C, H, W] viewed as 6-D, permuted, viewed as 4-D. */
 void lower_depth_to_space(Program *p, Node *n) {
     Tensor *x = n->inputs[0];
-    int64_t b = attr_int(n, "block", 1), c = x->shape[1] / (b * b);
+    int64_t b = attr_int(n, "block"), c = x->shape[1] / (b * b);
     int64_t H = x->shape[2], W = x->shape[3];
     if (depth_to_space_crd(n)) {
         int64_t view[6] = {x->shape[0], c, b, b, H, W}, perm[6] = {0, 1, 4, 2, 5, 3};
@@ -135,7 +135,7 @@ void lower_depth_to_space(Program *p, Node *n) {
 
 void lower_space_to_depth(Program *p, Node *n) {
     Tensor *x = n->inputs[0];
-    int64_t b = attr_int(n, "block", 1);
+    int64_t b = attr_int(n, "block");
     int64_t view[6] = {x->shape[0], x->shape[1], x->shape[2] / b, b, x->shape[3] / b, b};
     int64_t perm[6] = {0, 3, 5, 1, 2, 4};
     permuted_copy(p, n, x, 6, view, perm);

@@ -476,16 +476,16 @@ MatmulShape matrix_product(Tensor *c, Tensor *a, Tensor *b, int64_t M, int64_t N
  * the transposes are strides, bias and activation the matmul's epilogue. */
 void lower_gemm(Program *p, Node *n) {
     Tensor *a = n->inputs[0], *b = n->inputs[1], *out = n->outputs[0];
-    bool ta = attr_int(n, "trans_a", 0) != 0, tb = attr_int(n, "trans_b", 0) != 0;
+    bool ta = attr_int(n, "trans_a") != 0, tb = attr_int(n, "trans_b") != 0;
     MatmulShape s = matrix_product(out, a, b, out->shape[0], out->shape[1],
                                    ta ? a->shape[0] : a->shape[1], ta, tb);
     for (Dispatch *d = matmul_dispatch(p, n, &s); d; d = d->variant) {
-        define_float(d, "ALPHA", attr_float(n, "alpha", 1.0));
+        define_float(d, "ALPHA", attr_float(n, "alpha"));
         Attr *act = node_attr(n, "activation");
         define_str(d, "ACT(x)", activation_expr(act ? act->scalar : "none"));
         Tensor *c = n->ninputs > 2 ? n->inputs[2] : NULL;
         bind_bias(d, c, c ? broadcast(c, 2, out->shape) : whole(a),
-                  attr_float(n, "beta", 1.0), a);
+                  attr_float(n, "beta"), a);
         bind_weight_scales(d, n);
     }
 }

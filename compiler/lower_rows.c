@@ -9,7 +9,7 @@
 #include <string.h>
 
 static int node_axis(Node *n) {
-    int64_t axis = attr_int(n, "axis", -1);
+    int64_t axis = attr_int(n, "axis");
     return (int)(axis < 0 ? axis + n->inputs[0]->rank : axis);
 }
 
@@ -22,9 +22,9 @@ void lower_softmax(Program *p, Node *n) {
 void lower_cumsum(Program *p, Node *n) {
     Dispatch *d = axis_dispatch(p, n, "cumsum", node_axis(n));
     if (d) {
-        define_int(d, "EXCLUSIVE", attr_int(n, "exclusive", 0) != 0);
+        define_int(d, "EXCLUSIVE", attr_int(n, "exclusive") != 0);
         /* cumsum_grad: the transpose of a cumulative sum runs the other way */
-        define_int(d, "REVERSE", (attr_int(n, "reverse", 0) != 0) != (n->op == OP_CUMSUM_GRAD));
+        define_int(d, "REVERSE", (attr_int(n, "reverse") != 0) != (n->op == OP_CUMSUM_GRAD));
     }
 }
 
@@ -48,7 +48,7 @@ void lower_norm(Program *p, Node *n) {
         pj = 1;
         pd = len;
     } else if (n->op == OP_GROUP_NORM) {
-        int64_t g = attr_int(n, "groups", 1);
+        int64_t g = attr_int(n, "groups");
         rows = x->shape[0] * g;
         len = x->shape[1] / g * spatial;
         pr = g;
@@ -62,7 +62,7 @@ void lower_norm(Program *p, Node *n) {
     Dispatch *d = row_dispatch(p, n, "norm", rows, len, 1, dyn_of(x));
     if (!d)
         return;
-    define_float(d, "EPS", attr_float(n, "eps", 1e-5));
+    define_float(d, "EPS", attr_float(n, "eps"));
     define_int(d, "RMS", rms);
     define_int(d, "HAS_GAMMA", nparams > 0);
     define_int(d, "HAS_BETA", nparams > 1);
@@ -108,7 +108,7 @@ void lower_batch_norm(Program *p, Node *n) {
                                    "float", "(a - d) * inversesqrt(e + EPS) * b + c",
                                    dyn_of(x));
     if (d)
-        define_float(d, "EPS", attr_float(n, "eps", 1e-5));
+        define_float(d, "EPS", attr_float(n, "eps"));
 }
 
 /* Merges neighbouring dimensions of one group that are contiguous. */
@@ -177,7 +177,7 @@ void lower_reduce(Program *p, Node *n) {
     define_list(d, "RSTRIDES", rr, rstr);
     define_str(d, "KIND", reduce_kinds[n->op]);
     define_int(d, "ARG", arg);
-    define_int(d, "LAST_INDEX", arg && attr_int(n, "select_last_index", 0));
+    define_int(d, "LAST_INDEX", arg && attr_int(n, "select_last_index"));
     if (arg) {
         define_int(d, "NEED_I64", 1);
         p->features |= KILN_FEATURE_INT64;
@@ -194,8 +194,8 @@ void lower_reduce(Program *p, Node *n) {
 
 void lower_topk(Program *p, Node *n) {
     Tensor *x = n->inputs[0];
-    int axis = attr_axis(n, x->rank, -1);
-    int64_t k = attr_int(n, "k", 0);
+    int axis = attr_axis(n, x->rank);
+    int64_t k = attr_int(n, "k");
     if (k == 0)
         return;
     Dispatch *d = axis_dispatch(p, n, "topk", axis);
@@ -203,7 +203,7 @@ void lower_topk(Program *p, Node *n) {
         return;
     define_int(d, "K", k);
     d->flops *= (uint64_t)k;
-    define_int(d, "LARGEST", attr_int(n, "largest", 1) != 0);
+    define_int(d, "LARGEST", attr_int(n, "largest") != 0);
     define_int(d, "NEED_I64", 1);
     p->features |= KILN_FEATURE_INT64;
     dispatch_arg(d, n->outputs[1], true);
@@ -215,11 +215,11 @@ void lower_sample(Program *p, Node *n) {
     Dispatch *d = row_dispatch(p, n, "sample", rows, V, 1, dyn_of(x));
     if (!d)
         return;
-    int64_t top_k = attr_int(n, "top_k", 0);
-    double temp = attr_float(n, "temperature", 1);
+    int64_t top_k = attr_int(n, "top_k");
+    double temp = attr_float(n, "temperature");
     define_int(d, "GREEDY", temp == 0 || top_k == 1);
     define_int(d, "TOP_K", top_k == 0 || top_k > V ? V : top_k);
-    define_float(d, "TOP_P", attr_float(n, "top_p", 1));
+    define_float(d, "TOP_P", attr_float(n, "top_p"));
     define_float(d, "TEMPERATURE", temp == 0 ? 1 : temp);
     define_int(d, "MAX_CAND", 1024);
     define_str(d, "TSEED", buffer_type(seed->dtype, true));
@@ -242,7 +242,7 @@ void lower_selective_scan(Program *p, Node *n) {
     define_int(d, "L", u->shape[1]);
     define_int(d, "DIM", u->shape[2]);
     define_int(d, "NS", N);
-    define_int(d, "SOFTPLUS", attr_int(n, "delta_softplus", 0) != 0);
+    define_int(d, "SOFTPLUS", attr_int(n, "delta_softplus") != 0);
     define_int(d, "HAS_D", n->ninputs > 5);
     define_int(d, "HAS_Z", n->ninputs > 6);
     dispatch_arg(d, n->outputs[0], true);
@@ -263,7 +263,7 @@ void lower_selective_scan(Program *p, Node *n) {
  * row's mean and rstd in a scratch), then dgamma and dbeta per column. */
 void lower_norm_grad(Program *p, Node *n) {
     Tensor *dy = n->inputs[0], *x = n->inputs[1];
-    int axis = (int)attr_int(n, "axis", -1);
+    int axis = (int)attr_int(n, "axis");
     if (axis < 0)
         axis += x->rank;
     int64_t cols = shape_count(x->rank - axis, x->shape + axis), count = tensor_count(x);
@@ -278,7 +278,7 @@ void lower_norm_grad(Program *p, Node *n) {
     define_int(d, "MODE", 0);
     define_int(d, "ROWS", rows);
     define_int(d, "COLS", cols);
-    define_float(d, "EPS", attr_float(n, "eps", 1e-5));
+    define_float(d, "EPS", attr_float(n, "eps"));
     define_int(d, "RMS", rms);
     define_int(d, "HAS_GAMMA", n->ninputs > 2);
     dispatch_arg(d, n->outputs[0], true);

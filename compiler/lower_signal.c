@@ -124,10 +124,10 @@ void lower_log_mel(Program *p, Node *n) {
         return;
     Tensor *mel = n->ninputs > 1 ? n->inputs[1] : NULL;
     if (!mel) {
-        double rate = attr_float(n, "sample_rate", 16000), fmax = attr_float(n, "fmax", 0);
+        double rate = attr_float(n, "sample_rate"), fmax = attr_float(n, "fmax");
         double *m = xcalloc((size_t)(sp.nout * mels), sizeof *m);
         float *f = xcalloc((size_t)(sp.nout * mels), sizeof *f);
-        if (!mel_weight_values(mels, sp.L, rate, attr_float(n, "fmin", 0),
+        if (!mel_weight_values(mels, sp.L, rate, attr_float(n, "fmin"),
                                fmax > 0 ? fmax : rate / 2, m))
             node_error(n, "the mel filters reach past the last DFT bin");
         for (int64_t i = 0; i < sp.nout * mels; i++)
@@ -136,7 +136,7 @@ void lower_log_mel(Program *p, Node *n) {
     }
     MatmulShape s = matrix_product(y, spec, mel, frames, mels, sp.nout, false, false);
     for (Dispatch *d = matmul_dispatch(p, n, &s); d; d = d->variant) {
-        define_float(d, "EPS", attr_float(n, "eps", 1e-10));
+        define_float(d, "EPS", attr_float(n, "eps"));
         define_str(d, "ACT(x)", "log(max(x, EPS))");
         bind_bias(d, NULL, whole(spec), 1.0, spec);
     }
@@ -161,7 +161,7 @@ void lower_welch(Program *p, Node *n) {
     define_int(d, "NOUT", sp.nout);
     define_int(d, "FRAMES", sp.inner);
     define_int(d, "SEGMENT", sp.L);
-    define_float(d, "SCALE", 1.0 / (attr_float(n, "fs", 1) * sumsq * (double)sp.inner));
+    define_float(d, "SCALE", 1.0 / (attr_float(n, "fs") * sumsq * (double)sp.inner));
     dispatch_arg(d, n->outputs[0], true);
     dispatch_arg(d, spec, false);
     dispatch_unused(d, spec);

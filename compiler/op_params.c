@@ -28,28 +28,71 @@ static int64_t parse_int_at(Node *n, const char *key, const char *s, Loc loc) {
     return v;
 }
 
-int64_t attr_int(Node *n, const char *key, int64_t dflt) {
-    Attr *a = node_attr(n, key);
-    if (!a)
-        return dflt;
-    if (a->is_list)
-        node_error_at(n, a->loc, "%s must be an integer, not a list", key);
-    return parse_int_at(n, key, a->scalar, a->loc);
+/* The default an op's ops.def row gives key: "" when the row lists key
+ * without one; a key the row does not list is a bug in the caller. */
+static const char *row_default(Node *n, const char *key) {
+    const char *d = op_attr_default(n->op, key);
+    if (!d)
+        internal_error("op %s reads attribute '%s', which its ops.def row does not list",
+                       op_info[n->op].name, key);
+    return d;
 }
 
-double attr_float(Node *n, const char *key, double dflt) {
+/* The attribute's text: the node's own, else its row's default, else (the
+ * row gives none) an error naming it. */
+static const char *attr_text(Node *n, const char *key, const char *what, Loc *loc) {
     Attr *a = node_attr(n, key);
-    if (!a)
-        return dflt;
-    if (a->is_list)
-        node_error_at(n, a->loc, "%s must be a number, not a list", key);
+    if (a) {
+        if (a->is_list)
+            node_error_at(n, a->loc, "%s must be %s, not a list", key, what);
+        *loc = a->loc;
+        return a->scalar;
+    }
+    const char *d = row_default(n, key);
+    if (!*d)
+        node_error(n, "%s needs the attribute %s (it has no default)", op_info[n->op].name,
+                   key);
+    *loc = n->loc;
+    return d;
+}
+
+static double parse_float_at(Node *n, const char *key, const char *s, Loc loc) {
     char *end;
     errno = 0;
-    double v = strtod(a->scalar, &end);
-    if (!*a->scalar || *end || errno == ERANGE || !isfinite(v))
-        node_error_at(n, a->loc, "%s must be a finite number, not '%s'",
-                      key, a->scalar);
+    double v = strtod(s, &end);
+    if (!*s || *end || errno == ERANGE || !isfinite(v))
+        node_error_at(n, loc, "%s must be a finite number, not '%s'", key, s);
     return v;
+}
+
+int64_t attr_int(Node *n, const char *key) {
+    Loc loc;
+    const char *s = attr_text(n, key, "an integer", &loc);
+    return parse_int_at(n, key, s, loc);
+}
+
+double attr_float(Node *n, const char *key) {
+    Loc loc;
+    const char *s = attr_text(n, key, "a number", &loc);
+    return parse_float_at(n, key, s, loc);
+}
+
+/* For the attributes whose default is computed from the node (attention's
+ * scale, rope's n_rot): the row lists them without a default. */
+static void check_computed_default(Node *n, const char *key) {
+    if (*row_default(n, key))
+        internal_error("op %s: attribute '%s' has a default in its ops.def row; read it "
+                       "with attr_int or attr_float", op_info[n->op].name, key);
+}
+
+int64_t attr_int_or(Node *n, const char *key, int64_t computed) {
+    check_computed_default(n, key);
+    return node_attr(n, key) ? attr_int(n, key) : computed;
+}
+
+double attr_float_or(Node *n, const char *key, double computed) {
+    check_computed_default(n, key);
+    return node_attr(n, key) ? attr_float(n, key) : computed;
 }
 
 int attr_ints(Node *n, const char *key, int64_t *out, int max) {
@@ -72,8 +115,8 @@ Loc attr_loc(Node *n, const char *key) {
 }
 
 /* A number attribute (default dflt) that must be positive: eps, rates. */
-double positive_float(Node *n, const char *key, double dflt) {
-    double v = attr_float(n, key, dflt);
+double positive_float(Node *n, const char *key) {
+    double v = attr_float(n, key);
     if (!(v > 0))
         node_error_at(n, attr_loc(n, key), "%s must be positive, got %g", key, v);
     return v;
@@ -112,7 +155,7 @@ int reduced_axes(Node *n, bool *reduced) {
     } else if (n->op == OP_ARGMAX || n->op == OP_ARGMIN) {
         if (x->rank < 1)
             node_error(n, "%s of a scalar", op_info[n->op].name);
-        axes[0] = norm_axis(n, "axis", attr_int(n, "axis", 0), x->rank);
+        axes[0] = norm_axis(n, "axis", attr_int(n, "axis"), x->rank);
         k = 1;
     } else {
         k = attr_axes(n, "axes", x->rank, axes);
@@ -207,7 +250,7 @@ int64_t *split_sizes(Node *n, int *axis_out) {
     Tensor *x = n->inputs[0];
     if (x->rank < 1)
         node_error(n, "split of a scalar");
-    int axis = norm_axis(n, "axis", attr_int(n, "axis", 0), x->rank);
+    int axis = norm_axis(n, "axis", attr_int(n, "axis"), x->rank);
     int64_t dim = x->shape[axis];
     Attr *a = node_attr(n, "sizes");
     int given = a && a->is_list ? a->nitems : 0;
@@ -243,7 +286,7 @@ int64_t block_of(Node *n, Tensor *x) {
     if (x->rank != 4)
         node_error(n, "%s needs an [N, C, H, W] input, got %s",
                    op_info[n->op].name, shape_str(x->rank, x->shape));
-    int64_t b = attr_int(n, "block", 0);
+    int64_t b = attr_int(n, "block");
     if (b < 1)
         node_error_at(n, node_attr(n, "block") ? attr_loc(n, "block") : n->loc,
                       "block must be a positive integer");
@@ -308,12 +351,12 @@ void attention_dims(Node *n, AttentionDims *a) {
                           shape_str(n->inputs[i]->rank, n->inputs[i]->shape));
     a->B = q->shape[0];
     if (a->bshd) {
-        a->H = attr_int(n, "heads", 0);
+        a->H = attr_int(n, "heads");
         if (a->H < 1 || q->shape[2] % a->H)
             node_error_at(n, node_attr(n, "heads") ? attr_loc(n, "heads") : n->loc,
                           "layout bshd needs heads, a positive divisor of %lld",
                           (long long)q->shape[2]);
-        a->KVH = attr_int(n, "kv_heads", a->H);
+        a->KVH = attr_int_or(n, "kv_heads", a->H);
         if (a->KVH < 1 || k->shape[2] % a->KVH || v->shape[2] % a->KVH)
             node_error_at(n, node_attr(n, "kv_heads") ? attr_loc(n, "kv_heads") : n->loc,
                           "kv_heads must divide the key and value widths");
@@ -391,7 +434,7 @@ void window_geometry(Node *n, const int64_t *in, const int64_t *k, int nsp, Wind
     int64_t outpad[MAX_RANK] = {0};
     if (transposed)
         spatial_attr(n, "output_padding", nsp, 0, outpad);
-    bool ceil_mode = op_attr_default(n->op, "ceil_mode") && attr_int(n, "ceil_mode", 0);
+    bool ceil_mode = op_attr_default(n->op, "ceil_mode") && attr_int(n, "ceil_mode");
     for (int i = 0; i < nsp; i++) {
         if (w->stride[i] < 1 || w->dil[i] < 1)
             node_error(n, "strides and dilations must be positive");
@@ -482,17 +525,20 @@ const char *const resize_coords[] = {"half_pixel", "asymmetric", "align_corners"
 const char *const resize_nearest[] = {"round_prefer_floor", "round_prefer_ceil", "floor",
                                       "ceil"};
 
-int64_t positive_attr(Node *n, const char *key, int64_t dflt, int64_t most) {
-    int64_t v = attr_int(n, key, dflt);
+int64_t positive_value(Node *n, const char *key, int64_t v, int64_t most) {
     if (v < 1 || v > most)
-        node_error_at(n, node_attr(n, key) ? attr_loc(n, key) : n->loc, "%s must be from 1 "
-                      "to %lld%s", key, (long long)most,
-                      node_attr(n, key) || dflt >= 1 ? "" : " (it has no default)");
+        node_error_at(n, attr_loc(n, key), "%s must be from 1 to %lld", key, (long long)most);
     return v;
 }
 
+int64_t positive_attr(Node *n, const char *key, int64_t most) {
+    if (!node_attr(n, key) && !*row_default(n, key))
+        node_error(n, "%s must be from 1 to %lld (it has no default)", key, (long long)most);
+    return positive_value(n, key, attr_int(n, key), most);
+}
+
 static void flag_attr(Node *n, const char *key) {
-    int64_t v = attr_int(n, key, 0);
+    int64_t v = attr_int(n, key);
     if (v != 0 && v != 1)
         node_error_at(n, attr_loc(n, key), "%s must be 0 or 1", key);
 }
@@ -518,19 +564,19 @@ void spectral_params(Node *n, Spectral *sp) {
         if (x->rank < 2 || (x->shape[x->rank - 1] != 1 && x->shape[x->rank - 1] != 2))
             node_error_at(n, n->input_locs[0], "dft needs [..., N, ..., 1 or 2] (real, or "
                           "real and imaginary last), not %s", shape_str(x->rank, x->shape));
-        int axis = norm_axis(n, "axis", attr_int(n, "axis", -2), x->rank);
+        int axis = norm_axis(n, "axis", attr_int(n, "axis"), x->rank);
         if (axis == x->rank - 1)
             node_error_at(n, attr_loc(n, "axis"), "axis %d holds the real and imaginary "
                           "parts, not the signal", axis);
         flag_attr(n, "inverse");
         flag_attr(n, "onesided");
-        sp->inverse = attr_int(n, "inverse", 0) != 0;
-        if (sp->inverse && attr_int(n, "onesided", 0))
+        sp->inverse = attr_int(n, "inverse") != 0;
+        if (sp->inverse && attr_int(n, "onesided"))
             node_error_at(n, attr_loc(n, "onesided"), "an inverse transform cannot be "
                           "one-sided");
         int64_t N = x->shape[axis];
         sp->C = x->shape[x->rank - 1];
-        sp->L = node_attr(n, "length") ? positive_attr(n, "length", 0, SPECTRAL_MAX_L) : N;
+        sp->L = node_attr(n, "length") ? positive_attr(n, "length", SPECTRAL_MAX_L) : N;
         if (sp->L < 1)
             node_error_at(n, n->input_locs[0], "an empty signal axis");
         sp->nin = N < sp->L ? N : sp->L;
@@ -539,7 +585,7 @@ void spectral_params(Node *n, Spectral *sp) {
         sp->in_so = N * sp->inner * sp->C;
         sp->in_si = sp->C;
         sp->in_sj = sp->inner * sp->C;
-        sp->nout = attr_int(n, "onesided", 0) ? sp->L / 2 + 1 : sp->L;
+        sp->nout = attr_int(n, "onesided") ? sp->L / 2 + 1 : sp->L;
         return;
     }
     if (n->op == OP_STFT) {
@@ -554,16 +600,16 @@ void spectral_params(Node *n, Spectral *sp) {
                           shape_str(w->rank, w->shape));
         if (!w && !node_attr(n, "frame_length"))
             node_error(n, "stft needs a window input or a frame_length");
-        sp->L = w ? w->shape[0] : positive_attr(n, "frame_length", 0, SPECTRAL_MAX_L);
-        if (w && node_attr(n, "frame_length") && attr_int(n, "frame_length", 0) != sp->L)
+        sp->L = w ? w->shape[0] : positive_attr(n, "frame_length", SPECTRAL_MAX_L);
+        if (w && node_attr(n, "frame_length") && attr_int(n, "frame_length") != sp->L)
             node_error_at(n, attr_loc(n, "frame_length"), "frame_length %lld differs from "
-                          "the window's %lld", (long long)attr_int(n, "frame_length", 0),
+                          "the window's %lld", (long long)attr_int(n, "frame_length"),
                           (long long)sp->L);
         if (sp->L < 1 || sp->L > SPECTRAL_MAX_L)
             node_error_at(n, n->input_locs[1], "a window of %lld samples",
                           (long long)sp->L);
         flag_attr(n, "onesided");
-        sp->step = positive_attr(n, "frame_step", 0, T);
+        sp->step = positive_attr(n, "frame_step", T);
         sp->C = complex_ ? 2 : 1;
         sp->outer = x->shape[0];
         sp->inner = frame_count(n, T, sp->L, sp->step, "frame");
@@ -571,7 +617,7 @@ void spectral_params(Node *n, Spectral *sp) {
         sp->in_so = T * sp->C;
         sp->in_si = sp->step * sp->C;
         sp->in_sj = sp->C;
-        sp->nout = attr_int(n, "onesided", 1) ? sp->L / 2 + 1 : sp->L;
+        sp->nout = attr_int(n, "onesided") ? sp->L / 2 + 1 : sp->L;
         return;
     }
     /* log_mel, welch: real [..., time], framed along the last axis. */
@@ -581,11 +627,11 @@ void spectral_params(Node *n, Spectral *sp) {
     int64_t T = x->shape[x->rank - 1];
     sp->window = attr_choice(n, "window", window_names, WINDOW_COUNT);
     if (n->op == OP_LOG_MEL) {
-        sp->L = positive_attr(n, "n_fft", 0, SPECTRAL_MAX_L);
-        sp->step = positive_attr(n, "hop", sp->L / 4 > 0 ? sp->L / 4 : 1, T);
+        sp->L = positive_attr(n, "n_fft", SPECTRAL_MAX_L);
+        sp->step = positive_value(n, "hop", attr_int_or(n, "hop", sp->L / 4 > 0 ? sp->L / 4 : 1), T);
     } else {
-        sp->L = positive_attr(n, "segment", 256, SPECTRAL_MAX_L);
-        int64_t overlap = attr_int(n, "overlap", sp->L / 2);
+        sp->L = positive_attr(n, "segment", SPECTRAL_MAX_L);
+        int64_t overlap = attr_int_or(n, "overlap", sp->L / 2);
         if (overlap < 0 || overlap >= sp->L)
             node_error_at(n, attr_loc(n, "overlap"), "overlap must be from 0 to segment - 1 "
                           "(%lld)", (long long)(sp->L - 1));

@@ -188,7 +188,7 @@ static void fuse_conv_epilogues(Graph *g) {
                 Tensor *w = c->inputs[1], *b = c->ninputs > 2 ? c->inputs[2] : NULL;
                 Tensor *scale = next->inputs[1], *beta = next->inputs[2];
                 Tensor *mean = next->inputs[3], *var = next->inputs[4];
-                double eps = attr_float(next, "eps", 1e-5);
+                double eps = attr_float(next, "eps");
                 int64_t oc = w->shape[0], per = tensor_count(w) / (oc ? oc : 1);
                 Tensor *nw = new_weight(g, format("%s/w+%s", c->name, next->name), w);
                 Tensor *nb = new_weight(g, format("%s/b+%s", c->name, next->name), scale);

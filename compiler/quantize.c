@@ -161,7 +161,7 @@ void quantize_weights(Graph *g, const Options *opt) {
             b->is_output || other[b->id] || !b->data)
             continue;
         int64_t K = b->shape[0], N = b->shape[1], sk = N, sn = 1;
-        if (n->op == OP_GEMM && attr_int(n, "trans_b", 0)) {
+        if (n->op == OP_GEMM && attr_int(n, "trans_b")) {
             K = b->shape[1];
             N = b->shape[0];
             sk = 1;
@@ -174,7 +174,7 @@ void quantize_weights(Graph *g, const Options *opt) {
         for (int j = 0; j < i && !same; j++) {
             Node *m = g->nodes.data[j];
             if (m->wformat != WF_F32 && m->inputs[1] == b && m->op == n->op &&
-                attr_int(m, "trans_b", 0) == attr_int(n, "trans_b", 0))
+                (n->op != OP_GEMM || attr_int(m, "trans_b") == attr_int(n, "trans_b")))
                 same = m;
         }
         if (same) {

@@ -21,7 +21,7 @@ static inline bool is_index(kiln_dtype d) { return d == KILN_DTYPE_I32 || d == K
 /* Where an attribute's value is (the node's place when it has none). */
 Loc attr_loc(Node *n, const char *key);
 /* A number attribute that must be positive (eps, rates). */
-double positive_float(Node *n, const char *key, double dflt);
+double positive_float(Node *n, const char *key);
 /* An axis (possibly negative) of rank, normalized; out of range: an error. */
 int norm_axis(Node *n, const char *key, int64_t axis, int rank);
 /* The list attribute `key` as distinct normalized axes of rank; returns the
@@ -29,8 +29,10 @@ int norm_axis(Node *n, const char *key, int64_t axis, int rank);
 int attr_axes(Node *n, const char *key, int rank, int *axes);
 /* depth_to_space's and space_to_depth's block (positive; x [N, C, H, W]). */
 int64_t block_of(Node *n, Tensor *x);
-/* An integer attribute in [1, most] (default dflt). */
-int64_t positive_attr(Node *n, const char *key, int64_t dflt, int64_t most);
+/* An integer attribute in [1, most] (its row's default, or required). */
+int64_t positive_attr(Node *n, const char *key, int64_t most);
+/* v, the value of attribute key, checked to be in [1, most]. */
+int64_t positive_value(Node *n, const char *key, int64_t v, int64_t most);
 
 /* ---- shape_common.c ---------------------------------------------------- */
 

@@ -31,9 +31,9 @@ void shape_attention(Node *n) {
                           "[B, H, Sq, Sk] = %s", m->name, shape_str(m->rank, m->shape),
                           shape_str(4, full));
     }
-    if (attr_float(n, "softcap", 0) < 0)
+    if (attr_float(n, "softcap") < 0)
         node_error_at(n, attr_loc(n, "softcap"), "softcap must not be negative");
-    if (attr_int(n, "window", 0) < 0)
+    if (attr_int(n, "window") < 0)
         node_error_at(n, attr_loc(n, "window"), "window must not be negative");
     int64_t shape[4];
     attention_output_shape(q, &a, shape);
@@ -48,11 +48,11 @@ void shape_rope(Node *n) {
     if (x->rank < 2)
         node_error(n, "rope needs [..., S, ..., D], got %s",
                    shape_str(x->rank, x->shape));
-    int axis = norm_axis(n, "seq_axis", attr_int(n, "seq_axis", -2), x->rank);
+    int axis = norm_axis(n, "seq_axis", attr_int(n, "seq_axis"), x->rank);
     int64_t D = x->shape[x->rank - 1];
     if (axis == x->rank - 1)
         node_error_at(n, attr_loc(n, "seq_axis"), "seq_axis is the head dimension");
-    int64_t R = attr_int(n, "n_rot", D);
+    int64_t R = attr_int_or(n, "n_rot", D);
     if (R < 2 || R > D || R % 2)
         node_error_at(n, node_attr(n, "n_rot") ? attr_loc(n, "n_rot") : n->loc,
                       "n_rot must be even, from 2 to the head size %lld",

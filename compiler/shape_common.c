@@ -86,7 +86,7 @@ void check_channel_param(Node *n, int i, int64_t c) {
 /* gather_elements and scatter_elements: off the 'axis' attribute, indices
  * may not be longer than the data on any axis. */
 void check_index_extent(Node *n, const Tensor *x, const Tensor *idx) {
-    int axis = norm_axis(n, "axis", attr_int(n, "axis", 0), x->rank);
+    int axis = norm_axis(n, "axis", attr_int(n, "axis"), x->rank);
     for (int d = 0; d < x->rank; d++)
         if (d != axis && idx->shape[d] > x->shape[d])
             node_error_at(n, n->input_locs[1], "indices %s exceed the data %s on axis %d",

@@ -31,7 +31,7 @@ void shape_conv(Node *n) {
     if (w->rank != x->rank)
         node_error_at(n, n->input_locs[1], "weights %s must have the input's rank %d",
                       shape_str(w->rank, w->shape), x->rank);
-    int64_t g = attr_int(n, "group", 1);
+    int64_t g = attr_int(n, "group");
     if (g < 1 || x->shape[1] % g || (!tr && w->shape[0] % g))
         node_error_at(n, node_attr(n, "group") ? attr_loc(n, "group") : n->loc,
                       "group %lld must divide the channels", (long long)g);

@@ -21,7 +21,7 @@ void shape_gather(Node *n) {
     if (emb && x->rank != 2)
         node_error_at(n, n->input_locs[1], "the embedding table '%s' must be 2-D, not %s",
                       x->name, shape_str(x->rank, x->shape));
-    int axis = emb ? 0 : norm_axis(n, "axis", attr_int(n, "axis", 0), x->rank);
+    int axis = emb ? 0 : norm_axis(n, "axis", attr_int(n, "axis"), x->rank);
     int rank = x->rank - 1 + idx->rank;
     if (rank > MAX_RANK)
         node_error(n, "the result would have rank %d", rank);
@@ -68,14 +68,14 @@ void shape_scatter(Node *n) {
 void shape_one_hot(Node *n) {
     Tensor *idx = n->inputs[0];
     require(n, 0, is_index(idx->dtype), "i32 or i64 index");
-    int64_t depth = attr_int(n, "depth", 0);
+    int64_t depth = attr_int(n, "depth");
     if (depth < 1)
         node_error_at(n, node_attr(n, "depth") ? attr_loc(n, "depth") : n->loc,
                       "one_hot needs a positive depth");
     int rank = idx->rank + 1;
     if (rank > MAX_RANK)
         node_error(n, "the result would have rank %d", rank);
-    int axis = norm_axis(n, "axis", attr_int(n, "axis", -1), rank);
+    int axis = norm_axis(n, "axis", attr_int(n, "axis"), rank);
     int64_t shape[MAX_RANK];
     for (int i = 0, j = 0; i < rank; i++)
         shape[i] = i == axis ? depth : idx->shape[j++];
@@ -122,12 +122,12 @@ void shape_gather_grad(Node *n) {
         node_error_at(n, n->input_locs[1], "indices '%s' %s have more axes than the "
                       "gradient '%s' %s", idx->name, shape_str(idx->rank, idx->shape),
                       dy->name, shape_str(dy->rank, dy->shape));
-    int axis = norm_axis(n, "axis", attr_int(n, "axis", 0), rank);
+    int axis = norm_axis(n, "axis", attr_int(n, "axis"), rank);
     if (memcmp(dy->shape + axis, idx->shape, sizeof(int64_t) * (size_t)idx->rank) != 0)
         node_error_at(n, n->input_locs[1], "the gradient '%s' %s does not hold the "
                       "indices' shape %s at axis %d", dy->name,
                       shape_str(dy->rank, dy->shape), shape_str(idx->rank, idx->shape), axis);
-    int64_t size = positive_attr(n, "size", 0, INT32_MAX);
+    int64_t size = positive_attr(n, "size", INT32_MAX);
     int64_t shape[MAX_RANK];
     int r = 0;
     for (int i = 0; i < axis; i++)

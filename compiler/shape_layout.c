@@ -127,7 +127,7 @@ void shape_unsqueeze(Node *n) {
 /* flatten: [prod(shape[:axis]), prod(shape[axis:])]. */
 void shape_flatten(Node *n) {
     Tensor *x = n->inputs[0];
-    int64_t axis = attr_int(n, "axis", 1);
+    int64_t axis = attr_int(n, "axis");
     if (axis < -x->rank || axis > x->rank)
         node_error_at(n, attr_loc(n, "axis"), "axis %lld is out of range for rank %d",
                       (long long)axis, x->rank);
@@ -152,7 +152,7 @@ void shape_concat(Node *n) {
         node_error(n, "concat needs an axis");
     if (x->rank < 1)
         node_error(n, "concat of a scalar");
-    int axis = norm_axis(n, "axis", attr_int(n, "axis", 0), x->rank);
+    int axis = norm_axis(n, "axis", attr_int(n, "axis"), x->rank);
     int64_t shape[MAX_RANK];
     memcpy(shape, x->shape, sizeof shape);
     same_dtype(n, 0, n->ninputs - 1);

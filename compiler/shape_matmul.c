@@ -17,7 +17,7 @@ void shape_gemm(Node *n) {
     if (a->rank != 2 || b->rank != 2)
         node_error(n, "gemm needs 2-D operands, got %s and %s",
                    shape_str(a->rank, a->shape), shape_str(b->rank, b->shape));
-    bool ta = attr_int(n, "trans_a", 0) != 0, tb = attr_int(n, "trans_b", 0) != 0;
+    bool ta = attr_int(n, "trans_a") != 0, tb = attr_int(n, "trans_b") != 0;
     int64_t M = ta ? a->shape[1] : a->shape[0], K = ta ? a->shape[0] : a->shape[1];
     int64_t Kb = tb ? b->shape[1] : b->shape[0], N = tb ? b->shape[0] : b->shape[1];
     if (K != Kb)

@@ -18,7 +18,7 @@ void shape_axis_float(Node *n) {
     if (x->rank < 1)
         node_error(n, "%s needs an input of rank 1 or more",
                    op_info[n->op].name);
-    norm_axis(n, "axis", attr_int(n, "axis", -1), x->rank);
+    norm_axis(n, "axis", attr_int(n, "axis"), x->rank);
     set_output(n, x->dtype, x->rank, x->shape);
 }
 
@@ -33,8 +33,8 @@ void shape_norm(Node *n) {
     if (x->rank < 1)
         node_error(n, "%s needs an input of rank 1 or more",
                    op_info[n->op].name);
-    int axis = norm_axis(n, "axis", attr_int(n, "axis", -1), x->rank);
-    positive_float(n, "eps", 1e-5);
+    int axis = norm_axis(n, "axis", attr_int(n, "axis"), x->rank);
+    positive_float(n, "eps");
     int first_param = 1;
     if (residual) {
         Tensor *r = n->inputs[1];
@@ -72,9 +72,9 @@ void shape_channel_norm(Node *n) {
     if (x->rank < 3)
         node_error(n, "%s needs [N, C, D1, ...], got %s",
                    op_info[n->op].name, shape_str(x->rank, x->shape));
-    positive_float(n, "eps", 1e-5);
+    positive_float(n, "eps");
     if (n->op == OP_GROUP_NORM) {
-        int64_t g = attr_int(n, "groups", 0);
+        int64_t g = attr_int(n, "groups");
         if (g < 1 || x->shape[1] % g)
             node_error_at(n, node_attr(n, "groups") ? attr_loc(n, "groups") : n->loc,
                           "groups must be a positive divisor of the %lld channels",
@@ -92,7 +92,7 @@ void shape_batch_norm(Node *n) {
     if (x->rank < 2)
         node_error(n, "batch_norm needs [N, C, ...], got %s",
                    shape_str(x->rank, x->shape));
-    positive_float(n, "eps", 1e-5);
+    positive_float(n, "eps");
     for (int i = 1; i < 5; i++)
         check_channel_param(n, i, x->shape[1]);
     set_output(n, x->dtype, x->rank, x->shape);
@@ -102,7 +102,7 @@ static void reduce_output(Node *n, kiln_dtype dt) {
     Tensor *x = n->inputs[0];
     bool reduced[MAX_RANK];
     reduced_axes(n, reduced);
-    int64_t keep = attr_int(n, "keep_dims", 1);
+    int64_t keep = attr_int(n, "keep_dims");
     if (keep != 0 && keep != 1)
         node_error_at(n, attr_loc(n, "keep_dims"), "keep_dims must be 0 or 1");
     int64_t shape[MAX_RANK];
@@ -120,7 +120,7 @@ void shape_reduce(Node *n) {
 
 void shape_arg(Node *n) {
     require_f32(n);
-    int64_t last = attr_int(n, "select_last_index", 0);
+    int64_t last = attr_int(n, "select_last_index");
     if (last != 0 && last != 1)
         node_error_at(n, attr_loc(n, "select_last_index"), "select_last_index must "
                       "be 0 or 1");
@@ -136,8 +136,8 @@ void shape_topk(Node *n) {
                    "with outputs: [v, i]");
     if (x->rank < 1)
         node_error(n, "topk of a scalar");
-    int axis = norm_axis(n, "axis", attr_int(n, "axis", -1), x->rank);
-    int64_t k = attr_int(n, "k", -1);
+    int axis = norm_axis(n, "axis", attr_int(n, "axis"), x->rank);
+    int64_t k = attr_int(n, "k");
     if (k < 0 || k > x->shape[axis])
         node_error_at(n, node_attr(n, "k") ? attr_loc(n, "k") : n->loc, "k must be "
                       "from 0 to the axis size %lld", (long long)x->shape[axis]);
@@ -160,9 +160,9 @@ void shape_sample(Node *n) {
                       seed->name, shape_str(seed->rank, seed->shape));
     if (x->rank < 1 || x->shape[x->rank - 1] < 1)
         node_error(n, "sample needs logits [..., V] with V > 0");
-    if (attr_int(n, "top_k", 0) < 0)
+    if (attr_int(n, "top_k") < 0)
         node_error_at(n, attr_loc(n, "top_k"), "top_k must not be negative");
-    double p = attr_float(n, "top_p", 1), t = attr_float(n, "temperature", 1);
+    double p = attr_float(n, "top_p"), t = attr_float(n, "temperature");
     if (!(p > 0 && p <= 1))
         node_error_at(n, attr_loc(n, "top_p"), "top_p must be in (0, 1]");
     if (t < 0)
@@ -210,8 +210,8 @@ void shape_norm_grad(Node *n) {
     if (x->rank < 1)
         node_error_at(n, n->input_locs[1], "x must have rank 1 or more");
     same_shape(n, 0, x, "the gradient");
-    int axis = norm_axis(n, "axis", attr_int(n, "axis", -1), x->rank);
-    positive_float(n, "eps", 1e-5);
+    int axis = norm_axis(n, "axis", attr_int(n, "axis"), x->rank);
+    positive_float(n, "eps");
     int prank = x->rank - axis;
     const int64_t *pshape = x->shape + axis;
     if (n->ninputs > 2) {

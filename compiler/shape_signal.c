@@ -15,7 +15,7 @@ void shape_dft(Node *n) {
     require_f32(n);
     Spectral sp;
     spectral_params(n, &sp);
-    int axis = norm_axis(n, "axis", attr_int(n, "axis", -2), x->rank);
+    int axis = norm_axis(n, "axis", attr_int(n, "axis"), x->rank);
     int64_t shape[MAX_RANK];
     memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->rank);
     shape[axis] = sp.nout;
@@ -38,7 +38,7 @@ void shape_log_mel(Node *n) {
     require_f32(n);
     Spectral sp;
     spectral_params(n, &sp);
-    double rate = positive_float(n, "sample_rate", 16000);
+    double rate = positive_float(n, "sample_rate");
     int64_t mels;
     if (n->ninputs > 1) {
         Tensor *m = n->inputs[1];
@@ -48,8 +48,8 @@ void shape_log_mel(Node *n) {
                           shape_str(m->rank, m->shape), (long long)sp.nout);
         mels = m->shape[1];
     } else {
-        mels = positive_attr(n, "n_mels", 80, 1 << 16);
-        double fmax = attr_float(n, "fmax", 0), fmin = attr_float(n, "fmin", 0);
+        mels = positive_attr(n, "n_mels", 1 << 16);
+        double fmax = attr_float(n, "fmax"), fmin = attr_float(n, "fmin");
         if (fmax == 0)
             fmax = rate / 2;
         if (!(fmin >= 0 && fmin < fmax && fmax <= rate / 2))
@@ -57,7 +57,7 @@ void shape_log_mel(Node *n) {
                           "0 <= fmin < fmax <= sample_rate / 2 (%g), got fmin %g, fmax %g",
                           rate / 2, fmin, fmax);
     }
-    positive_float(n, "eps", 1e-10);
+    positive_float(n, "eps");
     int64_t shape[MAX_RANK];
     memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->rank);
     shape[x->rank - 1] = sp.inner;
@@ -72,7 +72,7 @@ void shape_welch(Node *n) {
     require_f32(n);
     Spectral sp;
     spectral_params(n, &sp);
-    positive_float(n, "fs", 1);
+    positive_float(n, "fs");
     int64_t shape[MAX_RANK];
     memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->rank);
     shape[x->rank - 1] = sp.nout;

@@ -428,7 +428,8 @@ OP_ERRORS = [
     ("scatter with an unknown reduction", node_error(
         "op: scatter_elements, inputs: [x, i, x], reduction: avg",
         ["reduction must be none, add, mul, max or min"])),
-    ("one_hot without depth", node_error("op: one_hot, inputs: [i]", ["positive depth"])),
+    ("one_hot without depth", node_error(
+        "op: one_hot, inputs: [i]", ["one_hot needs the attribute depth (it has no default)"])),
     ("trilu of a vector", node_error("op: trilu, inputs: [i]", ["trilu needs a matrix"])),
     ("pad with too few pads", node_error("op: pad, inputs: [x], pads: [1, 1]",
                                          ["pads needs 8 values"])),
