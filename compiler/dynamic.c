@@ -243,6 +243,117 @@ static void not_over(Node *n, Tensor *x, const bool *reduced) {
                     "over fixed axes", x->dyn_axis, x->name);
 }
 
+/* Each op's dynamic rule (named in its ops.def row): called when one of the
+ * node's inputs is dynamic; marks the outputs' dynamic axes or refuses. */
+
+static void dynamic_none(Node *n) {
+    unsupported(n, "this op does not take a dynamic extent yet (its input '%s' is "
+                "dynamic); ops that do are listed in docs/yaml.md",
+                n->inputs[0]->dynamic ? n->inputs[0]->name : "one");
+}
+
+/* elementwise, numpy broadcasting */
+static void dynamic_broadcast(Node *n) { broadcast_dynamic(n, 0, n->ninputs - 1); }
+
+static void dynamic_expand(Node *n) { broadcast_dynamic(n, 0, 0); }
+
+static void dynamic_reshape(Node *n) { reshape_dynamic(n, n->inputs[0], n->outputs[0]); }
+
+static void dynamic_transpose(Node *n) {
+    Tensor *x = n->inputs[0], *out = n->outputs[0];
+    int64_t perm[MAX_RANK];
+    int np = attr_ints(n, "perm", perm, MAX_RANK);
+    for (int i = 0; i < out->rank; i++) {
+        int64_t p = np < 0 ? x->rank - 1 - i : perm[i] < 0 ? perm[i] + x->rank : perm[i];
+        if (p == x->dyn_axis)
+            set_dynamic(n, out, i, &x->extent);
+    }
+}
+
+static void dynamic_slice(Node *n) {
+    Tensor *x = n->inputs[0];
+    int64_t start[MAX_RANK], step[MAX_RANK], shape[MAX_RANK];
+    slice_params(n, start, step, shape);
+    int a = x->dyn_axis;
+    if (start[a] != 0 || step[a] != 1 || shape[a] != x->shape[a])
+        unsupported(n, "it slices the dynamic axis %d of '%s'; kiln slices only fixed "
+                    "axes of a dynamic tensor", a, x->name);
+    same_as(n, x);
+}
+
+static void dynamic_concat(Node *n) {
+    Tensor *out = n->outputs[0];
+    int64_t axis = attr_int(n, "axis");
+    if (axis < 0)
+        axis += out->rank;
+    Tensor *ref = NULL;
+    for (int i = 0; i < n->ninputs; i++)
+        if (n->inputs[i]->dynamic)
+            ref = n->inputs[i];
+    if (ref->dyn_axis != axis) { /* along a fixed axis: all alike */
+        for (int i = 0; i < n->ninputs; i++)
+            if (!n->inputs[i]->dynamic)
+                unsupported(n, "'%s' is fixed where '%s' is dynamic", n->inputs[i]->name,
+                            ref->name);
+        broadcast_dynamic(n, 0, n->ninputs - 1);
+        return;
+    }
+    DimExpr sum = {0};
+    for (int i = 0; i < n->ninputs; i++) {
+        Tensor *t = n->inputs[i];
+        if (t->dynamic && t->dyn_axis != axis)
+            unsupported(n, "'%s' is dynamic along axis %d, not the concatenation axis",
+                        t->name, t->dyn_axis);
+        if (t->dynamic) {
+            sum = dim_expr_add(&sum, &t->extent);
+        } else {
+            for (int k = 0; k < axis; k++)
+                if (t->shape[k] != 1)
+                    unsupported(n, "'%s' has size %lld before the dynamic axis",
+                                t->name, (long long)t->shape[k]);
+            sum.c0 += t->shape[axis];
+        }
+    }
+    set_dynamic(n, out, (int)axis, &sum);
+}
+
+static void dynamic_split(Node *n) {
+    Tensor *x = n->inputs[0];
+    int axis;
+    split_sizes(n, &axis);
+    if (axis == x->dyn_axis)
+        unsupported(n, "it splits the dynamic axis of '%s'", x->name);
+    same_as(n, x);
+}
+
+static void dynamic_matmul(Node *n) {
+    Tensor *x = n->inputs[0], *b = n->inputs[1], *out = n->outputs[0];
+    if (b->dynamic)
+        unsupported(n, "its second operand '%s' is dynamic; kiln takes a dynamic "
+                    "extent only in the rows of the first", b->name);
+    if (x->rank < 2 || x->dyn_axis == x->rank - 1)
+        unsupported(n, "'%s' is dynamic along the contracted axis", x->name);
+    if (b->rank > 2)
+        unsupported(n, "a dynamic first operand needs a shared (rank-2) second "
+                    "operand; '%s' is %s", b->name, shape_str(b->rank, b->shape));
+    set_dynamic(n, out, x->dyn_axis + out->rank - x->rank, &x->extent);
+}
+
+static void dynamic_gemm(Node *n) {
+    Tensor *x = n->inputs[0], *out = n->outputs[0];
+    if (n->inputs[1]->dynamic || attr_int(n, "trans_a"))
+        unsupported(n, "kiln takes a dynamic extent only in the rows of A "
+                    "(trans_a 0)");
+    if (n->ninputs > 2 && n->inputs[2]->dynamic)
+        broadcast_dynamic(n, 0, 2);
+    else
+        set_dynamic(n, out, 0, &x->extent);
+    if (n->ninputs > 2 && !n->inputs[2]->dynamic && n->inputs[2]->rank == 2 &&
+        n->inputs[2]->shape[0] != 1)
+        unsupported(n, "its bias '%s' has fixed rows where A's are dynamic",
+                    n->inputs[2]->name);
+}
+
 static void dynamic_norm(Node *n) {
     Tensor *x = n->inputs[0];
     bool residual = n->op == OP_RESIDUAL_LAYER_NORM || n->op == OP_RESIDUAL_RMS_NORM;
@@ -260,215 +371,111 @@ static void dynamic_norm(Node *n) {
     broadcast_dynamic(n, 0, residual ? 1 : 0);
 }
 
+static void dynamic_batch_norm(Node *n) {
+    for (int i = 1; i < n->ninputs; i++)
+        if (n->inputs[i]->dynamic)
+            unsupported(n, "its parameter '%s' is dynamic", n->inputs[i]->name);
+    same_as(n, n->inputs[0]);
+}
+
+/* softmax, log_softmax, cumsum, topk: along one axis, not the dynamic one */
+static void dynamic_axis(Node *n) {
+    Tensor *x = n->inputs[0];
+    bool reduced[MAX_RANK] = {false};
+    int64_t axis = attr_int(n, "axis");
+    reduced[axis < 0 ? axis + x->rank : axis] = true;
+    not_over(n, x, reduced);
+    same_as(n, x);
+}
+
+/* [..., V] -> [...]: the dynamic axis keeps its place */
+static void dynamic_sample(Node *n) {
+    Tensor *x = n->inputs[0];
+    bool reduced[MAX_RANK] = {false};
+    if (n->inputs[1]->dynamic)
+        unsupported(n, "its seed is dynamic");
+    reduced[x->rank - 1] = true;
+    not_over(n, x, reduced);
+    set_dynamic(n, n->outputs[0], x->dyn_axis, &x->extent);
+}
+
+static void dynamic_reduce(Node *n) {
+    Tensor *x = n->inputs[0];
+    bool reduced[MAX_RANK] = {false};
+    reduced_axes(n, reduced);
+    not_over(n, x, reduced);
+    int a = x->dyn_axis;
+    if (!attr_int(n, "keep_dims"))
+        for (int i = 0; i < x->dyn_axis; i++)
+            a -= reduced[i];
+    set_dynamic(n, n->outputs[0], a, &x->extent);
+}
+
+static void dynamic_gather(Node *n) {
+    bool emb = n->op == OP_EMBEDDING;
+    Tensor *data = n->inputs[emb ? 1 : 0], *idx = n->inputs[emb ? 0 : 1];
+    if (data->dynamic)
+        unsupported(n, "it gathers from the dynamic tensor '%s'; kiln gathers "
+                    "dynamic indices from fixed tensors", data->name);
+    int64_t axis = emb ? 0 : attr_int(n, "axis");
+    if (axis < 0)
+        axis += data->rank;
+    set_dynamic(n, n->outputs[0], (int)axis + idx->dyn_axis, &idx->extent);
+}
+
+static void dynamic_attention(Node *n) {
+    Tensor *x = n->inputs[0];
+    if (n->ninputs > 3 && (n->inputs[3]->dynamic || ndynamic(n)))
+        unsupported(n, "a mask with dynamic queries or keys; use causal or window, "
+                    "which follow the extents");
+    AttentionDims a;
+    attention_dims(n, &a);
+    int seq = a.bshd ? 1 : 2;
+    for (int i = 0; i < 3; i++) {
+        Tensor *t = n->inputs[i];
+        if (t->dynamic && t->dyn_axis != seq)
+            unsupported(n, "'%s' is dynamic along axis %d; attention takes dynamic "
+                        "positions (axis %d of layout %s) only", t->name, t->dyn_axis,
+                        seq, a.bshd ? "bshd" : "bhsd");
+    }
+    Tensor *k = n->inputs[1], *v = n->inputs[2];
+    if (k->dynamic != v->dynamic ||
+        (k->dynamic && !dim_expr_eq(&k->extent, &v->extent)))
+        unsupported(n, "keys '%s' and values '%s' must have the same dynamic extent",
+                    k->name, v->name);
+    if (x->dynamic)
+        set_dynamic(n, n->outputs[0], seq, &x->extent);
+}
+
+static void dynamic_rope(Node *n) {
+    Tensor *x = n->inputs[0];
+    int64_t axis = attr_int(n, "seq_axis");
+    if (axis < 0)
+        axis += x->rank;
+    Tensor *c = n->inputs[1], *s = n->inputs[2];
+    if (c->dynamic != s->dynamic ||
+        (c->dynamic && !dim_expr_eq(&c->extent, &s->extent)))
+        unsupported(n, "cos '%s' and sin '%s' must have the same dynamic extent",
+                    c->name, s->name);
+    if (c->dynamic && (!x->dynamic || x->dyn_axis != axis ||
+                       !dim_expr_eq(&c->extent, &x->extent)))
+        unsupported(n, "cos and sin are dynamic, so '%s' must be dynamic along "
+                    "seq_axis %lld with the same extent", x->name, (long long)axis);
+    if (x->dynamic && x->dyn_axis == axis && !c->dynamic)
+        unsupported(n, "'%s' is dynamic along seq_axis, so cos and sin must be too "
+                    "(gather them by position)", x->name);
+    same_as(n, x);
+}
+
+typedef void (*DynamicFn)(Node *n);
+static const DynamicFn dynamic_rules[OP_COUNT] = {
+#define OP(id, name, mn, mx, flags, attrs, shape, lower, dyn, expr) [OP_##id] = dyn,
+#include "ops.def"
+#undef OP
+};
+
 void infer_dynamic(Graph *g, Node *n) {
     (void)g;
-    if (!ndynamic(n))
-        return;
-    Tensor *x = n->inputs[0], *out = n->outputs[0];
-    bool reduced[MAX_RANK] = {false};
-    switch (n->op) {
-    case OP_RESHAPE:
-    case OP_SQUEEZE:
-    case OP_UNSQUEEZE:
-    case OP_FLATTEN:
-        reshape_dynamic(n, x, out);
-        return;
-    case OP_TRANSPOSE: {
-        int64_t perm[MAX_RANK];
-        int np = attr_ints(n, "perm", perm, MAX_RANK);
-        for (int i = 0; i < out->rank; i++) {
-            int64_t p = np < 0 ? x->rank - 1 - i : perm[i] < 0 ? perm[i] + x->rank : perm[i];
-            if (p == x->dyn_axis)
-                set_dynamic(n, out, i, &x->extent);
-        }
-        return;
-    }
-    case OP_SLICE: {
-        int64_t start[MAX_RANK], step[MAX_RANK], shape[MAX_RANK];
-        slice_params(n, start, step, shape);
-        int a = x->dyn_axis;
-        if (start[a] != 0 || step[a] != 1 || shape[a] != x->shape[a])
-            unsupported(n, "it slices the dynamic axis %d of '%s'; kiln slices only fixed "
-                        "axes of a dynamic tensor", a, x->name);
-        same_as(n, x);
-        return;
-    }
-    case OP_CONCAT: {
-        int64_t axis = attr_int(n, "axis");
-        if (axis < 0)
-            axis += out->rank;
-        Tensor *ref = NULL;
-        for (int i = 0; i < n->ninputs; i++)
-            if (n->inputs[i]->dynamic)
-                ref = n->inputs[i];
-        if (ref->dyn_axis != axis) { /* along a fixed axis: all alike */
-            for (int i = 0; i < n->ninputs; i++)
-                if (!n->inputs[i]->dynamic)
-                    unsupported(n, "'%s' is fixed where '%s' is dynamic", n->inputs[i]->name,
-                                ref->name);
-            broadcast_dynamic(n, 0, n->ninputs - 1);
-            return;
-        }
-        DimExpr sum = {0};
-        for (int i = 0; i < n->ninputs; i++) {
-            Tensor *t = n->inputs[i];
-            if (t->dynamic && t->dyn_axis != axis)
-                unsupported(n, "'%s' is dynamic along axis %d, not the concatenation axis",
-                            t->name, t->dyn_axis);
-            if (t->dynamic) {
-                sum = dim_expr_add(&sum, &t->extent);
-            } else {
-                for (int k = 0; k < axis; k++)
-                    if (t->shape[k] != 1)
-                        unsupported(n, "'%s' has size %lld before the dynamic axis",
-                                    t->name, (long long)t->shape[k]);
-                sum.c0 += t->shape[axis];
-            }
-        }
-        set_dynamic(n, out, (int)axis, &sum);
-        return;
-    }
-    case OP_SPLIT: {
-        int axis;
-        split_sizes(n, &axis);
-        if (axis == x->dyn_axis)
-            unsupported(n, "it splits the dynamic axis of '%s'", x->name);
-        same_as(n, x);
-        return;
-    }
-    case OP_EXPAND:
-        broadcast_dynamic(n, 0, 0);
-        return;
-    case OP_MATMUL: {
-        Tensor *b = n->inputs[1];
-        if (b->dynamic)
-            unsupported(n, "its second operand '%s' is dynamic; kiln takes a dynamic "
-                        "extent only in the rows of the first", b->name);
-        if (x->rank < 2 || x->dyn_axis == x->rank - 1)
-            unsupported(n, "'%s' is dynamic along the contracted axis", x->name);
-        if (b->rank > 2)
-            unsupported(n, "a dynamic first operand needs a shared (rank-2) second "
-                        "operand; '%s' is %s", b->name, shape_str(b->rank, b->shape));
-        set_dynamic(n, out, x->dyn_axis + out->rank - x->rank, &x->extent);
-        return;
-    }
-    case OP_GEMM:
-        if (n->inputs[1]->dynamic || attr_int(n, "trans_a"))
-            unsupported(n, "kiln takes a dynamic extent only in the rows of A "
-                        "(trans_a 0)");
-        if (n->ninputs > 2 && n->inputs[2]->dynamic)
-            broadcast_dynamic(n, 0, 2);
-        else
-            set_dynamic(n, out, 0, &x->extent);
-        if (n->ninputs > 2 && !n->inputs[2]->dynamic && n->inputs[2]->rank == 2 &&
-            n->inputs[2]->shape[0] != 1)
-            unsupported(n, "its bias '%s' has fixed rows where A's are dynamic",
-                        n->inputs[2]->name);
-        return;
-    case OP_LAYER_NORM:
-    case OP_RMS_NORM:
-    case OP_RESIDUAL_LAYER_NORM:
-    case OP_RESIDUAL_RMS_NORM:
-        dynamic_norm(n);
-        return;
-    case OP_BATCH_NORM:
-        for (int i = 1; i < n->ninputs; i++)
-            if (n->inputs[i]->dynamic)
-                unsupported(n, "its parameter '%s' is dynamic", n->inputs[i]->name);
-        same_as(n, x);
-        return;
-    case OP_SOFTMAX:
-    case OP_LOG_SOFTMAX:
-    case OP_CUMSUM:
-    case OP_TOPK: {
-        int64_t axis = attr_int(n, "axis");
-        reduced[axis < 0 ? axis + x->rank : axis] = true;
-        not_over(n, x, reduced);
-        same_as(n, x);
-        return;
-    }
-    case OP_SAMPLE: /* [..., V] -> [...]: the dynamic axis keeps its place */
-        if (n->inputs[1]->dynamic)
-            unsupported(n, "its seed is dynamic");
-        reduced[x->rank - 1] = true;
-        not_over(n, x, reduced);
-        set_dynamic(n, out, x->dyn_axis, &x->extent);
-        return;
-    case OP_REDUCE_SUM: case OP_REDUCE_MEAN: case OP_REDUCE_MAX: case OP_REDUCE_MIN:
-    case OP_REDUCE_PROD: case OP_REDUCE_L1: case OP_REDUCE_L2: case OP_REDUCE_SUM_SQUARE:
-    case OP_REDUCE_LOG_SUM_EXP: case OP_ARGMAX: case OP_ARGMIN: {
-        reduced_axes(n, reduced);
-        not_over(n, x, reduced);
-        int a = x->dyn_axis;
-        if (!attr_int(n, "keep_dims"))
-            for (int i = 0; i < x->dyn_axis; i++)
-                a -= reduced[i];
-        set_dynamic(n, out, a, &x->extent);
-        return;
-    }
-    case OP_GATHER:
-    case OP_EMBEDDING: {
-        bool emb = n->op == OP_EMBEDDING;
-        Tensor *data = n->inputs[emb ? 1 : 0], *idx = n->inputs[emb ? 0 : 1];
-        if (data->dynamic)
-            unsupported(n, "it gathers from the dynamic tensor '%s'; kiln gathers "
-                        "dynamic indices from fixed tensors", data->name);
-        int64_t axis = emb ? 0 : attr_int(n, "axis");
-        if (axis < 0)
-            axis += data->rank;
-        set_dynamic(n, out, (int)axis + idx->dyn_axis, &idx->extent);
-        return;
-    }
-    case OP_ATTENTION: {
-        if (n->ninputs > 3 && (n->inputs[3]->dynamic || ndynamic(n)))
-            unsupported(n, "a mask with dynamic queries or keys; use causal or window, "
-                        "which follow the extents");
-        AttentionDims a;
-        attention_dims(n, &a);
-        int seq = a.bshd ? 1 : 2;
-        for (int i = 0; i < 3; i++) {
-            Tensor *t = n->inputs[i];
-            if (t->dynamic && t->dyn_axis != seq)
-                unsupported(n, "'%s' is dynamic along axis %d; attention takes dynamic "
-                            "positions (axis %d of layout %s) only", t->name, t->dyn_axis,
-                            seq, a.bshd ? "bshd" : "bhsd");
-        }
-        Tensor *k = n->inputs[1], *v = n->inputs[2];
-        if (k->dynamic != v->dynamic ||
-            (k->dynamic && !dim_expr_eq(&k->extent, &v->extent)))
-            unsupported(n, "keys '%s' and values '%s' must have the same dynamic extent",
-                        k->name, v->name);
-        if (x->dynamic)
-            set_dynamic(n, out, seq, &x->extent);
-        return;
-    }
-    case OP_ROPE: {
-        int64_t axis = attr_int(n, "seq_axis");
-        if (axis < 0)
-            axis += x->rank;
-        Tensor *c = n->inputs[1], *s = n->inputs[2];
-        if (c->dynamic != s->dynamic ||
-            (c->dynamic && !dim_expr_eq(&c->extent, &s->extent)))
-            unsupported(n, "cos '%s' and sin '%s' must have the same dynamic extent",
-                        c->name, s->name);
-        if (c->dynamic && (!x->dynamic || x->dyn_axis != axis ||
-                           !dim_expr_eq(&c->extent, &x->extent)))
-            unsupported(n, "cos and sin are dynamic, so '%s' must be dynamic along "
-                        "seq_axis %lld with the same extent", x->name, (long long)axis);
-        if (x->dynamic && x->dyn_axis == axis && !c->dynamic)
-            unsupported(n, "'%s' is dynamic along seq_axis, so cos and sin must be too "
-                        "(gather them by position)", x->name);
-        same_as(n, x);
-        return;
-    }
-    default:
-        break;
-    }
-    if (op_info[n->op].expr) { /* elementwise, numpy broadcasting */
-        broadcast_dynamic(n, 0, n->ninputs - 1);
-        return;
-    }
-    unsupported(n, "this op does not take a dynamic extent yet (its input '%s' is "
-                "dynamic); ops that do are listed in docs/yaml.md",
-                n->inputs[0]->dynamic ? n->inputs[0]->name : "one");
+    if (ndynamic(n))
+        dynamic_rules[n->op](n);
 }

@@ -22,7 +22,7 @@
 
 typedef void (*ShapeFn)(Node *n);
 static const ShapeFn shape_rules[OP_COUNT] = {
-#define OP(id, name, mn, mx, attrs, shape, lower, expr) [OP_##id] = shape,
+#define OP(id, name, mn, mx, flags, attrs, shape, lower, dyn, expr) [OP_##id] = shape,
 #include "ops.def"
 #undef OP
 };

@@ -127,21 +127,30 @@ uint64_t align_up(uint64_t x, uint64_t a);
 #define VARIADIC INT_MAX
 
 typedef enum OpKind {
-#define OP(id, name, mn, mx, attrs, shape, lower, expr) OP_##id,
+#define OP(id, name, mn, mx, flags, attrs, shape, lower, dyn, expr) OP_##id,
 #include "ops.def"
 #undef OP
     OP_COUNT
 } OpKind;
 
+/* OpInfo.flags (ops.def's flags column) */
+enum { ACTIVATION = 1 };
+
 typedef struct OpInfo {
     const char *name;
     int min_inputs, max_inputs;
+    unsigned flags;    /* ACTIVATION */
     const char *attrs; /* space-separated */
     const char *expr;  /* elementwise GLSL expression or NULL */
 } OpInfo;
 extern const OpInfo op_info[OP_COUNT];
 /* OP_COUNT when no op has this name. */
 OpKind op_lookup(const char *name);
+/* An epilogue's `activation` attribute: the op it names (an ACTIVATION row),
+ * OP_COUNT for "none", -1 for any other name. */
+int activation_lookup(const char *name);
+/* "none relu sigmoid ...": the names activation_lookup knows. */
+const char *activation_names(void);
 /* NULL when op takes n inputs, else why not ("takes 2 inputs, got 3"). */
 const char *op_arity_error(OpKind op, int n);
 /* The default of an op's attribute ("" when it has none), or NULL when the

@@ -24,7 +24,7 @@
 
 typedef void (*LowerFn)(Program *p, Node *n);
 static const LowerFn lowerings[OP_COUNT] = {
-#define OP(id, name, mn, mx, attrs, shape, lower, expr) [OP_##id] = lower,
+#define OP(id, name, mn, mx, flags, attrs, shape, lower, dyn, expr) [OP_##id] = lower,
 #include "ops.def"
 #undef OP
 };

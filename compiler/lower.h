@@ -99,7 +99,8 @@ void attention_strides(Dispatch *d, const AttentionDims *a);
 
 /* ---- each op's lowering, in lower_<family>.c (ops.def names it) ------- */
 
-#define OP(id, name, mn, mx, attrs, shape, lower, expr) void lower(Program *p, Node *n);
+#define OP(id, name, mn, mx, flags, attrs, shape, lower, dyn, expr) \
+    void lower(Program *p, Node *n);
 #include "ops.def"
 #undef OP
 

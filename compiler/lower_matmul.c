@@ -6,6 +6,7 @@
  */
 #include "lower.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -320,8 +321,6 @@ Dispatch *matmul_dispatch(Program *p, Node *n, MatmulShape *s) {
     return v;
 }
 
-const char *activation_expr(const char *name);
-
 /* The bias slot of a matmul kernel: bias read at BIAS_SM * m + BIAS_SN * n
  * (strides of bo) and added times beta, or, without one, a slot the kernel
  * does not touch (a's address). */
@@ -437,17 +436,34 @@ void lower_matmul(Program *p, Node *n) {
     }
 }
 
-/* Activation expressions for fused epilogues, over x. */
+/* A fused epilogue's activation over its float accumulator x: the named
+ * ACTIVATION row's expression (ops.def) with the operand a as x and the
+ * compute type CT as float; "(x)" for none. */
 const char *activation_expr(const char *name) {
-    static const char *const table[][2] = {
-        {"none", "(x)"},           {"relu", "max(x, 0.0)"},
-        {"gelu", "kiln_gelu(x)"},  {"gelu_tanh", "kiln_gelu_tanh(x)"},
-        {"silu", "(x) * kiln_sigmoid(x)"}, {"sigmoid", "kiln_sigmoid(x)"},
-        {"tanh", "kiln_tanh(x)"}};
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-        if (strcmp(table[i][0], name) == 0)
-            return table[i][1];
-    return NULL;
+    int op = activation_lookup(name);
+    if (op < 0)
+        internal_error("activation '%s' is not an ACTIVATION row of ops.def", name);
+    if (op == OP_COUNT)
+        return "(x)";
+    Str out = {0};
+    str_add(&out, "");
+    for (const char *e = op_info[op].expr; *e && *e != '#';) {
+        if (isalpha((unsigned char)*e) || *e == '_') {
+            const char *s0 = e;
+            while (isalnum((unsigned char)*e) || *e == '_')
+                e++;
+            size_t len = (size_t)(e - s0);
+            if (len == 1 && *s0 == 'a')
+                str_add(&out, "(x)");
+            else if (len == 2 && strncmp(s0, "CT", 2) == 0)
+                str_add(&out, "float");
+            else
+                str_addn(&out, s0, len);
+        } else {
+            str_addn(&out, e++, 1);
+        }
+    }
+    return out.buf;
 }
 
 /* One product C [M, N] = op(A) op(B) of whole 2-D tensors, op a transpose

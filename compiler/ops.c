@@ -6,7 +6,8 @@
 #include <string.h>
 
 const OpInfo op_info[OP_COUNT] = {
-#define OP(id, name, mn, mx, attrs, shape, lower, expr) [OP_##id] = {name, mn, mx, attrs, expr},
+#define OP(id, name, mn, mx, flags, attrs, shape, lower, dyn, expr) \
+    [OP_##id] = {name, mn, mx, flags, attrs, expr},
 #include "ops.def"
 #undef OP
 };
@@ -16,6 +17,22 @@ OpKind op_lookup(const char *name) {
         if (strcmp(op_info[i].name, name) == 0)
             return (OpKind)i;
     return OP_COUNT;
+}
+
+int activation_lookup(const char *name) {
+    if (strcmp(name, "none") == 0)
+        return OP_COUNT;
+    OpKind op = op_lookup(name);
+    return op != OP_COUNT && (op_info[op].flags & ACTIVATION) ? (int)op : -1;
+}
+
+const char *activation_names(void) {
+    Str s = {0};
+    str_add(&s, "none");
+    for (int i = 0; i < OP_COUNT; i++)
+        if (op_info[i].flags & ACTIVATION)
+            str_addf(&s, " %s", op_info[i].name);
+    return s.buf;
 }
 
 const char *op_arity_error(OpKind op, int n) {

@@ -97,10 +97,7 @@ static bool same_shape(const Tensor *a, const Tensor *b) {
 
 static bool is_eltwise(const Node *n) { return op_info[n->op].expr && n->op != OP_CAST; }
 
-static bool is_activation(OpKind op) {
-    return op == OP_RELU || op == OP_GELU || op == OP_GELU_TANH || op == OP_SILU ||
-           op == OP_SIGMOID || op == OP_TANH;
-}
+static bool is_activation(OpKind op) { return op_info[op].flags & ACTIVATION; }
 
 static bool free_node(const Node *n) { return n && !n->dead && !n->fused_into; }
 

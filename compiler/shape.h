@@ -37,6 +37,8 @@ int64_t positive_value(Node *n, const char *key, int64_t v, int64_t most);
 /* ---- shape_common.c ---------------------------------------------------- */
 
 void set_output(Node *n, kiln_dtype dt, int rank, const int64_t *shape);
+/* gemm's and conv's `activation`: none or an ACTIVATION row (ops.def). */
+void check_activation(Node *n);
 void require(Node *n, int i, bool ok, const char *what);
 void same_dtype(Node *n, int first, int last);
 int broadcast_inputs(Node *n, int first, int64_t *shape);
@@ -49,7 +51,7 @@ void set_output_i(Node *n, int i, const Tensor *like, int rank, const int64_t *s
 
 /* ---- each op's shape rule, in shape_<family>.c (ops.def names it) ---- */
 
-#define OP(id, name, mn, mx, attrs, shape, lower, expr) void shape(Node *n);
+#define OP(id, name, mn, mx, flags, attrs, shape, lower, dyn, expr) void shape(Node *n);
 #include "ops.def"
 #undef OP
 

@@ -109,3 +109,9 @@ void set_output_i(Node *n, int i, const Tensor *like, int rank, const int64_t *s
     t->rank = rank;
     memcpy(t->shape, shape, sizeof(int64_t) * (size_t)rank);
 }
+
+void check_activation(Node *n) {
+    Attr *act = node_attr(n, "activation");
+    if (act && (act->is_list || activation_lookup(act->scalar) < 0))
+        node_error_at(n, act->loc, "unknown activation (known: %s)", activation_names());
+}

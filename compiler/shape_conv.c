@@ -46,11 +46,8 @@ void shape_conv(Node *n) {
             node_error_at(n, n->input_locs[2], "bias %s must be [%lld]",
                           shape_str(b->rank, b->shape), (long long)oc);
     }
-    Attr *act = node_attr(n, "activation");
-    if (act && !(strcmp(act->scalar ? act->scalar : "", "none") == 0 ||
-                 strcmp(act->scalar ? act->scalar : "", "relu") == 0 ||
-                 strcmp(act->scalar ? act->scalar : "", "silu") == 0))
-        node_error_at(n, act->loc, "conv activation must be none, relu or silu");
+    if (n->op == OP_CONV)
+        check_activation(n);
     Window win;
     window_geometry(n, x->shape + 2, w->shape + 2, nsp, &win);
     set_window_output(n, oc, &win);

@@ -10,7 +10,7 @@
 #include <string.h>
 
 /* gemm(A, B, [C]): 2-D operands, op(A) [M, K] x op(B) [K, N], C broadcast
- * to [M, N]; activation one of none relu gelu gelu_tanh silu sigmoid tanh. */
+ * to [M, N]; activation none or an ACTIVATION row of ops.def. */
 void shape_gemm(Node *n) {
     Tensor *a = n->inputs[0], *b = n->inputs[1];
     require_f32(n);
@@ -35,17 +35,7 @@ void shape_gemm(Node *n) {
                           "[%lld, %lld]", c->name, shape_str(c->rank, c->shape),
                           (long long)M, (long long)N);
     }
-    Attr *act = node_attr(n, "activation");
-    if (act) {
-        static const char *const names[] = {"none", "relu", "gelu", "gelu_tanh", "silu",
-                                            "sigmoid", "tanh"};
-        bool ok = false;
-        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-            ok |= !act->is_list && strcmp(act->scalar, names[i]) == 0;
-        if (!ok)
-            node_error_at(n, act->loc, "unknown activation (known: none relu gelu "
-                          "gelu_tanh silu sigmoid tanh)");
-    }
+    check_activation(n);
     set_output(n, a->dtype, 2, shape);
 }
 

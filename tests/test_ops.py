@@ -1195,13 +1195,19 @@ for i, c in enumerate(CONVS):
     case(f"op conv x={c[0]} w={c[1]} {c[2]} bias={c[3]}")(conv_case(i, *c))
 
 
-@case("op conv with a fused relu")
-def _(workdir):
-    r = rng(2520)
-    x, w, b = values(r, [1, 3, 6, 6], 1.0), values(r, [4, 3, 3, 3], 1.0), values(r, [4], 1.0)
-    want = np.maximum(ref.conv(x, w, b, pads=[1, 1, 1, 1]), 0)
-    one_op(workdir, "conv", [x, w, b], want, {"pads": [1, 1, 1, 1], "activation": "relu"},
-           1e-5, 1e-4)
+def conv_activation_case(act):
+    def test(workdir):
+        r = rng(2520)
+        x, w, b = values(r, [1, 3, 6, 6], 1.0), values(r, [4, 3, 3, 3], 1.0), values(r, [4], 1.0)
+        want = ref.ACTIVATIONS[act](ref.conv(x, w, b, pads=[1, 1, 1, 1]))
+        one_op(workdir, "conv", [x, w, b], want, {"pads": [1, 1, 1, 1], "activation": act},
+               1e-5, 1e-4)
+    return test
+
+
+# every ACTIVATION row of ops.def, as conv's activation attribute
+for act in sorted(set(ref.ACTIVATIONS) - {"none"}):
+    case(f"op conv with a fused {act}")(conv_activation_case(act))
 
 
 def epilogue_case(kind, flags=()):
