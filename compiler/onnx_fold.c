@@ -159,7 +159,6 @@ static bool fold_elementwise(Ctx *c, const char *op) {
     return true;
 }
 
-/* Folds the node when it computes a constant; false when it does not. */
 /* A constant input that must hold one value (read with vget or vgeti). */
 static Value *scalar_in(Ctx *c, int i, const char *what) {
     Value *v = in(c, i);
@@ -179,7 +178,8 @@ static kiln_dtype table_dtype(Ctx *c) {
 
 /* HannWindow, HammingWindow, BlackmanWindow and MelWeightMatrix of constant
  * inputs: tables computed by signal.c. */
-static bool fold_signal_table(Ctx *c, const char *op) {
+static bool fold_signal_table(Ctx *c) {
+    const char *op = c->node->op_type;
     static const char *const windows[] = {"", "HannWindow", "HammingWindow",
                                           "BlackmanWindow"};
     for (int kind = WINDOW_HANN; kind < WINDOW_COUNT; kind++) {
@@ -217,225 +217,261 @@ static bool fold_signal_table(Ctx *c, const char *op) {
     return true;
 }
 
+/* Constant: its value, float or int attributes. */
+static bool fold_constant(Ctx *c) {
+    Onnx__AttributeProto *a;
+    Value *o;
+    if ((a = oattr(c, "value")) && a->t) {
+        o = decode_tensor(c->path, c->dir, a->t, "the constant", c->loc);
+    } else if ((a = oattr(c, "value_float")) || (a = oattr(c, "value_int"))) {
+        bool f = strcmp(a->name, "value_float") == 0;
+        o = const_out(c, f ? KILN_DTYPE_F32 : KILN_DTYPE_I64, 0, NULL);
+        if (f)
+            vset(o, 0, a->f);
+        else
+            vseti(o, 0, a->i);
+    } else if ((a = oattr(c, "value_floats")) || (a = oattr(c, "value_ints"))) {
+        bool f = strcmp(a->name, "value_floats") == 0;
+        int64_t n = f ? (int64_t)a->n_floats : (int64_t)a->n_ints;
+        o = const_out(c, f ? KILN_DTYPE_F32 : KILN_DTYPE_I64, 1, &n);
+        for (int64_t i = 0; i < n; i++) {
+            if (f)
+                vset(o, i, a->floats[i]);
+            else
+                vseti(o, i, a->ints[i]);
+        }
+    } else {
+        node_fail(c, "unsupported: this kind of Constant (sparse or string)");
+    }
+    bind_value(c, out_name(c, 0), o);
+    return true;
+}
+
+/* Shape and Size: known at compile time (no dynamic axis). */
+static bool fold_shape(Ctx *c) {
+    const char *op = c->node->op_type;
+    Value *x = in(c, 0);
+    /* Shapes are folded at compile time: a dynamic extent has no value
+     * then (only the part of the shape before the dynamic axis would). */
+    if (x->t && x->t->dynamic)
+        node_fail(c, format("unsupported: %s of '%s', whose axis %d is dynamic (kiln "
+                            "folds shapes at compile time); use Reshape with -1",
+                            op, x->name, x->t->dyn_axis));
+    if (op[1] == 'i') {
+        Value *o = const_out(c, KILN_DTYPE_I64, 0, NULL);
+        vseti(o, 0, vcount(x));
+        bind_value(c, out_name(c, 0), o);
+        return true;
+    }
+    int64_t start = oattr_int(c, "start", 0), end = oattr_int(c, "end", x->rank);
+    start = start < 0 ? start + x->rank : start;
+    end = end < 0 ? end + x->rank : end;
+    start = start < 0 ? 0 : start > x->rank ? x->rank : start;
+    end = end < start ? start : end > x->rank ? x->rank : end;
+    int64_t n = end - start;
+    Value *o = const_out(c, KILN_DTYPE_I64, 1, &n);
+    for (int64_t i = 0; i < n; i++)
+        vseti(o, i, x->shape[start + i]);
+    bind_value(c, out_name(c, 0), o);
+    return true;
+}
+
+static bool fold_constant_of_shape(Ctx *c) {
+    Value *s = in(c, 0);
+    int64_t shape[MAX_RANK];
+    if (vcount(s) > MAX_RANK)
+        node_fail(c, "unsupported: rank above 8");
+    for (int64_t i = 0; i < vcount(s); i++)
+        shape[i] = vgeti(s, i);
+    Onnx__AttributeProto *a = oattr(c, "value");
+    Value *fillv = a && a->t ? decode_tensor(c->path, c->dir, a->t, "value", c->loc) : NULL;
+    Value *o = const_out(c, fillv ? fillv->dtype : KILN_DTYPE_F32, (int)vcount(s), shape);
+    for (int64_t i = 0; i < vcount(o); i++) {
+        if (fillv && is_integral(fillv->dtype))
+            vseti(o, i, vgeti(fillv, 0));
+        else
+            vset(o, i, fillv ? vget(fillv, 0) : 0);
+    }
+    bind_value(c, out_name(c, 0), o);
+    return true;
+}
+
+static bool fold_range(Ctx *c) {
+    Value *s = in(c, 0), *l = in(c, 1), *d = in(c, 2);
+    double start = vget(s, 0), limit = vget(l, 0), delta = vget(d, 0);
+    if (delta == 0)
+        node_fail(c, "Range with a zero delta");
+    double nd = ceil((limit - start) / delta);
+    int64_t n = nd > 0 ? (int64_t)nd : 0;
+    Value *o = const_out(c, s->dtype, 1, &n);
+    for (int64_t i = 0; i < n; i++) {
+        if (is_integral(s->dtype))
+            vseti(o, i, vgeti(s, 0) + i * vgeti(d, 0));
+        else
+            vset(o, i, start + (double)i * delta);
+    }
+    bind_value(c, out_name(c, 0), o);
+    return true;
+}
+
+static bool fold_identity(Ctx *c) {
+    Value *x = in(c, 0), *o = new_value(out_name(c, 0), x->dtype, x->rank, x->shape, false);
+    o->data = x->data;
+    bind_value(c, out_name(c, 0), o);
+    return true;
+}
+
+static bool fold_cast(Ctx *c) {
+    Value *x = in(c, 0);
+    int dt = kiln_dtype_of((int32_t)oattr_int(c, "to", 1));
+    if (dt < 0)
+        return false;
+    Value *o = const_out(c, (kiln_dtype)dt, x->rank, x->shape);
+    for (int64_t i = 0; i < vcount(o); i++) {
+        if (is_integral((kiln_dtype)dt) && is_integral(x->dtype))
+            vseti(o, i, vgeti(x, i));
+        else if (dt == KILN_DTYPE_BOOL)
+            vseti(o, i, vget(x, i) != 0);
+        else
+            vset(o, i, vget(x, i));
+    }
+    bind_value(c, out_name(c, 0), o);
+    return true;
+}
+
+static bool fold_concat(Ctx *c) {
+    Value *x = in(c, 0);
+    int axis = fold_axis(c, oattr_int(c, "axis", 0), x->rank);
+    int64_t shape[MAX_RANK];
+    memcpy(shape, x->shape, sizeof shape);
+    for (int i = 1; i < nin(c); i++) {
+        Value *y = in(c, i);
+        for (int d = 0; d < x->rank; d++)
+            if (y->rank != x->rank || (d != axis && y->shape[d] != x->shape[d]))
+                node_fail(c, format("cannot concatenate %s and %s on axis %d",
+                                    shape_str(x->rank, x->shape),
+                                    shape_str(y->rank, y->shape), axis));
+        shape[axis] += y->shape[axis];
+    }
+    Value *o = const_out(c, x->dtype, x->rank, shape);
+    int64_t coords[MAX_RANK];
+    for (int64_t i = 0; i < vcount(o); i++) {
+        unravel(i, o->rank, shape, coords);
+        int k = 0;
+        while (coords[axis] >= in(c, k)->shape[axis])
+            coords[axis] -= in(c, k++)->shape[axis];
+        Value *src = in(c, k);
+        int64_t j = 0;
+        for (int d = 0; d < src->rank; d++)
+            j = j * src->shape[d] + coords[d];
+        vcopy(o, i, src, j);
+    }
+    bind_value(c, out_name(c, 0), o);
+    return true;
+}
+
+static bool fold_gather(Ctx *c) {
+    Value *x = in(c, 0), *idx = in(c, 1);
+    int axis = fold_axis(c, oattr_int(c, "axis", 0), x->rank);
+    int64_t shape[MAX_RANK], r = 0;
+    if (x->rank - 1 + idx->rank > MAX_RANK)
+        return false; /* the gather node's shape rule names the rank */
+    for (int d = 0; d < axis; d++)
+        shape[r++] = x->shape[d];
+    for (int d = 0; d < idx->rank; d++)
+        shape[r++] = idx->shape[d];
+    for (int d = axis + 1; d < x->rank; d++)
+        shape[r++] = x->shape[d];
+    Value *o = const_out(c, x->dtype, (int)r, shape);
+    int64_t inner = shape_count(x->rank - axis - 1, x->shape + axis + 1);
+    int64_t n_idx = vcount(idx), len = x->shape[axis];
+    for (int64_t i = 0; i < vcount(o); i++) {
+        int64_t in_ = i % inner, p = (i / inner) % n_idx, outer = i / (inner * n_idx);
+        int64_t k = vgeti(idx, p);
+        if (k < 0)
+            k += len;
+        if (k < 0 || k >= len)
+            node_fail(c, format("index %lld is out of range for %lld",
+                                (long long)vgeti(idx, p), (long long)len));
+        int64_t j = (outer * len + k) * inner + in_;
+        vcopy(o, i, x, j);
+    }
+    bind_value(c, out_name(c, 0), o);
+    return true;
+}
+
+static bool fold_slice(Ctx *c) {
+    if (c->opset < 10)
+        return false; /* Slice-1 takes attributes: map_slice */
+    Value *x = in(c, 0);
+    int64_t start[MAX_RANK], step[MAX_RANK], shape[MAX_RANK];
+    for (int d = 0; d < x->rank; d++) {
+        start[d] = 0;
+        step[d] = 1;
+        shape[d] = x->shape[d];
+    }
+    Value *st = in(c, 1), *en = in(c, 2), *ax = in_opt(c, 3), *sp = in_opt(c, 4);
+    int64_t n = vcount(st);
+    if (n > x->rank || vcount(en) != n || (ax && vcount(ax) != n) || (sp && vcount(sp) != n))
+        node_fail(c, format("%lld starts, %lld ends%s%s for a rank-%d input",
+                            (long long)n, (long long)vcount(en),
+                            ax ? format(", %lld axes", (long long)vcount(ax)) : "",
+                            sp ? format(", %lld steps", (long long)vcount(sp)) : "",
+                            x->rank));
+    for (int64_t i = 0; i < n; i++) {
+        int d = ax ? fold_axis(c, vgeti(ax, i), x->rank) : (int)i;
+        int64_t dim = x->shape[d], b = vgeti(st, i), e = vgeti(en, i);
+        int64_t k = sp ? vgeti(sp, i) : 1;
+        if (k == 0)
+            node_fail(c, "a slice step is 0");
+        shape[d] = slice_axis(dim, &b, e, k);
+        start[d] = b;
+        step[d] = k;
+    }
+    Value *o = const_out(c, x->dtype, x->rank, shape);
+    int64_t coords[MAX_RANK];
+    for (int64_t i = 0; i < vcount(o); i++) {
+        unravel(i, x->rank, shape, coords);
+        int64_t j = 0;
+        for (int d = 0; d < x->rank; d++)
+            j = j * x->shape[d] + start[d] + coords[d] * step[d];
+        vcopy(o, i, x, j);
+    }
+    bind_value(c, out_name(c, 0), o);
+    return true;
+}
+
+typedef struct Folder {
+    const char *op;
+    bool (*fold)(Ctx *c);
+    bool any_inputs; /* folds inputs that are not constants (their shapes) */
+} Folder;
+
+/* The ONNX ops folded on the CPU when their inputs are constants (a
+ * Reshape, Squeeze, Unsqueeze or Flatten of a constant is a kiln view,
+ * whose shape rule computes it: map_view). */
+static const Folder folders[] = {
+    {"Constant", fold_constant, true},
+    {"Shape", fold_shape, true},
+    {"Size", fold_shape, true},
+    {"ConstantOfShape", fold_constant_of_shape, false},
+    {"Range", fold_range, false},
+    {"Identity", fold_identity, false},
+    {"Cast", fold_cast, false},
+    {"Concat", fold_concat, false},
+    {"Gather", fold_gather, false},
+    {"Slice", fold_slice, false},
+    {"HannWindow", fold_signal_table, false},
+    {"HammingWindow", fold_signal_table, false},
+    {"BlackmanWindow", fold_signal_table, false},
+    {"MelWeightMatrix", fold_signal_table, false},
+};
+
+/* Folds the node when it computes a constant; false when it does not. */
 bool fold(Ctx *c) {
     const char *op = c->node->op_type;
-    if (strcmp(op, "Constant") == 0) {
-        Onnx__AttributeProto *a;
-        Value *o;
-        if ((a = oattr(c, "value")) && a->t) {
-            o = decode_tensor(c->path, c->dir, a->t, "the constant", c->loc);
-        } else if ((a = oattr(c, "value_float")) || (a = oattr(c, "value_int"))) {
-            bool f = strcmp(a->name, "value_float") == 0;
-            o = const_out(c, f ? KILN_DTYPE_F32 : KILN_DTYPE_I64, 0, NULL);
-            if (f)
-                vset(o, 0, a->f);
-            else
-                vseti(o, 0, a->i);
-        } else if ((a = oattr(c, "value_floats")) || (a = oattr(c, "value_ints"))) {
-            bool f = strcmp(a->name, "value_floats") == 0;
-            int64_t n = f ? (int64_t)a->n_floats : (int64_t)a->n_ints;
-            o = const_out(c, f ? KILN_DTYPE_F32 : KILN_DTYPE_I64, 1, &n);
-            for (int64_t i = 0; i < n; i++) {
-                if (f)
-                    vset(o, i, a->floats[i]);
-                else
-                    vseti(o, i, a->ints[i]);
-            }
-        } else {
-            node_fail(c, "unsupported: this kind of Constant (sparse or string)");
-        }
-        bind_value(c, out_name(c, 0), o);
-        return true;
-    }
-    if (strcmp(op, "Shape") == 0 || strcmp(op, "Size") == 0) {
-        Value *x = in(c, 0);
-        /* Shapes are folded at compile time: a dynamic extent has no value
-         * then (only the part of the shape before the dynamic axis would). */
-        if (x->t && x->t->dynamic)
-            node_fail(c, format("unsupported: %s of '%s', whose axis %d is dynamic (kiln "
-                                "folds shapes at compile time); use Reshape with -1",
-                                op, x->name, x->t->dyn_axis));
-        if (op[1] == 'i') {
-            Value *o = const_out(c, KILN_DTYPE_I64, 0, NULL);
-            vseti(o, 0, vcount(x));
-            bind_value(c, out_name(c, 0), o);
-            return true;
-        }
-        int64_t start = oattr_int(c, "start", 0), end = oattr_int(c, "end", x->rank);
-        start = start < 0 ? start + x->rank : start;
-        end = end < 0 ? end + x->rank : end;
-        start = start < 0 ? 0 : start > x->rank ? x->rank : start;
-        end = end < start ? start : end > x->rank ? x->rank : end;
-        int64_t n = end - start;
-        Value *o = const_out(c, KILN_DTYPE_I64, 1, &n);
-        for (int64_t i = 0; i < n; i++)
-            vseti(o, i, x->shape[start + i]);
-        bind_value(c, out_name(c, 0), o);
-        return true;
-    }
-    if (!all_const(c))
-        return false;
-    if (fold_signal_table(c, op))
-        return true;
-    if (strcmp(op, "ConstantOfShape") == 0) {
-        Value *s = in(c, 0);
-        int64_t shape[MAX_RANK];
-        if (vcount(s) > MAX_RANK)
-            node_fail(c, "unsupported: rank above 8");
-        for (int64_t i = 0; i < vcount(s); i++)
-            shape[i] = vgeti(s, i);
-        Onnx__AttributeProto *a = oattr(c, "value");
-        Value *fillv = a && a->t ? decode_tensor(c->path, c->dir, a->t, "value", c->loc) : NULL;
-        Value *o = const_out(c, fillv ? fillv->dtype : KILN_DTYPE_F32, (int)vcount(s), shape);
-        for (int64_t i = 0; i < vcount(o); i++) {
-            if (fillv && is_integral(fillv->dtype))
-                vseti(o, i, vgeti(fillv, 0));
-            else
-                vset(o, i, fillv ? vget(fillv, 0) : 0);
-        }
-        bind_value(c, out_name(c, 0), o);
-        return true;
-    }
-    if (strcmp(op, "Range") == 0) {
-        Value *s = in(c, 0), *l = in(c, 1), *d = in(c, 2);
-        double start = vget(s, 0), limit = vget(l, 0), delta = vget(d, 0);
-        if (delta == 0)
-            node_fail(c, "Range with a zero delta");
-        double nd = ceil((limit - start) / delta);
-        int64_t n = nd > 0 ? (int64_t)nd : 0;
-        Value *o = const_out(c, s->dtype, 1, &n);
-        for (int64_t i = 0; i < n; i++) {
-            if (is_integral(s->dtype))
-                vseti(o, i, vgeti(s, 0) + i * vgeti(d, 0));
-            else
-                vset(o, i, start + (double)i * delta);
-        }
-        bind_value(c, out_name(c, 0), o);
-        return true;
-    }
-    if (strcmp(op, "Identity") == 0) {
-        Value *x = in(c, 0), *o = new_value(out_name(c, 0), x->dtype, x->rank, x->shape, false);
-        o->data = x->data;
-        bind_value(c, out_name(c, 0), o);
-        return true;
-    }
-    if (strcmp(op, "Cast") == 0) {
-        Value *x = in(c, 0);
-        int dt = kiln_dtype_of((int32_t)oattr_int(c, "to", 1));
-        if (dt < 0)
-            return false;
-        Value *o = const_out(c, (kiln_dtype)dt, x->rank, x->shape);
-        for (int64_t i = 0; i < vcount(o); i++) {
-            if (is_integral((kiln_dtype)dt) && is_integral(x->dtype))
-                vseti(o, i, vgeti(x, i));
-            else if (dt == KILN_DTYPE_BOOL)
-                vseti(o, i, vget(x, i) != 0);
-            else
-                vset(o, i, vget(x, i));
-        }
-        bind_value(c, out_name(c, 0), o);
-        return true;
-    }
-    if (strcmp(op, "Reshape") == 0 || strcmp(op, "Unsqueeze") == 0 ||
-        strcmp(op, "Squeeze") == 0 || strcmp(op, "Flatten") == 0) {
-        return false; /* the kiln view's shape rule computes it; see map_view */
-    }
-    if (strcmp(op, "Concat") == 0) {
-        Value *x = in(c, 0);
-        int axis = fold_axis(c, oattr_int(c, "axis", 0), x->rank);
-        int64_t shape[MAX_RANK];
-        memcpy(shape, x->shape, sizeof shape);
-        for (int i = 1; i < nin(c); i++) {
-            Value *y = in(c, i);
-            for (int d = 0; d < x->rank; d++)
-                if (y->rank != x->rank || (d != axis && y->shape[d] != x->shape[d]))
-                    node_fail(c, format("cannot concatenate %s and %s on axis %d",
-                                        shape_str(x->rank, x->shape),
-                                        shape_str(y->rank, y->shape), axis));
-            shape[axis] += y->shape[axis];
-        }
-        Value *o = const_out(c, x->dtype, x->rank, shape);
-        int64_t coords[MAX_RANK];
-        for (int64_t i = 0; i < vcount(o); i++) {
-            unravel(i, o->rank, shape, coords);
-            int k = 0;
-            while (coords[axis] >= in(c, k)->shape[axis])
-                coords[axis] -= in(c, k++)->shape[axis];
-            Value *src = in(c, k);
-            int64_t j = 0;
-            for (int d = 0; d < src->rank; d++)
-                j = j * src->shape[d] + coords[d];
-            vcopy(o, i, src, j);
-        }
-        bind_value(c, out_name(c, 0), o);
-        return true;
-    }
-    if (strcmp(op, "Gather") == 0) {
-        Value *x = in(c, 0), *idx = in(c, 1);
-        int axis = fold_axis(c, oattr_int(c, "axis", 0), x->rank);
-        int64_t shape[MAX_RANK], r = 0;
-        if (x->rank - 1 + idx->rank > MAX_RANK)
-            return false; /* the gather node's shape rule names the rank */
-        for (int d = 0; d < axis; d++)
-            shape[r++] = x->shape[d];
-        for (int d = 0; d < idx->rank; d++)
-            shape[r++] = idx->shape[d];
-        for (int d = axis + 1; d < x->rank; d++)
-            shape[r++] = x->shape[d];
-        Value *o = const_out(c, x->dtype, (int)r, shape);
-        int64_t inner = shape_count(x->rank - axis - 1, x->shape + axis + 1);
-        int64_t n_idx = vcount(idx), len = x->shape[axis];
-        for (int64_t i = 0; i < vcount(o); i++) {
-            int64_t in_ = i % inner, p = (i / inner) % n_idx, outer = i / (inner * n_idx);
-            int64_t k = vgeti(idx, p);
-            if (k < 0)
-                k += len;
-            if (k < 0 || k >= len)
-                node_fail(c, format("index %lld is out of range for %lld",
-                                    (long long)vgeti(idx, p), (long long)len));
-            int64_t j = (outer * len + k) * inner + in_;
-            vcopy(o, i, x, j);
-        }
-        bind_value(c, out_name(c, 0), o);
-        return true;
-    }
-    if (strcmp(op, "Slice") == 0 && c->opset >= 10) {
-        Value *x = in(c, 0);
-        int64_t start[MAX_RANK], step[MAX_RANK], shape[MAX_RANK];
-        for (int d = 0; d < x->rank; d++) {
-            start[d] = 0;
-            step[d] = 1;
-            shape[d] = x->shape[d];
-        }
-        Value *st = in(c, 1), *en = in(c, 2), *ax = in_opt(c, 3), *sp = in_opt(c, 4);
-        int64_t n = vcount(st);
-        if (n > x->rank || vcount(en) != n || (ax && vcount(ax) != n) || (sp && vcount(sp) != n))
-            node_fail(c, format("%lld starts, %lld ends%s%s for a rank-%d input",
-                                (long long)n, (long long)vcount(en),
-                                ax ? format(", %lld axes", (long long)vcount(ax)) : "",
-                                sp ? format(", %lld steps", (long long)vcount(sp)) : "",
-                                x->rank));
-        for (int64_t i = 0; i < n; i++) {
-            int d = ax ? fold_axis(c, vgeti(ax, i), x->rank) : (int)i;
-            int64_t dim = x->shape[d], b = vgeti(st, i), e = vgeti(en, i);
-            int64_t k = sp ? vgeti(sp, i) : 1;
-            if (k == 0)
-                node_fail(c, "a slice step is 0");
-            shape[d] = slice_axis(dim, &b, e, k);
-            start[d] = b;
-            step[d] = k;
-        }
-        Value *o = const_out(c, x->dtype, x->rank, shape);
-        int64_t coords[MAX_RANK];
-        for (int64_t i = 0; i < vcount(o); i++) {
-            unravel(i, x->rank, shape, coords);
-            int64_t j = 0;
-            for (int d = 0; d < x->rank; d++)
-                j = j * x->shape[d] + start[d] + coords[d] * step[d];
-            vcopy(o, i, x, j);
-        }
-        bind_value(c, out_name(c, 0), o);
-        return true;
-    }
-    return fold_elementwise(c, op);
+    for (size_t i = 0; i < sizeof folders / sizeof folders[0]; i++)
+        if (strcmp(folders[i].op, op) == 0)
+            return (folders[i].any_inputs || all_const(c)) && folders[i].fold(c);
+    return all_const(c) && fold_elementwise(c, op);
 }
