@@ -77,6 +77,7 @@ void infer_node(Node *n) {
     if (n->noutputs < 1)
         node_error(n, "no outputs");
     shape_rules[n->op](n);
+    n->inferred = true;
 }
 
 /* A state and its update: the same dtype and shape, but for the state's
@@ -112,9 +113,14 @@ void infer_shapes(Graph *g) {
                 check_dynamic_input(t);
         }
     }
+    /* One pass per node: the ONNX loader infers each node as it maps it
+     * (folding and mapping read the shapes), YAML nodes are inferred here. */
     for (int i = 0; i < g->nodes.len; i++) {
-        infer_node(g->nodes.data[i]);
-        infer_dynamic(g, g->nodes.data[i]);
+        Node *n = g->nodes.data[i];
+        if (n->inferred)
+            continue;
+        infer_node(n);
+        infer_dynamic(g, n);
     }
     for (int i = 0; i < g->states.len; i++)
         check_state(g->states.data[i]);

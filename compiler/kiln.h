@@ -254,6 +254,7 @@ struct Node {
     int noutputs;
     Attr *attrs;
     int nattrs;
+    bool inferred;      /* infer_node has checked it and set its outputs */
     bool dead;          /* removed by optimize */
     /* Fusion (optimize.c): the node whose dispatch computes this one, and
      * for a matmul or conv the bias add (conv: batch_norm, folded into its
