@@ -96,14 +96,18 @@ ONNX_OBJ = $(patsubst compiler/%.c,$(B)/compiler/%.o,$(wildcard compiler/onnx_*.
            $(B)/compiler/load_onnx.o
 $(ONNX_OBJ): compiler/onnx.h $(B)/compiler/onnx.pb-c.h
 
+COMPILER_HDR = compiler/kiln.h compiler/lower.h compiler/shape.h compiler/onnx.h \
+               compiler/ops.def compiler/onnx_versions.def runtime/kiln_rt.h \
+               runtime/kiln_rt_tables.h
+
 # kiln compile --report states the runtime library's size: text + data.
-$(B)/compiler/main.o: compiler/main.c $(B)/libkilnrt.a
+$(B)/compiler/main.o: compiler/main.c $(COMPILER_HDR) $(B)/libkilnrt.a
 	@mkdir -p $(B)/compiler
 	$(CC) $(CFLAGS) $(WARN) -std=c11 -I$(B)/compiler \
 	  -DKILN_RUNTIME_BYTES=$$(size -t $(B)/libkilnrt.a | tail -1 | awk '{print $$1 + $$2}') \
 	  -c -o $@ $<
 
-$(B)/compiler/%.o: compiler/%.c compiler/kiln.h compiler/lower.h compiler/shape.h compiler/onnx.h compiler/ops.def compiler/onnx_versions.def runtime/kiln_rt.h runtime/kiln_rt_tables.h | deps
+$(B)/compiler/%.o: compiler/%.c $(COMPILER_HDR) | deps
 	@mkdir -p $(B)/compiler
 	$(CC) $(CFLAGS) $(WARN) -std=c11 -I$(B)/compiler -c -o $@ $<
 

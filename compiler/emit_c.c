@@ -13,6 +13,7 @@
 #include "kiln.h"
 
 #include <ctype.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct Subst {
@@ -252,7 +253,8 @@ static void emit_schedule(Str *s, Program *p, const char *px) {
                      (unsigned long long)(r->offset + d->arg_offset[k]),
                      (unsigned long long)(r->offset + d->arg_begin[k]),
                      (unsigned long long)(r->offset + d->arg_end[k]), (d->writes >> k) & 1u,
-                     i, k, (d->writes >> k) & 1u ? "writes" : "reads", c_comment(t->name));
+                     i, k, (d->unused >> k) & 1u ? "unused, holds" : (d->writes >> k) & 1u
+                     ? "writes" : "reads", c_comment(t->name));
         }
     }
     if (!nbind)
@@ -402,6 +404,29 @@ void emit_c(Graph *g, Program *p, const Options *opt, const char *header_name,
     emit_dims(&sched, g, px);
     emit_state_copies(&sched, p, px);
 
+    /* The dispatch table, and the tuning variables set when it was built
+     * (they change the kernels), in the opening comment. */
+    Str table = {0}, lines = {0}, tuning = {0};
+    str_add(&table, "");
+    str_add(&lines, "");
+    str_add(&tuning, "");
+    inspect_table(p, &table);
+    for (char *line = table.buf, *end; *line; line = end + 1) {
+        end = strchr(line, '\n');
+        *end = 0;
+        char *text = c_comment(line);
+        size_t len = strlen(text);
+        while (len && text[len - 1] == ' ')
+            text[--len] = 0;
+        str_addf(&lines, " *%s%s\n", *text ? " " : "", text);
+    }
+    for (int i = 0; tuning_variables[i]; i++) {
+        const char *v = getenv(tuning_variables[i]);
+        if (v)
+            str_addf(&tuning, " * tuning: %s=%s (set when it was compiled)\n",
+                     tuning_variables[i], c_comment(v));
+    }
+
     char *source_c = xstrdup(basename_of(header_name));
     size_t n = strlen(source_c);
     if (n > 2 && strcmp(source_c + n - 2, ".h") == 0)
@@ -451,6 +476,8 @@ void emit_c(Graph *g, Program *p, const Options *opt, const char *header_name,
         {"WEIGHTS", weights.buf},
         {"TENSORS", tensors.buf},
         {"SCHEDULE", sched.buf},
+        {"DISPATCH_TABLE", lines.buf},
+        {"TUNING", tuning.buf},
     };
     int nsubs = (int)(sizeof subs / sizeof subs[0]);
     const EmbeddedFile *tc = embedded_file("model.c.in");

@@ -74,19 +74,26 @@ static Totals totals(const Program *p) {
     return t;
 }
 
-void inspect_text(Graph *g, Program *p, FILE *f) {
-    fprintf(f, "model %s (%s)\n\n", g->name, g->path);
-    fprintf(f, "%4s  %-22s %-12s %-16s %-13s %10s %10s  %-32s %s\n", "#", "node", "op",
-            "kernel", "groups", "read", "written", "writes (arena bytes)", "barrier before");
+void inspect_table(Program *p, Str *s) {
+    str_addf(s, "%4s  %-22s %-12s %-16s %-13s %10s %10s  %-32s %s\n", "#", "node", "op",
+             "kernel", "groups", "read", "written", "writes (arena bytes)", "barrier before");
     for (int i = 0; i < p->ndispatches; i++) {
         Dispatch *d = p->dispatches[i];
         char *groups = format("%ux%ux%u", d->groups[0], d->groups[1], d->groups[2]);
         char *kernel = format("k%d %s", d->module, d->family);
         char *barrier = d->barrier ? format("after #%d: %s", d->wait_on, d->reason) : "-";
-        fprintf(f, "%4d  %-22s %-12s %-16s %-13s %10s %10s  %-32s %s\n", i, d->label,
-                op_info[d->node->op].name, kernel, groups, human(dispatch_bytes_read(d)),
-                human(dispatch_bytes_written(d)), writes_of(d), barrier);
+        str_addf(s, "%4d  %-22s %-12s %-16s %-13s %10s %10s  %-32s %s\n", i, d->label,
+                 op_info[d->node->op].name, kernel, groups, human(dispatch_bytes_read(d)),
+                 human(dispatch_bytes_written(d)), writes_of(d), barrier);
     }
+}
+
+void inspect_text(Graph *g, Program *p, FILE *f) {
+    fprintf(f, "model %s (%s)\n\n", g->name, g->path);
+    Str table = {0};
+    str_add(&table, "");
+    inspect_table(p, &table);
+    fputs(table.buf, f);
     Totals t = totals(p);
     fprintf(f, "\ndispatches  %d, with %d barriers\n", p->ndispatches, barrier_count(p));
     fprintf(f, "kernels     %d distinct, %llu bytes of SPIR-V", p->nmodules,

@@ -507,6 +507,8 @@ typedef struct Dispatch {
                                touched (relative to its start), for schedule */
     int nargs;
     uint32_t writes;        /* bit i: args[i] is written */
+    uint32_t unused;        /* bit i: args[i] fills a slot the kernel does not
+                               read for this node (dispatch_unused) */
     uint64_t flops;         /* estimated arithmetic operations */
     int module;             /* index into Program.modules */
     bool barrier;           /* a barrier before this dispatch */
@@ -649,6 +651,11 @@ void emit_c(Graph *g, Program *p, const Options *opt, const char *header_name,
 /* ---- inspect.c ----------------------------------------------------------- */
 
 void inspect_text(Graph *g, Program *p, FILE *f);
+/* inspect's dispatch table (node, op, kernel, groups, bytes, barrier
+ * reason), one line per dispatch under a heading line. */
+void inspect_table(Program *p, Str *s);
+/* KILN_MATMUL_TILE, ...: the tuning variables lowering reads (NULL-ended). */
+extern const char *const tuning_variables[];
 void inspect_json(Graph *g, Program *p, FILE *f);
 void inspect_dot(Graph *g, Program *p, FILE *f);
 /* profile: per-dispatch microseconds (nprofile of them), or NULL. */

@@ -88,6 +88,7 @@ void dispatch_arg(Dispatch *d, Tensor *t, bool written) {
 void dispatch_unused(Dispatch *d, Tensor *t) {
     dispatch_arg(d, t, false);
     d->arg_end[d->nargs - 1] = 0; /* an empty range: no bytes, no hazards */
+    d->unused |= 1u << (d->nargs - 1);
 }
 
 uint64_t dispatch_bytes_read(const Dispatch *d) {

@@ -42,6 +42,11 @@ typedef struct MatvecShape {
     int64_t ncol, ksplit, vec, avec, mc;
 } MatvecShape;
 
+/* The environment variables that override the matmul kernels' tiles, for
+ * tuning: the generated C names those that were set (emit_c.c). */
+const char *const tuning_variables[] = {"KILN_MATMUL_TILE", "KILN_COOPMAT_TILE",
+                                        "KILN_MATVEC_NCOL", NULL};
+
 /* matvec.comp's layout for s: vec4 columns when B is f32 with 16-byte
  * aligned rows, vec4 rows of A likewise. Column lanes per workgroup (4 to
  * 32): as few as leave 256 workgroups over the columns and batches (128

@@ -15,8 +15,8 @@ import json
 import re
 from pathlib import Path
 
-from harness import (BUILD, CC, EXTRA_CFLAGS, ROOT, VULKAN_LIB, build_model, check, kiln,
-                     registry, run)
+from harness import (BUILD, CC, EXTRA_CFLAGS, KILN, ROOT, VULKAN_LIB, build_model, check,
+                     kiln, registry, run)
 
 TESTS, case = registry()
 
@@ -253,3 +253,33 @@ def _(workdir):
     r = kiln("inspect", ROOT / "samples" / "mlp.yaml", "--profile", p)
     check(r.returncode == 1 and "not a kiln profile" in r.stderr, r.stderr)
 
+
+
+def opening_comment(path):
+    text = Path(path).read_text()
+    return text[:text.index("*/")]
+
+
+@case("generated C: its opening comment holds kiln inspect's table and tuning variables")
+def _(workdir):
+    wd = Path(workdir)
+    model = ROOT / "samples" / "transformer.yaml"
+    r = kiln("inspect", model, "-o", wd / "table.txt")
+    check(r.returncode == 0, r.stderr)
+    lines = (wd / "table.txt").read_text().splitlines()
+    table = lines[2:lines.index("", 2)]  # the heading and one line per dispatch
+    r = kiln("compile", model, "-o", wd / "m.c")
+    check(r.returncode == 0, r.stderr)
+    head = opening_comment(wd / "m.c")
+    got = [ln[3:].rstrip() for ln in head.splitlines() if ln.startswith(" *  ")]
+    check(got == [t.rstrip() for t in table],
+          f"the comment's table differs from kiln inspect's:\n{got[:3]}\n{table[:3]}")
+    check("tuning:" not in head, "a tuning line without a tuning variable set")
+    # an absent bias or mask fills a slot of the kernel: labelled unused
+    check(re.search(r"/\* \d+\.\d+ unused, holds \w+ \*/", (wd / "m.c").read_text()),
+          "no binding labelled unused")
+    r = run([KILN, "compile", model, "-o", wd / "t.c"],
+            env={"KILN_MATVEC_NCOL": "8", "ASAN_OPTIONS": "detect_leaks=0"})
+    check(r.returncode == 0, r.stderr)
+    tuning = " * tuning: KILN_MATVEC_NCOL=8 (set when it was compiled)"
+    check(tuning in opening_comment(wd / "t.c"), "KILN_MATVEC_NCOL is not recorded")

@@ -106,7 +106,7 @@ def test_all_ops(workdir):
         {"name": "s1", "op": "sub", "inputs": ["d1", "re"]},
         {"name": "ln", "op": "layer_norm", "inputs": ["s1"]},
         {"name": "sm", "op": "softmax", "inputs": ["ln"]},
-        {"name": "unused", "op": "exp", "inputs": ["x"]},
+        {"name": "dropped", "op": "exp", "inputs": ["x"]},
     ]
     y = model_yaml("all", {"x": {"dtype": "f32", "shape": [3, 4, 8]}}, nodes,
                    ["sm", "rs"],
@@ -122,7 +122,7 @@ def test_all_ops(workdir):
     assert_close(got_rs, rs, 1e-5, 1e-5, "rs")
     assert_close(got, want, 1e-4, 1e-5, "sm")
     c = (Path(workdir) / "model.c").read_text()
-    check("unused" not in c, "the dead node 'unused' was emitted")
+    check("dropped" not in c, "the dead node 'dropped' was emitted")
 
 
 def compile_sample(workdir, sub):
