@@ -2,7 +2,7 @@
 """run_tests.py: every kiln test, ending with "N passed, N failed".
 
 Tiers: the C unit tests of the compiler passes (build/test_units), the op
-tests (test_ops.py), the command-line error tests (test_cli.py), the
+tests (test_ops_<family>.py, gathered by test_ops.py), the command-line error tests (test_cli.py), the
 whole-model, runtime and generated-code tests (test_models.py), and the ONNX
 loader and conformance cases (test_onnx.py: every case listed in
 tests/onnx/passing.txt must still pass). Tests run in parallel, one
@@ -10,8 +10,11 @@ temporary directory each, sharing a kernel cache that starts empty. Exit status 
 
   tests/run_tests.py [-k SUBSTRING] [-j JOBS] [-v]
 
--k selects the tests (unit tests too: "unit NAME") whose name contains
-SUBSTRING. A running count is printed every 30 s; the last line is always
+Run by hand, it first makes what the tests run (make test-build: the
+compiler, the runtime, the test program's object, the unit tests; in
+build/, or build-san/ with KILN_BUILD pointing there, or the directory
+KILN_BUILD names). -k selects the tests (unit tests too: "unit NAME") whose
+name contains SUBSTRING. A running count is printed every 30 s; the last line is always
 "N passed, N failed" (", N skipped" when some were).
 """
 import argparse
@@ -44,6 +47,24 @@ import test_golden  # noqa: E402
 from harness import BUILD, Failure, Skip  # noqa: E402
 
 SKIPPED = "skipped: "  # a `why` that starts so is a skip, not a failure
+
+
+def make_test_build():
+    """make test-build for BUILD, unless make itself is running us."""
+    if "MAKELEVEL" in os.environ:
+        return True
+    root = Path(__file__).resolve().parents[1]
+    if BUILD.resolve() == (root / "build-san").resolve():
+        how = ["SANITIZE=1"]
+    elif BUILD.resolve() == (root / "build").resolve():
+        how = []
+    else:
+        how = [f"B={os.path.relpath(BUILD.resolve(), root)}"]
+    cmd = ["make", "-s", "-C", str(root), *how, "test-build"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"{' '.join(cmd)} failed:\n{r.stdout}{r.stderr}", file=sys.stderr)
+    return r.returncode == 0
 
 
 def unit_tests():
@@ -99,6 +120,9 @@ def main():
     ap.add_argument("--keep", action="store_true", help="keep temporary directories")
     args = ap.parse_args()
 
+    if not make_test_build():
+        print("0 passed, 1 failed")
+        return 1
     tests = [(n, f) for n, f in all_tests() if args.k in n]
     # One kernel cache for this run only, starting empty: the first compile
     # of each kernel goes through shaderc, later ones through the cache; the

@@ -12,7 +12,7 @@ import numpy as np
 
 import reference as ref
 from harness import Failure, assert_close, check, model_yaml, registry, run_model
-from test_ops import one_op, rng, spec, values
+from ops_common import one_op, rng, spec, values
 
 TESTS, case = registry()
 

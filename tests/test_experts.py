@@ -9,7 +9,7 @@ import numpy as np
 
 import reference as ref
 from harness import ROOT, assert_close, registry
-from test_ops import one_op, rng, values
+from ops_common import one_op, rng, values
 
 TESTS, case = registry()
 

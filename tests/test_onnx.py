@@ -245,7 +245,6 @@ for _opset in (20, 23, 25):
 @case("onnx --shape fixes a symbolic dimension; --const binds an input")
 def _(workdir):
     import numpy as np
-    from harness import build_model  # noqa: F401
     wd = Path(workdir)
     (wd / "m.onnx").write_bytes(model([node("Relu", ["x"], ["y"], "r")],
                                       [value_info("x", ["batch", 3])],

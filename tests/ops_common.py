@@ -1,0 +1,51 @@
+"""ops_common.py: what the op tests (tests/test_ops_*.py) share.
+
+Each op case builds a one- or two-node model with random shapes and values
+(never all zeros: normal values scaled to cover negatives and large
+magnitudes), runs it with kiln, and compares every element with
+reference.py under the op's tolerance. Shapes include odd sizes, size-1
+dimensions, broadcasting, sizes that are not multiples of the workgroup
+size, and one large case per op.
+"""
+import numpy as np
+
+from harness import Failure, assert_close, model_yaml, run_model
+
+
+def rng(seed):
+    return np.random.default_rng(seed)
+
+
+def values(r, shape, scale=3.0):
+    return (r.standard_normal(shape) * scale).astype(np.float32)
+
+
+DTYPES = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16",
+          np.dtype(np.int32): "i32", np.dtype(np.int64): "i64",
+          np.dtype(np.bool_): "bool", np.dtype(np.uint8): "u8", np.dtype(np.int8): "i8"}
+
+
+def ints(r, shape, lo=-20, hi=20, dtype=np.int32):
+    return r.integers(lo, hi, size=shape).astype(dtype)
+
+
+def spec(a):
+    return {"dtype": DTYPES[np.asarray(a).dtype], "shape": list(np.shape(a))}
+
+
+def one_op(workdir, op, inputs, want, attrs=None, rtol=0, atol=0, names="abcdef"):
+    """A model of one node over `inputs`; compares with `want`."""
+    ins = {names[i]: spec(x) for i, x in enumerate(inputs)}
+    node = {"name": "y", "op": op, "inputs": list(ins)}
+    node.update(attrs or {})
+    y = model_yaml(op, ins, [node], ["y"])
+    want = np.asarray(want)
+    got, = run_model(workdir, y, list(inputs), [want])
+    if want.dtype.kind in "biu":
+        bad = got != want
+        if bad.any():
+            i = tuple(np.argwhere(bad)[0])
+            raise Failure(f"{int(bad.sum())} of {want.size} elements differ; first at "
+                          f"{list(i)}: got {got[i]!r}, expected {want[i]!r}")
+    else:
+        assert_close(got, want, rtol, atol)

@@ -1,0 +1,74 @@
+"""test_ops_attention.py: attention and rope (shaders/attention.comp), on
+Vulkan against the CPU reference (ops_common.py says how).
+"""
+import numpy as np
+
+import reference as ref
+from harness import registry
+from ops_common import one_op, rng, values
+
+TESTS, case = registry()
+
+
+# ---- attention and rope ----
+
+ATTENTIONS = [  # layout, B, H, KVH, Sq, Sk, D, DV, attrs, mask shape
+    ("bhsd", 1, 2, 2, 5, 5, 8, 8, {}, None),
+    ("bhsd", 2, 4, 2, 7, 7, 16, 16, {"causal": 1}, None),  # grouped-query
+    ("bhsd", 1, 2, 1, 3, 9, 8, 4, {"causal": 1}, None),    # Sq < Sk (a KV cache)
+    ("bshd", 2, 4, 4, 6, 6, 8, 8, {"scale": 0.3}, None),
+    ("bshd", 1, 6, 2, 5, 5, 4, 4, {"causal": 1, "window": 3}, None),
+    ("bhsd", 2, 2, 2, 4, 6, 8, 8, {"softcap": 5.0, "scale": 1.0}, [2, 1, 1, 6]),
+    ("bhsd", 1, 2, 2, 300, 300, 64, 64, {"causal": 1}, [300, 300]),  # long rows
+    ("bshd", 1, 2, 1, 1, 40, 32, 32, {}, [1, 40]),  # one query row, decode
+]
+
+
+def attention_case(i, layout, B, H, KVH, Sq, Sk, D, DV, attrs, mshape):
+    def test(workdir):
+        r = rng(2300 + i)
+        if layout == "bhsd":
+            q, k, v = values(r, [B, H, Sq, D], 1), values(r, [B, KVH, Sk, D], 1), \
+                values(r, [B, KVH, Sk, DV], 1)
+        else:
+            q, k, v = values(r, [B, Sq, H * D], 1), values(r, [B, Sk, KVH * D], 1), \
+                values(r, [B, Sk, KVH * DV], 1)
+        ins = [q, k, v]
+        if mshape:
+            ins.append(values(r, mshape, 2.0))
+        a = {"layout": layout}
+        if layout == "bshd":
+            a.update({"heads": H, "kv_heads": KVH})
+        a.update(attrs)
+        want = ref.attention(*ins[:3], ins[3] if mshape else None, layout,
+                             H if layout == "bshd" else None, KVH if layout == "bshd" else None,
+                             attrs.get("scale"), attrs.get("softcap", 0),
+                             attrs.get("causal", 0), attrs.get("window", 0))
+        one_op(workdir, "attention", ins, want, a, 1e-4, 1e-5, names=["q", "k", "v", "m"])
+    return test
+
+
+for i, c in enumerate(ATTENTIONS):
+    case(f"op attention {c[0]} B={c[1]} H={c[2]} KVH={c[3]} Sq={c[4]} Sk={c[5]} D={c[6]} "
+         f"DV={c[7]} {c[8]} mask={c[9]}")(attention_case(i, *c))
+
+ROPES = [([2, 3, 6, 8], {}), ([2, 3, 6, 8], {"interleaved": 1}),
+         ([1, 5, 2, 16], {"n_rot": 8, "seq_axis": 1}),
+         ([1, 2, 7, 10], {"n_rot": 6, "interleaved": 1})]
+
+
+def rope_case(i, shape, attrs):
+    def test(workdir):
+        r = rng(2400 + i)
+        x = values(r, shape)
+        axis = attrs.get("seq_axis", -2)
+        rot = attrs.get("n_rot", shape[-1])
+        pos = np.arange(shape[axis])[:, None] * (10000.0 ** (-np.arange(rot // 2) / (rot // 2)))
+        cos, sin = np.cos(pos).astype(np.float32), np.sin(pos).astype(np.float32)
+        want = ref.rope(x, cos, sin, attrs.get("interleaved", 0), attrs.get("n_rot"), axis)
+        one_op(workdir, "rope", [x, cos, sin], want, attrs, 1e-5, 1e-5)
+    return test
+
+
+for i, (shape, attrs) in enumerate(ROPES):
+    case(f"op rope {shape} {attrs}")(rope_case(i, shape, attrs))

@@ -1,0 +1,231 @@
+"""test_ops_conv.py: convolution, pooling, resize, fused epilogues
+(shaders/conv.comp, pool.comp, resize.comp), on Vulkan against the CPU
+reference (ops_common.py says how).
+"""
+from pathlib import Path
+
+import numpy as np
+
+import reference as ref
+from harness import assert_close, build_model, check, model_yaml, registry, run_program
+from ops_common import one_op, rng, spec, values
+
+TESTS, case = registry()
+
+
+# ---- convolution, pooling, resize ----
+
+CONVS = [  # x shape, w shape, attrs, bias
+    ([1, 2, 9], [3, 2, 3], {}, True),                                          # 1-D
+    ([2, 3, 7, 8], [4, 3, 3, 3], {"pads": [1, 1, 1, 1]}, True),                # 2-D
+    ([1, 4, 9, 9], [6, 2, 3, 3], {"strides": [2, 2], "group": 2}, False),       # groups
+    ([1, 2, 10, 9], [2, 2, 3, 2], {"dilations": [2, 1], "pads": [2, 0, 1, 1]}, True),
+    ([1, 3, 7, 6], [3, 1, 3, 3], {"group": 3, "auto_pad": "same_upper"}, True),  # depthwise
+    ([1, 2, 8, 7], [2, 2, 2, 3], {"strides": [2, 2], "auto_pad": "same_lower"}, False),
+    ([1, 2, 6, 6], [3, 2, 3, 3], {"auto_pad": "valid"}, True),
+    ([1, 2, 5, 6, 4], [3, 2, 2, 3, 2], {"pads": [1, 0, 1, 0, 1, 1]}, True),   # 3-D
+    # channels split over invocations (conv.comp SPLIT): 32 ways, 48 channels
+    # (some invocations take two); 4 ways within groups; one way (65,536 outputs)
+    ([1, 48, 6, 6], [8, 48, 3, 3], {"pads": [1, 1, 1, 1]}, True),
+    ([1, 8, 9, 9], [4, 4, 3, 3], {"group": 2}, True),
+    ([1, 4, 130, 130], [4, 4, 3, 3], {}, True),
+]
+
+
+def conv_geometry(xs, ws, attrs):
+    """Explicit pads for auto_pad, from ONNX's rules."""
+    a = dict(attrs)
+    mode = a.pop("auto_pad", None)
+    nsp = len(xs) - 2
+    if mode in ("same_upper", "same_lower"):
+        st = a.get("strides", [1] * nsp)
+        pb, pe = [], []
+        for i in range(nsp):
+            out = -(-xs[2 + i] // st[i])
+            total = max(0, (out - 1) * st[i] + ws[2 + i] - xs[2 + i])
+            small = total // 2
+            b = small if mode == "same_upper" else total - small
+            pb.append(b)
+            pe.append(total - b)
+        a["pads"] = pb + pe
+    return a
+
+
+def conv_case(i, xs, ws, attrs, bias):
+    def test(workdir):
+        r = rng(2500 + i)
+        x, w = values(r, xs, 1.0), values(r, ws, 1.0)
+        ins = [x, w] + ([values(r, [ws[0]], 1.0)] if bias else [])
+        a = conv_geometry(xs, ws, attrs)
+        want = ref.conv(x, w, ins[2] if bias else None, a.get("strides"), a.get("pads"),
+                        a.get("dilations"), a.get("group", 1))
+        one_op(workdir, "conv", ins, want, attrs, 1e-5, 1e-4)
+    return test
+
+
+for i, c in enumerate(CONVS):
+    case(f"op conv x={c[0]} w={c[1]} {c[2]} bias={c[3]}")(conv_case(i, *c))
+
+
+def conv_activation_case(act):
+    def test(workdir):
+        r = rng(2520)
+        x, w, b = values(r, [1, 3, 6, 6], 1.0), values(r, [4, 3, 3, 3], 1.0), values(r, [4], 1.0)
+        want = ref.ACTIVATIONS[act](ref.conv(x, w, b, pads=[1, 1, 1, 1]))
+        one_op(workdir, "conv", [x, w, b], want, {"pads": [1, 1, 1, 1], "activation": act},
+               1e-5, 1e-4)
+    return test
+
+
+# every ACTIVATION row of ops.def, as conv's activation attribute
+for act in sorted(set(ref.ACTIVATIONS) - {"none"}):
+    case(f"op conv with a fused {act}")(conv_activation_case(act))
+
+
+def epilogue_case(kind, flags=()):
+    """Fusion into a conv or matmul epilogue (optimize.c): a conv's
+    residual add and activation ("residual": one dispatch); an add whose
+    other input a later node makes ("later": not fused, since the epilogue
+    runs at the conv's or matmul's place); a broadcast residual."""
+    def test(workdir):
+        r = rng(2525)
+        x, w, b = values(r, [1, 4, 8, 8], 1.0), values(r, [4, 4, 3, 3], 1.0), values(r, [4], 1.0)
+        res = values(r, [1, 1, 8, 1] if kind == "broadcast" else [1, 4, 8, 8], 1.0)
+        conv = ref.conv(x, w, b, pads=[1, 1, 1, 1])
+        ins = {"x": spec(x), "w": spec(w), "b": spec(b), "r": spec(res)}
+        nodes = [{"name": "c", "op": "conv", "inputs": ["x", "w", "b"], "pads": [1, 1, 1, 1]}]
+        if kind == "later":
+            nodes.append({"name": "z", "op": "exp", "inputs": ["r"]})
+            nodes.append({"name": "s", "op": "add", "inputs": ["c", "z"]})
+            want = np.maximum(conv + np.exp(res.astype(np.float64)), 0)
+        else:
+            nodes.append({"name": "s", "op": "add", "inputs": ["r", "c"]})
+            want = np.maximum(conv + res, 0)
+        nodes.append({"name": "y", "op": "relu", "inputs": ["s"]})
+        if kind == "matmul":  # the later operand of a matmul's bias add
+            a, m = values(r, [6, 9], 1.0), values(r, [9, 5], 1.0)
+            res = values(r, [6, 5], 1.0)
+            ins = {"a": spec(a), "m": spec(m), "r": spec(res)}
+            nodes = [{"name": "p", "op": "matmul", "inputs": ["a", "m"]},
+                     {"name": "z", "op": "exp", "inputs": ["r"]},
+                     {"name": "y", "op": "add", "inputs": ["p", "z"]}]
+            want = a.astype(np.float64) @ m + np.exp(res.astype(np.float64))
+        inputs = [v for v in (x, w, b, res)] if kind != "matmul" else [a, m, res]
+        prog = build_model(workdir, model_yaml("epi", ins, nodes, ["y"]), flags=list(flags))
+        got, = run_program(prog, inputs, [want.astype(np.float32)])
+        assert_close(got, want, 1e-5, 1e-4)
+        header = (Path(workdir) / "model.h").read_text()
+        if kind == "residual":
+            one = "--no-fuse=epilogue" not in flags
+            check(("_DISPATCH_COUNT 1u\n" in header) == one and
+                  ("c + s + y (conv)" in (Path(workdir) / "model.c").read_text()) == one,
+                  "the residual and relu in the conv's dispatch" if one else "not fused")
+    return test
+
+
+case("op conv + residual add + relu: one dispatch")(epilogue_case("residual"))
+case("op conv + residual add + relu with --no-fuse=epilogue")(
+    epilogue_case("residual", ["--no-fuse=epilogue"]))
+case("op conv + add of a tensor made after the conv: not in its epilogue")(
+    epilogue_case("later"))
+case("op conv + broadcast add + relu")(epilogue_case("broadcast"))
+case("op matmul + add of a tensor made after the matmul: not in its epilogue")(
+    epilogue_case("matmul"))
+
+
+CONV_TS = [([1, 2, 4, 5], [2, 3, 3, 3], {}, True),
+           ([1, 4, 3, 3], [4, 1, 3, 3], {"strides": [2, 2], "pads": [1, 1, 1, 1], "group": 2},
+            False),
+           ([2, 2, 4, 3], [2, 2, 2, 2], {"strides": [2, 3], "output_padding": [1, 0],
+                                         "dilations": [1, 2]}, True)]
+
+
+def conv_t_case(i, xs, ws, attrs, bias):
+    def test(workdir):
+        r = rng(2530 + i)
+        x, w = values(r, xs, 1.0), values(r, ws, 1.0)
+        g = attrs.get("group", 1)
+        ins = [x, w] + ([values(r, [ws[1] * g], 1.0)] if bias else [])
+        want = ref.conv_transpose(x, w, ins[2] if bias else None, attrs.get("strides"),
+                                  attrs.get("pads"), attrs.get("dilations"), g,
+                                  attrs.get("output_padding"))
+        one_op(workdir, "conv_transpose", ins, want, attrs, 1e-5, 1e-4)
+    return test
+
+
+for i, c in enumerate(CONV_TS):
+    case(f"op conv_transpose x={c[0]} w={c[1]} {c[2]} bias={c[3]}")(conv_t_case(i, *c))
+
+POOLS = [  # kind, x shape, attrs
+    ("max", [1, 2, 9], {"kernel": [3], "strides": [2]}),
+    ("max", [2, 3, 7, 8], {"kernel": [2, 2], "strides": [2, 2]}),
+    ("max", [1, 2, 7, 7], {"kernel": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1],
+                           "ceil_mode": 1}),
+    ("max", [1, 1, 8, 8], {"kernel": [2, 2], "dilations": [2, 2]}),
+    ("avg", [1, 2, 7, 7], {"kernel": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ("avg", [1, 2, 7, 7], {"kernel": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1],
+                           "count_include_pad": 1}),
+    ("avg", [1, 2, 6, 7], {"kernel": [3, 2], "strides": [2, 2], "ceil_mode": 1,
+                           "count_include_pad": 1, "pads": [1, 0, 1, 0]}),
+    ("avg", [1, 2, 4, 5, 6], {"kernel": [2, 2, 3], "strides": [1, 2, 2]}),
+]
+
+
+def pool_case(i, kind, xs, attrs):
+    def test(workdir):
+        x = values(rng(2540 + i), xs)
+        want = ref.pool(x, attrs["kernel"], kind, attrs.get("strides"), attrs.get("pads"),
+                        attrs.get("dilations"), attrs.get("ceil_mode", 0),
+                        attrs.get("count_include_pad", 0))
+        one_op(workdir, f"{kind}_pool", [x], want, attrs, 1e-6, 1e-6)
+    return test
+
+
+for i, c in enumerate(POOLS):
+    case(f"op {c[0]}_pool {c[1]} {c[2]}")(pool_case(i, *c))
+
+
+@case("op global_avg_pool and global_max_pool [2, 3, 5, 4]")
+def _(workdir):
+    x = values(rng(2560), [2, 3, 5, 4])
+    one_op(workdir, "global_avg_pool", [x], x.astype(np.float64).mean((2, 3), keepdims=True),
+           None, 1e-6, 1e-6)
+
+
+@case("op global_max_pool [1, 4, 3, 3, 2]")
+def _(workdir):
+    x = values(rng(2561), [1, 4, 3, 3, 2])
+    one_op(workdir, "global_max_pool", [x], x.max((2, 3, 4), keepdims=True))
+
+
+RESIZES = [  # x shape, attrs (scales or sizes), mode, coord, nearest
+    ([1, 1, 3, 4], {"scales": [1, 1, 2, 2]}, "nearest", "asymmetric", "floor"),
+    ([1, 2, 4, 4], {"scales": [1, 1, 2, 2]}, "nearest", "half_pixel", "round_prefer_floor"),
+    ([1, 2, 5, 3], {"sizes": [1, 2, 3, 7]}, "nearest", "half_pixel", "round_prefer_ceil"),
+    ([1, 2, 4, 4], {"scales": [1, 1, 2, 2]}, "linear", "half_pixel", None),
+    ([1, 1, 3, 5], {"sizes": [1, 1, 7, 4]}, "linear", "align_corners", None),
+    ([2, 3, 6], {"scales": [1, 1, 0.5]}, "linear", "pytorch_half_pixel", None),
+    ([1, 1, 4, 6], {"sizes": [1, 1, 5, 9]}, "linear", "asymmetric", None),
+    ([1, 1, 5, 5], {"scales": [1, 1, 1.5, 0.6]}, "nearest", "asymmetric", "ceil"),
+]
+
+
+def resize_case(i, xs, geom, mode, coord, nearest):
+    def test(workdir):
+        x = values(rng(2570 + i), xs)
+        if "sizes" in geom:
+            out, scales = geom["sizes"], None
+        else:
+            scales = geom["scales"]
+            out = [int(np.floor(n * s)) for n, s in zip(xs, scales)]
+        attrs = dict(geom, mode=mode, coordinate_transformation_mode=coord)
+        if nearest:
+            attrs["nearest_mode"] = nearest
+        want = ref.resize(x, out, mode, coord, nearest or "round_prefer_floor",
+                          [np.float32(s) for s in scales] if scales else None)
+        one_op(workdir, "resize", [x], want, attrs, 1e-5, 1e-5)
+    return test
+
+
+for i, c in enumerate(RESIZES):
+    case(f"op resize {c[0]} {c[1]} {c[2]} {c[3]} {c[4]}")(resize_case(i, *c))

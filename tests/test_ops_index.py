@@ -1,0 +1,136 @@
+"""test_ops_index.py: indexing: gather, embedding, gather_elements, scatter,
+one_hot, trilu, pad (shaders/index.comp, scatter.comp), on Vulkan against
+the CPU reference (ops_common.py says how).
+"""
+import numpy as np
+
+import reference as ref
+from harness import registry
+from ops_common import ints, one_op, rng, values
+
+TESTS, case = registry()
+
+
+# ---- indexing ----
+
+GATHERS = [([5, 4], [3], 0, np.int64), ([3, 6, 2], [2, 2], 1, np.int32),
+           ([4, 7], [5], -1, np.int64), ([10, 3], [4, 1, 2], 0, np.int32)]
+
+
+def gather_case(i, shape, ishape, axis, idt):
+    def test(workdir):
+        r = rng(2200 + i)
+        x = values(r, shape)
+        n = shape[axis]
+        idx = r.integers(-n, n, size=ishape).astype(idt)
+        one_op(workdir, "gather", [x, idx], np.take(x, idx, axis), {"axis": axis})
+    return test
+
+
+for i, g in enumerate(GATHERS):
+    case(f"op gather data={g[0]} indices={g[1]} axis={g[2]} {np.dtype(g[3]).name}")(
+        gather_case(i, *g))
+
+
+@case("op gather of i64 data")
+def _(workdir):
+    r = rng(2210)
+    x = ints(r, [6, 3], dtype=np.int64)
+    idx = np.array([5, 0, 0, 2], np.int32)
+    one_op(workdir, "gather", [x, idx], x[idx], {"axis": 0})
+
+
+@case("op embedding ids [2, 5] table [11, 8]")
+def _(workdir):
+    r = rng(2211)
+    ids, table = r.integers(0, 11, size=[2, 5]).astype(np.int32), values(r, [11, 8])
+    one_op(workdir, "embedding", [ids, table], table[ids])
+
+
+@case("op gather_elements [4, 5] axis 1 and axis 0")
+def _(workdir):
+    r = rng(2212)
+    x = values(r, [4, 5])
+    idx = r.integers(-5, 5, size=[4, 3]).astype(np.int64)
+    want = np.take_along_axis(x, np.where(idx < 0, idx + 5, idx), 1)
+    one_op(workdir, "gather_elements", [x, idx], want, {"axis": 1})
+
+
+@case("op gather_elements [3, 4, 2] axis 0, i32")
+def _(workdir):
+    r = rng(2213)
+    x = values(r, [3, 4, 2])
+    idx = r.integers(0, 3, size=[2, 4, 2]).astype(np.int32)
+    one_op(workdir, "gather_elements", [x, idx], np.take_along_axis(x, idx, 0), {"axis": 0})
+
+
+def scatter_case(op, reduction, i):
+    def test(workdir):
+        r = rng(2220 + i)
+        x = values(r, [6, 5], 1.0)
+        if reduction == "none":  # distinct targets: duplicates are undefined
+            idx = np.stack([r.permutation(6)[:4] for _ in range(5)], 1).astype(np.int64)
+        else:
+            idx = r.integers(-6, 6, size=[4, 5]).astype(np.int64)
+        u = values(r, [4, 5], 1.0)
+        attrs = {"axis": 0}
+        if op == "scatter_elements":
+            attrs["reduction"] = reduction
+        want = ref.scatter_elements(x, idx, u, 0, reduction)
+        one_op(workdir, op, [x, idx, u], want, attrs, 1e-5, 1e-5)
+    return test
+
+
+for i, red in enumerate(["none", "add", "mul", "max", "min"]):
+    case(f"op scatter_elements reduction={red}")(scatter_case("scatter_elements", red, i))
+case("op scatter_add with repeated indices")(scatter_case("scatter_add", "add", 9))
+
+
+@case("op scatter_add many updates to few places (atomics)")
+def _(workdir):
+    r = rng(2230)
+    x = values(r, [3, 64], 1.0)
+    idx = r.integers(0, 3, size=[2000, 64]).astype(np.int32)
+    u = values(r, [2000, 64], 1.0)
+    want = x.astype(np.float64).copy()
+    for j in range(64):
+        np.add.at(want[:, j], idx[:, j], u[:, j].astype(np.float64))
+    one_op(workdir, "scatter_add", [x, idx, u], want, {"axis": 0}, 1e-4, 1e-4)
+
+
+@case("op one_hot [2, 3] depth 5 (negative and out-of-range indices)")
+def _(workdir):
+    idx = np.array([[0, 4, -1], [7, 2, -5]], np.int64)
+    one_op(workdir, "one_hot", [idx], ref.one_hot(idx, 5), {"depth": 5})
+
+
+@case("op one_hot axis 0 with on and off values")
+def _(workdir):
+    idx = np.array([1, 0, 2, 2], np.int32)
+    one_op(workdir, "one_hot", [idx], ref.one_hot(idx, 3, 0, 4.0, -1.0),
+           {"depth": 3, "axis": 0, "on_value": 4, "off_value": -1})
+
+
+for i, (upper, k) in enumerate([(1, 0), (0, 0), (1, 2), (0, -1), (1, -3)]):
+    def trilu_case(workdir, upper=upper, k=k, i=i):
+        x = values(rng(2240 + i), [2, 5, 7])
+        want = np.triu(x, k) if upper else np.tril(x, k)
+        one_op(workdir, "trilu", [x], want, {"upper": upper, "k": k})
+    case(f"op trilu upper={upper} k={k}")(trilu_case)
+
+PADS = [([3, 4], [1, 2, 0, 3], "constant", 1.5), ([3, 4], [2, 1, 2, 3], "reflect", 0),
+        ([2, 3, 4], [0, 1, 2, 1, 0, 3], "edge", 0), ([5, 6], [-1, 2, 1, -2], "constant", 0),
+        ([1, 2, 5, 5], [0, 0, 2, 2, 0, 0, 2, 2], "reflect", 0)]
+for i, (shape, pads, mode, value) in enumerate(PADS):
+    def pad_case(workdir, shape=shape, pads=pads, mode=mode, value=value, i=i):
+        x = values(rng(2250 + i), shape)
+        one_op(workdir, "pad", [x], ref.pad(x, pads, mode, value),
+               {"pads": pads, "mode": mode, "value": value})
+    case(f"op pad {shape} {pads} {mode}")(pad_case)
+
+
+@case("op pad i32 with a constant")
+def _(workdir):
+    x = ints(rng(2260), [2, 3])
+    one_op(workdir, "pad", [x], np.pad(x, [(1, 0), (0, 2)], constant_values=7),
+           {"pads": [1, 0, 0, 2], "value": 7})

@@ -1,0 +1,209 @@
+"""test_ops_layout.py: layout: reshape, transpose, slice, concat, split,
+expand, tile, views, depth_to_space (shaders/index.comp), on Vulkan against
+the CPU reference (ops_common.py says how).
+"""
+import numpy as np
+
+import reference as ref
+from harness import assert_close, model_yaml, registry, run_model
+from ops_common import ints, one_op, rng, spec, values
+
+TESTS, case = registry()
+
+
+# ---- reshape and transpose ----
+
+
+def reshape_case(workdir):
+    """A reshape is a view: its output feeds a dispatch in the new shape."""
+    r = rng(600)
+    x = values(r, [2, 3, 4])
+    b = values(r, [4, 6])
+    want = ref.BINARY["add"](x.reshape(4, 6), b)
+    y = model_yaml("rs", {"x": spec(x), "b": spec(b)},
+                   [{"name": "v", "op": "reshape", "inputs": ["x"], "shape": [4, -1]},
+                    {"name": "y", "op": "add", "inputs": ["v", "b"]}], ["y"])
+    got, = run_model(workdir, y, [x, b], [want.astype(np.float32)])
+    assert_close(got, want, 1e-6, 1e-6)  # add's tolerance
+
+
+def reshape_output_case(workdir):
+    """Outputs that are views of an input and of an intermediate."""
+    r = rng(601)
+    x = values(r, [6, 4])
+    want1 = x.reshape(2, 12)
+    want2 = ref.UNARY["relu"](x).reshape(24)
+    y = model_yaml("rso", {"x": spec(x)},
+                   [{"name": "v", "op": "reshape", "inputs": ["x"], "shape": [2, 12]},
+                    {"name": "r", "op": "relu", "inputs": ["x"]},
+                    {"name": "w", "op": "reshape", "inputs": ["r"], "shape": [-1]}],
+                   ["v", "w"])
+    got1, got2 = run_model(workdir, y, [x], [want1, want2.astype(np.float32)])
+    assert_close(got1, want1, 0, 0, "view of the input")
+    assert_close(got2, want2, 0, 0, "view of an intermediate")
+
+
+case("op reshape [2, 3, 4] -> [4, -1] then add")(reshape_case)
+case("op reshape outputs: views of an input and an intermediate")(reshape_output_case)
+
+TRANSPOSE_CASES = [
+    ([2, 3], None),
+    ([2, 3, 4], [1, 0, 2]),
+    ([2, 3, 4], [2, 1, 0]),
+    ([3, 4, 5, 6], [0, 2, 3, 1]),
+    ([5, 1, 7], [2, 1, 0]),
+    ([2, 3, 4, 5, 3], [4, 2, 0, 3, 1]),
+    ([256, 1024], [1, 0]),  # large
+]
+
+
+def transpose_case(i, shape, perm):
+    def test(workdir):
+        x = values(rng(700 + i), shape)
+        want = ref.transpose(x, perm)
+        node = {"name": "y", "op": "transpose", "inputs": ["x"]}
+        if perm is not None:
+            node["perm"] = perm
+        y = model_yaml("tr", {"x": spec(x)}, [node], ["y"])
+        got, = run_model(workdir, y, [x], [np.ascontiguousarray(want)])
+        assert_close(got, want, 0, 0)
+    return test
+
+
+for i, (shape, perm) in enumerate(TRANSPOSE_CASES):
+    case(f"op transpose {shape} perm={perm}")(transpose_case(i, shape, perm))
+
+
+def zero_size_case(workdir):
+    """A tensor with zero elements compiles and runs, with no dispatch."""
+    a = np.zeros([0, 5], np.float32)
+    b = values(rng(800), [5])
+    y = model_yaml("z", {"a": spec(a), "b": spec(b)},
+                   [{"name": "y", "op": "add", "inputs": ["a", "b"]},
+                    {"name": "s", "op": "softmax", "inputs": ["y"]}], ["s"])
+    got, = run_model(workdir, y, [a, b], [np.zeros([0, 5], np.float32)])
+    assert_close(got, np.zeros([0, 5]), 0, 0)
+
+
+case("op add and softmax on zero elements")(zero_size_case)
+
+
+# ---- layout ----
+
+SLICES = [
+    ([10], {"starts": [2], "ends": [7]}),
+    ([6, 8], {"starts": [1, -5], "ends": [5, 100], "axes": [0, 1]}),
+    ([6, 8], {"starts": [-1], "ends": [-100], "axes": [1], "steps": [-2]}),
+    ([4, 5, 6], {"starts": [0, 4], "ends": [4, 0], "axes": [2, 1], "steps": [3, -1]}),
+    ([5, 7], {"starts": [3], "ends": [3], "axes": [0]}),  # empty
+    ([64, 300], {"starts": [1, 7], "ends": [63, 290], "steps": [2, 3]}),
+]
+
+
+def slice_case(i, shape, attrs):
+    def test(workdir):
+        x = values(rng(1100 + i), shape)
+        want = ref.slice_ref(x, attrs["starts"], attrs["ends"], attrs.get("axes"),
+                             attrs.get("steps"))
+        one_op(workdir, "slice", [x], np.ascontiguousarray(want), attrs)
+    return test
+
+
+for i, (shape, attrs) in enumerate(SLICES):
+    case(f"op slice {shape} {attrs}")(slice_case(i, shape, attrs))
+
+
+@case("op slice i64 with a negative step")
+def _(workdir):
+    x = ints(rng(1120), [9, 4], dtype=np.int64)
+    attrs = {"starts": [7], "ends": [0], "steps": [-3]}
+    one_op(workdir, "slice", [x], np.ascontiguousarray(x[7:0:-3]), attrs)
+
+
+def concat_case(i, shapes, axis, dtype=np.float32):
+    def test(workdir):
+        r = rng(1200 + i)
+        xs = [values(r, s).astype(dtype) if dtype != np.bool_ else r.random(s) < 0.5
+              for s in shapes]
+        one_op(workdir, "concat", xs, np.concatenate(xs, axis), {"axis": axis})
+    return test
+
+
+for i, (shapes, axis) in enumerate([([[2, 3], [4, 3]], 0), ([[2, 3], [2, 1], [2, 5]], 1),
+                                    ([[2, 3, 4], [2, 3, 1]], -1),
+                                    ([[3, 0, 2], [3, 4, 2]], 1)]):
+    case(f"op concat {shapes} axis={axis}")(concat_case(i, shapes, axis))
+case("op concat bool")(concat_case(9, [[3, 2], [3, 5]], 1, np.bool_))
+
+
+def split_case(i, shape, axis, sizes, nout):
+    def test(workdir):
+        x = values(rng(1300 + i), shape)
+        cuts = np.cumsum(sizes)[:-1] if sizes else nout
+        wants = [np.ascontiguousarray(w) for w in np.split(x, cuts, axis)]
+        node = {"name": "s", "op": "split", "inputs": ["x"], "axis": axis,
+                "outputs": [f"o{k}" for k in range(nout)]}
+        if sizes:
+            node["sizes"] = sizes
+        y = model_yaml("split", {"x": spec(x)}, [node], [f"o{k}" for k in range(nout)])
+        gots = run_model(workdir, y, [x], wants)
+        for k, (g, w) in enumerate(zip(gots, wants)):
+            assert_close(g, w, 0, 0, f"output {k}")
+    return test
+
+
+case("op split [6, 4] axis 0 into 3")(split_case(0, [6, 4], 0, None, 3))
+case("op split [2, 7, 3] axis 1 sizes [2, 4, 1]")(split_case(1, [2, 7, 3], 1, [2, 4, 1], 3))
+
+
+@case("op expand [3, 1] -> [2, 3, 4]")
+def _(workdir):
+    x = values(rng(1400), [3, 1])
+    one_op(workdir, "expand", [x], np.broadcast_to(x, [2, 3, 4]).copy(), {"shape": [2, 3, 4]})
+
+
+@case("op tile [2, 3] x [3, 2] and [2, 1, 3] x [1, 4, 2]")
+def _(workdir):
+    x = values(rng(1401), [2, 3])
+    one_op(workdir, "tile", [x], np.tile(x, [3, 2]), {"repeats": [3, 2]})
+
+
+@case("op tile i32 [2, 1, 3] x [1, 4, 2]")
+def _(workdir):
+    x = ints(rng(1402), [2, 1, 3])
+    one_op(workdir, "tile", [x], np.tile(x, [1, 4, 2]), {"repeats": [1, 4, 2]})
+
+
+@case("op squeeze, unsqueeze, flatten (views) feeding a dispatch")
+def _(workdir):
+    r = rng(1403)
+    x = values(r, [2, 1, 3, 1])
+    nodes = [{"name": "s", "op": "squeeze", "inputs": ["x"], "axes": [1]},
+             {"name": "u", "op": "unsqueeze", "inputs": ["s"], "axes": [0, -1]},
+             {"name": "f", "op": "flatten", "inputs": ["u"], "axis": 2},
+             {"name": "y", "op": "neg", "inputs": ["f"]},
+             {"name": "z", "op": "squeeze", "inputs": ["x"]}]
+    y = model_yaml("views", {"x": spec(x)}, nodes, ["y", "z"])
+    want_y = -x.reshape(2, 3, 1)[None, ..., None].reshape(2, 3)
+    want_z = x.reshape(2, 3)
+    got_y, got_z = run_model(workdir, y, [x], [want_y, want_z])
+    assert_close(got_y, want_y, 0, 0, "y")
+    assert_close(got_z, want_z, 0, 0, "z")
+
+
+def d2s_case(mode):
+    def test(workdir):
+        x = values(rng(1404), [2, 8, 3, 5])
+        one_op(workdir, "depth_to_space", [x], ref.depth_to_space(x, 2, mode),
+               {"block": 2, "mode": mode})
+    return test
+
+
+case("op depth_to_space DCR")(d2s_case("DCR"))
+case("op depth_to_space CRD")(d2s_case("CRD"))
+
+
+@case("op space_to_depth [2, 3, 4, 6] block 2")
+def _(workdir):
+    x = values(rng(1405), [2, 3, 4, 6])
+    one_op(workdir, "space_to_depth", [x], ref.space_to_depth(x, 2), {"block": 2})

@@ -1,0 +1,206 @@
+"""test_ops_matmul.py: matmul (tiled, matvec, cooperative matrices, weight
+formats, QKV splits) and gemm (shaders/matmul.comp, matvec.comp,
+coopmat.comp), on Vulkan against the CPU reference (ops_common.py says how).
+"""
+import re
+from pathlib import Path
+
+import numpy as np
+
+import reference as ref
+from harness import assert_close, build_model, check, model_yaml, registry, run_model, run_program
+from ops_common import one_op, rng, spec, values
+
+TESTS, case = registry()
+
+
+# ---- matmul ----
+
+MATMUL_SHAPES = [
+    ([1, 1], [1, 1]),
+    ([5, 7], [7, 3]),
+    ([33, 65], [65, 17]),
+    ([3, 5, 7], [3, 7, 4]),        # batched
+    ([2, 3, 5, 7], [7, 6]),        # broadcast weights
+    ([2, 1, 4, 8], [1, 3, 8, 5]),  # broadcast batch dimensions
+    ([4, 9], [2, 9, 3]),           # 2-D times batched
+    ([7], [7, 3]),                 # vector times matrix
+    ([4, 7], [7]),                 # matrix times vector
+    ([130, 100], [100, 70]),
+    ([256, 512], [512, 384]),      # large
+    ([600, 520], [520, 700]),      # 64 tiles with ragged edges
+    ([2100, 40], [40, 2050]),      # 128 x 128 tiles (enough of them), ragged edges
+    # matmul.comp's vec4 path (rows 16-byte aligned): 128 x 128 tiles with
+    # ragged edges and K steps past K, a batch, broadcast weights.
+    ([2100, 44], [44, 2052]),
+    ([3, 70, 36], [3, 36, 68]),
+    ([2, 3, 66, 20], [20, 72]),
+    # ... and where the tiles divide the product: K steps odd (3, 5) and
+    # even (4), one step (the steps go two to an iteration), a batch on the
+    # dispatch's z; 128 x 128 tiles (on lavapipe; the H200 takes 128 x 256)
+    # in three K steps of 8.
+    ([128, 48], [48, 192]),
+    ([2, 64, 80], [2, 80, 128]),
+    ([64, 64], [64, 64]),
+    ([64, 16], [16, 64]),
+    ([2048, 24], [24, 2048]),
+    # ragged M and N with K a multiple of the K step, 64 and 128 tiles
+    ([100, 64], [64, 92]),
+    ([2100, 48], [48, 2052]),
+    # 64 x 128 tiles of 4 x 8 (at least 128 of them), ragged, K steps past K
+    ([1030, 36], [36, 1028]),
+    # matvec.comp: vec4 columns and vec4 rows of A, 16 rows in six rounds of
+    # 3, columns past the last workgroup's; then vec4 columns with scalar A
+    # (K odd), and a batch with vec4 on both sides.
+    ([16, 1028], [1028, 1000]),
+    ([11, 257], [257, 84]),
+    ([3, 2, 64], [3, 64, 36]),
+]
+
+
+def matmul_case(i, sa, sb):
+    def test(workdir):
+        r = rng(300 + i)
+        a = values(r, sa, 1.0)
+        b = values(r, sb, 1.0)
+        want = ref.matmul(a, b)
+        y = model_yaml("mm", {"a": spec(a), "b": spec(b)},
+                       [{"name": "y", "op": "matmul", "inputs": ["a", "b"]}], ["y"])
+        prog = build_model(workdir, y)
+        check_tile_defines(Path(workdir) / "model.c")
+        got, = run_program(prog, [a, b], [want.astype(np.float32)])
+        k = sa[-1]
+        assert_close(got, want, 1e-5, 2e-6 * k ** 0.5 * 4)
+    return test
+
+
+def check_tile_defines(c_path):
+    """Each vec4 matmul.comp kernel in the generated C (its defines are in
+    a comment) is ONE_TILE: fixed shapes, a workgroup for every tile."""
+    for block in re.findall(r"/\* kernel .*?\*/", c_path.read_text(), re.S):
+        d = dict(re.findall(r"^ \*   (\w+) (\S+)$", block, re.M))
+        if d.get("VEC4") == "1":
+            check(d.get("ONE_TILE") == "1", f"tile {d['BM']} x {d['BN']}: ONE_TILE "
+                  f"{d.get('ONE_TILE')}")
+
+
+for i, (sa, sb) in enumerate(MATMUL_SHAPES):
+    case(f"op matmul {sa} {sb}")(matmul_case(i, sa, sb))
+
+
+# f16 x f16 -> f16, f32 accumulation. Shapes that fit coopmat.comp (more
+# than 16 rows, K and N multiples of 8) compile to it and to the tiled
+# fallback; lavapipe has no cooperative matrices, so it runs the fallback
+# (the NVIDIA run of the suite takes coopmat.comp); then matvec, and a
+# ragged shape that only the tiled kernel takes.
+MATMUL_F16_SHAPES = [
+    ([40, 64], [64, 72]),
+    ([2, 150, 136], [2, 136, 200]),
+    ([300, 256], [256, 264]),
+    ([5, 24], [24, 16]),
+    ([33, 65], [65, 17]),
+    ([128, 96], [96, 192]),  # coopmat.comp's 64 x 64 tiles divide it, 3 K steps
+]
+
+
+def matmul_f16_case(i, sa, sb):
+    def test(workdir):
+        r = rng(340 + i)
+        a = values(r, sa, 1.0).astype(np.float16)
+        b = values(r, sb, 1.0).astype(np.float16)
+        exact = ref.matmul(a.astype(np.float64), b.astype(np.float64))
+        y = model_yaml("mm", {"a": spec(a), "b": spec(b)},
+                       [{"name": "y", "op": "matmul", "inputs": ["a", "b"]}], ["y"])
+        got, = run_model(workdir, y, [a, b], [exact.astype(np.float16)])
+        check(got.dtype == np.float16, f"output dtype {got.dtype}")
+        # f32 sums of exact f16 products, rounded once to f16
+        assert_close(got, exact, 2 ** -10, 1e-6 * sa[-1] ** 0.5 * 4)
+    return test
+
+
+for i, (sa, sb) in enumerate(MATMUL_F16_SHAPES):
+    case(f"op matmul f16 {sa} {sb}")(matmul_f16_case(i, sa, sb))
+
+
+def matmul_weights_case(workdir):
+    """[B, S, D] x a weight [D, E] from inline values."""
+    r = rng(330)
+    x = values(r, [2, 3, 4], 1.0)
+    w = values(r, [4, 5], 1.0)
+    want = ref.matmul(x, w)
+    y = model_yaml("mmw", {"x": spec(x)},
+                   [{"name": "y", "op": "matmul", "inputs": ["x", "w"]}], ["y"],
+                   weights={"w": {"dtype": "f32", "shape": [4, 5],
+                                  "values": [float(v) for v in w.reshape(-1)]}})
+    got, = run_model(workdir, y, [x], [want.astype(np.float32)])
+    assert_close(got, want, 1e-5, 1e-5)
+
+
+case("op matmul [2, 3, 4] x inline weight [4, 5]")(matmul_weights_case)
+
+
+def qkv_case(i, xshape, widths, flags=(), rtol=1e-5):
+    """Matmuls of one input by weights of the same K (QKV split fusion: one
+    dispatch writes every output), against float64 products; with
+    --no-fuse=qkv one dispatch each."""
+    def test(workdir):
+        r = rng(340 + i)
+        k = xshape[-1]
+        x = values(r, xshape, 1.0)
+        ws = [values(r, [k, w], 1.0) for w in widths]
+        names = [f"y{j}" for j in range(len(ws))]
+        y = model_yaml("qkv", {"x": spec(x)},
+                       [{"name": n, "op": "matmul", "inputs": ["x", f"w{j}"]}
+                        for j, n in enumerate(names)], names,
+                       weights={f"w{j}": {"dtype": "f32", "shape": list(w.shape),
+                                          "values": [float(v) for v in w.reshape(-1)]}
+                                for j, w in enumerate(ws)})
+        want = [ref.matmul(x, w) for w in ws]
+        prog = build_model(workdir, y, flags=list(flags))
+        c = (Path(workdir) / "model.c").read_text()
+        fused = "--no-fuse=qkv" not in flags
+        check(("_DISPATCH_COUNT 1u\n" in (Path(workdir) / "model.h").read_text()) == fused and
+              (" + ".join(names) + " (matmul)" in c) == fused,
+              "the products are not one dispatch" if fused else "fused with --no-fuse=qkv")
+        got = run_program(prog, [x], [w.astype(np.float32) for w in want])
+        for g, w in zip(got, want):
+            assert_close(g, w, rtol, 2e-6 * k ** 0.5 * 4 + rtol)
+    return test
+
+
+for i, (xs, ws, fl, tol) in enumerate([
+        ([4, 32], [16, 8, 24], (), 1e-5),                   # matvec, three outputs
+        ([2, 40, 36], [20, 12], (), 1e-5),                  # tiled (vec4), two, batch folded
+        ([3, 33, 7], [5, 6, 9], (), 1e-5),                  # tiled scalar, odd widths
+        ([4, 32], [16, 8, 24], ("--weights", "int8"), 0.1),  # int8 B: its scales bound
+        ([4, 32], [16, 8, 24], ("--no-fuse=qkv",), 1e-5)]):
+    case(f"op matmul QKV split {xs} x {ws} {' '.join(fl)}".rstrip())(qkv_case(i, xs, ws, fl, tol))
+
+# ---- gemm: transposes, bias, alpha/beta, fused activation ----
+
+GEMMS = [  # M, K, N, trans_a, trans_b, bias shape, alpha, beta, activation
+    (5, 7, 3, 0, 0, None, 1.0, 1.0, "none"),
+    (5, 7, 3, 1, 0, [3], 1.0, 1.0, "relu"),
+    (33, 65, 17, 0, 1, [33, 17], 0.5, 2.0, "gelu"),
+    (64, 64, 64, 1, 1, [1], 1.0, -1.0, "silu"),
+    (8, 16, 130, 0, 1, [8, 1], 2.0, 0.5, "tanh"),
+    (4, 9, 6, 0, 0, [6], 1.0, 1.0, "sigmoid"),
+    (7, 3, 5, 1, 0, [5], 1.0, 1.0, "gelu_tanh"),
+]
+
+
+def gemm_case(i, M, K, N, ta, tb, bias, alpha, beta, act):
+    def test(workdir):
+        r = rng(2100 + i)
+        a = values(r, [K, M] if ta else [M, K], 1.0)
+        b = values(r, [N, K] if tb else [K, N], 1.0)
+        ins = [a, b] + ([values(r, bias, 1.0)] if bias else [])
+        want = ref.gemm(*ins, alpha=alpha, beta=beta, trans_a=ta, trans_b=tb, activation=act)
+        attrs = {"alpha": alpha, "beta": beta, "trans_a": ta, "trans_b": tb, "activation": act}
+        one_op(workdir, "gemm", ins, want, attrs, 1e-5, 1e-5 * K)
+    return test
+
+
+for i, g in enumerate(GEMMS):
+    case(f"op gemm M={g[0]} K={g[1]} N={g[2]} ta={g[3]} tb={g[4]} bias={g[5]} "
+         f"alpha={g[6]} beta={g[7]} act={g[8]}")(gemm_case(i, *g))
