@@ -91,7 +91,58 @@ int64_t onnx_op_version(const char *op, int64_t opset);
 void check_op_version(Ctx *c);
 
 typedef struct OnnxOp OnnxOp;
+typedef void (*MapFn)(Ctx *c, const OnnxOp *op);
+/* A row of onnx_map.c's table: the ONNX op, its mapper, the kiln op it
+ * becomes (for the generic mappers) and its attribute renames
+ * ("onnx_name=kiln_name ..."). */
+struct OnnxOp {
+    const char *name;
+    MapFn fn;
+    OpKind kop;
+    const char *renames; /* for copy_attrs */
+};
 const OnnxOp *find_mapper(const char *name);
 void map_node(Ctx *c);
+
+/* The mappers, by family (onnx_map_<family>.c). */
+/* onnx_map_generic.c */
+void map_simple(Ctx *c, const OnnxOp *op);
+void map_variadic(Ctx *c, const OnnxOp *op);
+void map_unary_attr(Ctx *c, const OnnxOp *op);
+void map_folded_only(Ctx *c, const OnnxOp *op);
+/* onnx_map_layout.c */
+void map_view(Ctx *c, const OnnxOp *op);
+void map_slice(Ctx *c, const OnnxOp *op);
+void map_split(Ctx *c, const OnnxOp *op);
+void map_expand_tile(Ctx *c, const OnnxOp *op);
+void map_pad(Ctx *c, const OnnxOp *op);
+void map_gather(Ctx *c, const OnnxOp *op);
+void map_onehot(Ctx *c, const OnnxOp *op);
+void map_trilu(Ctx *c, const OnnxOp *op);
+void map_scatter(Ctx *c, const OnnxOp *op);
+/* onnx_map_math.c */
+void map_clip(Ctx *c, const OnnxOp *op);
+void map_cast(Ctx *c, const OnnxOp *op);
+void map_pow(Ctx *c, const OnnxOp *op);
+void map_prelu(Ctx *c, const OnnxOp *op);
+void map_softmax(Ctx *c, const OnnxOp *op);
+void map_reduce(Ctx *c, const OnnxOp *op);
+void map_arg(Ctx *c, const OnnxOp *op);
+void map_gemm(Ctx *c, const OnnxOp *op);
+void map_norm(Ctx *c, const OnnxOp *op);
+void map_topk(Ctx *c, const OnnxOp *op);
+void map_cumsum(Ctx *c, const OnnxOp *op);
+void map_nll(Ctx *c, const OnnxOp *op);
+void map_sce(Ctx *c, const OnnxOp *op);
+void map_reduce_log_sum(Ctx *c, const OnnxOp *op);
+void map_window(Ctx *c, const OnnxOp *op);
+void map_resize(Ctx *c, const OnnxOp *op);
+void map_dft(Ctx *c, const OnnxOp *op);
+/* Emitters the mappers share (onnx_map_generic.c): a value cast to dt, a
+ * scalar constant, a one- or two-input kiln node on temporaries. */
+Value *cast_to(Ctx *c, Value *v, kiln_dtype dt);
+Value *const_scalar(Ctx *c, kiln_dtype dt, double v);
+Value *unary_tmp(Ctx *c, OpKind op, Value *x);
+Value *binary_tmp(Ctx *c, OpKind op, Value *a, Value *b);
 
 #endif /* KILN_ONNX_H */

@@ -1,0 +1,240 @@
+/*
+ * onnx_map_layout.c: ONNX layout and indexing ops: views (Reshape, Squeeze,
+ * Flatten, ...), Slice, Split, Expand, Tile, Pad, Gather, OneHot, Trilu,
+ * Scatter
+ */
+#include "onnx.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Reshape, Squeeze, Unsqueeze, Flatten, Identity, Dropout: views. A view of
+ * a constant stays a constant: its node is checked but not kept. */
+void map_view(Ctx *c, const OnnxOp *op) {
+    Value *x = in(c, 0);
+    Node *k;
+    if (x->data) {
+        k = xcalloc(1, sizeof *k);
+        k->name = c->nname;
+        k->op = op->kop;
+        k->loc = c->loc;
+        Tensor *t = xcalloc(1, sizeof *t);
+        t->name = x->name;
+        t->dtype = x->dtype;
+        t->rank = x->rank;
+        memcpy(t->shape, x->shape, sizeof t->shape);
+        node_add_input(k, t);
+        node_add_output(k, xcalloc(1, sizeof(Tensor)));
+        k->outputs[0]->name = out_name(c, 0);
+    } else {
+        k = emit(c, op->kop, 1, &x, out_name(c, 0));
+    }
+    int64_t v[MAX_RANK + 1];
+    const char *name = op->name;
+    if (strcmp(name, "Reshape") == 0) {
+        int n = const_ints(c, 1, "the shape", v, MAX_RANK);
+        if (oattr_int(c, "allowzero", 0))
+            for (int i = 0; i < n; i++)
+                if (v[i] == 0)
+                    node_fail(c, "unsupported: allowzero with a zero dimension");
+        node_set_ints(k, "shape", n, v);
+    } else if (strcmp(name, "Squeeze") == 0 || strcmp(name, "Unsqueeze") == 0) {
+        Onnx__AttributeProto *a = oattr(c, "axes");
+        if (a)
+            node_set_ints(k, "axes", (int)a->n_ints, a->ints);
+        else if (in_opt(c, 1))
+            node_set_ints(k, "axes", const_ints(c, 1, "axes", v, MAX_RANK), v);
+    } else if (strcmp(name, "Flatten") == 0) {
+        int64_t axis = oattr_int(c, "axis", 1);
+        if (in_opt(c, 2)) /* opset 20: an input, default -2 */
+            const_ints(c, 2, "axis", &axis, 1);
+        else if (c->opset >= 20)
+            axis = -2;
+        node_set_int(k, "axis", axis);
+    } else {
+        node_set_ints(k, "shape", x->rank, x->shape); /* Identity, Dropout */
+        if (strcmp(name, "Dropout") == 0) {
+            Value *train = in_opt(c, 2);
+            if (oattr_int(c, "is_test", 1) == 0 ||
+                (train && (!train->data || vget(train, 0) != 0)))
+                node_fail(c, "unsupported: training mode (random masks)");
+            if (nout(c) > 1 && *out_name(c, 1)) { /* inference: nothing dropped */
+                Value *mask = new_value(out_name(c, 1), KILN_DTYPE_BOOL, x->rank, x->shape,
+                                        true);
+                memset(mask->data, 1, (size_t)vcount(mask));
+                bind_value(c, out_name(c, 1), mask);
+            }
+        }
+    }
+    if (!x->data) {
+        finish(c, k);
+        return;
+    }
+    infer_node(k);
+    Tensor *t = k->outputs[0];
+    Value *o = new_value(out_name(c, 0), x->dtype, t->rank, t->shape, false);
+    o->data = x->data;
+    bind_value(c, out_name(c, 0), o);
+}
+
+void map_slice(Ctx *c, const OnnxOp *op) {
+    Value *x = in(c, 0);
+    Node *k = emit(c, op->kop, 1, &x, out_name(c, 0));
+    int64_t v[MAX_RANK];
+    if (c->opset < 10) {
+        copy_attrs(c, k, NULL);
+    } else {
+        node_set_ints(k, "starts", const_ints(c, 1, "starts", v, MAX_RANK), v);
+        node_set_ints(k, "ends", const_ints(c, 2, "ends", v, MAX_RANK), v);
+        if (in_opt(c, 3))
+            node_set_ints(k, "axes", const_ints(c, 3, "axes", v, MAX_RANK), v);
+        if (in_opt(c, 4))
+            node_set_ints(k, "steps", const_ints(c, 4, "steps", v, MAX_RANK), v);
+    }
+    /* INT64_MAX ends (the ONNX idiom for "to the end") fit after clamping. */
+    Attr *e = node_attr(k, "ends");
+    for (int i = 0; e && i < e->nitems; i++) {
+        long long val = strtoll(e->items[i], NULL, 10);
+        if (val > 4294967295LL)
+            e->items[i] = xstrdup("4294967295");
+        if (val < -4294967295LL)
+            e->items[i] = xstrdup("-4294967296");
+    }
+    Attr *s = node_attr(k, "starts");
+    for (int i = 0; s && i < s->nitems; i++) {
+        long long val = strtoll(s->items[i], NULL, 10);
+        if (val > 4294967295LL)
+            s->items[i] = xstrdup("4294967295");
+        if (val < -4294967295LL)
+            s->items[i] = xstrdup("-4294967296");
+    }
+    finish(c, k);
+}
+
+void map_split(Ctx *c, const OnnxOp *op) {
+    Value *x = in(c, 0);
+    Node *k = knode(c, op->kop, "");
+    node_add_input(k, tens(c, x));
+    for (int i = 0; i < nout(c); i++)
+        node_add_output(k, graph_tensor(c->g, *out_name(c, i) ? out_name(c, i)
+                                                                : format("%s/%d", c->nname, i),
+                                        T_VALUE, c->loc));
+    node_set_int(k, "axis", oattr_int(c, "axis", 0));
+    Onnx__AttributeProto *a = oattr(c, "split");
+    if (a) {
+        node_set_ints(k, "sizes", (int)a->n_ints, a->ints);
+    } else if (in_opt(c, 1)) {
+        int64_t count = vcount(in_const(c, 1, "split"));
+        int64_t *v = xcalloc((size_t)count + 1, sizeof(int64_t));
+        node_set_ints(k, "sizes", const_ints(c, 1, "split", v, (int)count), v);
+    } else if (oattr(c, "num_outputs")) {
+        /* Opset 18: num_outputs parts of ceil(dim / num_outputs), the last
+         * one smaller when they do not divide. */
+        int64_t parts = oattr_int(c, "num_outputs", 0), axis = oattr_int(c, "axis", 0);
+        if (parts != nout(c))
+            node_fail(c, format("num_outputs is %lld but the node has %d outputs",
+                                (long long)parts, nout(c)));
+        if (axis < -x->rank || axis >= x->rank)
+            node_fail(c, format("axis %lld is out of range for rank %d", (long long)axis,
+                                x->rank));
+        int64_t dim = x->shape[axis < 0 ? axis + x->rank : axis];
+        int64_t chunk = (dim + parts - 1) / parts;
+        int64_t *v = xcalloc((size_t)parts + 1, sizeof(int64_t));
+        for (int64_t i = 0; i < parts; i++)
+            v[i] = dim - i * chunk < chunk ? (dim - i * chunk > 0 ? dim - i * chunk : 0) : chunk;
+        node_set_ints(k, "sizes", (int)parts, v);
+    }
+    finish(c, k);
+}
+
+void map_expand_tile(Ctx *c, const OnnxOp *op) {
+    Value *x = in(c, 0);
+    Node *k = emit(c, op->kop, 1, &x, out_name(c, 0));
+    int64_t v[MAX_RANK];
+    int n = const_ints(c, 1, op->kop == OP_EXPAND ? "the shape" : "repeats", v, MAX_RANK);
+    node_set_ints(k, op->kop == OP_EXPAND ? "shape" : "repeats", n, v);
+    finish(c, k);
+}
+
+void map_pad(Ctx *c, const OnnxOp *op) {
+    Value *x = in(c, 0);
+    Node *k = emit(c, op->kop, 1, &x, out_name(c, 0));
+    int64_t pads[2 * MAX_RANK];
+    if (c->opset < 11) {
+        Onnx__AttributeProto *a = oattr(c, "pads");
+        if (!a)
+            node_fail(c, "Pad needs pads");
+        node_set_ints(k, "pads", (int)a->n_ints, a->ints);
+        node_set_float(k, "value", oattr_float(c, "value", 0));
+    } else {
+        int n = const_ints(c, 1, "pads", pads, 2 * MAX_RANK);
+        if (in_opt(c, 3)) { /* axes (opset 18): expand to every axis */
+            int64_t axes[MAX_RANK], full[2 * MAX_RANK] = {0};
+            int na = const_ints(c, 3, "axes", axes, MAX_RANK);
+            for (int i = 0; i < na; i++) {
+                int ax = (int)(axes[i] < 0 ? axes[i] + x->rank : axes[i]);
+                full[ax] = pads[i];
+                full[ax + x->rank] = pads[i + na];
+            }
+            memcpy(pads, full, sizeof full);
+            n = 2 * x->rank;
+        }
+        node_set_ints(k, "pads", n, pads);
+        if (in_opt(c, 2))
+            node_set_float(k, "value", vget(in_const(c, 2, "the constant value"), 0));
+    }
+    node_set_attr(k, "mode", oattr_str(c, "mode", "constant"));
+    finish(c, k);
+}
+
+void map_gather(Ctx *c, const OnnxOp *op) {
+    Value *ins[3] = {in(c, 0), in(c, 1), in_opt(c, 2)};
+    Node *k = emit(c, op->kop, ins[2] ? 3 : 2, ins, out_name(c, 0));
+    copy_attrs(c, k, NULL);
+    finish(c, k);
+}
+
+void map_onehot(Ctx *c, const OnnxOp *op) {
+    Value *idx = in(c, 0), *vals = in_const(c, 2, "values");
+    if (!is_integral(idx->dtype) || idx->dtype == KILN_DTYPE_BOOL) {
+        Node *cast = emit_tmp(c, OP_CAST, 1, &idx); /* ONNX truncates them */
+        node_set_attr(cast, "to", "i64");
+        idx = finish(c, cast);
+    }
+    int64_t depth;
+    const_ints(c, 1, "depth", &depth, 1);
+    bool float_out = vals->dtype == KILN_DTYPE_F32;
+    Node *k = float_out ? emit(c, op->kop, 1, &idx, out_name(c, 0)) : emit_tmp(c, op->kop, 1, &idx);
+    node_set_int(k, "depth", depth);
+    node_set_int(k, "axis", oattr_int(c, "axis", -1));
+    node_set_float(k, "off_value", vget(vals, 0));
+    node_set_float(k, "on_value", vget(vals, 1));
+    Value *y = finish(c, k);
+    if (!float_out) {
+        Node *cast = emit(c, OP_CAST, 1, &y, out_name(c, 0));
+        node_set_attr(cast, "to", kiln_dtype_name(vals->dtype));
+        finish(c, cast);
+    }
+}
+
+void map_trilu(Ctx *c, const OnnxOp *op) {
+    Value *x = in(c, 0);
+    Node *k = emit(c, op->kop, 1, &x, out_name(c, 0));
+    node_set_int(k, "upper", oattr_int(c, "upper", 1));
+    if (in_opt(c, 1)) {
+        int64_t kk;
+        const_ints(c, 1, "k", &kk, 1);
+        node_set_int(k, "k", kk);
+    }
+    finish(c, k);
+}
+
+void map_scatter(Ctx *c, const OnnxOp *op) {
+    Value *ins[3] = {in(c, 0), in(c, 1), in(c, 2)};
+    Node *k = emit(c, op->kop, 3, ins, out_name(c, 0));
+    node_set_int(k, "axis", oattr_int(c, "axis", 0));
+    node_set_attr(k, "reduction", oattr_str(c, "reduction", "none"));
+    finish(c, k);
+}

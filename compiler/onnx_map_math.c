@@ -1,0 +1,453 @@
+/*
+ * onnx_map_math.c: ONNX arithmetic, rows, normalization, losses, resampling
+ * and signal ops: Clip, Cast, Pow, PRelu, Softmax, reductions, ArgMax,
+ * Gemm, the norms, TopK, CumSum, the losses, Resize, windows, DFT
+ */
+#include "onnx.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void map_clip(Ctx *c, const OnnxOp *op) {
+    Value *x = in(c, 0);
+    Node *k = emit(c, op->kop, 1, &x, out_name(c, 0));
+    if (c->opset < 11) {
+        if (oattr(c, "min"))
+            node_set_float(k, "min", oattr_float(c, "min", 0));
+        if (oattr(c, "max"))
+            node_set_float(k, "max", oattr_float(c, "max", 0));
+    } else {
+        if (in_opt(c, 1))
+            node_set_float(k, "min", vget(in_const(c, 1, "min"), 0));
+        if (in_opt(c, 2))
+            node_set_float(k, "max", vget(in_const(c, 2, "max"), 0));
+    }
+    finish(c, k);
+}
+
+void map_cast(Ctx *c, const OnnxOp *op) {
+    Value *x = in(c, 0);
+    int dt;
+    if (strcmp(op->name, "CastLike") == 0) {
+        dt = in(c, 1)->dtype;
+    } else {
+        int32_t to = (int32_t)oattr_int(c, "to", 0);
+        dt = kiln_dtype_of(to);
+        if (dt < 0)
+            node_fail(c, format("unsupported: cast to %s", onnx_type_name(to)));
+    }
+    Node *k = emit(c, OP_CAST, 1, &x, out_name(c, 0));
+    node_set_attr(k, "to", kiln_dtype_name((kiln_dtype)dt));
+    finish(c, k);
+}
+
+/* Pow: the exponent may have another dtype; integers compute in f32. */
+void map_pow(Ctx *c, const OnnxOp *op) {
+    Value *x = in(c, 0), *y = in(c, 1);
+    kiln_dtype out = x->dtype;
+    kiln_dtype ct = is_integral(out) ? KILN_DTYPE_F32 : out;
+    Value *ins[2] = {cast_to(c, x, ct), cast_to(c, y, ct)};
+    if (ct == out) {
+        finish(c, emit(c, op->kop, 2, ins, out_name(c, 0)));
+        return;
+    }
+    Value *p = finish(c, emit_tmp(c, op->kop, 2, ins));
+    Node *k = emit(c, OP_CAST, 1, &p, out_name(c, 0));
+    node_set_attr(k, "to", kiln_dtype_name(out));
+    finish(c, k);
+}
+
+/* PRelu: where(x < 0, x * slope, x), the slope broadcast. */
+void map_prelu(Ctx *c, const OnnxOp *op) {
+    (void)op;
+    Value *ins[2] = {in(c, 0), in(c, 1)};
+    /* Before opset 7 a slope of [C] applies per channel (axis 1). */
+    Value *x = ins[0], *s = ins[1];
+    if (c->opset < 7 && s->rank == 1 && x->rank > 2 && s->shape[0] == x->shape[1] &&
+        s->shape[0] != x->shape[x->rank - 1]) {
+        int64_t shape[MAX_RANK];
+        shape[0] = s->shape[0];
+        for (int i = 1; i < x->rank - 1; i++)
+            shape[i] = 1;
+        Node *k = emit_tmp(c, OP_RESHAPE, 1, &s);
+        node_set_ints(k, "shape", x->rank - 1, shape);
+        ins[1] = finish(c, k);
+    }
+    finish(c, emit(c, OP_PRELU, 2, ins, out_name(c, 0)));
+}
+
+/* Softmax, LogSoftmax, Hardmax. Before opset 13 they act on the input
+ * flattened to 2-D at axis (default 1); from 13 on one axis (default -1). */
+void map_softmax(Ctx *c, const OnnxOp *op) {
+    Value *x = in(c, 0);
+    bool old = c->opset < 13;
+    int64_t axis = oattr_int(c, "axis", old ? 1 : -1);
+    if (axis < -x->rank || axis >= (x->rank ? x->rank : 1))
+        node_fail(c, format("axis %lld is out of range", (long long)axis));
+    if (axis < 0)
+        axis += x->rank;
+    Value *src = x;
+    if (old && axis != x->rank - 1) {
+        Node *r = emit_tmp(c, OP_RESHAPE, 1, &x);
+        int64_t shape[2] = {shape_count((int)axis, x->shape),
+                            shape_count(x->rank - (int)axis, x->shape + axis)};
+        node_set_ints(r, "shape", 2, shape);
+        src = finish(c, r);
+        axis = 1;
+    }
+    bool reshaped = src != x;
+    Value *y;
+    if (strcmp(op->name, "Hardmax") == 0) {
+        Node *am = emit_tmp(c, OP_ARGMAX, 1, &src);
+        node_set_int(am, "axis", axis);
+        node_set_int(am, "keep_dims", 0);
+        Value *idx = finish(c, am);
+        Node *oh = reshaped ? emit_tmp(c, OP_ONE_HOT, 1, &idx)
+                            : emit(c, OP_ONE_HOT, 1, &idx, out_name(c, 0));
+        node_set_int(oh, "depth", src->shape[axis]);
+        node_set_int(oh, "axis", axis);
+        y = finish(c, oh);
+    } else {
+        Node *k = reshaped ? emit_tmp(c, op->kop, 1, &src)
+                           : emit(c, op->kop, 1, &src, out_name(c, 0));
+        node_set_int(k, "axis", axis);
+        y = finish(c, k);
+    }
+    if (reshaped) {
+        Node *r = emit(c, OP_RESHAPE, 1, &y, out_name(c, 0));
+        node_set_ints(r, "shape", x->rank, x->shape);
+        finish(c, r);
+    }
+}
+
+/* ReduceX: axes from the attribute, or (ReduceSum from 13, the rest from 18)
+ * from the second input; noop_with_empty_axes keeps the input. */
+void map_reduce(Ctx *c, const OnnxOp *op) {
+    Value *x = in(c, 0);
+    int64_t axes[MAX_RANK];
+    int n = -1;
+    Onnx__AttributeProto *a = oattr(c, "axes");
+    if (a) {
+        n = (int)a->n_ints;
+        if (n > MAX_RANK)
+            node_fail(c, format("axes has %d values, at most %d", n, MAX_RANK));
+        if (n > 0)
+            memcpy(axes, a->ints, sizeof(int64_t) * (size_t)n);
+    } else if (in_opt(c, 1)) {
+        n = const_ints(c, 1, "axes", axes, MAX_RANK);
+    }
+    if (n <= 0 && oattr_int(c, "noop_with_empty_axes", 0)) {
+        Node *k = emit(c, OP_RESHAPE, 1, &x, out_name(c, 0));
+        node_set_ints(k, "shape", x->rank, x->shape);
+        finish(c, k);
+        return;
+    }
+    Node *k = emit(c, op->kop, 1, &x, out_name(c, 0));
+    if (n > 0)
+        node_set_ints(k, "axes", n, axes);
+    node_set_int(k, "keep_dims", oattr_int(c, "keepdims", 1));
+    finish(c, k);
+}
+
+void map_arg(Ctx *c, const OnnxOp *op) {
+    Value *x = in(c, 0);
+    Node *k = emit(c, op->kop, 1, &x, out_name(c, 0));
+    node_set_int(k, "axis", oattr_int(c, "axis", 0));
+    node_set_int(k, "keep_dims", oattr_int(c, "keepdims", 1));
+    node_set_int(k, "select_last_index", oattr_int(c, "select_last_index", 0));
+    finish(c, k);
+}
+
+void map_gemm(Ctx *c, const OnnxOp *op) {
+    Value *ins[3] = {in(c, 0), in(c, 1), in_opt(c, 2)};
+    Node *k = emit(c, op->kop, ins[2] ? 3 : 2, ins, out_name(c, 0));
+    copy_attrs(c, k, "transA:trans_a transB:trans_b broadcast:-");
+    finish(c, k);
+}
+
+void map_norm(Ctx *c, const OnnxOp *op) {
+    Value *x = in(c, 0);
+    if (op->kop == OP_BATCH_NORM) {
+        if (oattr_int(c, "spatial", 1) == 0)
+            node_fail(c, "unsupported: spatial 0");
+        if (oattr_int(c, "training_mode", 0) || (nout(c) > 1 && *out_name(c, 1)))
+            node_fail(c, "unsupported: training mode");
+        Value *ins[5] = {x, in(c, 1), in(c, 2), in(c, 3), in(c, 4)};
+        Node *k = emit(c, op->kop, 5, ins, out_name(c, 0));
+        node_set_float(k, "eps", oattr_float(c, "epsilon", 1e-5));
+        finish(c, k);
+        return;
+    }
+    if (op->kop == OP_LAYER_NORM) {
+        if (oattr_int(c, "stash_type", 1) != 1)
+            node_fail(c, "unsupported: stash_type other than float");
+        if (nout(c) > 1) {
+            /* Mean and 1 / sqrt(var + eps) over the normalized axes, kept as
+             * dimensions of size 1, for whichever of them is asked for. */
+            int64_t axis = oattr_int(c, "axis", -1), axes[MAX_RANK];
+            if (axis < 0)
+                axis += x->rank;
+            if (axis < 0 || axis >= x->rank)
+                node_fail(c, format("axis %lld is out of range for rank %d",
+                                    (long long)oattr_int(c, "axis", -1), x->rank));
+            int na = 0;
+            for (int64_t d = axis; d < x->rank; d++)
+                axes[na++] = d;
+            Node *m = *out_name(c, 1) ? emit(c, OP_REDUCE_MEAN, 1, &x, out_name(c, 1))
+                                      : emit_tmp(c, OP_REDUCE_MEAN, 1, &x);
+            node_set_ints(m, "axes", na, axes);
+            Value *mean = finish(c, m);
+            if (nout(c) > 2 && *out_name(c, 2)) {
+                Value *dv[2] = {x, mean};
+                Value *dev = finish(c, emit_tmp(c, OP_SUB, 2, dv));
+                Value *sq[2] = {dev, dev};
+                Value *sqr = finish(c, emit_tmp(c, OP_MUL, 2, sq));
+                Node *vm = emit_tmp(c, OP_REDUCE_MEAN, 1, &sqr);
+                node_set_ints(vm, "axes", na, axes);
+                Value *var = finish(c, vm);
+                Value *eps = new_value(format("%s/eps", c->nname), KILN_DTYPE_F32, 0, NULL, true);
+                vset(eps, 0, oattr_float(c, "epsilon", 1e-5));
+                Value *ve[2] = {var, eps};
+                Value *sum = finish(c, emit_tmp(c, OP_ADD, 2, ve));
+                finish(c, emit(c, OP_RSQRT, 1, &sum, out_name(c, 2)));
+            }
+        }
+    }
+    Value *ins[3] = {x, in_opt(c, 1), in_opt(c, 2)};
+    int n = ins[1] ? (ins[2] ? 3 : 2) : 1;
+    if (!ins[1] && ins[2])
+        node_fail(c, "unsupported: a bias without a scale");
+    Node *k = emit(c, op->kop, n, ins, out_name(c, 0));
+    node_set_float(k, "eps", oattr_float(c, "epsilon", 1e-5));
+    if (op->kop == OP_LAYER_NORM)
+        node_set_int(k, "axis", oattr_int(c, "axis", -1));
+    finish(c, k);
+}
+
+void map_topk(Ctx *c, const OnnxOp *op) {
+    Value *x = in(c, 0);
+    Node *k = knode(c, op->kop, "");
+    node_add_input(k, tens(c, x));
+    for (int i = 0; i < 2; i++)
+        node_add_output(k, graph_tensor(c->g, *out_name(c, i) ? out_name(c, i)
+                                                                : format("%s/%d", c->nname, i),
+                                        T_VALUE, c->loc));
+    int64_t kk;
+    if (c->opset < 10)
+        kk = oattr_int(c, "k", 0);
+    else
+        const_ints(c, 1, "K", &kk, 1);
+    node_set_int(k, "k", kk);
+    node_set_int(k, "axis", oattr_int(c, "axis", -1));
+    node_set_int(k, "largest", oattr_int(c, "largest", 1));
+    finish(c, k);
+}
+
+void map_cumsum(Ctx *c, const OnnxOp *op) {
+    Value *x = in(c, 0);
+    Node *k = emit(c, op->kop, 1, &x, out_name(c, 0));
+    int64_t axis;
+    const_ints(c, 1, "axis", &axis, 1);
+    node_set_int(k, "axis", axis);
+    node_set_int(k, "exclusive", oattr_int(c, "exclusive", 0));
+    node_set_int(k, "reverse", oattr_int(c, "reverse", 0));
+    finish(c, k);
+}
+
+/* Negative log-likelihood of x [N, C, d...] (log-probabilities) at the
+ * classes t [N, d...]: -x[n, t[n, ...], ...] times the class weight, 0 where
+ * t is ignore_index; reduced by none, sum or mean (over the weights). */
+static void nll(Ctx *c, Value *x, Value *t, Value *weight, const char *out) {
+    const char *reduction = oattr_str(c, "reduction", "mean");
+    int red = strcmp(reduction, "none") == 0 ? 0 : strcmp(reduction, "sum") == 0 ? 1
+              : strcmp(reduction, "mean") == 0 ? 2 : -1;
+    if (red < 0)
+        node_fail(c, format("reduction must be none, sum or mean, not %s", reduction));
+    Value *valid = NULL, *tz = t;
+    if (oattr(c, "ignore_index")) {
+        Value *ign = const_scalar(c, t->dtype, (double)oattr_int(c, "ignore_index", 0));
+        valid = binary_tmp(c, OP_NE, t, ign);
+        Value *w3[3] = {valid, t, const_scalar(c, t->dtype, 0)};
+        tz = finish(c, emit_tmp(c, OP_WHERE, 3, w3));
+    }
+    int64_t one = 1;
+    Node *u = emit_tmp(c, OP_UNSQUEEZE, 1, &tz);
+    node_set_ints(u, "axes", 1, &one);
+    Value *tu = finish(c, u);
+    Value *pair[2] = {x, tu};
+    Node *ge = emit_tmp(c, OP_GATHER_ELEMENTS, 2, pair);
+    node_set_int(ge, "axis", 1);
+    Value *picked = finish(c, ge);
+    Node *sq = emit_tmp(c, OP_SQUEEZE, 1, &picked);
+    node_set_ints(sq, "axes", 1, &one);
+    Value *loss = unary_tmp(c, OP_NEG, finish(c, sq));
+    Value *w = NULL;
+    if (weight) {
+        Value *wt[2] = {weight, tz};
+        w = finish(c, emit_tmp(c, OP_GATHER, 2, wt));
+    }
+    if (valid) {
+        Value *zero = const_scalar(c, x->dtype, 0);
+        if (!w)
+            w = const_scalar(c, x->dtype, 1);
+        Value *w3[3] = {valid, w, zero};
+        w = finish(c, emit_tmp(c, OP_WHERE, 3, w3));
+    }
+    if (w) {
+        Value *lw[2] = {loss, w};
+        loss = finish(c, red ? emit_tmp(c, OP_MUL, 2, lw) : emit(c, OP_MUL, 2, lw, out));
+    } else if (!red) {
+        Node *k = emit(c, OP_RESHAPE, 1, &loss, out);
+        node_set_ints(k, "shape", loss->rank, loss->shape);
+        finish(c, k);
+    }
+    if (!red)
+        return;
+    if (red == 2 && w) {
+        Node *ls = emit_tmp(c, OP_REDUCE_SUM, 1, &loss);
+        node_set_int(ls, "keep_dims", 0);
+        Node *ws = emit_tmp(c, OP_REDUCE_SUM, 1, &w);
+        node_set_int(ws, "keep_dims", 0);
+        Value *ratio[2] = {finish(c, ls), finish(c, ws)};
+        finish(c, emit(c, OP_DIV, 2, ratio, out));
+        return;
+    }
+    Node *r = emit(c, red == 1 ? OP_REDUCE_SUM : OP_REDUCE_MEAN, 1, &loss, out);
+    node_set_int(r, "keep_dims", 0);
+    finish(c, r);
+}
+
+void map_nll(Ctx *c, const OnnxOp *op) {
+    (void)op;
+    nll(c, in(c, 0), in(c, 1), in_opt(c, 2), out_name(c, 0));
+}
+
+/* SoftmaxCrossEntropyLoss: log_softmax over the classes (axis 1), then the
+ * negative log-likelihood; the log-probabilities are the second output. */
+void map_sce(Ctx *c, const OnnxOp *op) {
+    (void)op;
+    Value *x = in(c, 0);
+    Node *ls = *out_name(c, 1) ? emit(c, OP_LOG_SOFTMAX, 1, &x, out_name(c, 1))
+                               : emit_tmp(c, OP_LOG_SOFTMAX, 1, &x);
+    node_set_int(ls, "axis", 1);
+    nll(c, finish(c, ls), in(c, 1), in_opt(c, 2), out_name(c, 0));
+}
+
+/* ReduceLogSum: log of the sum. */
+void map_reduce_log_sum(Ctx *c, const OnnxOp *op) {
+    (void)op;
+    const char *out = out_name(c, 0);
+    /* map_reduce names its node after output 0: give it a temporary. */
+    Onnx__NodeProto saved = *c->node;
+    char *tmp = format("%s/sum", c->nname);
+    char **outs = xcalloc(2, sizeof(char *));
+    outs[0] = tmp;
+    c->node->output = outs;
+    OnnxOp sum = {"ReduceSum", NULL, OP_REDUCE_SUM, NULL};
+    map_reduce(c, &sum);
+    *c->node = saved;
+    Value *s = map_get(&c->values, tmp);
+    finish(c, emit(c, OP_LOG, 1, &s, out));
+}
+
+/* Conv, ConvTranspose, MaxPool, AveragePool: attributes renamed. */
+void map_window(Ctx *c, const OnnxOp *op) {
+    if (op->kop == OP_MAX_POOL && nout(c) > 1 && *out_name(c, 1))
+        node_fail(c, "unsupported: the indices output of MaxPool");
+    if (op->kop == OP_MAX_POOL && oattr_int(c, "storage_order", 0))
+        node_fail(c, "unsupported: storage_order 1");
+    if (op->kop == OP_CONV_TRANSPOSE && oattr(c, "output_shape"))
+        node_fail(c, "unsupported: output_shape (give pads)");
+    Value *ins[3] = {in(c, 0), in_opt(c, 1), in_opt(c, 2)};
+    int n = op->kop == OP_CONV || op->kop == OP_CONV_TRANSPOSE ? (ins[2] ? 3 : 2) : 1;
+    kiln_dtype dt = ins[0]->dtype;
+    if (op->kop == OP_MAX_POOL && dt != KILN_DTYPE_F32 && dt != KILN_DTYPE_I64) {
+        /* Small integers are exact in f32: pool there and convert back. */
+        ins[0] = cast_to(c, ins[0], KILN_DTYPE_F32);
+        Node *k = emit_tmp(c, op->kop, 1, ins);
+        copy_attrs(c, k, op->renames);
+        Value *y = finish(c, k);
+        Node *back = emit(c, OP_CAST, 1, &y, out_name(c, 0));
+        node_set_attr(back, "to", kiln_dtype_name(dt));
+        finish(c, back);
+        return;
+    }
+    Node *k = emit(c, op->kop, n, ins, out_name(c, 0));
+    copy_attrs(c, k, op->renames);
+    finish(c, k);
+}
+
+void map_resize(Ctx *c, const OnnxOp *op) {
+    Value *x = in(c, 0);
+    Node *k = emit(c, op->kop, 1, &x, out_name(c, 0));
+    const char *mode = oattr_str(c, "mode", "nearest");
+    if (strcmp(mode, "nearest") != 0 && strcmp(mode, "linear") != 0)
+        node_fail(c, format("unsupported: mode %s", mode));
+    node_set_attr(k, "mode", mode);
+    int scales_at = c->opset < 11 || strcmp(op->name, "Upsample") == 0 ? 1 : 2;
+    Value *sizes = scales_at == 2 ? in_opt(c, 3) : NULL;
+    Value *scales = in_opt(c, scales_at);
+    if (scales && vcount(scales) == 0)
+        scales = NULL;
+    if (sizes && vcount(sizes) > 0) {
+        int64_t v[MAX_RANK];
+        node_set_ints(k, "sizes", const_ints(c, 3, "sizes", v, MAX_RANK), v);
+    } else if (scales) {
+        in_const(c, scales_at, "scales");
+        double f[MAX_RANK];
+        int64_t n = vcount(scales);
+        if (n > MAX_RANK)
+            node_fail(c, format("scales has %lld values, at most %d", (long long)n, MAX_RANK));
+        for (int64_t i = 0; i < n; i++)
+            f[i] = vget(scales, i);
+        node_set_floats(k, "scales", (int)n, f);
+    } else {
+        node_fail(c, "Resize needs scales or sizes");
+    }
+    if (oattr(c, "axes"))
+        node_fail(c, "unsupported: axes");
+    const char *coord = oattr_str(c, "coordinate_transformation_mode",
+                                  c->opset < 11 ? "asymmetric" : "half_pixel");
+    if (strcmp(coord, "tf_crop_and_resize") == 0 || strcmp(coord, "tf_half_pixel_for_nn") == 0 ||
+        strcmp(coord, "half_pixel_symmetric") == 0)
+        node_fail(c, format("unsupported: coordinate_transformation_mode %s", coord));
+    node_set_attr(k, "coordinate_transformation_mode", coord);
+    node_set_attr(k, "nearest_mode", oattr_str(c, "nearest_mode", c->opset < 11 ? "floor"
+                                                                               : "round_prefer_floor"));
+    if (oattr_int(c, "antialias", 0) || strcmp(oattr_str(c, "keep_aspect_ratio_policy",
+                                                         "stretch"), "stretch") != 0)
+        node_fail(c, "unsupported: antialias or keep_aspect_ratio_policy");
+    finish(c, k);
+}
+
+/* DFT (opset 17: axis an attribute, default 1; dft_length an optional
+ * constant input) and STFT (frame_step and frame_length constant inputs). */
+void map_dft(Ctx *c, const OnnxOp *op) {
+    Value *x = in(c, 0);
+    bool stft = op->kop == OP_STFT;
+    Value *ins[2] = {x, stft ? in_opt(c, 2) : NULL};
+    Node *k = emit(c, op->kop, ins[1] ? 2 : 1, ins, out_name(c, 0));
+    if (stft) {
+        int64_t step;
+        const_ints(c, 1, "frame_step", &step, 1);
+        node_set_int(k, "frame_step", step);
+        if (in_opt(c, 3)) {
+            int64_t len;
+            const_ints(c, 3, "frame_length", &len, 1);
+            node_set_int(k, "frame_length", len);
+        }
+        node_set_int(k, "onesided", oattr_int(c, "onesided", 1));
+    } else {
+        node_set_int(k, "axis", oattr_int(c, "axis", 1));
+        node_set_int(k, "inverse", oattr_int(c, "inverse", 0));
+        node_set_int(k, "onesided", oattr_int(c, "onesided", 0));
+        if (in_opt(c, 1)) {
+            int64_t len;
+            const_ints(c, 1, "dft_length", &len, 1);
+            node_set_int(k, "length", len);
+        }
+    }
+    finish(c, k);
+}
