@@ -451,3 +451,92 @@ void map_dft(Ctx *c, const OnnxOp *op) {
     }
     finish(c, k);
 }
+
+/* Gelu-20: approximate "none" (erf) or "tanh". */
+void map_gelu(Ctx *c, const OnnxOp *op) {
+    (void)op;
+    const char *a = oattr_str(c, "approximate", "none");
+    OpKind kop = strcmp(a, "none") == 0 ? OP_GELU : strcmp(a, "tanh") == 0 ? OP_GELU_TANH
+                                                                          : OP_COUNT;
+    if (kop == OP_COUNT)
+        node_fail(c, format("unsupported: approximate '%s' (ONNX defines none and tanh)", a));
+    Value *x = in(c, 0);
+    finish(c, emit(c, kop, 1, &x, out_name(c, 0)));
+}
+
+/* Mish (x * tanh(softplus(x))) and Swish (x * sigmoid(alpha * x)): their
+ * elementwise parts, which the fusion pass joins into one kernel. */
+void map_mish_swish(Ctx *c, const OnnxOp *op) {
+    Value *x = in(c, 0), *gate;
+    if (strcmp(op->name, "Mish") == 0) {
+        gate = unary_tmp(c, OP_TANH, unary_tmp(c, OP_SOFTPLUS, x));
+    } else {
+        double alpha = oattr_float(c, "alpha", 1.0);
+        if (alpha == 1.0) {
+            finish(c, emit(c, OP_SILU, 1, &x, out_name(c, 0)));
+            return;
+        }
+        gate = unary_tmp(c, OP_SIGMOID, binary_tmp(c, OP_MUL, x, const_scalar(c, x->dtype,
+                                                                                alpha)));
+    }
+    Value *ins[2] = {x, gate};
+    finish(c, emit(c, OP_MUL, 2, ins, out_name(c, 0)));
+}
+
+/* GroupNormalization: version 21 scales and shifts per channel (kiln's
+ * group_norm); version 18 per group, its scale and bias constants that are
+ * repeated here for each channel of the group. */
+void map_group_norm(Ctx *c, const OnnxOp *op) {
+    (void)op;
+    Value *x = in(c, 0);
+    if (oattr_int(c, "stash_type", 1) != 1)
+        node_fail(c, "unsupported: stash_type other than float");
+    int64_t groups = oattr_int(c, "num_groups", 0);
+    if (x->rank < 3 || groups < 1 || x->shape[1] % groups)
+        node_fail(c, format("num_groups %lld must divide the channels of an [N, C, ...] input, "
+                            "here %s", (long long)groups, shape_str(x->rank, x->shape)));
+    Value *ins[3] = {x, in(c, 1), in(c, 2)};
+    if (onnx_op_version("GroupNormalization", c->opset) < 21) {
+        int64_t C = x->shape[1], per = C / groups;
+        for (int i = 1; i < 3; i++) {
+            Value *g = in_const(c, i, "scale and bias of GroupNormalization-18");
+            if (vcount(g) != groups)
+                node_fail(c, format("input %d holds %lld values, not one per group (%lld)", i,
+                                    (long long)vcount(g), (long long)groups));
+            Value *ch = new_value(format("%s/per_channel%d", c->nname, i), g->dtype, 1, &C, true);
+            for (int64_t k = 0; k < C; k++)
+                vset(ch, k, vget(g, k / per));
+            ins[i] = ch;
+        }
+    }
+    Node *k = emit(c, OP_GROUP_NORM, 3, ins, out_name(c, 0));
+    node_set_int(k, "groups", groups);
+    node_set_float(k, "eps", oattr_float(c, "epsilon", 1e-5));
+    finish(c, k);
+}
+
+/* RMSNormalization-23: over the axes from `axis` on, times scale (which
+ * broadcasts to those axes: expanded when it is smaller). */
+void map_rms_norm(Ctx *c, const OnnxOp *op) {
+    (void)op;
+    Value *x = in(c, 0), *scale = in(c, 1);
+    if (oattr_int(c, "stash_type", 1) != 1)
+        node_fail(c, "unsupported: stash_type other than float");
+    int64_t axis = oattr_int(c, "axis", -1);
+    if (axis < -x->rank || axis >= x->rank)
+        node_fail(c, format("axis %lld is out of range for rank %d", (long long)axis, x->rank));
+    if (axis < 0)
+        axis += x->rank;
+    int nrank = x->rank - (int)axis;
+    const int64_t *nshape = x->shape + axis;
+    if (scale->rank != nrank || memcmp(scale->shape, nshape, sizeof(int64_t) * (size_t)nrank)) {
+        Node *e = emit_tmp(c, OP_EXPAND, 1, &scale);
+        node_set_ints(e, "shape", nrank, nshape);
+        scale = finish(c, e);
+    }
+    Value *ins[2] = {x, scale};
+    Node *k = emit(c, OP_RMS_NORM, 2, ins, out_name(c, 0));
+    node_set_int(k, "axis", axis);
+    node_set_float(k, "eps", oattr_float(c, "epsilon", 1e-5));
+    finish(c, k);
+}

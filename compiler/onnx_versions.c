@@ -46,27 +46,31 @@ static const struct {
  *   - AveragePool 19: `dilations`, which kiln's avg_pool does not take: a
  *     node that sets it is refused by name (unsupported attribute);
  *   - Pad 19: mode "wrap", and Resize 19: coordinate mode
- *     "half_pixel_symmetric": both refused by name where they appear.
- * Not read yet: DFT 20 (axis became an input), Range 27 (stash_type),
+ *     "half_pixel_symmetric": both refused by name where they appear;
+ *   - ops new after 18: Gelu 20, GroupNormalization 21 (scale and bias per
+ *     channel; 18's per group is read too), RMSNormalization 23, Attention
+ *     23 and 24 (24 adds nonpad_kv_seqlen, refused by name like the cache
+ *     inputs), Mish 22 and Swish 24 (onnx_map_math.c, onnx_map_attention.c).
+ * Not read yet: Attention 25 (left and right windows), RotaryEmbedding 23, DFT 20 (axis became an input), Range 27 (stash_type),
  * SpaceToDepth 28 (mode), Mod 28, MaxPool and AveragePool 22 (their
  * descriptions changed: unreviewed), Cast and CastLike 24 and later. */
 static const struct {
     const char *name;
     int through;
 } reviewed[] = {
-    {"Acos", 22}, {"Acosh", 22}, {"Asin", 22}, {"Asinh", 22}, {"Atan", 22},
-    {"Atanh", 22}, {"AveragePool", 19}, {"Cast", 23}, {"CastLike", 23}, {"Celu", 28},
+    {"Acos", 22}, {"Acosh", 22}, {"Asin", 22}, {"Asinh", 22}, {"Atan", 22}, {"Atanh", 22},
+    {"Attention", 24}, {"AveragePool", 19}, {"Cast", 23}, {"CastLike", 23}, {"Celu", 28},
     {"Constant", 25}, {"ConstantOfShape", 25}, {"Conv", 22}, {"ConvTranspose", 22},
     {"Cos", 22}, {"Cosh", 22}, {"DepthToSpace", 28}, {"Dropout", 22}, {"Elu", 22},
-    {"Equal", 19}, {"Flatten", 25}, {"GlobalAveragePool", 22}, {"GlobalMaxPool", 22},
-    {"HardSigmoid", 22}, {"HardSwish", 22}, {"Identity", 25},
-    {"InstanceNormalization", 22}, {"IsInf", 20}, {"IsNaN", 20},
-    {"NegativeLogLikelihoodLoss", 22}, {"OneHot", 28}, {"Pad", 25},
-    {"ReduceLogSum", 28}, {"ReduceLogSumExp", 28}, {"ReduceMax", 20}, {"ReduceMin", 20},
-    {"Reshape", 25}, {"Resize", 19}, {"Round", 22}, {"Selu", 22}, {"Shape", 25},
-    {"Sin", 22}, {"Sinh", 22}, {"Size", 25}, {"Softplus", 22}, {"Softsign", 22},
-    {"Squeeze", 25}, {"Tan", 22}, {"ThresholdedRelu", 22}, {"TopK", 24},
-    {"Transpose", 25}, {"Unsqueeze", 25},
+    {"Equal", 19}, {"Flatten", 25}, {"Gelu", 20}, {"GlobalAveragePool", 22},
+    {"GlobalMaxPool", 22}, {"GroupNormalization", 21}, {"HardSigmoid", 22},
+    {"HardSwish", 22}, {"Identity", 25}, {"InstanceNormalization", 22}, {"IsInf", 20},
+    {"IsNaN", 20}, {"Mish", 22}, {"NegativeLogLikelihoodLoss", 22}, {"OneHot", 28},
+    {"Pad", 25}, {"RMSNormalization", 23}, {"ReduceLogSum", 28}, {"ReduceLogSumExp", 28},
+    {"ReduceMax", 20}, {"ReduceMin", 20}, {"Reshape", 25}, {"Resize", 19}, {"Round", 22},
+    {"Selu", 22}, {"Shape", 25}, {"Sin", 22}, {"Sinh", 22}, {"Size", 25}, {"Softplus", 22},
+    {"Softsign", 22}, {"Squeeze", 25}, {"Swish", 24}, {"Tan", 22}, {"ThresholdedRelu", 22},
+    {"TopK", 24}, {"Transpose", 25}, {"Unsqueeze", 25},
 };
 
 int64_t onnx_opset_newest(void) { return ONNX_OPSET_NEWEST; }

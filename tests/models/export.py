@@ -4,8 +4,10 @@
 Runs where PyTorch, torchvision, onnx and onnxruntime are (the GPU machine;
 not CI). Two commands:
 
-  export.py corpus [--out tests/models]
-      Writes the small models the repository carries: each one a directory
+  export.py corpus [--out tests/models] [NAME...]
+      Writes the small models the repository carries (all, or those NAMEd:
+      densenet_tiny, gn_convnet, bert_tiny, llama_tiny), each exported as
+      listed in tiny_models(): each one a directory
       NAME/ with model.onnx as torch.onnx.export wrote it, input_N.npy (seeded
       random inputs), ort_N.npy and torch_N.npy (onnxruntime's and torch's
       outputs, f32 on the CPU) and meta.json (exporter, opset, versions, date,
@@ -21,8 +23,9 @@ not CI). Two commands:
       prints the largest difference from onnxruntime and torch. Exit 1 when
       a model does not compile or is off by more than atol 1e-4 + rtol 1e-3.
 
-Each model is exported twice: by the TorchScript-based exporter
-(dynamo=False) at opset 17 and by the dynamo exporter at opset 18.
+The torchvision models are exported twice: by the TorchScript-based
+exporter (dynamo=False) at opset 17 and by the dynamo exporter at opset 18;
+the newer tiny models by the dynamo exporter at opsets 20 and up.
 """
 import argparse
 import datetime
@@ -59,29 +62,95 @@ def randomize_norms(m, seed):
     return m
 
 
+class Mish(torch.nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.mish(x)
+
+
+def gn_convnet():
+    """Convolutions with GroupNorm and the activations exporters now write as
+    their own ops (Gelu exact and tanh from opset 20, Mish)."""
+    torch.manual_seed(0)
+    nn = torch.nn
+    m = nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1), nn.GroupNorm(4, 16), nn.SiLU(),
+        nn.Conv2d(16, 16, 3, padding=1), nn.GroupNorm(8, 16), nn.GELU(approximate="tanh"),
+        nn.Conv2d(16, 8, 1), Mish(), nn.GELU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+        nn.Linear(8, 10))
+    g = torch.Generator().manual_seed(2)
+    for mod in m.modules():  # affine weights away from (1, 0): a wrong channel shows
+        if isinstance(mod, nn.GroupNorm):
+            mod.weight.data.copy_(torch.rand(mod.num_channels, generator=g) + 0.5)
+            mod.bias.data.copy_(torch.rand(mod.num_channels, generator=g) * 0.4 - 0.2)
+    return m.eval()
+
+
+class LastHidden(torch.nn.Module):
+    """A transformers model called on token ids, returning its last hidden
+    state (a plain tensor for the exporter)."""
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids):
+        return self.model(input_ids=ids).last_hidden_state
+
+
+def bert_tiny():
+    import transformers
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2,
+                                  num_attention_heads=2, intermediate_size=64,
+                                  max_position_embeddings=32)
+    return LastHidden(transformers.BertModel(cfg, add_pooling_layer=False)).eval()
+
+
+def llama_tiny():
+    import transformers
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2,
+                                   intermediate_size=64, max_position_embeddings=32)
+    return LastHidden(transformers.LlamaModel(cfg)).eval()
+
+
+def dynamo(opset):
+    return (f"dynamo{opset}", dict(dynamo=True, opset_version=opset, external_data=False))
+
+
 def tiny_models():
-    """(name, module, input shapes): torchvision's own classes in small
-    configurations. DenseNet's second block has 12 layers, so its
-    concatenations take up to 13 inputs."""
+    """(name, module, inputs: (shape, dtype, high) each, exports): small
+    configurations of torchvision's and transformers' own classes.
+    DenseNet's second block has 12 layers, so its concatenations take up to
+    13 inputs. Token ids are int64 below high."""
     torch.manual_seed(0)
     dense = torchvision.models.DenseNet(growth_rate=4, block_config=(3, 12, 4),
                                         num_init_features=8, bn_size=2, num_classes=10)
-    return [("densenet_tiny", randomize_norms(dense, 1).eval(), [(1, 3, 32, 32)])]
+    return [("densenet_tiny", lambda: randomize_norms(dense, 1).eval(),
+             [((1, 3, 32, 32), np.float32, None)], EXPORTS),
+            ("gn_convnet", gn_convnet, [((1, 3, 16, 16), np.float32, None)],
+             [dynamo(20), dynamo(21), dynamo(23)]),
+            ("bert_tiny", bert_tiny, [((1, 8), np.int64, 100)], [dynamo(20), dynamo(23)]),
+            ("llama_tiny", llama_tiny, [((1, 8), np.int64, 100)], [dynamo(20), dynamo(23)])]
 
 
 def full_model(name):
     torch.manual_seed(0)
     m = getattr(torchvision.models, name)(weights=None)
-    return randomize_norms(m, 1).eval(), [(1, 3, 224, 224)]
+    return randomize_norms(m, 1).eval(), [((1, 3, 224, 224), np.float32, None)]
 
 
-def export(module, shapes, path, how, seed=0):
-    """Exports module to path; returns (inputs, ort outputs, torch outputs)."""
+def make_inputs(specs, seed=0):
     rng = np.random.default_rng(seed)
-    inputs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    return [rng.integers(0, high, size=shape).astype(dt) if high else
+            rng.standard_normal(shape).astype(dt) for shape, dt, high in specs]
+
+
+def export(module, inputs, path, kw):
+    """Exports module to path; returns (ort outputs, torch outputs)."""
     args = tuple(torch.from_numpy(x) for x in inputs)
     torch.onnx.export(module, args, str(path), input_names=[f"x{i}" for i in range(len(args))],
-                      **dict(EXPORTS)[how])
+                      **kw)
     onnx.checker.check_model(str(path))
     with torch.no_grad():
         out = module(*args)
@@ -89,21 +158,40 @@ def export(module, shapes, path, how, seed=0):
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     feeds = {i.name: x for i, x in zip(sess.get_inputs(), inputs)}
     outs_ort = [np.asarray(o, np.float32) for o in sess.run(None, feeds)]
-    return inputs, outs_ort, outs_torch
+    return outs_ort, outs_torch
 
 
-def corpus(out):
-    for name, module, shapes in tiny_models():
-        for how, kw in EXPORTS:
+def op_counts(path):
+    """{op_type (version): count} of the exported graph."""
+    m = onnx.load(str(path))
+    opset = {o.domain: o.version for o in m.opset_import}.get("", 0)
+    counts = {}
+    for n in m.graph.node:
+        counts[n.op_type] = counts.get(n.op_type, 0) + 1
+    return opset, dict(sorted(counts.items()))
+
+
+def corpus(out, only):
+    for name, make, specs, exports in tiny_models():
+        if only and name not in only:
+            continue
+        module = make()
+        inputs = make_inputs(specs)
+        for how, kw in exports:
             d = Path(out) / f"{name}_{how}"
             d.mkdir(parents=True, exist_ok=True)
-            inputs, ort_outs, torch_outs = export(module, shapes, d / "model.onnx", how)
+            try:
+                ort_outs, torch_outs = export(module, inputs, d / "model.onnx", kw)
+            except Exception as e:  # the exporter's failure, reported
+                print(f"{d.name}: export failed: {type(e).__name__}: {str(e)[:800]}")
+                continue
             for i, x in enumerate(inputs):
                 np.save(d / f"input_{i}.npy", x)
             for i, (a, b) in enumerate(zip(ort_outs, torch_outs)):
                 np.save(d / f"ort_{i}.npy", a)
                 np.save(d / f"torch_{i}.npy", b)
-            meta = {"model": f"torchvision.models.{type(module).__name__} (tiny config)",
+            opset, ops = op_counts(d / "model.onnx")
+            meta = {"model": f"{type(module).__name__} {name} (tiny config)",
                     "exporter": "dynamo" if kw["dynamo"] else "torchscript",
                     "opset": kw["opset_version"], "torch": torch.__version__,
                     "torchvision": torchvision.__version__, "onnx": onnx.__version__,
@@ -112,7 +200,8 @@ def corpus(out):
                     "ort_vs_torch_max_abs": max(float(np.abs(a - b).max())
                                                 for a, b in zip(ort_outs, torch_outs))}
             (d / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
-            print(f"{d}: {(d / 'model.onnx').stat().st_size} bytes, {meta}")
+            print(f"{d.name}: {(d / 'model.onnx').stat().st_size} bytes, opset {opset}, "
+                  f"ort vs torch {meta['ort_vs_torch_max_abs']:.3g}, ops {ops}", flush=True)
 
 
 def sh(cmd, cwd=None):
@@ -149,12 +238,13 @@ def run_kiln(build, model, inputs, outs_like, wd):
 def check(models, build, out):
     failed = 0
     for name in models:
-        module, shapes = full_model(name)
-        for how, _ in EXPORTS:
+        module, specs = full_model(name)
+        inputs = make_inputs(specs)
+        for how, kw in EXPORTS:
             wd = Path(out) / f"{name}_{how}"
             wd.mkdir(parents=True, exist_ok=True)
             try:
-                inputs, ort_outs, torch_outs = export(module, shapes, wd / "model.onnx", how)
+                ort_outs, torch_outs = export(module, inputs, wd / "model.onnx", kw)
             except Exception as e:  # an exporter failure is the exporter's, reported
                 print(f"{name} {how}: export failed: {type(e).__name__}: {str(e)[:500]}")
                 failed += 1
@@ -184,6 +274,7 @@ def main():
     sub = ap.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("corpus")
     c.add_argument("--out", default=str(ROOT / "tests" / "models"))
+    c.add_argument("only", nargs="*", help="the models to export (all by default)")
     k = sub.add_parser("check")
     k.add_argument("models", nargs="+")
     k.add_argument("--kiln", default=str(ROOT / "build"))
@@ -192,7 +283,7 @@ def main():
     print(f"torch {torch.__version__}, torchvision {torchvision.__version__}, "
           f"onnx {onnx.__version__}, onnxruntime {ort.__version__}", flush=True)
     if a.cmd == "corpus":
-        corpus(a.out)
+        corpus(a.out, a.only)
         return 0
     return check(a.models, a.kiln, a.out)
 
