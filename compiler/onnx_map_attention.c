@@ -4,8 +4,9 @@
  * heads * D] ones with q_num_heads and kv_num_heads (layout bshd); fewer
  * key/value heads than query heads (grouped-query); scale, softcap (before
  * the mask, as ONNX orders them), a float mask added to the scores or a
- * boolean one (false: -inf), and is_causal. A fully masked row gives zeros,
- * as ONNX asks. The key/value cache inputs and outputs (past_key,
+ * boolean one (false: -inf), and is_causal (with fewer queries than keys
+ * and no cache, a constant mask: ONNX aligns it to the first key). A fully
+ * masked row gives zeros, as ONNX asks. f16 inputs are computed in f32. The key/value cache inputs and outputs (past_key,
  * present_key, ...) and the qk_matmul_output debug output are refused by
  * name.
  */
@@ -29,23 +30,36 @@ void map_attention(Ctx *c, const OnnxOp *op) {
             node_fail(c, format("unsupported: the %s output", outputs[i]));
     if (q->rank != 3 && q->rank != 4)
         node_fail(c, format("Q must be 3-D or 4-D, not %s", shape_str(q->rank, q->shape)));
-    Value *ins[4] = {q, k, v, NULL};
+    /* f16 (and double) inputs: computed in f32, the result cast back */
+    kiln_dtype dt = q->dtype;
+    Value *ins[4] = {cast_to(c, q, KILN_DTYPE_F32), cast_to(c, k, KILN_DTYPE_F32),
+                     cast_to(c, v, KILN_DTYPE_F32), NULL};
     int n = 3;
     if (mask) {
         if (mask->dtype == KILN_DTYPE_BOOL) { /* true: attend; false: -inf */
-            Value *w[3] = {mask, const_scalar(c, q->dtype, 0.0),
-                           const_scalar(c, q->dtype, -INFINITY)};
+            Value *w[3] = {mask, const_scalar(c, KILN_DTYPE_F32, 0.0),
+                           const_scalar(c, KILN_DTYPE_F32, -INFINITY)};
             mask = finish(c, emit_tmp(c, OP_WHERE, 3, w));
         }
-        ins[n++] = mask;
+        ins[n++] = cast_to(c, mask, KILN_DTYPE_F32);
     }
     bool causal = oattr_int(c, "is_causal", 0) != 0;
     int64_t sq = q->shape[q->rank == 4 ? 2 : 1], sk = k->shape[k->rank == 4 ? 2 : 1];
-    if (causal && sq != sk) /* ONNX aligns to the cache's length, which is 0 here */
-        node_fail(c, format("unsupported: is_causal with %lld queries and %lld keys and no "
-                            "past_key (kiln's causal mask is aligned to the newest key)",
-                            (long long)sq, (long long)sk));
-    Node *kn = emit(c, OP_ATTENTION, n, ins, out_name(c, 0));
+    if (causal && sq != sk) {
+        /* Without a cache ONNX's causal frontier is j <= i (its offset, the
+         * cached keys, is 0); kiln's is aligned to the newest key: the
+         * frontier becomes a constant mask added to the scores. */
+        int64_t shape[2] = {sq, sk};
+        Value *cm = new_value(format("%s/causal", c->nname), KILN_DTYPE_F32, 2, shape, true);
+        for (int64_t i = 0; i < sq; i++)
+            for (int64_t j = 0; j < sk; j++)
+                vset(cm, i * sk + j, j <= i ? 0.0 : -INFINITY);
+        ins[3] = n == 4 ? binary_tmp(c, OP_ADD, ins[3], cm) : cm;
+        n = 4;
+        causal = false;
+    }
+    const char *out = dt == KILN_DTYPE_F32 ? out_name(c, 0) : NULL;
+    Node *kn = out ? emit(c, OP_ATTENTION, n, ins, out) : emit_tmp(c, OP_ATTENTION, n, ins);
     if (q->rank == 3) {
         int64_t qh = oattr_int(c, "q_num_heads", 0), kvh = oattr_int(c, "kv_num_heads", 0);
         if (qh < 1 || kvh < 1)
@@ -63,5 +77,10 @@ void map_attention(Ctx *c, const OnnxOp *op) {
         node_set_float(kn, "softcap", softcap);
     if (causal)
         node_set_int(kn, "causal", 1);
-    finish(c, kn);
+    Value *y = finish(c, kn);
+    if (!out) {
+        Node *back = emit(c, OP_CAST, 1, &y, out_name(c, 0));
+        node_set_attr(back, "to", kiln_dtype_name(dt));
+        finish(c, back);
+    }
 }

@@ -41,8 +41,8 @@ static const struct {
  *     it reads like the others (float16 and double for Celu, bool for
  *     ReduceMax/ReduceMin, integers removed from ReduceLogSum*);
  *   - Cast and CastLike 19: `saturate`, which applies to float8 results
- *     only (kiln reads none); 24 adds `round_mode` (for float8e8m0), not
- *     read yet;
+ *     only (kiln reads none); 24 `round_mode`, for float8e8m0 results
+ *     only, and the float8 saturation table; 25 and 28 new types only;
  *   - AveragePool 19: `dilations`, which kiln's avg_pool does not take: a
  *     node that sets it is refused by name (unsupported attribute);
  *   - Pad 19: mode "wrap", and Resize 19: coordinate mode
@@ -51,15 +51,16 @@ static const struct {
  *     channel; 18's per group is read too), RMSNormalization 23, Attention
  *     23 and 24 (24 adds nonpad_kv_seqlen, refused by name like the cache
  *     inputs), Mish 22 and Swish 24 (onnx_map_math.c, onnx_map_attention.c).
- * Not read yet: Attention 25 (left and right windows), RotaryEmbedding 23, DFT 20 (axis became an input), Range 27 (stash_type),
- * SpaceToDepth 28 (mode), Mod 28, MaxPool and AveragePool 22 (their
- * descriptions changed: unreviewed), Cast and CastLike 24 and later. */
+ * Not read yet: Attention 25 (left and right windows), RotaryEmbedding 23,
+ * DFT 20 (axis became an input), Range 27 (stash_type), SpaceToDepth 28
+ * (mode), Mod 28, MaxPool and AveragePool 22 (their descriptions changed:
+ * unreviewed). */
 static const struct {
     const char *name;
     int through;
 } reviewed[] = {
     {"Acos", 22}, {"Acosh", 22}, {"Asin", 22}, {"Asinh", 22}, {"Atan", 22}, {"Atanh", 22},
-    {"Attention", 24}, {"AveragePool", 19}, {"Cast", 23}, {"CastLike", 23}, {"Celu", 28},
+    {"Attention", 24}, {"AveragePool", 19}, {"Cast", 28}, {"CastLike", 25}, {"Celu", 28},
     {"Constant", 25}, {"ConstantOfShape", 25}, {"Conv", 22}, {"ConvTranspose", 22},
     {"Cos", 22}, {"Cosh", 22}, {"DepthToSpace", 28}, {"Dropout", 22}, {"Elu", 22},
     {"Equal", 19}, {"Flatten", 25}, {"Gelu", 20}, {"GlobalAveragePool", 22},

@@ -191,12 +191,14 @@ bad_case("an op version kiln does not read yet, by name",
                [value_info("y", [1, 8, 2])], opset=20),
          ["node 'd (DFT)'", "unsupported: DFT version 20 (opset 20); kiln reads DFT up to "
           "version 17"])
-# Cast and CastLike 24 added round_mode: not read yet.
-bad_case("Cast 24 refused by name",
-         model([node("Cast", ["x"], ["y"], "c", attr("to", 1))], [value_info("x", [2])],
-               [value_info("y", [2])], opset=24),
-         ["node 'c (Cast)'", "unsupported: Cast version 24 (opset 24); kiln reads Cast up to "
-          "version 23"])
+# Attention 25 added left and right windows: not read yet.
+bad_case("Attention 25 refused by name",
+         model([node("Attention", ["q", "k", "v"], ["y"], "a")],
+               [value_info("q", [1, 2, 3, 4]), value_info("k", [1, 2, 3, 4]),
+                value_info("v", [1, 2, 3, 4])],
+               [value_info("y", [1, 2, 3, 4])], opset=25),
+         ["node 'a (Attention)'", "unsupported: Attention version 25 (opset 25); kiln reads "
+          "Attention up to version 24"])
 # AveragePool 19 added dilations, which kiln's avg_pool does not take.
 bad_case("AveragePool 19 with dilations refused by name",
          model([node("AveragePool", ["x"], ["y"], "p",
