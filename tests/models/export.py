@@ -6,7 +6,8 @@ not CI). Two commands:
 
   export.py corpus [--out tests/models] [NAME...]
       Writes the small models the repository carries (all, or those NAMEd:
-      densenet_tiny, gn_convnet, bert_tiny, llama_tiny), each exported as
+      densenet_tiny, gn_convnet, bert_tiny, llama_tiny, gpt2_tiny, qwen2_tiny,
+      vit_tiny, whisper_encoder_tiny, mobilenet_v3_small), each exported as
       listed in tiny_models(): each one a directory
       NAME/ with model.onnx as torch.onnx.export wrote it, input_N.npy (seeded
       random inputs), ort_N.npy and torch_N.npy (onnxruntime's and torch's
@@ -86,14 +87,15 @@ def gn_convnet():
 
 
 class LastHidden(torch.nn.Module):
-    """A transformers model called on token ids, returning its last hidden
-    state (a plain tensor for the exporter)."""
-    def __init__(self, model):
+    """A transformers model called on its one input (token ids, pixels or
+    audio features), returning its last hidden state (a plain tensor for
+    the exporter)."""
+    def __init__(self, model, arg="input_ids"):
         super().__init__()
-        self.model = model
+        self.model, self.arg = model, arg
 
-    def forward(self, ids):
-        return self.model(input_ids=ids).last_hidden_state
+    def forward(self, x):
+        return self.model(**{self.arg: x}).last_hidden_state
 
 
 def bert_tiny():
@@ -114,6 +116,49 @@ def llama_tiny():
     return LastHidden(transformers.LlamaModel(cfg)).eval()
 
 
+def gpt2_tiny():
+    import transformers
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(vocab_size=100, n_positions=32, n_embd=32, n_layer=2,
+                                  n_head=2)
+    return LastHidden(transformers.GPT2Model(cfg)).eval()
+
+
+def qwen2_tiny():
+    import transformers
+    torch.manual_seed(0)
+    cfg = transformers.Qwen2Config(vocab_size=100, hidden_size=32, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2,
+                                   intermediate_size=64, max_position_embeddings=32)
+    return LastHidden(transformers.Qwen2Model(cfg)).eval()
+
+
+def vit_tiny():
+    import transformers
+    torch.manual_seed(0)
+    cfg = transformers.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                 intermediate_size=64, image_size=32, patch_size=8)
+    return LastHidden(transformers.ViTModel(cfg, add_pooling_layer=False),
+                      "pixel_values").eval()
+
+
+def whisper_encoder_tiny():
+    import transformers
+    torch.manual_seed(0)
+    cfg = transformers.WhisperConfig(vocab_size=100, d_model=32, encoder_layers=2,
+                                     encoder_attention_heads=2, decoder_layers=1,
+                                     decoder_attention_heads=2, encoder_ffn_dim=64,
+                                     decoder_ffn_dim=64, num_mel_bins=16,
+                                     max_source_positions=16, max_target_positions=16)
+    return LastHidden(transformers.WhisperModel(cfg).encoder, "input_features").eval()
+
+
+def mobilenet_small():
+    torch.manual_seed(0)
+    m = torchvision.models.mobilenet_v3_small(width_mult=0.25, num_classes=10)
+    return randomize_norms(m, 1).eval()
+
+
 def dynamo(opset):
     return (f"dynamo{opset}", dict(dynamo=True, opset_version=opset, external_data=False))
 
@@ -131,7 +176,15 @@ def tiny_models():
             ("gn_convnet", gn_convnet, [((1, 3, 16, 16), np.float32, None)],
              [dynamo(20), dynamo(21), dynamo(23)]),
             ("bert_tiny", bert_tiny, [((1, 8), np.int64, 100)], [dynamo(20), dynamo(23)]),
-            ("llama_tiny", llama_tiny, [((1, 8), np.int64, 100)], [dynamo(20), dynamo(23)])]
+            ("llama_tiny", llama_tiny, [((1, 8), np.int64, 100)], [dynamo(20), dynamo(23)]),
+            ("gpt2_tiny", gpt2_tiny, [((1, 8), np.int64, 100)], [dynamo(20), dynamo(23)]),
+            ("qwen2_tiny", qwen2_tiny, [((1, 8), np.int64, 100)], [dynamo(20), dynamo(23)]),
+            ("vit_tiny", vit_tiny, [((1, 3, 32, 32), np.float32, None)],
+             [EXPORTS[0], dynamo(20), dynamo(23)]),
+            ("whisper_encoder_tiny", whisper_encoder_tiny, [((1, 16, 32), np.float32, None)],
+             [dynamo(20), dynamo(23)]),
+            ("mobilenet_v3_small", mobilenet_small, [((1, 3, 64, 64), np.float32, None)],
+             [EXPORTS[0], dynamo(20), dynamo(23)])]
 
 
 def full_model(name):
@@ -175,7 +228,11 @@ def corpus(out, only):
     for name, make, specs, exports in tiny_models():
         if only and name not in only:
             continue
-        module = make()
+        try:
+            module = make()
+        except Exception as e:  # a configuration this torch or transformers refuses
+            print(f"{name}: cannot build: {type(e).__name__}: {str(e)[:800]}")
+            continue
         inputs = make_inputs(specs)
         for how, kw in exports:
             d = Path(out) / f"{name}_{how}"
