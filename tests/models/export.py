@@ -149,13 +149,25 @@ def whisper_encoder_tiny():
                                      encoder_attention_heads=2, decoder_layers=1,
                                      decoder_attention_heads=2, encoder_ffn_dim=64,
                                      decoder_ffn_dim=64, num_mel_bins=16,
-                                     max_source_positions=16, max_target_positions=16)
+                                     max_source_positions=16, max_target_positions=16,
+                                     pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                                     decoder_start_token_id=1)
     return LastHidden(transformers.WhisperModel(cfg).encoder, "input_features").eval()
 
 
 def mobilenet_small():
+    """At a quarter width. torchvision's initialization (a linear layer's
+    weights of std 0.01) leaves its random logits near 1e-9, where any
+    tolerance passes: convolutions and linear layers get weights of std
+    1/sqrt(fan in) instead, so that the outputs are of order 1."""
     torch.manual_seed(0)
     m = torchvision.models.mobilenet_v3_small(width_mult=0.25, num_classes=10)
+    for mod in m.modules():
+        if isinstance(mod, (torch.nn.Conv2d, torch.nn.Linear)):
+            fan_in = mod.weight[0].numel()
+            torch.nn.init.normal_(mod.weight, 0.0, fan_in ** -0.5)
+            if mod.bias is not None:
+                torch.nn.init.uniform_(mod.bias, -0.1, 0.1)
     return randomize_norms(m, 1).eval()
 
 
@@ -183,8 +195,9 @@ def tiny_models():
              [EXPORTS[0], dynamo(20), dynamo(23)]),
             ("whisper_encoder_tiny", whisper_encoder_tiny, [((1, 16, 32), np.float32, None)],
              [dynamo(20), dynamo(23)]),
+            # at opset 23 the exporter writes the same ops as at 20
             ("mobilenet_v3_small", mobilenet_small, [((1, 3, 64, 64), np.float32, None)],
-             [EXPORTS[0], dynamo(20), dynamo(23)])]
+             [EXPORTS[0], dynamo(20)])]
 
 
 def full_model(name):
