@@ -18,7 +18,8 @@ not CI). Two commands:
 
   export.py check MODEL... [--kiln build] [--out DIR]
       Exports torchvision's full-size MODELs (densenet121, resnet50, ...;
-      random weights, eval mode, batch 1, 224 x 224), compiles each with
+      random weights, eval mode, batch 1, 224 x 224) or transformers' (bert-base,
+      gpt2, vit-b16, llama-1024; sequence 128), compiles each with
       kiln from --kiln (a build directory holding kiln, libkilnrt.a and
       run_model_test.o), builds and runs it on the first Vulkan device, and
       prints the largest difference from onnxruntime and torch. Exit 1 when
@@ -200,10 +201,36 @@ def tiny_models():
              [EXPORTS[0], dynamo(20)])]
 
 
+def transformers_model(name):
+    """Full-size transformers models (random weights): bert-base, gpt2, vit-b16,
+    and a Llama architecture of width 1024, 8 layers, grouped-query heads."""
+    import transformers as tf
+    torch.manual_seed(0)
+    ids = [((1, 128), np.int64, 1000)]
+    if name == "bert-base":
+        return LastHidden(tf.BertModel(tf.BertConfig(), add_pooling_layer=False)), ids
+    if name == "gpt2":
+        return LastHidden(tf.GPT2Model(tf.GPT2Config())), ids
+    if name == "vit-b16":
+        return (LastHidden(tf.ViTModel(tf.ViTConfig(), add_pooling_layer=False), "pixel_values"),
+                [((1, 3, 224, 224), np.float32, None)])
+    if name == "llama-1024":
+        cfg = tf.LlamaConfig(vocab_size=32000, hidden_size=1024, num_hidden_layers=8,
+                             num_attention_heads=16, num_key_value_heads=4,
+                             intermediate_size=2816)
+        return LastHidden(tf.LlamaModel(cfg)), ids
+    return None, None
+
+
 def full_model(name):
+    """(module, inputs, exports) of a full-size model: torchvision's (both
+    exporters) or transformers' (the dynamo exporter at opsets 20 and 23)."""
+    m, specs = transformers_model(name)
+    if m is not None:
+        return m.eval(), specs, [dynamo(20), dynamo(23)]
     torch.manual_seed(0)
     m = getattr(torchvision.models, name)(weights=None)
-    return randomize_norms(m, 1).eval(), [((1, 3, 224, 224), np.float32, None)]
+    return randomize_norms(m, 1).eval(), [((1, 3, 224, 224), np.float32, None)], EXPORTS
 
 
 def make_inputs(specs, seed=0):
@@ -308,9 +335,9 @@ def run_kiln(build, model, inputs, outs_like, wd):
 def check(models, build, out):
     failed = 0
     for name in models:
-        module, specs = full_model(name)
+        module, specs, exports = full_model(name)
         inputs = make_inputs(specs)
-        for how, kw in EXPORTS:
+        for how, kw in exports:
             wd = Path(out) / f"{name}_{how}"
             wd.mkdir(parents=True, exist_ok=True)
             try:
