@@ -5,8 +5,9 @@ Runs every case of Debian's libonnx-testdata (data/node, pytorch-converted,
 pytorch-operator, simple) and of tests/onnx/node-1.23 (newer ops): kiln compiles model.onnx (retrying with
 `--const NAME=input_N.pb` when kiln reports that an input must be a
 constant, since kiln's shapes are static), the generated C is built and run
-on Vulkan with each test_data_set_*'s inputs, and every output element is
-compared with output_N.pb: f32 within rtol 1e-3 and atol 1e-4, f16 within
+on Vulkan with each test_data_set_*'s inputs; each output's dtype and shape
+(as the generated header declares them) must be output_N.pb's, and every
+output element is compared with it: f32 within rtol 1e-3 and atol 1e-4, f16 within
 2e-3 and 1e-3, integers and bools exactly, NaN where NaN is expected.
 
   conformance.py --report      run all cases; write tests/onnx/REPORT.md and
@@ -108,6 +109,14 @@ def compare(got, want, dt):
     return f"{int(bad.sum())} of {want.size} elements differ" if bad.any() else None
 
 
+def declared_outputs(header):
+    """[(dtype, shape)] of the outputs a generated header lists, in order."""
+    text = Path(header).read_text()
+    part = text[text.index(" * Outputs:"):text.index("*/")]
+    return [(m[0], [int(d) for d in m[1].split(",") if d.strip()])
+            for m in re.findall(r"\[\d+\] \S+: (\w+) \[([^\]]*)\]", part)]
+
+
 def run_case(case, keep=False):
     """Returns (status, detail): status is passed, failed or unsupported."""
     d = case_dir(case)
@@ -154,6 +163,7 @@ def run_case(case, keep=False):
                  BUILD / "run_model_test.o", "-L", BUILD, "-lkilnrt", VULKAN_LIB, "-lm"])
         if r.returncode != 0:
             return "failed", "cc: " + r.stderr[:300]
+        declared = declared_outputs(wd / "model.h")
         const_idx = set(consts.values())
         for s in sets:
             ins = sorted(s.glob("input_*.pb"), key=lambda p: int(p.stem.split("_")[1]))
@@ -177,6 +187,10 @@ def run_case(case, keep=False):
             if r.returncode != 0:
                 return "failed", f"run ({r.returncode}): " + (r.stderr.strip()[:300])
             for i, (dt, shape) in enumerate(expected):
+                if i >= len(declared) or declared[i] != (dt, shape):
+                    return "failed", (f"{s.name} output {i}: kiln gives "
+                                      f"{declared[i] if i < len(declared) else 'none'}, "
+                                      f"expected {(dt, shape)}")
                 got = np.fromfile(wd / f"got{i}.bin", dtype=NP[dt])
                 want = np.fromfile(wd / f"want{i}.bin", dtype=NP[dt])
                 why = compare(got, want, dt)
