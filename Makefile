@@ -129,9 +129,11 @@ $(B)/libkilnrt.a: $(RUNTIME_OBJ)
 # The soname changes when the library's binary interface does (1: 0.2.0,
 # where the options structs gained their size field).
 RT_SONAME = libkilnrt.so.1
-$(B)/shared/libkilnrt.so: $(RUNTIME_OBJ)
+# Exports the API only (runtime/libkilnrt.map), not the kiln__ internals.
+$(B)/shared/libkilnrt.so: $(RUNTIME_OBJ) runtime/libkilnrt.map
 	@mkdir -p $(B)/shared
-	$(CC) $(CFLAGS) -shared -Wl,-soname,$(RT_SONAME) -o $@ $^ -lvulkan -lm
+	$(CC) $(CFLAGS) -shared -Wl,-soname,$(RT_SONAME) -Wl,--version-script=runtime/libkilnrt.map \
+	  -o $@ $(RUNTIME_OBJ) -lvulkan -lm
 
 # ---- the samples: compiled, built and run ----
 # `make` runs samples/mlp.yaml; `make samples` runs every sample.

@@ -562,6 +562,18 @@ def test_install(workdir):
     for f in ["bin/kiln", "lib/libkilnrt.a", "lib/libkilnrt.so.1", "lib/libkilnrt.so",
               "include/kiln_rt.h", "include/kiln_rt_tables.h", "include/kiln_rt_vulkan.h", "lib/pkgconfig/kilnrt.pc", "share/man/man1/kiln.1"]:
         check((prefix / f).exists(), f"{f} was not installed")
+    # The shared library exports the API of the installed headers, every
+    # function of it, and none of the runtime's kiln__ internals.
+    r = run(["nm", "-D", "--defined-only", prefix / "lib/libkilnrt.so.1"])
+    check(r.returncode == 0, r.stderr)
+    exported = {ln.split()[-1].split("@")[0] for ln in r.stdout.splitlines() if " T " in ln}
+    api = set()
+    for h in ("kiln_rt.h", "kiln_rt_vulkan.h"):
+        api |= set(re.findall(r"\b(kiln_[a-z0-9]\w*)\(", (prefix / "include" / h).read_text()))
+    check(not [s for s in exported if s.startswith("kiln__")],
+          f"internal symbols exported: {sorted(s for s in exported if s.startswith('kiln__'))[:5]}")
+    check(api and api <= exported, f"API functions not exported: {sorted(api - exported)}")
+    check(exported <= api, f"exported but not in the headers: {sorted(exported - api)}")
     # man-db and pkg-config are among the test packages (make test-deps).
     r = run(["man", "-l", prefix / "share/man/man1/kiln.1"], env={"MANWIDTH": "80"})
     check(r.returncode == 0 and "ahead-of-time compiler" in r.stdout, r.stdout + r.stderr)
