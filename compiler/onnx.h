@@ -144,6 +144,7 @@ void map_group_norm(Ctx *c, const OnnxOp *op);
 void map_rms_norm(Ctx *c, const OnnxOp *op);
 /* onnx_map_attention.c */
 void map_attention(Ctx *c, const OnnxOp *op);
+void map_rotary_embedding(Ctx *c, const OnnxOp *op);
 /* Emitters the mappers share (onnx_map_generic.c): a value cast to dt, a
  * scalar constant, a one- or two-input kiln node on temporaries. */
 Value *cast_to(Ctx *c, Value *v, kiln_dtype dt);

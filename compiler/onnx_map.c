@@ -105,6 +105,7 @@ static const OnnxOp onnx_ops[] = {
     {"Relu", map_simple, OP_RELU, NULL},
     {"Reshape", map_view, OP_RESHAPE, NULL},
     {"Resize", map_resize, OP_RESIZE, NULL},
+    {"RotaryEmbedding", map_rotary_embedding, OP_ROPE, NULL},
     {"Round", map_simple, OP_ROUND, NULL},
     {"STFT", map_dft, OP_STFT, NULL},
     {"Scatter", map_scatter, OP_SCATTER_ELEMENTS, NULL},

@@ -84,3 +84,136 @@ void map_attention(Ctx *c, const OnnxOp *op) {
         finish(c, back);
     }
 }
+
+/* A view of v (any constant or tensor) with shape [d0, d1, ...]. */
+static Value *reshaped(Ctx *c, Value *v, int rank, const int64_t *shape) {
+    Node *k = emit_tmp(c, OP_RESHAPE, 1, &v);
+    node_set_ints(k, "shape", rank, shape);
+    return finish(c, k);
+}
+
+/* x[..., start:end:step] along the last axis. */
+static Value *last_slice(Ctx *c, Value *x, int64_t start, int64_t end, int64_t step) {
+    Node *k = emit_tmp(c, OP_SLICE, 1, &x);
+    node_set_ints(k, "starts", 1, &start);
+    node_set_ints(k, "ends", 1, &end);
+    node_set_ints(k, "axes", 1, (int64_t[]){-1});
+    node_set_ints(k, "steps", 1, &step);
+    return finish(c, k);
+}
+
+static Value *joined(Ctx *c, int n, Value **parts, int64_t axis, const char *out) {
+    Node *k = out ? emit(c, OP_CONCAT, n, parts, out) : emit_tmp(c, OP_CONCAT, n, parts);
+    node_set_int(k, "axis", axis);
+    return finish(c, k);
+}
+
+/* A batch of more than one: kiln's rope shares one cos and sin across the
+ * batch, so the rotation is written out in elementwise ops over x viewed as
+ * [B, S, heads, D] (cos and sin [B, S, 1, R/2]) or [B, heads, S, D] (cos and
+ * sin [B, 1, S, R/2]): real = cos x1 - sin x2, imag = sin x1 + cos x2, x1
+ * and x2 the halves (or the even and odd elements) of the first R. */
+static void rotary_per_batch(Ctx *c, Value *x, Value **cs, int64_t heads, int64_t D,
+                             int64_t R) {
+    int64_t B = x->shape[0], S = x->shape[x->rank == 4 ? 2 : 1];
+    bool inter = oattr_int(c, "interleaved", 0) != 0;
+    Value *xv = x->rank == 3 ? reshaped(c, x, 4, (int64_t[]){B, S, heads, D}) : x;
+    int64_t cshape[4] = {B, S, 1, R / 2};
+    if (x->rank == 4) {
+        cshape[1] = 1;
+        cshape[2] = S;
+    }
+    Value *cv = reshaped(c, cs[0], 4, cshape), *sv = reshaped(c, cs[1], 4, cshape);
+    Value *x1 = inter ? last_slice(c, xv, 0, R, 2) : last_slice(c, xv, 0, R / 2, 1);
+    Value *x2 = inter ? last_slice(c, xv, 1, R, 2) : last_slice(c, xv, R / 2, R, 1);
+    Value *real = binary_tmp(c, OP_SUB, binary_tmp(c, OP_MUL, cv, x1),
+                             binary_tmp(c, OP_MUL, sv, x2));
+    Value *imag = binary_tmp(c, OP_ADD, binary_tmp(c, OP_MUL, sv, x1),
+                             binary_tmp(c, OP_MUL, cv, x2));
+    Value *rot;
+    if (inter) { /* [..., R/2, 2] -> [..., R] */
+        int64_t pshape[5] = {xv->shape[0], xv->shape[1], xv->shape[2], R / 2, 1};
+        Value *pair[2] = {reshaped(c, real, 5, pshape), reshaped(c, imag, 5, pshape)};
+        Value *both = joined(c, 2, pair, 4, NULL);
+        rot = reshaped(c, both, 4, (int64_t[]){xv->shape[0], xv->shape[1], xv->shape[2], R});
+    } else {
+        Value *halves[2] = {real, imag};
+        rot = joined(c, 2, halves, 3, NULL);
+    }
+    Value *parts[2] = {rot, R < D ? last_slice(c, xv, R, D, 1) : NULL};
+    if (x->rank == 4) {
+        if (parts[1])
+            joined(c, 2, parts, 3, out_name(c, 0));
+        else {
+            Node *k = emit(c, OP_RESHAPE, 1, &rot, out_name(c, 0));
+            node_set_ints(k, "shape", 4, x->shape);
+            finish(c, k);
+        }
+        return;
+    }
+    Value *y = parts[1] ? joined(c, 2, parts, 3, NULL) : rot;
+    Node *k = emit(c, OP_RESHAPE, 1, &y, out_name(c, 0));
+    node_set_ints(k, "shape", 3, x->shape);
+    finish(c, k);
+}
+
+/* RotaryEmbedding-23 as kiln's rope: X [B, heads, S, D], or [B, S, heads *
+ * D] with num_heads (viewed as [B, S, heads, D]); cos_cache and sin_cache
+ * [B, S, R/2], or [positions, R/2] gathered by position_ids [B, S].
+ * kiln's rope shares one [S, R/2] cos and sin across the batch; a batch of
+ * more than one takes elementwise ops instead (rotary_per_batch). */
+void map_rotary_embedding(Ctx *c, const OnnxOp *op) {
+    (void)op;
+    Value *x = in(c, 0), *pos = in_opt(c, 3);
+    int64_t heads = oattr_int(c, "num_heads", 0), R = oattr_int(c, "rotary_embedding_dim", 0);
+    if (x->rank != 3 && x->rank != 4)
+        node_fail(c, format("X must be 3-D or 4-D, not %s", shape_str(x->rank, x->shape)));
+    int64_t B = x->shape[0], S = x->shape[x->rank == 4 ? 2 : 1], D = x->shape[x->rank - 1];
+    if (x->rank == 3) {
+        if (heads < 1 || D % heads)
+            node_fail(c, format("a 3-D X needs num_heads, a divisor of %lld", (long long)D));
+        D /= heads;
+    }
+    if (R == 0)
+        R = D;
+    if (R < 2 || R > D || R % 2)
+        node_fail(c, format("rotary_embedding_dim %lld must be even and at most the head size "
+                            "%lld", (long long)R, (long long)D));
+    Value *cs[2];
+    for (int i = 0; i < 2; i++) {
+        Value *cache = in(c, 1 + i);
+        if (pos) {
+            if (cache->rank != 2)
+                node_fail(c, format("with position_ids, input %d must be [positions, %lld], "
+                                    "not %s", 1 + i, (long long)(R / 2),
+                                    shape_str(cache->rank, cache->shape)));
+            Value *g[2] = {cache, pos};
+            cache = finish(c, emit_tmp(c, OP_GATHER, 2, g));
+        }
+        if (cache->rank != 3 || cache->shape[0] != B || cache->shape[1] != S ||
+            cache->shape[2] != R / 2)
+            node_fail(c, format("input %d gives cos or sin %s, not [%lld, %lld, %lld]", 1 + i,
+                                shape_str(cache->rank, cache->shape), (long long)B,
+                                (long long)S, (long long)(R / 2)));
+        cs[i] = cache;
+    }
+    if (B > 1) {
+        rotary_per_batch(c, x, cs, heads, D, R);
+        return;
+    }
+    for (int i = 0; i < 2; i++)
+        cs[i] = reshaped(c, cs[i], 2, (int64_t[]){S, R / 2});
+    Value *xin = x->rank == 3 ? reshaped(c, x, 4, (int64_t[]){B, S, heads, D}) : x;
+    Value *ins[3] = {xin, cs[0], cs[1]};
+    Node *k = x->rank == 3 ? emit_tmp(c, OP_ROPE, 3, ins) : emit(c, OP_ROPE, 3, ins,
+                                                                 out_name(c, 0));
+    node_set_int(k, "seq_axis", x->rank == 3 ? 1 : 2);
+    node_set_int(k, "n_rot", R);
+    node_set_int(k, "interleaved", oattr_int(c, "interleaved", 0) != 0);
+    Value *y = finish(c, k);
+    if (x->rank == 3) {
+        Node *back = emit(c, OP_RESHAPE, 1, &y, out_name(c, 0));
+        node_set_ints(back, "shape", 3, x->shape);
+        finish(c, back);
+    }
+}

@@ -50,8 +50,9 @@ static const struct {
  *   - ops new after 18: Gelu 20, GroupNormalization 21 (scale and bias per
  *     channel; 18's per group is read too), RMSNormalization 23, Attention
  *     23 and 24 (24 adds nonpad_kv_seqlen, refused by name like the cache
- *     inputs), Mish 22 and Swish 24 (onnx_map_math.c, onnx_map_attention.c).
- * Not read yet: Attention 25 (left and right windows), RotaryEmbedding 23,
+ *     inputs), RotaryEmbedding 23, Mish 22 and Swish 24 (onnx_map_math.c,
+ *     onnx_map_attention.c).
+ * Not read yet: Attention 25 (left and right windows),
  * DFT 20 (axis became an input), Range 27 (stash_type), SpaceToDepth 28
  * (mode), Mod 28, MaxPool and AveragePool 22 (their descriptions changed:
  * unreviewed). */
@@ -68,7 +69,7 @@ static const struct {
     {"HardSwish", 22}, {"Identity", 25}, {"InstanceNormalization", 22}, {"IsInf", 20},
     {"IsNaN", 20}, {"Mish", 22}, {"NegativeLogLikelihoodLoss", 22}, {"OneHot", 28},
     {"Pad", 25}, {"RMSNormalization", 23}, {"ReduceLogSum", 28}, {"ReduceLogSumExp", 28},
-    {"ReduceMax", 20}, {"ReduceMin", 20}, {"Reshape", 25}, {"Resize", 19}, {"Round", 22},
+    {"ReduceMax", 20}, {"ReduceMin", 20}, {"Reshape", 25}, {"Resize", 19}, {"RotaryEmbedding", 23}, {"Round", 22},
     {"Selu", 22}, {"Shape", 25}, {"Sin", 22}, {"Sinh", 22}, {"Size", 25}, {"Softplus", 22},
     {"Softsign", 22}, {"Squeeze", 25}, {"Swish", 24}, {"Tan", 22}, {"ThresholdedRelu", 22},
     {"TopK", 24}, {"Transpose", 25}, {"Unsqueeze", 25},

@@ -270,3 +270,62 @@ def _(workdir):
     r = kiln("tensor", wd / "s.pb", wd / "s.bin")
     check(r.returncode == 0 and r.stdout.strip() == "i64 [2] s", r.stdout + r.stderr)
     check(np.fromfile(wd / "s.bin", np.int64).tolist() == [3, 2], "tensor data")
+
+
+def rotary_reference(x, cos, sin, pos, interleaved, rdim, heads):
+    """ONNX RotaryEmbedding-23 in numpy (its specification's algorithm)."""
+    shape = x.shape
+    x = np.transpose(x, (0, 2, 1, 3)) if x.ndim == 4 else x.reshape(
+        shape[0], shape[1], heads, shape[2] // heads)
+    rdim = rdim or x.shape[3]
+    rot, rest = x[..., :rdim], x[..., rdim:]
+    if pos is not None:
+        cos, sin = cos[pos], sin[pos]
+    cos, sin = cos[:, :, None, :], sin[:, :, None, :]
+    x1, x2 = (rot[..., 0::2], rot[..., 1::2]) if interleaved else np.split(rot, 2, axis=-1)
+    real, imag = cos * x1 - sin * x2, sin * x1 + cos * x2
+    rot = np.stack([real, imag], -1).reshape(rot.shape) if interleaved else \
+        np.concatenate([real, imag], -1)
+    y = np.concatenate([rot, rest], -1)
+    return y.reshape(shape) if len(shape) == 3 else np.transpose(y, (0, 2, 1, 3))
+
+
+def rotary_case(rank, interleaved, rdim, with_pos):
+    """RotaryEmbedding with a batch of one: kiln's own rope kernel (the cases
+    of tests/onnx/node-1.23 have a batch of two, which takes elementwise ops)."""
+    def test(workdir):
+        r = np.random.default_rng(23)
+        S, H, D, P = 5, 2, 8, 16
+        R = rdim or D
+        xs = [1, H, S, D] if rank == 4 else [1, S, H * D]
+        x = r.standard_normal(xs).astype(np.float32)
+        angles = r.uniform(-3, 3, [P if with_pos else 1, S if not with_pos else R // 2])
+        if with_pos:
+            cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+            pos = r.integers(0, P, [1, S]).astype(np.int64)
+        else:
+            ang = r.uniform(-3, 3, [1, S, R // 2])
+            cos, sin = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+            pos = None
+        want = rotary_reference(x, cos, sin, pos, interleaved, rdim, H)
+        attrs = attr("interleaved", int(interleaved)) + attr("rotary_embedding_dim", rdim)
+        if rank == 3:
+            attrs += attr("num_heads", H)
+        ins = ["x", "cos", "sin"] + (["pos"] if with_pos else [])
+        inits = [initializer("cos", cos), initializer("sin", sin)]
+        infos = [value_info("x", xs)]
+        feeds = [x]
+        if with_pos:
+            infos.append(value_info("pos", [1, S], 7))
+            feeds.append(pos)
+        data = model([node("RotaryEmbedding", ins, ["y"], "rope", attrs)], infos,
+                     [value_info("y", xs)], inits, opset=23)
+        run_onnx(workdir, data, feeds, [want.astype(np.float32)], ["y"], tol=(1e-5, 1e-6))
+    return test
+
+
+for _rank, _inter, _rdim, _pos in [(4, 0, 0, True), (4, 1, 0, True), (3, 0, 4, False),
+                                   (3, 1, 4, True), (4, 0, 6, False)]:
+    case(f"onnx RotaryEmbedding 23, batch 1, rank {_rank}, interleaved {_inter}, "
+         f"rotary_embedding_dim {_rdim}, {'position_ids' if _pos else 'no position_ids'}")(
+        rotary_case(_rank, _inter, _rdim, _pos))
