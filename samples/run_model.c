@@ -10,10 +10,12 @@
  *             [-d DIM=V[,V...]]... [--steps K] [--states DIR] [--reset-at S]
  *
  * -i gives each input's raw little-endian bytes, in the model's input order
- * (the sizes must match exactly); without -i, f32 inputs are filled with
+ * (the sizes must match exactly), or a NumPy .npy file (by its name; its
+ * dtype and shape must be the input's, C order); without -i, f32 inputs are filled with
  * u(k) = ((k * 2654435761 + 12345 * (i + 1)) mod 2^32) / 2^31 - 1 for element
  * k of input i, integers with k mod 7, bools with k mod 2. -o writes each
- * output's raw bytes. -n runs the model RUNS times and prints the mean wall
+ * output's raw bytes, or a .npy file (dtype and shape) when its name ends
+ * in .npy. -n runs the model RUNS times and prints the mean wall
  * time of a run. It prints the device, the arena size, the dispatch count and
  * a summary of every output (-q: only errors).
  *
@@ -84,6 +86,116 @@ static int read_exact(const char *path, void *dst, uint64_t bytes) {
         return 0;
     }
     return 1;
+}
+
+/* ---- NumPy .npy files (format versions 1 to 3; little-endian, C order) */
+
+static const char *npy_descr(kiln_dtype dt) {
+    static const char *const d[] = {"<f4", "<f2", "<i4", "<i8", "|b1", "|u1", "|i1"};
+    return (unsigned)dt < sizeof d / sizeof d[0] ? d[dt] : "?";
+}
+
+static int ends_with_npy(const char *path) {
+    size_t n = strlen(path);
+    return n > 4 && strcmp(path + n - 4, ".npy") == 0;
+}
+
+/* The shape as NumPy writes it: (2, 3), (5,) or (). */
+static void npy_shape(const int64_t *shape, uint32_t rank, char *out, size_t size) {
+    size_t n = (size_t)snprintf(out, size, "(");
+    for (uint32_t i = 0; i < rank && n < size; i++)
+        n += (size_t)snprintf(out + n, size - n, "%s%lld", i ? ", " : "",
+                              (long long)shape[i]);
+    if (n < size)
+        snprintf(out + n, size - n, rank == 1 ? ",)" : ")");
+}
+
+/* Reads path (.npy) into dst: its dtype and shape must be the tensor's at
+ * the current dims, exactly. */
+static int read_npy(const char *path, const kiln_model *m, const kiln_tensor_info *t,
+                    void *dst, uint64_t bytes) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        perror(path);
+        return 0;
+    }
+    unsigned char pre[12];
+    char header[4096], want[512], shape_text[400];
+    int ok = fread(pre, 1, 10, f) == 10 && memcmp(pre, "\x93NUMPY", 6) == 0 &&
+             pre[6] >= 1 && pre[6] <= 3;
+    size_t len = 0;
+    if (ok && pre[6] == 1) {
+        len = (size_t)pre[8] | (size_t)pre[9] << 8;
+    } else if (ok) {
+        ok = fread(pre + 10, 1, 2, f) == 2;
+        len = (size_t)pre[8] | (size_t)pre[9] << 8 | (size_t)pre[10] << 16 |
+              (size_t)pre[11] << 24;
+    }
+    ok = ok && len < sizeof header && fread(header, 1, len, f) == len;
+    if (!ok) {
+        fprintf(stderr, "run_model: %s is not a .npy file (or its header is over 4 KiB)\n",
+                path);
+        fclose(f);
+        return 0;
+    }
+    header[len] = 0;
+    int64_t shape[8] = {0};
+    kiln_model_tensor_shape(m, t, shape);
+    npy_shape(shape, t->rank, shape_text, sizeof shape_text);
+    /* NumPy writes the keys in this order, with these spaces. */
+    snprintf(want, sizeof want, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }",
+             npy_descr(t->dtype), shape_text);
+    if (strncmp(header, want, strlen(want)) != 0) {
+        char *nl = strchr(header, '\n');
+        if (nl)
+            *nl = 0;
+        fprintf(stderr, "run_model: %s holds %s; input '%s' needs dtype %s (%s), shape %s, C "
+                "order\n", path, header, t->name, kiln_dtype_name(t->dtype),
+                npy_descr(t->dtype), shape_text);
+        fclose(f);
+        return 0;
+    }
+    size_t got = bytes ? fread(dst, 1, (size_t)bytes, f) : 0;
+    int extra = fgetc(f) != EOF;
+    fclose(f);
+    if (got != bytes || extra) {
+        fprintf(stderr, "run_model: %s must hold exactly %llu bytes of data\n", path,
+                (unsigned long long)bytes);
+        return 0;
+    }
+    return 1;
+}
+
+/* Writes the tensor's bytes as path: .npy (format 1.0, header padded to 64
+ * bytes, as NumPy writes it) or raw. */
+static int write_output(const char *path, const kiln_model *m, const kiln_tensor_info *t,
+                        const void *src, uint64_t bytes) {
+    FILE *f = fopen(path, "wb");
+    int bad = !f;
+    if (!bad && ends_with_npy(path)) {
+        int64_t shape[8] = {0};
+        char shape_text[400], header[512];
+        kiln_model_tensor_shape(m, t, shape);
+        npy_shape(shape, t->rank, shape_text, sizeof shape_text);
+        int n = snprintf(header, sizeof header,
+                         "{'descr': '%s', 'fortran_order': False, 'shape': %s, }",
+                         npy_descr(t->dtype), shape_text);
+        size_t total = (10 + (size_t)n + 1 + 63) / 64 * 64; /* magic, header, newline */
+        size_t pad = total - 10 - (size_t)n - 1;
+        unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, 0, 0};
+        pre[8] = (unsigned char)((total - 10) & 0xff);
+        pre[9] = (unsigned char)((total - 10) >> 8);
+        bad = fwrite(pre, 1, 10, f) != 10 || fwrite(header, 1, (size_t)n, f) != (size_t)n;
+        for (size_t i = 0; i < pad && !bad; i++)
+            bad = fputc(' ', f) == EOF;
+        bad = bad || fputc('\n', f) == EOF;
+    }
+    bad = bad || fwrite(src, 1, (size_t)bytes, f) != (size_t)bytes;
+    if (f && fclose(f) != 0)
+        bad = 1;
+    if (bad)
+        perror(path);
+    return !bad;
 }
 
 static void fill(const kiln_tensor_info *t, void *dst, uint32_t input) {
@@ -415,7 +527,9 @@ int main(int argc, char **argv) {
                 fill(&d->inputs[i], inputs[i], i);
                 continue;
             }
-            if (!read_exact(step_path(in_files[i], step, path, sizeof path), inputs[i], bytes))
+            const char *in = step_path(in_files[i], step, path, sizeof path);
+            if (!(ends_with_npy(in) ? read_npy(in, m, &d->inputs[i], inputs[i], bytes)
+                                    : read_exact(in, inputs[i], bytes)))
                 goto done;
         }
         int reps = steps > 1 ? 1 : runs;
@@ -430,14 +544,8 @@ int main(int argc, char **argv) {
         for (int i = 0; i < nout && s == KILN_OK; i++) {
             const char *out = step_path(out_files[i], step, path, sizeof path);
             uint64_t bytes = kiln_model_tensor_bytes(m, &d->outputs[i]);
-            FILE *f = fopen(out, "wb");
-            int bad = !f || fwrite(outputs[i], 1, (size_t)bytes, f) != (size_t)bytes;
-            if (f && fclose(f) != 0)
-                bad = 1;
-            if (bad) {
-                perror(out);
+            if (!write_output(out, m, &d->outputs[i], outputs[i], bytes))
                 goto done;
-            }
         }
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);

@@ -695,3 +695,38 @@ def test_decode_sample(workdir):
         if top[1] - top[0] > 1e-3:  # the greedy choice, unless a near tie
             check(tokens[n] == int(nxt[-1]), f"step {k}: token {tokens[n]}, reference "
                   f"{int(nxt[-1])}")
+
+
+@case("run_model: .npy inputs and outputs (dtype and shape checked), as raw .bin gives")
+def _(workdir):
+    wd = Path(workdir)
+    y = model_yaml("np", {"x": {"dtype": "f32", "shape": [3, 5]},
+                          "i": {"dtype": "i64", "shape": [4]}},
+                   [{"name": "s", "op": "softmax", "inputs": ["x"]},
+                    {"name": "j", "op": "add", "inputs": ["i", "i"]}], ["s", "j"])
+    build_model(wd, y)
+    prog = link_model(wd)
+    r0 = np.random.default_rng(7)
+    x = r0.standard_normal([3, 5]).astype(np.float32)
+    i = r0.integers(-50, 50, [4]).astype(np.int64)
+    np.save(wd / "x.npy", x)
+    np.save(wd / "i.npy", i)
+    r = run([prog, "-q", "-i", wd / "x.npy", "-i", wd / "i.npy", "-o", wd / "s.npy",
+             "-o", wd / "j.npy"], env={"KILN_VALIDATION": VALIDATION})
+    check(r.returncode == 0, r.stdout + r.stderr)
+    s, j = np.load(wd / "s.npy"), np.load(wd / "j.npy")
+    check(s.dtype == np.float32 and s.shape == (3, 5), f"s: {s.dtype} {s.shape}")
+    check(j.dtype == np.int64 and j.shape == (4,), f"j: {j.dtype} {j.shape}")
+    assert_close(s, ref.softmax(x), 1e-5, 1e-6, "s")
+    check((j == 2 * i).all(), f"j: {j} != {2 * i}")
+    # the same run through raw files gives the same bytes
+    got = run_program(prog, [x, i], [s, j])
+    check(got[0].tobytes() == s.tobytes() and got[1].tobytes() == j.tobytes(),
+          ".npy and .bin runs differ")
+    # a wrong dtype, a wrong shape, Fortran order: each refused by name
+    for bad, what in [(x.astype(np.float64), "'<f8'"), (x.reshape(5, 3), "(5, 3)"),
+                      (np.asfortranarray(x), "'fortran_order': True")]:
+        np.save(wd / "bad.npy", bad)
+        r = run([prog, "-q", "-i", wd / "bad.npy", "-i", wd / "i.npy"])
+        check(r.returncode == 1 and what in r.stderr and "input 'x' needs dtype f32 (<f4), "
+              "shape (3, 5), C order" in r.stderr, f"{what}: {r.returncode} {r.stderr}")
