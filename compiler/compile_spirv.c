@@ -20,14 +20,19 @@
  * A kernel that fails to compile or validate is a bug in kiln, not in the
  * model: it is reported as an internal error with the compiler's message.
  */
+#define _POSIX_C_SOURCE 200809L
 #include "kiln.h"
 
+#include <pthread.h>
 #include <shaderc/shaderc.h>
 #include <spirv-tools/libspirv.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
+/* Called from the worker threads: plain calloc, not the tracked heap. */
 static shaderc_include_result *include_file(void *user, const char *requested,
                                             int type, const char *requester,
                                             size_t depth) {
@@ -35,7 +40,9 @@ static shaderc_include_result *include_file(void *user, const char *requested,
     (void)type;
     (void)requester;
     (void)depth;
-    shaderc_include_result *r = xcalloc(1, sizeof *r);
+    shaderc_include_result *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
     const EmbeddedFile *f = embedded_file(requested);
     if (f) {
         r->source_name = f->name;
@@ -52,7 +59,7 @@ static shaderc_include_result *include_file(void *user, const char *requested,
 
 static void release_include(void *user, shaderc_include_result *r) {
     (void)user;
-    (void)r;
+    free(r);
 }
 
 /* NULL when the words are valid SPIR-V for Vulkan, else the validator's
@@ -124,31 +131,55 @@ static bool reduces(const char *family) {
     return false;
 }
 
-/* The module of d's family with d's defines and then extra ones (""). */
-static Module compile_one(shaderc_compiler_t sc, spv_context ctx, const Dispatch *d,
-                          const char *extra, bool sync_check, KernelCache *cache) {
+/* One kernel to build: d's family with d's defines and then extra ones
+ * (""). Prepared and finished on the main thread; compiled on a worker
+ * (compile_job), which touches only the job, shaderc and spirv-tools. */
+typedef struct Job {
+    const Dispatch *d;
+    const char *file, *text, *all, *key; /* source, its defines, cache key */
+    uint32_t *words;                     /* result (malloc), or NULL */
+    size_t nwords;
+    char *error;                         /* strdup'ed message, or NULL */
+    bool cached;
+} Job;
+
+static void prepare_job(Job *j, const Dispatch *d, const char *extra, bool sync_check,
+                        KernelCache *cache, spv_context ctx) {
     const char *tail = sync_check ? sync_tail(d) : "";
-    const char *all = format("%s%s", d->defines.buf ? d->defines.buf : "", extra);
+    j->d = d;
+    j->all = format("%s%s", d->defines.buf ? d->defines.buf : "", extra);
     /* The cache key holds the tail too: it is source the defines do not name. */
-    const char *defines = format("%s%s", all, tail);
+    j->key = format("%s%s", j->all, tail);
     size_t cached_words = 0;
-    uint32_t *cached = kernel_cache_get(cache, d->family, defines, &cached_words);
+    uint32_t *cached = kernel_cache_get(cache, d->family, j->key, &cached_words);
     if (cached) {
         char *invalid = spirv_invalid(ctx, cached, cached_words);
-        if (!invalid) {
-            Module m = module_of(d, cached, cached_words);
-            xfree(cached);
-            return m;
+        if (!invalid && (j->words = malloc(cached_words * sizeof *j->words + 1))) {
+            memcpy(j->words, cached, cached_words * sizeof *j->words);
+            j->nwords = cached_words;
+            j->cached = true;
         }
-        xfree(invalid); /* compile it again, and overwrite the entry */
+        xfree(invalid); /* invalid: compiled again, and the entry overwritten */
         xfree(cached);
+        if (j->cached)
+            return;
     }
-    char *file = format("%s.comp", d->family);
-    const EmbeddedFile *src = embedded_file(file);
+    j->file = format("%s.comp", d->family);
+    const EmbeddedFile *src = embedded_file(j->file);
     if (!src)
-        internal_error("no shader family %s", file);
-    char *text = format("%.*s%s", (int)src->size, src->text, tail);
+        internal_error("no shader family %s", j->file);
+    j->text = format("%.*s%s", (int)src->size, src->text, tail);
+}
 
+static char *dup_message(const char *what, const char *msg) {
+    size_t n = strlen(what) + strlen(msg) + 1;
+    char *s = malloc(n);
+    if (s)
+        snprintf(s, n, "%s%s", what, msg);
+    return s;
+}
+
+static void compile_job(Job *j, shaderc_compiler_t sc, spv_context ctx) {
     shaderc_compile_options_t o = shaderc_compile_options_initialize();
     shaderc_compile_options_set_target_env(o, shaderc_target_env_vulkan,
                                            shaderc_env_version_vulkan_1_2);
@@ -156,31 +187,123 @@ static Module compile_one(shaderc_compiler_t sc, spv_context ctx, const Dispatch
     shaderc_compile_options_set_optimization_level(o, shaderc_optimization_level_performance);
     shaderc_compile_options_set_include_callbacks(o, include_file, release_include,
                                                   NULL);
-    for (const char *p = all; *p;) {
+    for (const char *p = j->all; *p;) {
         const char *sp = strchr(p, ' '), *nl = strchr(p, '\n');
-        if (!sp || !nl || sp > nl)
-            internal_error("malformed define in %s", d->family);
+        if (!sp || !nl || sp > nl) {
+            j->error = dup_message("malformed define in ", j->d->family);
+            shaderc_compile_options_release(o);
+            return;
+        }
         shaderc_compile_options_add_macro_definition(o, p, (size_t)(sp - p), sp + 1,
                                                      (size_t)(nl - sp - 1));
         p = nl + 1;
     }
     shaderc_compilation_result_t r =
-        shaderc_compile_into_spv(sc, text, strlen(text), shaderc_compute_shader,
-                                 file, "main", o);
-    if (shaderc_result_get_compilation_status(r) !=
-        shaderc_compilation_status_success)
-        internal_error("kernel %s for node '%s' does not compile:\n%s\ndefines:\n%s",
-                       d->family, d->node->name, shaderc_result_get_error_message(r), all);
-    size_t nwords = shaderc_result_get_length(r) / 4;
-    const uint32_t *words = (const uint32_t *)shaderc_result_get_bytes(r);
-    char *invalid = spirv_invalid(ctx, words, nwords);
-    if (invalid)
-        internal_error("SPIR-V of %s for node '%s' is invalid: %s", d->family, d->node->name,
-                       invalid);
-    kernel_cache_put(cache, d->family, defines, words, nwords);
-    Module m = module_of(d, words, nwords);
+        shaderc_compile_into_spv(sc, j->text, strlen(j->text), shaderc_compute_shader,
+                                 j->file, "main", o);
+    if (shaderc_result_get_compilation_status(r) != shaderc_compilation_status_success) {
+        j->error = dup_message("does not compile:\n", shaderc_result_get_error_message(r));
+    } else {
+        size_t nwords = shaderc_result_get_length(r) / 4;
+        spv_const_binary_t bin = {(const uint32_t *)shaderc_result_get_bytes(r), nwords};
+        spv_diagnostic diag = NULL;
+        if (spvValidate(ctx, &bin, &diag) != SPV_SUCCESS)
+            j->error = dup_message("is invalid SPIR-V: ",
+                                   diag && diag->error ? diag->error : "?");
+        else if ((j->words = malloc(nwords * sizeof *j->words + 1)))
+            memcpy(j->words, bin.code, nwords * sizeof *j->words);
+        else
+            j->error = dup_message("", "out of memory");
+        j->nwords = nwords;
+        spvDiagnosticDestroy(diag);
+    }
     shaderc_result_release(r);
     shaderc_compile_options_release(o);
+}
+
+/* The workers take the jobs to compile in turn; a progress line on a
+ * terminal when the compile takes more than a second. */
+typedef struct Pool {
+    Job **todo;
+    int n, next, done;
+    pthread_mutex_t lock;
+    struct timespec start;
+    bool progress;
+} Pool;
+
+static double seconds_since(const struct timespec *t0) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) * 1e-9;
+}
+
+static void *worker(void *arg) {
+    Pool *pool = arg;
+    shaderc_compiler_t sc = shaderc_compiler_initialize();
+    spv_context ctx = spvContextCreate(SPV_ENV_VULKAN_1_2);
+    for (;;) {
+        pthread_mutex_lock(&pool->lock);
+        int i = pool->next < pool->n ? pool->next++ : -1;
+        pthread_mutex_unlock(&pool->lock);
+        if (i < 0)
+            break;
+        if (!sc || !ctx)
+            pool->todo[i]->error = dup_message("", "cannot initialize shaderc");
+        else
+            compile_job(pool->todo[i], sc, ctx);
+        pthread_mutex_lock(&pool->lock);
+        pool->done++;
+        if (pool->progress && seconds_since(&pool->start) > 1.0)
+            fprintf(stderr, "\rkiln: compiling kernels: %d of %d", pool->done, pool->n);
+        pthread_mutex_unlock(&pool->lock);
+    }
+    if (ctx)
+        spvContextDestroy(ctx);
+    if (sc)
+        shaderc_compiler_release(sc);
+    return NULL;
+}
+
+/* Compiles the jobs on min(jobs, cores, 16) threads (KILN_JOBS overrides the
+ * count; 1 compiles on this thread). */
+static void compile_jobs(Job **todo, int n) {
+    Pool pool = {todo, n, 0, 0, PTHREAD_MUTEX_INITIALIZER, {0, 0}, false};
+    clock_gettime(CLOCK_MONOTONIC, &pool.start);
+    pool.progress = !kiln_quiet && isatty(2);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    const char *env = getenv("KILN_JOBS");
+    long threads = env && atol(env) > 0 ? atol(env) : cores > 0 ? cores : 1;
+    if (threads > 16 && !env)
+        threads = 16;
+    if (threads > n)
+        threads = n;
+    if (threads <= 1) {
+        worker(&pool);
+    } else {
+        pthread_t *ids = xcalloc((size_t)threads, sizeof *ids);
+        long started = 0;
+        while (started < threads && pthread_create(&ids[started], NULL, worker, &pool) == 0)
+            started++;
+        if (started == 0)
+            worker(&pool);
+        for (long t = 0; t < started; t++)
+            pthread_join(ids[t], NULL);
+    }
+    if (pool.progress && seconds_since(&pool.start) > 1.0)
+        fprintf(stderr, "\rkiln: compiled %d kernels in %.1f s            \n", n,
+                seconds_since(&pool.start));
+}
+
+/* The job's module (an error is a bug in kiln: its message, and the node). */
+static Module finish_job(Job *j, KernelCache *cache) {
+    if (j->error)
+        internal_error("kernel %s for node '%s' %s\ndefines:\n%s", j->d->family,
+                       j->d->node->name, j->error, j->all);
+    if (!j->cached)
+        kernel_cache_put(cache, j->d->family, j->key, j->words, j->nwords);
+    Module m = module_of(j->d, j->words, j->nwords);
+    free(j->words);
+    j->words = NULL;
     return m;
 }
 
@@ -191,14 +314,17 @@ uint64_t spirv_bytes(const Program *p) {
     return b;
 }
 
+/* Three passes, so that the output does not depend on the threads: the
+ * distinct kernels in dispatch order (and each one's cache entry), their
+ * compiles in parallel, then their modules in dispatch order. */
 void compile_kernels(Program *p, KernelCache *cache) {
-    shaderc_compiler_t sc = shaderc_compiler_initialize();
-    if (!sc)
-        fatal("cannot initialize shaderc");
     spv_context ctx = spvContextCreate(SPV_ENV_VULKAN_1_2);
-
-    Map by_source = {0}; /* family + defines -> module index + 1 */
-    p->modules = xcalloc((size_t)p->ndispatches + 1, sizeof(Module));
+    if (!ctx)
+        fatal("cannot initialize spirv-tools");
+    Map by_source = {0}; /* family + defines -> job pair index + 1 */
+    Job *jobs = xcalloc(2 * (size_t)p->ndispatches + 1, sizeof *jobs);
+    int *pair_of = xcalloc((size_t)p->ndispatches + 1, sizeof *pair_of);
+    int npairs = 0;
     for (int i = 0; i < p->ndispatches; i++) {
         Dispatch *d = p->dispatches[i];
         if (p->sync_check) { /* the tail depends on them */
@@ -208,12 +334,31 @@ void compile_kernels(Program *p, KernelCache *cache) {
         char *key = format("%s\n%s", d->family, d->defines.buf ? d->defines.buf : "");
         intptr_t known = (intptr_t)map_get(&by_source, key);
         if (known) {
-            d->module = (int)known - 1;
+            pair_of[i] = (int)known - 1;
             continue;
         }
-        Module m = compile_one(sc, ctx, d, "", p->sync_check, cache);
-        if (reduces(d->family)) {
-            Module alt = compile_one(sc, ctx, d, "KILN_SUBGROUP 1\n", p->sync_check, cache);
+        pair_of[i] = npairs;
+        prepare_job(&jobs[2 * npairs], d, "", p->sync_check, cache, ctx);
+        if (reduces(d->family))
+            prepare_job(&jobs[2 * npairs + 1], d, "KILN_SUBGROUP 1\n", p->sync_check, cache,
+                        ctx);
+        map_put(&by_source, key, (void *)(intptr_t)(++npairs));
+    }
+    spvContextDestroy(ctx);
+    Job **todo = xcalloc(2 * (size_t)npairs + 1, sizeof *todo);
+    int ntodo = 0;
+    for (int k = 0; k < 2 * npairs; k++)
+        if (jobs[k].d && !jobs[k].cached)
+            todo[ntodo++] = &jobs[k];
+    if (ntodo)
+        compile_jobs(todo, ntodo);
+
+    p->modules = xcalloc((size_t)p->ndispatches + 1, sizeof(Module));
+    int *module_of_pair = xcalloc((size_t)npairs + 1, sizeof *module_of_pair);
+    for (int k = 0; k < npairs; k++) {
+        Module m = finish_job(&jobs[2 * k], cache);
+        if (jobs[2 * k + 1].d) {
+            Module alt = finish_job(&jobs[2 * k + 1], cache);
             if (!words_equal(alt.words, alt.nwords, m.words, m.nwords)) {
                 m.alt_words = alt.words;
                 m.alt_nwords = alt.nwords;
@@ -231,9 +376,8 @@ void compile_kernels(Program *p, KernelCache *cache) {
             idx = p->nmodules++;
             p->modules[idx] = m;
         }
-        d->module = idx;
-        map_put(&by_source, key, (void *)(intptr_t)(idx + 1));
+        module_of_pair[k] = idx;
     }
-    spvContextDestroy(ctx);
-    shaderc_compiler_release(sc);
+    for (int i = 0; i < p->ndispatches; i++)
+        p->dispatches[i]->module = module_of_pair[pair_of[i]];
 }

@@ -59,6 +59,25 @@ def _(workdir):
           f"tests/golden.sha256 with it")
 
 
+@case("golden: kernels compiled on one thread and on four give the same C (no cache)")
+def _(workdir):
+    """compile_spirv.c compiles the distinct kernels on a pool of threads
+    (KILN_JOBS) and assembles them in dispatch order: the output may not
+    depend on which thread finished first."""
+    texts = []
+    for jobs in ("1", "4"):
+        out = Path(workdir) / f"j{jobs}"
+        out.mkdir()
+        r = subprocess.run([str(KILN), "compile", "samples/transformer.yaml", "--name", "t",
+                            "-o", str(out / "t.c")], cwd=ROOT, capture_output=True, text=True,
+                           env=dict(os.environ, KILN_JOBS=jobs, KILN_CACHE_DIR=str(out / "cache"),
+                                    ASAN_OPTIONS="detect_leaks=0"))
+        check(r.returncode == 0, r.stderr)
+        texts.append("".join(ln for ln in (out / "t.c").read_text().splitlines(keepends=True)
+                             if not ln.startswith(" * command: ")))
+    check(texts[0] == texts[1], "the generated C depends on the number of threads")
+
+
 @case("structure: no two compiler files call each other")
 def _(workdir):
     """From the objects' symbols (nm): file A uses what B defines and B what A
