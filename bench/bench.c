@@ -95,7 +95,7 @@ int main(int argc, char **argv) {
     kiln_status s = kiln_device_create(NULL, &dev);
     double create_us = 0;
     for (int pass = 0; pass < 2 && s == KILN_OK; pass++) { /* 0: profiled, 1: plain */
-        kiln_model_options o = {sizeof o, pass == 0 ? KILN_MODEL_PROFILE : 0u, NULL};
+        kiln_model_options o = {sizeof o, pass == 0 ? KILN_MODEL_PROFILE : 0u, NULL, NULL};
         kiln_model_destroy(m);
         m = NULL;
         double t0 = now_us();

@@ -63,6 +63,10 @@ const char *kiln__vk_result_name(VkResult result);
     (offsetof(kiln_device_options, allocator) + sizeof(const kiln_allocator *))
 #define KILN__MODEL_OPTIONS_0_2 \
     (offsetof(kiln_model_options, weights_path) + sizeof(const char *))
+/* Whether an options struct of the caller's size holds field (added after
+ * 0.2.0): size 0 means the fields of 0.2.0 only. */
+#define KILN__HAS_FIELD(opts, type, field) \
+    ((opts) && (opts)->size >= offsetof(type, field) + sizeof((opts)->field))
 /* KILN_OK, or an error naming the struct when size is nonzero and smaller
  * than its fields of 0.2.0. */
 kiln_status kiln__check_options_size(const char *type, uint32_t size, size_t size_0_2);
@@ -187,6 +191,10 @@ struct kiln_model {
     kiln__buffer arena, weights, io;
     VkPipelineLayout layout;
     VkPipelineCache cache;
+    /* model_pipeline_cache.c: the file (NULL: off) and what was read from it */
+    char *pipeline_cache_path;
+    void *pipeline_cache_data;
+    size_t pipeline_cache_bytes;
     VkPipeline *pipelines; /* desc->kernel_count */
     VkCommandPool pool;
     VkCommandBuffer cmd;
@@ -198,6 +206,7 @@ struct kiln_model {
     int ran;  /* a run has completed (profiles and debug reads need one) */
     int64_t dims[KILN_MAX_DIMS]; /* the dynamic dimensions of the next run */
     const char *weights_path; /* the sidecar file, when desc->weights is NULL */
+    const char *pipeline_cache_option; /* kiln_model_options.pipeline_cache */
     /* desc->sync_check: a descriptor set per dispatch (VK_NULL_HANDLE for
      * dispatches this device skips), and a buffer behind the bindings that
      * touch no bytes (each gets its own slice). */
@@ -230,6 +239,14 @@ int64_t kiln__eval_extent(const kiln_extent *e, const int64_t *dims);
 kiln_status kiln__check_dims(const kiln_model_desc *d);
 /* The dims and every dynamic dispatch's workgroup counts into staging. */
 void kiln__write_dims(kiln_model *m);
+
+/* model_pipeline_cache.c: option is kiln_model_options.pipeline_cache
+ * (NULL: the default path). load fills ci's initial data when the file is
+ * this device's and intact; save writes the cache after the pipelines are
+ * made, when it changed; free releases both. None of them fails. */
+void kiln__pipeline_cache_load(kiln_model *m, const char *option, VkPipelineCacheCreateInfo *ci);
+void kiln__pipeline_cache_save(kiln_model *m);
+void kiln__pipeline_cache_free(kiln_model *m);
 
 /* model_weights.c */
 kiln_status kiln__read_weights_file(const char *path, const kiln_model_desc *d, void *dst);

@@ -66,10 +66,10 @@ extern "C" {
  * linked (they differ when a program built against one header runs with
  * another libkilnrt.so). The tables' own version is KILN_ABI_VERSION
  * (kiln_rt_tables.h). */
-#define KILN_RT_VERSION "0.2.0"
-#define KILN_RT_VERSION_NUMBER 200u /* major * 10000 + minor * 100 + patch */
+#define KILN_RT_VERSION "0.3.0"
+#define KILN_RT_VERSION_NUMBER 300u /* major * 10000 + minor * 100 + patch */
 
-/* The linked library's version: "0.2.0"; *number (when not NULL) gets
+/* The linked library's version: "0.3.0"; *number (when not NULL) gets
  * KILN_RT_VERSION_NUMBER's form of it. */
 const char *kiln_rt_version(uint32_t *number);
 
@@ -178,6 +178,13 @@ typedef struct kiln_model_options {
     /* Where the weights sidecar file is, when not at the path the model was
      * compiled with (desc->weights_file); NULL: that path. */
     const char *weights_path;
+    /* (0.3.0) The pipeline cache file: read before the pipelines are made
+     * (when it is this device's and intact) and written after, so that later
+     * starts skip the driver's shader compiles. NULL: the default,
+     * $KILN_CACHE_DIR/pipelines/ (else $XDG_CACHE_HOME/kiln/pipelines/, else
+     * ~/.cache/kiln/pipelines/; KILN_CACHE_DIR set empty turns it off);
+     * "": no cache. It never fails a create. */
+    const char *pipeline_cache;
 } kiln_model_options;
 
 /* kiln_model_create with options (NULL: none). */

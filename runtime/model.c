@@ -98,7 +98,15 @@ static kiln_status create_pipelines(kiln_model *m) {
     VkPipelineCacheCreateInfo ci;
     memset(&ci, 0, sizeof ci);
     ci.sType = VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO;
-    KILN_VK_RETURN(vkCreatePipelineCache(vd, &ci, dev->vk_alloc, &m->cache));
+    kiln__pipeline_cache_load(m, m->pipeline_cache_option, &ci);
+    VkResult cr = vkCreatePipelineCache(vd, &ci, dev->vk_alloc, &m->cache);
+    if (cr != VK_SUCCESS && ci.initialDataSize) { /* data the driver refuses: none */
+        ci.initialDataSize = 0;
+        ci.pInitialData = NULL;
+        m->pipeline_cache_bytes = 0;
+        cr = vkCreatePipelineCache(vd, &ci, dev->vk_alloc, &m->cache);
+    }
+    KILN_VK_RETURN(cr);
 
     m->pipelines = (VkPipeline *)kiln__calloc(m->host, d->kernel_count ? d->kernel_count : 1,
                                               sizeof *m->pipelines);
@@ -140,6 +148,7 @@ static kiln_status create_pipelines(kiln_model *m) {
                               kiln__vk_result_name(r));
         }
     }
+    kiln__pipeline_cache_save(m);
     return KILN_OK;
 }
 
@@ -229,6 +238,9 @@ kiln_status kiln_model_create_ex(kiln_device *device, const kiln_model_desc *des
     m->device = device;
     m->weights_path = options && options->weights_path ? options->weights_path
                                                        : desc->weights_file;
+    m->pipeline_cache_option = KILN__HAS_FIELD(options, kiln_model_options, pipeline_cache)
+                                   ? options->pipeline_cache
+                                   : NULL;
     kiln_status s = KILN_OK;
     if (!device) {
         s = kiln_device_create(NULL, &m->device);
@@ -344,6 +356,7 @@ void kiln_model_destroy(kiln_model *m) {
         }
         if (m->cache)
             vkDestroyPipelineCache(dev->device, m->cache, dev->vk_alloc);
+        kiln__pipeline_cache_free(m);
         if (m->layout)
             vkDestroyPipelineLayout(dev->device, m->layout, dev->vk_alloc);
         if (m->descriptor_pool) /* frees the sets */

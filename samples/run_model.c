@@ -488,12 +488,15 @@ int main(int argc, char **argv) {
     sum_us = calloc(d->dispatch_count + 1, sizeof *sum_us);
     if (!us || !sum_us)
         goto done;
-    kiln_model_options mo = {sizeof mo, 0, NULL};
+    kiln_model_options mo = {sizeof mo, 0, NULL, NULL};
     mo.flags = profile ? KILN_MODEL_PROFILE : 0;
     mo.weights_path = weights;
     kiln_status s = kiln_device_create(NULL, &dev);
+    struct timespec c0, c1;
+    clock_gettime(CLOCK_MONOTONIC, &c0);
     if (s == KILN_OK)
         s = profile || weights ? kiln_model_create_ex(dev, d, &mo, &m) : MODEL_CREATE(dev, &m);
+    clock_gettime(CLOCK_MONOTONIC, &c1);
     for (uint32_t i = 0; states && s == KILN_OK && i < d->state_count; i++) {
         snprintf(path, sizeof path, "%s/init%u.bin", states, i);
         FILE *f = fopen(path, "rb");
@@ -574,6 +577,8 @@ int main(int argc, char **argv) {
         print_features(kiln_device_features(dev));
         printf("arena: %llu bytes\ndispatches: %u\n", (unsigned long long)d->arena_bytes,
                d->dispatch_count);
+        printf("create: %.1f ms\n", ((double)(c1.tv_sec - c0.tv_sec) * 1e3 +
+                                       (double)(c1.tv_nsec - c0.tv_nsec) * 1e-6));
         print_io(m, d);
         if (runs > 1 && steps == 1)
             printf("runs: %d, %.1f us per run (wall clock)\n", runs,

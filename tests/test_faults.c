@@ -57,7 +57,7 @@ static kiln_status cycle(const char *what, uint64_t n) {
         opts.flags |= KILN_DEVICE_VALIDATION;
     kiln_device *dev = NULL;
     kiln_model *m = NULL;
-    kiln_model_options mo = {sizeof mo, KILN_MODEL_PROFILE, NULL};
+    kiln_model_options mo = {sizeof mo, KILN_MODEL_PROFILE, NULL, NULL};
     kiln_status first = kiln_device_create(&opts, &dev);
     if (first == KILN_OK)
         first = kiln_model_create_ex(dev, d, &mo, &m);

@@ -730,3 +730,44 @@ def _(workdir):
         r = run([prog, "-q", "-i", wd / "bad.npy", "-i", wd / "i.npy"])
         check(r.returncode == 1 and what in r.stderr and "input 'x' needs dtype f32 (<f4), "
               "shape (3, 5), C order" in r.stderr, f"{what}: {r.returncode} {r.stderr}")
+
+
+@case("pipeline cache: written after create, read by the next start, a damaged file "
+      "ignored and rewritten, KILN_CACHE_DIR= turns it off")
+def _(workdir):
+    wd = Path(workdir)
+    prog = build_model(wd, model_yaml("pc", {"x": {"dtype": "f32", "shape": [4, 8]}},
+                                      [{"name": "y", "op": "softmax", "inputs": ["x"]}], ["y"]))
+    x = np.random.default_rng(11).standard_normal([4, 8]).astype(np.float32)
+    want = ref.softmax(x)
+    cache = wd / "cache"
+
+    def start(env_dir):
+        np.ascontiguousarray(x).tofile(wd / "x.bin")
+        r = run([prog, "-q", "-i", wd / "x.bin", "-o", wd / "y.bin"],
+                env={"KILN_VALIDATION": VALIDATION, "KILN_CACHE_DIR": env_dir})
+        check(r.returncode == 0, r.stdout + r.stderr)
+        assert_close(np.fromfile(wd / "y.bin", np.float32).reshape(4, 8), want, 1e-5, 1e-6)
+        return sorted((cache / "pipelines").glob("*.vkpc")) if (cache / "pipelines").exists() \
+            else []
+
+    def valid(path):
+        b = path.read_bytes()
+        n = struct.unpack("<Q", b[8:16])[0]
+        h = 1469598103934665603
+        for c in b[24:]:
+            h = ((h ^ c) * 1099511628211) & (1 << 64) - 1
+        return b[:8] == b"KILNPC01" and n == len(b) - 24 and h == struct.unpack("<Q", b[16:24])[0]
+
+    check(start("") == [] and not cache.exists(), "KILN_CACHE_DIR= wrote a pipeline cache")
+    files = start(str(cache))
+    check(len(files) == 1 and valid(files[0]), f"no valid pipeline cache written: {files}")
+    first = files[0].read_bytes()
+    check(first[24:28] != b"\0\0\0\0", "the Vulkan header is missing")
+    files[0].write_bytes(first[:-1] + bytes([first[-1] ^ 0xff]))  # damaged: checksum off
+    files = start(str(cache))
+    check(len(files) == 1 and valid(files[0]), "a damaged cache file was not rewritten")
+    files[0].write_bytes(b"KILNPC01" + b"\xff" * 8)  # truncated
+    files = start(str(cache))
+    check(len(files) == 1 and valid(files[0]), "a truncated cache file was not rewritten")
+    check(not list((cache / "pipelines").glob("*.tmp")), "a temporary file was left behind")

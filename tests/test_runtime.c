@@ -54,7 +54,7 @@ int main(void) {
     EXPECT("runtime: device options with size 4 are INVALID_ARGUMENT",
            kiln_device_create(&small, &dev) == KILN_ERROR_INVALID_ARGUMENT && dev == NULL &&
                strstr(kiln_last_error(), "kiln_device_options.size is 4") != NULL);
-    kiln_model_options msmall = {8, 0, NULL};
+    kiln_model_options msmall = {8, 0, NULL, NULL};
     kiln_model *none = (kiln_model *)1;
     EXPECT("runtime: model options with size 8 are INVALID_ARGUMENT",
            kiln_model_create_ex(NULL, model_desc(), &msmall, &none) ==

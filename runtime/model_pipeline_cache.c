@@ -1,0 +1,182 @@
+/*
+ * model_pipeline_cache.c: the pipeline cache on disk, so that a program's
+ * later starts skip the driver's shader compiles.
+ *
+ * Where: kiln_model_options.pipeline_cache names the file ("" turns it
+ * off); by default it is DIR/pipelines/MODEL-VENDOR-DEVICE.vkpc, DIR being
+ * $KILN_CACHE_DIR (empty: off), else $XDG_CACHE_HOME/kiln, else
+ * ~/.cache/kiln (the compiler's kernel cache lives there too), MODEL a hash
+ * of the model's kernels. The file is "KILNPC01", the data's byte count and
+ * its FNV-1a 64 checksum (little-endian u64s), then what
+ * vkGetPipelineCacheData gave. Before Vulkan sees the data, its header is
+ * checked against this device (vendor, device, pipelineCacheUUID): a file
+ * that is damaged, truncated or another device's is ignored, and written
+ * afresh after the pipelines are made. The file is written through a
+ * temporary name and renamed, so concurrent programs never see half of
+ * one. Nothing here fails a create: a cache that cannot be read or written
+ * is only slower.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MAGIC "KILNPC01"
+#define HEAD_BYTES 24u /* magic, byte count, checksum */
+
+static uint64_t fnv1a(const void *data, size_t n, uint64_t h) {
+    const unsigned char *p = (const unsigned char *)data;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+static void put_u64(unsigned char *p, uint64_t v) {
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint64_t get_u64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static int make_dirs(char *path) { /* every directory of path but its last part */
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = 0;
+        int ok = mkdir(path, 0755) == 0 || errno == EEXIST;
+        *p = '/';
+        if (!ok)
+            return 0;
+    }
+    return 1;
+}
+
+/* The cache file's path (allocated), or NULL when the cache is off. */
+static char *cache_path(kiln_model *m, const char *option) {
+    char *path = NULL;
+    if (option) {
+        if (!*option)
+            return NULL;
+        size_t n = strlen(option) + 1;
+        path = (char *)kiln__calloc(m->host, n, 1);
+        if (path)
+            memcpy(path, option, n);
+        return path;
+    }
+    const char *dir = getenv("KILN_CACHE_DIR"), *sub = "";
+    if (dir && !*dir)
+        return NULL;
+    if (!dir && (dir = getenv("XDG_CACHE_HOME")) && *dir)
+        sub = "/kiln";
+    else if (!dir && (dir = getenv("HOME")) && *dir)
+        sub = "/.cache/kiln";
+    if (!dir || !*dir)
+        return NULL;
+    const kiln_model_desc *d = m->desc;
+    uint64_t h = fnv1a(&d->abi_version, sizeof d->abi_version, 1469598103934665603ull);
+    for (uint32_t i = 0; i < d->kernel_count; i++) {
+        const kiln_kernel *k = &d->kernels[i];
+        h = fnv1a(k->spirv, (size_t)k->words * 4u, h);
+        if (k->alt_spirv)
+            h = fnv1a(k->alt_spirv, (size_t)k->alt_words * 4u, h);
+    }
+    const VkPhysicalDeviceProperties *p = &m->device->props;
+    size_t n = strlen(dir) + strlen(sub) + 80;
+    path = (char *)kiln__calloc(m->host, n, 1);
+    if (path)
+        snprintf(path, n, "%s%s/pipelines/%016llx-%04x-%04x.vkpc", dir, sub,
+                 (unsigned long long)h, p->vendorID, p->deviceID);
+    return path;
+}
+
+/* Whether data (n bytes) starts with a pipeline cache header of this device. */
+static int header_matches(const kiln_device *dev, const unsigned char *data, size_t n) {
+    if (n < 16 + VK_UUID_SIZE)
+        return 0;
+    uint32_t f[4];
+    for (int i = 0; i < 4; i++)
+        f[i] = (uint32_t)data[4 * i] | (uint32_t)data[4 * i + 1] << 8 |
+               (uint32_t)data[4 * i + 2] << 16 | (uint32_t)data[4 * i + 3] << 24;
+    return f[0] >= 16 + VK_UUID_SIZE && f[0] <= n &&
+           f[1] == VK_PIPELINE_CACHE_HEADER_VERSION_ONE && f[2] == dev->props.vendorID &&
+           f[3] == dev->props.deviceID &&
+           memcmp(data + 16, dev->props.pipelineCacheUUID, VK_UUID_SIZE) == 0;
+}
+
+void kiln__pipeline_cache_load(kiln_model *m, const char *option, VkPipelineCacheCreateInfo *ci) {
+    m->pipeline_cache_path = cache_path(m, option);
+    if (!m->pipeline_cache_path)
+        return;
+    FILE *f = fopen(m->pipeline_cache_path, "rb");
+    if (!f)
+        return;
+    unsigned char head[HEAD_BYTES];
+    if (fread(head, 1, HEAD_BYTES, f) == HEAD_BYTES && memcmp(head, MAGIC, 8) == 0) {
+        uint64_t n = get_u64(head + 8);
+        unsigned char *data = n && n < (1ull << 31)
+                                  ? (unsigned char *)kiln__calloc(m->host, (size_t)n, 1)
+                                  : NULL;
+        if (data && fread(data, 1, (size_t)n, f) == n && fgetc(f) == EOF &&
+            fnv1a(data, (size_t)n, 1469598103934665603ull) == get_u64(head + 16) &&
+            header_matches(m->device, data, (size_t)n)) {
+            m->pipeline_cache_data = data;
+            m->pipeline_cache_bytes = (size_t)n;
+            ci->initialDataSize = (size_t)n;
+            ci->pInitialData = data;
+        } else {
+            kiln__free(m->host, data);
+        }
+    }
+    fclose(f);
+}
+
+void kiln__pipeline_cache_save(kiln_model *m) {
+    VkDevice vd = m->device->device;
+    size_t n = 0;
+    if (!m->pipeline_cache_path || !m->cache ||
+        vkGetPipelineCacheData(vd, m->cache, &n, NULL) != VK_SUCCESS || n == 0)
+        return;
+    unsigned char *buf = (unsigned char *)kiln__calloc(m->host, n + HEAD_BYTES, 1);
+    if (!buf)
+        return;
+    size_t got = n;
+    if (vkGetPipelineCacheData(vd, m->cache, &got, buf + HEAD_BYTES) == VK_SUCCESS &&
+        !(got == m->pipeline_cache_bytes &&
+          memcmp(buf + HEAD_BYTES, m->pipeline_cache_data, got) == 0)) {
+        memcpy(buf, MAGIC, 8);
+        put_u64(buf + 8, got);
+        put_u64(buf + 16, fnv1a(buf + HEAD_BYTES, got, 1469598103934665603ull));
+        size_t plen = strlen(m->pipeline_cache_path) + 32;
+        char *tmp = (char *)kiln__calloc(m->host, plen, 1);
+        if (tmp && make_dirs(m->pipeline_cache_path)) {
+            snprintf(tmp, plen, "%s.%ld.tmp", m->pipeline_cache_path, (long)getpid());
+            FILE *f = fopen(tmp, "wb");
+            int ok = f && fwrite(buf, 1, got + HEAD_BYTES, f) == got + HEAD_BYTES;
+            if (f && fclose(f) != 0)
+                ok = 0;
+            if (!ok || rename(tmp, m->pipeline_cache_path) != 0)
+                remove(tmp);
+        }
+        kiln__free(m->host, tmp);
+    }
+    kiln__free(m->host, buf);
+}
+
+void kiln__pipeline_cache_free(kiln_model *m) {
+    kiln__free(m->host, m->pipeline_cache_data);
+    kiln__free(m->host, m->pipeline_cache_path);
+    m->pipeline_cache_data = NULL;
+    m->pipeline_cache_path = NULL;
+}
