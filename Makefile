@@ -41,7 +41,7 @@ PACKAGES = build-essential libvulkan-dev libshaderc-dev glslc spirv-tools \
            libyaml-dev mesa-vulkan-drivers vulkan-validationlayers \
            libprotobuf-c-dev protobuf-c-compiler libonnx-dev pkg-config
 TEST_PACKAGES = python3 python3-numpy python3-yaml clang g++ libonnx-testdata \
-                graphviz chromium man-db
+                graphviz chromium man-db cmake
 
 COMPILER_SRC = $(filter-out compiler/embed.c, $(wildcard compiler/*.c))
 COMPILER_OBJ = $(COMPILER_SRC:compiler/%.c=$(B)/compiler/%.o) $(B)/compiler/embedded.o \
@@ -193,10 +193,12 @@ onnx-report: test-deps $(B)/kiln $(B)/libkilnrt.a $(B)/run_model_test.o
 
 # ---- install ----
 # make install PREFIX=/usr/local [DESTDIR=...]: the compiler, the runtime
-# (static and shared), its headers, a pkg-config file (kilnrt) and the man
-# page. samples/embed/ builds against them with pkg-config alone.
+# (static and shared), its headers, a pkg-config file (kilnrt), a CMake
+# package (find_package(kiln): lib/cmake/kiln) and the man page.
+# samples/embed/ builds against them with pkg-config alone, or with CMake.
 
 PREFIX ?= /usr/local
+RT_VERSION = $(shell sed -n 's/^\#define KILN_RT_VERSION "\(.*\)"/\1/p' runtime/kiln_rt.h)
 BINDIR = $(DESTDIR)$(PREFIX)/bin
 LIBDIR = $(DESTDIR)$(PREFIX)/lib
 INCDIR = $(DESTDIR)$(PREFIX)/include
@@ -210,13 +212,20 @@ install: deps $(B)/kiln $(B)/libkilnrt.a $(B)/shared/libkilnrt.so
 	ln -sf $(RT_SONAME) $(LIBDIR)/libkilnrt.so
 	install -m 644 runtime/kiln_rt.h runtime/kiln_rt_tables.h runtime/kiln_rt_vulkan.h $(INCDIR)/
 	install -m 644 compiler/kiln.1 $(MANDIR)/kiln.1
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(shell sed -n 's/^#define KILN_RT_VERSION "\(.*\)"/\1/p' runtime/kiln_rt.h)|' \
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(RT_VERSION)|' \
 	  runtime/kilnrt.pc.in > $(LIBDIR)/pkgconfig/kilnrt.pc
+	install -d $(LIBDIR)/cmake/kiln
+	sed -e 's|@VERSION@|$(RT_VERSION)|' runtime/kiln-config.cmake.in \
+	  > $(LIBDIR)/cmake/kiln/kiln-config.cmake
+	sed -e 's|@VERSION@|$(RT_VERSION)|' runtime/kiln-config-version.cmake.in \
+	  > $(LIBDIR)/cmake/kiln/kiln-config-version.cmake
 	@echo "kiln: installed in $(DESTDIR)$(PREFIX)"
 
 uninstall:
 	rm -f $(BINDIR)/kiln $(LIBDIR)/libkilnrt.a $(LIBDIR)/$(RT_SONAME) $(LIBDIR)/libkilnrt.so \
-	  $(INCDIR)/kiln_rt.h $(INCDIR)/kiln_rt_tables.h $(INCDIR)/kiln_rt_vulkan.h $(MANDIR)/kiln.1 $(LIBDIR)/pkgconfig/kilnrt.pc
+	  $(INCDIR)/kiln_rt.h $(INCDIR)/kiln_rt_tables.h $(INCDIR)/kiln_rt_vulkan.h $(MANDIR)/kiln.1 $(LIBDIR)/pkgconfig/kilnrt.pc \
+	  $(LIBDIR)/cmake/kiln/kiln-config.cmake $(LIBDIR)/cmake/kiln/kiln-config-version.cmake
+	-rmdir $(LIBDIR)/cmake/kiln 2>/dev/null
 
 # ---- fuzzing ----
 # make fuzz [FUZZ_SECONDS=60] [FUZZ_TARGETS="yaml onnx ..."]: builds the

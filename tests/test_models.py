@@ -545,7 +545,7 @@ def test_vulkan_handles(workdir):
 
 
 @case("make install PREFIX=...: samples/embed builds out of tree with pkg-config alone "
-      "and its firmware loop prints latency percentiles")
+      "and with CMake (find_package(kiln)), and its firmware loop prints latency percentiles")
 def test_install(workdir):
     if EXTRA_CFLAGS:
         raise Skip("the sanitizer build links its runtime statically; a shared "
@@ -560,7 +560,9 @@ def test_install(workdir):
     r = run(["make", "-s", "-C", tree, "install", f"PREFIX={prefix}"], timeout=600)
     check(r.returncode == 0, r.stdout + r.stderr)
     for f in ["bin/kiln", "lib/libkilnrt.a", "lib/libkilnrt.so.1", "lib/libkilnrt.so",
-              "include/kiln_rt.h", "include/kiln_rt_tables.h", "include/kiln_rt_vulkan.h", "lib/pkgconfig/kilnrt.pc", "share/man/man1/kiln.1"]:
+              "include/kiln_rt.h", "include/kiln_rt_tables.h", "include/kiln_rt_vulkan.h",
+              "lib/pkgconfig/kilnrt.pc", "lib/cmake/kiln/kiln-config.cmake",
+              "lib/cmake/kiln/kiln-config-version.cmake", "share/man/man1/kiln.1"]:
         check((prefix / f).exists(), f"{f} was not installed")
     # The shared library exports the API of the installed headers, every
     # function of it, and none of the runtime's kiln__ internals.
@@ -593,6 +595,26 @@ def test_install(workdir):
     check(str(prefix / "lib" / "libkilnrt.so.1") in r.stdout, f"not the installed library:\n{r.stdout}")
     r = run([embed / "firmware"], env={"KILN_VALIDATION": VALIDATION})
     check(r.returncode == 0 and re.search(r"mlp: 1000 runs, latency p50 [\d.]+ us, p99 [\d.]+ us",
+                                          r.stdout), r.stdout + r.stderr)
+    # The same sample with CMake: find_package(kiln) and kiln_add_model, an
+    # ONNX model this time (it compiles when the model changes). A clean copy
+    # of the sources: the net.h that make wrote beside firmware.c would be
+    # found before the build tree's (#include "..." looks there first).
+    src = d / "embed-cmake"
+    src.mkdir()
+    for f in ("CMakeLists.txt", "firmware.c"):
+        shutil.copy(ROOT / "samples" / "embed" / f, src / f)
+    cm = d / "cmake-build"
+    onnx = ROOT / "tests" / "models" / "densenet_tiny_dynamo18" / "model.onnx"
+    r = run(["cmake", "-S", src, "-B", cm, f"-DCMAKE_PREFIX_PATH={prefix}",
+             f"-DMODEL={onnx}"], timeout=600)
+    check(r.returncode == 0, r.stdout + r.stderr)
+    r = run(["cmake", "--build", cm], timeout=600)
+    check(r.returncode == 0 and "kiln: compiling" in r.stdout, r.stdout + r.stderr)
+    r = run(["ldd", cm / "firmware"])
+    check(str(prefix / "lib" / "libkilnrt.so.1") in r.stdout, f"not the installed library:\n{r.stdout}")
+    r = run([cm / "firmware"], env={"KILN_VALIDATION": VALIDATION})
+    check(r.returncode == 0 and re.search(r": 1000 runs, latency p50 [\d.]+ us, p99 [\d.]+ us",
                                           r.stdout), r.stdout + r.stderr)
 
 
