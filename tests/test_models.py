@@ -719,7 +719,8 @@ def test_decode_sample(workdir):
                   f"{int(nxt[-1])}")
 
 
-@case("run_model: .npy inputs and outputs (dtype and shape checked), as raw .bin gives")
+@case("run_model: .npy inputs and outputs of every dtype (dtype and shape checked), as raw "
+      ".bin gives")
 def _(workdir):
     wd = Path(workdir)
     y = model_yaml("np", {"x": {"dtype": "f32", "shape": [3, 5]},
@@ -745,6 +746,29 @@ def _(workdir):
     got = run_program(prog, [x, i], [s, j])
     check(got[0].tobytes() == s.tobytes() and got[1].tobytes() == j.tobytes(),
           ".npy and .bin runs differ")
+    # every dtype kiln reads, through .npy both ways (outputs that are views
+    # of the inputs)
+    kinds = {"f32": np.float32, "f16": np.float16, "i32": np.int32, "i64": np.int64,
+             "bool": np.bool_, "u8": np.uint8, "i8": np.int8}
+    y = model_yaml("dt", {f"x_{k}": {"dtype": k, "shape": [2, 3]} for k in kinds},
+                   [{"name": f"y_{k}", "op": "reshape", "inputs": [f"x_{k}"], "shape": [3, 2]}
+                    for k in kinds], [f"y_{k}" for k in kinds])
+    sub = wd / "dtypes"
+    sub.mkdir()
+    build_model(sub, y)
+    args = [sub / "model", "-q"]
+    for k, t in kinds.items():
+        a = (r0.standard_normal([2, 3]) * 50).astype(t) if t != np.bool_ else \
+            r0.random([2, 3]) < 0.5
+        np.save(sub / f"x_{k}.npy", a)
+        args += ["-i", sub / f"x_{k}.npy"]
+    args += [a for k in kinds for a in ("-o", sub / f"y_{k}.npy")]
+    r = run(args, env={"KILN_VALIDATION": VALIDATION})
+    check(r.returncode == 0, r.stdout + r.stderr)
+    for k, t in kinds.items():
+        got, want = np.load(sub / f"y_{k}.npy"), np.load(sub / f"x_{k}.npy").reshape(3, 2)
+        check(got.dtype == want.dtype and got.shape == (3, 2) and
+              got.tobytes() == want.tobytes(), f"{k}: {got.dtype} {got.shape} {got} {want}")
     # a wrong dtype, a wrong shape, Fortran order: each refused by name
     for bad, what in [(x.astype(np.float64), "'<f8'"), (x.reshape(5, 3), "(5, 3)"),
                       (np.asfortranarray(x), "'fortran_order': True")]:

@@ -125,7 +125,8 @@ def concat_case(i, shapes, axis, dtype=np.float32):
         r = rng(1200 + i)
         xs = [values(r, s).astype(dtype) if dtype != np.bool_ else r.random(s) < 0.5
               for s in shapes]
-        one_op(workdir, "concat", xs, np.concatenate(xs, axis), {"axis": axis})
+        one_op(workdir, "concat", xs, np.concatenate(xs, axis), {"axis": axis},
+               names=[f"x{i}" for i in range(len(xs))])
     return test
 
 
@@ -138,8 +139,9 @@ case("op concat bool")(concat_case(9, [[3, 2], [3, 5]], 1, np.bool_))
 # --sync-check (every test compiles with it) each part's write descriptor
 # starts rounded down into its neighbour's last unit; no hazard may be
 # reported, since the writes do not overlap.
-case("op concat of four [30] and of five [7] (parts not 16-byte multiples)")(
-    lambda wd: (concat_case(10, [[30]] * 4, 0)(wd), concat_case(11, [[7]] * 5, 0)(wd)))
+for _n, _len in [(4, 30), (5, 7), (8, 30), (16, 3)]:
+    case(f"op concat of {_n} [{_len}] parts (not 16-byte multiples)")(
+        concat_case(10 + _n, [[_len]] * _n, 0))
 
 
 def split_case(i, shape, axis, sizes, nout):
