@@ -24,7 +24,8 @@
 
 #include "../runtime/kiln_rt.h"
 
-#define KILN_VERSION "0.1.0"
+/* One version for the compiler and the runtime it emits code for. */
+#define KILN_VERSION KILN_RT_VERSION
 #define MAX_RANK KILN_MAX_RANK
 #define MAX_ARGS KILN_MAX_BINDINGS
 #define MAX_DIMS KILN_MAX_DIMS
