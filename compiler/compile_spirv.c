@@ -62,14 +62,24 @@ static void release_include(void *user, shaderc_include_result *r) {
     free(r);
 }
 
+/* what followed by msg, with malloc (the worker threads use it too: not
+ * the tracked heap); NULL when out of memory. */
+static char *dup_message(const char *what, const char *msg) {
+    size_t n = strlen(what) + strlen(msg) + 1;
+    char *s = malloc(n);
+    if (s)
+        snprintf(s, n, "%s%s", what, msg);
+    return s;
+}
+
 /* NULL when the words are valid SPIR-V for Vulkan, else the validator's
- * message. */
+ * message (malloc: free it). */
 static char *spirv_invalid(spv_context ctx, const uint32_t *words, size_t n) {
     spv_const_binary_t bin = {words, n};
     spv_diagnostic diag = NULL;
     char *msg = NULL;
     if (spvValidate(ctx, &bin, &diag) != SPV_SUCCESS)
-        msg = xstrdup(diag && diag->error ? diag->error : "?");
+        msg = dup_message("", diag && diag->error ? diag->error : "?");
     spvDiagnosticDestroy(diag);
     return msg;
 }
@@ -159,7 +169,7 @@ static void prepare_job(Job *j, const Dispatch *d, const char *extra, bool sync_
             j->nwords = cached_words;
             j->cached = true;
         }
-        xfree(invalid); /* invalid: compiled again, and the entry overwritten */
+        free(invalid); /* invalid: compiled again, and the entry overwritten */
         xfree(cached);
         if (j->cached)
             return;
@@ -169,14 +179,6 @@ static void prepare_job(Job *j, const Dispatch *d, const char *extra, bool sync_
     if (!src)
         internal_error("no shader family %s", j->file);
     j->text = format("%.*s%s", (int)src->size, src->text, tail);
-}
-
-static char *dup_message(const char *what, const char *msg) {
-    size_t n = strlen(what) + strlen(msg) + 1;
-    char *s = malloc(n);
-    if (s)
-        snprintf(s, n, "%s%s", what, msg);
-    return s;
 }
 
 static void compile_job(Job *j, shaderc_compiler_t sc, spv_context ctx) {
@@ -205,17 +207,16 @@ static void compile_job(Job *j, shaderc_compiler_t sc, spv_context ctx) {
         j->error = dup_message("does not compile:\n", shaderc_result_get_error_message(r));
     } else {
         size_t nwords = shaderc_result_get_length(r) / 4;
-        spv_const_binary_t bin = {(const uint32_t *)shaderc_result_get_bytes(r), nwords};
-        spv_diagnostic diag = NULL;
-        if (spvValidate(ctx, &bin, &diag) != SPV_SUCCESS)
-            j->error = dup_message("is invalid SPIR-V: ",
-                                   diag && diag->error ? diag->error : "?");
+        const uint32_t *words = (const uint32_t *)shaderc_result_get_bytes(r);
+        char *invalid = spirv_invalid(ctx, words, nwords);
+        if (invalid)
+            j->error = dup_message("is invalid SPIR-V: ", invalid);
         else if ((j->words = malloc(nwords * sizeof *j->words + 1)))
-            memcpy(j->words, bin.code, nwords * sizeof *j->words);
+            memcpy(j->words, words, nwords * sizeof *j->words);
         else
             j->error = dup_message("", "out of memory");
         j->nwords = nwords;
-        spvDiagnosticDestroy(diag);
+        free(invalid);
     }
     shaderc_result_release(r);
     shaderc_compile_options_release(o);

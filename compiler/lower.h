@@ -83,6 +83,10 @@ MatmulShape matrix_product(Tensor *c, Tensor *a, Tensor *b, int64_t M, int64_t N
                            int64_t K, bool ta, bool tb);
 void bind_bias(Dispatch *d, Tensor *bias, Operand bo, double beta, Tensor *a);
 const char *activation_expr(const char *name);
+/* e with each identifier that sub (given ctx) maps to text replaced by it
+ * (sub returns NULL: the identifier stays). */
+char *rewrite_identifiers(const char *e, const char *(*sub)(void *ctx, const char *ident),
+                          void *ctx);
 
 /* ---- lower_index.c ----------------------------------------------------- */
 

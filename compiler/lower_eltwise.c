@@ -68,6 +68,38 @@ static int leaf_index(Tensor **leaves, int *nleaves, int max, Tensor *t) {
     return (*nleaves)++;
 }
 
+char *rewrite_identifiers(const char *e, const char *(*sub)(void *ctx, const char *ident),
+                          void *ctx) {
+    Str out = {0};
+    str_add(&out, "");
+    while (*e) {
+        if (isalpha((unsigned char)*e) || *e == '_') {
+            const char *s0 = e;
+            while (isalnum((unsigned char)*e) || *e == '_')
+                e++;
+            char *ident = format("%.*s", (int)(e - s0), s0);
+            const char *by = sub(ctx, ident);
+            str_add(&out, by ? by : ident);
+        } else {
+            str_addn(&out, e++, 1);
+        }
+    }
+    return out.buf;
+}
+
+typedef struct FusedNames {
+    Node *n;
+    const char *ct;
+    char **sub; /* operand k's expression */
+} FusedNames;
+
+static const char *fused_name(void *ctx, const char *ident) {
+    FusedNames *f = ctx;
+    if (ident[0] >= 'a' && ident[0] < 'a' + f->n->ninputs && !ident[1])
+        return f->sub[ident[0] - 'a'];
+    return attribute_literal(f->n, ident, f->ct);
+}
+
 char *fused_expr(Node *n, const char *ct, Tensor **leaves, int *nleaves, int max) {
     char **sub = xcalloc((size_t)n->ninputs + 1, sizeof(char *));
     for (int k = 0; k < n->ninputs; k++) {
@@ -86,27 +118,8 @@ char *fused_expr(Node *n, const char *ct, Tensor **leaves, int *nleaves, int max
     }
     /* Rewrite identifiers: operands a..f become their expressions,
      * attribute names their values; everything else stays. */
-    const char *e = node_expr(n, ct);
-    Str out = {0};
-    str_add(&out, "");
-    while (*e) {
-        if (isalpha((unsigned char)*e) || *e == '_') {
-            const char *s0 = e;
-            while (isalnum((unsigned char)*e) || *e == '_')
-                e++;
-            char *ident = format("%.*s", (int)(e - s0), s0);
-            char *lit;
-            if (e - s0 == 1 && *s0 >= 'a' && *s0 < 'a' + n->ninputs)
-                str_add(&out, sub[*s0 - 'a']);
-            else if ((lit = attribute_literal(n, ident, ct)))
-                str_add(&out, lit);
-            else
-                str_add(&out, ident);
-        } else {
-            str_addn(&out, e++, 1);
-        }
-    }
-    return out.buf;
+    FusedNames names = {n, ct, sub};
+    return rewrite_identifiers(node_expr(n, ct), fused_name, &names);
 }
 
 

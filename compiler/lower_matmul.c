@@ -6,7 +6,6 @@
  */
 #include "lower.h"
 
-#include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -444,31 +443,20 @@ void lower_matmul(Program *p, Node *n) {
 /* A fused epilogue's activation over its float accumulator x: the named
  * ACTIVATION row's expression (ops.def) with the operand a as x and the
  * compute type CT as float; "(x)" for none. */
+static const char *activation_name(void *ctx, const char *ident) {
+    (void)ctx;
+    return strcmp(ident, "a") == 0 ? "(x)" : strcmp(ident, "CT") == 0 ? "float" : NULL;
+}
+
 const char *activation_expr(const char *name) {
     int op = activation_lookup(name);
     if (op < 0)
         internal_error("activation '%s' is not an ACTIVATION row of ops.def", name);
     if (op == OP_COUNT)
         return "(x)";
-    Str out = {0};
-    str_add(&out, "");
-    for (const char *e = op_info[op].expr; *e && *e != '#';) {
-        if (isalpha((unsigned char)*e) || *e == '_') {
-            const char *s0 = e;
-            while (isalnum((unsigned char)*e) || *e == '_')
-                e++;
-            size_t len = (size_t)(e - s0);
-            if (len == 1 && *s0 == 'a')
-                str_add(&out, "(x)");
-            else if (len == 2 && strncmp(s0, "CT", 2) == 0)
-                str_add(&out, "float");
-            else
-                str_addn(&out, s0, len);
-        } else {
-            str_addn(&out, e++, 1);
-        }
-    }
-    return out.buf;
+    const char *e = op_info[op].expr, *bar = strchr(e, '#'); /* the float variant */
+    return rewrite_identifiers(bar ? format("%.*s", (int)(bar - e), e) : e, activation_name,
+                               NULL);
 }
 
 /* One product C [M, N] = op(A) op(B) of whole 2-D tensors, op a transpose

@@ -79,6 +79,18 @@ void map_view(Ctx *c, const OnnxOp *op) {
     bind_value(c, out_name(c, 0), o);
 }
 
+/* Slice bounds past what kiln's 32-bit extents hold, clamped (the same
+ * slice: ONNX clamps them to the axis anyway). */
+static void clamp_slice_bounds(Attr *a) {
+    for (int i = 0; a && i < a->nitems; i++) {
+        long long val = strtoll(a->items[i], NULL, 10);
+        if (val > 4294967295LL)
+            a->items[i] = xstrdup("4294967295");
+        if (val < -4294967295LL)
+            a->items[i] = xstrdup("-4294967296");
+    }
+}
+
 void map_slice(Ctx *c, const OnnxOp *op) {
     Value *x = in(c, 0);
     Node *k = emit(c, op->kop, 1, &x, out_name(c, 0));
@@ -94,22 +106,8 @@ void map_slice(Ctx *c, const OnnxOp *op) {
             node_set_ints(k, "steps", const_ints(c, 4, "steps", v, MAX_RANK), v);
     }
     /* INT64_MAX ends (the ONNX idiom for "to the end") fit after clamping. */
-    Attr *e = node_attr(k, "ends");
-    for (int i = 0; e && i < e->nitems; i++) {
-        long long val = strtoll(e->items[i], NULL, 10);
-        if (val > 4294967295LL)
-            e->items[i] = xstrdup("4294967295");
-        if (val < -4294967295LL)
-            e->items[i] = xstrdup("-4294967296");
-    }
-    Attr *s = node_attr(k, "starts");
-    for (int i = 0; s && i < s->nitems; i++) {
-        long long val = strtoll(s->items[i], NULL, 10);
-        if (val > 4294967295LL)
-            s->items[i] = xstrdup("4294967295");
-        if (val < -4294967295LL)
-            s->items[i] = xstrdup("-4294967296");
-    }
+    clamp_slice_bounds(node_attr(k, "ends"));
+    clamp_slice_bounds(node_attr(k, "starts"));
     finish(c, k);
 }
 

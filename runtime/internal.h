@@ -249,6 +249,12 @@ void kiln__pipeline_cache_save(kiln_model *m);
 void kiln__pipeline_cache_free(kiln_model *m);
 
 /* model_weights.c */
+#define KILN__FNV_SEED 1469598103934665603ull
+/* FNV-1a 64 of n bytes, continuing from h (KILN__FNV_SEED to start): the
+ * checksum the compiler writes for the weights, and the pipeline cache's. */
+uint64_t kiln__fnv1a64(const void *data, size_t n, uint64_t h);
+/* A little-endian u64 of the sidecar and pipeline cache files. */
+uint64_t kiln__get_u64(const unsigned char *p);
 kiln_status kiln__read_weights_file(const char *path, const kiln_model_desc *d, void *dst);
 
 /* model_transfer.c */

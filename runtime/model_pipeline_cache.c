@@ -29,25 +29,9 @@
 #define MAGIC "KILNPC01"
 #define HEAD_BYTES 24u /* magic, byte count, checksum */
 
-static uint64_t fnv1a(const void *data, size_t n, uint64_t h) {
-    const unsigned char *p = (const unsigned char *)data;
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= 1099511628211ull;
-    }
-    return h;
-}
-
 static void put_u64(unsigned char *p, uint64_t v) {
     for (int i = 0; i < 8; i++)
         p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint64_t get_u64(const unsigned char *p) {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
 }
 
 static int make_dirs(char *path) { /* every directory of path but its last part */
@@ -85,12 +69,12 @@ static char *cache_path(kiln_model *m, const char *option) {
     if (!dir || !*dir)
         return NULL;
     const kiln_model_desc *d = m->desc;
-    uint64_t h = fnv1a(&d->abi_version, sizeof d->abi_version, 1469598103934665603ull);
+    uint64_t h = kiln__fnv1a64(&d->abi_version, sizeof d->abi_version, KILN__FNV_SEED);
     for (uint32_t i = 0; i < d->kernel_count; i++) {
         const kiln_kernel *k = &d->kernels[i];
-        h = fnv1a(k->spirv, (size_t)k->words * 4u, h);
+        h = kiln__fnv1a64(k->spirv, (size_t)k->words * 4u, h);
         if (k->alt_spirv)
-            h = fnv1a(k->alt_spirv, (size_t)k->alt_words * 4u, h);
+            h = kiln__fnv1a64(k->alt_spirv, (size_t)k->alt_words * 4u, h);
     }
     const VkPhysicalDeviceProperties *p = &m->device->props;
     size_t n = strlen(dir) + strlen(sub) + 80;
@@ -124,12 +108,12 @@ void kiln__pipeline_cache_load(kiln_model *m, const char *option, VkPipelineCach
         return;
     unsigned char head[HEAD_BYTES];
     if (fread(head, 1, HEAD_BYTES, f) == HEAD_BYTES && memcmp(head, MAGIC, 8) == 0) {
-        uint64_t n = get_u64(head + 8);
+        uint64_t n = kiln__get_u64(head + 8);
         unsigned char *data = n && n < (1ull << 31)
                                   ? (unsigned char *)kiln__calloc(m->host, (size_t)n, 1)
                                   : NULL;
         if (data && fread(data, 1, (size_t)n, f) == n && fgetc(f) == EOF &&
-            fnv1a(data, (size_t)n, 1469598103934665603ull) == get_u64(head + 16) &&
+            kiln__fnv1a64(data, (size_t)n, KILN__FNV_SEED) == kiln__get_u64(head + 16) &&
             header_matches(m->device, data, (size_t)n)) {
             m->pipeline_cache_data = data;
             m->pipeline_cache_bytes = (size_t)n;
@@ -157,7 +141,7 @@ void kiln__pipeline_cache_save(kiln_model *m) {
           memcmp(buf + HEAD_BYTES, m->pipeline_cache_data, got) == 0)) {
         memcpy(buf, MAGIC, 8);
         put_u64(buf + 8, got);
-        put_u64(buf + 16, fnv1a(buf + HEAD_BYTES, got, 1469598103934665603ull));
+        put_u64(buf + 16, kiln__fnv1a64(buf + HEAD_BYTES, got, KILN__FNV_SEED));
         size_t plen = strlen(m->pipeline_cache_path) + 32;
         char *tmp = (char *)kiln__calloc(m->host, plen, 1);
         if (tmp && make_dirs(m->pipeline_cache_path)) {

@@ -71,21 +71,27 @@ kiln_status MODEL_RUN(kiln_model *model, const void *const *inputs,
 void MODEL_DESTROY(kiln_model *model);
 #endif
 
+/* The rest of f (path) into dst: exactly bytes bytes ("bytes" followed by
+ * what in the message when not). Closes f. */
+static int read_rest(FILE *f, const char *path, void *dst, uint64_t bytes, const char *what) {
+    size_t got = bytes ? fread(dst, 1, (size_t)bytes, f) : 0;
+    int extra = fgetc(f) != EOF;
+    fclose(f);
+    if (got != bytes || extra) {
+        fprintf(stderr, "run_model: %s must hold exactly %llu bytes%s\n", path,
+                (unsigned long long)bytes, what);
+        return 0;
+    }
+    return 1;
+}
+
 static int read_exact(const char *path, void *dst, uint64_t bytes) {
     FILE *f = fopen(path, "rb");
     if (!f) {
         perror(path);
         return 0;
     }
-    size_t got = bytes ? fread(dst, 1, (size_t)bytes, f) : 0;
-    int extra = fgetc(f) != EOF;
-    fclose(f);
-    if (got != bytes || extra) {
-        fprintf(stderr, "run_model: %s must hold exactly %llu bytes\n", path,
-                (unsigned long long)bytes);
-        return 0;
-    }
-    return 1;
+    return read_rest(f, path, dst, bytes, "");
 }
 
 /* ---- NumPy .npy files (format versions 1 to 3; little-endian, C order) */
@@ -155,15 +161,7 @@ static int read_npy(const char *path, const kiln_model *m, const kiln_tensor_inf
         fclose(f);
         return 0;
     }
-    size_t got = bytes ? fread(dst, 1, (size_t)bytes, f) : 0;
-    int extra = fgetc(f) != EOF;
-    fclose(f);
-    if (got != bytes || extra) {
-        fprintf(stderr, "run_model: %s must hold exactly %llu bytes of data\n", path,
-                (unsigned long long)bytes);
-        return 0;
-    }
-    return 1;
+    return read_rest(f, path, dst, bytes, " of data");
 }
 
 /* Writes the tensor's bytes as path: .npy (format 1.0, header padded to 64
