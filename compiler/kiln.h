@@ -461,6 +461,7 @@ typedef struct Options {
     const char *weights_file; /* --weights-file (or chosen by size) */
     bool embed_weights;     /* --embed-weights */
     bool report;            /* --report */
+    bool time_stages;       /* --time */
     bool no_fuse_eltwise;   /* --no-fuse=eltwise */
     bool no_fuse_epilogue;  /* --no-fuse=epilogue */
     bool no_fuse_norm;      /* --no-fuse=norm */

@@ -1,6 +1,7 @@
 /*
  * main.c: the kiln command line, which reads as the compiler's pipeline.
  */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "kiln.h"
 
 #include <ctype.h>
@@ -9,13 +10,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static const char usage[] =
     "usage: kiln compile MODEL [-o OUT.c] [--name PREFIX] [--shape NAME=DxD..]...\n"
     "                          [--const NAME=TENSOR.pb]... [--align BYTES]\n"
     "                          [--debug-tensors] [--guard] [--sync-check]\n"
-    "                          [--no-fuse[=LIST]] [--report] [-v]\n"
+    "                          [--no-fuse[=LIST]] [--report] [--time] [-v]\n"
     "                          [--weights FORMAT]\n"
     "                          [--weights-file FILE | --embed-weights]\n"
     "                          [--kernel-cache DIR | --no-kernel-cache]\n"
@@ -57,6 +59,7 @@ static const char usage[] =
     "                   ~/.cache/kiln; KILN_CACHE_DIR= turns it off)\n"
     "  --no-kernel-cache  compile every kernel afresh, store nothing\n"
     "  -v               say what the optimizer removed and what the kernel cache did\n"
+    "  --time           print how long each stage of the compiler took (stderr)\n"
     "compile:\n"
     "  -o OUT.c         write OUT.c and OUT.h (default: PREFIX.c here)\n"
     "  --report         print the size of each part and the device memory\n"
@@ -156,6 +159,8 @@ static void parse_args(int argc, char **argv, bool inspect, Args *a) {
             (shape ? a->shapes : a->consts)[(*n)++] = v;
         } else if (strcmp(arg, "-v") == 0) {
             a->opt.verbose = true;
+        } else if (strcmp(arg, "--time") == 0) {
+            a->opt.time_stages = true;
         } else if (strncmp(arg, "--no-fuse", 9) == 0 && (arg[9] == 0 || arg[9] == '=')) {
             const char *which = arg[9] ? arg + 10 : "eltwise,epilogue,norm,qkv";
             for (const char *w = which; *w;) {
@@ -246,6 +251,23 @@ static void check_output_dir(const char *path) {
         fatal("cannot write %s: no permission to write in %s", path, dir);
 }
 
+/* --time: each stage's wall-clock time, printed to stderr as it ends. */
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void stage_done(const Options *opt, const char *stage) {
+    static double last, first;
+    double t = now_s();
+    if (!first)
+        first = last = t;
+    if (opt->time_stages && stage)
+        fprintf(stderr, "kiln: %-10s %8.3f s (%.3f s in all)\n", stage, t - last, t - first);
+    last = t;
+}
+
 /* The whole pipeline up to SPIR-V: what compile emits and inspect shows. */
 static Program *build(Args *a, Graph **out_graph) {
     const char *model = a->model;
@@ -254,12 +276,18 @@ static Program *build(Args *a, Graph **out_graph) {
         fatal("%s: unsupported model format (kiln reads .yaml, .yml and .onnx)", model);
     if ((a->nshapes || a->nconsts) && !onnx)
         fatal("--shape and --const are for ONNX models");
+    const Options *o = &a->opt;
+    stage_done(o, NULL);
     Graph *g = onnx ? load_onnx(model, a->nshapes, a->shapes, a->nconsts, a->consts)
                     : load_yaml(model);
+    stage_done(o, "read");
     load_weights(g);
+    stage_done(o, "weights");
     infer_shapes(g);
+    stage_done(o, "shapes");
     optimize(g, &a->opt);
     quantize_weights(g, &a->opt);
+    stage_done(o, "optimize");
     if (!a->opt.name)
         a->opt.name = sanitize_name(g->name);
     Program *p = lower(g);
@@ -267,10 +295,13 @@ static Program *build(Args *a, Graph **out_graph) {
     p->debug_tensors = a->opt.debug_tensors;
     p->guard = a->opt.guard;
     p->sync_check = a->opt.sync_check;
+    stage_done(o, "lower");
     plan_memory(g, p);
     schedule(g, p);
+    stage_done(o, "plan");
     KernelCache *cache = kernel_cache_open(a->opt.kernel_cache, a->opt.verbose);
     compile_kernels(p, cache);
+    stage_done(o, "kernels");
     if (cache && a->opt.verbose)
         fprintf(stderr, "kiln: kernel cache %s: %d kernels found, %d compiled\n", cache->dir,
                 cache->hits, cache->misses);
@@ -297,6 +328,7 @@ static int compile(int argc, char **argv) {
     }
     Str c = {0}, h = {0}, w = {0};
     emit_c(g, p, &a.opt, header, &c, &h, &w);
+    stage_done(&a.opt, "emit");
     if (a.opt.weights_file && !write_file(a.opt.weights_file, w.buf, w.len))
         fatal("cannot write %s: %s", a.opt.weights_file, strerror(errno));
     if (!write_file(header, h.buf, h.len))
@@ -306,6 +338,7 @@ static int compile(int argc, char **argv) {
         remove(header);
         fatal("cannot write %s: %s", out, strerror(e));
     }
+    stage_done(&a.opt, "write");
     int barriers = 0;
     for (int i = 0; i < p->ndispatches; i++)
         barriers += p->dispatches[i]->barrier;

@@ -278,6 +278,22 @@ def test_name_and_output(workdir):
     check("kiln_status net_create(" in h and "NET_ARENA_BYTES" in h, "--name net")
 
 
+def test_time_stages(workdir):
+    """--time prints every stage of the compile, in order, with a time that
+    adds up to the total; without it, stderr holds none of those lines."""
+    wd = Path(workdir)
+    stages = ["read", "weights", "shapes", "optimize", "lower", "plan", "kernels", "emit",
+              "write"]
+    r = kiln("compile", ROOT / "samples" / "mlp.yaml", "-o", "m.c", "--time", cwd=wd)
+    check(r.returncode == 0, r.stderr)
+    rows = re.findall(r"^kiln: (\w+) +([0-9.]+) s \(([0-9.]+) s in all\)$", r.stderr, re.M)
+    check([s for s, _, _ in rows] == stages, f"stages {rows} in:\n{r.stderr}")
+    total = sum(float(t) for _, t, _ in rows)
+    check(abs(total - float(rows[-1][2])) < 0.01, f"stage times sum to {total}: {rows}")
+    r = kiln("compile", ROOT / "samples" / "mlp.yaml", "-o", "m.c", cwd=wd)
+    check(r.returncode == 0 and " s in all)" not in r.stderr, r.stderr)
+
+
 def fnv1a(data):
     h = 1469598103934665603
     for b in data:
@@ -362,6 +378,7 @@ TESTS.append(("cli usage lists every option (--help and docs/cli.md)", test_usag
 TESTS.append(("cli kernel cache: warm equals cold, damaged entries recompiled",
               test_kernel_cache))
 TESTS.append(("cli --name and default output names", test_name_and_output))
+TESTS.append(("cli --time stage report", test_time_stages))
 
 # Errors of the full op set: line and words checked (the column is tested
 # above for every kind of place an error can point at).
