@@ -45,7 +45,7 @@ TEST_PACKAGES = python3 python3-numpy python3-yaml clang g++ libonnx-testdata \
 
 COMPILER_SRC = $(filter-out compiler/embed.c, $(wildcard compiler/*.c))
 COMPILER_OBJ = $(COMPILER_SRC:compiler/%.c=$(B)/compiler/%.o) $(B)/compiler/embedded.o \
-               $(B)/compiler/onnx.pb-c.o $(B)/runtime/dtype.o
+               $(B)/compiler/onnx.pb-c.o $(B)/runtime/dtype.o $(B)/runtime/hash.o
 ONNX_PROTO = /usr/include/onnx/onnx.proto
 RUNTIME_SRC = $(wildcard runtime/*.c)
 RUNTIME_OBJ = $(RUNTIME_SRC:runtime/%.c=$(B)/runtime/%.o)
@@ -98,7 +98,7 @@ $(ONNX_OBJ): compiler/onnx.h $(B)/compiler/onnx.pb-c.h
 
 COMPILER_HDR = compiler/kiln.h compiler/lower.h compiler/shape.h compiler/onnx.h \
                compiler/ops.def compiler/onnx_versions.def runtime/kiln_rt.h \
-               runtime/kiln_rt_tables.h
+               runtime/kiln_rt_tables.h runtime/kiln_hash.h
 
 # kiln compile --report states the runtime library's size: text + data.
 $(B)/compiler/main.o: compiler/main.c $(COMPILER_HDR) $(B)/libkilnrt.a
@@ -116,7 +116,8 @@ $(B)/kiln: $(COMPILER_OBJ)
 
 # ---- the runtime ----
 
-$(B)/runtime/%.o: runtime/%.c runtime/kiln_rt.h runtime/kiln_rt_tables.h runtime/internal.h | deps
+$(B)/runtime/%.o: runtime/%.c runtime/kiln_rt.h runtime/kiln_rt_tables.h runtime/internal.h \
+                  runtime/kiln_hash.h | deps
 	@mkdir -p $(B)/runtime
 	$(CC) $(CFLAGS) $(WARN) -std=c99 -fPIC -c -o $@ $<
 

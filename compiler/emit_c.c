@@ -11,6 +11,7 @@
  * count of 0.
  */
 #include "kiln.h"
+#include "../runtime/kiln_hash.h"
 
 #include <ctype.h>
 #include <stdlib.h>
@@ -145,38 +146,31 @@ static void emit_kernels(Str *s, Program *p, const char *px) {
     str_add(s, "};\n");
 }
 
-static void put_u64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
+/* Copies the pieces of the weight image into a buffer. */
+static void copy_piece(void *ctx, const void *data, size_t n) {
+    uint8_t **at = ctx;
+    memcpy(*at, data, n);
+    *at += n;
 }
 
-static void emit_weights(Str *s, Graph *g, Program *p, const char *px, const char *file,
-                         Str *sidecar, uint64_t *checksum) {
-    size_t nwords = (size_t)(p->weight_bytes + 3) / 4;
-    uint8_t *bytes = xcalloc(nwords * 4 + 4, 1);
+static void emit_weights(Str *s, Graph *g, Program *p, const char *px, const char *file) {
     for (int i = 0; i < g->weights.len; i++) {
         Tensor *t = g->weights.data[i];
-        if (t->offset == UINT64_MAX)
-            continue; /* unused */
-        str_addf(s, "/* %s: %s %s at %llu */\n", c_comment(t->name),
-                 kiln_dtype_name(t->dtype), shape_str(t->rank, t->shape),
-                 (unsigned long long)t->offset);
-        memcpy(bytes + t->offset, t->data, (size_t)tensor_bytes(t));
+        if (t->offset != UINT64_MAX) /* else unused */
+            str_addf(s, "/* %s: %s %s at %llu */\n", c_comment(t->name),
+                     kiln_dtype_name(t->dtype), shape_str(t->rank, t->shape),
+                     (unsigned long long)t->offset);
     }
-    *checksum = hash_bytes(HASH_SEED, bytes, (size_t)p->weight_bytes);
-    if (file) {
-        uint8_t head[24];
-        memcpy(head, "KILNWTS1", 8);
-        put_u64(head + 8, p->weight_bytes);
-        put_u64(head + 16, *checksum);
-        str_addn(sidecar, head, sizeof head);
-        str_addn(sidecar, bytes, (size_t)p->weight_bytes);
+    if (file) { /* write_weights_file set p->weights_checksum */
         str_addf(s, "/* The weights (%llu bytes) are in %s, which create reads and checks. */\n"
                     "#define %s_weights ((const uint32_t *)0)\n",
                  (unsigned long long)p->weight_bytes, c_comment(file), px);
-        xfree(bytes);
         return;
     }
+    size_t nwords = (size_t)(p->weight_bytes + 3) / 4;
+    uint8_t *bytes = xcalloc(nwords * 4 + 4, 1), *at = bytes;
+    weight_pieces(g, p, copy_piece, &at);
+    p->weights_checksum = kiln__hash64(bytes, (size_t)p->weight_bytes);
     str_addf(s, "static const uint32_t %s_weights[%zu] = {\n", px, nwords ? nwords : 1);
     uint32_t *w = xcalloc(nwords + 1, 4);
     for (size_t i = 0; i < nwords; i++)
@@ -186,6 +180,8 @@ static void emit_weights(Str *s, Graph *g, Program *p, const char *px, const cha
     if (!nwords)
         str_add(s, "    0u\n");
     str_add(s, "};\n");
+    xfree(w);
+    xfree(bytes);
 }
 
 static const char *dtype_enum(kiln_dtype dt) {
@@ -371,7 +367,7 @@ static const char *basename_of(const char *path) {
 }
 
 void emit_c(Graph *g, Program *p, const Options *opt, const char *header_name,
-            Str *out_c, Str *out_h, Str *out_weights) {
+            Str *out_c, Str *out_h) {
     const char *px = opt->name;
     char *upper = xstrdup(px);
     for (char *c = upper; *c; c++)
@@ -383,8 +379,7 @@ void emit_c(Graph *g, Program *p, const Options *opt, const char *header_name,
 
     Str kernels = {0}, weights = {0}, tensors = {0}, sched = {0};
     emit_kernels(&kernels, p, px);
-    uint64_t checksum = 0;
-    emit_weights(&weights, g, p, px, opt->weights_file, out_weights, &checksum);
+    emit_weights(&weights, g, p, px, opt->weights_file);
     emit_tensor_table(&tensors, &g->inputs, px, "inputs");
     emit_tensor_table(&tensors, &g->outputs, px, "outputs");
     emit_tensor_table(&tensors, &g->states, px, "states");
@@ -458,7 +453,7 @@ void emit_c(Graph *g, Program *p, const Options *opt, const char *header_name,
         {"GUARD_COUNT", format("%d", p->nguards)},
         {"WEIGHTS_FILE", opt->weights_file ? format("\"%s\"", c_string(opt->weights_file))
                                            : "NULL"},
-        {"WEIGHTS_CHECKSUM", u64(checksum)},
+        {"WEIGHTS_CHECKSUM", u64(p->weights_checksum)},
         {"DIM_COUNT", format("%d", g->ndims)},
         {"DIMS_OFFSET", u64(p->dims ? p->dims->offset : 0)},
         {"DIMS_IO_OFFSET", u64(p->dims_io_offset)},

@@ -84,8 +84,9 @@ KernelCache *kernel_cache_open(const char *dir, bool verbose) {
     unsigned int spv_version = 0, spv_revision = 0;
     shaderc_get_spv_version(&spv_version, &spv_revision);
     Str salt = {0};
-    str_addf(&salt, "kiln %s\nshaderc spv %u.%u\nspirv-tools %s\n", KILN_VERSION,
-             spv_version, spv_revision, spvSoftwareVersionDetailsString());
+    str_addf(&salt, "kiln %s\nshaderc spv %u.%u\nspirv-tools %s\noptimizer %s\n", KILN_VERSION,
+             spv_version, spv_revision, spvSoftwareVersionDetailsString(),
+             SPIRV_OPTIMIZER_LEVEL);
     uint64_t h = HASH_SEED;
     for (const EmbeddedFile *f = embedded_files; f->name; f++) {
         h = hash_bytes(h, f->name, strlen(f->name) + 1);

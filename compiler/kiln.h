@@ -104,6 +104,12 @@ uint64_t hash_bytes(uint64_t h, const void *data, size_t n); /* FNV-1a 64 */
 
 /* Reads a whole file; NULL when it cannot be opened (errno set). */
 char *read_file(const char *path, size_t *out_size);
+/* Threads for `jobs` independent jobs: min(jobs, cores, 16), or KILN_JOBS
+ * (the kernel compiles, the weights checksum). */
+int worker_threads(int jobs);
+/* A regular file's bytes as a private, writable mapping (writes stay in
+ * this process; it lasts until exit), else read_file's copy. */
+char *map_file(const char *path, size_t *out_size);
 /* Opens a regular file and tells its size; NULL with errno set otherwise
  * (a directory, a device or a pipe is refused: weights are read by range). */
 FILE *open_regular(const char *path, uint64_t *size);
@@ -554,6 +560,7 @@ typedef struct Program {
     uint64_t arena_bytes;    /* planned */
     uint64_t peak_bytes;     /* lower bound: most bytes live at one step */
     uint64_t weight_bytes;
+    uint64_t weights_checksum; /* of the weight image (emit_c sets it) */
     uint64_t io_bytes;
     uint64_t alignment;
     uint32_t features;       /* KILN_FEATURE_* */
@@ -634,6 +641,9 @@ struct KernelCache {
 /* $KILN_CACHE_DIR (empty: none), $XDG_CACHE_HOME/kiln or ~/.cache/kiln. */
 const char *kernel_cache_default(void);
 /* NULL (no cache) when dir is NULL or cannot be made. */
+/* shaderc's optimization level for every kernel (compile_spirv.c), named
+ * in the kernel cache's key. */
+#define SPIRV_OPTIMIZER_LEVEL "size"
 KernelCache *kernel_cache_open(const char *dir, bool verbose);
 /* The words of a kernel compiled before, or NULL (also for a damaged entry). */
 uint32_t *kernel_cache_get(KernelCache *c, const char *family, const char *defines,
@@ -643,12 +653,26 @@ void kernel_cache_put(KernelCache *c, const char *family, const char *defines,
 
 /* ---- emit_c.c ------------------------------------------------------------ */
 
-/* Returns the generated .c and .h texts. */
-/* With opt->weights_file set, the weights go to out_weights (the sidecar
- * file's bytes: "KILNWTS1", u64 size, u64 FNV-1a 64 checksum, the data)
- * and the C names that file instead of embedding them. */
+/* Returns the generated .c and .h texts. With opt->weights_file set, the
+ * C names that file (write_weights_file, called first, wrote it and set
+ * p->weights_checksum) instead of embedding the weights. */
 void emit_c(Graph *g, Program *p, const Options *opt, const char *header_name,
-            Str *out_c, Str *out_h, Str *out_weights);
+            Str *out_c, Str *out_h);
+
+/* ---- weights_file.c ------------------------------------------------------ */
+
+/* The weight image: p->weight_bytes bytes, each placed weight at its offset
+ * and zeros between, given to fn piece by piece in order (never copied
+ * whole: BERT-base's is 434 MB). */
+typedef void (*WeightPieceFn)(void *ctx, const void *data, size_t n);
+void weight_pieces(const Graph *g, const Program *p, WeightPieceFn fn, void *ctx);
+/* Sets p->weights_checksum (kiln__hash of the image, runtime/hash.c) and
+ * writes the sidecar file: "KILNWTS2", the
+ * byte count and the checksum (little-endian u64s), then the image. When
+ * path already holds exactly those bytes, only its modification time
+ * changes (a recompile of the same model rewrites nothing; the comparison
+ * and the checksum read each byte once). false, errno set, on error. */
+bool write_weights_file(const Graph *g, Program *p, const char *path);
 
 /* ---- inspect.c ----------------------------------------------------------- */
 

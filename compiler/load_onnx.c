@@ -216,24 +216,39 @@ static Value *const_override(Ctx *c, const char *name, int nconsts, const char *
     return NULL;
 }
 
+static Graph *load(const char *path, const char *raw, size_t size, bool borrow, int nshapes,
+                   const char **shapes, int nconsts, const char **consts);
+
 Graph *load_onnx(const char *path, int nshapes, const char **shapes, int nconsts,
                  const char **consts) {
     size_t size;
-    char *raw = read_file(path, &size);
+    char *raw = map_file(path, &size);
     Loc file = {path, 0, 0};
     if (!raw)
         error_at(file, "cannot read: %s", strerror(errno));
-    return load_onnx_bytes(path, raw, size, nshapes, shapes, nconsts, consts);
+    return load(path, raw, size, true, nshapes, shapes, nconsts, consts);
 }
 
 Graph *load_onnx_bytes(const char *path, const char *raw, size_t size, int nshapes,
                        const char **shapes, int nconsts, const char **consts) {
+    return load(path, raw, size, false, nshapes, shapes, nconsts, consts);
+}
+
+/* borrow: raw lasts until exit and may be written (map_file's), so the
+ * initializers' bytes stay where they are instead of being copied. */
+static Graph *load(const char *path, const char *raw, size_t size, bool borrow, int nshapes,
+                   const char **shapes, int nconsts, const char **consts) {
     Loc file = {path, 0, 0};
-    Onnx__ModelProto *m = onnx__model_proto__unpack(&pb_allocator, size, (const uint8_t *)raw);
+    RawSpan *spans;
+    size_t nspans, packed_size;
+    const uint8_t *packed = onnx_take_raw_data((const uint8_t *)raw, size, &packed_size,
+                                               &spans, &nspans);
+    Onnx__ModelProto *m = onnx__model_proto__unpack(&pb_allocator, packed_size, packed);
     if (!m)
         error_at(file, "not a valid ONNX model (malformed or truncated protobuf)");
     if (!m->graph)
         error_at(file, "the model has no graph");
+    onnx_put_raw_data(m->graph, spans, nspans);
     Ctx c = {0};
     c.path = path;
     const char *slash = strrchr(path, '/');
@@ -264,7 +279,8 @@ Graph *load_onnx_bytes(const char *path, const char *raw, size_t size, int nshap
 
     for (size_t i = 0; i < gp->n_initializer; i++) {
         Onnx__TensorProto *tp = gp->initializer[i];
-        Value *v = decode_tensor(path, c.dir, tp, format("initializer '%s'", tp->name), file);
+        Value *v = decode_tensor(path, c.dir, tp, format("initializer '%s'", tp->name), file,
+                                 borrow);
         bind_value(&c, tp->name, v);
     }
     /* --shape NAME=LO..HI: a dynamic dimension for the symbolic dimension

@@ -326,11 +326,12 @@ static int compile(int argc, char **argv) {
         w[strlen(w) - 2] = 0;
         a.opt.weights_file = format("%s.weights", w);
     }
-    Str c = {0}, h = {0}, w = {0};
-    emit_c(g, p, &a.opt, header, &c, &h, &w);
-    stage_done(&a.opt, "emit");
-    if (a.opt.weights_file && !write_file(a.opt.weights_file, w.buf, w.len))
+    if (a.opt.weights_file && !write_weights_file(g, p, a.opt.weights_file))
         fatal("cannot write %s: %s", a.opt.weights_file, strerror(errno));
+    stage_done(&a.opt, a.opt.weights_file ? "sidecar" : NULL);
+    Str c = {0}, h = {0};
+    emit_c(g, p, &a.opt, header, &c, &h);
+    stage_done(&a.opt, "emit");
     if (!write_file(header, h.buf, h.len))
         fatal("cannot write %s: %s", header, strerror(errno));
     if (!write_file(out, c.buf, c.len)) {

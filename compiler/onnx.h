@@ -37,6 +37,22 @@ typedef struct Ctx {
 
 #define MAX_CONST_FOLD (1 << 22) /* elements a folded constant may have */
 
+/* ---- onnx_wire.c ------------------------------------------------------- */
+
+/* Initializer `initializer`'s raw_data: len bytes at data. */
+typedef struct RawSpan {
+    size_t initializer;
+    const uint8_t *data;
+    size_t len;
+} RawSpan;
+
+/* The bytes to unpack instead of raw (raw itself when nothing was taken
+ * out), and the raw_data taken out of them, in initializer order. */
+const uint8_t *onnx_take_raw_data(const uint8_t *raw, size_t size, size_t *out_size,
+                                  RawSpan **spans, size_t *nspans);
+/* After the unpack: the initializers' raw_data back from the spans. */
+void onnx_put_raw_data(Onnx__GraphProto *gp, const RawSpan *spans, size_t nspans);
+
 /* ---- onnx_value.c ------------------------------------------------------ */
 
 _Noreturn void node_fail(Ctx *c, const char *msg);
@@ -54,8 +70,10 @@ Value *new_value(const char *name, kiln_dtype dt, int rank, const int64_t *shape
 void bind_value(Ctx *c, const char *name, Value *v);
 Tensor *tens(Ctx *c, Value *v);
 Value *value_of_tensor(Tensor *t);
+/* borrow: raw_data may become the value's bytes rather than be copied (it
+ * outlives the compile and may be written: a private mapping). */
 Value *decode_tensor(const char *path, const char *dir, Onnx__TensorProto *tp,
-                     const char *what, Loc loc);
+                     const char *what, Loc loc, bool borrow);
 Value *read_tensor_file(const char *path, const char *what);
 int nin(Ctx *c);
 int nout(Ctx *c);

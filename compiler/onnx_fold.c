@@ -222,7 +222,7 @@ static bool fold_constant(Ctx *c) {
     Onnx__AttributeProto *a;
     Value *o;
     if ((a = oattr(c, "value")) && a->t) {
-        o = decode_tensor(c->path, c->dir, a->t, "the constant", c->loc);
+        o = decode_tensor(c->path, c->dir, a->t, "the constant", c->loc, false);
     } else if ((a = oattr(c, "value_float")) || (a = oattr(c, "value_int"))) {
         bool f = strcmp(a->name, "value_float") == 0;
         o = const_out(c, f ? KILN_DTYPE_F32 : KILN_DTYPE_I64, 0, NULL);
@@ -284,7 +284,7 @@ static bool fold_constant_of_shape(Ctx *c) {
     for (int64_t i = 0; i < vcount(s); i++)
         shape[i] = vgeti(s, i);
     Onnx__AttributeProto *a = oattr(c, "value");
-    Value *fillv = a && a->t ? decode_tensor(c->path, c->dir, a->t, "value", c->loc) : NULL;
+    Value *fillv = a && a->t ? decode_tensor(c->path, c->dir, a->t, "value", c->loc, false) : NULL;
     Value *o = const_out(c, fillv ? fillv->dtype : KILN_DTYPE_F32, (int)vcount(s), shape);
     for (int64_t i = 0; i < vcount(o); i++) {
         if (fillv && is_integral(fillv->dtype))

@@ -154,7 +154,7 @@ ProtobufCAllocator pb_allocator = {pb_alloc, pb_free, NULL};
 
 /* Decodes a TensorProto into a constant Value; `what` names it in errors. */
 Value *decode_tensor(const char *path, const char *dir, Onnx__TensorProto *tp,
-                     const char *what, Loc loc) {
+                     const char *what, Loc loc, bool borrow) {
     int dt = kiln_dtype_of(tp->data_type);
     if (dt < 0)
         error_at(loc, "unsupported: %s has dtype %s", what, onnx_type_name(tp->data_type));
@@ -215,8 +215,11 @@ Value *decode_tensor(const char *path, const char *dir, Onnx__TensorProto *tp,
         if (tp->raw_data.len != bytes)
             error_at(loc, "%s: raw data of %zu bytes, the tensor needs %zu", what,
                      tp->raw_data.len, bytes);
-        Value *v = new_value(name, (kiln_dtype)dt, (int)tp->n_dims, tp->dims, true);
-        if (bytes) /* an empty tensor may have no data pointer */
+        borrow &= tp->raw_data.data != NULL;
+        Value *v = new_value(name, (kiln_dtype)dt, (int)tp->n_dims, tp->dims, !borrow);
+        if (borrow) /* kiln reads and writes weights with memcpy: any alignment */
+            v->data = tp->raw_data.data;
+        else if (bytes) /* an empty tensor may have no data pointer */
             memcpy(v->data, tp->raw_data.data, bytes);
         return v;
     }
@@ -252,7 +255,7 @@ Value *read_tensor_file(const char *path, const char *what) {
         error_at(loc, "not a valid ONNX TensorProto");
     const char *slash = strrchr(path, '/');
     char *dir = slash ? format("%.*s", (int)(slash - path), path) : xstrdup(".");
-    return decode_tensor(path, dir, tp, what, loc);
+    return decode_tensor(path, dir, tp, what, loc, false);
 }
 
 int convert_tensor(const char *in, const char *out) {

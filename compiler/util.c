@@ -7,8 +7,10 @@
  */
 #define _POSIX_C_SOURCE 200809L /* fileno, fseeko */
 #include "kiln.h"
+#include "../runtime/kiln_hash.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -301,12 +304,7 @@ void map_put(Map *m, const char *key, void *val) {
 }
 
 uint64_t hash_bytes(uint64_t h, const void *data, size_t n) {
-    const unsigned char *p = data;
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= 1099511628211ull;
-    }
-    return h;
+    return kiln__fnv1a64(data, n, h);
 }
 
 char *read_file(const char *path, size_t *out_size) {
@@ -329,6 +327,33 @@ char *read_file(const char *path, size_t *out_size) {
     if (out_size)
         *out_size = s.len;
     return s.buf;
+}
+
+int worker_threads(int jobs) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    const char *env = getenv("KILN_JOBS");
+    long threads = env && atol(env) > 0 ? atol(env) : cores > 0 ? cores : 1;
+    if (threads > 16 && !env)
+        threads = 16;
+    if (threads > jobs)
+        threads = jobs;
+    return threads < 1 ? 1 : (int)threads;
+}
+
+char *map_file(const char *path, size_t *out_size) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return NULL;
+    struct stat st;
+    void *p = MAP_FAILED;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 &&
+        (uint64_t)st.st_size <= SIZE_MAX)
+        p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) /* empty, not a regular file, or no mmap here */
+        return read_file(path, out_size);
+    *out_size = (size_t)st.st_size;
+    return p;
 }
 
 FILE *open_regular(const char *path, uint64_t *size) {

@@ -73,6 +73,8 @@ kiln_status kiln__buffer_create(kiln_device *dev, VkDeviceSize size,
         ai.pNext = &flags;
     ai.allocationSize = req.size;
     ai.memoryTypeIndex = (uint32_t)type;
+    out->host_cached = (dev->memory.memoryTypes[type].propertyFlags &
+                        VK_MEMORY_PROPERTY_HOST_CACHED_BIT) != 0;
     kiln_status s = KILN_OK;
     KILN_VK_GOTO(s, vkAllocateMemory(dev->device, &ai, dev->vk_alloc, &out->memory), fail);
     KILN_VK_GOTO(s, vkBindBufferMemory(dev->device, out->buffer, out->memory, 0),

@@ -8,11 +8,13 @@
 #ifndef KILN_INTERNAL_H
 #define KILN_INTERNAL_H
 
+#include "kiln_hash.h"
 #include "kiln_rt.h"
 
 #include <vulkan/vulkan.h>
 
 #include <stddef.h>
+#include <stdio.h>
 
 /* ---- status.c ---------------------------------------------------------- */
 
@@ -160,6 +162,7 @@ typedef struct kiln__buffer {
     VkDeviceSize size;      /* bytes */
     VkDeviceAddress address; /* 0 unless created with device-address usage */
     void *mapped;           /* host pointer when host-visible, else NULL */
+    int host_cached;        /* mapped memory is HOST_CACHED: fast to read */
 } kiln__buffer;
 
 typedef enum kiln__memory_kind {
@@ -244,18 +247,19 @@ void kiln__write_dims(kiln_model *m);
  * (NULL: the default path). load fills ci's initial data when the file is
  * this device's and intact; save writes the cache after the pipelines are
  * made, when it changed; free releases both. None of them fails. */
-void kiln__pipeline_cache_load(kiln_model *m, const char *option, VkPipelineCacheCreateInfo *ci);
+void kiln__pipeline_cache_load(kiln_model *m, VkPipelineCacheCreateInfo *ci);
+/* Sets m->pipeline_cache_path (NULL: off) from the option, once. */
+void kiln__pipeline_cache_locate(kiln_model *m);
+/* The weights sidecar's record beside the pipeline cache: whether f's
+ * stat and checksum match the one saved after the last full check. */
+int kiln__weights_stamp_matches(kiln_model *m, FILE *f, uint64_t checksum);
+void kiln__weights_stamp_save(kiln_model *m, FILE *f, uint64_t checksum);
 void kiln__pipeline_cache_save(kiln_model *m);
 void kiln__pipeline_cache_free(kiln_model *m);
 
-/* model_weights.c */
-#define KILN__FNV_SEED 1469598103934665603ull
-/* FNV-1a 64 of n bytes, continuing from h (KILN__FNV_SEED to start): the
- * checksum the compiler writes for the weights, and the pipeline cache's. */
-uint64_t kiln__fnv1a64(const void *data, size_t n, uint64_t h);
-/* A little-endian u64 of the sidecar and pipeline cache files. */
-uint64_t kiln__get_u64(const unsigned char *p);
-kiln_status kiln__read_weights_file(const char *path, const kiln_model_desc *d, void *dst);
+/* model_weights.c: the weights into m->weights at create, from the C or
+ * the sidecar file (m->weights_path), checked. */
+kiln_status kiln__upload_weights(kiln_model *m);
 
 /* model_transfer.c */
 kiln_status kiln__begin_commands(kiln_model *m, VkCommandBufferUsageFlags flags,

@@ -66,10 +66,10 @@ extern "C" {
  * linked (they differ when a program built against one header runs with
  * another libkilnrt.so). The tables' own version is KILN_ABI_VERSION
  * (kiln_rt_tables.h). */
-#define KILN_RT_VERSION "0.3.0"
-#define KILN_RT_VERSION_NUMBER 300u /* major * 10000 + minor * 100 + patch */
+#define KILN_RT_VERSION "0.4.0"
+#define KILN_RT_VERSION_NUMBER 400u /* major * 10000 + minor * 100 + patch */
 
-/* The linked library's version: "0.3.0"; *number (when not NULL) gets
+/* The linked library's version: "0.4.0"; *number (when not NULL) gets
  * KILN_RT_VERSION_NUMBER's form of it. */
 const char *kiln_rt_version(uint32_t *number);
 

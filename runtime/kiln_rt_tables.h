@@ -190,7 +190,7 @@ typedef struct kiln_model_desc {
      * weights is NULL and create reads this file (kiln_model_options can
      * name another path), checking its size and checksum. */
     const char *weights_file;
-    uint64_t weights_checksum; /* FNV-1a 64 of the weight bytes */
+    uint64_t weights_checksum; /* of the weight bytes: the sidecar's */
     /* Dynamic dimensions: their values live as KILN_MAX_DIMS int32 at
      * dims_offset in the arena, and each dynamic dispatch's
      * VkDispatchIndirectCommand at indirect_offset + 12 * (its rank among

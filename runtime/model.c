@@ -98,7 +98,7 @@ static kiln_status create_pipelines(kiln_model *m) {
     VkPipelineCacheCreateInfo ci;
     memset(&ci, 0, sizeof ci);
     ci.sType = VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO;
-    kiln__pipeline_cache_load(m, m->pipeline_cache_option, &ci);
+    kiln__pipeline_cache_load(m, &ci);
     VkResult cr = vkCreatePipelineCache(vd, &ci, dev->vk_alloc, &m->cache);
     if (cr != VK_SUCCESS && ci.initialDataSize) { /* data the driver refuses: none */
         ci.initialDataSize = 0;
@@ -189,7 +189,7 @@ static kiln_status create_objects(kiln_model *m, int staged) {
     fi.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO;
     KILN_VK_RETURN(vkCreateFence(dev->device, &fi, dev->vk_alloc, &m->fence));
 
-    KILN_RETURN_IF_ERROR(kiln__upload(m, m->weights.buffer, 0, d->weight_bytes, d->weights));
+    KILN_RETURN_IF_ERROR(kiln__upload_weights(m));
     KILN_RETURN_IF_ERROR(kiln__choose_direct_io(m, staged));
     if (d->sync_check)
         KILN_RETURN_IF_ERROR(kiln__create_sync_sets(m));

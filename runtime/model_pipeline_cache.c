@@ -15,6 +15,16 @@
  * temporary name and renamed, so concurrent programs never see half of
  * one. Nothing here fails a create: a cache that cannot be read or written
  * is only slower.
+ *
+ * Beside it, FILE.weights remembers the weights sidecar that a create read
+ * whole and found to match its checksum: the file's device, inode, size,
+ * modification and status-change times (what stat says; a write changes the
+ * last, which no program can set back) and the checksum. When a later
+ * create opens a sidecar whose stat and header match that record, it skips
+ * hashing the bytes again (60-90 ms of BERT-base's warm create on an H200
+ * host); the header, the size and the trailing bytes are still checked. A
+ * record that does not match is ignored, and rewritten after the next full
+ * check. With the cache off, every create hashes the whole file.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "internal.h"
@@ -27,6 +37,8 @@
 #include <unistd.h>
 
 #define MAGIC "KILNPC01"
+#define STAMP_MAGIC "KILNWS01"
+#define STAMP_FIELDS 8u /* after the magic: see stamp_of */
 #define HEAD_BYTES 24u /* magic, byte count, checksum */
 
 static void put_u64(unsigned char *p, uint64_t v) {
@@ -45,6 +57,27 @@ static int make_dirs(char *path) { /* every directory of path but its last part 
             return 0;
     }
     return 1;
+}
+
+/* Writes n bytes to base + suffix through a temporary file and a rename,
+ * making the directories; failures are silent (a cache is only slower). */
+static void write_atomically(kiln_model *m, const char *base, const char *suffix,
+                             const unsigned char *buf, size_t n) {
+    size_t plen = strlen(base) + strlen(suffix) + 32;
+    char *path = (char *)kiln__calloc(m->host, 2, plen), *tmp = path ? path + plen : NULL;
+    if (path) {
+        snprintf(path, plen, "%s%s", base, suffix);
+        snprintf(tmp, plen, "%s%s.%ld.tmp", base, suffix, (long)getpid());
+    }
+    if (path && make_dirs(path)) {
+        FILE *f = fopen(tmp, "wb");
+        int ok = f && fwrite(buf, 1, n, f) == n;
+        if (f && fclose(f) != 0)
+            ok = 0;
+        if (!ok || rename(tmp, path) != 0)
+            remove(tmp);
+    }
+    kiln__free(m->host, path);
 }
 
 /* The cache file's path (allocated), or NULL when the cache is off. */
@@ -99,8 +132,13 @@ static int header_matches(const kiln_device *dev, const unsigned char *data, siz
            memcmp(data + 16, dev->props.pipelineCacheUUID, VK_UUID_SIZE) == 0;
 }
 
-void kiln__pipeline_cache_load(kiln_model *m, const char *option, VkPipelineCacheCreateInfo *ci) {
-    m->pipeline_cache_path = cache_path(m, option);
+void kiln__pipeline_cache_locate(kiln_model *m) {
+    if (!m->pipeline_cache_path)
+        m->pipeline_cache_path = cache_path(m, m->pipeline_cache_option);
+}
+
+void kiln__pipeline_cache_load(kiln_model *m, VkPipelineCacheCreateInfo *ci) {
+    kiln__pipeline_cache_locate(m);
     if (!m->pipeline_cache_path)
         return;
     FILE *f = fopen(m->pipeline_cache_path, "rb");
@@ -142,20 +180,50 @@ void kiln__pipeline_cache_save(kiln_model *m) {
         memcpy(buf, MAGIC, 8);
         put_u64(buf + 8, got);
         put_u64(buf + 16, kiln__fnv1a64(buf + HEAD_BYTES, got, KILN__FNV_SEED));
-        size_t plen = strlen(m->pipeline_cache_path) + 32;
-        char *tmp = (char *)kiln__calloc(m->host, plen, 1);
-        if (tmp && make_dirs(m->pipeline_cache_path)) {
-            snprintf(tmp, plen, "%s.%ld.tmp", m->pipeline_cache_path, (long)getpid());
-            FILE *f = fopen(tmp, "wb");
-            int ok = f && fwrite(buf, 1, got + HEAD_BYTES, f) == got + HEAD_BYTES;
-            if (f && fclose(f) != 0)
-                ok = 0;
-            if (!ok || rename(tmp, m->pipeline_cache_path) != 0)
-                remove(tmp);
-        }
-        kiln__free(m->host, tmp);
+        write_atomically(m, m->pipeline_cache_path, "", buf, got + HEAD_BYTES);
     }
     kiln__free(m->host, buf);
+}
+
+/* The record of f (a weights sidecar with the given checksum): the magic,
+ * then STAMP_FIELDS u64s and their FNV-1a 64. 0 when stat fails. */
+static int stamp_of(FILE *f, uint64_t checksum, unsigned char out[16 + 8 * STAMP_FIELDS]) {
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0)
+        return 0;
+    uint64_t v[STAMP_FIELDS] = {(uint64_t)st.st_dev, (uint64_t)st.st_ino,
+                                (uint64_t)st.st_size, (uint64_t)st.st_mtim.tv_sec,
+                                (uint64_t)st.st_mtim.tv_nsec, (uint64_t)st.st_ctim.tv_sec,
+                                (uint64_t)st.st_ctim.tv_nsec, checksum};
+    memcpy(out, STAMP_MAGIC, 8);
+    for (unsigned i = 0; i < STAMP_FIELDS; i++)
+        put_u64(out + 8 + 8 * i, v[i]);
+    put_u64(out + 8 + 8 * STAMP_FIELDS, kiln__fnv1a64(out, 8 + 8 * STAMP_FIELDS, KILN__FNV_SEED));
+    return 1;
+}
+
+int kiln__weights_stamp_matches(kiln_model *m, FILE *f, uint64_t checksum) {
+    unsigned char want[16 + 8 * STAMP_FIELDS], have[sizeof want + 1];
+    kiln__pipeline_cache_locate(m);
+    if (!m->pipeline_cache_path || !stamp_of(f, checksum, want))
+        return 0;
+    size_t n = strlen(m->pipeline_cache_path) + 16;
+    char *path = (char *)kiln__calloc(m->host, n, 1);
+    FILE *r = path ? (snprintf(path, n, "%s.weights", m->pipeline_cache_path), fopen(path, "rb"))
+                   : NULL;
+    int same = r && fread(have, 1, sizeof have, r) == sizeof want &&
+               memcmp(have, want, sizeof want) == 0;
+    if (r)
+        fclose(r);
+    kiln__free(m->host, path);
+    return same;
+}
+
+void kiln__weights_stamp_save(kiln_model *m, FILE *f, uint64_t checksum) {
+    unsigned char stamp[16 + 8 * STAMP_FIELDS];
+    kiln__pipeline_cache_locate(m);
+    if (m->pipeline_cache_path && stamp_of(f, checksum, stamp))
+        write_atomically(m, m->pipeline_cache_path, ".weights", stamp, sizeof stamp);
 }
 
 void kiln__pipeline_cache_free(kiln_model *m) {

@@ -67,9 +67,8 @@ done:
     return s;
 }
 
-/* Copies `bytes` bytes of src (NULL: the weights sidecar file, read and
- * checked) into dst at offset, through a temporary staging buffer and one
- * submit: the weights at create, a state from the host. */
+/* Copies `bytes` bytes of src into dst at offset, through a temporary
+ * staging buffer and one submit: a state or tensor from the host. */
 kiln_status kiln__upload(kiln_model *m, VkBuffer dst, uint64_t offset, uint64_t bytes,
                           const void *src) {
     kiln_device *dev = m->device;
@@ -80,10 +79,7 @@ kiln_status kiln__upload(kiln_model *m, VkBuffer dst, uint64_t offset, uint64_t 
                                              KILN__MEMORY_STAGING, &staging));
     VkCommandBuffer cmd = VK_NULL_HANDLE;
     kiln_status s = KILN_OK;
-    if (src)
-        memcpy(staging.mapped, src, (size_t)bytes);
-    else
-        s = kiln__read_weights_file(m->weights_path, m->desc, staging.mapped);
+    memcpy(staging.mapped, src, (size_t)bytes);
     if (s == KILN_OK)
         s = kiln__begin_commands(m, VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT, &cmd);
     if (s == KILN_OK) {

@@ -283,7 +283,7 @@ def test_time_stages(workdir):
     adds up to the total; without it, stderr holds none of those lines."""
     wd = Path(workdir)
     stages = ["read", "weights", "shapes", "optimize", "lower", "plan", "kernels", "emit",
-              "write"]
+              "write"]  # and "sidecar" before emit when there is one
     r = kiln("compile", ROOT / "samples" / "mlp.yaml", "-o", "m.c", "--time", cwd=wd)
     check(r.returncode == 0, r.stderr)
     rows = re.findall(r"^kiln: (\w+) +([0-9.]+) s \(([0-9.]+) s in all\)$", r.stderr, re.M)
@@ -292,6 +292,11 @@ def test_time_stages(workdir):
     check(abs(total - float(rows[-1][2])) < 0.01, f"stage times sum to {total}: {rows}")
     r = kiln("compile", ROOT / "samples" / "mlp.yaml", "-o", "m.c", cwd=wd)
     check(r.returncode == 0 and " s in all)" not in r.stderr, r.stderr)
+    r = kiln("compile", ROOT / "samples" / "mlp.yaml", "-o", "m.c", "--time",
+             "--weights-file", "m.weights", cwd=wd)
+    check(r.returncode == 0, r.stderr)
+    rows = re.findall(r"^kiln: (\w+) +[0-9.]+ s", r.stderr, re.M)
+    check(rows == stages[:7] + ["sidecar"] + stages[7:], f"stages {rows}")
 
 
 def fnv1a(data):

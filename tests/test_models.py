@@ -9,6 +9,7 @@
 - tests/test_runtime.c: the runtime's API contract on Vulkan.
 """
 import json
+import os
 import re
 import struct
 from pathlib import Path
@@ -441,7 +442,7 @@ def test_weights_file(workdir):
     prog = build_model(d, path.read_text(), flags=["--weights-file", str(wfile)])
     c_text = (d / "model.c").read_text()
     raw = wfile.read_bytes()
-    check(raw[:8] == b"KILNWTS1", "no magic")
+    check(raw[:8] == b"KILNWTS2", "no magic")
     size, = struct.unpack("<Q", raw[8:16])
     check(len(raw) == 24 + size, f"file {len(raw)} bytes, header says {size} + 24")
     check("#define model_weights ((const uint32_t *)0)" in c_text
@@ -778,6 +779,13 @@ def _(workdir):
               "shape (3, 5), C order" in r.stderr, f"{what}: {r.returncode} {r.stderr}")
 
 
+def fnv1a(data):
+    h = 1469598103934665603
+    for c in data:
+        h = ((h ^ c) * 1099511628211) & (1 << 64) - 1
+    return h
+
+
 @case("pipeline cache: written after create, read by the next start, a damaged file "
       "ignored and rewritten, KILN_CACHE_DIR= turns it off")
 def _(workdir):
@@ -800,10 +808,8 @@ def _(workdir):
     def valid(path):
         b = path.read_bytes()
         n = struct.unpack("<Q", b[8:16])[0]
-        h = 1469598103934665603
-        for c in b[24:]:
-            h = ((h ^ c) * 1099511628211) & (1 << 64) - 1
-        return b[:8] == b"KILNPC01" and n == len(b) - 24 and h == struct.unpack("<Q", b[16:24])[0]
+        return (b[:8] == b"KILNPC01" and n == len(b) - 24 and
+                fnv1a(b[24:]) == struct.unpack("<Q", b[16:24])[0])
 
     check(start("") == [] and not cache.exists(), "KILN_CACHE_DIR= wrote a pipeline cache")
     files = start(str(cache))
@@ -817,3 +823,63 @@ def _(workdir):
     files = start(str(cache))
     check(len(files) == 1 and valid(files[0]), "a truncated cache file was not rewritten")
     check(not list((cache / "pipelines").glob("*.tmp")), "a temporary file was left behind")
+
+
+@case("weights record beside the pipeline cache: written after a create checks the sidecar "
+      "whole; a sidecar changed in place since (its modification time set back) is checked "
+      "again and its damage found; a damaged record is ignored")
+def _(workdir):
+    import interpret
+    wd = Path(workdir)
+    path = ROOT / "samples" / "mlp.yaml"
+    wfile = wd / "model.weights"
+    prog = build_model(wd, path.read_text(), flags=["--weights-file", str(wfile)])
+    x = np.random.default_rng(5).standard_normal([4, 256]).astype(np.float32)
+    want = interpret.interpret(path, [x])[0]
+    cache = wd / "cache"
+
+    def start(ok=True, words=()):
+        x.tofile(wd / "x.bin")
+        r = run([prog, "-q", "-i", wd / "x.bin", "-o", wd / "y.bin"],
+                env={"KILN_VALIDATION": VALIDATION, "KILN_CACHE_DIR": str(cache)})
+        if ok:
+            check(r.returncode == 0, r.stdout + r.stderr)
+            assert_close(np.fromfile(wd / "y.bin", np.float32).reshape(want.shape), want,
+                         1e-4, 1e-5)
+        else:
+            check(r.returncode == 1 and all(w in r.stderr for w in words),
+                  f"exit {r.returncode}: {r.stderr}")
+        return sorted((cache / "pipelines").glob("*.vkpc.weights"))
+
+    stamps = start()
+    check(len(stamps) == 1, f"no weights record: {list(cache.rglob('*'))}")
+    b = stamps[0].read_bytes()
+    st = wfile.stat()
+    fields = struct.unpack("<8Q", b[8:72])
+    check(b[:8] == b"KILNWS01" and len(b) == 80 and fields[:3] == (st.st_dev, st.st_ino,
+          st.st_size) and fields[3] * 10**9 + fields[4] == st.st_mtime_ns,
+          f"record {fields} for {st}")
+    start()  # the record matches: trusted, same results
+    raw = bytearray(wfile.read_bytes())
+    with open(wfile, "r+b") as f:  # the same file, one byte changed, its time set back
+        f.seek(24 + len(raw) // 3)
+        f.write(bytes([raw[24 + len(raw) // 3] ^ 0x40]))
+    os.utime(wfile, ns=(st.st_atime_ns, st.st_mtime_ns))
+    start(False, ["is corrupt", "checksum"])
+    # A record forged for the damaged file (what a matching one does: its bytes
+    # are not hashed again): create succeeds, whatever the weights now hold.
+    st2 = wfile.stat()
+    body = b"KILNWS01" + struct.pack("<8Q", st2.st_dev, st2.st_ino, st2.st_size,
+                                     st2.st_mtime_ns // 10**9, st2.st_mtime_ns % 10**9,
+                                     st2.st_ctime_ns // 10**9, st2.st_ctime_ns % 10**9,
+                                     fields[7])
+    stamps[0].write_bytes(body + struct.pack("<Q", fnv1a(body)))
+    x.tofile(wd / "x.bin")
+    r = run([prog, "-q", "-i", wd / "x.bin", "-o", wd / "y.bin"],
+            env={"KILN_VALIDATION": VALIDATION, "KILN_CACHE_DIR": str(cache)})
+    check(r.returncode == 0, f"a matching record was not trusted: {r.stderr}")
+    wfile.write_bytes(bytes(raw))
+    start()
+    stamps[0].write_bytes(b"KILNWS01" + b"\0" * 72)  # damaged: ignored, rewritten
+    start()
+    check(stamps[0].read_bytes()[:72] != b"KILNWS01" + b"\0" * 64, "record not rewritten")

@@ -272,6 +272,27 @@ def _(workdir):
     check(np.fromfile(wd / "s.bin", np.int64).tolist() == [3, 2], "tensor data")
 
 
+@case("onnx weights read in place (onnx_wire.c) keep protobuf's meaning: a tensor's last "
+      "raw_data wins, initializers of a graph split over two fields keep their order")
+def _(workdir):
+    rng = np.random.default_rng(7)
+    a, b, w3, x = (rng.standard_normal(512).astype(np.float32) for _ in range(4))
+    # W1's raw_data twice (both large: taken out of the unpack): the second wins.
+    w1 = initializer("W1", a) + field(9, b.tobytes())
+    nodes = [node("Add", ["x", "W1"], ["t"], "add"), node("Mul", ["t", "W3"], ["y"], "mul")]
+    part1 = b"".join(field(1, n) for n in nodes) + field(2, "g") + field(5, w1)
+    part2 = (field(5, initializer("W3", w3)) + field(11, value_info("x", [512])) +
+             field(12, value_info("y", [512])))
+    data = field(1, 8) + field(8, field(2, 13)) + field(7, part1) + field(7, part2)
+    run_onnx(workdir, data, [x], [(x + b) * w3], ["y"], tol=(1e-6, 1e-6))
+    # A large raw_data, then a small one: the small one wins (and is too short).
+    w1 = initializer("W1", a) + field(9, b.tobytes()[:16])
+    data = model(nodes, [value_info("x", [512])], [value_info("y", [512])],
+                 [w1, initializer("W3", w3)])
+    expect_refused(workdir, data, ["initializer 'W1': raw data of 16 bytes, the tensor "
+                                   "needs 2048"])
+
+
 def rotary_reference(x, cos, sin, pos, interleaved, rdim, heads):
     """ONNX RotaryEmbedding-23 in numpy (its specification's algorithm)."""
     shape = x.shape

@@ -10,6 +10,10 @@
  *   schedule   barriers exactly where byte ranges conflict
  *   broadcast  numpy broadcasting rules
  *   splitmix64 the published first outputs of the generator behind `init`
+ *   hash       the weights checksum (runtime/hash.c): the same value for
+ *              the same bytes however they are split between updates and
+ *              from the segments hashed apart and joined; a flipped bit,
+ *              a swap of two segments or one more byte changes it
  *   hostile    the front end (load, weights, shape inference) in process
  *              over every truncation of the samples and of ONNX models,
  *              every single-byte corruption of an ONNX model, deep
@@ -18,6 +22,7 @@
  *              sanitizer build checks the rest)
  */
 #include "kiln.h"
+#include "../runtime/kiln_hash.h"
 
 #include <setjmp.h>
 #include <stdio.h>
@@ -217,6 +222,69 @@ static void test_splitmix(void) {
                         (unsigned long long)b, (unsigned long long)c));
 }
 
+/* kiln__hash of data[0, n) from its segments hashed one by one and joined
+ * (what the compiler does on its threads). */
+static uint64_t hash_by_segments(const unsigned char *data, size_t n) {
+    size_t count = (n + KILN__HASH_SEGMENT - 1) / KILN__HASH_SEGMENT;
+    uint64_t *seg = xcalloc(count + 1, sizeof *seg);
+    for (size_t k = 0; k < count; k++) {
+        size_t from = k * KILN__HASH_SEGMENT;
+        size_t len = n - from < KILN__HASH_SEGMENT ? n - from : KILN__HASH_SEGMENT;
+        kiln__hash h;
+        kiln__hash_init(&h);
+        kiln__hash_update(&h, data + from, len);
+        seg[k] = kiln__hash_segment(&h);
+    }
+    uint64_t v = kiln__hash_join(seg, count, n);
+    xfree(seg);
+    return v;
+}
+
+static void test_hash(void) {
+    size_t big = 3 * KILN__HASH_SEGMENT + 77;
+    unsigned char *data = xcalloc(big + 1, 1);
+    for (size_t i = 0; i < big; i++)
+        data[i] = (unsigned char)(splitmix64(&rng_state) >> 56);
+    const size_t sizes[] = {0, 1, 31, 32, 33, 1000, KILN__HASH_SEGMENT - 1, KILN__HASH_SEGMENT,
+                            KILN__HASH_SEGMENT + 1, 2 * KILN__HASH_SEGMENT, big};
+    const char *why = NULL;
+    for (size_t c = 0; c < sizeof sizes / sizeof sizes[0] && !why; c++) {
+        size_t n = sizes[c];
+        uint64_t whole = kiln__hash64(data, n);
+        kiln__hash h;
+        kiln__hash_init(&h);
+        for (size_t at = 0, step; at < n; at += step) { /* random pieces */
+            step = 1 + rnd(c % 2 ? 97 : 300000);
+            step = step < n - at ? step : n - at;
+            kiln__hash_update(&h, data + at, step);
+        }
+        if (kiln__hash_final(&h) != whole)
+            why = format("%zu bytes: split updates differ", n);
+        else if (hash_by_segments(data, n) != whole)
+            why = format("%zu bytes: joined segments differ", n);
+        else if (n && kiln__hash64(data, n - 1) == whole)
+            why = format("%zu bytes: one byte fewer, same hash", n);
+        for (size_t bit = 0; n && bit < 8 && !why; bit++) {
+            size_t at = rnd((uint32_t)n);
+            data[at] ^= (unsigned char)(1u << bit);
+            if (kiln__hash64(data, n) == whole)
+                why = format("%zu bytes: flipping bit %zu of byte %zu kept the hash", n, bit, at);
+            data[at] ^= (unsigned char)(1u << bit);
+        }
+    }
+    if (!why) { /* two segments swapped */
+        uint64_t before = kiln__hash64(data, 2 * KILN__HASH_SEGMENT);
+        unsigned char *swapped = xcalloc(2 * KILN__HASH_SEGMENT, 1);
+        memcpy(swapped, data + KILN__HASH_SEGMENT, KILN__HASH_SEGMENT);
+        memcpy(swapped + KILN__HASH_SEGMENT, data, KILN__HASH_SEGMENT);
+        if (kiln__hash64(swapped, 2 * KILN__HASH_SEGMENT) == before)
+            why = "swapping two segments kept the hash";
+        xfree(swapped);
+    }
+    xfree(data);
+    report("hash: splits, segments and damage", why);
+}
+
 /* ---- hostile input ---- */
 
 enum { FRONT_OK, FRONT_ERROR };
@@ -342,6 +410,7 @@ int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* progress shows as it happens */
     test_broadcast();
     test_splitmix();
+    test_hash();
     test_schedule();
     test_planner();
     test_hostile();
