@@ -23,7 +23,7 @@ static const char usage[] =
     "                          [--kernel-cache DIR | --no-kernel-cache]\n"
     "       kiln inspect MODEL [--format text|json|dot] [--html REPORT.html]\n"
     "                          [--profile PROFILE.json] [-o FILE] [model options]\n"
-    "       kiln tensor TENSOR.pb OUT.bin\n"
+    "       kiln tensor TENSOR.pb OUT.bin|OUT.npy\n"
     "       kiln --help | --version\n"
     "\n"
     "compile turns a neural-network graph (MODEL.yaml, or MODEL.onnx) into one C\n"
@@ -75,8 +75,9 @@ static const char usage[] =
     "                   dispatches by their GPU time\n"
     "  -o FILE          write the text, json or dot there instead of stdout\n"
     "\n"
-    "kiln tensor writes an ONNX TensorProto's data as raw little-endian bytes and\n"
-    "prints its dtype, shape and name.\n";
+    "kiln tensor writes an ONNX TensorProto's data as raw little-endian bytes (a\n"
+    "NumPy .npy file, dtype and shape, when OUT ends in .npy) and prints its\n"
+    "dtype, shape and name.\n";
 
 /* Weights above this go to a sidecar file unless --embed-weights. */
 #define EMBED_LIMIT (16ull << 20)

@@ -261,8 +261,26 @@ Value *read_tensor_file(const char *path, const char *what) {
 int convert_tensor(const char *in, const char *out) {
     Value *v = read_tensor_file(in, "the tensor");
     size_t bytes = (size_t)vcount(v) * kiln_dtype_size(v->dtype);
-    if (!write_file(out, v->data, bytes))
-        fatal("cannot write %s", out);
+    size_t n = strlen(out);
+    Str file = {0};
+    if (n >= 4 && strcmp(out + n - 4, ".npy") == 0) { /* NumPy format 1.0 */
+        static const char *const descr[] = {"<f4", "<f2", "<i4", "<i8", "|b1", "|u1", "|i1"};
+        Str dict = {0};
+        str_addf(&dict, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr[v->dtype]);
+        for (int i = 0; i < v->rank; i++)
+            str_addf(&dict, "%lld,%s", (long long)v->shape[i], i + 1 < v->rank ? " " : "");
+        str_add(&dict, "), }");
+        while ((10 + dict.len + 1) % 64) /* the data starts 64-byte aligned */
+            str_add(&dict, " ");
+        str_add(&dict, "\n");
+        uint8_t head[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (uint8_t)(dict.len & 0xff),
+                            (uint8_t)(dict.len >> 8)};
+        str_addn(&file, head, sizeof head);
+        str_addn(&file, dict.buf, dict.len);
+    }
+    str_addn(&file, bytes ? (const char *)v->data : "", bytes);
+    if (!write_file(out, file.buf ? file.buf : "", file.len))
+        fatal("cannot write %s: %s", out, strerror(errno));
     printf("%s %s %s\n", kiln_dtype_name(v->dtype), shape_str(v->rank, v->shape), v->name);
     return 0;
 }

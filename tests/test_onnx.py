@@ -270,6 +270,20 @@ def _(workdir):
     r = kiln("tensor", wd / "s.pb", wd / "s.bin")
     check(r.returncode == 0 and r.stdout.strip() == "i64 [2] s", r.stdout + r.stderr)
     check(np.fromfile(wd / "s.bin", np.int64).tolist() == [3, 2], "tensor data")
+    # .npy: dtype and shape too, for every rank and dtype kiln tensor reads
+    rng = np.random.default_rng(3)
+    for a in (rng.standard_normal([2, 3, 5]).astype(np.float32),
+              rng.integers(-9, 9, [7]).astype(np.int64), np.array(2.5, np.float32),
+              rng.standard_normal([4, 1]).astype(np.float16),
+              rng.integers(0, 2, [3, 2]).astype(bool), rng.integers(-5, 5, [6]).astype(np.int8)):
+        (wd / "t.pb").write_bytes(initializer("t", a))
+        r = kiln("tensor", wd / "t.pb", wd / "t.npy")
+        check(r.returncode == 0, r.stderr)
+        got = np.load(wd / "t.npy")
+        shape = a.shape or (1,)  # kiln holds a scalar as [1], as it prints
+        check(got.dtype == a.dtype and got.shape == shape and np.array_equal(got.ravel(),
+                                                                                 a.ravel()),
+              f"{a.dtype} {a.shape}: .npy holds {got.dtype} {got.shape}")
 
 
 @case("onnx weights read in place (onnx_wire.c) keep protobuf's meaning: a tensor's last "
