@@ -160,6 +160,8 @@ void map_gelu(Ctx *c, const OnnxOp *op);
 void map_mish_swish(Ctx *c, const OnnxOp *op);
 void map_group_norm(Ctx *c, const OnnxOp *op);
 void map_rms_norm(Ctx *c, const OnnxOp *op);
+/* onnx_map_einsum.c */
+void map_einsum(Ctx *c, const OnnxOp *op);
 /* onnx_map_attention.c */
 void map_attention(Ctx *c, const OnnxOp *op);
 void map_rotary_embedding(Ctx *c, const OnnxOp *op);

@@ -1,6 +1,7 @@
 /*
  * onnx_map.c: every supported ONNX op, mapped to kiln nodes by a function
- * of its family (onnx_map_generic.c, onnx_map_layout.c, onnx_map_math.c).
+ * of its family (onnx_map_generic.c, onnx_map_layout.c, onnx_map_math.c,
+ * onnx_map_attention.c, onnx_map_einsum.c).
  * The table lists them all: adding an ONNX op is a row here (and a mapper
  * when it is not a plain rename).
  */
@@ -41,6 +42,7 @@ static const OnnxOp onnx_ops[] = {
     {"DepthToSpace", map_unary_attr, OP_DEPTH_TO_SPACE, "blocksize:block"},
     {"Div", map_simple, OP_DIV, NULL},
     {"Dropout", map_view, OP_RESHAPE, NULL},
+    {"Einsum", map_einsum, OP_COUNT, NULL},
     {"Elu", map_unary_attr, OP_ELU, NULL},
     {"Equal", map_simple, OP_EQ, NULL},
     {"Erf", map_simple, OP_ERF, NULL},

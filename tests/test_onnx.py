@@ -244,6 +244,58 @@ for _opset in (20, 23, 25):
         newer_opset_case(_opset))
 
 
+def einsum_case(equation, shapes, opset=13):
+    """Einsum of random operands of the given shapes, against numpy.einsum."""
+    def test(workdir):
+        rng = np.random.default_rng(len(equation))
+        xs = [rng.standard_normal(sh).astype(np.float32) for sh in shapes]
+        want = np.einsum(equation, *[x.astype(np.float64) for x in xs])
+        names = [f"x{i}" for i in range(len(xs))]
+        eq = field(1, "equation") + field(4, equation) + field(20, 3)
+        data = model([node("Einsum", names, ["y"], "einsum", field(5, eq))],
+                     [value_info(n, list(x.shape)) for n, x in zip(names, xs)],
+                     [value_info("y", list(np.shape(want)))], opset=opset)
+        run_onnx(workdir, data, xs, [np.asarray(want)], ["y"], tol=(1e-4, 1e-5))
+    return test
+
+
+# The forms exporters and models write: batched products (attention's
+# "bhqd,bhkd->bhqk"), a broadcast ellipsis, implicit outputs, sums,
+# transposes, diagonals, three operands, a bilinear form.
+for _eq, _shapes in [("bij,bjk->bik", [(3, 4, 5), (3, 5, 6)]),
+                     ("bhqd,bhkd->bhqk", [(2, 3, 5, 8), (2, 3, 7, 8)]),
+                     ("...ij,...jk->...ik", [(2, 1, 3, 4), (5, 4, 6)]),
+                     ("i,i", [(7,), (7,)]), ("ij->i", [(4, 5)]), ("ij->ji", [(4, 5)]),
+                     ("ij", [(3, 2)]), ("ba", [(3, 2)]), ("...ii->...i", [(2, 3, 4, 4)]),
+                     ("ii", [(5, 5)]), ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)]),
+                     ("bn,anm,bm->ba", [(3, 4), (2, 4, 5), (3, 5)]),
+                     ("bij, bkj -> bki", [(2, 3, 4), (2, 5, 4)]),
+                     ("ij,j->i", [(6, 8), (8,)])]:
+    case(f"onnx Einsum '{_eq}' of {_shapes} matches numpy.einsum")(einsum_case(_eq, _shapes))
+
+
+@case("onnx Einsum: a malformed equation, one that does not fit its operands and integer "
+      "operands are refused by name")
+def _(workdir):
+    def einsum(equation, shapes, elem=1):
+        eq = field(1, "equation") + field(4, equation) + field(20, 3)
+        names = [f"x{i}" for i in range(len(shapes))]
+        return model([node("Einsum", names, ["y"], "e", field(5, eq))],
+                     [value_info(n, list(sh), elem) for n, sh in zip(names, shapes)],
+                     [value_info("y", [2])])
+    expect_refused(workdir, einsum("ij,jk", [(2, 3)]), ["node 'e (Einsum)'",
+                                                       "has 2 terms for 1 operand"])
+    expect_refused(workdir, einsum("ijk->i", [(2, 3)]), ["node 'e (Einsum)'",
+                                                         "does not fit operand 1 of rank 2"])
+    expect_refused(workdir, einsum("ij->q", [(2, 3)]), ["node 'e (Einsum)'",
+                                                        "names no input axis"])
+    expect_refused(workdir, einsum("i#->i", [(2, 3)]), ["node 'e (Einsum)'", "does not fit"])
+    expect_refused(workdir, einsum("ij,jk->ik", [(2, 3), (4, 2)]),
+                   ["node 'e (Einsum)'", "contracted label has sizes 3 and 4"])
+    expect_refused(workdir, einsum("ij->i", [(2, 3)], elem=6),
+                   ["node 'e (Einsum)'", "unsupported: Einsum of i32 tensors"])
+
+
 @case("onnx --shape fixes a symbolic dimension; --const binds an input")
 def _(workdir):
     import numpy as np

@@ -7,8 +7,8 @@ not CI). Two commands:
   export.py corpus [--out tests/models] [NAME...]
       Writes the small models the repository carries (all, or those NAMEd:
       densenet_tiny, gn_convnet, bert_tiny, llama_tiny, gpt2_tiny, qwen2_tiny,
-      vit_tiny, whisper_encoder_tiny, mobilenet_v3_small), each exported as
-      listed in tiny_models(): each one a directory
+      vit_tiny, whisper_encoder_tiny, mobilenet_v3_small, einsum_block), each
+      exported as listed in tiny_models(): each one a directory
       NAME/ with model.onnx as torch.onnx.export wrote it, input_N.npy (seeded
       random inputs), ort_N.npy and torch_N.npy (onnxruntime's and torch's
       outputs, f32 on the CPU) and meta.json (exporter, opset, versions, date,
@@ -85,6 +85,25 @@ def gn_convnet():
             mod.weight.data.copy_(torch.rand(mod.num_channels, generator=g) + 0.5)
             mod.bias.data.copy_(torch.rand(mod.num_channels, generator=g) * 0.4 - 0.2)
     return m.eval()
+
+
+class EinsumBlock(torch.nn.Module):
+    """Attention and a bilinear readout written with torch.einsum, as some
+    research code and older transformers models are: the TorchScript
+    exporter writes them as ONNX Einsum nodes."""
+    def __init__(self, d=16, heads=2):
+        super().__init__()
+        torch.manual_seed(0)
+        self.qkv = torch.nn.Linear(d, 3 * d)
+        self.w = torch.nn.Parameter(torch.randn(4, d, d) / d)
+        self.heads = heads
+
+    def forward(self, x):                                  # [B, S, d]
+        b, s, d = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, self.heads, d // self.heads).unbind(2)
+        att = torch.einsum("bqhd,bkhd->bhqk", q, k).softmax(-1)
+        y = torch.einsum("bhqk,bkhd->bqhd", att, v).reshape(b, s, d)
+        return torch.einsum("bsi,oij,bsj->bso", y, self.w, x)
 
 
 class LastHidden(torch.nn.Module):
@@ -198,6 +217,8 @@ def tiny_models():
              [dynamo(20), dynamo(23)]),
             # at opset 23 the exporter writes the same ops as at 20
             ("mobilenet_v3_small", mobilenet_small, [((1, 3, 64, 64), np.float32, None)],
+             [EXPORTS[0], dynamo(20)]),
+            ("einsum_block", lambda: EinsumBlock().eval(), [((2, 6, 16), np.float32, None)],
              [EXPORTS[0], dynamo(20)])]
 
 
