@@ -160,6 +160,9 @@ void map_gelu(Ctx *c, const OnnxOp *op);
 void map_mish_swish(Ctx *c, const OnnxOp *op);
 void map_group_norm(Ctx *c, const OnnxOp *op);
 void map_rms_norm(Ctx *c, const OnnxOp *op);
+/* onnx_map_nd.c */
+void map_gather_nd(Ctx *c, const OnnxOp *op);
+void map_scatter_nd(Ctx *c, const OnnxOp *op);
 /* onnx_map_einsum.c */
 void map_einsum(Ctx *c, const OnnxOp *op);
 /* onnx_map_attention.c */

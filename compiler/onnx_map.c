@@ -1,7 +1,7 @@
 /*
  * onnx_map.c: every supported ONNX op, mapped to kiln nodes by a function
  * of its family (onnx_map_generic.c, onnx_map_layout.c, onnx_map_math.c,
- * onnx_map_attention.c, onnx_map_einsum.c).
+ * onnx_map_attention.c, onnx_map_einsum.c, onnx_map_nd.c).
  * The table lists them all: adding an ONNX op is a row here (and a mapper
  * when it is not a plain rename).
  */
@@ -52,6 +52,7 @@ static const OnnxOp onnx_ops[] = {
     {"Floor", map_simple, OP_FLOOR, NULL},
     {"Gather", map_gather, OP_GATHER, NULL},
     {"GatherElements", map_gather, OP_GATHER_ELEMENTS, NULL},
+    {"GatherND", map_gather_nd, OP_COUNT, NULL},
     {"Gelu", map_gelu, OP_GELU, NULL},
     {"Gemm", map_gemm, OP_GEMM, NULL},
     {"GlobalAveragePool", map_simple, OP_GLOBAL_AVG_POOL, NULL},
@@ -112,6 +113,7 @@ static const OnnxOp onnx_ops[] = {
     {"STFT", map_dft, OP_STFT, NULL},
     {"Scatter", map_scatter, OP_SCATTER_ELEMENTS, NULL},
     {"ScatterElements", map_scatter, OP_SCATTER_ELEMENTS, NULL},
+    {"ScatterND", map_scatter_nd, OP_COUNT, NULL},
     {"Selu", map_unary_attr, OP_SELU, NULL},
     {"Shape", map_folded_only, OP_COUNT, NULL},
     {"Shrink", map_unary_attr, OP_SHRINK, NULL},

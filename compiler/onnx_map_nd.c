@@ -1,0 +1,168 @@
+/*
+ * onnx_map_nd.c: ONNX GatherND and ScatterND with constant indices.
+ *
+ * Each index tuple (the last axis of `indices`, k long) names a row of the
+ * data seen as [rows, rest]: the first batch_dims + k axes flattened, the
+ * others the row. With the indices known at compile time, kiln computes
+ * every tuple's row number:
+ *
+ *  - GatherND is a Gather along axis 0 of that view, with the row numbers
+ *    shaped as indices without its last axis;
+ *  - ScatterND is a ScatterElements along axis 0 of that view, each update
+ *    row going to its row number (every element of the row), with the
+ *    reduction ONNX names (none, add, mul, max, min).
+ *
+ * When the data (and updates) are constants too, both are computed here on
+ * the CPU instead (exporters build masks this way from shapes alone: Swin's
+ * shifted windows). Indices that are not constants are refused by name.
+ */
+#include "onnx.h"
+
+#include <string.h>
+
+/* The row numbers of idx's tuples in data seen as [rows, rest] (batch_dims
+ * leading axes shared), shaped as idx without its last axis; *rows and
+ * *rest get the view's sizes. */
+static Value *row_numbers(Ctx *c, const Value *data, const Value *idx, int batch_dims,
+                          int64_t *rows, int64_t *rest) {
+    if (idx->rank < 1 || data->rank < 1)
+        node_fail(c, "data and indices must have rank 1 or more");
+    if (batch_dims < 0 || batch_dims >= idx->rank || batch_dims >= data->rank)
+        node_fail(c, format("batch_dims %d is out of range for indices of rank %d", batch_dims,
+                            idx->rank));
+    int64_t k = idx->shape[idx->rank - 1];
+    if (k < 1 || batch_dims + k > data->rank)
+        node_fail(c, format("index tuples of %lld for data of rank %d with %d batch "
+                            "dimensions", (long long)k, data->rank, batch_dims));
+    for (int d = 0; d < batch_dims; d++)
+        if (idx->shape[d] != data->shape[d])
+            node_fail(c, format("batch dimension %d is %lld in the indices and %lld in the data",
+                                d, (long long)idx->shape[d], (long long)data->shape[d]));
+    int lead = batch_dims + (int)k;
+    *rows = shape_count(lead, data->shape);
+    *rest = shape_count(data->rank - lead, data->shape + lead);
+    int64_t per_batch = shape_count((int)k, data->shape + batch_dims);
+    int64_t tuples = vcount(idx) / k;
+    int64_t per_batch_tuples = tuples / (batch_dims ? shape_count(batch_dims, idx->shape) : 1);
+    Value *r = new_value(format("%s/rows%d", c->nname, ++c->tmp_count), KILN_DTYPE_I64,
+                         idx->rank - 1, idx->shape, true);
+    for (int64_t t = 0; t < tuples; t++) {
+        int64_t row = 0;
+        for (int64_t j = 0; j < k; j++) {
+            int64_t dim = data->shape[batch_dims + j], v = vgeti(idx, t * k + j);
+            if (v < -dim || v >= dim)
+                node_fail(c, format("index %lld is out of range for a dimension of %lld",
+                                    (long long)v, (long long)dim));
+            row = row * dim + (v < 0 ? v + dim : v);
+        }
+        vseti(r, t, (t / per_batch_tuples) * per_batch + row);
+    }
+    return r;
+}
+
+static Value *view(Ctx *c, Value *v, int rank, const int64_t *shape) {
+    Node *k = emit_tmp(c, OP_RESHAPE, 1, &v);
+    node_set_ints(k, "shape", rank, shape);
+    return finish(c, k);
+}
+
+void map_gather_nd(Ctx *c, const OnnxOp *op) {
+    (void)op;
+    Value *data = in(c, 0), *idx = in_const(c, 1, "GatherND's indices");
+    int64_t rows, rest;
+    Value *r = row_numbers(c, data, idx, (int)oattr_int(c, "batch_dims", 0), &rows, &rest);
+    int first_kept = (int)oattr_int(c, "batch_dims", 0) + (int)idx->shape[idx->rank - 1];
+    int64_t shape[MAX_RANK];
+    int n = 0;
+    for (int d = 0; d < r->rank; d++)
+        shape[n++] = r->shape[d];
+    for (int d = first_kept; d < data->rank && n < MAX_RANK + 1; d++)
+        shape[n++] = data->shape[d];
+    if (n > MAX_RANK)
+        node_fail(c, format("unsupported: a result of rank %d", n));
+    if (data->data) { /* all constants: gathered here */
+        Value *o = new_value(out_name(c, 0), data->dtype, n, shape, true);
+        for (int64_t t = 0; t < vcount(r); t++)
+            for (int64_t e = 0; e < rest; e++)
+                vcopy(o, t * rest + e, data, vgeti(r, t) * rest + e);
+        bind_value(c, out_name(c, 0), o);
+        return;
+    }
+    Value *flat = view(c, data, 2, (int64_t[]){rows, rest});
+    Value *gi[2] = {flat, r};
+    Node *g = emit_tmp(c, OP_GATHER, 2, gi);
+    node_set_int(g, "axis", 0);
+    Value *picked = finish(c, g);
+    Node *k2 = emit(c, OP_RESHAPE, 1, &picked, out_name(c, 0));
+    node_set_ints(k2, "shape", n, shape);
+    finish(c, k2);
+}
+
+/* The reduction of ScatterND (and its kiln name), checked against the
+ * version: add and mul from 16, max and min from 18. */
+static const char *nd_reduction(Ctx *c) {
+    const char *red = oattr_str(c, "reduction", "none");
+    int64_t v = onnx_op_version("ScatterND", c->opset);
+    bool known = strcmp(red, "none") == 0 ||
+                 (v >= 16 && (strcmp(red, "add") == 0 || strcmp(red, "mul") == 0)) ||
+                 (v >= 18 && (strcmp(red, "max") == 0 || strcmp(red, "min") == 0));
+    if (!known)
+        node_fail(c, format("unsupported: reduction '%s' (ScatterND version %lld)", red,
+                            (long long)v));
+    return red;
+}
+
+/* Element `at` of o combined with element `from` of u by the reduction. */
+static void reduce_into(Value *o, int64_t at, const Value *u, int64_t from, const char *red) {
+    if (strcmp(red, "none") == 0) {
+        vcopy(o, at, u, from);
+    } else if (is_integral(o->dtype)) { /* exactly, past 2^53 too */
+        int64_t a = vgeti(o, at), b = vgeti(u, from);
+        vseti(o, at, strcmp(red, "add") == 0   ? (int64_t)((uint64_t)a + (uint64_t)b)
+                     : strcmp(red, "mul") == 0 ? (int64_t)((uint64_t)a * (uint64_t)b)
+                     : strcmp(red, "max") == 0 ? (a > b ? a : b)
+                                               : (a < b ? a : b));
+    } else {
+        double a = vget(o, at), b = vget(u, from);
+        vset(o, at, strcmp(red, "add") == 0   ? a + b
+                    : strcmp(red, "mul") == 0 ? a * b
+                    : strcmp(red, "max") == 0 ? (a > b ? a : b)
+                                              : (a < b ? a : b));
+    }
+}
+
+void map_scatter_nd(Ctx *c, const OnnxOp *op) {
+    (void)op;
+    Value *data = in(c, 0), *idx = in_const(c, 1, "ScatterND's indices"), *upd = in(c, 2);
+    const char *red = nd_reduction(c);
+    int64_t rows, rest;
+    Value *r = row_numbers(c, data, idx, 0, &rows, &rest);
+    int64_t tuples = vcount(r);
+    if (vcount(upd) != tuples * rest || upd->dtype != data->dtype)
+        node_fail(c, format("updates %s %s do not fit %lld index tuples of rows of %lld",
+                            kiln_dtype_name(upd->dtype), shape_str(upd->rank, upd->shape),
+                            (long long)tuples, (long long)rest));
+    if (data->data && upd->data) { /* all constants: scattered here */
+        Value *o = new_value(out_name(c, 0), data->dtype, data->rank, data->shape, true);
+        memcpy(o->data, data->data, (size_t)(vcount(data) * kiln_dtype_size(data->dtype)));
+        for (int64_t t = 0; t < tuples; t++)
+            for (int64_t e = 0; e < rest; e++)
+                reduce_into(o, vgeti(r, t) * rest + e, upd, t * rest + e, red);
+        bind_value(c, out_name(c, 0), o);
+        return;
+    }
+    Value *e = new_value(format("%s/elements%d", c->nname, ++c->tmp_count), KILN_DTYPE_I64, 2,
+                         (int64_t[]){tuples, rest}, true);
+    for (int64_t t = 0; t < tuples; t++)
+        for (int64_t j = 0; j < rest; j++)
+            vseti(e, t * rest + j, vgeti(r, t));
+    Value *ins[3] = {view(c, data, 2, (int64_t[]){rows, rest}), e,
+                     view(c, upd, 2, (int64_t[]){tuples, rest})};
+    Node *k = emit_tmp(c, OP_SCATTER_ELEMENTS, 3, ins);
+    node_set_int(k, "axis", 0);
+    node_set_attr(k, "reduction", red);
+    Value *flat = finish(c, k);
+    Node *back = emit(c, OP_RESHAPE, 1, &flat, out_name(c, 0));
+    node_set_ints(back, "shape", data->rank, data->shape);
+    finish(c, back);
+}
