@@ -1,8 +1,9 @@
 /*
  * onnx_fold.c: ONNX nodes whose inputs are all constants, folded on the
- * CPU (shape computations: Shape, Gather, Concat, Slice, arithmetic,
- * Range, ConstantOfShape, Cast, ...), since kiln's shapes are static; a
- * folded value becomes a weight only if a kernel or an output needs it.
+ * CPU (shape computations: Shape, Gather, Concat, Slice, Transpose,
+ * Expand, arithmetic, Range, ConstantOfShape, Cast, ...), since kiln's
+ * shapes are static; a folded value becomes a weight only if a kernel or an
+ * output needs it.
  */
 #include "onnx.h"
 
@@ -441,6 +442,61 @@ static bool fold_slice(Ctx *c) {
     return true;
 }
 
+static bool fold_transpose(Ctx *c) {
+    Value *x = in(c, 0);
+    int64_t perm[MAX_RANK], shape[MAX_RANK];
+    Onnx__AttributeProto *a = oattr(c, "perm");
+    if (a && (int)a->n_ints != x->rank)
+        node_fail(c, format("perm has %zu entries for rank %d", a->n_ints, x->rank));
+    bool seen[MAX_RANK] = {false};
+    for (int d = 0; d < x->rank; d++) {
+        perm[d] = a ? a->ints[d] : x->rank - 1 - d;
+        if (perm[d] < 0 || perm[d] >= x->rank || seen[perm[d]])
+            node_fail(c, "perm is not a permutation of the axes");
+        seen[perm[d]] = true;
+        shape[d] = x->shape[perm[d]];
+    }
+    if ((double)shape_count(x->rank, shape) > MAX_CONST_FOLD)
+        return false; /* a large weight: transposed on the GPU */
+    Value *o = const_out(c, x->dtype, x->rank, shape);
+    int64_t coords[MAX_RANK], from[MAX_RANK];
+    for (int64_t i = 0; i < vcount(o); i++) {
+        unravel(i, x->rank, shape, coords);
+        for (int d = 0; d < x->rank; d++)
+            from[perm[d]] = coords[d];
+        int64_t j = 0;
+        for (int d = 0; d < x->rank; d++)
+            j = j * x->shape[d] + from[d];
+        vcopy(o, i, x, j);
+    }
+    bind_value(c, out_name(c, 0), o);
+    return true;
+}
+
+/* Expand: the input broadcast to the shape (numpy's rules, both ways). */
+static bool fold_expand(Ctx *c) {
+    Value *x = in(c, 0), *sv = in(c, 1);
+    int64_t want[MAX_RANK], shape[MAX_RANK];
+    int n = (int)vcount(sv), rank;
+    if (n > MAX_RANK)
+        return false; /* the expand node's shape rule names the rank */
+    for (int i = 0; i < n; i++)
+        want[i] = vgeti(sv, i);
+    if (!broadcast_shapes(x->rank, x->shape, n, want, &rank, shape))
+        node_fail(c, format("%s does not broadcast to %s", shape_str(x->rank, x->shape),
+                            shape_str(n, want)));
+    if ((double)shape_count(rank, shape) > MAX_CONST_FOLD)
+        return false; /* expanded on the GPU */
+    Value *o = const_out(c, x->dtype, rank, shape);
+    int64_t coords[MAX_RANK];
+    for (int64_t i = 0; i < vcount(o); i++) {
+        unravel(i, rank, shape, coords);
+        vcopy(o, i, x, bcast_index(x, rank, coords));
+    }
+    bind_value(c, out_name(c, 0), o);
+    return true;
+}
+
 typedef struct Folder {
     const char *op;
     bool (*fold)(Ctx *c);
@@ -461,6 +517,8 @@ static const Folder folders[] = {
     {"Concat", fold_concat, false},
     {"Gather", fold_gather, false},
     {"Slice", fold_slice, false},
+    {"Transpose", fold_transpose, false},
+    {"Expand", fold_expand, false},
     {"HannWindow", fold_signal_table, false},
     {"HammingWindow", fold_signal_table, false},
     {"BlackmanWindow", fold_signal_table, false},

@@ -396,6 +396,29 @@ def _(workdir):
     del d
 
 
+@case("onnx Transpose and Expand of constants fold at compile time (Swin's legacy export "
+      "builds Pad's pads through them); a transpose too large to fold runs on the GPU")
+def _(workdir):
+    # pads = Cast(Reshape(Transpose(Expand([[0, 1]], [2, 2])), [4])): [0, 0, 1, 1]
+    inits = [initializer("p", np.array([[0, 1]], np.int64)),
+             initializer("s", np.array([2, 2], np.int64)),
+             initializer("flat", np.array([4], np.int64))]
+    nodes = [node("Expand", ["p", "s"], ["e"], "expand"),
+             node("Transpose", ["e"], ["t"], "transpose", attr("perm", [1, 0])),
+             node("Reshape", ["t", "flat"], ["pads"], "reshape"),
+             node("Pad", ["x", "pads"], ["y"], "pad")]
+    data = model(nodes, [value_info("x", [3, 4])], [value_info("y", [4, 5])], inits)
+    x = np.random.default_rng(2).standard_normal([3, 4]).astype(np.float32)
+    run_onnx(workdir, data, [x], [np.pad(x, [(0, 1), (0, 1)])], ["y"], tol=(0, 0))
+    # 4.4 M elements: more than kiln folds (MAX_CONST_FOLD), so a kernel transposes it
+    w = np.random.default_rng(3).standard_normal([4, 1100001]).astype(np.float32)
+    data = model([node("Transpose", ["w"], ["t"], "transpose"), node("Add", ["t", "x"], ["y"], "add")],
+                 [value_info("x", [1100001, 4])], [value_info("y", [1100001, 4])],
+                 [initializer("w", w)])
+    x = np.random.default_rng(4).standard_normal([1100001, 4]).astype(np.float32)
+    run_onnx(workdir, data, [x], [w.T + x], ["y"], tol=(0, 0))
+
+
 @case("onnx --shape fixes a symbolic dimension; --const binds an input")
 def _(workdir):
     import numpy as np
