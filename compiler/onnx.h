@@ -135,6 +135,7 @@ void map_split(Ctx *c, const OnnxOp *op);
 void map_expand_tile(Ctx *c, const OnnxOp *op);
 void map_pad(Ctx *c, const OnnxOp *op);
 void map_gather(Ctx *c, const OnnxOp *op);
+void map_compress(Ctx *c, const OnnxOp *op);
 void map_onehot(Ctx *c, const OnnxOp *op);
 void map_trilu(Ctx *c, const OnnxOp *op);
 void map_scatter(Ctx *c, const OnnxOp *op);

@@ -1,7 +1,7 @@
 /*
  * onnx_fold.c: ONNX nodes whose inputs are all constants, folded on the
  * CPU (shape computations: Shape, Gather, Concat, Slice, Transpose,
- * Expand, arithmetic, Range, ConstantOfShape, Cast, ...), since kiln's
+ * Expand, CumSum, arithmetic, Range, ConstantOfShape, Cast, ...), since kiln's
  * shapes are static; a folded value becomes a weight only if a kernel or an
  * output needs it.
  */
@@ -497,6 +497,45 @@ static bool fold_expand(Ctx *c) {
     return true;
 }
 
+/* CumSum of a constant (exporters compute position ids from a mask so). */
+static bool fold_cumsum(Ctx *c) {
+    Value *x = in(c, 0), *ax = in(c, 1);
+    if (vcount(ax) != 1)
+        node_fail(c, "CumSum's axis must hold one value");
+    int axis = fold_axis(c, vgeti(ax, 0), x->rank);
+    bool excl = oattr_int(c, "exclusive", 0) != 0, rev = oattr_int(c, "reverse", 0) != 0;
+    Value *o = const_out(c, x->dtype, x->rank, x->shape);
+    int64_t len = x->shape[axis], inner = shape_count(x->rank - axis - 1,
+                                                      x->shape + axis + 1);
+    bool ints = is_integral(x->dtype);
+    for (int64_t base = 0; base < vcount(x); base += len * inner)
+        for (int64_t in_ = 0; in_ < inner; in_++) {
+            int64_t si = 0;
+            double sf = 0;
+            for (int64_t step = 0; step < len; step++) {
+                int64_t j = base + (rev ? len - 1 - step : step) * inner + in_;
+                if (excl) {
+                    if (ints)
+                        vseti(o, j, si);
+                    else
+                        vset(o, j, sf);
+                }
+                if (ints)
+                    si = (int64_t)((uint64_t)si + (uint64_t)vgeti(x, j));
+                else
+                    sf += vget(x, j);
+                if (!excl) {
+                    if (ints)
+                        vseti(o, j, si);
+                    else
+                        vset(o, j, sf);
+                }
+            }
+        }
+    bind_value(c, out_name(c, 0), o);
+    return true;
+}
+
 typedef struct Folder {
     const char *op;
     bool (*fold)(Ctx *c);
@@ -519,6 +558,7 @@ static const Folder folders[] = {
     {"Slice", fold_slice, false},
     {"Transpose", fold_transpose, false},
     {"Expand", fold_expand, false},
+    {"CumSum", fold_cumsum, false},
     {"HannWindow", fold_signal_table, false},
     {"HammingWindow", fold_signal_table, false},
     {"BlackmanWindow", fold_signal_table, false},

@@ -30,6 +30,7 @@ static const OnnxOp onnx_ops[] = {
     {"Ceil", map_simple, OP_CEIL, NULL},
     {"Celu", map_unary_attr, OP_CELU, NULL},
     {"Clip", map_clip, OP_CLIP, NULL},
+    {"Compress", map_compress, OP_COUNT, NULL},
     {"Concat", map_simple, OP_CONCAT, NULL},
     {"Constant", map_folded_only, OP_COUNT, NULL},
     {"ConstantOfShape", map_folded_only, OP_COUNT, NULL},

@@ -194,6 +194,43 @@ void map_gather(Ctx *c, const OnnxOp *op) {
     finish(c, k);
 }
 
+/* Compress with a constant condition: a Gather of the positions where it
+ * holds (along axis, or of the flattened input without one). Compress
+ * exists for data-dependent sizes; a condition computed at run time is
+ * refused by name (in_const). */
+void map_compress(Ctx *c, const OnnxOp *op) {
+    (void)op;
+    Value *x = in(c, 0), *cond = in_const(c, 1, "Compress's condition");
+    Onnx__AttributeProto *a = oattr(c, "axis");
+    int64_t axis = a ? a->i : 0, len = vcount(x);
+    if (a) {
+        if (axis < -x->rank || axis >= x->rank)
+            node_fail(c, format("axis %lld is out of range for rank %d", (long long)axis,
+                                x->rank));
+        axis += axis < 0 ? x->rank : 0;
+        len = x->shape[axis];
+    } else { /* the flattened input */
+        Node *k = emit_tmp(c, OP_RESHAPE, 1, &x);
+        node_set_ints(k, "shape", 1, &len);
+        x = finish(c, k);
+    }
+    if (cond->rank != 1 || vcount(cond) > len)
+        node_fail(c, format("a condition of shape %s for %lld positions",
+                            shape_str(cond->rank, cond->shape), (long long)len));
+    int64_t n = 0;
+    for (int64_t i = 0; i < vcount(cond); i++)
+        n += vget(cond, i) != 0;
+    Value *idx = new_value(format("%s/kept%d", c->nname, ++c->tmp_count), KILN_DTYPE_I64, 1,
+                           &n, true);
+    for (int64_t i = 0, j = 0; i < vcount(cond); i++)
+        if (vget(cond, i) != 0)
+            vseti(idx, j++, i);
+    Value *ins[2] = {x, idx};
+    Node *k = emit(c, OP_GATHER, 2, ins, out_name(c, 0));
+    node_set_int(k, "axis", axis);
+    finish(c, k);
+}
+
 void map_onehot(Ctx *c, const OnnxOp *op) {
     Value *idx = in(c, 0), *vals = in_const(c, 2, "values");
     if (!is_integral(idx->dtype) || idx->dtype == KILN_DTYPE_BOOL) {

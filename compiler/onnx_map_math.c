@@ -352,15 +352,71 @@ void map_reduce_log_sum(Ctx *c, const OnnxOp *op) {
     finish(c, emit(c, OP_LOG, 1, &s, out));
 }
 
+/* ONNX's ints attribute `name` (n values, one per spatial axis), or dflt
+ * for each when absent. */
+static void spatial_ints(Ctx *c, const char *name, int n, int64_t dflt, int64_t *out) {
+    Onnx__AttributeProto *a = oattr(c, name);
+    if (a && (int)a->n_ints != n)
+        node_fail(c, format("%s has %zu values for %d spatial axes", name, a->n_ints, n));
+    for (int i = 0; i < n; i++)
+        out[i] = a ? a->ints[i] : dflt;
+}
+
+/* ConvTranspose with output_shape: the pads that give that shape, as ONNX's
+ * reference computes them (the total split in half, the odd one at the end,
+ * or at the beginning with SAME_UPPER); a negative end pad, more output
+ * than the convolution covers, becomes output_padding. */
+static void conv_transpose_to_shape(Ctx *c, const OnnxOp *op, Value **ins) {
+    Value *x = ins[0], *w = ins[1];
+    int nsp = x->rank - 2;
+    if (nsp < 1 || !w || w->rank != x->rank)
+        node_fail(c, "ConvTranspose needs an input and weights of the same rank, 3 or more");
+    Onnx__AttributeProto *os = oattr(c, "output_shape");
+    int skip = (int)os->n_ints == x->rank ? 2 : 0; /* the whole shape, or its spatial part */
+    if ((int)os->n_ints != nsp + skip)
+        node_fail(c, format("output_shape has %zu values for %d spatial axes", os->n_ints,
+                            nsp));
+    int64_t stride[MAX_RANK], dil[MAX_RANK], outpad[MAX_RANK], kernel[MAX_RANK];
+    int64_t pads[2 * MAX_RANK];
+    spatial_ints(c, "strides", nsp, 1, stride);
+    spatial_ints(c, "dilations", nsp, 1, dil);
+    spatial_ints(c, "output_padding", nsp, 0, outpad);
+    spatial_ints(c, "kernel_shape", nsp, 0, kernel);
+    bool upper = strcmp(oattr_str(c, "auto_pad", "NOTSET"), "SAME_UPPER") == 0;
+    for (int i = 0; i < nsp; i++) {
+        int64_t k = kernel[i] ? kernel[i] : w->shape[2 + i];
+        int64_t total = stride[i] * (x->shape[2 + i] - 1) + outpad[i] + (k - 1) * dil[i] + 1 -
+                        os->ints[skip + i];
+        int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2); /* floor */
+        pads[i] = upper ? half : total - half;
+        pads[nsp + i] = total - pads[i];
+        if (pads[i] < 0)
+            node_fail(c, format("unsupported: output_shape %lld on spatial axis %d needs output "
+                                "before the first input position", (long long)os->ints[skip + i],
+                                i));
+        if (pads[nsp + i] < 0) {
+            outpad[i] -= pads[nsp + i];
+            pads[nsp + i] = 0;
+        }
+    }
+    Node *k = emit(c, op->kop, ins[2] ? 3 : 2, ins, out_name(c, 0));
+    copy_attrs(c, k, "kernel_shape:- output_shape:- auto_pad:- pads:- output_padding:-");
+    node_set_ints(k, "pads", 2 * nsp, pads);
+    node_set_ints(k, "output_padding", nsp, outpad);
+    finish(c, k);
+}
+
 /* Conv, ConvTranspose, MaxPool, AveragePool: attributes renamed. */
 void map_window(Ctx *c, const OnnxOp *op) {
     if (op->kop == OP_MAX_POOL && nout(c) > 1 && *out_name(c, 1))
         node_fail(c, "unsupported: the indices output of MaxPool");
     if (op->kop == OP_MAX_POOL && oattr_int(c, "storage_order", 0))
         node_fail(c, "unsupported: storage_order 1");
-    if (op->kop == OP_CONV_TRANSPOSE && oattr(c, "output_shape"))
-        node_fail(c, "unsupported: output_shape (give pads)");
     Value *ins[3] = {in(c, 0), in_opt(c, 1), in_opt(c, 2)};
+    if (op->kop == OP_CONV_TRANSPOSE && oattr(c, "output_shape")) {
+        conv_transpose_to_shape(c, op, ins);
+        return;
+    }
     int n = op->kop == OP_CONV || op->kop == OP_CONV_TRANSPOSE ? (ins[2] ? 3 : 2) : 1;
     kiln_dtype dt = ins[0]->dtype;
     if (op->kop == OP_MAX_POOL && dt != KILN_DTYPE_F32 && dt != KILN_DTYPE_I64) {

@@ -419,6 +419,108 @@ def _(workdir):
     run_onnx(workdir, data, [x], [w.T + x], ["y"], tol=(0, 0))
 
 
+def conv_transpose_ref(x, w, strides, out_shape, upper):
+    """2-D ConvTranspose (group 1) to out_shape, pads as ONNX's reference
+    splits them: the full output, then cropped (or zero-extended) at each end."""
+    n, ci, h, wd = x.shape
+    co, kh, kw = w.shape[1], w.shape[2], w.shape[3]
+    full = np.zeros((n, co, (h - 1) * strides[0] + kh, (wd - 1) * strides[1] + kw))
+    for i in range(h):
+        for j in range(wd):
+            full[:, :, i * strides[0]:i * strides[0] + kh, j * strides[1]:j * strides[1] + kw] += \
+                np.einsum("nc,cokl->nokl", x[:, :, i, j], w)
+    out = full
+    for ax, want in ((2, out_shape[0]), (3, out_shape[1])):
+        total = out.shape[ax] - want
+        begin = total // 2 if upper else total - total // 2
+        end = total - begin
+        out = np.take(out, range(begin, out.shape[ax] - max(end, 0)), axis=ax)
+        if end < 0:
+            pad = [(0, 0)] * 4
+            pad[ax] = (0, -end)
+            out = np.pad(out, pad)
+    return out
+
+
+@case("onnx ConvTranspose with output_shape: pads split as ONNX's reference does (NOTSET "
+      "and SAME_UPPER, more output than the convolution covers as output_padding); output "
+      "before the first position refused by name")
+def _(workdir):
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal([1, 2, 3, 4]).astype(np.float32)
+    w = rng.standard_normal([2, 3, 3, 3]).astype(np.float32)
+    # full output 7 x 9: odd and even totals, negative ones (extended at the end)
+    for shape, auto, sub in (([8, 9], b"", "a"), ([6, 7], b"", "b"),
+                             ([7, 8], b"SAME_UPPER", "c"), ([8, 10], b"", "d")):
+        attrs = attr("strides", [2, 2]) + attr("output_shape", shape)
+        if auto:
+            attrs += field(5, field(1, "auto_pad") + field(4, auto) + field(20, 3))
+        want = conv_transpose_ref(x.astype(np.float64), w.astype(np.float64), [2, 2], shape,
+                                  bool(auto))
+        data = model([node("ConvTranspose", ["x", "w"], ["y"], "ct", attrs)],
+                     [value_info("x", [1, 2, 3, 4])], [value_info("y", list(want.shape))],
+                     [initializer("w", w)])
+        d = Path(workdir) / sub
+        d.mkdir()
+        run_onnx(d, data, [x], [want], ["y"], tol=(1e-4, 1e-5))
+    for shape, auto in (([9, 9], b"SAME_UPPER"), ([10, 9], b"")):  # totals -2 and -3
+        attrs = attr("strides", [2, 2]) + attr("output_shape", shape)
+        if auto:
+            attrs += field(5, field(1, "auto_pad") + field(4, auto) + field(20, 3))
+        data = model([node("ConvTranspose", ["x", "w"], ["y"], "ct", attrs)],
+                     [value_info("x", [1, 2, 3, 4])], [value_info("y", [1, 3] + shape)],
+                     [initializer("w", w)])
+        expect_refused(workdir, data, ["node 'ct (ConvTranspose)'",
+                                       f"unsupported: output_shape {shape[0]} on spatial axis 0",
+                                       "before the first input position"])
+
+
+@case("onnx Compress: a constant condition gathers (along an axis and flattened); one "
+      "computed at run time is refused by name")
+def _(workdir):
+    x = np.random.default_rng(6).standard_normal([4, 3]).astype(np.float32)
+    keep = np.array([True, False, True, True])
+    for sub, attrs in (("a", attr("axis", 0)), ("b", b"")):  # b: flattened, a shorter one
+        cond = keep if attrs else np.array([1, 1, 0, 1, 1], bool)
+        want = x[cond] if attrs else x.ravel()[:5][cond]
+        data = model([node("Compress", ["x", "c"], ["y"], "cp", attrs)],
+                     [value_info("x", [4, 3])], [value_info("y", list(want.shape))],
+                     [initializer("c", cond)])
+        d = Path(workdir) / sub
+        d.mkdir()
+        run_onnx(d, data, [x], [want], ["y"], tol=(0, 0))
+    data = model([node("Compress", ["x", "c"], ["y"], "cp", attr("axis", 0))],
+                 [value_info("x", [4, 3]), value_info("c", [4], 9)], [value_info("y", [2, 3])])
+    expect_refused(workdir, data, ["node 'cp (Compress)'", "Compress's condition",
+                                   "must be a constant"])
+
+
+@case("onnx CumSum of a constant folds at compile time (position ids from a mask): "
+      "integers and floats, exclusive and reverse")
+def _(workdir):
+    rng = np.random.default_rng(9)
+    for sub, dt, excl, rev in (("a", np.int64, 0, 0), ("b", np.float32, 1, 0),
+                               ("c", np.int32, 0, 1), ("d", np.float32, 1, 1)):
+        m = (rng.integers(0, 3, [2, 5]) if dt != np.float32 else
+             rng.standard_normal([2, 5])).astype(dt)
+        a = np.flip(m, 1) if rev else m
+        want = np.cumsum(a, 1, dtype=dt)
+        if excl:
+            want = np.concatenate([np.zeros([2, 1], dt), want[:, :-1]], 1)
+        want = np.flip(want, 1) if rev else want
+        x = rng.integers(-9, 9, [2, 5]).astype(dt)
+        attrs = (attr("exclusive", 1) if excl else b"") + (attr("reverse", 1) if rev else b"")
+        elem = {np.int64: 7, np.int32: 6, np.float32: 1}[dt]
+        # integer cumsums have no kernel: these pass only folded
+        data = model([node("CumSum", ["m", "ax"], ["s"], "cs", attrs),
+                      node("Add", ["s", "x"], ["y"], "add")],
+                     [value_info("x", [2, 5], elem)], [value_info("y", [2, 5], elem)],
+                     [initializer("m", m), initializer("ax", np.array(1, np.int32))])
+        d = Path(workdir) / sub
+        d.mkdir()
+        run_onnx(d, data, [x], [want + x], ["y"], tol=(1e-5, 1e-6))
+
+
 @case("onnx --shape fixes a symbolic dimension; --const binds an input")
 def _(workdir):
     import numpy as np
