@@ -114,14 +114,12 @@ static void check_declared(Ctx *c, const Value *v, const char *where) {
 
 /* ---- the model ---- */
 
-/* protobuf-c leaves absent strings NULL; kiln reads names everywhere, so an
- * absent one becomes "" here, once. */
 static void fill_string(char **s) {
     if (!*s)
         *s = (char *)"";
 }
 
-static void fill_absent_names(Onnx__GraphProto *gp) {
+void fill_absent_names(Onnx__GraphProto *gp) {
     fill_string(&gp->name);
     Onnx__ValueInfoProto **lists[3] = {gp->input, gp->output, gp->value_info};
     size_t counts[3] = {gp->n_input, gp->n_output, gp->n_value_info};

@@ -93,6 +93,12 @@ void copy_attrs(Ctx *c, Node *k, const char *renames);
 int const_ints(Ctx *c, int i, const char *what, int64_t *out, int max);
 extern ProtobufCAllocator pb_allocator;
 
+/* ---- load_onnx.c ------------------------------------------------------- */
+
+/* protobuf-c leaves absent strings NULL; kiln reads names everywhere, so
+ * those of a graph (and its nodes) become "" here, once. */
+void fill_absent_names(Onnx__GraphProto *gp);
+
 /* ---- onnx_fold.c ------------------------------------------------------- */
 
 bool fold(Ctx *c);
@@ -170,8 +176,10 @@ void map_einsum(Ctx *c, const OnnxOp *op);
 void map_attention(Ctx *c, const OnnxOp *op);
 void map_rotary_embedding(Ctx *c, const OnnxOp *op);
 /* Emitters the mappers share (onnx_map_generic.c): a value cast to dt, a
- * scalar constant, a one- or two-input kiln node on temporaries. */
+ * scalar constant, a view of v with another shape (v itself when the shape
+ * is its own), a one- or two-input kiln node on temporaries. */
 Value *cast_to(Ctx *c, Value *v, kiln_dtype dt);
+Value *reshaped(Ctx *c, Value *v, int rank, const int64_t *shape);
 Value *const_scalar(Ctx *c, kiln_dtype dt, double v);
 Value *unary_tmp(Ctx *c, OpKind op, Value *x);
 Value *binary_tmp(Ctx *c, OpKind op, Value *a, Value *b);

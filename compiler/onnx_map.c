@@ -9,6 +9,8 @@
 
 #include <string.h>
 
+static void map_if(Ctx *c, const OnnxOp *op);
+
 static const OnnxOp onnx_ops[] = {
     {"Abs", map_simple, OP_ABS, NULL},
     {"Acos", map_simple, OP_ACOS, NULL},
@@ -67,6 +69,7 @@ static const OnnxOp onnx_ops[] = {
     {"HardSwish", map_simple, OP_HARD_SWISH, NULL},
     {"Hardmax", map_softmax, OP_ARGMAX, NULL},
     {"Identity", map_view, OP_RESHAPE, NULL},
+    {"If", map_if, OP_COUNT, NULL},
     {"InstanceNormalization", map_norm, OP_INSTANCE_NORM, NULL},
     {"IsInf", map_unary_attr, OP_ISINF, NULL},
     {"IsNaN", map_simple, OP_ISNAN, NULL},
@@ -153,6 +156,65 @@ const OnnxOp *find_mapper(const char *name) {
         if (strcmp(onnx_ops[i].name, name) == 0)
             return &onnx_ops[i];
     return NULL;
+}
+
+/* If whose condition is a constant: the branch it takes, inlined. Its
+ * initializers and nodes are mapped in this graph's scope (ONNX names are
+ * unique across scopes), each node checked as a top-level one is; its
+ * outputs become the If's (views under the If's output names). A condition
+ * computed at run time is refused by name (in_const). */
+static void map_if(Ctx *c, const OnnxOp *op) {
+    (void)op;
+    Value *cond = in_const(c, 0, "If's condition");
+    if (vcount(cond) != 1)
+        node_fail(c, "If's condition must hold one value");
+    const char *which = vget(cond, 0) != 0 ? "then_branch" : "else_branch";
+    Onnx__AttributeProto *a = oattr(c, which);
+    if (!a || !a->g)
+        node_fail(c, format("If has no %s graph", which));
+    Onnx__GraphProto *g = a->g;
+    Onnx__NodeProto *self = c->node;
+    const char *self_name = c->nname;
+    if (g->n_output != self->n_output)
+        node_fail(c, format("its %s has %zu outputs for the If's %zu", which, g->n_output,
+                            self->n_output));
+    fill_absent_names(g);
+    for (size_t i = 0; i < g->n_initializer; i++) {
+        Onnx__TensorProto *tp = g->initializer[i];
+        bind_value(c, tp->name, decode_tensor(c->path, c->dir, tp,
+                                              format("initializer '%s' of %s", tp->name,
+                                                     which), c->loc, false));
+    }
+    for (size_t i = 0; i < g->n_node; i++) {
+        Onnx__NodeProto *n = g->node[i];
+        c->node = n;
+        c->nname = format("%s (%s), in the %s of %s",
+                          *n->name ? n->name : format("#%zu", i), n->op_type, which,
+                          self_name);
+        if ((*n->domain && strcmp(n->domain, "ai.onnx") != 0) || !find_mapper(n->op_type))
+            node_fail(c, format("unsupported: op type %s%s%s", n->domain, *n->domain ? "." : "",
+                                n->op_type));
+        map_node(c);
+    }
+    c->node = self;
+    c->nname = self_name;
+    for (size_t i = 0; i < g->n_output; i++) {
+        Value *v = map_get(&c->values, g->output[i]->name ? g->output[i]->name : "");
+        if (!v)
+            node_fail(c, format("output '%s' of its %s is not computed there",
+                                g->output[i]->name, which));
+        if (!*out_name(c, (int)i))
+            continue;
+        if (v->data) { /* a constant: a copy under the If's name */
+            Value *o = new_value(out_name(c, (int)i), v->dtype, v->rank, v->shape, true);
+            memcpy(o->data, v->data, (size_t)(vcount(v) * kiln_dtype_size(v->dtype)));
+            bind_value(c, out_name(c, (int)i), o);
+            continue;
+        }
+        Node *k = emit(c, OP_RESHAPE, 1, &v, out_name(c, (int)i));
+        node_set_ints(k, "shape", v->rank, v->shape);
+        finish(c, k);
+    }
 }
 
 void map_node(Ctx *c) {

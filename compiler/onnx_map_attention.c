@@ -85,13 +85,6 @@ void map_attention(Ctx *c, const OnnxOp *op) {
     }
 }
 
-/* A view of v (any constant or tensor) with shape [d0, d1, ...]. */
-static Value *reshaped(Ctx *c, Value *v, int rank, const int64_t *shape) {
-    Node *k = emit_tmp(c, OP_RESHAPE, 1, &v);
-    node_set_ints(k, "shape", rank, shape);
-    return finish(c, k);
-}
-
 /* x[..., start:end:step] along the last axis. */
 static Value *last_slice(Ctx *c, Value *x, int64_t start, int64_t end, int64_t step) {
     Node *k = emit_tmp(c, OP_SLICE, 1, &x);

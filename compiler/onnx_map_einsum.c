@@ -75,14 +75,6 @@ static int parse_term(const char *s, size_t n, int rank, int *ell, int *label) {
     return r;
 }
 
-static Value *reshape_to(Ctx *c, Value *v, int rank, const int64_t *shape) {
-    if (rank == v->rank && memcmp(shape, v->shape, sizeof(int64_t) * (size_t)rank) == 0)
-        return v;
-    Node *k = emit_tmp(c, OP_RESHAPE, 1, &v);
-    node_set_ints(k, "shape", rank, shape);
-    return finish(c, k);
-}
-
 /* t's axes in the order of `order` (labels); `out`, when given, names the
  * result (the node's output). */
 static Value *transpose_to(Ctx *c, const Term *t, const int *order, const char *out) {
@@ -137,7 +129,7 @@ static void take_diagonal(Ctx *c, Term *t, int l) {
     for (int i = 0; i < r; i++)
         shape[i] = v->shape[i];
     shape[r] = n * n;
-    v = reshape_to(c, v, r + 1, shape);
+    v = reshaped(c, v, r + 1, shape);
     Value *idx = new_value(format("%s/diagonal%d", c->nname, ++c->tmp_count), KILN_DTYPE_I64,
                            1, &n, true);
     for (int64_t i = 0; i < n; i++)
@@ -230,8 +222,8 @@ static Term contract(Ctx *c, Term *a, Term *b, const bool *later) {
     ashape[nb + 1] = kk;
     bshape[nb] = kk;
     bshape[nb + 1] = n;
-    Value *av = reshape_to(c, transpose_to(c, a, aorder, NULL), nb + 2, ashape);
-    Value *bv = reshape_to(c, transpose_to(c, b, border, NULL), nb + 2, bshape);
+    Value *av = reshaped(c, transpose_to(c, a, aorder, NULL), nb + 2, ashape);
+    Value *bv = reshaped(c, transpose_to(c, b, border, NULL), nb + 2, bshape);
     Value *prod = binary_tmp(c, OP_MATMUL, av, bv);
     Term t = {NULL, nb + nl + nr, {0}};
     int64_t shape[MAX_RANK];
@@ -249,7 +241,7 @@ static Term contract(Ctx *c, Term *a, Term *b, const bool *later) {
     }
     if (t.rank > MAX_RANK)
         node_fail(c, format("unsupported: a product of rank %d", t.rank));
-    t.v = reshape_to(c, prod, t.rank, shape);
+    t.v = reshaped(c, prod, t.rank, shape);
     return t;
 }
 

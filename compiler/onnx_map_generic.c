@@ -99,6 +99,14 @@ Value *const_scalar(Ctx *c, kiln_dtype dt, double v) {
     return k;
 }
 
+Value *reshaped(Ctx *c, Value *v, int rank, const int64_t *shape) {
+    if (rank == v->rank && memcmp(shape, v->shape, sizeof(int64_t) * (size_t)rank) == 0)
+        return v;
+    Node *k = emit_tmp(c, OP_RESHAPE, 1, &v);
+    node_set_ints(k, "shape", rank, shape);
+    return finish(c, k);
+}
+
 Value *unary_tmp(Ctx *c, OpKind op, Value *x) { return finish(c, emit_tmp(c, op, 1, &x)); }
 
 Value *binary_tmp(Ctx *c, OpKind op, Value *a, Value *b) {

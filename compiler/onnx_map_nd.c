@@ -60,12 +60,6 @@ static Value *row_numbers(Ctx *c, const Value *data, const Value *idx, int batch
     return r;
 }
 
-static Value *view(Ctx *c, Value *v, int rank, const int64_t *shape) {
-    Node *k = emit_tmp(c, OP_RESHAPE, 1, &v);
-    node_set_ints(k, "shape", rank, shape);
-    return finish(c, k);
-}
-
 void map_gather_nd(Ctx *c, const OnnxOp *op) {
     (void)op;
     Value *data = in(c, 0), *idx = in_const(c, 1, "GatherND's indices");
@@ -88,7 +82,7 @@ void map_gather_nd(Ctx *c, const OnnxOp *op) {
         bind_value(c, out_name(c, 0), o);
         return;
     }
-    Value *flat = view(c, data, 2, (int64_t[]){rows, rest});
+    Value *flat = reshaped(c, data, 2, (int64_t[]){rows, rest});
     Value *gi[2] = {flat, r};
     Node *g = emit_tmp(c, OP_GATHER, 2, gi);
     node_set_int(g, "axis", 0);
@@ -156,8 +150,8 @@ void map_scatter_nd(Ctx *c, const OnnxOp *op) {
     for (int64_t t = 0; t < tuples; t++)
         for (int64_t j = 0; j < rest; j++)
             vseti(e, t * rest + j, vgeti(r, t));
-    Value *ins[3] = {view(c, data, 2, (int64_t[]){rows, rest}), e,
-                     view(c, upd, 2, (int64_t[]){tuples, rest})};
+    Value *ins[3] = {reshaped(c, data, 2, (int64_t[]){rows, rest}), e,
+                     reshaped(c, upd, 2, (int64_t[]){tuples, rest})};
     Node *k = emit_tmp(c, OP_SCATTER_ELEMENTS, 3, ins);
     node_set_int(k, "axis", 0);
     node_set_attr(k, "reduction", red);

@@ -47,6 +47,8 @@ static const struct {
  *     node that sets it is refused by name (unsupported attribute);
  *   - Pad 19: mode "wrap", and Resize 19: coordinate mode
  *     "half_pixel_symmetric": both refused by name where they appear;
+ *   - If 19, 21, 23, 24 and 25: new types only (kiln takes a constant
+ *     condition and inlines the branch: onnx_map.c);
  *   - ops new after 18: Gelu 20, GroupNormalization 21 (scale and bias per
  *     channel; 18's per group is read too), RMSNormalization 23, Attention
  *     23 and 24 (24 adds nonpad_kv_seqlen, refused by name like the cache
@@ -66,7 +68,7 @@ static const struct {
     {"Cos", 22}, {"Cosh", 22}, {"DepthToSpace", 28}, {"Dropout", 22}, {"Elu", 22},
     {"Equal", 19}, {"Flatten", 25}, {"Gelu", 20}, {"GlobalAveragePool", 22},
     {"GlobalMaxPool", 22}, {"GroupNormalization", 21}, {"HardSigmoid", 22},
-    {"HardSwish", 22}, {"Identity", 25}, {"InstanceNormalization", 22}, {"IsInf", 20},
+    {"HardSwish", 22}, {"Identity", 25}, {"If", 25}, {"InstanceNormalization", 22}, {"IsInf", 20},
     {"IsNaN", 20}, {"Mish", 22}, {"NegativeLogLikelihoodLoss", 22}, {"OneHot", 28},
     {"Pad", 25}, {"RMSNormalization", 23}, {"ReduceLogSum", 28}, {"ReduceLogSumExp", 28},
     {"ReduceMax", 20}, {"ReduceMin", 20}, {"Reshape", 25}, {"Resize", 19}, {"RotaryEmbedding", 23}, {"Round", 22},

@@ -521,6 +521,59 @@ def _(workdir):
         run_onnx(d, data, [x], [want + x], ["y"], tol=(1e-5, 1e-6))
 
 
+def branch(name, nodes, outputs, inits=()):
+    """An If's then_branch or else_branch attribute: a graph of nodes that
+    read the outer scope, with its own initializers and outputs."""
+    g = b"".join(field(1, n) for n in nodes) + field(2, name)
+    g += b"".join(field(5, t) for t in inits) + b"".join(field(12, o) for o in outputs)
+    return field(5, field(1, name) + field(6, g) + field(20, 5))
+
+
+@case("onnx If with a constant condition inlines the branch it takes (outer values, its "
+      "own initializers, a nested If, a constant output); a run-time condition is refused")
+def _(workdir):
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal([2, 3]).astype(np.float32)
+    w = rng.standard_normal([2, 3]).astype(np.float32)
+    for sub, flag in (("t", True), ("f", False)):
+        inner = node("If", ["c2"], ["z"], "inner",
+                     branch("then_branch", [node("Neg", ["x"], ["n"], "neg")],
+                            [value_info("n", [2, 3])]) +
+                     branch("else_branch", [node("Abs", ["x"], ["ab"], "abs")],
+                            [value_info("ab", [2, 3])]))
+        then = branch("then_branch", [node("Mul", ["x", "w"], ["m"], "mul"), inner,
+                                      node("Add", ["m", "z"], ["r"], "add")],
+                      [value_info("r", [2, 3]), value_info("k", [3])],
+                      [initializer("w", w), initializer("k", np.array([1, 2, 3], np.float32))])
+        other = branch("else_branch", [node("Sub", ["x", "k2"], ["r2"], "sub")],
+                       [value_info("r2", [2, 3]), value_info("k2", [3])],
+                       [initializer("k2", np.array([4, 5, 6], np.float32))])
+        nodes = [node("If", ["c"], ["y", "kk"], "if", then + other),
+                 node("Add", ["y", "kk"], ["out"], "tail")]
+        data = model(nodes, [value_info("x", [2, 3])], [value_info("out", [2, 3])],
+                     [initializer("c", np.array(flag)), initializer("c2", np.array([False]))])
+        want = x * w + np.abs(x) + [1, 2, 3] if flag else x - [4, 5, 6] + [4, 5, 6]
+        d = Path(workdir) / sub
+        d.mkdir()
+        run_onnx(d, data, [x], [want.astype(np.float32)], ["out"], tol=(1e-5, 1e-6))
+    data = model([node("If", ["c"], ["y"], "if",
+                       branch("then_branch", [node("Neg", ["x"], ["n"], "neg")],
+                              [value_info("n", [2, 3])]) +
+                       branch("else_branch", [node("Abs", ["x"], ["a"], "abs")],
+                              [value_info("a", [2, 3])]))],
+                 [value_info("x", [2, 3]), value_info("c", [1], 9)], [value_info("y", [2, 3])])
+    expect_refused(workdir, data, ["node 'if (If)'", "If's condition", "must be a constant"])
+    data = model([node("If", ["c"], ["y"], "if",
+                       branch("then_branch", [node("Det", ["x"], ["n"], "det")],
+                              [value_info("n", [2, 3])]) +
+                       branch("else_branch", [node("Abs", ["x"], ["a"], "abs")],
+                              [value_info("a", [2, 3])]))],
+                 [value_info("x", [2, 3])], [value_info("y", [2, 3])],
+                 [initializer("c", np.array(True))])
+    expect_refused(workdir, data, ["node 'det (Det), in the then_branch of if (If)'",
+                                   "unsupported: op type Det"])
+
+
 @case("onnx --shape fixes a symbolic dimension; --const binds an input")
 def _(workdir):
     import numpy as np
