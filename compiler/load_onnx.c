@@ -114,33 +114,6 @@ static void check_declared(Ctx *c, const Value *v, const char *where) {
 
 /* ---- the model ---- */
 
-static void fill_string(char **s) {
-    if (!*s)
-        *s = (char *)"";
-}
-
-void fill_absent_names(Onnx__GraphProto *gp) {
-    fill_string(&gp->name);
-    Onnx__ValueInfoProto **lists[3] = {gp->input, gp->output, gp->value_info};
-    size_t counts[3] = {gp->n_input, gp->n_output, gp->n_value_info};
-    for (int l = 0; l < 3; l++)
-        for (size_t i = 0; i < counts[l]; i++)
-            fill_string(&lists[l][i]->name);
-    for (size_t i = 0; i < gp->n_initializer; i++)
-        fill_string(&gp->initializer[i]->name);
-    for (size_t i = 0; i < gp->n_node; i++) {
-        Onnx__NodeProto *n = gp->node[i];
-        fill_string(&n->name);
-        fill_string(&n->op_type);
-        fill_string(&n->domain);
-        for (size_t a = 0; a < n->n_attribute; a++) {
-            fill_string(&n->attribute[a]->name);
-            if (n->attribute[a]->t)
-                fill_string(&n->attribute[a]->t->name);
-        }
-    }
-}
-
 static void check_supported(Onnx__GraphProto *gp, const char *path) {
     Str msg = {0};
     int kinds = 0;

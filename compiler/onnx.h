@@ -39,6 +39,10 @@ typedef struct Ctx {
 
 /* ---- onnx_wire.c ------------------------------------------------------- */
 
+/* protobuf-c leaves absent strings NULL; kiln reads names everywhere, so
+ * those of a graph (and its nodes) become "" here, once. */
+void fill_absent_names(Onnx__GraphProto *gp);
+
 /* Initializer `initializer`'s raw_data: len bytes at data. */
 typedef struct RawSpan {
     size_t initializer;
@@ -92,12 +96,6 @@ Value *finish(Ctx *c, Node *k);
 void copy_attrs(Ctx *c, Node *k, const char *renames);
 int const_ints(Ctx *c, int i, const char *what, int64_t *out, int max);
 extern ProtobufCAllocator pb_allocator;
-
-/* ---- load_onnx.c ------------------------------------------------------- */
-
-/* protobuf-c leaves absent strings NULL; kiln reads names everywhere, so
- * those of a graph (and its nodes) become "" here, once. */
-void fill_absent_names(Onnx__GraphProto *gp);
 
 /* ---- onnx_fold.c ------------------------------------------------------- */
 
