@@ -170,6 +170,12 @@ void map_gather_nd(Ctx *c, const OnnxOp *op);
 void map_scatter_nd(Ctx *c, const OnnxOp *op);
 /* onnx_map_einsum.c */
 void map_einsum(Ctx *c, const OnnxOp *op);
+/* onnx_map_quant.c */
+void map_dequantize(Ctx *c, const OnnxOp *op);
+void map_quantize(Ctx *c, const OnnxOp *op);
+void map_dynamic_quantize(Ctx *c, const OnnxOp *op);
+void map_integer_product(Ctx *c, const OnnxOp *op);
+void map_qlinear(Ctx *c, const OnnxOp *op);
 /* onnx_map_attention.c */
 void map_attention(Ctx *c, const OnnxOp *op);
 void map_rotary_embedding(Ctx *c, const OnnxOp *op);
