@@ -176,14 +176,18 @@ void map_quantize(Ctx *c, const OnnxOp *op);
 void map_dynamic_quantize(Ctx *c, const OnnxOp *op);
 void map_integer_product(Ctx *c, const OnnxOp *op);
 void map_qlinear(Ctx *c, const OnnxOp *op);
+/* onnx_map_rnn.c */
+void map_recurrent(Ctx *c, const OnnxOp *op);
 /* onnx_map_attention.c */
 void map_attention(Ctx *c, const OnnxOp *op);
 void map_rotary_embedding(Ctx *c, const OnnxOp *op);
 /* Emitters the mappers share (onnx_map_generic.c): a value cast to dt, a
  * scalar constant, a view of v with another shape (v itself when the shape
- * is its own), a one- or two-input kiln node on temporaries. */
+ * is its own), v's positions [start, end) along axis (v itself when that is
+ * all of it), a one- or two-input kiln node on temporaries. */
 Value *cast_to(Ctx *c, Value *v, kiln_dtype dt);
 Value *reshaped(Ctx *c, Value *v, int rank, const int64_t *shape);
+Value *sliced(Ctx *c, Value *v, int axis, int64_t start, int64_t end);
 Value *const_scalar(Ctx *c, kiln_dtype dt, double v);
 Value *unary_tmp(Ctx *c, OpKind op, Value *x);
 Value *binary_tmp(Ctx *c, OpKind op, Value *a, Value *b);

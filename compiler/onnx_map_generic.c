@@ -107,6 +107,18 @@ Value *reshaped(Ctx *c, Value *v, int rank, const int64_t *shape) {
     return finish(c, k);
 }
 
+Value *sliced(Ctx *c, Value *v, int axis, int64_t start, int64_t end) {
+    if (start == 0 && end == v->shape[axis])
+        return v;
+    Node *k = emit_tmp(c, OP_SLICE, 1, &v);
+    int64_t ax = axis, one = 1;
+    node_set_ints(k, "starts", 1, &start);
+    node_set_ints(k, "ends", 1, &end);
+    node_set_ints(k, "axes", 1, &ax);
+    node_set_ints(k, "steps", 1, &one);
+    return finish(c, k);
+}
+
 Value *unary_tmp(Ctx *c, OpKind op, Value *x) { return finish(c, emit_tmp(c, op, 1, &x)); }
 
 Value *binary_tmp(Ctx *c, OpKind op, Value *a, Value *b) {

@@ -315,17 +315,6 @@ static Value *shifted(Ctx *c, Value *x, Value *zp, int axis, const char *what) {
     return binary_tmp(c, OP_SUB, v, broadcast_param(c, x, zp, axis, 0));
 }
 
-/* Slice of v along axis: [start, end). */
-static Value *slice_along(Ctx *c, Value *v, int axis, int64_t start, int64_t end) {
-    Node *k = emit_tmp(c, OP_SLICE, 1, &v);
-    int64_t ax = axis, one = 1;
-    node_set_ints(k, "starts", 1, &start);
-    node_set_ints(k, "ends", 1, &end);
-    node_set_ints(k, "axes", 1, &ax);
-    node_set_ints(k, "steps", 1, &one);
-    return finish(c, k);
-}
-
 /* The kiln product (OP_MATMUL of a, b; or OP_CONV with the node's
  * attributes) of f32 tensors holding integers, the reduction cut into
  * chunks of at most `chunk` along a's axis a_axis and b's axis b_axis
@@ -337,9 +326,8 @@ static Value *integer_product(Ctx *c, OpKind op, Value *a, Value *b, int a_axis,
     Value *acc = NULL;
     for (int64_t start = 0; start < total; start += chunk) {
         int64_t end = start + chunk < total ? start + chunk : total;
-        bool whole = start == 0 && end == total, last = end == total;
-        Value *ab[2] = {whole ? a : slice_along(c, a, a_axis, start, end),
-                        whole ? b : slice_along(c, b, b_axis, start, end)};
+        bool last = end == total;
+        Value *ab[2] = {sliced(c, a, a_axis, start, end), sliced(c, b, b_axis, start, end)};
         bool named = last && !acc && out;
         Node *k = named && !as_int ? emit(c, op, 2, ab, out) : emit_tmp(c, op, 2, ab);
         if (op == OP_CONV)

@@ -148,10 +148,10 @@ bad_case("truncated file", GOOD[:len(GOOD) // 2], ["not a valid ONNX model"])
 bad_case("not protobuf", b"\xff\xff\xff\xff garbage", ["not a valid ONNX model"])
 bad_case("empty file", b"", ["the model has no graph"])
 bad_case("unsupported ops, every one listed",
-         model([node("Relu", ["x"], ["a"], "r1"), node("LSTM", ["a"], ["b"], "l1"),
-                node("Foo", ["b"], ["c"], "f1"), node("LSTM", ["c"], ["y"], "l2")],
+         model([node("Relu", ["x"], ["a"], "r1"), node("Unique", ["a"], ["b"], "l1"),
+                node("Foo", ["b"], ["c"], "f1"), node("Unique", ["c"], ["y"], "l2")],
                [value_info("x", [2, 3])], [value_info("y", [2, 3])]),
-         ["unsupported: 2 op types", "LSTM: 2 nodes ('l1', 'l2')", "Foo: 1 node ('f1')"])
+         ["unsupported: 2 op types", "Unique: 2 nodes ('l1', 'l2')", "Foo: 1 node ('f1')"])
 bad_case("symbolic dimension",
          model([node("Relu", ["x"], ["y"], "r")], [value_info("x", ["batch", 3])],
                [value_info("y", ["batch", 3])]),
