@@ -7,14 +7,16 @@ not CI). Two commands:
   export.py corpus [--out tests/models] [NAME...]
       Writes the small models the repository carries (all, or those NAMEd:
       densenet_tiny, gn_convnet, bert_tiny, llama_tiny, gpt2_tiny, qwen2_tiny,
-      vit_tiny, whisper_encoder_tiny, mobilenet_v3_small, einsum_block), each
+      vit_tiny, whisper_encoder_tiny, mobilenet_v3_small, einsum_block,
+      rnn_block, qdq_convnet: onnxruntime's QDQ quantization of an export), each
       exported as listed in tiny_models(): each one a directory
       NAME/ with model.onnx as torch.onnx.export wrote it, input_N.npy (seeded
       random inputs), ort_N.npy and torch_N.npy (onnxruntime's and torch's
       outputs, f32 on the CPU) and meta.json (exporter, opset, versions, date,
       the largest difference between the two references). tests/test_corpus.py
       compiles every such directory with kiln, runs it on Vulkan and compares
-      each output element with onnxruntime's.
+      each output element with onnxruntime's. With --kiln BUILD, each model
+      also runs with kiln on this machine's GPU, compared likewise.
 
   export.py check MODEL... [--kiln build] [--out DIR]
       Exports torchvision's full-size MODELs (densenet121, resnet50, ...;
@@ -104,6 +106,56 @@ class EinsumBlock(torch.nn.Module):
         att = torch.einsum("bqhd,bkhd->bhqk", q, k).softmax(-1)
         y = torch.einsum("bhqk,bkhd->bqhd", att, v).reshape(b, s, d)
         return torch.einsum("bsi,oij,bsj->bso", y, self.w, x)
+
+
+class RnnBlock(torch.nn.Module):
+    """A two-layer bidirectional LSTM and a GRU over its outputs, batch
+    first, as speech and time-series models stack them."""
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.lstm = torch.nn.LSTM(8, 12, num_layers=2, bidirectional=True, batch_first=True)
+        self.gru = torch.nn.GRU(24, 10, batch_first=True)
+        self.out = torch.nn.Linear(10, 4)
+
+    def forward(self, x):                                  # [B, T, 8]
+        y, _ = self.lstm(x)
+        y, h = self.gru(y)
+        return self.out(y), h
+
+
+def qdq_convnet():
+    """A small convolutional network, to be quantized by onnxruntime's
+    quantize_static (QDQ format, int8 weights per channel, uint8
+    activations) after export: export() does that for the "qdq" exports."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+        torch.nn.Conv2d(8, 16, 3, stride=2, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU(),
+        torch.nn.Conv2d(16, 16, 1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(), torch.nn.Linear(16, 10))
+    return randomize_norms(m, 2).eval()
+
+
+def quantize_qdq(src, dst, inputs):
+    """onnxruntime's static quantization of src into dst (QDQ), calibrated
+    on the inputs and 15 more random sets like them."""
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                          quantize_static)
+    name = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).get_inputs()[0].name
+    rng = np.random.default_rng(5)
+    sets = [inputs[0]] + [rng.standard_normal(inputs[0].shape).astype(np.float32)
+                          for _ in range(15)]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter({name: x} for x in sets)
+
+        def get_next(self):
+            return next(self.it, None)
+    quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ,
+                    per_channel=True, activation_type=QuantType.QUInt8,
+                    weight_type=QuantType.QInt8)
 
 
 class LastHidden(torch.nn.Module):
@@ -219,7 +271,12 @@ def tiny_models():
             ("mobilenet_v3_small", mobilenet_small, [((1, 3, 64, 64), np.float32, None)],
              [EXPORTS[0], dynamo(20)]),
             ("einsum_block", lambda: EinsumBlock().eval(), [((2, 6, 16), np.float32, None)],
-             [EXPORTS[0], dynamo(20)])]
+             [EXPORTS[0], dynamo(20)]),
+            ("rnn_block", lambda: RnnBlock().eval(), [((2, 7, 8), np.float32, None)],
+             [EXPORTS[0], dynamo(20)]),
+            ("qdq_convnet", qdq_convnet, [((1, 3, 16, 16), np.float32, None)],
+             [("dynamo20_qdq", dict(dynamo=True, opset_version=20, external_data=False,
+                                    qdq=True))])]
 
 
 def transformers_model(name):
@@ -261,15 +318,28 @@ def make_inputs(specs, seed=0):
 
 
 def export(module, inputs, path, kw):
-    """Exports module to path; returns (ort outputs, torch outputs)."""
+    """Exports module to path; returns (ort outputs, torch outputs). With
+    qdq=True in kw, path is onnxruntime's QDQ quantization of the export,
+    and onnxruntime runs it with its graph optimizations off: each Q and DQ
+    node as written (optimized, it fuses them into integer kernels whose
+    rounding differs); torch's outputs are then the float model's."""
+    kw = dict(kw)
+    qdq = kw.pop("qdq", False)
     args = tuple(torch.from_numpy(x) for x in inputs)
-    torch.onnx.export(module, args, str(path), input_names=[f"x{i}" for i in range(len(args))],
+    target = path.with_suffix(".f32.onnx") if qdq else path
+    torch.onnx.export(module, args, str(target), input_names=[f"x{i}" for i in range(len(args))],
                       **kw)
+    if qdq:
+        quantize_qdq(target, path, inputs)
+        target.unlink()
     onnx.checker.check_model(str(path))
     with torch.no_grad():
         out = module(*args)
     outs_torch = [o.numpy() for o in (out if isinstance(out, (tuple, list)) else [out])]
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    so = ort.SessionOptions()
+    if qdq:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
     feeds = {i.name: x for i, x in zip(sess.get_inputs(), inputs)}
     outs_ort = [np.asarray(o, np.float32) for o in sess.run(None, feeds)]
     return outs_ort, outs_torch
@@ -285,7 +355,11 @@ def op_counts(path):
     return opset, dict(sorted(counts.items()))
 
 
-def corpus(out, only):
+def corpus(out, only, build=None):
+    """Writes the corpus; with build (a kiln build directory), also runs
+    each model with kiln on this machine's GPU and prints the largest
+    difference from onnxruntime. 1 when one is off or fails."""
+    failed = 0
     for name, make, specs, exports in tiny_models():
         if only and name not in only:
             continue
@@ -317,9 +391,29 @@ def corpus(out, only):
                     "date": datetime.date.today().isoformat(),
                     "ort_vs_torch_max_abs": max(float(np.abs(a - b).max())
                                                 for a, b in zip(ort_outs, torch_outs))}
+            if kw.get("qdq"):
+                meta["quantized"] = ("onnxruntime quantize_static, QDQ, int8 weights per "
+                                     "channel, uint8 activations; onnxruntime's outputs with "
+                                     "graph optimizations off, torch's of the float model")
             (d / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
             print(f"{d.name}: {(d / 'model.onnx').stat().st_size} bytes, opset {opset}, "
                   f"ort vs torch {meta['ort_vs_torch_max_abs']:.3g}, ops {ops}", flush=True)
+            if build:
+                with tempfile.TemporaryDirectory() as wd:
+                    got, note = run_kiln(Path(build), d / "model.onnx", inputs, ort_outs,
+                                         Path(wd))
+                if got is None:
+                    print(f"{d.name}: kiln FAIL {note}", flush=True)
+                    failed += 1
+                    continue
+                diffs = [(float(np.abs(g - a).max()),
+                          bool((np.abs(g - a) > 1e-4 + 1e-3 * np.abs(a)).any()))
+                         for g, a in zip(got, ort_outs)]
+                failed += any(bad for _, bad in diffs)
+                print(f"{d.name}: kiln on this GPU: max |kiln - ort| "
+                      f"{max(m for m, _ in diffs):.3g}, "
+                      f"{'FAIL' if any(b for _, b in diffs) else 'ok'} ({note})", flush=True)
+    return 1 if failed else 0
 
 
 def sh(cmd, cwd=None):
@@ -393,6 +487,7 @@ def main():
     c = sub.add_parser("corpus")
     c.add_argument("--out", default=str(ROOT / "tests" / "models"))
     c.add_argument("only", nargs="*", help="the models to export (all by default)")
+    c.add_argument("--kiln", help="a kiln build: also run each model on this GPU")
     k = sub.add_parser("check")
     k.add_argument("models", nargs="+")
     k.add_argument("--kiln", default=str(ROOT / "build"))
@@ -401,8 +496,7 @@ def main():
     print(f"torch {torch.__version__}, torchvision {torchvision.__version__}, "
           f"onnx {onnx.__version__}, onnxruntime {ort.__version__}", flush=True)
     if a.cmd == "corpus":
-        corpus(a.out, a.only)
-        return 0
+        return corpus(a.out, a.only, a.kiln)
     return check(a.models, a.kiln, a.out)
 
 
