@@ -143,6 +143,8 @@ void map_compress(Ctx *c, const OnnxOp *op);
 void map_onehot(Ctx *c, const OnnxOp *op);
 void map_trilu(Ctx *c, const OnnxOp *op);
 void map_scatter(Ctx *c, const OnnxOp *op);
+void map_eye_like(Ctx *c, const OnnxOp *op);
+void map_reverse_sequence(Ctx *c, const OnnxOp *op);
 /* onnx_map_math.c */
 void map_clip(Ctx *c, const OnnxOp *op);
 void map_cast(Ctx *c, const OnnxOp *op);
@@ -165,6 +167,8 @@ void map_gelu(Ctx *c, const OnnxOp *op);
 void map_mish_swish(Ctx *c, const OnnxOp *op);
 void map_group_norm(Ctx *c, const OnnxOp *op);
 void map_rms_norm(Ctx *c, const OnnxOp *op);
+void map_mvn(Ctx *c, const OnnxOp *op);
+void map_lrn(Ctx *c, const OnnxOp *op);
 /* onnx_map_nd.c */
 void map_gather_nd(Ctx *c, const OnnxOp *op);
 void map_scatter_nd(Ctx *c, const OnnxOp *op);

@@ -273,3 +273,88 @@ void map_scatter(Ctx *c, const OnnxOp *op) {
     node_set_attr(k, "reduction", oattr_str(c, "reduction", "none"));
     finish(c, k);
 }
+
+/* EyeLike: a constant of the input's (2-D) shape, ones on diagonal k. */
+void map_eye_like(Ctx *c, const OnnxOp *op) {
+    (void)op;
+    Value *x = in(c, 0);
+    if (x->rank != 2)
+        node_fail(c, format("the input has shape %s, expected 2-D", shape_str(x->rank, x->shape)));
+    kiln_dtype dt = x->dtype;
+    if (oattr(c, "dtype")) {
+        int32_t t = (int32_t)oattr_int(c, "dtype", 0);
+        int d = kiln_dtype_of(t);
+        if (d < 0)
+            node_fail(c, format("unsupported: dtype %s", onnx_type_name(t)));
+        dt = (kiln_dtype)d;
+    }
+    int64_t k = oattr_int(c, "k", 0);
+    Value *y = new_value(out_name(c, 0), dt, 2, x->shape, true);
+    for (int64_t i = 0; i < x->shape[0]; i++)
+        if (i + k >= 0 && i + k < x->shape[1])
+            vset(y, i * x->shape[1] + i + k, 1);
+    bind_value(c, out_name(c, 0), y);
+}
+
+/* ReverseSequence: along time_axis, the first sequence_lens[b] positions
+ * of each batch entry b reversed, the rest kept. A Gather of rows of x
+ * seen as [time * batch (in x's order), rest], the row numbers computed
+ * on the CPU when the lengths are constants, else by elementwise ops. */
+void map_reverse_sequence(Ctx *c, const OnnxOp *op) {
+    (void)op;
+    Value *x = in(c, 0), *lens = in(c, 1);
+    int64_t ta = oattr_int(c, "time_axis", 0), ba = oattr_int(c, "batch_axis", 1);
+    if (x->rank < 2 || !((ta == 0 && ba == 1) || (ta == 1 && ba == 0)))
+        node_fail(c, format("time_axis %lld and batch_axis %lld for an input of rank %d "
+                            "(0 and 1, or 1 and 0)", (long long)ta, (long long)ba, x->rank));
+    int64_t T = x->shape[ta], B = x->shape[ba];
+    if (lens->rank != 1 || lens->shape[0] != B)
+        node_fail(c, format("sequence_lens has shape %s for a batch of %lld",
+                            shape_str(lens->rank, lens->shape), (long long)B));
+    int64_t lead[2] = {x->shape[0], x->shape[1]}; /* the row grid, in x's order */
+    Value *rows;
+    if (lens->data) {
+        rows = new_value(format("%s/rows%d", c->nname, ++c->tmp_count), KILN_DTYPE_I64, 2, lead,
+                         true);
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t b = 0; b < B; b++) {
+                int64_t len = vgeti(lens, b);
+                if (len < 0 || len > T)
+                    node_fail(c, format("sequence_lens[%lld] is %lld, for a time axis of %lld",
+                                        (long long)b, (long long)len, (long long)T));
+                int64_t src = t < len ? len - 1 - t : t;
+                vseti(rows, ta == 0 ? t * B + b : b * T + t, ta == 0 ? src * B + b : b * T + src);
+            }
+    } else {
+        /* time positions t and batch positions b as constants in the grid */
+        int64_t tshape[2] = {ta == 0 ? T : 1, ta == 0 ? 1 : T};
+        Value *tpos = new_value(format("%s/t%d", c->nname, ++c->tmp_count), KILN_DTYPE_I32, 2,
+                                tshape, true);
+        for (int64_t t = 0; t < T; t++)
+            vseti(tpos, t, t);
+        int64_t bshape[2] = {ba == 0 ? B : 1, ba == 0 ? 1 : B};
+        Value *len = reshaped(c, cast_to(c, lens, KILN_DTYPE_I32), 2, bshape);
+        Value *rev = binary_tmp(c, OP_SUB, binary_tmp(c, OP_SUB, len,
+                                                      const_scalar(c, KILN_DTYPE_I32, 1)), tpos);
+        Value *ins[3] = {binary_tmp(c, OP_LT, tpos, len), rev, tpos};
+        Value *src = finish(c, emit_tmp(c, OP_WHERE, 3, ins)); /* [lead] */
+        Value *bpos = new_value(format("%s/b%d", c->nname, ++c->tmp_count), KILN_DTYPE_I32, 2,
+                                bshape, true);
+        for (int64_t b = 0; b < B; b++)
+            vseti(bpos, b, b);
+        rows = ta == 0 ? binary_tmp(c, OP_ADD, binary_tmp(c, OP_MUL, src,
+                                                          const_scalar(c, KILN_DTYPE_I32, (double)B)),
+                                    bpos)
+                       : binary_tmp(c, OP_ADD, binary_tmp(c, OP_MUL, bpos,
+                                                          const_scalar(c, KILN_DTYPE_I32, (double)T)),
+                                    src);
+    }
+    int64_t flat[2] = {T * B, shape_count(x->rank - 2, x->shape + 2)};
+    Value *ins[2] = {reshaped(c, x, 2, flat), rows};
+    Node *k = emit_tmp(c, OP_GATHER, 2, ins);
+    node_set_int(k, "axis", 0);
+    Value *y = finish(c, k); /* [lead..., rest] */
+    Node *v = emit(c, OP_RESHAPE, 1, &y, out_name(c, 0));
+    node_set_ints(v, "shape", x->rank, x->shape);
+    finish(c, v);
+}

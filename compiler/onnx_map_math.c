@@ -596,3 +596,66 @@ void map_rms_norm(Ctx *c, const OnnxOp *op) {
     node_set_float(k, "eps", oattr_float(c, "epsilon", 1e-5));
     finish(c, k);
 }
+
+/* MeanVarianceNormalization, as ONNX's function body writes it:
+ * (x - E[x]) / (sqrt(E[x^2] - E[x]^2) + 1e-9), the means over `axes`. */
+void map_mvn(Ctx *c, const OnnxOp *op) {
+    (void)op;
+    Value *x = in(c, 0);
+    int64_t axes[MAX_RANK] = {0, 2, 3};
+    int n = 3;
+    Onnx__AttributeProto *a = oattr(c, "axes");
+    if (a) {
+        if (a->n_ints > MAX_RANK)
+            node_fail(c, format("%zu axes", a->n_ints));
+        n = (int)a->n_ints;
+        for (int i = 0; i < n; i++)
+            axes[i] = a->ints[i];
+    }
+    for (int i = 0; i < n; i++)
+        if (axes[i] < -x->rank || axes[i] >= x->rank)
+            node_fail(c, format("axis %lld is out of range for rank %d", (long long)axes[i],
+                                x->rank));
+    Value *means[2];
+    for (int k = 0; k < 2; k++) {
+        Value *v = k ? binary_tmp(c, OP_MUL, x, x) : x;
+        Node *r = emit_tmp(c, OP_REDUCE_MEAN, 1, &v);
+        node_set_ints(r, "axes", n, axes);
+        means[k] = finish(c, r);
+    }
+    Value *var = binary_tmp(c, OP_SUB, means[1], binary_tmp(c, OP_MUL, means[0], means[0]));
+    Value *den = binary_tmp(c, OP_ADD, unary_tmp(c, OP_SQRT, var),
+                            const_scalar(c, KILN_DTYPE_F32, 1e-9));
+    Value *pair[2] = {binary_tmp(c, OP_SUB, x, means[0]), den};
+    finish(c, emit(c, OP_DIV, 2, pair, out_name(c, 0)));
+}
+
+/* LRN: x / (bias + alpha / size * sum of x^2 over the `size` channels
+ * around)^beta. The sum is an average pool over the channels (x^2 seen
+ * as [N, 1, C, spatial], zero padding counted) times size. */
+void map_lrn(Ctx *c, const OnnxOp *op) {
+    (void)op;
+    Value *x = in(c, 0);
+    int64_t size = oattr_int(c, "size", 0);
+    if (!oattr(c, "size") || size < 1)
+        node_fail(c, "size must be given and positive");
+    if (x->rank < 3 || x->dtype != KILN_DTYPE_F32)
+        node_fail(c, format("unsupported: an input of %s %s (f32 [N, C, ...])",
+                            kiln_dtype_name(x->dtype), shape_str(x->rank, x->shape)));
+    double alpha = oattr_float(c, "alpha", 1e-4), beta = oattr_float(c, "beta", 0.75);
+    double bias = oattr_float(c, "bias", 1);
+    int64_t view[4] = {x->shape[0], 1, x->shape[1], shape_count(x->rank - 2, x->shape + 2)};
+    Value *sq = reshaped(c, binary_tmp(c, OP_MUL, x, x), 4, view);
+    Node *k = emit_tmp(c, OP_AVG_POOL, 1, &sq);
+    int64_t kernel[2] = {size, 1}, pads[4] = {(size - 1) / 2, 0, size / 2, 0};
+    node_set_ints(k, "kernel", 2, kernel);
+    node_set_ints(k, "pads", 4, pads);
+    node_set_int(k, "count_include_pad", 1);
+    Value *mean = reshaped(c, finish(c, k), x->rank, x->shape);
+    Value *den = binary_tmp(c, OP_ADD, binary_tmp(c, OP_MUL, mean,
+                                                  const_scalar(c, KILN_DTYPE_F32, alpha)),
+                            const_scalar(c, KILN_DTYPE_F32, bias));
+    den = binary_tmp(c, OP_POW, den, const_scalar(c, KILN_DTYPE_F32, beta));
+    Value *pair[2] = {x, den};
+    finish(c, emit(c, OP_DIV, 2, pair, out_name(c, 0)));
+}

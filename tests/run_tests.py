@@ -5,8 +5,8 @@ Tiers: the C unit tests of the compiler passes (build/test_units), the op
 tests (test_ops_<family>.py, gathered by test_ops.py), the command-line error tests (test_cli.py), the
 whole-model, runtime and generated-code tests (test_models.py), and the ONNX
 loader and conformance cases (test_onnx.py: every case listed in
-tests/onnx/passing.txt must still pass; test_onnx_quant.py and test_onnx_rnn.py:
-the quantization and recurrent ops). Tests run in parallel, one
+tests/onnx/passing.txt must still pass; test_onnx_quant.py, test_onnx_rnn.py and
+test_onnx_more.py: quantization, recurrent and other decomposed ops). Tests run in parallel, one
 temporary directory each, sharing a kernel cache that starts empty. Exit status 1 on any failure.
 
   tests/run_tests.py [-k SUBSTRING] [-j JOBS] [-v]
@@ -36,6 +36,7 @@ import test_inspect  # noqa: E402
 import test_onnx  # noqa: E402
 import test_onnx_quant  # noqa: E402
 import test_onnx_rnn  # noqa: E402
+import test_onnx_more  # noqa: E402
 import test_models  # noqa: E402
 import test_ops  # noqa: E402
 import test_quant  # noqa: E402
@@ -112,7 +113,7 @@ def all_tests():
             test_signal.TESTS + test_backward.TESTS + test_limits.TESTS + test_corpus.TESTS +
             test_readme.TESTS + test_golden.TESTS + test_cli.TESTS + test_models.TESTS +
             test_inspect.TESTS + test_onnx.TESTS + test_onnx_quant.TESTS +
-            test_onnx_rnn.TESTS)
+            test_onnx_rnn.TESTS + test_onnx_more.TESTS)
 
 
 def main():

@@ -1,0 +1,103 @@
+"""test_onnx_more.py: ONNX ops kiln maps by decomposition, against numpy:
+EyeLike (a constant), LRN (an average pool over the channels),
+MeanVarianceNormalization (means over its axes) and ReverseSequence (a
+Gather of rows; lengths constant or not). The references are written from
+the ONNX operator descriptions.
+"""
+import numpy as np
+
+from harness import registry
+from test_onnx import attr, expect_refused, initializer, model, node, run_onnx, value_info
+
+TESTS, case = registry()
+
+
+@case("onnx EyeLike (k = -1, int32, and k = 2 of a float input) feeding Adds matches numpy")
+def _(workdir):
+    rng = np.random.default_rng(1)
+    a = rng.integers(-5, 5, [4, 6]).astype(np.int32)
+    b = rng.standard_normal([3, 5]).astype(np.float32)
+    nodes = [node("EyeLike", ["a"], ["ea"], "e1", attr("k", -1)),
+             node("Add", ["ea", "a"], ["ya"], "add1"),
+             node("EyeLike", ["b"], ["eb"], "e2", attr("k", 2)),
+             node("Add", ["eb", "b"], ["yb"], "add2")]
+    data = model(nodes, [value_info("a", [4, 6], 6), value_info("b", [3, 5])],
+                 [value_info("ya", [4, 6], 6), value_info("yb", [3, 5])])
+    run_onnx(workdir, data, [a, b], [np.eye(4, 6, -1, np.int32) + a, np.eye(3, 5, 2, np.float32) + b],
+             ["ya", "yb"], tol=(0, 0))
+
+
+def lrn_ref(x, size, alpha, beta, bias):
+    sq = x.astype(np.float64) ** 2
+    c = x.shape[1]
+    s = np.zeros_like(sq)
+    for ch in range(c):
+        lo, hi = max(0, ch - (size - 1) // 2), min(c - 1, ch + size // 2)
+        s[:, ch] = sq[:, lo:hi + 1].sum(1)
+    return x / (bias + alpha / size * s) ** beta
+
+
+@case("onnx LRN of sizes 4 and 5 on 3-D and 5-D inputs matches numpy")
+def _(workdir):
+    rng = np.random.default_rng(2)
+    for shape, size in (([2, 7, 9], 4), ([1, 6, 2, 3, 4], 5)):
+        x = (rng.standard_normal(shape) * 3).astype(np.float32)
+        attrs = attr("size", size) + attr("alpha", 0.02) + attr("beta", 0.6) + attr("bias", 1.5)
+        data = model([node("LRN", ["x"], ["y"], "lrn", attrs)], [value_info("x", shape)],
+                     [value_info("y", shape)])
+        run_onnx(workdir, data, [x], [lrn_ref(x, size, 0.02, 0.6, 1.5)], ["y"])
+
+
+@case("onnx MeanVarianceNormalization over axes [0, 2, 3] (default) and [1] matches numpy")
+def _(workdir):
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal([2, 3, 4, 5]) * 2 + 1).astype(np.float32)
+    for axes in (None, [1]):
+        ax = tuple(axes or [0, 2, 3])
+        m = x.astype(np.float64).mean(ax, keepdims=True)
+        want = (x - m) / (np.sqrt((x.astype(np.float64) ** 2).mean(ax, keepdims=True) - m * m)
+                          + 1e-9)
+        data = model([node("MeanVarianceNormalization", ["x"], ["y"], "mvn",
+                           attr("axes", axes) if axes else b"")],
+                     [value_info("x", [2, 3, 4, 5])], [value_info("y", [2, 3, 4, 5])])
+        run_onnx(workdir, data, [x], [want], ["y"])
+
+
+def reverse_ref(x, lens, time_axis):
+    y = x.copy()
+    for b, n in enumerate(lens):
+        if time_axis == 0:
+            y[:n, b] = x[:n, b][::-1]
+        else:
+            y[b, :n] = x[b, :n][::-1]
+    return y
+
+
+@case("onnx ReverseSequence (time first and batch first, lengths constant and not, "
+      "trailing dimensions) matches numpy")
+def _(workdir):
+    rng = np.random.default_rng(4)
+    for time_axis, const in ((0, True), (1, True), (0, False), (1, False)):
+        shape = [5, 3, 2] if time_axis == 0 else [3, 5, 2]
+        x = rng.standard_normal(shape).astype(np.float32)
+        lens = np.array([5, 0, 3], np.int64)
+        attrs = attr("time_axis", time_axis) + attr("batch_axis", 1 - time_axis)
+        inputs = [value_info("x", shape)] + ([] if const else [value_info("l", [3], 7)])
+        data = model([node("ReverseSequence", ["x", "l"], ["y"], "rs", attrs)], inputs,
+                     [value_info("y", shape)], [initializer("l", lens)] if const else [])
+        run_onnx(workdir, data, [x] + ([] if const else [lens]),
+                 [reverse_ref(x, lens, time_axis)], ["y"], tol=(0, 0))
+
+
+@case("onnx LRN without size, EyeLike of a 3-D input and ReverseSequence with a length past "
+      "the time axis are refused by name")
+def _(workdir):
+    x = [value_info("x", [2, 3, 4])]
+    y = [value_info("y", [2, 3, 4])]
+    expect_refused(workdir, model([node("LRN", ["x"], ["y"], "lrn")], x, y),
+                   ["node 'lrn (LRN)'", "size must be given"])
+    expect_refused(workdir, model([node("EyeLike", ["x"], ["y"], "eye")], x, y),
+                   ["node 'eye (EyeLike)'", "expected 2-D"])
+    expect_refused(workdir, model([node("ReverseSequence", ["x", "l"], ["y"], "rs")], x, y,
+                                  [initializer("l", np.array([1, 9, 1], np.int64))]),
+                   ["node 'rs (ReverseSequence)'", "sequence_lens[1] is 9"])
