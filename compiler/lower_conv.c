@@ -140,11 +140,15 @@ void lower_resize(Program *p, Node *n) {
         str_addf(&ol, "%s%s%s", i ? ", " : "", f, strpbrk(f, ".eE") ? "" : ".0");
     }
     define_str(d, "OUT_LEN", ol.buf);
-    define_int(d, "LINEAR", attr_choice(n, "mode", resize_modes, 2));
-    define_int(d, "COORD", attr_choice(n, "coordinate_transformation_mode", resize_coords, 4));
+    int mode = attr_choice(n, "mode", resize_modes, 3);
+    define_int(d, "MODE", mode);
+    char *a = format("%.9g", (double)(float)attr_float(n, "cubic_coeff_a"));
+    define_str(d, "CUBIC_A", format("%s%s", a, strpbrk(a, ".eE") ? "" : ".0"));
+    define_int(d, "EXCLUDE", attr_int(n, "exclude_outside") != 0);
+    define_int(d, "COORD", attr_choice(n, "coordinate_transformation_mode", resize_coords, 5));
     define_int(d, "NEAREST", attr_choice(n, "nearest_mode", resize_nearest, 4));
     dispatch_arg(d, y, true);
     dispatch_arg(d, x, false);
     d->groups[0] = groups_for(count, d->local_size);
-    d->flops = (uint64_t)count * (2ull << x->rank);
+    d->flops = (uint64_t)count * (2ull << (x->rank * mode)); /* taps of each element */
 }

@@ -439,9 +439,12 @@ void map_resize(Ctx *c, const OnnxOp *op) {
     Value *x = in(c, 0);
     Node *k = emit(c, op->kop, 1, &x, out_name(c, 0));
     const char *mode = oattr_str(c, "mode", "nearest");
-    if (strcmp(mode, "nearest") != 0 && strcmp(mode, "linear") != 0)
+    if (strcmp(mode, "nearest") != 0 && strcmp(mode, "linear") != 0 &&
+        strcmp(mode, "cubic") != 0)
         node_fail(c, format("unsupported: mode %s", mode));
     node_set_attr(k, "mode", mode);
+    node_set_float(k, "cubic_coeff_a", oattr_float(c, "cubic_coeff_a", -0.75));
+    node_set_int(k, "exclude_outside", oattr_int(c, "exclude_outside", 0) != 0);
     int scales_at = c->opset < 11 || strcmp(op->name, "Upsample") == 0 ? 1 : 2;
     Value *sizes = scales_at == 2 ? in_opt(c, 3) : NULL;
     Value *scales = in_opt(c, scales_at);
@@ -466,8 +469,7 @@ void map_resize(Ctx *c, const OnnxOp *op) {
         node_fail(c, "unsupported: axes");
     const char *coord = oattr_str(c, "coordinate_transformation_mode",
                                   c->opset < 11 ? "asymmetric" : "half_pixel");
-    if (strcmp(coord, "tf_crop_and_resize") == 0 || strcmp(coord, "tf_half_pixel_for_nn") == 0 ||
-        strcmp(coord, "half_pixel_symmetric") == 0)
+    if (strcmp(coord, "tf_crop_and_resize") == 0 || strcmp(coord, "half_pixel_symmetric") == 0)
         node_fail(c, format("unsupported: coordinate_transformation_mode %s", coord));
     node_set_attr(k, "coordinate_transformation_mode", coord);
     node_set_attr(k, "nearest_mode", oattr_str(c, "nearest_mode", c->opset < 11 ? "floor"

@@ -519,9 +519,9 @@ int attr_choice(Node *n, const char *key, const char *const *names, int count) {
     node_error_at(n, a ? a->loc : n->loc, "%s must be one of %s", key, list.buf);
 }
 
-const char *const resize_modes[] = {"nearest", "linear"};
+const char *const resize_modes[] = {"nearest", "linear", "cubic"};
 const char *const resize_coords[] = {"half_pixel", "asymmetric", "align_corners",
-                                     "pytorch_half_pixel"};
+                                     "pytorch_half_pixel", "tf_half_pixel_for_nn"};
 const char *const resize_nearest[] = {"round_prefer_floor", "round_prefer_ceil", "floor",
                                       "ceil"};
 

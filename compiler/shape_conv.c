@@ -95,8 +95,8 @@ void shape_resize(Node *n) {
     double scales[MAX_RANK];
     int64_t out[MAX_RANK];
     resize_geometry(n, scales, out);
-    attr_choice(n, "mode", resize_modes, 2);
-    attr_choice(n, "coordinate_transformation_mode", resize_coords, 4);
+    attr_choice(n, "mode", resize_modes, 3);
+    attr_choice(n, "coordinate_transformation_mode", resize_coords, 5);
     attr_choice(n, "nearest_mode", resize_nearest, 4);
     set_output(n, x->dtype, x->rank, out);
 }

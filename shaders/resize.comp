@@ -1,12 +1,15 @@
 #version 460
-// resize.comp: nearest or (multi)linear resampling of every dimension,
-// ONNX Resize semantics, one invocation per output element.
+// resize.comp: nearest, (multi)linear or (multi)cubic resampling of every
+// dimension, ONNX Resize semantics, one invocation per output element.
 //
 // RANK, XSHAPE, YSHAPE, SCALE (per dimension, as floats); COORD: 0
-// half_pixel, 1 asymmetric, 2 align_corners, 3 pytorch_half_pixel; LINEAR 1
-// interpolates between the two nearest source elements of each dimension
-// (clamped at the edges); LINEAR 0 picks one, rounding by NEAREST: 0
-// round_prefer_floor, 1 round_prefer_ceil, 2 floor, 3 ceil.
+// half_pixel, 1 asymmetric, 2 align_corners, 3 pytorch_half_pixel, 4
+// tf_half_pixel_for_nn. MODE 0 picks the nearest source element, rounding
+// by NEAREST: 0 round_prefer_floor, 1 round_prefer_ceil, 2 floor, 3 ceil;
+// MODE 1 interpolates between the two nearest source elements of each
+// dimension; MODE 2 between the four nearest, with Keys' cubic of
+// coefficient CUBIC_A, EXCLUDE 1 dropping (and renormalizing without) the
+// taps outside the input. Taps past an edge read the edge element.
 #include "common.glsl"
 
 layout(local_size_x = WG) in;
@@ -32,9 +35,31 @@ float source(uint c, int d) {
     return f / SC[d];
 #elif COORD == 2
     return OL[d] == 1.0 ? 0.0 : f * float(XS[d] - 1u) / (OL[d] - 1.0);
-#else
+#elif COORD == 3
     return OL[d] > 1.0 ? (f + 0.5) / SC[d] - 0.5 : 0.0;
+#else
+    return (f + 0.5) / SC[d];
 #endif
+}
+
+#if MODE == 2
+#define LOG2_TAPS 2
+#elif MODE == 1
+#define LOG2_TAPS 1
+#else
+#define LOG2_TAPS 0
+#endif
+#define TAPS (1 << LOG2_TAPS)
+
+// Keys' cubic convolution kernel at distance x.
+float cubic_weight(float x) {
+    const float A = CUBIC_A;
+    x = abs(x);
+    if (x <= 1.0)
+        return ((A + 2.0) * x - (A + 3.0)) * x * x + 1.0;
+    if (x < 2.0)
+        return ((A * x - 5.0 * A) * x + 8.0 * A) * x - 4.0 * A;
+    return 0.0;
 }
 
 uint nearest(float s, uint n) {
@@ -53,31 +78,48 @@ uint nearest(float s, uint n) {
 void main() {
     const uint step = gl_NumWorkGroups.x * WG;
     for (uint o = gl_GlobalInvocationID.x; o < COUNT;) {
-        uint lo[RANK], hi[RANK];
-        float w[RANK];
+        uint idx[RANK][TAPS];
+        float w[RANK][TAPS];
         uint rem = o;
         for (int d = RANK - 1; d >= 0; --d) {
             uint c = rem % YS[d];
             rem /= YS[d];
-            float s = source(c, d);
-#if LINEAR
+            float s = source(c, d), last = float(XS[d] - 1u);
+#if MODE == 2
+            float f = floor(s), sum = 0.0;
+            for (int k = 0; k < 4; ++k) {
+                float pos = f - 1.0 + float(k), wt = cubic_weight(s - pos);
+#if EXCLUDE
+                if (pos < 0.0 || pos > last)
+                    wt = 0.0;
+#endif
+                w[d][k] = wt;
+                sum += wt;
+                idx[d][k] = uint(clamp(pos, 0.0, last));
+            }
+#if EXCLUDE
+            for (int k = 0; k < 4; ++k)
+                w[d][k] /= sum;
+#endif
+#elif MODE == 1
             float f = floor(s);
-            w[d] = s - f;
-            lo[d] = uint(clamp(f, 0.0, float(XS[d] - 1u)));
-            hi[d] = uint(clamp(f + 1.0, 0.0, float(XS[d] - 1u)));
+            w[d][1] = s - f;
+            w[d][0] = 1.0 - w[d][1];
+            idx[d][0] = uint(clamp(f, 0.0, last));
+            idx[d][1] = uint(clamp(f + 1.0, 0.0, last));
 #else
-            lo[d] = hi[d] = nearest(s, XS[d]);
-            w[d] = 0.0;
+            idx[d][0] = nearest(s, XS[d]);
+            w[d][0] = 1.0;
 #endif
         }
         float acc = 0.0;
-        for (uint corner = 0; corner < (1u << RANK); ++corner) {
+        for (uint corner = 0; corner < (1u << (RANK * LOG2_TAPS)); ++corner) {
             float weight = 1.0;
             uint xi = 0;
             for (int d = 0; d < RANK; ++d) {
-                bool up = ((corner >> uint(d)) & 1u) != 0u;
-                weight *= up ? w[d] : 1.0 - w[d];
-                xi = xi * XS[d] + (up ? hi[d] : lo[d]);
+                uint k = (corner >> uint(d * LOG2_TAPS)) & uint(TAPS - 1);
+                weight *= w[d][k];
+                xi = xi * XS[d] + idx[d][k];
             }
             if (weight != 0.0)
                 acc += weight * args.x.v[xi];

@@ -570,8 +570,8 @@ OP_ERRORS = [
         "op: resize, inputs: [x], scales: [1, 1, 2, 2], sizes: [1, 2, 3, 3]",
         ["scales or sizes (one of them)"])),
     ("resize with an unknown mode", node_error(
-        "op: resize, inputs: [x], scales: [1, 1, 2, 2], mode: cubic",
-        ["mode must be one of nearest, linear"])),
+        "op: resize, inputs: [x], scales: [1, 1, 2, 2], mode: bicubic",
+        ["mode must be one of nearest, linear, cubic"])),
     ("topk with k too large", node_error("op: topk, inputs: [x], k: 7, outputs: [v, w]",
                                          ["k must be from 0 to the axis size 6"], out="v")),
     ("topk with one output", node_error("op: topk, inputs: [x], k: 2", ["two outputs"])),
