@@ -16,6 +16,8 @@
  * judges it. Repeated fields keep protobuf's semantics: the k-th initializer
  * field in the file, whichever graph field holds it, is initializer[k]
  * after the unpack, and the last raw_data of a tensor wins.
+ *
+ * Also here: fill_absent_names, the names protobuf-c leaves NULL made "".
  */
 #include "onnx.h"
 
