@@ -145,6 +145,9 @@ void map_trilu(Ctx *c, const OnnxOp *op);
 void map_scatter(Ctx *c, const OnnxOp *op);
 void map_eye_like(Ctx *c, const OnnxOp *op);
 void map_reverse_sequence(Ctx *c, const OnnxOp *op);
+/* Row numbers that reverse each sequence within its length (ReverseSequence
+ * and the recurrent ops' reverse direction); see onnx_map_layout.c. */
+Value *reversal_rows(Ctx *c, Value *lens, int64_t T, int64_t B, bool time_major);
 /* onnx_map_math.c */
 void map_clip(Ctx *c, const OnnxOp *op);
 void map_cast(Ctx *c, const OnnxOp *op);
@@ -188,10 +191,12 @@ void map_rotary_embedding(Ctx *c, const OnnxOp *op);
 /* Emitters the mappers share (onnx_map_generic.c): a value cast to dt, a
  * scalar constant, a view of v with another shape (v itself when the shape
  * is its own), v's positions [start, end) along axis (v itself when that is
- * all of it), a one- or two-input kiln node on temporaries. */
+ * all of it), n parts concatenated along axis (named out, or a temporary:
+ * one part is itself), a one- or two-input kiln node on temporaries. */
 Value *cast_to(Ctx *c, Value *v, kiln_dtype dt);
 Value *reshaped(Ctx *c, Value *v, int rank, const int64_t *shape);
 Value *sliced(Ctx *c, Value *v, int axis, int64_t start, int64_t end);
+Value *joined(Ctx *c, int n, Value **parts, int64_t axis, const char *out);
 Value *const_scalar(Ctx *c, kiln_dtype dt, double v);
 Value *unary_tmp(Ctx *c, OpKind op, Value *x);
 Value *binary_tmp(Ctx *c, OpKind op, Value *a, Value *b);

@@ -95,12 +95,6 @@ static Value *last_slice(Ctx *c, Value *x, int64_t start, int64_t end, int64_t s
     return finish(c, k);
 }
 
-static Value *joined(Ctx *c, int n, Value **parts, int64_t axis, const char *out) {
-    Node *k = out ? emit(c, OP_CONCAT, n, parts, out) : emit_tmp(c, OP_CONCAT, n, parts);
-    node_set_int(k, "axis", axis);
-    return finish(c, k);
-}
-
 /* A batch of more than one: kiln's rope shares one cos and sin across the
  * batch, so the rotation is written out in elementwise ops over x viewed as
  * [B, S, heads, D] (cos and sin [B, S, 1, R/2]) or [B, heads, S, D] (cos and

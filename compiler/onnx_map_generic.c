@@ -119,6 +119,14 @@ Value *sliced(Ctx *c, Value *v, int axis, int64_t start, int64_t end) {
     return finish(c, k);
 }
 
+Value *joined(Ctx *c, int n, Value **parts, int64_t axis, const char *out) {
+    if (n == 1 && !out)
+        return parts[0];
+    Node *k = out ? emit(c, OP_CONCAT, n, parts, out) : emit_tmp(c, OP_CONCAT, n, parts);
+    node_set_int(k, "axis", axis);
+    return finish(c, k);
+}
+
 Value *unary_tmp(Ctx *c, OpKind op, Value *x) { return finish(c, emit_tmp(c, op, 1, &x)); }
 
 Value *binary_tmp(Ctx *c, OpKind op, Value *a, Value *b) {

@@ -296,10 +296,60 @@ void map_eye_like(Ctx *c, const OnnxOp *op) {
     bind_value(c, out_name(c, 0), y);
 }
 
+/* Row numbers, shaped [T, B] (time_major) or [B, T], into data seen as
+ * [T * B, rest] in that same order: sequence b's first lens[b] positions
+ * reversed, the others kept, clamped to the time axis (a length past it
+ * is undefined in ONNX; the rows stay in range). Computed here when lens
+ * is a constant (each length checked), else by elementwise ops. */
+Value *reversal_rows(Ctx *c, Value *lens, int64_t T, int64_t B, bool time_major) {
+    int64_t grid[2] = {time_major ? T : B, time_major ? B : T};
+    if (lens->data) {
+        Value *rows = new_value(format("%s/rows%d", c->nname, ++c->tmp_count), KILN_DTYPE_I64,
+                                2, grid, true);
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t b = 0; b < B; b++) {
+                int64_t len = vgeti(lens, b);
+                if (len < 0 || len > T)
+                    node_fail(c, format("sequence_lens[%lld] is %lld, for a time axis of %lld",
+                                        (long long)b, (long long)len, (long long)T));
+                int64_t src = t < len ? len - 1 - t : t;
+                vseti(rows, time_major ? t * B + b : b * T + t,
+                      time_major ? src * B + b : b * T + src);
+            }
+        return rows;
+    }
+    /* time positions t and batch positions b as constants in the grid */
+    int64_t tshape[2] = {time_major ? T : 1, time_major ? 1 : T};
+    Value *tpos = new_value(format("%s/t%d", c->nname, ++c->tmp_count), KILN_DTYPE_I32, 2,
+                            tshape, true);
+    for (int64_t t = 0; t < T; t++)
+        vseti(tpos, t, t);
+    int64_t bshape[2] = {time_major ? 1 : B, time_major ? B : 1};
+    Value *bpos = new_value(format("%s/b%d", c->nname, ++c->tmp_count), KILN_DTYPE_I32, 2,
+                            bshape, true);
+    for (int64_t b = 0; b < B; b++)
+        vseti(bpos, b, b);
+    Value *len = reshaped(c, cast_to(c, lens, KILN_DTYPE_I32), 2, bshape);
+    Value *rev = binary_tmp(c, OP_SUB, binary_tmp(c, OP_SUB, len,
+                                                  const_scalar(c, KILN_DTYPE_I32, 1)), tpos);
+    Value *ins[3] = {binary_tmp(c, OP_LT, tpos, len), rev, tpos};
+    Value *src = finish(c, emit_tmp(c, OP_WHERE, 3, ins));
+    Node *k = emit_tmp(c, OP_CLIP, 1, &src);
+    node_set_float(k, "min", 0);
+    node_set_float(k, "max", (double)(T - 1));
+    src = finish(c, k);
+    return time_major
+               ? binary_tmp(c, OP_ADD, binary_tmp(c, OP_MUL, src,
+                                                  const_scalar(c, KILN_DTYPE_I32, (double)B)),
+                            bpos)
+               : binary_tmp(c, OP_ADD, binary_tmp(c, OP_MUL, bpos,
+                                                  const_scalar(c, KILN_DTYPE_I32, (double)T)),
+                            src);
+}
+
 /* ReverseSequence: along time_axis, the first sequence_lens[b] positions
- * of each batch entry b reversed, the rest kept. A Gather of rows of x
- * seen as [time * batch (in x's order), rest], the row numbers computed
- * on the CPU when the lengths are constants, else by elementwise ops. */
+ * of each batch entry b reversed, the rest kept: a Gather of
+ * reversal_rows of x seen as [time * batch (in x's order), rest]. */
 void map_reverse_sequence(Ctx *c, const OnnxOp *op) {
     (void)op;
     Value *x = in(c, 0), *lens = in(c, 1);
@@ -311,49 +361,11 @@ void map_reverse_sequence(Ctx *c, const OnnxOp *op) {
     if (lens->rank != 1 || lens->shape[0] != B)
         node_fail(c, format("sequence_lens has shape %s for a batch of %lld",
                             shape_str(lens->rank, lens->shape), (long long)B));
-    int64_t lead[2] = {x->shape[0], x->shape[1]}; /* the row grid, in x's order */
-    Value *rows;
-    if (lens->data) {
-        rows = new_value(format("%s/rows%d", c->nname, ++c->tmp_count), KILN_DTYPE_I64, 2, lead,
-                         true);
-        for (int64_t t = 0; t < T; t++)
-            for (int64_t b = 0; b < B; b++) {
-                int64_t len = vgeti(lens, b);
-                if (len < 0 || len > T)
-                    node_fail(c, format("sequence_lens[%lld] is %lld, for a time axis of %lld",
-                                        (long long)b, (long long)len, (long long)T));
-                int64_t src = t < len ? len - 1 - t : t;
-                vseti(rows, ta == 0 ? t * B + b : b * T + t, ta == 0 ? src * B + b : b * T + src);
-            }
-    } else {
-        /* time positions t and batch positions b as constants in the grid */
-        int64_t tshape[2] = {ta == 0 ? T : 1, ta == 0 ? 1 : T};
-        Value *tpos = new_value(format("%s/t%d", c->nname, ++c->tmp_count), KILN_DTYPE_I32, 2,
-                                tshape, true);
-        for (int64_t t = 0; t < T; t++)
-            vseti(tpos, t, t);
-        int64_t bshape[2] = {ba == 0 ? B : 1, ba == 0 ? 1 : B};
-        Value *len = reshaped(c, cast_to(c, lens, KILN_DTYPE_I32), 2, bshape);
-        Value *rev = binary_tmp(c, OP_SUB, binary_tmp(c, OP_SUB, len,
-                                                      const_scalar(c, KILN_DTYPE_I32, 1)), tpos);
-        Value *ins[3] = {binary_tmp(c, OP_LT, tpos, len), rev, tpos};
-        Value *src = finish(c, emit_tmp(c, OP_WHERE, 3, ins)); /* [lead] */
-        Value *bpos = new_value(format("%s/b%d", c->nname, ++c->tmp_count), KILN_DTYPE_I32, 2,
-                                bshape, true);
-        for (int64_t b = 0; b < B; b++)
-            vseti(bpos, b, b);
-        rows = ta == 0 ? binary_tmp(c, OP_ADD, binary_tmp(c, OP_MUL, src,
-                                                          const_scalar(c, KILN_DTYPE_I32, (double)B)),
-                                    bpos)
-                       : binary_tmp(c, OP_ADD, binary_tmp(c, OP_MUL, bpos,
-                                                          const_scalar(c, KILN_DTYPE_I32, (double)T)),
-                                    src);
-    }
     int64_t flat[2] = {T * B, shape_count(x->rank - 2, x->shape + 2)};
-    Value *ins[2] = {reshaped(c, x, 2, flat), rows};
+    Value *ins[2] = {reshaped(c, x, 2, flat), reversal_rows(c, lens, T, B, ta == 0)};
     Node *k = emit_tmp(c, OP_GATHER, 2, ins);
     node_set_int(k, "axis", 0);
-    Value *y = finish(c, k); /* [lead..., rest] */
+    Value *y = finish(c, k); /* [time, batch, rest] or [batch, time, rest] */
     Node *v = emit(c, OP_RESHAPE, 1, &y, out_name(c, 0));
     node_set_ints(v, "shape", x->rank, x->shape);
     finish(c, v);

@@ -145,13 +145,17 @@ static Value *gemm_bt(Ctx *c, Value *a, Value *b, Value *bias) {
     return finish(c, k);
 }
 
+static void check_f32(Ctx *c, const Value *v, const char *what) {
+    if (v->dtype != KILN_DTYPE_F32)
+        node_fail(c, format("unsupported: %s of dtype %s (kiln's recurrent ops are f32)", what,
+                            kiln_dtype_name(v->dtype)));
+}
+
 static void check_shape(Ctx *c, const Value *v, int rank, const int64_t *want, const char *what) {
     if (v->rank != rank || memcmp(v->shape, want, sizeof(int64_t) * (size_t)rank) != 0)
         node_fail(c, format("%s has shape %s, expected %s", what, shape_str(v->rank, v->shape),
                             shape_str(rank, want)));
-    if (v->dtype != KILN_DTYPE_F32)
-        node_fail(c, format("unsupported: %s of dtype %s (kiln's recurrent ops are f32)", what,
-                            kiln_dtype_name(v->dtype)));
+    check_f32(c, v, what);
 }
 
 /* The 0/1 mask [batch, 1] of the sequences still running at step s. */
@@ -168,41 +172,7 @@ static Value *step_mask(Ctx *c, const Rnn *r, Value *lens, int64_t s) {
     return reshaped(c, cast_to(c, m, KILN_DTYPE_F32), 2, shape);
 }
 
-/* Row numbers [seq, batch] into [seq * batch, ...]: sequence b's step t is
- * row clamp(len[b] - 1 - t, 0, seq - 1) * batch + b (a reversal of each
- * sequence within its length). */
-static Value *reversal(Ctx *c, const Rnn *r, Value *lens) {
-    int64_t shape[2] = {r->seq, r->batch};
-    if (lens->data) {
-        Value *idx = new_value(format("%s/reverse%d", c->nname, ++c->tmp_count), KILN_DTYPE_I64,
-                               2, shape, true);
-        for (int64_t t = 0; t < r->seq; t++)
-            for (int64_t b = 0; b < r->batch; b++) {
-                int64_t at = vgeti(lens, b) - 1 - t;
-                at = at < 0 ? 0 : at >= r->seq ? r->seq - 1 : at;
-                vseti(idx, t * r->batch + b, at * r->batch + b);
-            }
-        return idx;
-    }
-    int64_t col[2] = {r->seq, 1};
-    Value *steps = new_value(format("%s/steps%d", c->nname, ++c->tmp_count), KILN_DTYPE_I32, 2,
-                             col, true);
-    for (int64_t t = 0; t < r->seq; t++)
-        vseti(steps, t, t + 1);
-    Value *rows = new_value(format("%s/rows%d", c->nname, ++c->tmp_count), KILN_DTYPE_I32, 1,
-                            &r->batch, true);
-    for (int64_t b = 0; b < r->batch; b++)
-        vseti(rows, b, b);
-    Value *at = binary_tmp(c, OP_SUB, lens, steps); /* [seq, batch] */
-    Node *k = emit_tmp(c, OP_CLIP, 1, &at);
-    node_set_float(k, "min", 0);
-    node_set_float(k, "max", (double)(r->seq - 1));
-    at = finish(c, k);
-    at = binary_tmp(c, OP_MUL, at, const_scalar(c, KILN_DTYPE_I32, (double)r->batch));
-    return binary_tmp(c, OP_ADD, at, rows);
-}
-
-/* v [seq, batch, n] reordered by rows (reversal's). */
+/* v [seq, batch, n] reordered by rows (reversal_rows'). */
 static Value *reorder(Ctx *c, const Rnn *r, Value *v, Value *rows) {
     int64_t n = v->shape[2], flat[2] = {r->seq * r->batch, n};
     Value *ins[2] = {reshaped(c, v, 2, flat), rows};
@@ -267,15 +237,6 @@ static void bind_out(Ctx *c, int i, Value *v) {
     finish(c, k);
 }
 
-/* Concatenates parts along axis (one part: itself). */
-static Value *joined(Ctx *c, Value **parts, int n, int axis) {
-    if (n == 1)
-        return parts[0];
-    Node *k = emit_tmp(c, OP_CONCAT, n, parts);
-    node_set_int(k, "axis", axis);
-    return finish(c, k);
-}
-
 void map_recurrent(Ctx *c, const OnnxOp *op) {
     Rnn r = {0};
     r.cell = strcmp(op->name, "RNN") == 0 ? CELL_RNN : strcmp(op->name, "GRU") == 0 ? CELL_GRU
@@ -312,7 +273,7 @@ void map_recurrent(Ctx *c, const OnnxOp *op) {
     read_activations(c, &r);
     int64_t G = r.gates, H = r.hidden, B = r.batch;
     int64_t ws[3] = {r.dirs, G * H, r.input}, rs[3] = {r.dirs, G * H, H}, bs[2] = {r.dirs, 2 * G * H};
-    check_shape(c, x, 3, x->shape, "X");
+    check_f32(c, x, "X");
     check_shape(c, w, 3, ws, "W");
     check_shape(c, rw, 3, rs, "R");
     if (b)
@@ -368,7 +329,7 @@ void map_recurrent(Ctx *c, const OnnxOp *op) {
             bias = binary_tmp(c, OP_ADD, wb, rb);
         }
         Value *xw = reshaped(c, gemm_bt(c, xf, wd, bias), 3, proj);
-        Value *rows = lens && backwards ? reversal(c, &r, lens) : NULL;
+        Value *rows = lens && backwards ? reversal_rows(c, lens, r.seq, r.batch, true) : NULL;
         if (rows)
             xw = reorder(c, &r, xw, rows);
         Value *h = h0 ? part(c, h0, d, 2, hb) : NULL, *cc = c0 ? part(c, c0, d, 2, hb) : NULL;
@@ -398,22 +359,22 @@ void map_recurrent(Ctx *c, const OnnxOp *op) {
             h = hn;
             cc = cn;
         }
-        Value *yd = joined(c, outs, (int)r.seq, 0); /* [seq, batch, H] */
+        Value *yd = joined(c, (int)r.seq, outs, 0, NULL); /* [seq, batch, H] */
         if (rows) {
             int64_t sb[3] = {r.seq, B, H};
             yd = reshaped(c, reorder(c, &r, yd, rows), 3, sb);
             /* positions past each sequence's length are 0 */
             for (int64_t s = 0; s < r.seq; s++)
                 outs[s] = reshaped(c, step_mask(c, &r, lens, s), 3, (int64_t[3]){1, B, 1});
-            yd = binary_tmp(c, OP_MUL, yd, joined(c, outs, (int)r.seq, 0));
+            yd = binary_tmp(c, OP_MUL, yd, joined(c, (int)r.seq, outs, 0, NULL));
         }
         int64_t sdbh[4] = {r.seq, 1, B, H};
         ys[d] = reshaped(c, yd, 4, sdbh);
         hs[d] = reshaped(c, h, 3, one_hb);
         cs[d] = cc ? reshaped(c, cc, 3, one_hb) : NULL;
     }
-    Value *y = joined(c, ys, r.dirs, 1), *yh = joined(c, hs, r.dirs, 0);
-    Value *yc = r.cell == CELL_LSTM ? joined(c, cs, r.dirs, 0) : NULL;
+    Value *y = joined(c, r.dirs, ys, 1, NULL), *yh = joined(c, r.dirs, hs, 0, NULL);
+    Value *yc = r.cell == CELL_LSTM ? joined(c, r.dirs, cs, 0, NULL) : NULL;
     if (layout) {
         int64_t perm4[4] = {2, 0, 1, 3};
         y = *out_name(c, 0) ? transposed(c, y, 4, perm4) : y;
