@@ -107,28 +107,31 @@ static Value *broadcast_param(Ctx *c, const Value *x, Value *p, int axis, int64_
     return finish(c, k);
 }
 
-/* The granularity attributes: axis (normalized; unused, and not checked,
- * for a per-tensor scale) and block_size. */
-static int quant_axis(Ctx *c, const Value *x, const Value *scale, int64_t *block) {
-    *block = oattr_int(c, "block_size", 0);
-    if (*block < 0)
-        node_fail(c, format("block_size %lld is negative", (long long)*block));
-    if (!*block && scale->rank <= 1 && vcount(scale) == 1)
-        return 0;
-    return norm_axis(c, oattr_int(c, "axis", 1), x->rank);
-}
+/* QuantizeLinear's and DequantizeLinear's inputs: x, its scale (checked
+ * against x: per tensor, per axis from opset 13, or blocked), the optional
+ * zero point (for the caller to check), the axis (normalized; 0, and not
+ * checked, for a per-tensor scale) and block_size. A precision other than
+ * FLOAT is refused. */
+typedef struct QuantIn {
+    Value *x, *scale, *zp;
+    int axis;
+    int64_t block;
+} QuantIn;
 
-/* QuantizeLinear and DequantizeLinear 10: per tensor only. */
-static void check_per_axis(Ctx *c, const Value *scale) {
-    if (c->opset < 13 && vcount(scale) != 1)
-        node_fail(c, "the scale must be a scalar before opset 13 (version 10)");
-}
-
-static void check_precision(Ctx *c) {
+static QuantIn quant_inputs(Ctx *c, const char *scale_name) {
     int64_t p = oattr_int(c, "precision", 0);
     if (p && p != ONNX_FLOAT)
         node_fail(c, format("unsupported: precision %s (kiln computes in FLOAT)",
                             onnx_type_name((int32_t)p)));
+    QuantIn q = {in(c, 0), in(c, 1), in_opt(c, 2), 0, oattr_int(c, "block_size", 0)};
+    if (q.block < 0)
+        node_fail(c, format("block_size %lld is negative", (long long)q.block));
+    if (c->opset < 13 && vcount(q.scale) != 1)
+        node_fail(c, "the scale must be a scalar before opset 13 (version 10)");
+    if (q.block || q.scale->rank > 1 || vcount(q.scale) != 1)
+        q.axis = norm_axis(c, oattr_int(c, "axis", 1), q.x->rank);
+    check_param(c, q.x, q.scale, q.axis, q.block, scale_name);
+    return q;
 }
 
 /* The dtype an output_dtype attribute names (dflt when absent); only the
@@ -171,16 +174,14 @@ static void check_quant_type(Ctx *c, kiln_dtype dt, const char *what) {
 
 void map_dequantize(Ctx *c, const OnnxOp *op) {
     (void)op;
-    check_precision(c);
-    Value *x = in(c, 0), *scale = in(c, 1), *zp = in_opt(c, 2);
-    int64_t block;
-    int axis = quant_axis(c, x, scale, &block);
+    QuantIn q = quant_inputs(c, "x_scale");
+    Value *x = q.x, *scale = q.scale, *zp = q.zp;
+    int axis = q.axis;
+    int64_t block = q.block;
     if (x->dtype != KILN_DTYPE_U8 && x->dtype != KILN_DTYPE_I8 && x->dtype != KILN_DTYPE_I32)
         node_fail(c, format("unsupported: dequantizing %s", kiln_dtype_name(x->dtype)));
     if (scale->dtype != KILN_DTYPE_F32 && scale->dtype != KILN_DTYPE_F16)
         node_fail(c, format("x_scale of dtype %s", kiln_dtype_name(scale->dtype)));
-    check_per_axis(c, scale);
-    check_param(c, x, scale, axis, block, "x_scale");
     if (zp) {
         if (zp->dtype != x->dtype)
             node_fail(c, format("x_zero_point is %s and x %s", kiln_dtype_name(zp->dtype),
@@ -217,14 +218,12 @@ void map_dequantize(Ctx *c, const OnnxOp *op) {
 
 void map_quantize(Ctx *c, const OnnxOp *op) {
     (void)op;
-    check_precision(c);
-    Value *x = in(c, 0), *scale = in(c, 1), *zp = in_opt(c, 2);
-    int64_t block;
-    int axis = quant_axis(c, x, scale, &block);
+    QuantIn q = quant_inputs(c, "y_scale");
+    Value *x = q.x, *scale = q.scale, *zp = q.zp;
+    int axis = q.axis;
+    int64_t block = q.block;
     if (x->dtype != KILN_DTYPE_F32 && x->dtype != KILN_DTYPE_F16)
         node_fail(c, format("quantizing %s", kiln_dtype_name(x->dtype)));
-    check_per_axis(c, scale);
-    check_param(c, x, scale, axis, block, "y_scale");
     static const int outs[] = {KILN_DTYPE_U8, KILN_DTYPE_I8, -1};
     kiln_dtype dt = output_dtype(c, zp ? zp->dtype : KILN_DTYPE_U8, outs);
     if (zp) {
