@@ -22,6 +22,14 @@ static void unravel(int64_t i, int rank, const int64_t *shape, int64_t *coords) 
     }
 }
 
+/* The row-major index of coords in shape (unravel's inverse). */
+static int64_t ravel(int rank, const int64_t *shape, const int64_t *coords) {
+    int64_t i = 0;
+    for (int d = 0; d < rank; d++)
+        i = i * shape[d] + coords[d];
+    return i;
+}
+
 /* Index into v of output coordinates broadcast from an output of `rank`. */
 static int64_t bcast_index(const Value *v, int rank, const int64_t *coords) {
     int64_t idx = 0;
@@ -362,10 +370,7 @@ static bool fold_concat(Ctx *c) {
         while (coords[axis] >= in(c, k)->shape[axis])
             coords[axis] -= in(c, k++)->shape[axis];
         Value *src = in(c, k);
-        int64_t j = 0;
-        for (int d = 0; d < src->rank; d++)
-            j = j * src->shape[d] + coords[d];
-        vcopy(o, i, src, j);
+        vcopy(o, i, src, ravel(src->rank, src->shape, coords));
     }
     bind_value(c, out_name(c, 0), o);
     return true;
@@ -464,10 +469,7 @@ static bool fold_transpose(Ctx *c) {
         unravel(i, x->rank, shape, coords);
         for (int d = 0; d < x->rank; d++)
             from[perm[d]] = coords[d];
-        int64_t j = 0;
-        for (int d = 0; d < x->rank; d++)
-            j = j * x->shape[d] + from[d];
-        vcopy(o, i, x, j);
+        vcopy(o, i, x, ravel(x->rank, x->shape, from));
     }
     bind_value(c, out_name(c, 0), o);
     return true;
