@@ -32,6 +32,9 @@ typedef struct Ctx {
      * Onnx__ValueInfoProto*; and the values of the symbolic dimensions
      * (dim_param) that the inputs fix: name -> int64_t*. */
     Map declared, syms;
+    /* The node that computes each value (output name -> Onnx__NodeProto*),
+     * so that a refusal can name the graph inputs a value comes from. */
+    Map producer;
     int tmp_count;         /* names of internal values: NAME/1, NAME/2, ... */
 } Ctx;
 

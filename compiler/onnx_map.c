@@ -232,6 +232,9 @@ static void map_if(Ctx *c, const OnnxOp *op) {
 }
 
 void map_node(Ctx *c) {
+    for (size_t o = 0; o < c->node->n_output; o++)
+        if (*c->node->output[o])
+            map_put(&c->producer, c->node->output[o], c->node);
     check_op_version(c);
     if (fold(c))
         return;

@@ -308,12 +308,43 @@ Value *in(Ctx *c, int i) {
     return v;
 }
 
-/* An input that kiln needs as a constant (it becomes an attribute). */
+/* The graph inputs that value `name` is computed from, appended to *s as
+ * "'a', 'b'" (the first few), found by walking back through the nodes that
+ * produced it. */
+static void source_inputs(Ctx *c, const char *name, Map *seen, Str *s, int *count) {
+    if (!*name || map_get(seen, name) || *count >= 4)
+        return;
+    static int mark;
+    map_put(seen, name, &mark);
+    Onnx__NodeProto *n = map_get(&c->producer, name);
+    if (!n) {
+        Value *v = map_get(&c->values, name);
+        if (v && !v->data)
+            str_addf(s, "%s'%s'", (*count)++ ? ", " : "", name);
+        return;
+    }
+    for (size_t i = 0; i < n->n_input; i++)
+        source_inputs(c, n->input[i], seen, s, count);
+}
+
+/* An input that kiln needs as a constant (it becomes an attribute). When
+ * it is computed from graph inputs, the refusal names them: `--const
+ * NAME=FILE` fixes an input's value at compile time. */
 Value *in_const(Ctx *c, int i, const char *what) {
     Value *v = in(c, i);
-    if (!v->data)
+    if (v->data)
+        return v;
+    Map seen = {0};
+    Str from = {0};
+    int count = 0;
+    source_inputs(c, v->name, &seen, &from, &count);
+    if (count && !(count == 1 && strcmp(from.buf, format("'%s'", v->name)) == 0))
         node_fail(c, format("unsupported: %s (input %d, '%s') must be a constant: kiln's "
-                            "shapes are static", what, i, v->name));
+                            "shapes are static; it is computed from graph input%s %s "
+                            "(--const NAME=FILE fixes an input's value)",
+                            what, i, v->name, count > 1 ? "s" : "", from.buf));
+    node_fail(c, format("unsupported: %s (input %d, '%s') must be a constant: kiln's "
+                        "shapes are static", what, i, v->name));
     return v;
 }
 

@@ -179,6 +179,14 @@ bad_case("a shape input that is not constant",
          model([node("Reshape", ["x", "s"], ["y"], "rs")],
                [value_info("x", [6]), value_info("s", [2], elem=7)], [value_info("y", [2, 3])]),
          ["node 'rs (Reshape)'", "unsupported: the shape (input 1, 's') must be a constant"])
+bad_case("a shape computed from a graph input",
+         model([node("Cast", ["n"], ["nf"], "c", attr("to", 7)),
+                node("Concat", ["nf", "nf"], ["s"], "cat", attr("axis", 0)),
+                node("Reshape", ["x", "s"], ["y"], "rs")],
+               [value_info("x", [4]), value_info("n", [1], elem=7)],
+               [value_info("y", [2, 2])]),
+         ["node 'rs (Reshape)'", "(input 1, 's') must be a constant",
+          "computed from graph input 'n' (--const NAME=FILE"])
 
 
 bad_case("an opset past the newest kiln knows",

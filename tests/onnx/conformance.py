@@ -145,9 +145,14 @@ def run_case(case, keep=False):
                 break
             msg = (r.stderr.strip().splitlines() or ["?"])[0]
             m = re.search(r"must be a constant", msg)
-            want = re.search(r"input \d+, '([^']+)'", msg)
-            if m and want and want[1] in names and want[1] not in consts:
-                consts[want[1]] = names[want[1]]
+            # the value itself, or the graph inputs it is computed from
+            src = re.search(r"computed from graph inputs? (.*?) \(--const", msg)
+            want = re.findall(r"'([^']+)'", src[1]) if src else \
+                re.findall(r"input \d+, '([^']+)'", msg)[:1]
+            want = [w for w in want if w in names and w not in consts]
+            if m and want:
+                for w in want:
+                    consts[w] = names[w]
                 continue
             if "unsupported" in msg:
                 detail = msg.split("unsupported: ", 1)[-1]
