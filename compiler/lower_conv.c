@@ -110,6 +110,31 @@ void lower_pool(Program *p, Node *n) {
     d->flops = (uint64_t)count * (uint64_t)shape_count(nsp, k);
 }
 
+void lower_grid_sample(Program *p, Node *n) {
+    Tensor *x = n->inputs[0], *g = n->inputs[1], *y = n->outputs[0];
+    int64_t count = tensor_count(y);
+    if (count == 0)
+        return;
+    int r = x->rank - 2, mode = attr_choice(n, "mode", resize_modes, 3);
+    Dispatch *d = new_dispatch(p, n, "grid_sample");
+    d->local_size = 256;
+    define_int(d, "WG", d->local_size);
+    define_int(d, "COUNT", count);
+    define_int(d, "R", r);
+    define_int(d, "C", x->shape[1]);
+    define_list(d, "XSPATIAL", r, x->shape + 2);
+    define_list(d, "OSPATIAL", r, y->shape + 2);
+    define_int(d, "MODE", mode);
+    define_int(d, "PAD", attr_choice(n, "padding_mode", grid_sample_pads, 3));
+    define_int(d, "ALIGN", attr_int(n, "align_corners") != 0);
+    define_int(d, "EMPTY", tensor_count(x) == 0);
+    dispatch_arg(d, y, true);
+    dispatch_arg(d, x, false);
+    dispatch_arg(d, g, false);
+    d->groups[0] = groups_for(count, d->local_size);
+    d->flops = (uint64_t)count * (2ull << (r * mode)); /* taps of each element */
+}
+
 void lower_resize(Program *p, Node *n) {
     Tensor *x = n->inputs[0], *y = n->outputs[0];
     int64_t count = tensor_count(y);

@@ -168,6 +168,8 @@ void map_sce(Ctx *c, const OnnxOp *op);
 void map_reduce_log_sum(Ctx *c, const OnnxOp *op);
 void map_window(Ctx *c, const OnnxOp *op);
 void map_resize(Ctx *c, const OnnxOp *op);
+void map_grid_sample(Ctx *c, const OnnxOp *op);
+void map_affine_grid(Ctx *c, const OnnxOp *op);
 void map_dft(Ctx *c, const OnnxOp *op);
 void map_gelu(Ctx *c, const OnnxOp *op);
 void map_mish_swish(Ctx *c, const OnnxOp *op);

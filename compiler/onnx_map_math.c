@@ -480,6 +480,86 @@ void map_resize(Ctx *c, const OnnxOp *op) {
     finish(c, k);
 }
 
+/* GridSample: version 16 names its modes bilinear, nearest, bicubic (for
+ * [N, C, H, W] only); 20 and later linear, nearest, cubic, for 1 to 3
+ * spatial axes in kiln. */
+void map_grid_sample(Ctx *c, const OnnxOp *op) {
+    Value *ins[2] = {in(c, 0), in(c, 1)};
+    bool v16 = onnx_op_version("GridSample", c->opset) < 20;
+    const char *mode = oattr_str(c, "mode", v16 ? "bilinear" : "linear");
+    const char *const names16[] = {"nearest", "bilinear", "bicubic"};
+    const char *const *names = v16 ? names16 : resize_modes;
+    int m = 0;
+    while (m < 3 && strcmp(mode, names[m]) != 0)
+        m++;
+    if (m == 3)
+        node_fail(c, format("unsupported: mode %s (GridSample %d takes %s, %s or %s)", mode,
+                            (int)onnx_op_version("GridSample", c->opset), names[0], names[1], names[2]));
+    if (v16 && ins[0]->rank != 4)
+        node_fail(c, format("GridSample version 16 needs X of rank 4, got %s",
+                            shape_str(ins[0]->rank, ins[0]->shape)));
+    Node *k = emit(c, op->kop, 2, ins, out_name(c, 0));
+    node_set_attr(k, "mode", resize_modes[m]);
+    node_set_attr(k, "padding_mode", oattr_str(c, "padding_mode", "zeros"));
+    node_set_int(k, "align_corners", oattr_int(c, "align_corners", 0) != 0);
+    finish(c, k);
+}
+
+/* AffineGrid (20): theta [N, 2, 3] or [N, 3, 4] and a constant size [N, C,
+ * H, W] or [N, C, D, H, W] give the grid [N, H, W, 2] or [N, D, H, W, 3]
+ * that GridSample reads: a constant table of each output position's
+ * normalized coordinates (x, y[, z], 1) times theta transposed, one
+ * batched matmul. */
+void map_affine_grid(Ctx *c, const OnnxOp *op) {
+    (void)op;
+    Value *theta = in(c, 0);
+    int64_t size[5];
+    int n = const_ints(c, 1, "size", size, 5);
+    int r = n - 2;
+    if (r != 2 && r != 3)
+        node_fail(c, format("AffineGrid's size must have 4 or 5 values, got %d", n));
+    if (theta->dtype != KILN_DTYPE_F32 || theta->rank != 3 || theta->shape[0] != size[0] ||
+        theta->shape[1] != r || theta->shape[2] != r + 1)
+        node_fail(c, format("AffineGrid's theta must be f32 [%lld, %d, %d] for size of %d "
+                            "values, got %s %s", (long long)size[0], r, r + 1, n,
+                            kiln_dtype_name(theta->dtype), shape_str(theta->rank, theta->shape)));
+    bool align = oattr_int(c, "align_corners", 0) != 0;
+    int64_t points = 1;
+    for (int i = 2; i < n; i++) {
+        if (size[i] < 1)
+            node_fail(c, format("AffineGrid's size %lld is not positive", (long long)size[i]));
+        points *= size[i];
+    }
+    if (points > MAX_CONST_FOLD)
+        node_fail(c, format("unsupported: AffineGrid of %lld positions (at most %d)",
+                            (long long)points, MAX_CONST_FOLD));
+    int64_t bshape[2] = {points, r + 1};
+    Value *base = new_value(format("%s/base", c->nname), KILN_DTYPE_F32, 2, bshape, true);
+    for (int64_t p = 0; p < points; p++) {
+        int64_t rest = p;
+        for (int i = n - 1; i >= 2; i--) { /* the last axis is x, the first coordinate */
+            int64_t len = size[i], at = rest % len;
+            rest /= len;
+            double v = align ? (len > 1 ? -1.0 + 2.0 * (double)at / (double)(len - 1) : -1.0)
+                             : (2.0 * (double)at + 1.0) / (double)len - 1.0;
+            vset(base, p * (r + 1) + (n - 1 - i), (float)v);
+        }
+        vset(base, p * (r + 1) + r, 1.0);
+    }
+    Node *t = emit_tmp(c, OP_TRANSPOSE, 1, &theta);
+    int64_t perm[3] = {0, 2, 1};
+    node_set_ints(t, "perm", 3, perm);
+    Value *ins[2] = {base, finish(c, t)};
+    Value *prod = finish(c, emit_tmp(c, OP_MATMUL, 2, ins));
+    int64_t shape[5] = {size[0]};
+    for (int i = 2; i < n; i++)
+        shape[i - 1] = size[i];
+    shape[n - 1] = r;
+    Node *k = emit(c, OP_RESHAPE, 1, &prod, out_name(c, 0));
+    node_set_ints(k, "shape", n, shape);
+    finish(c, k);
+}
+
 /* DFT (opset 17: axis an attribute, default 1; dft_length an optional
  * constant input) and STFT (frame_step and frame_length constant inputs). */
 void map_dft(Ctx *c, const OnnxOp *op) {

@@ -87,6 +87,27 @@ void shape_global_pool(Node *n) {
     set_output(n, x->dtype, x->rank, shape);
 }
 
+/* x [N, C, D1..Dr] sampled at grid [N, O1..Or, r] (r from 1 to 3): y [N, C,
+ * O1..Or]. */
+void shape_grid_sample(Node *n) {
+    Tensor *x = n->inputs[0], *g = n->inputs[1];
+    require_f32(n);
+    int r = x->rank - 2;
+    if (r < 1 || r > 3)
+        node_error(n, "grid_sample needs x of rank 3 to 5 ([N, C, D1, ...]), got %s",
+                   shape_str(x->rank, x->shape));
+    if (g->rank != x->rank || g->shape[0] != x->shape[0] || g->shape[g->rank - 1] != r)
+        node_error(n, "grid_sample's grid must be [%lld, O1..O%d, %d] for x %s, got %s",
+                   (long long)x->shape[0], r, r, shape_str(x->rank, x->shape),
+                   shape_str(g->rank, g->shape));
+    attr_choice(n, "mode", resize_modes, 3);
+    attr_choice(n, "padding_mode", grid_sample_pads, 3);
+    int64_t shape[MAX_RANK] = {x->shape[0], x->shape[1]};
+    for (int i = 0; i < r; i++)
+        shape[2 + i] = g->shape[1 + i];
+    set_output(n, x->dtype, x->rank, shape);
+}
+
 void shape_resize(Node *n) {
     Tensor *x = n->inputs[0];
     require_f32(n);

@@ -503,6 +503,82 @@ def resize(x, out_shape, mode="nearest", coord="half_pixel", nearest="round_pref
     return y
 
 
+def grid_sample(x, grid, mode="linear", padding="zeros", align=False):
+    """ONNX GridSample (and torch's grid_sample) from the spec, in float64:
+    x [N, C, D1..Dr], grid [N, O1..Or, r] (the last axis's coordinate
+    first). Each axis's taps and weights, then every combination of taps."""
+    x, grid = f64(x), f64(grid)
+    r = x.ndim - 2
+    dims = x.shape[2:]
+
+    def reflect(v, lo, hi):
+        span = hi - lo
+        if span <= 0:
+            return np.full_like(v, lo)
+        out = v.copy()
+        below, above = v < lo, v > hi
+        dx = np.where(below, lo - v, v - hi)
+        k = np.floor(dx / span)
+        rest = dx - k * span
+        even = (k % 2) == 0
+        moved = np.where(below == even, lo + rest, hi - rest)
+        return np.where(below | above, moved, out)
+
+    taps, weights, valid = [], [], []
+    for d in range(r):
+        n = dims[d]
+        g = grid[..., r - 1 - d]
+        s = (g + 1) / 2 * (n - 1) if align else ((g + 1) * n - 1) / 2
+        if mode == "nearest":
+            s = np.round(s)  # half to even
+        lo, hi = (0.0, n - 1.0) if align else (-0.5, n - 0.5)
+        out = (s < lo) | (s > hi)
+        if padding == "border":
+            s = np.where(out, np.clip(s, 0, n - 1), s)
+        elif padding == "reflection":
+            s = reflect(s, lo, hi)
+        if mode == "nearest":
+            base, ws = np.trunc(s)[None], [np.ones_like(s)]
+        else:
+            f = np.floor(s)
+            t = s - f
+            if mode == "linear":
+                base, ws = f[None] + np.arange(2).reshape(2, *[1] * f.ndim), [1 - t, t]
+            else:
+                a = -0.75
+
+                def keys(z):
+                    z = np.abs(z)
+                    return np.where(z <= 1, ((a + 2) * z - (a + 3)) * z * z + 1,
+                                    np.where(z < 2, ((a * z - 5 * a) * z + 8 * a) * z - 4 * a, 0))
+                base = f[None] + np.arange(-1, 3).reshape(4, *[1] * f.ndim)
+                ws = [keys(t + 1), keys(t), keys(1 - t), keys(2 - t)]
+        idx = base.astype(np.int64)
+        ok = (idx >= 0) & (idx < n)
+        if padding == "border":
+            idx = np.clip(idx, 0, n - 1)
+        elif padding == "reflection":
+            idx = np.trunc(reflect(idx.astype(np.float64), lo, hi)).astype(np.int64)
+        if padding != "zeros":
+            ok = np.ones_like(ok)
+        taps.append(np.clip(idx, 0, n - 1))
+        weights.append(np.stack(ws))
+        valid.append(ok)
+    N, C = x.shape[:2]
+    y = np.zeros((N, C) + grid.shape[1:-1])
+    for corner in np.ndindex(*[len(t) for t in taps]):
+        w = np.ones(grid.shape[:-1])
+        ok = np.ones(grid.shape[:-1], bool)
+        index = [np.arange(N).reshape(N, *[1] * (grid.ndim - 2))]
+        for d, k in enumerate(corner):
+            w = w * weights[d][k]
+            ok = ok & valid[d][k]
+            index.append(taps[d][k])
+        vals = np.stack([x[:, c][tuple(index)] for c in range(C)], axis=1)
+        y += np.where(ok[:, None], w[:, None] * vals, 0)
+    return y
+
+
 def topk(x, k, axis=-1, largest=True):
     """Stable: equal values keep index order."""
     x = np.asarray(x)

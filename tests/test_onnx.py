@@ -59,8 +59,11 @@ def node(op, inputs, outputs, name="", attrs=b""):
 
 
 def attr(name, value):
-    """A node attribute (NodeProto field 5): an int, a float or a list of ints."""
-    if isinstance(value, float):
+    """A node attribute (NodeProto field 5): an int, a float, a string or a
+    list of ints."""
+    if isinstance(value, str):
+        body = field(1, name) + field(4, value) + field(20, 3)
+    elif isinstance(value, float):
         body = field(1, name) + varint(2 << 3 | 5) + struct.pack("<f", value) + field(20, 1)
     elif isinstance(value, int):
         body = field(1, name) + field(3, value & (1 << 64) - 1) + field(20, 2)

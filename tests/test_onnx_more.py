@@ -1,11 +1,13 @@
 """test_onnx_more.py: ONNX ops kiln maps by decomposition, against numpy:
 EyeLike (a constant), LRN (an average pool over the channels),
-MeanVarianceNormalization (means over its axes) and ReverseSequence (a
-Gather of rows; lengths constant or not). The references are written from
-the ONNX operator descriptions.
+MeanVarianceNormalization (means over its axes), ReverseSequence (a
+Gather of rows; lengths constant or not), AffineGrid (a constant table
+times theta) with GridSample (kiln's grid_sample). The references are
+written from the ONNX operator descriptions.
 """
 import numpy as np
 
+import reference as ref
 from harness import registry
 from test_onnx import attr, expect_refused, initializer, model, node, run_onnx, value_info
 
@@ -101,3 +103,70 @@ def _(workdir):
     expect_refused(workdir, model([node("ReverseSequence", ["x", "l"], ["y"], "rs")], x, y,
                                   [initializer("l", np.array([1, 9, 1], np.int64))]),
                    ["node 'rs (ReverseSequence)'", "sequence_lens[1] is 9"])
+
+
+def affine_grid_ref(theta, size, align):
+    """ONNX AffineGrid: each output position's normalized (x, y[, z], 1)
+    times theta transposed."""
+    axes = []
+    for n in size[2:]:
+        i = np.arange(n, dtype=np.float64)
+        axes.append((-1 + 2 * i / (n - 1) if n > 1 else np.full(1, -1.0)) if align
+                    else (2 * i + 1) / n - 1)
+    mesh = np.meshgrid(*axes, indexing="ij")
+    base = np.stack([m.reshape(-1) for m in mesh[::-1]] + [np.ones(mesh[0].size)], 1)
+    grid = np.einsum("pk,nrk->npr", base, theta.astype(np.float64))
+    return grid.reshape([size[0], *size[2:], len(size) - 2])
+
+
+@case("onnx AffineGrid 20 feeding GridSample 20 (a spatial transformer: 2-D and 3-D, "
+      "theta computed at run time, align_corners 0 and 1) matches numpy")
+def _(workdir):
+    rng = np.random.default_rng(5)
+    for size, align, mode, pad in (([2, 3, 5, 6], 0, "linear", "zeros"),
+                                   ([1, 2, 4, 7], 1, "cubic", "border"),
+                                   ([2, 2, 3, 4, 5], 0, "linear", "reflection"),
+                                   ([1, 1, 3, 3, 4], 1, "nearest", "zeros")):
+        r = len(size) - 2
+        x = rng.standard_normal(size).astype(np.float32)
+        t = (np.concatenate([np.eye(r), np.zeros([r, 1])], 1) +
+             rng.uniform(-0.4, 0.4, [size[0], r, r + 1])).astype(np.float32)
+        grid = affine_grid_ref(t, size, align)
+        want = ref.grid_sample(x, grid.astype(np.float32), mode, pad, bool(align))
+        nodes = [node("Mul", ["t", "one"], ["theta"], "m"),  # theta is computed
+                 node("AffineGrid", ["theta", "size"], ["grid"], "ag", attr("align_corners", align)),
+                 node("GridSample", ["x", "grid"], ["y"], "gs",
+                      attr("mode", mode) + attr("padding_mode", pad) +
+                      attr("align_corners", align))]
+        data = model(nodes, [value_info("x", size), value_info("t", [size[0], r, r + 1])],
+                     [value_info("grid", list(grid.shape)), value_info("y", list(want.shape))],
+                     [initializer("size", np.array(size, np.int64)),
+                      initializer("one", np.ones(1, np.float32))], opset=20)
+        run_onnx(workdir, data, [x, t], [grid, want], ["grid", "y"])
+
+
+@case("onnx GridSample 16 names its modes bilinear and bicubic; the other version's names, "
+      "a 5-D input at 16 and AffineGrid's wrong theta are refused by name")
+def _(workdir):
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal([1, 2, 4, 5]).astype(np.float32)
+    g = rng.uniform(-1.2, 1.2, [1, 3, 4, 2]).astype(np.float32)
+
+    def gs(mode, opset, xs=(1, 2, 4, 5), gshape=(1, 3, 4, 2)):
+        return model([node("GridSample", ["x", "g"], ["y"], "gs", attr("mode", mode))],
+                     [value_info("x", list(xs)), value_info("g", list(gshape))],
+                     [value_info("y", [1, 2, *gshape[1:-1]])], opset=opset)
+    for mode in ("bilinear", "bicubic", "nearest"):
+        want = ref.grid_sample(x, g, mode.replace("bi", "").replace("cucic", "cubic"))
+        run_onnx(workdir, gs(mode, 16), [x, g], [want], ["y"])
+    expect_refused(workdir, gs("cubic", 16), ["node 'gs (GridSample)'", "unsupported: mode cubic",
+                                             "GridSample 16 takes nearest, bilinear or bicubic"])
+    expect_refused(workdir, gs("bilinear", 20), ["unsupported: mode bilinear",
+                                                "GridSample 20 takes nearest, linear or cubic"])
+    expect_refused(workdir, gs("bilinear", 16, (1, 2, 3, 4, 5), (1, 2, 2, 2, 3)),
+                   ["GridSample version 16 needs X of rank 4"])
+    expect_refused(workdir, model([node("AffineGrid", ["t", "size"], ["y"], "ag")],
+                                  [value_info("t", [1, 3, 3])], [value_info("y", [1, 4, 5, 2])],
+                                  [initializer("size", np.array([1, 2, 4, 5], np.int64))],
+                                  opset=20),
+                   ["node 'ag (AffineGrid)'", "theta must be f32 [1, 2, 3]"])

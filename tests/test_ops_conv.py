@@ -229,3 +229,39 @@ def resize_case(i, xs, geom, mode, coord, nearest):
 
 for i, c in enumerate(RESIZES):
     case(f"op resize {c[0]} {c[1]} {c[2]} {c[3]} {c[4]}")(resize_case(i, *c))
+
+
+GRID_SAMPLES = [  # x shape, grid's output extents, mode, padding_mode, align_corners
+    ([2, 3, 5, 6], [4, 7], "linear", "zeros", 0),
+    ([1, 2, 4, 5], [6, 3], "linear", "border", 1),
+    ([1, 2, 5, 4], [5, 5], "linear", "reflection", 0),
+    ([2, 1, 6, 5], [4, 4], "nearest", "zeros", 1),
+    ([1, 3, 5, 5], [3, 6], "nearest", "reflection", 1),
+    ([1, 2, 4, 6], [5, 4], "nearest", "border", 0),
+    ([1, 2, 6, 5], [4, 5], "cubic", "zeros", 0),
+    ([1, 1, 5, 6], [5, 3], "cubic", "border", 1),
+    ([2, 2, 4, 4], [3, 4], "cubic", "reflection", 0),
+    ([2, 3, 9], [7], "linear", "reflection", 1),                 # 1-D
+    ([1, 2, 3, 4, 5], [2, 3, 4], "linear", "zeros", 0),         # 3-D
+    ([1, 2, 4, 3, 5], [3, 2, 3], "nearest", "border", 1),
+    ([1, 1, 1, 6], [3, 4], "linear", "reflection", 1),          # an axis of one pixel
+]
+
+
+def grid_sample_case(i, xs, outs, mode, padding, align):
+    def test(workdir):
+        r = np.random.default_rng(2700 + i)
+        x = values(r, xs)
+        # coordinates past the borders, and exact pixel centres and half-way
+        # points (where nearest rounds half to even)
+        grid = r.uniform(-1.7, 1.7, [xs[0], *outs, len(xs) - 2]).astype(np.float32)
+        flat = grid.reshape(-1)
+        flat[::5] = np.float32(0.5) * r.integers(-4, 5, flat[::5].shape)
+        want = ref.grid_sample(x, grid, mode, padding, bool(align))
+        one_op(workdir, "grid_sample", [x, grid], want,
+               {"mode": mode, "padding_mode": padding, "align_corners": align}, 1e-5, 1e-5)
+    return test
+
+
+for i, c in enumerate(GRID_SAMPLES):
+    case(f"op grid_sample {c[0]} {c[1]} {c[2]} {c[3]} align {c[4]}")(grid_sample_case(i, *c))
