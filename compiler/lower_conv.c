@@ -104,8 +104,16 @@ void lower_pool(Program *p, Node *n) {
     define_spatial(d, "DIL", nsp, win.dil, 1);
     define_int(d, "MAX", n->op == OP_MAX_POOL);
     define_int(d, "INCLUDE_PAD", n->op == OP_AVG_POOL && attr_int(n, "count_include_pad"));
+    bool indices = n->noutputs == 2;
+    define_int(d, "INDICES", indices);
+    if (indices) {
+        define_int(d, "NEED_I64", 1);
+        define_int(d, "COLUMN_MAJOR", attr_int(n, "storage_order") != 0);
+    }
     dispatch_arg(d, y, true);
     dispatch_arg(d, x, false);
+    if (indices)
+        dispatch_arg(d, n->outputs[1], true);
     d->groups[0] = groups_for(count, d->local_size);
     d->flops = (uint64_t)count * (uint64_t)shape_count(nsp, k);
 }

@@ -94,6 +94,7 @@ double oattr_float(Ctx *c, const char *name, double dflt);
 const char *oattr_str(Ctx *c, const char *name, const char *dflt);
 Node *knode(Ctx *c, OpKind op, const char *suffix);
 Node *emit(Ctx *c, OpKind op, int n, Value **ins, const char *out);
+Node *emit_outputs(Ctx *c, OpKind op, Value *x, int n);
 Node *emit_tmp(Ctx *c, OpKind op, int n, Value **ins);
 Value *finish(Ctx *c, Node *k);
 void copy_attrs(Ctx *c, Node *k, const char *renames);
@@ -180,6 +181,7 @@ void map_lrn(Ctx *c, const OnnxOp *op);
 /* onnx_map_nd.c */
 void map_gather_nd(Ctx *c, const OnnxOp *op);
 void map_scatter_nd(Ctx *c, const OnnxOp *op);
+void map_max_unpool(Ctx *c, const OnnxOp *op);
 /* onnx_map_einsum.c */
 void map_einsum(Ctx *c, const OnnxOp *op);
 /* onnx_map_quant.c */

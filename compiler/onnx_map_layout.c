@@ -113,12 +113,7 @@ void map_slice(Ctx *c, const OnnxOp *op) {
 
 void map_split(Ctx *c, const OnnxOp *op) {
     Value *x = in(c, 0);
-    Node *k = knode(c, op->kop, "");
-    node_add_input(k, tens(c, x));
-    for (int i = 0; i < nout(c); i++)
-        node_add_output(k, graph_tensor(c->g, *out_name(c, i) ? out_name(c, i)
-                                                                : format("%s/%d", c->nname, i),
-                                        T_VALUE, c->loc));
+    Node *k = emit_outputs(c, op->kop, x, nout(c));
     node_set_int(k, "axis", oattr_int(c, "axis", 0));
     Onnx__AttributeProto *a = oattr(c, "split");
     if (a) {

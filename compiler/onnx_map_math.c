@@ -228,12 +228,7 @@ void map_norm(Ctx *c, const OnnxOp *op) {
 
 void map_topk(Ctx *c, const OnnxOp *op) {
     Value *x = in(c, 0);
-    Node *k = knode(c, op->kop, "");
-    node_add_input(k, tens(c, x));
-    for (int i = 0; i < 2; i++)
-        node_add_output(k, graph_tensor(c->g, *out_name(c, i) ? out_name(c, i)
-                                                                : format("%s/%d", c->nname, i),
-                                        T_VALUE, c->loc));
+    Node *k = emit_outputs(c, op->kop, x, 2);
     int64_t kk;
     if (c->opset < 10)
         kk = oattr_int(c, "k", 0);
@@ -408,11 +403,17 @@ static void conv_transpose_to_shape(Ctx *c, const OnnxOp *op, Value **ins) {
 
 /* Conv, ConvTranspose, MaxPool, AveragePool: attributes renamed. */
 void map_window(Ctx *c, const OnnxOp *op) {
-    if (op->kop == OP_MAX_POOL && nout(c) > 1 && *out_name(c, 1))
-        node_fail(c, "unsupported: the indices output of MaxPool");
-    if (op->kop == OP_MAX_POOL && oattr_int(c, "storage_order", 0))
-        node_fail(c, "unsupported: storage_order 1");
     Value *ins[3] = {in(c, 0), in_opt(c, 1), in_opt(c, 2)};
+    if (op->kop == OP_MAX_POOL && nout(c) > 1 && *out_name(c, 1)) {
+        /* with its indices: kiln's max_pool of two outputs, f32 */
+        if (ins[0]->dtype != KILN_DTYPE_F32)
+            node_fail(c, format("unsupported: the indices output of MaxPool of %s (f32 only)",
+                                kiln_dtype_name(ins[0]->dtype)));
+        Node *k = emit_outputs(c, op->kop, ins[0], 2);
+        copy_attrs(c, k, op->renames);
+        finish(c, k);
+        return;
+    }
     if (op->kop == OP_CONV_TRANSPOSE && oattr(c, "output_shape")) {
         conv_transpose_to_shape(c, op, ins);
         return;

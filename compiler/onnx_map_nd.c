@@ -160,3 +160,58 @@ void map_scatter_nd(Ctx *c, const OnnxOp *op) {
     node_set_ints(back, "shape", data->rank, data->shape);
     finish(c, back);
 }
+
+/* MaxUnpool: zeros of the unpooled shape ((in - 1) * stride + kernel -
+ * pads) with X's values scattered to the flat positions that MaxPool's
+ * indices name. With output_shape (a constant), as ONNX's reference: the
+ * pads are ignored, and that result is placed at the start of each axis of
+ * the larger output, zeros after it. */
+void map_max_unpool(Ctx *c, const OnnxOp *op) {
+    (void)op;
+    Value *x = in(c, 0), *idx = in(c, 1);
+    int nsp = x->rank - 2;
+    if (nsp < 1 || x->dtype != KILN_DTYPE_F32 || idx->dtype != KILN_DTYPE_I64 ||
+        idx->rank != x->rank || memcmp(idx->shape, x->shape, sizeof(int64_t) * (size_t)x->rank))
+        node_fail(c, format("MaxUnpool needs f32 X [N, C, D1, ...] and i64 indices of its "
+                            "shape, got %s %s and %s %s", kiln_dtype_name(x->dtype),
+                            shape_str(x->rank, x->shape), kiln_dtype_name(idx->dtype),
+                            shape_str(idx->rank, idx->shape)));
+    int64_t shape[MAX_RANK] = {x->shape[0], x->shape[1]}, out[MAX_RANK];
+    bool given = in_opt(c, 2) != NULL;
+    if (given && const_ints(c, 2, "output_shape", out, MAX_RANK) != x->rank)
+        node_fail(c, format("output_shape must have %d values", x->rank));
+    Onnx__AttributeProto *k = oattr(c, "kernel_shape"), *s = oattr(c, "strides"),
+                         *p = given ? NULL : oattr(c, "pads");
+    if (!k || (int)k->n_ints != nsp || (s && (int)s->n_ints != nsp) ||
+        (p && (int)p->n_ints != 2 * nsp))
+        node_fail(c, format("MaxUnpool needs kernel_shape (and strides, pads) for %d "
+                            "spatial axes", nsp));
+    for (int i = 0; i < nsp; i++)
+        shape[2 + i] = (x->shape[2 + i] - 1) * (s ? s->ints[i] : 1) + k->ints[i] -
+                       (p ? p->ints[i] + p->ints[nsp + i] : 0);
+    int64_t total = shape_count(x->rank, shape), count = vcount(x);
+    for (int i = 0; i < x->rank; i++)
+        if (shape[i] < 1 || (given && out[i] < shape[i]))
+            node_fail(c, format("the unpooled shape %s is empty or larger than output_shape",
+                                shape_str(x->rank, shape)));
+    Value *zero = const_scalar(c, x->dtype, 0);
+    Node *z = emit_tmp(c, OP_EXPAND, 1, &zero);
+    node_set_ints(z, "shape", 1, &total);
+    Value *ins[3] = {finish(c, z), reshaped(c, idx, 1, &count), reshaped(c, x, 1, &count)};
+    Node *sc = emit_tmp(c, OP_SCATTER_ELEMENTS, 3, ins);
+    node_set_int(sc, "axis", 0);
+    Value *flat = finish(c, sc);
+    if (!given || memcmp(out, shape, sizeof(int64_t) * (size_t)x->rank) == 0) {
+        Node *back = emit(c, OP_RESHAPE, 1, &flat, out_name(c, 0));
+        node_set_ints(back, "shape", x->rank, shape);
+        finish(c, back);
+        return;
+    }
+    Value *y = reshaped(c, flat, x->rank, shape);
+    Node *pad = emit(c, OP_PAD, 1, &y, out_name(c, 0));
+    int64_t pads[2 * MAX_RANK] = {0};
+    for (int i = 0; i < x->rank; i++)
+        pads[x->rank + i] = out[i] - shape[i];
+    node_set_ints(pad, "pads", 2 * x->rank, pads);
+    finish(c, pad);
+}

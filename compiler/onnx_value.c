@@ -380,6 +380,18 @@ Node *knode(Ctx *c, OpKind op, const char *suffix) {
     return graph_node(c->g, op, format("%s%s", c->nname, suffix), c->loc);
 }
 
+/* A kiln node of `op` over x with `n` outputs: the ONNX node's, an absent
+ * one under a temporary name. */
+Node *emit_outputs(Ctx *c, OpKind op, Value *x, int n) {
+    Node *k = knode(c, op, "");
+    node_add_input(k, tens(c, x));
+    for (int i = 0; i < n; i++)
+        node_add_output(k, graph_tensor(c->g, *out_name(c, i) ? out_name(c, i)
+                                                                : format("%s/%d", c->nname, i),
+                                        T_VALUE, c->loc));
+    return k;
+}
+
 /* A kiln node of `op` over values, producing ONNX output `out`. */
 Node *emit(Ctx *c, OpKind op, int n, Value **ins, const char *out) {
     Node *k = knode(c, op, *out ? "" : "/tmp");

@@ -10,12 +10,25 @@
 #include <string.h>
 
 /* [N, channels, *window outputs] for a window op over input 0. */
+/* max_pool may list a second output: each maximum's flat index into x
+ * (i64; storage_order 1 counts the spatial axes column-major). */
 static void set_window_output(Node *n, int64_t channels, const Window *win) {
     Tensor *x = n->inputs[0];
     int64_t shape[MAX_RANK] = {x->shape[0], channels};
     for (int i = 0; i < win->nsp; i++)
         shape[2 + i] = win->out[i];
+    bool indices = n->op == OP_MAX_POOL && n->noutputs == 2;
+    if (indices)
+        n->noutputs = 1; /* set_output checks the first */
     set_output(n, x->dtype, x->rank, shape);
+    if (indices) {
+        n->noutputs = 2;
+        set_output_i(n, 1, x, x->rank, shape);
+        n->outputs[1]->dtype = KILN_DTYPE_I64;
+    }
+    if (n->op == OP_MAX_POOL && attr_int(n, "storage_order") != 0 &&
+        attr_int(n, "storage_order") != 1)
+        node_error_at(n, attr_loc(n, "storage_order"), "storage_order must be 0 or 1");
 }
 
 /* conv(x, w, [bias]): x [N, C, *spatial] (1 to 3 spatial axes), w [OC, C/group,

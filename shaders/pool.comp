@@ -5,6 +5,9 @@
 // MAX 1: the largest element in the window (padding never wins). MAX 0: the
 // mean; INCLUDE_PAD 1 counts window positions inside the padded input
 // (begin PAD, end PAD_END), 0 only those inside the input.
+// INDICES 1 (MAX 1): also each maximum's flat index into x (the first of
+// equal maxima), the spatial axes counted row-major or, COLUMN_MAJOR 1,
+// column-major (ONNX MaxPool's storage_order).
 #include "common.glsl"
 
 layout(local_size_x = WG) in;
@@ -12,6 +15,9 @@ layout(local_size_x = WG) in;
 layout(push_constant) uniform Args {
     F32 y;
     F32R x;
+#if INDICES
+    I64 indices;
+#endif
     KILN_DIMS
 } args;
 
@@ -39,20 +45,30 @@ void main() {
         float acc = 0.0;
 #endif
         uint count = 0;
+#if INDICES
+        uint best = 0;
+#endif
         for (uint kk = 0; kk < K_VOL; ++kk) {
             const int kp[3] = int[3](int(kk / (K_[1] * K_[2])), int((kk / K_[2]) % K_[1]),
                                      int(kk % K_[2]));
             bool inside = true, padded = true;
-            uint xi = 0;
+            uint xi = 0, column = 0;
             for (int d = 0; d < 3; ++d) {
                 int i = op[d] * STRIDE_[d] - PAD_[d] + kp[d] * DIL_[d];
                 inside = inside && i >= 0 && i < int(IN_[d]);
                 padded = padded && i >= -PAD_[d] && i < int(IN_[d]) + PAD_END_[d];
                 xi = xi * IN_[d] + uint(max(i, 0));
+                column = column * IN_[2 - d] + uint(max(op[2 - d] * STRIDE_[2 - d] - PAD_[2 - d]
+                                                        + kp[2 - d] * DIL_[2 - d], 0));
             }
             if (inside) {
                 float v = args.x.v[plane * IN_VOL + xi];
-#if MAX
+#if MAX && INDICES
+                if (v > acc || count == 0u) {
+                    acc = v;
+                    best = COLUMN_MAJOR != 0 ? column : xi;
+                }
+#elif MAX
                 acc = max(acc, v);
 #else
                 acc += v;
@@ -66,6 +82,9 @@ void main() {
         }
 #if MAX
         args.y.v[o] = acc;
+#if INDICES
+        args.indices.v[o] = int64_t(plane) * int64_t(IN_VOL) + int64_t(best);
+#endif
 #else
         args.y.v[o] = count > 0 ? acc / float(count) : 0.0;
 #endif

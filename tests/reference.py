@@ -470,6 +470,34 @@ def pool(x, kernel, kind, strides=None, pads=None, dilations=None, ceil_mode=Fal
     return y
 
 
+def max_pool_indices(x, kernel, strides=None, pads=None, dilations=None, ceil_mode=False,
+                     column_major=False):
+    """ONNX MaxPool's Indices: each window's first maximum as a flat index
+    into x, the spatial axes row-major or (storage_order 1) column-major."""
+    nsp = x.ndim - 2
+    strides = strides or [1] * nsp
+    dil = dilations or [1] * nsp
+    pads = pads or [0] * (2 * nsp)
+    sp = x.shape[2:]
+    outs = [_out_size(sp[i], kernel[i], strides[i], dil[i], pads[i], pads[i + nsp], ceil_mode)
+            for i in range(nsp)]
+    y = np.zeros(list(x.shape[:2]) + outs, np.int64)
+    plane = int(np.prod(sp))
+    for n, c in np.ndindex(*x.shape[:2]):
+        for opos in np.ndindex(*outs):
+            best, at = None, None
+            for kpos in np.ndindex(*kernel):
+                idx = [opos[i] * strides[i] - pads[i] + kpos[i] * dil[i] for i in range(nsp)]
+                if all(0 <= idx[i] < sp[i] for i in range(nsp)):
+                    v = x[(n, c) + tuple(idx)]
+                    if best is None or v > best:
+                        best, at = v, idx
+            flat = int(np.ravel_multi_index(at[::-1], sp[::-1]) if column_major
+                       else np.ravel_multi_index(at, sp))
+            y[(n, c) + opos] = (n * x.shape[1] + c) * plane + flat
+    return y
+
+
 def resize(x, out_shape, mode="nearest", coord="half_pixel", nearest="round_prefer_floor",
            scales=None):
     y = f64(x)

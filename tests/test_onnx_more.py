@@ -170,3 +170,42 @@ def _(workdir):
                                   [initializer("size", np.array([1, 2, 4, 5], np.int64))],
                                   opset=20),
                    ["node 'ag (AffineGrid)'", "theta must be f32 [1, 2, 3]"])
+
+
+def max_unpool_ref(x, idx, shape, out_shape=None):
+    """ONNX MaxUnpool: x scattered to idx's flat positions in zeros of
+    shape, then (output_shape) placed at the start of a larger zero tensor."""
+    y = np.zeros(int(np.prod(shape)), np.float32)
+    y[idx.reshape(-1)] = x.reshape(-1)
+    y = y.reshape(shape)
+    if out_shape is None:
+        return y
+    big = np.zeros(out_shape, np.float32)
+    big[tuple(slice(n) for n in shape)] = y
+    return big
+
+
+@case("onnx MaxPool's indices (both storage orders) feeding MaxUnpool (pads; output_shape) "
+      "matches numpy")
+def _(workdir):
+    rng = np.random.default_rng(7)
+    for xs, order, pads, out_shape in (([2, 3, 6, 8], 0, [0, 0, 0, 0], None),
+                                       ([2, 3, 7, 6], 1, [1, 0, 0, 0], None),
+                                       ([2, 3, 6, 6], 0, [0, 0, 0, 0], [2, 3, 9, 7])):
+        x = rng.integers(-5, 6, xs).astype(np.float32)
+        pool = ref.pool(x, [2, 2], "max", [2, 2], pads).astype(np.float32)
+        idx = ref.max_pool_indices(x, [2, 2], [2, 2], pads, column_major=order)
+        shape = [2, 3] + [(pool.shape[2 + i] - 1) * 2 + 2 - (0 if out_shape else
+                                                             pads[i] + pads[2 + i])
+                          for i in range(2)]
+        geom = attr("kernel_shape", [2, 2]) + attr("strides", [2, 2]) + attr("pads", pads)
+        unpool_in = ["y", "i"] + (["os"] if out_shape else [])
+        nodes = [node("MaxPool", ["x"], ["y", "i"], "mp", geom + attr("storage_order", order)),
+                 node("MaxUnpool", unpool_in, ["u"], "mu", geom)]
+        inits = [initializer("os", np.array(out_shape, np.int64))] if out_shape else []
+        # column-major indices name other positions: MaxUnpool scatters them as given
+        want_u = max_unpool_ref(pool, idx, shape, out_shape)
+        data = model(nodes, [value_info("x", list(x.shape))],
+                     [value_info("y", list(pool.shape)), value_info("i", list(pool.shape), 7),
+                      value_info("u", list(want_u.shape))], inits, opset=12)
+        run_onnx(workdir, data, [x], [pool, idx, want_u], ["y", "i", "u"], tol=(0, 0))

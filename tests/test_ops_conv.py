@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 
 import reference as ref
-from harness import assert_close, build_model, check, model_yaml, registry, run_program
+from harness import (assert_close, build_model, check, model_yaml, registry, run_model,
+                     run_program)
 from ops_common import one_op, rng, spec, values
 
 TESTS, case = registry()
@@ -183,6 +184,37 @@ def pool_case(i, kind, xs, attrs):
 
 for i, c in enumerate(POOLS):
     case(f"op {c[0]}_pool {c[1]} {c[2]}")(pool_case(i, *c))
+
+
+MAX_POOL_INDICES = [  # x shape, attrs; small integers, so windows have equal maxima
+    ([2, 3, 9], {"kernel": [3], "strides": [2], "pads": [1, 1]}),
+    ([1, 2, 7, 6], {"kernel": [3, 2], "strides": [2, 2], "pads": [1, 0, 1, 1], "ceil_mode": 1}),
+    ([1, 2, 7, 6], {"kernel": [3, 2], "strides": [2, 1], "storage_order": 1}),
+    ([1, 1, 8, 8], {"kernel": [2, 2], "dilations": [2, 2], "storage_order": 1}),
+    ([1, 2, 4, 5, 6], {"kernel": [2, 2, 3], "strides": [1, 2, 2], "storage_order": 1}),
+]
+
+
+def max_pool_indices_case(i, xs, attrs):
+    def test(workdir):
+        x = rng(2580 + i).integers(-4, 5, xs).astype(np.float32)
+        geom = (attrs["kernel"], attrs.get("strides"), attrs.get("pads"),
+                attrs.get("dilations"), attrs.get("ceil_mode", 0))
+        want = [ref.pool(x, attrs["kernel"], "max", *geom[1:]),
+                ref.max_pool_indices(x, *geom, column_major=attrs.get("storage_order", 0))]
+        node = dict({"name": "p", "op": "max_pool", "inputs": ["x"], "outputs": ["y", "i"]},
+                    **attrs)
+        got = run_model(workdir, model_yaml("mpi", {"x": spec(x)}, [node], ["y", "i"]), [x],
+                        want)
+        assert_close(got[0], want[0], 0, 0)
+        bad = got[1] != want[1]
+        check(not bad.any(), f"{int(bad.sum())} of {bad.size} indices differ; first at "
+              f"{np.argwhere(bad)[0].tolist() if bad.any() else None}")
+    return test
+
+
+for i, c in enumerate(MAX_POOL_INDICES):
+    case(f"op max_pool with indices {c[0]} {c[1]}")(max_pool_indices_case(i, *c))
 
 
 @case("op global_avg_pool and global_max_pool [2, 3, 5, 4]")
