@@ -346,6 +346,10 @@ static char *tensor_list(Vec *list) {
         str_addf(&s, " *   [%d] %s: %s %s, %llu bytes\n", i, c_comment(t->name),
                  kiln_dtype_name(t->dtype), shape_str(t->rank, t->shape),
                  (unsigned long long)tensor_bytes(t));
+        for (int j = 0; t->row_count && j < list->len; j++)
+            if (list->data[j] == t->row_count)
+                str_addf(&s, " *       rows decided at run time: output [%d] holds how many "
+                         "lead; the rest are -1\n", j);
     }
     return s.buf;
 }

@@ -230,6 +230,9 @@ typedef struct Tensor {
     Loc update_loc;
     uint64_t storage;
     bool is_update;     /* some state's update: kept whole, live to the end */
+    /* rows decided at run time (nms): the i64 [1] tensor that holds how many
+     * of the leading rows are valid (the rest are -1), or NULL */
+    struct Tensor *row_count;
 } Tensor;
 
 uint64_t tensor_bytes(const Tensor *t);

@@ -91,8 +91,9 @@ static void check_type(Ctx *c, const Value *v, const Onnx__ValueInfoProto *vi,
     for (int d = 0; shape_ok && tt->shape && d < v->rank; d++) {
         const Onnx__TensorShapeProto__Dimension *dim = tt->shape->dim[d];
         const int64_t *sym = NULL;
+        bool at_most = d == 0 && v->t && v->t->row_count; /* rows decided at run time */
         if (dim->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE)
-            shape_ok = dim->dim_value == v->shape[d];
+            shape_ok = at_most ? dim->dim_value <= v->shape[d] : dim->dim_value == v->shape[d];
         else if (dim->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM &&
                  dim->dim_param && (sym = map_get(&c->syms, dim->dim_param)))
             shape_ok = *sym == v->shape[d];
@@ -375,6 +376,11 @@ static Graph *load(const char *path, const char *raw, size_t size, bool borrow, 
             infer_dynamic(g, k);
             t = k->outputs[0];
         }
+        t->is_output = true;
+        vec_push(&g->outputs, t);
+    }
+    for (int i = 0; i < c.extra_outputs.len; i++) {
+        Tensor *t = c.extra_outputs.data[i];
         t->is_output = true;
         vec_push(&g->outputs, t);
     }

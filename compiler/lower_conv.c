@@ -108,6 +108,7 @@ void lower_pool(Program *p, Node *n) {
     define_int(d, "INDICES", indices);
     if (indices) {
         define_int(d, "NEED_I64", 1);
+        p->features |= KILN_FEATURE_INT64;
         define_int(d, "COLUMN_MAJOR", attr_int(n, "storage_order") != 0);
     }
     dispatch_arg(d, y, true);

@@ -209,6 +209,46 @@ void lower_topk(Program *p, Node *n) {
     dispatch_arg(d, n->outputs[1], true);
 }
 
+/* nms: one workgroup per (batch, class) selects its boxes greedily into a
+ * scratch (count, then box numbers); a second kernel, one workgroup,
+ * packs every pair's rows in order, fills the rest with -1 and writes the
+ * count. */
+void lower_nms(Program *p, Node *n) {
+    Tensor *boxes = n->inputs[0], *scores = n->inputs[1], *sel = n->outputs[0];
+    int64_t B = boxes->shape[0], N = boxes->shape[1], C = scores->shape[1];
+    int64_t K = sel->shape[0] / (B * C);
+    if (tensor_count(sel) == 0)
+        return;
+    Tensor *alive = scratch(p, n, "alive", 2, (int64_t[]){B * C, N});
+    Tensor *picks = scratch(p, n, "picks", 2, (int64_t[]){B * C, K + 1});
+    for (int phase = 1; phase <= 2; phase++) {
+        Dispatch *d = new_dispatch(p, n, "nms");
+        d->local_size = 256;
+        define_int(d, "WG", d->local_size);
+        define_int(d, "PHASE", phase);
+        define_int(d, "B", B);
+        define_int(d, "C", C);
+        define_int(d, "N", N);
+        define_int(d, "K", K);
+        define_int(d, "NEED_I64", 1);
+        Attr *st = node_attr(n, "score_threshold");
+        define_int(d, "SCORE_FILTER", st != NULL);
+        define_float(d, "SCORE_THRESHOLD", st ? attr_float_or(n, "score_threshold", 0) : 0);
+        define_float(d, "IOU_THRESHOLD", attr_float(n, "iou_threshold"));
+        define_int(d, "CENTER", attr_int(n, "center_point_box") != 0);
+        define_int(d, "WITH_COUNT", n->noutputs == 2);
+        dispatch_arg(d, sel, phase == 2);
+        dispatch_arg(d, n->noutputs == 2 ? n->outputs[1] : sel, phase == 2);
+        dispatch_arg(d, boxes, false);
+        dispatch_arg(d, scores, false);
+        dispatch_arg(d, alive, phase == 1);
+        dispatch_arg(d, picks, phase == 1);
+        d->groups[0] = phase == 1 ? groups_for(B * C, 1) : 1;
+        d->flops = phase == 1 ? (uint64_t)(B * C) * (uint64_t)N * (uint64_t)K * 20 : 0;
+    }
+    p->features |= KILN_FEATURE_INT64;
+}
+
 void lower_sample(Program *p, Node *n) {
     Tensor *x = n->inputs[0], *seed = n->inputs[1];
     int64_t V = x->shape[x->rank - 1], rows = tensor_count(x) / V;

@@ -35,6 +35,9 @@ typedef struct Ctx {
     /* The node that computes each value (output name -> Onnx__NodeProto*),
      * so that a refusal can name the graph inputs a value comes from. */
     Map producer;
+    /* Outputs kiln adds after the graph's own (Tensor*): the count of
+     * NonMaxSuppression's selected rows. */
+    Vec extra_outputs;
     int tmp_count;         /* names of internal values: NAME/1, NAME/2, ... */
 } Ctx;
 
@@ -170,6 +173,7 @@ void map_reduce_log_sum(Ctx *c, const OnnxOp *op);
 void map_window(Ctx *c, const OnnxOp *op);
 void map_resize(Ctx *c, const OnnxOp *op);
 void map_grid_sample(Ctx *c, const OnnxOp *op);
+void map_nms(Ctx *c, const OnnxOp *op);
 void map_affine_grid(Ctx *c, const OnnxOp *op);
 void map_dft(Ctx *c, const OnnxOp *op);
 void map_gelu(Ctx *c, const OnnxOp *op);

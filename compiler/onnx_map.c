@@ -102,6 +102,7 @@ static const OnnxOp onnx_ops[] = {
     {"Mul", map_simple, OP_MUL, NULL},
     {"Neg", map_simple, OP_NEG, NULL},
     {"NegativeLogLikelihoodLoss", map_nll, OP_NEG, NULL},
+    {"NonMaxSuppression", map_nms, OP_NMS, NULL},
     {"Not", map_simple, OP_NOT, NULL},
     {"OneHot", map_onehot, OP_ONE_HOT, NULL},
     {"Or", map_simple, OP_OR, NULL},

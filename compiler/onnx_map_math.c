@@ -240,6 +240,38 @@ void map_topk(Ctx *c, const OnnxOp *op) {
     finish(c, k);
 }
 
+/* NonMaxSuppression: kiln's nms, its thresholds and maximum constants.
+ * How many rows it selects is known only at run time: the output has room
+ * for the most (batches * classes * min(max_output_boxes_per_class,
+ * boxes)), rows past the selection are -1, and kiln adds an output after
+ * the graph's own, '<output>.count' (i64 [1]), the number selected. */
+void map_nms(Ctx *c, const OnnxOp *op) {
+    Value *ins[2] = {in(c, 0), in(c, 1)};
+    int64_t most = 0;
+    if (in_opt(c, 2) && vcount(in_const(c, 2, "max_output_boxes_per_class")) > 0)
+        const_ints(c, 2, "max_output_boxes_per_class", &most, 1);
+    if (most < 1)
+        node_fail(c, format("unsupported: max_output_boxes_per_class %lld selects no box",
+                            (long long)most));
+    Node *k = emit(c, op->kop, 2, ins, out_name(c, 0));
+    node_set_int(k, "max_per_class", most);
+    const char *names[2] = {"iou_threshold", "score_threshold"};
+    for (int i = 0; i < 2; i++) {
+        Value *v = in_opt(c, 3 + i);
+        if (!v || vcount(in_const(c, 3 + i, names[i])) == 0)
+            continue;
+        if (vcount(v) != 1)
+            node_fail(c, format("%s must hold one value, it has %lld", names[i],
+                                (long long)vcount(v)));
+        node_set_float(k, names[i], vget(v, 0));
+    }
+    node_set_int(k, "center_point_box", oattr_int(c, "center_point_box", 0));
+    Tensor *count = graph_tensor(c->g, format("%s.count", out_name(c, 0)), T_VALUE, c->loc);
+    node_add_output(k, count);
+    vec_push(&c->extra_outputs, count);
+    finish(c, k);
+}
+
 void map_cumsum(Ctx *c, const OnnxOp *op) {
     Value *x = in(c, 0);
     Node *k = emit(c, op->kop, 1, &x, out_name(c, 0));

@@ -150,6 +150,38 @@ void shape_topk(Node *n) {
     }
 }
 
+/* nms(boxes [B, N, 4], scores [B, C, N]) -> selected i64 [B * C * K, 3]
+ * (batch, class, box) rows, K = min(max_per_class, N), and optionally the
+ * count of valid rows, i64 [1]: how many rows are selected is known only
+ * at run time, so the output has room for the most, -1 in the rest. */
+void shape_nms(Node *n) {
+    Tensor *boxes = n->inputs[0], *scores = n->inputs[1];
+    require_f32(n);
+    if (boxes->rank != 3 || boxes->shape[2] != 4 || scores->rank != 3 ||
+        scores->shape[0] != boxes->shape[0] || scores->shape[2] != boxes->shape[1])
+        node_error(n, "nms needs boxes [B, N, 4] and scores [B, C, N], got %s and %s",
+                   shape_str(boxes->rank, boxes->shape), shape_str(scores->rank, scores->shape));
+    if (n->noutputs > 2)
+        node_error(n, "nms has one or two outputs (selected, count), %d are listed",
+                   n->noutputs);
+    if (boxes->shape[1] > (1 << 24))
+        node_error(n, "nms of more than 2^24 boxes");
+    int64_t k = positive_attr(n, "max_per_class", INT32_MAX);
+    int64_t cpb = attr_int(n, "center_point_box");
+    if (cpb != 0 && cpb != 1)
+        node_error_at(n, attr_loc(n, "center_point_box"), "center_point_box must be 0 or 1");
+    if (k > boxes->shape[1])
+        k = boxes->shape[1];
+    int64_t shape[2] = {boxes->shape[0] * scores->shape[1] * k, 3}, one = 1;
+    set_output_i(n, 0, boxes, 2, shape);
+    n->outputs[0]->dtype = KILN_DTYPE_I64;
+    if (n->noutputs == 2) {
+        set_output_i(n, 1, boxes, 1, &one);
+        n->outputs[1]->dtype = KILN_DTYPE_I64;
+        n->outputs[0]->row_count = n->outputs[1];
+    }
+}
+
 /* sample(logits [..., V], seed) -> i64 [...]. */
 void shape_sample(Node *n) {
     Tensor *x = n->inputs[0], *seed = n->inputs[1];

@@ -607,6 +607,53 @@ def grid_sample(x, grid, mode="linear", padding="zeros", align=False):
     return y
 
 
+def nms(boxes, scores, max_per_class, iou_threshold=0.0, score_threshold=None, center=False):
+    """ONNX NonMaxSuppression as its description reads: per batch and class,
+    the candidates (score above the threshold, when one is given) in
+    descending score order (ties: lower box first); each is kept unless a
+    box kept before it overlaps it by more than iou_threshold (intersection
+    over union, in f32 as ONNX computes it). Rows (batch, class, box)."""
+    boxes = np.asarray(boxes, np.float32)
+    scores = np.asarray(scores, np.float32)
+
+    def corners(b):
+        if center:
+            x, y, w, h = b
+            return x - w / 2, y - h / 2, x + w / 2, y + h / 2
+        y1, x1, y2, x2 = b
+        return min(x1, x2), min(y1, y2), max(x1, x2), max(y1, y2)
+
+    def overlaps(p, q):
+        ix0, ix1 = max(p[0], q[0]), min(p[2], q[2])
+        iy0, iy1 = max(p[1], q[1]), min(p[3], q[3])
+        if ix1 <= ix0 or iy1 <= iy0:
+            return False
+        inter = (ix1 - ix0) * (iy1 - iy0)
+        a1 = (p[2] - p[0]) * (p[3] - p[1])
+        a2 = (q[2] - q[0]) * (q[3] - q[1])
+        union = a1 + a2 - inter
+        if inter <= 0 or a1 <= 0 or a2 <= 0 or union <= 0:
+            return False
+        return np.float32(inter / union) > np.float32(iou_threshold)
+
+    rows = []
+    for b in range(boxes.shape[0]):
+        box = [corners(x) for x in boxes[b]]
+        for c in range(scores.shape[1]):
+            s = scores[b, c]
+            cand = [i for i in range(len(s)) if not np.isnan(s[i]) and
+                    (score_threshold is None or s[i] > np.float32(score_threshold))]
+            cand.sort(key=lambda i: (-s[i], i))
+            kept = []
+            for i in cand:
+                if len(kept) == max_per_class:
+                    break
+                if not any(overlaps(box[i], box[j]) for j in kept):
+                    kept.append(i)
+                    rows.append((b, c, i))
+    return np.array(rows, np.int64).reshape(-1, 3)
+
+
 def topk(x, k, axis=-1, largest=True):
     """Stable: equal values keep index order."""
     x = np.asarray(x)

@@ -8,7 +8,7 @@ written from the ONNX operator descriptions.
 import numpy as np
 
 import reference as ref
-from harness import registry
+from harness import check, registry
 from test_onnx import attr, expect_refused, initializer, model, node, run_onnx, value_info
 
 TESTS, case = registry()
@@ -209,3 +209,36 @@ def _(workdir):
                      [value_info("y", list(pool.shape)), value_info("i", list(pool.shape), 7),
                       value_info("u", list(want_u.shape))], inits, opset=12)
         run_onnx(workdir, data, [x], [pool, idx, want_u], ["y", "i", "u"], tol=(0, 0))
+
+
+@case("onnx NonMaxSuppression (run-time rows: '<output>.count' added after the graph's "
+      "outputs, -1 rows after the selection) matches numpy; max_output_boxes_per_class 0 "
+      "and a run-time threshold are refused")
+def _(workdir):
+    rng = np.random.default_rng(8)
+    B, C, N, most = 2, 3, 50, 30
+    lo = rng.uniform(0, 4, [B, N, 2])
+    boxes = np.concatenate([lo, lo + rng.uniform(0.5, 3, [B, N, 2])], 2).astype(np.float32)
+    scores = rng.random([B, C, N]).astype(np.float32)
+    want = ref.nms(boxes, scores, most, 0.4, 0.3)
+    padded = np.full([B * C * most, 3], -1, np.int64)
+    padded[:len(want)] = want
+    inits = [initializer("most", np.array([most], np.int64)),
+             initializer("iou", np.array([0.4], np.float32)),
+             initializer("thr", np.array([0.3], np.float32))]
+    ins = [value_info("boxes", [B, N, 4]), value_info("scores", [B, C, N])]
+    data = model([node("NonMaxSuppression", ["boxes", "scores", "most", "iou", "thr"], ["sel"],
+                       "nms")], ins, [value_info("sel", ["selected", 3], 7)], inits, opset=11)
+    run_onnx(workdir, data, [boxes, scores], [padded, np.array([len(want)], np.int64)],
+             ["sel", "sel.count"], tol=(0, 0))
+    check(0 < len(want) < B * C * most, f"{len(want)} rows: the test selects none or all")
+    expect_refused(workdir, model([node("NonMaxSuppression", ["boxes", "scores"], ["sel"],
+                                        "nms")], ins, [value_info("sel", ["s", 3], 7)],
+                                  opset=11),
+                   ["node 'nms (NonMaxSuppression)'", "max_output_boxes_per_class 0"])
+    expect_refused(workdir, model([node("NonMaxSuppression", ["boxes", "scores", "most", "t"],
+                                        ["sel"], "nms")],
+                                  ins + [value_info("t", [1])], [value_info("sel", ["s", 3], 7)],
+                                  inits[:1], opset=11),
+                   ["node 'nms (NonMaxSuppression)'", "iou_threshold (input 3, 't') must be a "
+                    "constant"])

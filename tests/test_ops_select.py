@@ -1,6 +1,6 @@
-"""test_ops_select.py: topk, sample, selective_scan (shaders/topk.comp,
-sample.comp, scan.comp), on Vulkan against the CPU reference (ops_common.py
-says how).
+"""test_ops_select.py: topk, nms, sample, selective_scan (shaders/topk.comp,
+nms.comp, sample.comp, scan.comp), on Vulkan against the CPU reference
+(ops_common.py says how).
 """
 import numpy as np
 
@@ -40,6 +40,52 @@ def check_equal(got, want, what):
 
 for i, c in enumerate(TOPKS):
     case(f"op topk {c[0]} k={c[1]} axis={c[2]} largest={c[3]}")(topk_case(i, *c))
+
+
+NMSES = [  # batches, classes, boxes, max_per_class, iou_threshold, score_threshold, center
+    (1, 1, 6, 3, 0.5, None, 0),
+    (2, 3, 40, 10, 0.3, 0.2, 0),
+    (1, 2, 700, 50, 0.45, None, 1),   # more boxes than a workgroup's invocations
+    (3, 2, 25, 25, 0.0, 0.5, 0),      # any overlap suppresses
+    (1, 4, 300, 400, 0.6, 0.05, 1),   # max_per_class past the boxes
+]
+
+
+def nms_case(i, B, C, N, most, iou, score_thr, center):
+    def test(workdir):
+        r = rng(2620 + i)
+        # boxes in a few clusters (so they overlap), corners in either order
+        centre = r.uniform(0, 10, [B, 4, 2])[:, r.integers(0, 4, N)] + r.normal(0, 0.4, [B, N, 2])
+        size = r.uniform(0.5, 2.5, [B, N, 2])
+        if center:
+            boxes = np.concatenate([centre, size], 2)
+        else:
+            lo, hi = centre - size / 2, centre + size / 2
+            boxes = np.stack([lo[..., 1], lo[..., 0], hi[..., 1], hi[..., 0]], 2)
+            flip = r.random([B, N]) < 0.3
+            boxes[flip] = boxes[flip][:, [2, 3, 0, 1]]
+        boxes = boxes.astype(np.float32)
+        scores = r.integers(0, 40, [B, C, N]).astype(np.float32) / 40  # equal scores
+        want = ref.nms(boxes, scores, most, iou, score_thr, center)
+        rows = B * C * min(most, N)
+        padded = np.full([rows, 3], -1, np.int64)
+        padded[:len(want)] = want
+        node = {"name": "s", "op": "nms", "inputs": ["boxes", "scores"], "outputs": ["s", "n"],
+                "max_per_class": most, "iou_threshold": iou, "center_point_box": center}
+        if score_thr is not None:
+            node["score_threshold"] = score_thr
+        y = model_yaml("nms", {"boxes": spec(boxes), "scores": spec(scores)}, [node], ["s", "n"])
+        got, count = run_model(workdir, y, [boxes, scores],
+                               [padded, np.array([len(want)], np.int64)])
+        check_equal(count, np.array([len(want)], np.int64), "count")
+        check_equal(got, padded, "selected rows")
+    return test
+
+
+for i, c in enumerate(NMSES):
+    case(f"op nms {c[0]}x{c[1]} classes, {c[2]} boxes, max {c[3]}, iou {c[4]}, "
+         f"score {c[5]}, center {c[6]}")(nms_case(i, *c))
+
 
 
 def sample_model(logits, attrs):

@@ -110,11 +110,20 @@ def compare(got, want, dt):
 
 
 def declared_outputs(header):
-    """[(dtype, shape)] of the outputs a generated header lists, in order."""
+    """[(dtype, shape)] of the outputs a generated header lists, in order, and
+    {output: the output holding its count of valid rows} for those whose
+    rows are decided at run time (NonMaxSuppression's)."""
     text = Path(header).read_text()
     part = text[text.index(" * Outputs:"):text.index("*/")]
-    return [(m[0], [int(d) for d in m[1].split(",") if d.strip()])
-            for m in re.findall(r"\[\d+\] \S+: (\w+) \[([^\]]*)\]", part)]
+    outs, counts = [], {}
+    for line in part.splitlines():
+        m = re.search(r"\[\d+\] \S+: (\w+) \[([^\]]*)\]", line)
+        if m:
+            outs.append((m[1], [int(d) for d in m[2].split(",") if d.strip()]))
+        m = re.search(r"rows decided at run time: output \[(\d+)\]", line)
+        if m:
+            counts[len(outs) - 1] = int(m[1])
+    return outs, counts
 
 
 def run_case(case, keep=False):
@@ -168,7 +177,7 @@ def run_case(case, keep=False):
                  BUILD / "run_model_test.o", "-L", BUILD, "-lkilnrt", VULKAN_LIB, "-lm"])
         if r.returncode != 0:
             return "failed", "cc: " + r.stderr[:300]
-        declared = declared_outputs(wd / "model.h")
+        declared, row_counts = declared_outputs(wd / "model.h")
         const_idx = set(consts.values())
         for s in sets:
             ins = sorted(s.glob("input_*.pb"), key=lambda p: int(p.stem.split("_")[1]))
@@ -187,16 +196,27 @@ def run_case(case, keep=False):
                     return "unsupported", f"output {i}: {e}"
                 expected.append((dt, shape))
                 args += ["-o", wd / f"got{i}.bin"]
+            for i in range(len(outs), len(declared)):  # outputs kiln adds (counts)
+                args += ["-o", wd / f"got{i}.bin"]
             r = run(args, env=dict(os.environ, KILN_VALIDATION=os.environ.get(
                 "KILN_TEST_VALIDATION", "1")))
             if r.returncode != 0:
                 return "failed", f"run ({r.returncode}): " + (r.stderr.strip()[:300])
             for i, (dt, shape) in enumerate(expected):
-                if i >= len(declared) or declared[i] != (dt, shape):
+                got = np.fromfile(wd / f"got{i}.bin", dtype=NP[dt])
+                if i in row_counts and i < len(declared) and shape and \
+                        declared[i][1][1:] == shape[1:]:
+                    # rows decided at run time: the count's leading rows, -1 after
+                    n = int(np.fromfile(wd / f"got{row_counts[i]}.bin", dtype=np.int64)[0])
+                    row = int(np.prod(shape[1:]))
+                    if n != shape[0] or (got[n * row:] != -1).any():
+                        return "failed", (f"{s.name} output {i}: {n} rows counted, "
+                                          f"{shape[0]} expected, or rows after them not -1")
+                    got = got[:n * row]
+                elif i >= len(declared) or declared[i] != (dt, shape):
                     return "failed", (f"{s.name} output {i}: kiln gives "
                                       f"{declared[i] if i < len(declared) else 'none'}, "
                                       f"expected {(dt, shape)}")
-                got = np.fromfile(wd / f"got{i}.bin", dtype=NP[dt])
                 want = np.fromfile(wd / f"want{i}.bin", dtype=NP[dt])
                 why = compare(got, want, dt)
                 if why:
