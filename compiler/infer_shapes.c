@@ -76,6 +76,13 @@ void infer_node(Node *n) {
         node_error(n, "%s", arity);
     if (n->noutputs < 1)
         node_error(n, "no outputs");
+    /* Rows decided at run time (nms's) are -1 past the count: a node
+     * computing with them would read those too. */
+    for (int i = 0; i < n->ninputs; i++)
+        if (n->inputs[i]->row_count)
+            node_error_at(n, n->input_locs[i], "unsupported: it computes with '%s', whose "
+                          "number of rows is known only at run time (the rows past its count "
+                          "are -1): only a graph output may take it", n->inputs[i]->name);
     shape_rules[n->op](n);
     n->inferred = true;
 }

@@ -242,3 +242,14 @@ def _(workdir):
                                   inits[:1], opset=11),
                    ["node 'nms (NonMaxSuppression)'", "iou_threshold (input 3, 't') must be a "
                     "constant"])
+
+
+@case("onnx a node computing with NonMaxSuppression's rows (known only at run time) is refused")
+def _(workdir):
+    inits = [initializer("most", np.array([4], np.int64))]
+    data = model([node("NonMaxSuppression", ["boxes", "scores", "most"], ["sel"], "nms"),
+                  node("Cast", ["sel"], ["y"], "use", attr("to", 1))],
+                 [value_info("boxes", [1, 8, 4]), value_info("scores", [1, 2, 8])],
+                 [value_info("y", ["s", 3])], inits, opset=11)
+    expect_refused(workdir, data, ["node 'use (Cast)'", "computes with 'sel'",
+                                   "known only at run time"])
