@@ -406,7 +406,7 @@ void resize_geometry(Node *n, double *scales, int64_t *out);
 /* The index of a string attribute's value (or its default) in names. */
 int attr_choice(Node *n, const char *key, const char *const *names, int count);
 extern const char *const resize_modes[], *const resize_coords[], *const resize_nearest[];
-extern const char *const grid_sample_pads[];
+extern const char *const grid_sample_pads[], *const roi_align_modes[], *const roi_align_coords[];
 /* scatter: 0 none, 1 add, 2 mul, 3 max, 4 min. */
 int scatter_reduction(Node *n);
 /* pad: 0 constant, 1 reflect, 2 edge. */

@@ -144,6 +144,39 @@ void lower_grid_sample(Program *p, Node *n) {
     d->flops = (uint64_t)count * (2ull << (r * mode)); /* taps of each element */
 }
 
+void lower_roi_align(Program *p, Node *n) {
+    Tensor *x = n->inputs[0], *bi = n->inputs[2], *y = n->outputs[0];
+    int64_t count = tensor_count(y);
+    if (count == 0)
+        return;
+    Dispatch *d = new_dispatch(p, n, "roi_align");
+    d->local_size = 64;
+    define_int(d, "WG", d->local_size);
+    define_int(d, "COUNT", count);
+    define_int(d, "C", x->shape[1]);
+    define_int(d, "H", x->shape[2]);
+    define_int(d, "W", x->shape[3]);
+    define_int(d, "N", x->shape[0]);
+    define_int(d, "OH", y->shape[2]);
+    define_int(d, "OW", y->shape[3]);
+    define_int(d, "MAX", attr_choice(n, "mode", roi_align_modes, 2) == 1);
+    define_int(d, "HALF_PIXEL",
+               attr_choice(n, "coordinate_transformation_mode", roi_align_coords, 2) == 0);
+    define_int(d, "SAMPLING", attr_int(n, "sampling_ratio"));
+    define_float(d, "SPATIAL_SCALE", attr_float(n, "spatial_scale"));
+    define_str(d, "TIDX", buffer_type(bi->dtype, true));
+    if (bi->dtype == KILN_DTYPE_I64) {
+        define_int(d, "NEED_I64", 1);
+        p->features |= KILN_FEATURE_INT64;
+    }
+    dispatch_arg(d, y, true);
+    dispatch_arg(d, x, false);
+    dispatch_arg(d, n->inputs[1], false);
+    dispatch_arg(d, bi, false);
+    d->groups[0] = groups_for(count, d->local_size);
+    d->flops = (uint64_t)count * 16;
+}
+
 void lower_resize(Program *p, Node *n) {
     Tensor *x = n->inputs[0], *y = n->outputs[0];
     int64_t count = tensor_count(y);

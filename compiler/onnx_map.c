@@ -131,6 +131,7 @@ static const OnnxOp onnx_ops[] = {
     {"Resize", map_resize, OP_RESIZE, NULL},
     {"ReverseSequence", map_reverse_sequence, OP_COUNT, NULL},
     {"RotaryEmbedding", map_rotary_embedding, OP_ROPE, NULL},
+    {"RoiAlign", map_roi_align, OP_ROI_ALIGN, NULL},
     {"Round", map_simple, OP_ROUND, NULL},
     {"STFT", map_dft, OP_STFT, NULL},
     {"Scatter", map_scatter, OP_SCATTER_ELEMENTS, NULL},

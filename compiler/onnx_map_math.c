@@ -538,6 +538,17 @@ void map_grid_sample(Ctx *c, const OnnxOp *op) {
     finish(c, k);
 }
 
+/* RoiAlign: version 10 has no coordinate_transformation_mode and reads
+ * regions as output_half_pixel does; 16 adds it, half_pixel by default. */
+void map_roi_align(Ctx *c, const OnnxOp *op) {
+    Value *ins[3] = {in(c, 0), in(c, 1), in(c, 2)};
+    Node *k = emit(c, op->kop, 3, ins, out_name(c, 0));
+    copy_attrs(c, k, op->renames);
+    if (onnx_op_version("RoiAlign", c->opset) < 16)
+        node_set_attr(k, "coordinate_transformation_mode", "output_half_pixel");
+    finish(c, k);
+}
+
 /* AffineGrid (20): theta [N, 2, 3] or [N, 3, 4] and a constant size [N, C,
  * H, W] or [N, C, D, H, W] give the grid [N, H, W, 2] or [N, D, H, W, 3]
  * that GridSample reads: a constant table of each output position's

@@ -71,7 +71,7 @@ static const struct {
     {"HardSwish", 22}, {"Identity", 25}, {"If", 25}, {"InstanceNormalization", 22}, {"LRN", 13}, {"LSTM", 22}, {"IsInf", 20},
     {"IsNaN", 20}, {"MeanVarianceNormalization", 13}, {"Mish", 22}, {"NegativeLogLikelihoodLoss", 22}, {"OneHot", 28},
     {"Pad", 25}, {"QuantizeLinear", 25}, {"RMSNormalization", 23}, {"RNN", 22}, {"ReduceLogSum", 28}, {"ReduceLogSumExp", 28},
-    {"ReduceMax", 20}, {"ReduceMin", 20}, {"Reshape", 25}, {"Resize", 19}, {"RotaryEmbedding", 23}, {"Round", 22},
+    {"ReduceMax", 20}, {"ReduceMin", 20}, {"Reshape", 25}, {"Resize", 19}, {"RoiAlign", 22}, {"RotaryEmbedding", 23}, {"Round", 22},
     {"Selu", 22}, {"Shape", 25}, {"Sin", 22}, {"Sinh", 22}, {"Size", 25}, {"Softplus", 22},
     {"Softsign", 22}, {"Squeeze", 25}, {"Swish", 24}, {"Tan", 22}, {"ThresholdedRelu", 22},
     {"TopK", 24}, {"Transpose", 25}, {"Unsqueeze", 25},

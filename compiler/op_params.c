@@ -523,6 +523,8 @@ const char *const resize_modes[] = {"nearest", "linear", "cubic"};
 const char *const resize_coords[] = {"half_pixel", "asymmetric", "align_corners",
                                      "pytorch_half_pixel", "tf_half_pixel_for_nn"};
 const char *const grid_sample_pads[] = {"zeros", "border", "reflection"};
+const char *const roi_align_modes[] = {"avg", "max"};
+const char *const roi_align_coords[] = {"half_pixel", "output_half_pixel"};
 const char *const resize_nearest[] = {"round_prefer_floor", "round_prefer_ceil", "floor",
                                       "ceil"};
 

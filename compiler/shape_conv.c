@@ -121,6 +121,28 @@ void shape_grid_sample(Node *n) {
     set_output(n, x->dtype, x->rank, shape);
 }
 
+/* roi_align(x [N, C, H, W], rois [R, 4] (x1, y1, x2, y2), batch_indices [R]
+ * (i64 or i32)) -> [R, C, output_height, output_width]. */
+void shape_roi_align(Node *n) {
+    Tensor *x = n->inputs[0], *rois = n->inputs[1], *bi = n->inputs[2];
+    require(n, 0, x->dtype == KILN_DTYPE_F32, "f32");
+    require(n, 1, rois->dtype == KILN_DTYPE_F32, "f32");
+    require(n, 2, bi->dtype == KILN_DTYPE_I64 || bi->dtype == KILN_DTYPE_I32, "i64 or i32");
+    if (x->rank != 4 || rois->rank != 2 || rois->shape[1] != 4 || bi->rank != 1 ||
+        bi->shape[0] != rois->shape[0])
+        node_error(n, "roi_align needs x [N, C, H, W], rois [R, 4] and batch_indices [R], "
+                   "got %s, %s and %s", shape_str(x->rank, x->shape),
+                   shape_str(rois->rank, rois->shape), shape_str(bi->rank, bi->shape));
+    attr_choice(n, "mode", roi_align_modes, 2);
+    attr_choice(n, "coordinate_transformation_mode", roi_align_coords, 2);
+    if (attr_int(n, "sampling_ratio") < 0)
+        node_error_at(n, attr_loc(n, "sampling_ratio"), "sampling_ratio must not be negative");
+    int64_t shape[4] = {rois->shape[0], x->shape[1],
+                        positive_attr(n, "output_height", 1 << 20),
+                        positive_attr(n, "output_width", 1 << 20)};
+    set_output(n, x->dtype, 4, shape);
+}
+
 void shape_resize(Node *n) {
     Tensor *x = n->inputs[0];
     require_f32(n);

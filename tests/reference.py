@@ -470,6 +470,57 @@ def pool(x, kernel, kind, strides=None, pads=None, dilations=None, ceil_mode=Fal
     return y
 
 
+def roi_align(x, rois, batch, oh, ow, sampling=0, scale=1.0, mode="avg", half_pixel=True):
+    """ONNX RoiAlign as its description and reference read: each bin of each
+    region averages (or takes the largest weighted corner of) a grid of
+    bilinear samples; samples more than a pixel outside read 0."""
+    x = f64(x)
+    N, C, H, W = x.shape
+    y = np.zeros([len(rois), C, oh, ow])
+    off = 0.5 if half_pixel else 0.0
+    for r, (x1, y1, x2, y2) in enumerate(np.asarray(rois, np.float64)):
+        sx, sy = x1 * scale - off, y1 * scale - off
+        rw, rh = x2 * scale - off - sx, y2 * scale - off - sy
+        if not half_pixel:
+            rw, rh = max(rw, 1.0), max(rh, 1.0)
+        bh, bw = rh / oh, rw / ow
+        gh = sampling if sampling > 0 else int(np.ceil(rh / oh))
+        gw = sampling if sampling > 0 else int(np.ceil(rw / ow))
+        img = x[int(batch[r])]
+        for ph in range(oh):
+            for pw in range(ow):
+                vals = []
+                for iy in range(gh):
+                    yy = sy + ph * bh + (iy + 0.5) * bh / gh
+                    for ix in range(gw):
+                        xx = sx + pw * bw + (ix + 0.5) * bw / gw
+                        if yy < -1 or yy > H or xx < -1 or xx > W:
+                            vals.append(np.zeros(C))
+                            continue
+                        py, px = max(yy, 0.0), max(xx, 0.0)
+                        y0, x0 = int(py), int(px)
+                        y1_ = x1_ = None
+                        if y0 >= H - 1:
+                            y0 = y1_ = H - 1
+                            py = float(y0)
+                        else:
+                            y1_ = y0 + 1
+                        if x0 >= W - 1:
+                            x0 = x1_ = W - 1
+                            px = float(x0)
+                        else:
+                            x1_ = x0 + 1
+                        ly, lx = py - y0, px - x0
+                        parts = [(1 - ly) * (1 - lx) * img[:, y0, x0], (1 - ly) * lx * img[:, y0, x1_],
+                                 ly * (1 - lx) * img[:, y1_, x0], ly * lx * img[:, y1_, x1_]]
+                        vals.append(np.max(parts, 0) if mode == "max" else np.sum(parts, 0))
+                if mode == "max":
+                    y[r, :, ph, pw] = np.max(vals, 0) if vals else 0
+                else:
+                    y[r, :, ph, pw] = np.sum(vals, 0) / max(gh * gw, 1) if vals else 0
+    return y
+
+
 def max_pool_indices(x, kernel, strides=None, pads=None, dilations=None, ceil_mode=False,
                      column_major=False):
     """ONNX MaxPool's Indices: each window's first maximum as a flat index

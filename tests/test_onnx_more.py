@@ -253,3 +253,19 @@ def _(workdir):
                  [value_info("y", ["s", 3])], inits, opset=11)
     expect_refused(workdir, data, ["node 'use (Cast)'", "computes with 'sel'",
                                    "known only at run time"])
+
+
+@case("onnx RoiAlign 10 (regions as output_half_pixel) and 16 (half_pixel by default) match "
+      "numpy")
+def _(workdir):
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal([2, 3, 12, 10]).astype(np.float32)
+    rois = np.array([[1, 1, 6, 8], [0.5, 2, 9.5, 11], [-2, -1, 4, 3]], np.float32)
+    batch = np.array([1, 0, 1], np.int64)
+    for opset, half in ((10, False), (16, True)):
+        want = ref.roi_align(x, rois, batch, 3, 2, 0, 0.8, "avg", half)
+        attrs = attr("output_height", 3) + attr("output_width", 2) + attr("spatial_scale", 0.8)
+        data = model([node("RoiAlign", ["x", "rois", "b"], ["y"], "ra", attrs)],
+                     [value_info("x", [2, 3, 12, 10]), value_info("rois", [3, 4]),
+                      value_info("b", [3], 7)], [value_info("y", [3, 3, 3, 2])], opset=opset)
+        run_onnx(workdir, data, [x, rois, batch], [want], ["y"])

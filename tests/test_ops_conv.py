@@ -186,6 +186,38 @@ for i, c in enumerate(POOLS):
     case(f"op {c[0]}_pool {c[1]} {c[2]}")(pool_case(i, *c))
 
 
+ROI_ALIGNS = [  # x shape, rois, output, sampling, scale, mode, half_pixel, index dtype
+    ([2, 3, 10, 12], 5, (3, 4), 0, 1.0, "avg", True, np.int64),
+    ([1, 2, 16, 16], 4, (2, 2), 2, 0.5, "avg", False, np.int64),
+    ([2, 4, 9, 11], 6, (3, 3), 0, 0.75, "max", True, np.int32),
+    ([1, 1, 12, 8], 3, (5, 2), 3, 1.0, "max", False, np.int64),
+]
+
+
+def roi_align_case(i, xs, n, out, sampling, scale, mode, half, idt):
+    def test(workdir):
+        r = rng(2590 + i)
+        x = values(r, xs)
+        extent = np.array([xs[3], xs[2]]) / scale
+        # regions inside, across the border and past it (samples reading 0)
+        lo = r.uniform(-0.3, 0.9, [n, 2]) * extent
+        rois = np.concatenate([lo, lo + r.uniform(0.05, 0.6, [n, 2]) * extent], 1)
+        rois = rois.astype(np.float32)
+        batch = r.integers(0, xs[0], n).astype(idt)
+        want = ref.roi_align(x, rois, batch, *out, sampling, scale, mode, half)
+        one_op(workdir, "roi_align", [x, rois, batch], want,
+               {"output_height": out[0], "output_width": out[1], "sampling_ratio": sampling,
+                "spatial_scale": scale, "mode": mode,
+                "coordinate_transformation_mode": "half_pixel" if half else "output_half_pixel"},
+               1e-5, 1e-5)
+    return test
+
+
+for i, c in enumerate(ROI_ALIGNS):
+    case(f"op roi_align {c[0]} {c[1]} rois {c[2]} sampling {c[3]} scale {c[4]} {c[5]} "
+         f"half_pixel {c[6]}")(roi_align_case(i, *c))
+
+
 MAX_POOL_INDICES = [  # x shape, attrs; small integers, so windows have equal maxima
     ([2, 3, 9], {"kernel": [3], "strides": [2], "pads": [1, 1]}),
     ([1, 2, 7, 6], {"kernel": [3, 2], "strides": [2, 2], "pads": [1, 0, 1, 1], "ceil_mode": 1}),
