@@ -263,8 +263,8 @@ def _(workdir):
     rois = np.array([[1, 1, 6, 8], [0.5, 2, 9.5, 11], [-2, -1, 4, 3]], np.float32)
     batch = np.array([1, 0, 1], np.int64)
     for opset, half in ((10, False), (16, True)):
-        want = ref.roi_align(x, rois, batch, 3, 2, 0, 0.8, "avg", half)
-        attrs = attr("output_height", 3) + attr("output_width", 2) + attr("spatial_scale", 0.8)
+        want = ref.roi_align(x, rois, batch, 3, 2, 0, 0.75, "avg", half)
+        attrs = attr("output_height", 3) + attr("output_width", 2) + attr("spatial_scale", 0.75)
         data = model([node("RoiAlign", ["x", "rois", "b"], ["y"], "ra", attrs)],
                      [value_info("x", [2, 3, 12, 10]), value_info("rois", [3, 4]),
                       value_info("b", [3], 7)], [value_info("y", [3, 3, 3, 2])], opset=opset)
