@@ -174,6 +174,7 @@ void map_window(Ctx *c, const OnnxOp *op);
 void map_resize(Ctx *c, const OnnxOp *op);
 void map_grid_sample(Ctx *c, const OnnxOp *op);
 void map_nms(Ctx *c, const OnnxOp *op);
+void map_bit_shift(Ctx *c, const OnnxOp *op);
 void map_roi_align(Ctx *c, const OnnxOp *op);
 void map_affine_grid(Ctx *c, const OnnxOp *op);
 void map_dft(Ctx *c, const OnnxOp *op);

@@ -538,6 +538,17 @@ void map_grid_sample(Ctx *c, const OnnxOp *op) {
     finish(c, k);
 }
 
+/* BitShift: direction LEFT or RIGHT (u8 in kiln). */
+void map_bit_shift(Ctx *c, const OnnxOp *op) {
+    (void)op;
+    const char *dir = oattr_str(c, "direction", "");
+    bool left = strcmp(dir, "LEFT") == 0;
+    if (!left && strcmp(dir, "RIGHT") != 0)
+        node_fail(c, format("BitShift's direction must be LEFT or RIGHT, not '%s'", dir));
+    Value *ins[2] = {in(c, 0), in(c, 1)};
+    finish(c, emit(c, left ? OP_SHIFT_LEFT : OP_SHIFT_RIGHT, 2, ins, out_name(c, 0)));
+}
+
 /* RoiAlign: version 10 has no coordinate_transformation_mode and reads
  * regions as output_half_pixel does; 16 adds it, half_pixel by default. */
 void map_roi_align(Ctx *c, const OnnxOp *op) {

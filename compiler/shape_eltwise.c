@@ -37,6 +37,19 @@ void shape_arith(Node *n) {
     set_output(n, n->inputs[0]->dtype, rank, shape);
 }
 
+void shape_bitwise(Node *n) {
+    for (int i = 0; i < n->ninputs; i++)
+        require(n, i, is_numeric(n->inputs[i]->dtype) && !is_float(n->inputs[i]->dtype),
+                "integer");
+    shape_arith(n);
+}
+
+void shape_shift(Node *n) {
+    for (int i = 0; i < n->ninputs; i++)
+        require(n, i, n->inputs[i]->dtype == KILN_DTYPE_U8, "u8 (unsigned)");
+    shape_arith(n);
+}
+
 void shape_arith_float(Node *n) {
     for (int i = 0; i < n->ninputs; i++)
         require(n, i, is_float(n->inputs[i]->dtype), "f32 or f16");

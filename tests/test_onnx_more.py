@@ -269,3 +269,33 @@ def _(workdir):
                      [value_info("x", [2, 3, 12, 10]), value_info("rois", [3, 4]),
                       value_info("b", [3], 7)], [value_info("y", [3, 3, 3, 2])], opset=opset)
         run_onnx(workdir, data, [x, rois, batch], [want], ["y"])
+
+
+@case("onnx BitwiseAnd, BitwiseOr, BitwiseXor, BitwiseNot (int32, int8) and BitShift (uint8) "
+      "match numpy; a BitShift of int32 is refused")
+def _(workdir):
+    rng = np.random.default_rng(10)
+    for dt, elem in ((np.int32, 6), (np.int8, 3)):
+        info = np.iinfo(dt)
+        a = rng.integers(info.min, info.max, [4, 9]).astype(dt)
+        b = rng.integers(info.min, info.max, [9]).astype(dt)
+        nodes = [node("BitwiseAnd", ["a", "b"], ["y1"], "and"),
+                 node("BitwiseOr", ["a", "b"], ["y2"], "or"),
+                 node("BitwiseXor", ["a", "b"], ["y3"], "xor"),
+                 node("BitwiseNot", ["a"], ["y4"], "not")]
+        outs = ["y1", "y2", "y3", "y4"]
+        data = model(nodes, [value_info("a", [4, 9], elem), value_info("b", [9], elem)],
+                     [value_info(o, [4, 9], elem) for o in outs], opset=18)
+        run_onnx(workdir, data, [a, b], [a & b, a | b, a ^ b, ~a], outs, tol=(0, 0))
+    a = rng.integers(0, 256, [3, 8]).astype(np.uint8)
+    s = rng.integers(0, 8, [8]).astype(np.uint8)
+    data = model([node("BitShift", ["a", "s"], ["l"], "sl", attr("direction", "LEFT")),
+                  node("BitShift", ["a", "s"], ["r"], "sr", attr("direction", "RIGHT"))],
+                 [value_info("a", [3, 8], 2), value_info("s", [8], 2)],
+                 [value_info("l", [3, 8], 2), value_info("r", [3, 8], 2)], opset=18)
+    run_onnx(workdir, data, [a, s], [a << s, a >> s], ["l", "r"], tol=(0, 0))
+    expect_refused(workdir, model([node("BitShift", ["a", "a"], ["l"], "sl",
+                                        attr("direction", "LEFT"))],
+                                  [value_info("a", [3], 6)], [value_info("l", [3], 6)],
+                                  opset=18),
+                   ["node 'sl (BitShift)'", "u8 (unsigned)"])

@@ -165,6 +165,35 @@ for dtype in (np.int32, np.int64):
         case(f"op {op} {np.dtype(dtype).name}")(int_binary_case(op, dtype))
 
 
+def bitwise_case(op, dtype):
+    def test(workdir):
+        r = rng(960 + len(op))
+        info = np.iinfo(dtype)
+        lo, hi = max(info.min, -2**40), min(info.max, 2**40)
+        a = r.integers(lo, hi, [5, 17], endpoint=True).astype(dtype)
+        b = r.integers(lo, hi, [17], endpoint=True).astype(dtype)
+        want = {"bit_and": a & b, "bit_or": a | b, "bit_xor": a ^ b, "bit_not": ~a}[op]
+        one_op(workdir, op, [a] if op == "bit_not" else [a, b], want.astype(dtype))
+    return test
+
+
+for dtype in (np.int32, np.int64, np.uint8, np.int8):
+    for op in ("bit_and", "bit_or", "bit_xor", "bit_not"):
+        case(f"op {op} {np.dtype(dtype).name}")(bitwise_case(op, dtype))
+
+
+@case("op shift_left and shift_right u8 (amounts 0 to 9: 8 and more give 0)")
+def _(workdir):
+    r = rng(970)
+    a = r.integers(0, 256, [6, 20]).astype(np.uint8)
+    b = r.integers(0, 10, [20]).astype(np.uint8)
+    wide = a.astype(np.int64)
+    one_op(workdir, "shift_left", [a, b],
+           np.where(b < 8, (wide << b.astype(np.int64)) & 255, 0).astype(np.uint8))
+    one_op(workdir, "shift_right", [a, b],
+           np.where(b < 8, wide >> b.astype(np.int64), 0).astype(np.uint8))
+
+
 @case("op mod fmod=1 (the dividend's sign)")
 def _(workdir):
     r = rng(950)
