@@ -56,10 +56,16 @@ void map_view(Ctx *c, const OnnxOp *op) {
     } else {
         node_set_ints(k, "shape", x->rank, x->shape); /* Identity, Dropout */
         if (strcmp(name, "Dropout") == 0) {
-            Value *train = in_opt(c, 2);
-            if (oattr_int(c, "is_test", 1) == 0 ||
-                (train && (!train->data || vget(train, 0) != 0)))
-                node_fail(c, "unsupported: training mode (random masks)");
+            /* Training mode drops at random, unless its ratio is 0. */
+            Value *train = in_opt(c, 2) ? in_const(c, 2, "training_mode") : NULL;
+            if (oattr_int(c, "is_test", 1) == 0 || (train && vget(train, 0) != 0)) {
+                Value *ratio = in_opt(c, 1) ? in_const(c, 1, "the ratio in training mode")
+                                            : NULL;
+                double r = ratio ? vget(ratio, 0) : oattr_float(c, "ratio", 0.5);
+                if (r != 0)
+                    node_fail(c, format("unsupported: training mode with ratio %g (random "
+                                        "masks)", r));
+            }
             if (nout(c) > 1 && *out_name(c, 1)) { /* inference: nothing dropped */
                 Value *mask = new_value(out_name(c, 1), KILN_DTYPE_BOOL, x->rank, x->shape,
                                         true);

@@ -299,3 +299,18 @@ def _(workdir):
                                   [value_info("a", [3], 6)], [value_info("l", [3], 6)],
                                   opset=18),
                    ["node 'sl (BitShift)'", "u8 (unsigned)"])
+
+
+@case("onnx Dropout in training mode with ratio 0 passes x and an all-true mask; with ratio "
+      "0.3 it is refused by name")
+def _(workdir):
+    x = np.random.default_rng(11).standard_normal([3, 4]).astype(np.float32)
+
+    def drop(ratio):
+        return model([node("Dropout", ["x", "r", "t"], ["y", "m"], "d")],
+                     [value_info("x", [3, 4])],
+                     [value_info("y", [3, 4]), value_info("m", [3, 4], 9)],
+                     [initializer("r", np.array(ratio, np.float32)),
+                      initializer("t", np.array(True))], opset=13)
+    run_onnx(workdir, drop(0.0), [x], [x, np.ones([3, 4], bool)], ["y", "m"], tol=(0, 0))
+    expect_refused(workdir, drop(0.3), ["node 'd (Dropout)'", "training mode with ratio 0.3"])
