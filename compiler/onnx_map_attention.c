@@ -6,64 +6,198 @@
  * the mask, as ONNX orders them), a float mask added to the scores or a
  * boolean one (false: -inf), and is_causal (with fewer queries than keys
  * and no cache, a constant mask: ONNX aligns it to the first key). A fully
- * masked row gives zeros, as ONNX asks. f16 inputs are computed in f32. The key/value cache inputs and outputs (past_key,
- * present_key, ...) and the qk_matmul_output debug output are refused by
- * name.
+ * masked row gives zeros, as ONNX asks. f16 inputs are computed in f32.
+ * The key/value cache: past_key and past_value concatenated with this
+ * step's keys and values (present_key, present_value; 3-D inputs are then
+ * viewed as [B, heads, S, D]), nonpad_kv_seqlen as a mask computed on the
+ * GPU (with is_causal, each batch's frontier). The qk_matmul_output debug
+ * output, when asked for, is written out in kiln ops beside the fused
+ * attention (qk_output).
  */
 #include "onnx.h"
 
 #include <math.h>
 #include <string.h>
 
+/* [B, S, heads * D] viewed as [B, heads, S, D], and back. */
+static Value *split_heads(Ctx *c, Value *x, int64_t heads) {
+    int64_t B = x->shape[0], S = x->shape[1], D = x->shape[2] / heads;
+    Value *v = reshaped(c, x, 4, (int64_t[]){B, S, heads, D});
+    Node *t = emit_tmp(c, OP_TRANSPOSE, 1, &v);
+    node_set_ints(t, "perm", 4, (int64_t[]){0, 2, 1, 3});
+    return finish(c, t);
+}
+
+static Value *merge_heads(Ctx *c, Value *y) {
+    Node *t = emit_tmp(c, OP_TRANSPOSE, 1, &y);
+    node_set_ints(t, "perm", 4, (int64_t[]){0, 2, 1, 3});
+    Value *v = finish(c, t);
+    return reshaped(c, v, 3, (int64_t[]){v->shape[0], v->shape[1], v->shape[2] * v->shape[3]});
+}
+
+/* Output `i` (present_key, present_value) as a copy of v under its name. */
+static void name_output(Ctx *c, int i, Value *v) {
+    if (nout(c) <= i || !*out_name(c, i))
+        return;
+    Node *k = emit(c, OP_RESHAPE, 1, &v, out_name(c, i));
+    node_set_ints(k, "shape", v->rank, v->shape);
+    finish(c, k);
+}
+
+/* The additive f32 mask of nonpad_kv_seqlen [B] over T keys, [B, 1, Sq, T]:
+ * key j is visible when j < len[b] and, causal, when j <= i + len[b] - Sq
+ * (ONNX's frontier for an external cache). Computed on the GPU. */
+static Value *length_mask(Ctx *c, Value *lens, int64_t Sq, int64_t T, bool causal) {
+    int64_t B = lens->shape[0];
+    Value *l = reshaped(c, cast_to(c, lens, KILN_DTYPE_I64), 3, (int64_t[]){B, 1, 1});
+    /* visible when (causal: j - i + Sq, else j + 1) <= len */
+    Value *need = new_value(format("%s/key_need", c->nname), KILN_DTYPE_I64, 3,
+                            (int64_t[]){1, Sq, T}, true);
+    for (int64_t i = 0; i < Sq; i++)
+        for (int64_t j = 0; j < T; j++)
+            vseti(need, i * T + j, causal ? j - i + Sq : j + 1);
+    Value *ok = binary_tmp(c, OP_LE, need, l);
+    Value *w[3] = {ok, const_scalar(c, KILN_DTYPE_F32, 0.0),
+                   const_scalar(c, KILN_DTYPE_F32, -INFINITY)};
+    Value *m = finish(c, emit_tmp(c, OP_WHERE, 3, w));
+    return reshaped(c, m, 4, (int64_t[]){B, 1, Sq, T});
+}
+
+/* The qk_matmul_output debug output, written out in kiln ops over f32
+ * [B, heads, S, D] q, k (the cache included) and the additive mask: the
+ * scaled product Q K^T (grouped-query heads share their key head), after
+ * softcap (as ONNX's reference applies it in every mode), plus the mask
+ * (mode 2), or softmaxed (mode 3). */
+static void qk_output(Ctx *c, Value *q, Value *k, Value *mask, double scale, double softcap,
+                      int64_t mode) {
+    int64_t B = q->shape[0], H = q->shape[1], Sq = q->shape[2], D = q->shape[3];
+    int64_t KH = k->shape[1], T = k->shape[2], G = H / KH;
+    Value *qg = reshaped(c, q, 5, (int64_t[]){B, KH, G, Sq, D});
+    Node *t = emit_tmp(c, OP_TRANSPOSE, 1, &k);
+    node_set_ints(t, "perm", 4, (int64_t[]){0, 1, 3, 2});
+    Value *kt = reshaped(c, finish(c, t), 5, (int64_t[]){B, KH, 1, D, T});
+    Value *mm[2] = {qg, kt};
+    Value *s = finish(c, emit_tmp(c, OP_MATMUL, 2, mm));
+    s = binary_tmp(c, OP_MUL, reshaped(c, s, 4, (int64_t[]){B, H, Sq, T}),
+                   const_scalar(c, KILN_DTYPE_F32, scale));
+    if (softcap > 0) {
+        Value *cap = const_scalar(c, KILN_DTYPE_F32, softcap);
+        s = binary_tmp(c, OP_MUL, unary_tmp(c, OP_TANH, binary_tmp(c, OP_DIV, s, cap)), cap);
+    }
+    if (mode >= 2 && mask)
+        s = binary_tmp(c, OP_ADD, s, mask);
+    if (mode == 3) { /* a row with every key masked gives zeros, as Y does */
+        Node *sm = emit_tmp(c, OP_SOFTMAX, 1, &s);
+        node_set_int(sm, "axis", -1);
+        Node *mx = emit_tmp(c, OP_REDUCE_MAX, 1, &s);
+        node_set_ints(mx, "axes", 1, (int64_t[]){-1});
+        Value *none = binary_tmp(c, OP_EQ, finish(c, mx),
+                                 const_scalar(c, KILN_DTYPE_F32, -INFINITY));
+        Value *w[3] = {none, const_scalar(c, KILN_DTYPE_F32, 0.0), finish(c, sm)};
+        s = finish(c, emit_tmp(c, OP_WHERE, 3, w));
+    }
+    name_output(c, 3, cast_to(c, s, in(c, 0)->dtype));
+}
+
 void map_attention(Ctx *c, const OnnxOp *op) {
     (void)op;
     Value *q = in(c, 0), *k = in(c, 1), *v = in(c, 2), *mask = in_opt(c, 3);
-    static const char *const cache_inputs[] = {"past_key", "past_value", "nonpad_kv_seqlen"};
-    for (int i = 4; i < 7; i++)
-        if (in_opt(c, i))
-            node_fail(c, format("unsupported: the %s input (a key/value cache)",
-                                cache_inputs[i - 4]));
-    static const char *const outputs[] = {"", "present_key", "present_value",
-                                          "qk_matmul_output"};
-    for (int i = 1; i < nout(c) && i < 4; i++)
-        if (*out_name(c, i))
-            node_fail(c, format("unsupported: the %s output", outputs[i]));
+    Value *pk = in_opt(c, 4), *pv = in_opt(c, 5), *lens = in_opt(c, 6);
+    if (!pk != !pv)
+        node_fail(c, "past_key and past_value come together");
+    bool qk = nout(c) > 3 && *out_name(c, 3);
+    int64_t qk_mode = oattr_int(c, "qk_matmul_output_mode", 0);
+    if (qk_mode < 0 || qk_mode > 3)
+        node_fail(c, format("qk_matmul_output_mode %lld is not 0 to 3", (long long)qk_mode));
     if (q->rank != 3 && q->rank != 4)
         node_fail(c, format("Q must be 3-D or 4-D, not %s", shape_str(q->rank, q->shape)));
+    int64_t qh = oattr_int(c, "q_num_heads", 0), kvh = oattr_int(c, "kv_num_heads", 0);
+    if (q->rank == 3 && (qh < 1 || kvh < 1))
+        node_fail(c, "3-D inputs need q_num_heads and kv_num_heads");
+    bool present = (nout(c) > 1 && *out_name(c, 1)) || (nout(c) > 2 && *out_name(c, 2));
+    /* A cache is [B, kv heads, P, D]: with one, 3-D inputs are viewed as 4-D. */
+    bool heads4 = q->rank == 3 && (pk || present || qk);
+    if (heads4) {
+        q = split_heads(c, q, qh);
+        k = split_heads(c, k, kvh);
+        v = split_heads(c, v, kvh);
+    }
+    if (pk) {
+        Value *kk[2] = {pk, k}, *vv[2] = {pv, v};
+        if (pk->rank != 4 || pv->rank != 4 || k->rank != 4)
+            node_fail(c, format("past_key and past_value must be [B, kv heads, P, D], got %s "
+                                "and %s", shape_str(pk->rank, pk->shape),
+                                shape_str(pv->rank, pv->shape)));
+        k = joined(c, 2, kk, 2, NULL);
+        v = joined(c, 2, vv, 2, NULL);
+    }
+    name_output(c, 1, k);
+    name_output(c, 2, v);
     /* f16 (and double) inputs: computed in f32, the result cast back */
     kiln_dtype dt = q->dtype;
     Value *ins[4] = {cast_to(c, q, KILN_DTYPE_F32), cast_to(c, k, KILN_DTYPE_F32),
                      cast_to(c, v, KILN_DTYPE_F32), NULL};
-    int n = 3;
+    int64_t sq = q->shape[q->rank == 4 ? 2 : 1], T = k->shape[k->rank == 4 ? 2 : 1];
+    bool causal = oattr_int(c, "is_causal", 0) != 0;
     if (mask) {
         if (mask->dtype == KILN_DTYPE_BOOL) { /* true: attend; false: -inf */
             Value *w[3] = {mask, const_scalar(c, KILN_DTYPE_F32, 0.0),
                            const_scalar(c, KILN_DTYPE_F32, -INFINITY)};
             mask = finish(c, emit_tmp(c, OP_WHERE, 3, w));
         }
-        ins[n++] = cast_to(c, mask, KILN_DTYPE_F32);
+        mask = cast_to(c, mask, KILN_DTYPE_F32);
+        int64_t last = mask->shape[mask->rank - 1];
+        if (mask->rank >= 1 && last < T) { /* ONNX pads a short mask with -inf */
+            int64_t shape[MAX_RANK];
+            memcpy(shape, mask->shape, sizeof(int64_t) * (size_t)mask->rank);
+            shape[mask->rank - 1] = T - last;
+            Value *tail = new_value(format("%s/mask_pad", c->nname), KILN_DTYPE_F32,
+                                    mask->rank, shape, true);
+            for (int64_t i = 0; i < vcount(tail); i++)
+                vset(tail, i, -INFINITY);
+            Value *parts[2] = {mask, tail};
+            mask = joined(c, 2, parts, mask->rank - 1, NULL);
+        }
     }
-    bool causal = oattr_int(c, "is_causal", 0) != 0;
-    int64_t sq = q->shape[q->rank == 4 ? 2 : 1], sk = k->shape[k->rank == 4 ? 2 : 1];
-    if (causal && sq != sk) {
-        /* Without a cache ONNX's causal frontier is j <= i (its offset, the
-         * cached keys, is 0); kiln's is aligned to the newest key: the
-         * frontier becomes a constant mask added to the scores. */
-        int64_t shape[2] = {sq, sk};
-        Value *cm = new_value(format("%s/causal", c->nname), KILN_DTYPE_F32, 2, shape, true);
-        for (int64_t i = 0; i < sq; i++)
-            for (int64_t j = 0; j < sk; j++)
-                vset(cm, i * sk + j, j <= i ? 0.0 : -INFINITY);
-        ins[3] = n == 4 ? binary_tmp(c, OP_ADD, ins[3], cm) : cm;
-        n = 4;
+    if (lens) {
+        if (lens->rank != 1 || lens->shape[0] != q->shape[0] || pk)
+            node_fail(c, format("nonpad_kv_seqlen must be [%lld] and come without past_key, "
+                                "got %s", (long long)q->shape[0],
+                                shape_str(lens->rank, lens->shape)));
+        /* an external cache: the causal frontier is each batch's */
+        Value *lm = length_mask(c, lens, sq, T, causal);
+        mask = mask ? binary_tmp(c, OP_ADD, mask, lm) : lm;
         causal = false;
     }
-    const char *out = dt == KILN_DTYPE_F32 ? out_name(c, 0) : NULL;
+    /* ONNX's causal frontier is j <= i + P, P the cached keys (0 without
+     * past_key); kiln's is aligned to the newest key, j <= i + T - Sq. They
+     * differ when this step brings other than Sq keys: then the frontier is
+     * a constant mask added to the scores. */
+    int64_t P = pk ? pk->shape[2] : 0;
+    Value *frontier = NULL;
+    if (causal) {
+        frontier = new_value(format("%s/causal", c->nname), KILN_DTYPE_F32, 2,
+                             (int64_t[]){sq, T}, true);
+        for (int64_t i = 0; i < sq; i++)
+            for (int64_t j = 0; j < T; j++)
+                vset(frontier, i * T + j, j <= i + P ? 0.0 : -INFINITY);
+    }
+    if (causal && T - sq != P) {
+        mask = mask ? binary_tmp(c, OP_ADD, mask, frontier) : frontier;
+        causal = false;
+    }
+    if (qk) {
+        double scale = oattr(c, "scale") ? oattr_float(c, "scale", 0)
+                                         : 1.0 / sqrt((double)q->shape[3]);
+        Value *m = causal ? (mask ? binary_tmp(c, OP_ADD, mask, frontier) : frontier) : mask;
+        qk_output(c, ins[0], ins[1], m, scale, oattr_float(c, "softcap", 0), qk_mode);
+    }
+    int n = 3;
+    if (mask)
+        ins[n++] = mask;
+    const char *out = dt == KILN_DTYPE_F32 && !heads4 ? out_name(c, 0) : NULL;
     Node *kn = out ? emit(c, OP_ATTENTION, n, ins, out) : emit_tmp(c, OP_ATTENTION, n, ins);
     if (q->rank == 3) {
-        int64_t qh = oattr_int(c, "q_num_heads", 0), kvh = oattr_int(c, "kv_num_heads", 0);
-        if (qh < 1 || kvh < 1)
-            node_fail(c, "3-D inputs need q_num_heads and kv_num_heads");
         node_set_attr(kn, "layout", "bshd");
         node_set_int(kn, "heads", qh);
         node_set_int(kn, "kv_heads", kvh);
@@ -78,11 +212,17 @@ void map_attention(Ctx *c, const OnnxOp *op) {
     if (causal)
         node_set_int(kn, "causal", 1);
     Value *y = finish(c, kn);
-    if (!out) {
-        Node *back = emit(c, OP_CAST, 1, &y, out_name(c, 0));
-        node_set_attr(back, "to", kiln_dtype_name(dt));
-        finish(c, back);
+    if (out)
+        return;
+    if (heads4)
+        y = merge_heads(c, y);
+    if (dt == KILN_DTYPE_F32) {
+        name_output(c, 0, y);
+        return;
     }
+    Node *back = emit(c, OP_CAST, 1, &y, out_name(c, 0));
+    node_set_attr(back, "to", kiln_dtype_name(dt));
+    finish(c, back);
 }
 
 /* x[..., start:end:step] along the last axis. */
