@@ -8,7 +8,8 @@ not CI). Two commands:
       Writes the small models the repository carries (all, or those NAMEd:
       densenet_tiny, gn_convnet, bert_tiny, llama_tiny, gpt2_tiny, qwen2_tiny,
       vit_tiny, whisper_encoder_tiny, mobilenet_v3_small, einsum_block,
-      rnn_block, qdq_convnet: onnxruntime's QDQ quantization of an export), each
+      rnn_block, stn (a spatial transformer), roi_head (torchvision's
+      roi_align), qdq_convnet: onnxruntime's QDQ quantization of an export), each
       exported as listed in tiny_models(): each one a directory
       NAME/ with model.onnx as torch.onnx.export wrote it, input_N.npy (seeded
       random inputs), ort_N.npy and torch_N.npy (onnxruntime's and torch's
@@ -122,6 +123,53 @@ class RnnBlock(torch.nn.Module):
         y, _ = self.lstm(x)
         y, h = self.gru(y)
         return self.out(y), h
+
+
+class SpatialTransformer(torch.nn.Module):
+    """A spatial transformer network: a small localization net predicts an
+    affine transform (near the identity), F.affine_grid and F.grid_sample
+    resample the input by it, a classifier reads the result."""
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.loc = torch.nn.Sequential(
+            torch.nn.Conv2d(1, 6, 5), torch.nn.MaxPool2d(2), torch.nn.ReLU(),
+            torch.nn.Conv2d(6, 8, 5), torch.nn.MaxPool2d(2), torch.nn.ReLU(),
+            torch.nn.Flatten(), torch.nn.Linear(8 * 4 * 4, 6))
+        with torch.no_grad():
+            self.loc[-1].weight.mul_(0.05)
+            self.loc[-1].bias.copy_(torch.tensor([1.0, 0.1, 0.05, -0.1, 0.9, 0.0]))
+        self.head = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.ReLU(),
+                                        torch.nn.Flatten(), torch.nn.Linear(4 * 26 * 26, 10))
+
+    def forward(self, x):                                  # [B, 1, 28, 28]
+        theta = self.loc(x).view(-1, 2, 3)
+        grid = torch.nn.functional.affine_grid(theta, list(x.shape), align_corners=False)
+        y = torch.nn.functional.grid_sample(x, grid, mode="bilinear", padding_mode="zeros",
+                                            align_corners=False)
+        return self.head(y), grid
+
+
+class RoiHead(torch.nn.Module):
+    """A detector's second stage: torchvision's roi_align pools fixed
+    regions (with their image numbers, as detectors pass them) of a small
+    backbone's features, a linear layer classifies each."""
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.backbone = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1),
+                                            torch.nn.ReLU(),
+                                            torch.nn.Conv2d(8, 8, 3, stride=2, padding=1))
+        self.register_buffer("rois", torch.tensor(
+            [[0, 1.5, 2.0, 20.0, 25.5], [1, 0.0, 0.0, 31.0, 31.0], [0, 10.2, 4.7, 17.9, 12.3],
+             [1, -3.0, 20.0, 8.0, 40.0], [0, 5.0, 5.0, 5.5, 6.0]]))
+        self.cls = torch.nn.Linear(8 * 3 * 3, 5)
+
+    def forward(self, x):                                  # [2, 3, 32, 32]
+        f = self.backbone(x)
+        r = torchvision.ops.roi_align(f, self.rois, (3, 3), spatial_scale=0.5,
+                                      sampling_ratio=2, aligned=True)
+        return self.cls(r.flatten(1))
 
 
 def qdq_convnet():
@@ -273,6 +321,10 @@ def tiny_models():
             ("einsum_block", lambda: EinsumBlock().eval(), [((2, 6, 16), np.float32, None)],
              [EXPORTS[0], dynamo(20)]),
             ("rnn_block", lambda: RnnBlock().eval(), [((2, 7, 8), np.float32, None)],
+             [EXPORTS[0], dynamo(20)]),
+            ("stn", lambda: SpatialTransformer().eval(), [((2, 1, 28, 28), np.float32, None)],
+             [EXPORTS[0], dynamo(20)]),
+            ("roi_head", lambda: RoiHead().eval(), [((2, 3, 32, 32), np.float32, None)],
              [EXPORTS[0], dynamo(20)]),
             ("qdq_convnet", qdq_convnet, [((1, 3, 16, 16), np.float32, None)],
              [("dynamo20_qdq", dict(dynamo=True, opset_version=20, external_data=False,
