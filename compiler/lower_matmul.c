@@ -537,3 +537,23 @@ void lower_grouped_matmul(Program *p, Node *n) {
     d->groups[0] = groups_for(N, GROUPED_NCOL);
     d->groups[1] = groups_for(M, GROUPED_RB);
 }
+
+/* det: one invocation per matrix, Gaussian elimination with partial
+ * pivoting on a copy in a scratch tensor. */
+void lower_det(Program *p, Node *n) {
+    Tensor *x = n->inputs[0], *y = n->outputs[0];
+    int64_t M = x->shape[x->rank - 1], count = tensor_count(y);
+    if (count == 0)
+        return;
+    Tensor *work = scratch(p, n, "lu", 2, (int64_t[]){count, M * M});
+    Dispatch *d = new_dispatch(p, n, "det");
+    d->local_size = 64;
+    define_int(d, "WG", d->local_size);
+    define_int(d, "COUNT", count);
+    define_int(d, "M", M);
+    dispatch_arg(d, y, true);
+    dispatch_arg(d, x, false);
+    dispatch_arg(d, work, true);
+    d->groups[0] = groups_for(count, d->local_size);
+    d->flops = (uint64_t)count * (uint64_t)(M * M * M) * 2 / 3;
+}

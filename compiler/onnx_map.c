@@ -51,6 +51,7 @@ static const OnnxOp onnx_ops[] = {
     {"DFT", map_dft, OP_DFT, NULL},
     {"DepthToSpace", map_unary_attr, OP_DEPTH_TO_SPACE, "blocksize:block"},
     {"DequantizeLinear", map_dequantize, OP_COUNT, NULL},
+    {"Det", map_simple, OP_DET, NULL},
     {"Div", map_simple, OP_DIV, NULL},
     {"Dropout", map_view, OP_RESHAPE, NULL},
     {"DynamicQuantizeLinear", map_dynamic_quantize, OP_COUNT, NULL},

@@ -107,3 +107,13 @@ void shape_grouped_matmul(Node *n) {
     shape[x->rank - 1] = w->shape[2];
     set_output(n, KILN_DTYPE_F32, x->rank, shape);
 }
+
+/* det(x [..., M, M]) -> [...]: each matrix's determinant. */
+void shape_det(Node *n) {
+    Tensor *x = n->inputs[0];
+    require_f32(n);
+    if (x->rank < 2 || x->shape[x->rank - 1] != x->shape[x->rank - 2] || x->shape[x->rank - 1] < 1)
+        node_error(n, "det needs square matrices [..., M, M], got %s",
+                   shape_str(x->rank, x->shape));
+    set_output(n, x->dtype, x->rank - 2, x->shape);
+}

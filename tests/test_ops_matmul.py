@@ -204,3 +204,16 @@ def gemm_case(i, M, K, N, ta, tb, bias, alpha, beta, act):
 for i, g in enumerate(GEMMS):
     case(f"op gemm M={g[0]} K={g[1]} N={g[2]} ta={g[3]} tb={g[4]} bias={g[5]} "
          f"alpha={g[6]} beta={g[7]} act={g[8]}")(gemm_case(i, *g))
+
+
+@case("op det [M, M] and [..., M, M] (M 1 to 12; a zero pivot, a singular matrix) against numpy")
+def _(workdir):
+    r = rng(3100)
+    for shape in ([1, 1], [3, 3], [2, 4, 5, 5], [12, 12], [7, 2, 2]):
+        x = r.standard_normal(shape).astype(np.float32)
+        if shape == [3, 3]:
+            x[0, 0] = 0.0  # the first pivot must come from another row
+        if shape == [2, 4, 5, 5]:
+            x[1, 2, 3] = x[1, 2, 1] * 2  # singular: two rows proportional
+        want = np.linalg.det(x.astype(np.float64))
+        one_op(workdir, "det", [x], want.astype(np.float32), None, 1e-4, 1e-5)
