@@ -212,7 +212,20 @@ void lower_resize(Program *p, Node *n) {
     char *a = format("%.9g", (double)(float)attr_float(n, "cubic_coeff_a"));
     define_str(d, "CUBIC_A", format("%s%s", a, strpbrk(a, ".eE") ? "" : ".0"));
     define_int(d, "EXCLUDE", attr_int(n, "exclude_outside") != 0);
-    define_int(d, "COORD", attr_choice(n, "coordinate_transformation_mode", resize_coords, 5));
+    int coord = attr_choice(n, "coordinate_transformation_mode", resize_coords, 6);
+    define_int(d, "COORD", coord);
+    if (coord == 5) { /* tf_crop_and_resize: the region, and the value outside it */
+        Attr *roi = node_attr(n, "roi");
+        Str lo = {0}, hi = {0};
+        for (int i = 0; i < x->rank; i++) {
+            str_addf(&lo, "%s%s", i ? ", " : "", glsl_float(strtod(roi->items[i], NULL)));
+            str_addf(&hi, "%s%s", i ? ", " : "",
+                     glsl_float(strtod(roi->items[x->rank + i], NULL)));
+        }
+        define_str(d, "ROI_START", lo.buf);
+        define_str(d, "ROI_END", hi.buf);
+        define_float(d, "EXTRAPOLATION", attr_float(n, "extrapolation_value"));
+    }
     define_int(d, "NEAREST", attr_choice(n, "nearest_mode", resize_nearest, 4));
     dispatch_arg(d, y, true);
     dispatch_arg(d, x, false);

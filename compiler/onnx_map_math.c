@@ -502,8 +502,18 @@ void map_resize(Ctx *c, const OnnxOp *op) {
         node_fail(c, "unsupported: axes");
     const char *coord = oattr_str(c, "coordinate_transformation_mode",
                                   c->opset < 11 ? "asymmetric" : "half_pixel");
-    if (strcmp(coord, "tf_crop_and_resize") == 0 || strcmp(coord, "half_pixel_symmetric") == 0)
+    if (strcmp(coord, "half_pixel_symmetric") == 0)
         node_fail(c, format("unsupported: coordinate_transformation_mode %s", coord));
+    if (strcmp(coord, "tf_crop_and_resize") == 0) { /* roi: a constant input */
+        Value *roi = in_opt(c, 1);
+        if (!roi || vcount(in_const(c, 1, "roi")) != 2 * x->rank)
+            node_fail(c, format("tf_crop_and_resize needs roi of %d values", 2 * x->rank));
+        double r[2 * MAX_RANK];
+        for (int i = 0; i < 2 * x->rank; i++)
+            r[i] = vget(roi, i);
+        node_set_floats(k, "roi", 2 * x->rank, r);
+        node_set_float(k, "extrapolation_value", oattr_float(c, "extrapolation_value", 0));
+    }
     node_set_attr(k, "coordinate_transformation_mode", coord);
     node_set_attr(k, "nearest_mode", oattr_str(c, "nearest_mode", c->opset < 11 ? "floor"
                                                                                : "round_prefer_floor"));

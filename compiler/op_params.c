@@ -521,7 +521,8 @@ int attr_choice(Node *n, const char *key, const char *const *names, int count) {
 
 const char *const resize_modes[] = {"nearest", "linear", "cubic"};
 const char *const resize_coords[] = {"half_pixel", "asymmetric", "align_corners",
-                                     "pytorch_half_pixel", "tf_half_pixel_for_nn"};
+                                     "pytorch_half_pixel", "tf_half_pixel_for_nn",
+                                     "tf_crop_and_resize"};
 const char *const grid_sample_pads[] = {"zeros", "border", "reflection"};
 const char *const roi_align_modes[] = {"avg", "max"};
 const char *const roi_align_coords[] = {"half_pixel", "output_half_pixel"};

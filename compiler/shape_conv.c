@@ -152,7 +152,12 @@ void shape_resize(Node *n) {
     int64_t out[MAX_RANK];
     resize_geometry(n, scales, out);
     attr_choice(n, "mode", resize_modes, 3);
-    attr_choice(n, "coordinate_transformation_mode", resize_coords, 5);
+    if (attr_choice(n, "coordinate_transformation_mode", resize_coords, 6) == 5) {
+        Attr *roi = node_attr(n, "roi");
+        if (!roi || !roi->is_list || roi->nitems != 2 * x->rank)
+            node_error_at(n, roi ? roi->loc : n->loc, "tf_crop_and_resize needs roi: %d "
+                          "values (starts, then ends, of each axis, as fractions)", 2 * x->rank);
+    }
     attr_choice(n, "nearest_mode", resize_nearest, 4);
     set_output(n, x->dtype, x->rank, out);
 }

@@ -4,7 +4,9 @@
 //
 // RANK, XSHAPE, YSHAPE, SCALE (per dimension, as floats); COORD: 0
 // half_pixel, 1 asymmetric, 2 align_corners, 3 pytorch_half_pixel, 4
-// tf_half_pixel_for_nn. MODE 0 picks the nearest source element, rounding
+// tf_half_pixel_for_nn, 5 tf_crop_and_resize (the region ROI_START to
+// ROI_END of each axis, fractions of its last index; an element whose
+// source lies outside the input is EXTRAPOLATION). MODE 0 picks the nearest source element, rounding
 // by NEAREST: 0 round_prefer_floor, 1 round_prefer_ceil, 2 floor, 3 ceil;
 // MODE 1 interpolates between the two nearest source elements of each
 // dimension; MODE 2 between the four nearest, with Keys' cubic of
@@ -37,6 +39,11 @@ float source(uint c, int d) {
     return OL[d] == 1.0 ? 0.0 : f * float(XS[d] - 1u) / (OL[d] - 1.0);
 #elif COORD == 3
     return OL[d] > 1.0 ? (f + 0.5) / SC[d] - 0.5 : 0.0;
+#elif COORD == 5
+    const float RS[RANK] = float[RANK](ROI_START), RE[RANK] = float[RANK](ROI_END);
+    float last = float(XS[d] - 1u);
+    return OL[d] > 1.0 ? RS[d] * last + f * (RE[d] - RS[d]) * last / (OL[d] - 1.0)
+                       : 0.5 * (RS[d] + RE[d]) * last;
 #else
     return (f + 0.5) / SC[d];
 #endif
@@ -81,10 +88,14 @@ void main() {
         uint idx[RANK][TAPS];
         float w[RANK][TAPS];
         uint rem = o;
+        bool outside = false;
         for (int d = RANK - 1; d >= 0; --d) {
             uint c = rem % YS[d];
             rem /= YS[d];
             float s = source(c, d), last = float(XS[d] - 1u);
+#if COORD == 5
+            outside = outside || s < 0.0 || s > last;
+#endif
 #if MODE == 2
             float f = floor(s), sum = 0.0;
             for (int k = 0; k < 4; ++k) {
@@ -124,6 +135,10 @@ void main() {
             if (weight != 0.0)
                 acc += weight * args.x.v[xi];
         }
+#if COORD == 5
+        if (outside)
+            acc = EXTRAPOLATION;
+#endif
         args.y.v[o] = acc;
         if (COUNT - o <= step)
             break;

@@ -550,8 +550,9 @@ def max_pool_indices(x, kernel, strides=None, pads=None, dilations=None, ceil_mo
 
 
 def resize(x, out_shape, mode="nearest", coord="half_pixel", nearest="round_prefer_floor",
-           scales=None):
+           scales=None, roi=None, extrapolation=0.0):
     y = f64(x)
+    outside = np.zeros(out_shape, bool)
     for d, out in enumerate(out_shape):
         n = y.shape[d]
         sc = scales[d] if scales else out / n
@@ -562,6 +563,13 @@ def resize(x, out_shape, mode="nearest", coord="half_pixel", nearest="round_pref
             s = c / sc
         elif coord == "align_corners":
             s = c * (n - 1) / (out - 1) if out > 1 else np.zeros(out)
+        elif coord == "tf_crop_and_resize":
+            lo, hi = roi[d], roi[len(out_shape) + d]
+            s = (lo * (n - 1) + c * (hi - lo) * (n - 1) / (out - 1) if out > 1
+                 else np.full(out, 0.5 * (lo + hi) * (n - 1)))
+            shape = [1] * len(out_shape)
+            shape[d] = out
+            outside |= ((s < 0) | (s > n - 1)).reshape(shape)
         else:
             s = (c + 0.5) / sc - 0.5 if out > 1 else np.zeros(out)
         if mode == "nearest":
@@ -579,7 +587,7 @@ def resize(x, out_shape, mode="nearest", coord="half_pixel", nearest="round_pref
             shape[d] = out
             w = w.reshape(shape)
             y = np.take(y, lo, axis=d) * (1 - w) + np.take(y, hi, axis=d) * w
-    return y
+    return np.where(outside, extrapolation, y)
 
 
 def grid_sample(x, grid, mode="linear", padding="zeros", align=False):

@@ -249,6 +249,18 @@ for i, c in enumerate(MAX_POOL_INDICES):
     case(f"op max_pool with indices {c[0]} {c[1]}")(max_pool_indices_case(i, *c))
 
 
+@case("op resize tf_crop_and_resize (linear and nearest; a region past the input's edge)")
+def _(workdir):
+    x = values(rng(2578), [1, 2, 6, 7])
+    for mode, roi in (("linear", [0, 0, 0.2, 0.1, 1, 1, 0.9, 0.7]),
+                      ("nearest", [0, 0, -0.3, 0.4, 1, 1, 0.8, 1.4])):
+        want = ref.resize(x, [1, 2, 4, 5], mode, "tf_crop_and_resize", "round_prefer_floor",
+                          None, roi, 2.5)
+        one_op(workdir, "resize", [x], want,
+               {"sizes": [1, 2, 4, 5], "mode": mode, "roi": roi, "extrapolation_value": 2.5,
+                "coordinate_transformation_mode": "tf_crop_and_resize"}, 1e-5, 1e-5)
+
+
 @case("op global_avg_pool and global_max_pool [2, 3, 5, 4]")
 def _(workdir):
     x = values(rng(2560), [2, 3, 5, 4])
