@@ -69,7 +69,7 @@ static bool fold_elementwise(Ctx *c, const char *op) {
     static const char *const ops[] = {"Add", "Sub", "Mul", "Div", "Equal", "Less", "Greater",
                                       "LessOrEqual", "GreaterOrEqual", "Max", "Min", "Mod",
                                       "And", "Or", "Where", "Neg", "Abs", "Not", "Floor",
-                                      "Ceil", "Sqrt", "Reciprocal", "Pow", NULL};
+                                      "Ceil", "Sqrt", "Reciprocal", "Pow", "Relu", NULL};
     int k = 0;
     while (ops[k] && strcmp(ops[k], op) != 0)
         k++;
@@ -127,6 +127,7 @@ static bool fold_elementwise(Ctx *c, const char *op) {
             case 20: r = (int64_t)sqrt((double)p); break;
             case 21: r = p ? 1 / p : 0; break;
             case 22: r = (int64_t)pow((double)p, (double)q); break;
+            case 23: r = p < 0 ? 0 : p; break;
             default: break; /* Floor, Ceil of an integer */
             }
             vseti(o, i, r);
@@ -160,6 +161,7 @@ static bool fold_elementwise(Ctx *c, const char *op) {
         case 20: r = sqrt(p); break;
         case 21: r = 1 / p; break;
         case 22: r = pow(p, q); break;
+        case 23: r = p < 0 ? 0 : p; break; /* Relu; NaN stays */
         default: break;
         }
         vset(o, i, r);

@@ -10,6 +10,8 @@
 #include <string.h>
 
 static void map_if(Ctx *c, const OnnxOp *op);
+static void map_loop(Ctx *c, const OnnxOp *op);
+static void map_scan(Ctx *c, const OnnxOp *op);
 
 static const OnnxOp onnx_ops[] = {
     {"Abs", map_simple, OP_ABS, NULL},
@@ -87,6 +89,7 @@ static const OnnxOp onnx_ops[] = {
     {"IsInf", map_unary_attr, OP_ISINF, NULL},
     {"IsNaN", map_simple, OP_ISNAN, NULL},
     {"LRN", map_lrn, OP_COUNT, NULL},
+    {"Loop", map_loop, OP_COUNT, NULL},
     {"LSTM", map_recurrent, OP_COUNT, NULL},
     {"LayerNormalization", map_norm, OP_LAYER_NORM, NULL},
     {"LeakyRelu", map_unary_attr, OP_LEAKY_RELU, NULL},
@@ -143,6 +146,7 @@ static const OnnxOp onnx_ops[] = {
     {"Scatter", map_scatter, OP_SCATTER_ELEMENTS, NULL},
     {"ScatterElements", map_scatter, OP_SCATTER_ELEMENTS, NULL},
     {"ScatterND", map_scatter_nd, OP_COUNT, NULL},
+    {"Scan", map_scan, OP_COUNT, NULL},
     {"Selu", map_unary_attr, OP_SELU, NULL},
     {"Shape", map_folded_only, OP_COUNT, NULL},
     {"Shrink", map_unary_attr, OP_SHRINK, NULL},
@@ -239,6 +243,266 @@ static void map_if(Ctx *c, const OnnxOp *op) {
         Node *k = emit(c, OP_RESHAPE, 1, &v, out_name(c, (int)i));
         node_set_ints(k, "shape", v->rank, v->shape);
         finish(c, k);
+    }
+}
+
+/* ---- Loop and Scan with their iteration counts known at compile time:
+ * unrolled. Each iteration maps a copy of the body whose own names (its
+ * inputs, initializers and node outputs) carry the iteration's prefix, so
+ * that the copies' values and tensors stay apart; names from outside the
+ * body are read as they are. ---- */
+
+typedef struct Unroll {
+    Onnx__GraphProto *body;
+    Map local; /* the body's own names */
+    const char *prefix;
+} Unroll;
+
+static const char *unrolled_name(const Unroll *u, const char *name) {
+    return *name && map_get(&u->local, name) ? format("%s%s", u->prefix, name) : name;
+}
+
+static void unroll_begin(Ctx *c, Unroll *u, Onnx__GraphProto *body, const char *what) {
+    static int mark;
+    memset(u, 0, sizeof *u);
+    u->body = body;
+    fill_absent_names(body);
+    for (size_t i = 0; i < body->n_input; i++)
+        map_put(&u->local, body->input[i]->name, &mark);
+    for (size_t i = 0; i < body->n_initializer; i++)
+        map_put(&u->local, body->initializer[i]->name, &mark);
+    for (size_t i = 0; i < body->n_node; i++) {
+        Onnx__NodeProto *n = body->node[i];
+        for (size_t a = 0; a < n->n_attribute; a++)
+            if (n->attribute[a]->g || n->attribute[a]->n_graphs)
+                node_fail(c, format("unsupported: a %s body whose node '%s' (%s) holds a graph",
+                                    what, n->name, n->op_type));
+        for (size_t o = 0; o < n->n_output; o++)
+            map_put(&u->local, n->output[o], &mark);
+    }
+}
+
+/* Maps one iteration of the body: inputs bound to ins[] (n of them, in the
+ * body's order); returns the body's outputs in outs[] (nout of them). */
+static void unroll_step(Ctx *c, Unroll *u, int step, Value **ins, int n, Value **outs,
+                        int nouts, const char *what) {
+    Onnx__NodeProto *self = c->node;
+    const char *self_name = c->nname;
+    u->prefix = format("%s/%d/", *self->name ? self->name : self->op_type, step);
+    if ((int)u->body->n_input != n || (int)u->body->n_output != nouts)
+        node_fail(c, format("its body has %zu inputs and %zu outputs, the %s needs %d and %d",
+                            u->body->n_input, u->body->n_output, what, n, nouts));
+    for (int i = 0; i < n; i++)
+        bind_value(c, unrolled_name(u, u->body->input[i]->name), ins[i]);
+    for (size_t i = 0; i < u->body->n_initializer; i++) {
+        Onnx__TensorProto *tp = u->body->initializer[i];
+        Value *v = decode_tensor(c->path, c->dir, tp, format("initializer '%s' of the %s body",
+                                                           tp->name, what), c->loc, false);
+        v->name = unrolled_name(u, tp->name);
+        bind_value(c, v->name, v);
+    }
+    for (size_t i = 0; i < u->body->n_node; i++) {
+        Onnx__NodeProto copy = *u->body->node[i];
+        copy.input = xcalloc(copy.n_input + 1, sizeof(char *));
+        copy.output = xcalloc(copy.n_output + 1, sizeof(char *));
+        for (size_t j = 0; j < copy.n_input; j++)
+            copy.input[j] = xstrdup(unrolled_name(u, u->body->node[i]->input[j]));
+        for (size_t j = 0; j < copy.n_output; j++)
+            copy.output[j] = xstrdup(unrolled_name(u, u->body->node[i]->output[j]));
+        copy.name = format("%s%s", u->prefix, copy.name);
+        Onnx__NodeProto *node = xcalloc(1, sizeof *node);
+        *node = copy;
+        c->node = node;
+        c->nname = format("%s (%s), in step %d of %s", *copy.name ? copy.name : "?",
+                          copy.op_type, step, self_name);
+        if ((*copy.domain && strcmp(copy.domain, "ai.onnx") != 0) || !find_mapper(copy.op_type))
+            node_fail(c, format("unsupported: op type %s%s%s", copy.domain,
+                                *copy.domain ? "." : "", copy.op_type));
+        map_node(c);
+    }
+    c->node = self;
+    c->nname = self_name;
+    for (int i = 0; i < nouts; i++) {
+        const char *name = unrolled_name(u, u->body->output[i]->name);
+        outs[i] = map_get(&c->values, name);
+        if (!outs[i])
+            node_fail(c, format("output '%s' of its body is not computed there",
+                                u->body->output[i]->name));
+    }
+}
+
+/* Output i of the node as v (a constant: a copy; else a view). */
+static void bind_output(Ctx *c, int i, Value *v) {
+    if (i >= nout(c) || !*out_name(c, i))
+        return;
+    if (v->data) {
+        Value *o = new_value(out_name(c, i), v->dtype, v->rank, v->shape, true);
+        memcpy(o->data, v->data, (size_t)(vcount(v) * kiln_dtype_size(v->dtype)));
+        bind_value(c, out_name(c, i), o);
+        return;
+    }
+    Node *k = emit(c, OP_RESHAPE, 1, &v, out_name(c, i));
+    node_set_ints(k, "shape", v->rank, v->shape);
+    finish(c, k);
+}
+
+/* parts[0..n) (each of one shape) stacked along a new axis at `axis`
+ * (reversed: the last first), as output i. */
+static void stack_output(Ctx *c, int i, Value **parts, int n, int axis, bool reversed) {
+    if (i >= nout(c) || !*out_name(c, i))
+        return;
+    Value **views = xcalloc((size_t)n, sizeof *views);
+    for (int t = 0; t < n; t++) {
+        Value *v = parts[reversed ? n - 1 - t : t];
+        int64_t shape[MAX_RANK];
+        if (v->rank + 1 > MAX_RANK)
+            node_fail(c, "a scan output of too high a rank");
+        for (int d = 0, s = 0; d <= v->rank; d++)
+            shape[d] = d == axis ? 1 : v->shape[s++];
+        views[t] = reshaped(c, v, v->rank + 1, shape);
+    }
+    if (n == 1) {
+        bind_output(c, i, views[0]);
+        return;
+    }
+    joined(c, n, views, axis, out_name(c, i));
+}
+
+#define MAX_UNROLL 4096
+
+/* Loop with a constant trip count and condition (each iteration's computed
+ * condition must fold to a constant too): unrolled. Outputs: the final
+ * loop-carried values, then each scan output stacked along a new first
+ * axis. */
+static void map_loop(Ctx *c, const OnnxOp *op) {
+    (void)op;
+    Onnx__AttributeProto *a = oattr(c, "body");
+    if (!a || !a->g)
+        node_fail(c, "Loop has no body graph");
+    int64_t trips = INT64_MAX;
+    if (in_opt(c, 0)) {
+        Value *m = in_const(c, 0, "Loop's trip count");
+        if (vcount(m) != 1)
+            node_fail(c, "Loop's trip count must hold one value");
+        trips = vgeti(m, 0);
+    }
+    bool go = true;
+    if (in_opt(c, 1)) {
+        Value *cond = in_const(c, 1, "Loop's condition");
+        go = vcount(cond) == 1 && vget(cond, 0) != 0;
+    }
+    int carried = nin(c) - 2, nscan = (int)a->g->n_output - 1 - carried;
+    if (carried < 0 || nscan < 0)
+        node_fail(c, format("Loop's body has %zu outputs for %d loop-carried values",
+                            a->g->n_output, carried));
+    Value **state = xcalloc((size_t)carried + 2, sizeof *state);
+    for (int i = 0; i < carried; i++)
+        state[i + 2] = in(c, 2 + i);
+    Value ***scans = xcalloc((size_t)nscan + 1, sizeof *scans);
+    Value **outs = xcalloc((size_t)a->g->n_output + 1, sizeof *outs);
+    Unroll u;
+    unroll_begin(c, &u, a->g, "Loop");
+    int steps = 0;
+    for (; go && steps < trips; steps++) {
+        if (steps == MAX_UNROLL)
+            node_fail(c, format("unsupported: a Loop of more than %d iterations (unrolled)",
+                                MAX_UNROLL));
+        state[0] = const_scalar(c, KILN_DTYPE_I64, (double)steps);
+        state[1] = const_scalar(c, KILN_DTYPE_BOOL, 1);
+        unroll_step(c, &u, steps, state, carried + 2, outs, (int)a->g->n_output, "Loop");
+        if (!outs[0]->data)
+            node_fail(c, "unsupported: a Loop whose condition is computed at run time");
+        go = vget(outs[0], 0) != 0;
+        for (int i = 0; i < carried; i++)
+            state[i + 2] = outs[1 + i];
+        for (int i = 0; i < nscan; i++) {
+            scans[i] = xrealloc(scans[i], sizeof(Value *) * (size_t)(steps + 1));
+            scans[i][steps] = outs[1 + carried + i];
+        }
+    }
+    if (nscan && steps == 0)
+        node_fail(c, "unsupported: a Loop of no iterations with scan outputs (empty tensors)");
+    for (int i = 0; i < carried; i++)
+        bind_output(c, i, state[i + 2]);
+    for (int i = 0; i < nscan; i++)
+        stack_output(c, carried + i, scans[i], steps, 0, false);
+}
+
+/* Scan (9 and later) over a sequence length known at compile time:
+ * unrolled; scan inputs sliced along their axes (reversed when asked),
+ * scan outputs stacked along theirs. Version 8 (a batch axis) is refused. */
+static void map_scan(Ctx *c, const OnnxOp *op) {
+    (void)op;
+    if (onnx_op_version("Scan", c->opset) < 9)
+        node_fail(c, "unsupported: Scan version 8 (its batch axis and sequence_lens)");
+    Onnx__AttributeProto *a = oattr(c, "body");
+    if (!a || !a->g)
+        node_fail(c, "Scan has no body graph");
+    int nscan_in = (int)oattr_int(c, "num_scan_inputs", 0);
+    int nstate = nin(c) - nscan_in, nscan_out = (int)a->g->n_output - nstate;
+    if (nscan_in < 1 || nstate < 0 || nscan_out < 0)
+        node_fail(c, format("Scan's num_scan_inputs %d does not fit its %d inputs", nscan_in,
+                            nin(c)));
+    Onnx__AttributeProto *in_axes = oattr(c, "scan_input_axes"),
+                         *in_dirs = oattr(c, "scan_input_directions"),
+                         *out_axes = oattr(c, "scan_output_axes"),
+                         *out_dirs = oattr(c, "scan_output_directions");
+    int64_t len = -1;
+    Value **seq = xcalloc((size_t)nscan_in, sizeof *seq);
+    int *axis = xcalloc((size_t)nscan_in, sizeof *axis);
+    for (int i = 0; i < nscan_in; i++) {
+        seq[i] = in(c, nstate + i);
+        int64_t ax = in_axes && (int)in_axes->n_ints > i ? in_axes->ints[i] : 0;
+        if (ax < 0)
+            ax += seq[i]->rank;
+        if (ax < 0 || ax >= seq[i]->rank)
+            node_fail(c, format("scan input %d has no axis %lld", i, (long long)ax));
+        axis[i] = (int)ax;
+        if (len >= 0 && seq[i]->shape[ax] != len)
+            node_fail(c, "Scan's inputs differ in their sequence lengths");
+        len = seq[i]->shape[ax];
+    }
+    if (len < 1)
+        node_fail(c, "unsupported: a Scan over an empty sequence");
+    if (len > MAX_UNROLL)
+        node_fail(c, format("unsupported: a Scan of more than %d steps (unrolled)", MAX_UNROLL));
+    Value **ins = xcalloc((size_t)nin(c) + 1, sizeof *ins);
+    for (int i = 0; i < nstate; i++)
+        ins[i] = in(c, i);
+    Value ***scans = xcalloc((size_t)nscan_out + 1, sizeof *scans);
+    for (int i = 0; i < nscan_out; i++)
+        scans[i] = xcalloc((size_t)len, sizeof(Value *));
+    Value **outs = xcalloc((size_t)a->g->n_output + 1, sizeof *outs);
+    Unroll u;
+    unroll_begin(c, &u, a->g, "Scan");
+    for (int64_t t = 0; t < len; t++) {
+        for (int i = 0; i < nscan_in; i++) {
+            bool rev = in_dirs && (int)in_dirs->n_ints > i && in_dirs->ints[i];
+            int64_t at = rev ? len - 1 - t : t;
+            Value *s = sliced(c, seq[i], axis[i], at, at + 1);
+            int64_t shape[MAX_RANK];
+            for (int d = 0, k = 0; d < seq[i]->rank; d++)
+                if (d != axis[i])
+                    shape[k++] = seq[i]->shape[d];
+            ins[nstate + i] = reshaped(c, s, seq[i]->rank - 1, shape);
+        }
+        unroll_step(c, &u, (int)t, ins, nin(c), outs, (int)a->g->n_output, "Scan");
+        for (int i = 0; i < nstate; i++)
+            ins[i] = outs[i];
+        for (int i = 0; i < nscan_out; i++)
+            scans[i][t] = outs[nstate + i];
+    }
+    for (int i = 0; i < nstate; i++)
+        bind_output(c, i, ins[i]);
+    for (int i = 0; i < nscan_out; i++) {
+        int64_t ax = out_axes && (int)out_axes->n_ints > i ? out_axes->ints[i] : 0;
+        int rank = scans[i][0]->rank + 1;
+        if (ax < 0)
+            ax += rank;
+        if (ax < 0 || ax >= rank)
+            node_fail(c, format("scan output %d has no axis %lld", i, (long long)ax));
+        stack_output(c, nstate + i, scans[i], (int)len, (int)ax,
+                     out_dirs && (int)out_dirs->n_ints > i && out_dirs->ints[i]);
     }
 }
 

@@ -314,3 +314,87 @@ def _(workdir):
                       initializer("t", np.array(True))], opset=13)
     run_onnx(workdir, drop(0.0), [x], [x, np.ones([3, 4], bool)], ["y", "m"], tol=(0, 0))
     expect_refused(workdir, drop(0.3), ["node 'd (Dropout)'", "training mode with ratio 0.3"])
+
+
+def body(nodes, inputs, outputs, inits=()):
+    """A Loop's or Scan's body attribute: a graph with its own inputs,
+    initializers and outputs, reading the outer scope too."""
+    from test_onnx import field
+    g = b"".join(field(1, n) for n in nodes) + field(2, "body")
+    g += b"".join(field(5, t) for t in inits)
+    g += b"".join(field(11, i) for i in inputs) + b"".join(field(12, o) for o in outputs)
+    return field(5, field(1, "body") + field(6, g) + field(20, 5))
+
+
+@case("onnx Loop with a constant trip count unrolled (a run-time state, an outer input read "
+      "by the iteration number, a scan output; a condition that folds ends it early) matches "
+      "numpy; a condition computed at run time is refused")
+def _(workdir):
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal([6, 3]).astype(np.float32)
+    y0 = rng.standard_normal([3]).astype(np.float32)
+    b = body([node("Unsqueeze", ["i", "zero"], ["at"], "u"),
+              node("Add", ["at", "one"], ["end"], "e"),
+              node("Slice", ["x", "at", "end"], ["row"], "s"),
+              node("Reshape", ["row", "three"], ["r3"], "r"),
+              node("Mul", ["y", "half"], ["yh"], "m"),
+              node("Add", ["yh", "r3"], ["y2"], "a"),
+              node("Less", ["i", "stop"], ["c2"], "lt"),
+              node("Identity", ["y2"], ["scan"], "id")],
+             [value_info("i", [], 7), value_info("c", [], 9), value_info("y", [3])],
+             [value_info("c2", [], 9), value_info("y2", [3]), value_info("scan", [3])],
+             [initializer("zero", np.array([0], np.int64)),
+              initializer("one", np.array([1], np.int64)),
+              initializer("three", np.array([3], np.int64)),
+              initializer("half", np.array(0.5, np.float32))])
+    for trips, stop in ((4, 100), (10, 2)):  # 4 steps; 10 allowed, the condition stops at 3
+        steps = min(trips, stop + 1)
+        ys, y = [], y0.astype(np.float64)
+        for i in range(steps):
+            y = y * 0.5 + x[i]
+            ys.append(y)
+        data = model([node("Loop", ["m", "", "y0"], ["yf", "ys"], "loop", b)],
+                     [value_info("x", [6, 3]), value_info("y0", [3])],
+                     [value_info("yf", [3]), value_info("ys", [steps, 3])],
+                     [initializer("m", np.array(trips, np.int64)),
+                      initializer("stop", np.array(stop, np.int64))], opset=13)
+        run_onnx(workdir, data, [x, y0], [y, np.stack(ys)], ["yf", "ys"])
+    runtime = body([node("ReduceSum", ["y"], ["s"], "rs", attr("keepdims", 0)),
+                    node("Greater", ["s", "zf"], ["c2"], "gt"),
+                    node("Identity", ["y"], ["y2"], "id")],
+                   [value_info("i", [], 7), value_info("c", [], 9), value_info("y", [3])],
+                   [value_info("c2", [], 9), value_info("y2", [3])],
+                   [initializer("zf", np.array(0, np.float32))])
+    expect_refused(workdir, model([node("Loop", ["m", "", "y0"], ["yf"], "loop", runtime)],
+                                  [value_info("y0", [3])], [value_info("yf", [3])],
+                                  [initializer("m", np.array(3, np.int64))], opset=13),
+                   ["node 'loop (Loop)'", "condition is computed at run time"])
+
+
+@case("onnx Scan 11 unrolled (two scan inputs, one read in reverse along axis 1; a state; "
+      "a scan output stacked along axis 1) matches numpy; Scan 8 is refused")
+def _(workdir):
+    rng = np.random.default_rng(13)
+    a = rng.standard_normal([5, 2]).astype(np.float32)
+    bq = rng.standard_normal([2, 5]).astype(np.float32)
+    s0 = rng.standard_normal([2]).astype(np.float32)
+    b = body([node("Add", ["s", "ai"], ["t"], "add"), node("Mul", ["t", "bi"], ["s2"], "mul"),
+              node("Sub", ["s2", "ai"], ["out"], "sub")],
+             [value_info("s", [2]), value_info("ai", [2]), value_info("bi", [2])],
+             [value_info("s2", [2]), value_info("out", [2])])
+    attrs = (b + attr("num_scan_inputs", 2) + attr("scan_input_axes", [0, 1]) +
+             attr("scan_input_directions", [0, 1]) + attr("scan_output_axes", [1]))
+    s, outs = s0.astype(np.float64), []
+    for t in range(5):
+        s = (s + a[t]) * bq[:, 4 - t]
+        outs.append(s - a[t])
+    data = model([node("Scan", ["s0", "a", "b"], ["sf", "o"], "scan", attrs)],
+                 [value_info("s0", [2]), value_info("a", [5, 2]), value_info("b", [2, 5])],
+                 [value_info("sf", [2]), value_info("o", [2, 5])], opset=11)
+    run_onnx(workdir, data, [s0, a, bq], [s, np.stack(outs, 1)], ["sf", "o"])
+    expect_refused(workdir, model([node("Scan", ["", "s0", "a"], ["sf", "o"], "scan",
+                                        b + attr("num_scan_inputs", 1))],
+                                  [value_info("s0", [1, 2]), value_info("a", [1, 5, 2])],
+                                  [value_info("sf", [1, 2]), value_info("o", [1, 5, 2])],
+                                  opset=8),
+                   ["node 'scan (Scan)'", "Scan version 8"])
