@@ -39,9 +39,11 @@ DATA = Path(os.environ.get("KILN_ONNX_DATA", "/usr/share/libonnx-testdata/data")
 SUITES = ["node", "pytorch-converted", "pytorch-operator", "simple"]
 # Node cases of the ops and versions newer than Debian's 1.12 data, which
 # kiln carries itself (tests/onnx/node-1.23/): written by onnx 1.23.1's own
-# generator (onnx.backend.test.case.node.collect_testcases) for Attention,
-# RMSNormalization, GroupNormalization, Gelu, Mish and Swish; the expanded
-# forms of Attention, which only repeat its function body, left out.
+# generator (onnx.backend.test.case.node.collect_testcases; newer_cases.py
+# writes them) for Attention, RMSNormalization, RotaryEmbedding,
+# GroupNormalization, Gelu, Mish, Swish, GridSample, AffineGrid, RoiAlign,
+# the Bitwise ops, NonMaxSuppression and MaxUnpool; the expanded forms of
+# Attention, which only repeat its function body, left out.
 OWN_SUITES = ["node-1.23"]
 
 
