@@ -49,10 +49,12 @@ static const struct {
  *     "half_pixel_symmetric": both refused by name where they appear;
  *   - If 19, 21, 23, 24 and 25: new types only (kiln takes a constant
  *     condition and inlines the branch: onnx_map.c);
- *   - ops new after 18: Gelu 20, GroupNormalization 21 (scale and bias per
- *     channel; 18's per group is read too), RMSNormalization 23, Attention
- *     23 and 24 (24 adds nonpad_kv_seqlen, refused by name like the cache
- *     inputs), RotaryEmbedding 23, Mish 22 and Swish 24 (onnx_map_math.c,
+ *   - GridSample 20: modes renamed (linear, cubic) and N-D grids; 22 types
+ *     only; RoiAlign 22 and MaxUnpool 22: types only;
+ *   - ops new after 18: Gelu 20, AffineGrid 20, GroupNormalization 21 (scale
+ *     and bias per channel; 18's per group is read too), RMSNormalization
+ *     23, Attention 23 and 24 (24 adds nonpad_kv_seqlen: a mask),
+ *     RotaryEmbedding 23, Mish 22 and Swish 24 (onnx_map_math.c,
  *     onnx_map_attention.c).
  * Not read yet: Attention 25 (left and right windows),
  * DFT 20 (axis became an input), Range 27 (stash_type), SpaceToDepth 28

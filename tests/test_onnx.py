@@ -705,3 +705,13 @@ for _rank, _inter, _rdim, _pos in [(4, 0, 0, True), (4, 1, 0, True), (3, 0, 4, F
     case(f"onnx RotaryEmbedding 23, batch 1, rank {_rank}, interleaved {_inter}, "
          f"rotary_embedding_dim {_rdim}, {'position_ids' if _pos else 'no position_ids'}")(
         rotary_case(_rank, _inter, _rdim, _pos))
+
+
+@case("docs/onnx-ops.md is what tools/onnx_ops_table.py writes from the compiler's tables")
+def _(workdir):
+    import subprocess
+    import sys
+    tool = Path(__file__).resolve().parents[1] / "tools" / "onnx_ops_table.py"
+    r = subprocess.run([sys.executable, tool, "--check"], capture_output=True, text=True)
+    check(r.returncode == 0, "docs/onnx-ops.md is stale: run tools/onnx_ops_table.py\n" +
+          r.stdout + r.stderr)
