@@ -6,6 +6,9 @@ onnx is installed (the GPU machine: onnx 1.23.1); conformance.py runs the
 cases beside Debian's 1.12 suite.
 
   newer_cases.py [--out DIR] OP...
+
+(conformance.py -k node-1.23/ with KILN_ONNX_NEWER=DIR runs a directory of
+them, written with every op named, in place of the repository's selection.)
 """
 import argparse
 from pathlib import Path
