@@ -575,14 +575,14 @@ def _(workdir):
                  [value_info("x", [2, 3]), value_info("c", [1], 9)], [value_info("y", [2, 3])])
     expect_refused(workdir, data, ["node 'if (If)'", "If's condition", "must be a constant"])
     data = model([node("If", ["c"], ["y"], "if",
-                       branch("then_branch", [node("Det", ["x"], ["n"], "det")],
+                       branch("then_branch", [node("Unique", ["x"], ["n"], "uq")],
                               [value_info("n", [2, 3])]) +
                        branch("else_branch", [node("Abs", ["x"], ["a"], "abs")],
                               [value_info("a", [2, 3])]))],
                  [value_info("x", [2, 3])], [value_info("y", [2, 3])],
                  [initializer("c", np.array(True))])
-    expect_refused(workdir, data, ["node 'det (Det), in the then_branch of if (If)'",
-                                   "unsupported: op type Det"])
+    expect_refused(workdir, data, ["node 'uq (Unique), in the then_branch of if (If)'",
+                                   "unsupported: op type Unique"])
 
 
 @case("onnx --shape fixes a symbolic dimension; --const binds an input")
