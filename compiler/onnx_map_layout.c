@@ -47,12 +47,8 @@ void map_view(Ctx *c, const OnnxOp *op) {
         else if (in_opt(c, 1))
             node_set_ints(k, "axes", const_ints(c, 1, "axes", v, MAX_RANK), v);
     } else if (strcmp(name, "Flatten") == 0) {
-        int64_t axis = oattr_int(c, "axis", 1);
-        if (in_opt(c, 2)) /* opset 20: an input, default -2 */
-            const_ints(c, 2, "axis", &axis, 1);
-        else if (c->opset >= 20)
-            axis = -2;
-        node_set_int(k, "axis", axis);
+        /* an attribute, default 1, in every version (21 to 25 add types) */
+        node_set_int(k, "axis", oattr_int(c, "axis", 1));
     } else {
         node_set_ints(k, "shape", x->rank, x->shape); /* Identity, Dropout */
         if (strcmp(name, "Dropout") == 0) {

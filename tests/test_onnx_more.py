@@ -398,3 +398,17 @@ def _(workdir):
                                   [value_info("sf", [1, 2]), value_info("o", [1, 5, 2])],
                                   opset=8),
                    ["node 'scan (Scan)'", "Scan version 8"])
+
+
+@case("onnx Flatten at opsets 13, 21 and 25 (default axis 1, axes 3 and -1) flattens where "
+      "its axis says (a DFT rule once gave it axis -2 from opset 20 on)")
+def _(workdir):
+    x = np.random.default_rng(14).standard_normal([2, 3, 4, 5]).astype(np.float32)
+    for opset in (13, 21, 25):
+        for axis in (None, 3, -1):
+            a = 1 if axis is None else axis % 4
+            shape = [int(np.prod(x.shape[:a])), int(np.prod(x.shape[a:]))]
+            data = model([node("Flatten", ["x"], ["y"], "f",
+                               attr("axis", axis) if axis is not None else b"")],
+                         [value_info("x", [2, 3, 4, 5])], [value_info("y", shape)], opset=opset)
+            run_onnx(workdir, data, [x], [x.reshape(shape)], ["y"], tol=(0, 0))
