@@ -180,7 +180,10 @@ void map_pad(Ctx *c, const OnnxOp *op) {
         if (in_opt(c, 2))
             node_set_float(k, "value", vget(in_const(c, 2, "the constant value"), 0));
     }
-    node_set_attr(k, "mode", oattr_str(c, "mode", "constant"));
+    const char *mode = oattr_str(c, "mode", "constant");
+    if (strcmp(mode, "wrap") == 0) /* Pad 19 */
+        node_fail(c, "unsupported: Pad's mode wrap");
+    node_set_attr(k, "mode", mode);
     finish(c, k);
 }
 

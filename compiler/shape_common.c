@@ -28,7 +28,7 @@ void set_output(Node *n, kiln_dtype dt, int rank, const int64_t *shape) {
 void require(Node *n, int i, bool ok, const char *what) {
     Tensor *t = n->inputs[i];
     if (!ok)
-        node_error_at(n, n->input_locs[i], "%s needs %s inputs, '%s' is %s",
+        node_error_at(n, n->input_locs[i], "unsupported: %s needs %s inputs, '%s' is %s",
                       op_info[n->op].name, what, t->name, kiln_dtype_name(t->dtype));
 }
 
