@@ -576,8 +576,8 @@ void spectral_params(Node *n, Spectral *sp) {
         flag_attr(n, "onesided");
         sp->inverse = attr_int(n, "inverse") != 0;
         if (sp->inverse && attr_int(n, "onesided"))
-            node_error_at(n, attr_loc(n, "onesided"), "an inverse transform cannot be "
-                          "one-sided");
+            node_error_at(n, attr_loc(n, "onesided"), "unsupported: a one-sided inverse "
+                          "transform (irfft)");
         int64_t N = x->shape[axis];
         sp->C = x->shape[x->rank - 1];
         sp->L = node_attr(n, "length") ? positive_attr(n, "length", SPECTRAL_MAX_L) : N;
