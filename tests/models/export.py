@@ -9,7 +9,7 @@ not CI). Two commands:
       densenet_tiny, gn_convnet, bert_tiny, llama_tiny, gpt2_tiny, qwen2_tiny,
       vit_tiny, whisper_encoder_tiny, mobilenet_v3_small, einsum_block,
       rnn_block, stn (a spatial transformer), roi_head (torchvision's
-      roi_align), qdq_convnet: onnxruntime's QDQ quantization of an export), each
+      roi_align), efficientnet_tiny, shufflenet_tiny, qdq_convnet: onnxruntime's QDQ quantization of an export), each
       exported as listed in tiny_models(): each one a directory
       NAME/ with model.onnx as torch.onnx.export wrote it, input_N.npy (seeded
       random inputs), ort_N.npy and torch_N.npy (onnxruntime's and torch's
@@ -172,6 +172,23 @@ class RoiHead(torch.nn.Module):
         return self.cls(r.flatten(1))
 
 
+def efficientnet_tiny():
+    """torchvision's EfficientNet at a quarter of B0's width and depth
+    (squeeze-and-excitation, SiLU, depthwise convolutions)."""
+    from torchvision.models.efficientnet import EfficientNet, _efficientnet_conf
+    torch.manual_seed(0)
+    setting, last = _efficientnet_conf("efficientnet_b0", width_mult=0.25, depth_mult=0.25)
+    return randomize_norms(EfficientNet(setting, 0.2, num_classes=10, last_channel=last), 3).eval()
+
+
+def shufflenet_tiny():
+    """torchvision's ShuffleNetV2 with small stages (channel split and
+    shuffle: reshapes, transposes, splits and concatenations)."""
+    torch.manual_seed(0)
+    m = torchvision.models.ShuffleNetV2([2, 2, 2], [8, 16, 32, 64, 128], num_classes=10)
+    return randomize_norms(m, 4).eval()
+
+
 def qdq_convnet():
     """A small convolutional network, to be quantized by onnxruntime's
     quantize_static (QDQ format, int8 weights per channel, uint8
@@ -325,6 +342,10 @@ def tiny_models():
             ("stn", lambda: SpatialTransformer().eval(), [((2, 1, 28, 28), np.float32, None)],
              [EXPORTS[0], dynamo(20)]),
             ("roi_head", lambda: RoiHead().eval(), [((2, 3, 32, 32), np.float32, None)],
+             [EXPORTS[0], dynamo(20)]),
+            ("efficientnet_tiny", efficientnet_tiny, [((1, 3, 64, 64), np.float32, None)],
+             [EXPORTS[0], dynamo(20)]),
+            ("shufflenet_tiny", shufflenet_tiny, [((1, 3, 64, 64), np.float32, None)],
              [EXPORTS[0], dynamo(20)]),
             ("qdq_convnet", qdq_convnet, [((1, 3, 16, 16), np.float32, None)],
              [("dynamo20_qdq", dict(dynamo=True, opset_version=20, external_data=False,
