@@ -6,7 +6,7 @@ not CI). Two commands:
 
   export.py corpus [--out tests/models] [NAME...]
       Writes the small models the repository carries (all, or those NAMEd:
-      densenet_tiny, gn_convnet, bert_tiny, llama_tiny, gpt2_tiny, qwen2_tiny,
+      densenet_tiny, gn_convnet, bert_tiny, llama_tiny, gpt2_tiny, qwen2_tiny, t5_tiny,
       vit_tiny, whisper_encoder_tiny, mobilenet_v3_small, einsum_block,
       rnn_block, stn (a spatial transformer), roi_head (torchvision's
       roi_align), efficientnet_tiny, shufflenet_tiny, qdq_convnet: onnxruntime's QDQ quantization of an export), each
@@ -270,6 +270,29 @@ def qwen2_tiny():
     return LastHidden(transformers.Qwen2Model(cfg)).eval()
 
 
+class Seq2Seq(torch.nn.Module):
+    """An encoder-decoder called on source and target token ids, returning
+    the decoder's last hidden state."""
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, src, tgt):
+        return self.model(input_ids=src, decoder_input_ids=tgt).last_hidden_state
+
+
+def t5_tiny():
+    """transformers' T5 (relative position buckets, cross-attention, RMS
+    norms without a mean) at a tiny configuration."""
+    import transformers
+    torch.manual_seed(0)
+    cfg = transformers.T5Config(vocab_size=100, d_model=32, d_kv=8, d_ff=64, num_layers=2,
+                                num_decoder_layers=2, num_heads=4,
+                                relative_attention_num_buckets=8,
+                                relative_attention_max_distance=16, decoder_start_token_id=0)
+    return Seq2Seq(transformers.T5Model(cfg)).eval()
+
+
 def vit_tiny():
     import transformers
     torch.manual_seed(0)
@@ -328,6 +351,8 @@ def tiny_models():
             ("llama_tiny", llama_tiny, [((1, 8), np.int64, 100)], [dynamo(20), dynamo(23)]),
             ("gpt2_tiny", gpt2_tiny, [((1, 8), np.int64, 100)], [dynamo(20), dynamo(23)]),
             ("qwen2_tiny", qwen2_tiny, [((1, 8), np.int64, 100)], [dynamo(20), dynamo(23)]),
+            ("t5_tiny", t5_tiny, [((1, 8), np.int64, 100), ((1, 6), np.int64, 100)],
+             [dynamo(20), dynamo(23)]),
             ("vit_tiny", vit_tiny, [((1, 3, 32, 32), np.float32, None)],
              [EXPORTS[0], dynamo(20), dynamo(23)]),
             ("whisper_encoder_tiny", whisper_encoder_tiny, [((1, 16, 32), np.float32, None)],
