@@ -205,8 +205,11 @@ void map_rotary_embedding(Ctx *c, const OnnxOp *op);
  * scalar constant, a view of v with another shape (v itself when the shape
  * is its own), v's positions [start, end) along axis (v itself when that is
  * all of it), n parts concatenated along axis (named out, or a temporary:
- * one part is itself), a one- or two-input kiln node on temporaries. */
+ * one part is itself), a one- or two-input kiln node on temporaries, v
+ * transposed, and v as the node's output i (bind_output). */
 Value *cast_to(Ctx *c, Value *v, kiln_dtype dt);
+Value *transposed(Ctx *c, Value *v, int n, const int64_t *perm);
+void bind_output(Ctx *c, int i, Value *v);
 Value *reshaped(Ctx *c, Value *v, int rank, const int64_t *shape);
 Value *sliced(Ctx *c, Value *v, int axis, int64_t start, int64_t end);
 Value *joined(Ctx *c, int n, Value **parts, int64_t axis, const char *out);

@@ -187,6 +187,17 @@ const OnnxOp *find_mapper(const char *name) {
     return NULL;
 }
 
+/* A node of a subgraph (an If's branch, a Loop's or Scan's body), mapped in
+ * this graph's scope under nname, checked as a top-level one is. */
+static void map_inner_node(Ctx *c, Onnx__NodeProto *n, const char *nname) {
+    c->node = n;
+    c->nname = nname;
+    if ((*n->domain && strcmp(n->domain, "ai.onnx") != 0) || !find_mapper(n->op_type))
+        node_fail(c, format("unsupported: op type %s%s%s", n->domain, *n->domain ? "." : "",
+                            n->op_type));
+    map_node(c);
+}
+
 /* If whose condition is a constant: the branch it takes, inlined. Its
  * initializers and nodes are mapped in this graph's scope (ONNX names are
  * unique across scopes), each node checked as a top-level one is; its
@@ -216,14 +227,9 @@ static void map_if(Ctx *c, const OnnxOp *op) {
     }
     for (size_t i = 0; i < g->n_node; i++) {
         Onnx__NodeProto *n = g->node[i];
-        c->node = n;
-        c->nname = format("%s (%s), in the %s of %s",
-                          *n->name ? n->name : format("#%zu", i), n->op_type, which,
-                          self_name);
-        if ((*n->domain && strcmp(n->domain, "ai.onnx") != 0) || !find_mapper(n->op_type))
-            node_fail(c, format("unsupported: op type %s%s%s", n->domain, *n->domain ? "." : "",
-                                n->op_type));
-        map_node(c);
+        map_inner_node(c, n, format("%s (%s), in the %s of %s",
+                                    *n->name ? n->name : format("#%zu", i), n->op_type, which,
+                                    self_name));
     }
     c->node = self;
     c->nname = self_name;
@@ -232,17 +238,7 @@ static void map_if(Ctx *c, const OnnxOp *op) {
         if (!v)
             node_fail(c, format("output '%s' of its %s is not computed there",
                                 g->output[i]->name, which));
-        if (!*out_name(c, (int)i))
-            continue;
-        if (v->data) { /* a constant: a copy under the If's name */
-            Value *o = new_value(out_name(c, (int)i), v->dtype, v->rank, v->shape, true);
-            memcpy(o->data, v->data, (size_t)(vcount(v) * kiln_dtype_size(v->dtype)));
-            bind_value(c, out_name(c, (int)i), o);
-            continue;
-        }
-        Node *k = emit(c, OP_RESHAPE, 1, &v, out_name(c, (int)i));
-        node_set_ints(k, "shape", v->rank, v->shape);
-        finish(c, k);
+        bind_output(c, (int)i, v);
     }
 }
 
@@ -312,13 +308,8 @@ static void unroll_step(Ctx *c, Unroll *u, int step, Value **ins, int n, Value *
         copy.name = format("%s%s", u->prefix, copy.name);
         Onnx__NodeProto *node = xcalloc(1, sizeof *node);
         *node = copy;
-        c->node = node;
-        c->nname = format("%s (%s), in step %d of %s", *copy.name ? copy.name : "?",
-                          copy.op_type, step, self_name);
-        if ((*copy.domain && strcmp(copy.domain, "ai.onnx") != 0) || !find_mapper(copy.op_type))
-            node_fail(c, format("unsupported: op type %s%s%s", copy.domain,
-                                *copy.domain ? "." : "", copy.op_type));
-        map_node(c);
+        map_inner_node(c, node, format("%s (%s), in step %d of %s", copy.name, copy.op_type,
+                                       step, self_name));
     }
     c->node = self;
     c->nname = self_name;
@@ -329,21 +320,6 @@ static void unroll_step(Ctx *c, Unroll *u, int step, Value **ins, int n, Value *
             node_fail(c, format("output '%s' of its body is not computed there",
                                 u->body->output[i]->name));
     }
-}
-
-/* Output i of the node as v (a constant: a copy; else a view). */
-static void bind_output(Ctx *c, int i, Value *v) {
-    if (i >= nout(c) || !*out_name(c, i))
-        return;
-    if (v->data) {
-        Value *o = new_value(out_name(c, i), v->dtype, v->rank, v->shape, true);
-        memcpy(o->data, v->data, (size_t)(vcount(v) * kiln_dtype_size(v->dtype)));
-        bind_value(c, out_name(c, i), o);
-        return;
-    }
-    Node *k = emit(c, OP_RESHAPE, 1, &v, out_name(c, i));
-    node_set_ints(k, "shape", v->rank, v->shape);
-    finish(c, k);
 }
 
 /* parts[0..n) (each of one shape) stacked along a new axis at `axis`

@@ -23,25 +23,19 @@
 static Value *split_heads(Ctx *c, Value *x, int64_t heads) {
     int64_t B = x->shape[0], S = x->shape[1], D = x->shape[2] / heads;
     Value *v = reshaped(c, x, 4, (int64_t[]){B, S, heads, D});
-    Node *t = emit_tmp(c, OP_TRANSPOSE, 1, &v);
-    node_set_ints(t, "perm", 4, (int64_t[]){0, 2, 1, 3});
-    return finish(c, t);
+    return transposed(c, v, 4, (int64_t[]){0, 2, 1, 3});
 }
 
 static Value *merge_heads(Ctx *c, Value *y) {
-    Node *t = emit_tmp(c, OP_TRANSPOSE, 1, &y);
-    node_set_ints(t, "perm", 4, (int64_t[]){0, 2, 1, 3});
-    Value *v = finish(c, t);
+    Value *v = transposed(c, y, 4, (int64_t[]){0, 2, 1, 3});
     return reshaped(c, v, 3, (int64_t[]){v->shape[0], v->shape[1], v->shape[2] * v->shape[3]});
 }
 
-/* Output `i` (present_key, present_value) as a copy of v under its name. */
-static void name_output(Ctx *c, int i, Value *v) {
-    if (nout(c) <= i || !*out_name(c, i))
-        return;
-    Node *k = emit(c, OP_RESHAPE, 1, &v, out_name(c, i));
-    node_set_ints(k, "shape", v->rank, v->shape);
-    finish(c, k);
+/* f32 0 where ok is true, -inf where it is false: a mask added to scores. */
+static Value *additive_mask(Ctx *c, Value *ok) {
+    Value *w[3] = {ok, const_scalar(c, KILN_DTYPE_F32, 0.0),
+                   const_scalar(c, KILN_DTYPE_F32, -INFINITY)};
+    return finish(c, emit_tmp(c, OP_WHERE, 3, w));
 }
 
 /* The additive f32 mask of nonpad_kv_seqlen [B] over T keys, [B, 1, Sq, T]:
@@ -56,10 +50,7 @@ static Value *length_mask(Ctx *c, Value *lens, int64_t Sq, int64_t T, bool causa
     for (int64_t i = 0; i < Sq; i++)
         for (int64_t j = 0; j < T; j++)
             vseti(need, i * T + j, causal ? j - i + Sq : j + 1);
-    Value *ok = binary_tmp(c, OP_LE, need, l);
-    Value *w[3] = {ok, const_scalar(c, KILN_DTYPE_F32, 0.0),
-                   const_scalar(c, KILN_DTYPE_F32, -INFINITY)};
-    Value *m = finish(c, emit_tmp(c, OP_WHERE, 3, w));
+    Value *m = additive_mask(c, binary_tmp(c, OP_LE, need, l));
     return reshaped(c, m, 4, (int64_t[]){B, 1, Sq, T});
 }
 
@@ -73,9 +64,8 @@ static void qk_output(Ctx *c, Value *q, Value *k, Value *mask, double scale, dou
     int64_t B = q->shape[0], H = q->shape[1], Sq = q->shape[2], D = q->shape[3];
     int64_t KH = k->shape[1], T = k->shape[2], G = H / KH;
     Value *qg = reshaped(c, q, 5, (int64_t[]){B, KH, G, Sq, D});
-    Node *t = emit_tmp(c, OP_TRANSPOSE, 1, &k);
-    node_set_ints(t, "perm", 4, (int64_t[]){0, 1, 3, 2});
-    Value *kt = reshaped(c, finish(c, t), 5, (int64_t[]){B, KH, 1, D, T});
+    Value *kt = reshaped(c, transposed(c, k, 4, (int64_t[]){0, 1, 3, 2}), 5,
+                         (int64_t[]){B, KH, 1, D, T});
     Value *mm[2] = {qg, kt};
     Value *s = finish(c, emit_tmp(c, OP_MATMUL, 2, mm));
     s = binary_tmp(c, OP_MUL, reshaped(c, s, 4, (int64_t[]){B, H, Sq, T}),
@@ -96,7 +86,7 @@ static void qk_output(Ctx *c, Value *q, Value *k, Value *mask, double scale, dou
         Value *w[3] = {none, const_scalar(c, KILN_DTYPE_F32, 0.0), finish(c, sm)};
         s = finish(c, emit_tmp(c, OP_WHERE, 3, w));
     }
-    name_output(c, 3, cast_to(c, s, in(c, 0)->dtype));
+    bind_output(c, 3, cast_to(c, s, in(c, 0)->dtype));
 }
 
 void map_attention(Ctx *c, const OnnxOp *op) {
@@ -131,8 +121,8 @@ void map_attention(Ctx *c, const OnnxOp *op) {
         k = joined(c, 2, kk, 2, NULL);
         v = joined(c, 2, vv, 2, NULL);
     }
-    name_output(c, 1, k);
-    name_output(c, 2, v);
+    bind_output(c, 1, k);
+    bind_output(c, 2, v);
     /* f16 (and double) inputs: computed in f32, the result cast back */
     kiln_dtype dt = q->dtype;
     Value *ins[4] = {cast_to(c, q, KILN_DTYPE_F32), cast_to(c, k, KILN_DTYPE_F32),
@@ -140,11 +130,8 @@ void map_attention(Ctx *c, const OnnxOp *op) {
     int64_t sq = q->shape[q->rank == 4 ? 2 : 1], T = k->shape[k->rank == 4 ? 2 : 1];
     bool causal = oattr_int(c, "is_causal", 0) != 0;
     if (mask) {
-        if (mask->dtype == KILN_DTYPE_BOOL) { /* true: attend; false: -inf */
-            Value *w[3] = {mask, const_scalar(c, KILN_DTYPE_F32, 0.0),
-                           const_scalar(c, KILN_DTYPE_F32, -INFINITY)};
-            mask = finish(c, emit_tmp(c, OP_WHERE, 3, w));
-        }
+        if (mask->dtype == KILN_DTYPE_BOOL) /* true: attend; false: -inf */
+            mask = additive_mask(c, mask);
         mask = cast_to(c, mask, KILN_DTYPE_F32);
         int64_t last = mask->shape[mask->rank - 1];
         if (mask->rank >= 1 && last < T) { /* ONNX pads a short mask with -inf */
@@ -217,7 +204,7 @@ void map_attention(Ctx *c, const OnnxOp *op) {
     if (heads4)
         y = merge_heads(c, y);
     if (dt == KILN_DTYPE_F32) {
-        name_output(c, 0, y);
+        bind_output(c, 0, y);
         return;
     }
     Node *back = emit(c, OP_CAST, 1, &y, out_name(c, 0));

@@ -122,10 +122,7 @@ static void take_diagonal(Ctx *c, Term *t, int l) {
             perm[j++] = i;
     perm[t->rank - 2] = a;
     perm[t->rank - 1] = b;
-    Value *v = t->v;
-    Node *k = emit_tmp(c, OP_TRANSPOSE, 1, &v);
-    node_set_ints(k, "perm", t->rank, perm);
-    v = finish(c, k);
+    Value *v = transposed(c, t->v, t->rank, perm);
     for (int i = 0; i < r; i++)
         shape[i] = v->shape[i];
     shape[r] = n * n;
@@ -135,7 +132,7 @@ static void take_diagonal(Ctx *c, Term *t, int l) {
     for (int64_t i = 0; i < n; i++)
         vseti(idx, i, i * (n + 1));
     Value *gi[2] = {v, idx};
-    k = emit_tmp(c, OP_GATHER, 2, gi);
+    Node *k = emit_tmp(c, OP_GATHER, 2, gi);
     node_set_int(k, "axis", r);
     t->v = finish(c, k);
     order[r] = l;

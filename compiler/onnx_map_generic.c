@@ -84,6 +84,29 @@ void map_folded_only(Ctx *c, const OnnxOp *op) {
     node_fail(c, format("unsupported: this %s", op->name));
 }
 
+/* v's axes in the order perm gives (an internal transpose). */
+Value *transposed(Ctx *c, Value *v, int n, const int64_t *perm) {
+    Node *k = emit_tmp(c, OP_TRANSPOSE, 1, &v);
+    node_set_ints(k, "perm", n, perm);
+    return finish(c, k);
+}
+
+/* The node's output i as v: a constant, a copy under its name; otherwise a
+ * view. Nothing when the node leaves that output unnamed. */
+void bind_output(Ctx *c, int i, Value *v) {
+    if (i >= nout(c) || !*out_name(c, i))
+        return;
+    if (v->data) {
+        Value *o = new_value(out_name(c, i), v->dtype, v->rank, v->shape, true);
+        memcpy(o->data, v->data, (size_t)(vcount(v) * kiln_dtype_size(v->dtype)));
+        bind_value(c, out_name(c, i), o);
+        return;
+    }
+    Node *k = emit(c, OP_RESHAPE, 1, &v, out_name(c, i));
+    node_set_ints(k, "shape", v->rank, v->shape);
+    finish(c, k);
+}
+
 /* A cast node (internal) unless v already has dtype dt. */
 Value *cast_to(Ctx *c, Value *v, kiln_dtype dt) {
     if (v->dtype == dt)

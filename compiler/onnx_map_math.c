@@ -611,10 +611,7 @@ void map_affine_grid(Ctx *c, const OnnxOp *op) {
         }
         vset(base, p * (r + 1) + r, 1.0);
     }
-    Node *t = emit_tmp(c, OP_TRANSPOSE, 1, &theta);
-    int64_t perm[3] = {0, 2, 1};
-    node_set_ints(t, "perm", 3, perm);
-    Value *ins[2] = {base, finish(c, t)};
+    Value *ins[2] = {base, transposed(c, theta, 3, (int64_t[]){0, 2, 1})};
     Value *prod = finish(c, emit_tmp(c, OP_MATMUL, 2, ins));
     int64_t shape[5] = {size[0]};
     for (int i = 2; i < n; i++)

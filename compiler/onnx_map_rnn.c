@@ -126,12 +126,6 @@ static void read_activations(Ctx *c, Rnn *r) {
         }
 }
 
-static Value *transposed(Ctx *c, Value *v, int n, const int64_t *perm) {
-    Node *k = emit_tmp(c, OP_TRANSPOSE, 1, &v);
-    node_set_ints(k, "perm", n, perm);
-    return finish(c, k);
-}
-
 /* v [1, rest...] or v's position d along axis 0, as [rest...]. */
 static Value *part(Ctx *c, Value *v, int64_t d, int rank, const int64_t *shape) {
     return reshaped(c, sliced(c, v, 0, d, d + 1), rank, shape);

@@ -338,7 +338,7 @@ Value *in_const(Ctx *c, int i, const char *what) {
     Str from = {0};
     int count = 0;
     source_inputs(c, v->name, &seen, &from, &count);
-    if (count && !(count == 1 && strcmp(from.buf, format("'%s'", v->name)) == 0))
+    if (count && map_get(&c->producer, v->name)) /* computed, not an input itself */
         node_fail(c, format("unsupported: %s (input %d, '%s') must be a constant: kiln's "
                             "shapes are static; it is computed from graph input%s %s "
                             "(--const NAME=FILE fixes an input's value)",

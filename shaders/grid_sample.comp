@@ -36,8 +36,8 @@ const uint OS[R] = uint[R](OSPATIAL);
 #endif
 
 // The range a coordinate of an axis of length len may take before padding.
-float lowest(uint len) { return ALIGN != 0 ? 0.0 : -0.5; }
-float highest(uint len) { return ALIGN != 0 ? float(len) - 1.0 : float(len) - 0.5; }
+const float LOWEST = ALIGN != 0 ? 0.0 : -0.5;
+float highest(uint len) { return float(len) - (ALIGN != 0 ? 1.0 : 0.5); }
 
 // v reflected at lo and hi until it lies between them.
 float reflect_into(float v, float lo, float hi) {
@@ -76,7 +76,7 @@ void main() {
         int base[R];
         float w[R][TAPS];
         for (int d = 0; d < R; ++d) {
-            float len = float(XS[d]), lo = lowest(XS[d]), hi = highest(XS[d]);
+            float len = float(XS[d]), lo = LOWEST, hi = highest(XS[d]);
             float gv = args.grid.v[g + uint(R - 1 - d)];
             float s = ALIGN != 0 ? (gv + 1.0) * 0.5 * (len - 1.0) : ((gv + 1.0) * len - 1.0) * 0.5;
 #if MODE == 0
@@ -123,7 +123,7 @@ void main() {
 #elif PAD == 1
                 i = clamp(i, 0, len - 1);
 #else
-                i = int(reflect_into(float(i), lowest(XS[d]), highest(XS[d])));
+                i = int(reflect_into(float(i), LOWEST, highest(XS[d])));
 #endif
                 weight *= w[d][k];
                 xi = xi * XS[d] + uint(clamp(i, 0, len - 1));
