@@ -532,11 +532,13 @@ def _(workdir):
         run_onnx(d, data, [x], [want + x], ["y"], tol=(1e-5, 1e-6))
 
 
-def branch(name, nodes, outputs, inits=()):
-    """An If's then_branch or else_branch attribute: a graph of nodes that
-    read the outer scope, with its own initializers and outputs."""
+def branch(name, nodes, outputs, inits=(), inputs=()):
+    """A graph attribute: an If's then_branch or else_branch, or (with its
+    inputs) a Loop's or Scan's body: nodes that read the outer scope too,
+    with their own initializers and outputs."""
     g = b"".join(field(1, n) for n in nodes) + field(2, name)
-    g += b"".join(field(5, t) for t in inits) + b"".join(field(12, o) for o in outputs)
+    g += b"".join(field(5, t) for t in inits) + b"".join(field(11, i) for i in inputs)
+    g += b"".join(field(12, o) for o in outputs)
     return field(5, field(1, name) + field(6, g) + field(20, 5))
 
 

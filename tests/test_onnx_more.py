@@ -9,7 +9,8 @@ import numpy as np
 
 import reference as ref
 from harness import check, registry
-from test_onnx import attr, expect_refused, initializer, model, node, run_onnx, value_info
+from test_onnx import (attr, branch, expect_refused, initializer, model, node, run_onnx,
+                       value_info)
 
 TESTS, case = registry()
 
@@ -317,13 +318,8 @@ def _(workdir):
 
 
 def body(nodes, inputs, outputs, inits=()):
-    """A Loop's or Scan's body attribute: a graph with its own inputs,
-    initializers and outputs, reading the outer scope too."""
-    from test_onnx import field
-    g = b"".join(field(1, n) for n in nodes) + field(2, "body")
-    g += b"".join(field(5, t) for t in inits)
-    g += b"".join(field(11, i) for i in inputs) + b"".join(field(12, o) for o in outputs)
-    return field(5, field(1, "body") + field(6, g) + field(20, 5))
+    """A Loop's or Scan's body attribute."""
+    return branch("body", nodes, outputs, inits, inputs)
 
 
 @case("onnx Loop with a constant trip count unrolled (a run-time state, an outer input read "
