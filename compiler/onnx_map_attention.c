@@ -161,8 +161,8 @@ void map_attention(Ctx *c, const OnnxOp *op) {
      * differ when this step brings other than Sq keys: then the frontier is
      * a constant mask added to the scores. */
     int64_t P = pk ? pk->shape[2] : 0;
-    Value *frontier = NULL;
-    if (causal) {
+    Value *frontier = NULL; /* only where the mask or the debug output takes it */
+    if (causal && (T - sq != P || qk)) {
         frontier = new_value(format("%s/causal", c->nname), KILN_DTYPE_F32, 2,
                              (int64_t[]){sq, T}, true);
         for (int64_t i = 0; i < sq; i++)
