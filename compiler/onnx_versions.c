@@ -45,6 +45,10 @@ static const struct {
  *     only, and the float8 saturation table; 25 and 28 new types only;
  *   - AveragePool 19: `dilations`, which kiln's avg_pool does not take: a
  *     node that sets it is refused by name (unsupported attribute);
+ *   - MaxPool and AveragePool 22: bfloat16, and the output size with
+ *     ceil_mode written out: a window that would start in the right
+ *     padding is dropped, the rule kiln applies at every version
+ *     (window_geometry in op_params.c, as onnxruntime and PyTorch do);
  *   - Pad 19: mode "wrap", and Resize 19: coordinate mode
  *     "half_pixel_symmetric": both refused by name where they appear;
  *   - If 19, 21, 23, 24 and 25: new types only (kiln takes a constant
@@ -58,19 +62,18 @@ static const struct {
  *     onnx_map_attention.c).
  * Not read yet: Attention 25 (left and right windows),
  * DFT 20 (axis became an input), Range 27 (stash_type), SpaceToDepth 28
- * (mode), Mod 28, MaxPool and AveragePool 22 (their descriptions changed:
- * unreviewed). */
+ * (mode), Mod 28. */
 static const struct {
     const char *name;
     int through;
 } reviewed[] = {
     {"Acos", 22}, {"Acosh", 22}, {"AffineGrid", 20}, {"Asin", 22}, {"Asinh", 22}, {"Atan", 22}, {"Atanh", 22},
-    {"Attention", 24}, {"AveragePool", 19}, {"Cast", 28}, {"CastLike", 25}, {"Celu", 28},
+    {"Attention", 24}, {"AveragePool", 22}, {"Cast", 28}, {"CastLike", 25}, {"Celu", 28},
     {"Constant", 25}, {"ConstantOfShape", 25}, {"Conv", 22}, {"ConvTranspose", 22},
     {"Cos", 22}, {"Cosh", 22}, {"DepthToSpace", 28}, {"DequantizeLinear", 25}, {"Dropout", 22}, {"Elu", 22}, {"EyeLike", 22},
     {"Equal", 19}, {"Flatten", 25}, {"Gelu", 20}, {"GlobalAveragePool", 22},
     {"GlobalMaxPool", 22}, {"GRU", 22}, {"GridSample", 22}, {"GroupNormalization", 21}, {"HardSigmoid", 22},
-    {"HardSwish", 22}, {"Identity", 25}, {"If", 25}, {"InstanceNormalization", 22}, {"LRN", 13}, {"LSTM", 22}, {"MaxUnpool", 22}, {"IsInf", 20},
+    {"HardSwish", 22}, {"Identity", 25}, {"If", 25}, {"InstanceNormalization", 22}, {"LRN", 13}, {"LSTM", 22}, {"MaxPool", 22}, {"MaxUnpool", 22}, {"IsInf", 20},
     {"IsNaN", 20}, {"MeanVarianceNormalization", 13}, {"Mish", 22}, {"NegativeLogLikelihoodLoss", 22}, {"OneHot", 28},
     {"Pad", 25}, {"QuantizeLinear", 25}, {"RMSNormalization", 23}, {"RNN", 22}, {"ReduceLogSum", 28}, {"ReduceLogSumExp", 28},
     {"ReduceMax", 20}, {"ReduceMin", 20}, {"Reshape", 25}, {"Resize", 19}, {"RoiAlign", 22}, {"RotaryEmbedding", 23}, {"Round", 22},

@@ -4,10 +4,11 @@
 Runs where PyTorch, torchvision, onnx and onnxruntime are (the GPU machine;
 not CI). Two commands:
 
-  export.py corpus [--out tests/models] [NAME...]
+  export.py corpus [--out tests/models] [--skip-existing DIR] [NAME...]
       Writes the small models the repository carries (all, or those NAMEd:
       densenet_tiny, gn_convnet, bert_tiny, llama_tiny, gpt2_tiny, qwen2_tiny, t5_tiny,
-      vit_tiny, whisper_encoder_tiny, mobilenet_v3_small, einsum_block,
+      vit_tiny, whisper_encoder_tiny, mobilenet_v3_small, resnet_tiny,
+      squeezenet_tiny, einsum_block,
       rnn_block, stn (a spatial transformer), roi_head (torchvision's
       roi_align), efficientnet_tiny, shufflenet_tiny, qdq_convnet: onnxruntime's QDQ quantization of an export), each
       exported as listed in tiny_models(): each one a directory
@@ -18,6 +19,10 @@ not CI). Two commands:
       compiles every such directory with kiln, runs it on Vulkan and compares
       each output element with onnxruntime's. With --kiln BUILD, each model
       also runs with kiln on this machine's GPU, compared likewise.
+
+  export.py run DIR... [--kiln BUILD]
+      Runs stored corpus directories with kiln on this machine's GPU and
+      compares each output element with the stored onnxruntime outputs.
 
   export.py check MODEL... [--kiln build] [--out DIR]
       Exports torchvision's full-size MODELs (densenet121, resnet50, ...;
@@ -332,6 +337,46 @@ def mobilenet_small():
     return randomize_norms(m, 1).eval()
 
 
+def resnet_tiny():
+    """ResNet's family at a small width, from torchvision's own blocks: the
+    stem (7x7 convolution at stride 2, max pool), a BasicBlock (ResNet-18's),
+    Bottlenecks (ResNet-50's) with their strided 1x1 downsampling, one
+    grouped as ResNeXt groups it, global average pooling and a linear head."""
+    from torchvision.models.resnet import BasicBlock, Bottleneck, conv1x1
+    torch.manual_seed(0)
+    nn = torch.nn
+
+    def down(cin, cout, stride):
+        return nn.Sequential(conv1x1(cin, cout, stride), nn.BatchNorm2d(cout))
+    m = nn.Sequential(
+        nn.Conv2d(3, 16, 7, 2, 3, bias=False), nn.BatchNorm2d(16), nn.ReLU(inplace=True),
+        nn.MaxPool2d(3, 2, 1),
+        BasicBlock(16, 16),
+        Bottleneck(16, 8, stride=2, downsample=down(16, 32, 2)),
+        Bottleneck(32, 8, groups=4, base_width=32, stride=2, downsample=down(32, 32, 2)),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10))
+    return randomize_norms(m, 5).eval()
+
+
+def squeezenet_tiny():
+    """SqueezeNet 1.1's structure at a small width, from torchvision's own
+    Fire module: max pools with ceil_mode (an output row past the input's
+    edge), squeeze and expand convolutions concatenated, dropout, a
+    convolutional classifier and global average pooling."""
+    from torchvision.models.squeezenet import Fire
+    torch.manual_seed(0)
+    nn = torch.nn
+    m = nn.Sequential(
+        nn.Conv2d(3, 16, 3, stride=2), nn.ReLU(inplace=True),
+        nn.MaxPool2d(3, 2, ceil_mode=True),
+        Fire(16, 4, 8, 8), Fire(16, 4, 8, 8),
+        nn.MaxPool2d(3, 2, ceil_mode=True),
+        Fire(16, 8, 16, 16),
+        nn.Dropout(0.5), nn.Conv2d(32, 10, 1), nn.ReLU(inplace=True),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten())
+    return m.eval()
+
+
 def dynamo(opset):
     return (f"dynamo{opset}", dict(dynamo=True, opset_version=opset, external_data=False))
 
@@ -344,11 +389,13 @@ def tiny_models():
     torch.manual_seed(0)
     dense = torchvision.models.DenseNet(growth_rate=4, block_config=(3, 12, 4),
                                         num_init_features=8, bn_size=2, num_classes=10)
+    cnn = [EXPORTS[0], dynamo(20), dynamo(23)]
     return [("densenet_tiny", lambda: randomize_norms(dense, 1).eval(),
-             [((1, 3, 32, 32), np.float32, None)], EXPORTS),
+             [((1, 3, 32, 32), np.float32, None)], EXPORTS + [dynamo(20), dynamo(23)]),
             ("gn_convnet", gn_convnet, [((1, 3, 16, 16), np.float32, None)],
              [dynamo(20), dynamo(21), dynamo(23)]),
-            ("bert_tiny", bert_tiny, [((1, 8), np.int64, 100)], [dynamo(20), dynamo(23)]),
+            ("bert_tiny", bert_tiny, [((1, 8), np.int64, 100)],
+             [EXPORTS[0], dynamo(20), dynamo(23)]),
             ("llama_tiny", llama_tiny, [((1, 8), np.int64, 100)], [dynamo(20), dynamo(23)]),
             ("gpt2_tiny", gpt2_tiny, [((1, 8), np.int64, 100)], [dynamo(20), dynamo(23)]),
             ("qwen2_tiny", qwen2_tiny, [((1, 8), np.int64, 100)], [dynamo(20), dynamo(23)]),
@@ -357,22 +404,20 @@ def tiny_models():
             ("vit_tiny", vit_tiny, [((1, 3, 32, 32), np.float32, None)],
              [EXPORTS[0], dynamo(20), dynamo(23)]),
             ("whisper_encoder_tiny", whisper_encoder_tiny, [((1, 16, 32), np.float32, None)],
-             [dynamo(20), dynamo(23)]),
-            # at opset 23 the exporter writes the same ops as at 20
-            ("mobilenet_v3_small", mobilenet_small, [((1, 3, 64, 64), np.float32, None)],
-             [EXPORTS[0], dynamo(20)]),
+             [EXPORTS[0], dynamo(20), dynamo(23)]),
+            ("mobilenet_v3_small", mobilenet_small, [((1, 3, 64, 64), np.float32, None)], cnn),
+            ("resnet_tiny", resnet_tiny, [((1, 3, 64, 64), np.float32, None)], cnn),
+            ("squeezenet_tiny", squeezenet_tiny, [((1, 3, 64, 64), np.float32, None)], cnn),
             ("einsum_block", lambda: EinsumBlock().eval(), [((2, 6, 16), np.float32, None)],
-             [EXPORTS[0], dynamo(20)]),
+             [EXPORTS[0], dynamo(20), dynamo(23)]),
             ("rnn_block", lambda: RnnBlock().eval(), [((2, 7, 8), np.float32, None)],
-             [EXPORTS[0], dynamo(20)]),
+             [EXPORTS[0], dynamo(20), dynamo(23)]),
             ("stn", lambda: SpatialTransformer().eval(), [((2, 1, 28, 28), np.float32, None)],
-             [EXPORTS[0], dynamo(20)]),
+             [EXPORTS[0], dynamo(20), dynamo(23)]),
             ("roi_head", lambda: RoiHead().eval(), [((2, 3, 32, 32), np.float32, None)],
-             [EXPORTS[0], dynamo(20)]),
-            ("efficientnet_tiny", efficientnet_tiny, [((1, 3, 64, 64), np.float32, None)],
-             [EXPORTS[0], dynamo(20)]),
-            ("shufflenet_tiny", shufflenet_tiny, [((1, 3, 64, 64), np.float32, None)],
-             [EXPORTS[0], dynamo(20)]),
+             [EXPORTS[0], dynamo(20), dynamo(23)]),
+            ("efficientnet_tiny", efficientnet_tiny, [((1, 3, 64, 64), np.float32, None)], cnn),
+            ("shufflenet_tiny", shufflenet_tiny, [((1, 3, 64, 64), np.float32, None)], cnn),
             ("qdq_convnet", qdq_convnet, [((1, 3, 16, 16), np.float32, None)],
              [("dynamo20_qdq", dict(dynamo=True, opset_version=20, external_data=False,
                                     qdq=True))])]
@@ -454,10 +499,11 @@ def op_counts(path):
     return opset, dict(sorted(counts.items()))
 
 
-def corpus(out, only, build=None):
+def corpus(out, only, build=None, skip=None):
     """Writes the corpus; with build (a kiln build directory), also runs
     each model with kiln on this machine's GPU and prints the largest
-    difference from onnxruntime. 1 when one is off or fails."""
+    difference from onnxruntime; with skip (a directory), leaves out the
+    exports that skip already holds. 1 when one is off or fails."""
     failed = 0
     for name, make, specs, exports in tiny_models():
         if only and name not in only:
@@ -470,11 +516,16 @@ def corpus(out, only, build=None):
         inputs = make_inputs(specs)
         for how, kw in exports:
             d = Path(out) / f"{name}_{how}"
+            if skip and (Path(skip) / d.name / "model.onnx").exists():
+                continue
             d.mkdir(parents=True, exist_ok=True)
             try:
                 ort_outs, torch_outs = export(module, inputs, d / "model.onnx", kw)
             except Exception as e:  # the exporter's failure, reported
                 print(f"{d.name}: export failed: {type(e).__name__}: {str(e)[:800]}")
+                for f in d.iterdir():
+                    f.unlink()
+                d.rmdir()
                 continue
             for i, x in enumerate(inputs):
                 np.save(d / f"input_{i}.npy", x)
@@ -512,6 +563,28 @@ def corpus(out, only, build=None):
                 print(f"{d.name}: kiln on this GPU: max |kiln - ort| "
                       f"{max(m for m, _ in diffs):.3g}, "
                       f"{'FAIL' if any(b for _, b in diffs) else 'ok'} ({note})", flush=True)
+    return 1 if failed else 0
+
+
+def run_stored(dirs, build):
+    """Runs stored corpus directories (model.onnx, input_N.npy, ort_N.npy)
+    with kiln on this machine's GPU; 1 when one is off or fails."""
+    failed = 0
+    for d in map(Path, dirs):
+        inputs = [np.load(p) for p in sorted(d.glob("input_*.npy"))]
+        want = [np.load(p) for p in sorted(d.glob("ort_*.npy"))]
+        with tempfile.TemporaryDirectory() as wd:
+            got, note = run_kiln(Path(build), d / "model.onnx", inputs, want, Path(wd))
+        if got is None:
+            print(f"{d.name}: kiln FAIL {note}", flush=True)
+            failed += 1
+            continue
+        diff = max(float(np.abs(g - a).max()) for g, a in zip(got, want))
+        bad = any(bool((np.abs(g - a) > 1e-4 + 1e-3 * np.abs(a)).any())
+                  for g, a in zip(got, want))
+        failed += bad
+        print(f"{d.name}: kiln on this GPU: max |kiln - ort| {diff:.3g}, "
+              f"{'FAIL' if bad else 'ok'} ({note})", flush=True)
     return 1 if failed else 0
 
 
@@ -587,6 +660,11 @@ def main():
     c.add_argument("--out", default=str(ROOT / "tests" / "models"))
     c.add_argument("only", nargs="*", help="the models to export (all by default)")
     c.add_argument("--kiln", help="a kiln build: also run each model on this GPU")
+    c.add_argument("--skip-existing", metavar="DIR",
+                   help="leave out the exports that DIR already holds")
+    r = sub.add_parser("run")
+    r.add_argument("dirs", nargs="+", help="stored corpus directories")
+    r.add_argument("--kiln", default=str(ROOT / "build"))
     k = sub.add_parser("check")
     k.add_argument("models", nargs="+")
     k.add_argument("--kiln", default=str(ROOT / "build"))
@@ -595,7 +673,9 @@ def main():
     print(f"torch {torch.__version__}, torchvision {torchvision.__version__}, "
           f"onnx {onnx.__version__}, onnxruntime {ort.__version__}", flush=True)
     if a.cmd == "corpus":
-        return corpus(a.out, a.only, a.kiln)
+        return corpus(a.out, a.only, a.kiln, a.skip_existing)
+    if a.cmd == "run":
+        return run_stored(a.dirs, a.kiln)
     return check(a.models, a.kiln, a.out)
 
 

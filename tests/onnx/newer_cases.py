@@ -6,6 +6,7 @@ onnx is installed (the GPU machine: onnx 1.23.1); conformance.py runs the
 cases beside Debian's 1.12 suite.
 
   newer_cases.py [--out DIR] OP...
+  newer_cases.py --all --out DIR      (every case of every op)
 
 (conformance.py -k node-1.23/ with KILN_ONNX_NEWER=DIR runs a directory of
 them, written with every op named, in place of the repository's selection.)
@@ -40,13 +41,14 @@ def write_case(case, out):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "node-1.23"))
-    ap.add_argument("ops", nargs="+")
+    ap.add_argument("--all", action="store_true", help="every case, of every op")
+    ap.add_argument("ops", nargs="*")
     a = ap.parse_args()
     wanted = set(a.ops)
     n = 0
     for case in collect_testcases(None):
         op = case.model.graph.node[0].op_type if case.model.graph.node else ""
-        if op not in wanted or case.name.endswith("_expanded"):
+        if (not a.all and op not in wanted) or case.name.endswith("_expanded"):
             continue
         try:
             write_case(case, a.out)
