@@ -97,6 +97,8 @@ static const char *fused_name(void *ctx, const char *ident) {
     FusedNames *f = ctx;
     if (ident[0] >= 'a' && ident[0] < 'a' + f->n->ninputs && !ident[1])
         return f->sub[ident[0] - 'a'];
+    if (strcmp(ident, "BITS") == 0) /* the width of the first input's dtype */
+        return format("%u", 8 * kiln_dtype_size(f->n->inputs[0]->dtype));
     return attribute_literal(f->n, ident, f->ct);
 }
 
@@ -116,8 +118,9 @@ char *fused_expr(Node *n, const char *ct, Tensor **leaves, int *nleaves, int max
             sub[k] = format("%c", 'a' + i);
         }
     }
-    /* Rewrite identifiers: operands a..f become their expressions,
-     * attribute names their values; everything else stays. */
+    /* Rewrite identifiers: operands a..f become their expressions, BITS
+     * the first input's width, attribute names their values; everything
+     * else stays. */
     FusedNames names = {n, ct, sub};
     return rewrite_identifiers(node_expr(n, ct), fused_name, &names);
 }

@@ -137,6 +137,6 @@ void lower_space_to_depth(Program *p, Node *n) {
     Tensor *x = n->inputs[0];
     int64_t b = attr_int(n, "block");
     int64_t view[6] = {x->shape[0], x->shape[1], x->shape[2] / b, b, x->shape[3] / b, b};
-    int64_t perm[6] = {0, 3, 5, 1, 2, 4};
-    permuted_copy(p, n, x, 6, view, perm);
+    int64_t dcr[6] = {0, 3, 5, 1, 2, 4}, crd[6] = {0, 1, 3, 5, 2, 4};
+    permuted_copy(p, n, x, 6, view, depth_to_space_crd(n) ? crd : dcr);
 }

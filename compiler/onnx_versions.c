@@ -45,6 +45,13 @@ static const struct {
  *     only, and the float8 saturation table; 25 and 28 new types only;
  *   - AveragePool 19: `dilations`, which kiln's avg_pool does not take: a
  *     node that sets it is refused by name (unsupported attribute);
+ *   - BitShift 28: signed integers (a signed right shift is arithmetic)
+ *     and every shift amount defined: kiln's shift_left/shift_right;
+ *   - Mod 28: floating-point fmod=0 (A - floor(A / B) * B) and the cases of
+ *     infinite, zero and NaN operands: kiln's mod (shaders/common.glsl);
+ *   - SpaceToDepth 28: `mode` (DCR or CRD), kiln's space_to_depth's mode;
+ *   - Det 22, Compress 28, ReverseSequence 28, Einsum 28, QuantizeLinear
+ *     and DequantizeLinear 28: types only;
  *   - MaxPool and AveragePool 22: bfloat16, and the output size with
  *     ceil_mode written out: a window that would start in the right
  *     padding is dropped, the rule kiln applies at every version
@@ -61,24 +68,23 @@ static const struct {
  *     RotaryEmbedding 23, Mish 22 and Swish 24 (onnx_map_math.c,
  *     onnx_map_attention.c).
  * Not read yet: Attention 25 (left and right windows),
- * DFT 20 (axis became an input), Range 27 (stash_type), SpaceToDepth 28
- * (mode), Mod 28. */
+ * DFT 20 (axis became an input), Range 27 (stash_type). */
 static const struct {
     const char *name;
     int through;
 } reviewed[] = {
     {"Acos", 22}, {"Acosh", 22}, {"AffineGrid", 20}, {"Asin", 22}, {"Asinh", 22}, {"Atan", 22}, {"Atanh", 22},
-    {"Attention", 24}, {"AveragePool", 22}, {"Cast", 28}, {"CastLike", 25}, {"Celu", 28},
+    {"Attention", 24}, {"BitShift", 28}, {"Compress", 28}, {"Det", 22}, {"Einsum", 28}, {"AveragePool", 22}, {"Cast", 28}, {"CastLike", 25}, {"Celu", 28},
     {"Constant", 25}, {"ConstantOfShape", 25}, {"Conv", 22}, {"ConvTranspose", 22},
-    {"Cos", 22}, {"Cosh", 22}, {"DepthToSpace", 28}, {"DequantizeLinear", 25}, {"Dropout", 22}, {"Elu", 22}, {"EyeLike", 22},
+    {"Cos", 22}, {"Cosh", 22}, {"DepthToSpace", 28}, {"DequantizeLinear", 28}, {"Dropout", 22}, {"Elu", 22}, {"EyeLike", 22},
     {"Equal", 19}, {"Flatten", 25}, {"Gelu", 20}, {"GlobalAveragePool", 22},
     {"GlobalMaxPool", 22}, {"GRU", 22}, {"GridSample", 22}, {"GroupNormalization", 21}, {"HardSigmoid", 22},
     {"HardSwish", 22}, {"Identity", 25}, {"If", 25}, {"InstanceNormalization", 22}, {"LRN", 13}, {"LSTM", 22}, {"MaxPool", 22}, {"MaxUnpool", 22}, {"IsInf", 20},
-    {"IsNaN", 20}, {"MeanVarianceNormalization", 13}, {"Mish", 22}, {"NegativeLogLikelihoodLoss", 22}, {"OneHot", 28},
-    {"Pad", 25}, {"QuantizeLinear", 25}, {"RMSNormalization", 23}, {"RNN", 22}, {"ReduceLogSum", 28}, {"ReduceLogSumExp", 28},
-    {"ReduceMax", 20}, {"ReduceMin", 20}, {"Reshape", 25}, {"Resize", 19}, {"RoiAlign", 22}, {"RotaryEmbedding", 23}, {"Round", 22},
+    {"IsNaN", 20}, {"MeanVarianceNormalization", 13}, {"Mod", 28}, {"Mish", 22}, {"NegativeLogLikelihoodLoss", 22}, {"OneHot", 28},
+    {"Pad", 25}, {"QuantizeLinear", 28}, {"RMSNormalization", 23}, {"RNN", 22}, {"ReduceLogSum", 28}, {"ReduceLogSumExp", 28},
+    {"ReduceMax", 20}, {"ReduceMin", 20}, {"Reshape", 25}, {"ReverseSequence", 28}, {"Resize", 19}, {"RoiAlign", 22}, {"RotaryEmbedding", 23}, {"Round", 22},
     {"Selu", 22}, {"Shape", 25}, {"Sin", 22}, {"Sinh", 22}, {"Size", 25}, {"Softplus", 22},
-    {"Softsign", 22}, {"Squeeze", 25}, {"Swish", 24}, {"Tan", 22}, {"ThresholdedRelu", 22},
+    {"Softsign", 22}, {"SpaceToDepth", 28}, {"Squeeze", 25}, {"Swish", 24}, {"Tan", 22}, {"ThresholdedRelu", 22},
     {"TopK", 24}, {"Transpose", 25}, {"Unsqueeze", 25},
 };
 

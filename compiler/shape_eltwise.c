@@ -46,7 +46,10 @@ void shape_bitwise(Node *n) {
 
 void shape_shift(Node *n) {
     for (int i = 0; i < n->ninputs; i++)
-        require(n, i, n->inputs[i]->dtype == KILN_DTYPE_U8, "u8 (unsigned)");
+        require(n, i, n->inputs[i]->dtype == KILN_DTYPE_U8 ||
+                          n->inputs[i]->dtype == KILN_DTYPE_I8 ||
+                          n->inputs[i]->dtype == KILN_DTYPE_I32 ||
+                          n->inputs[i]->dtype == KILN_DTYPE_I64, "u8, i8, i32 or i64");
     shape_arith(n);
 }
 

@@ -226,6 +226,7 @@ void shape_depth_to_space(Node *n) {
 void shape_space_to_depth(Node *n) {
     Tensor *x = n->inputs[0];
     int64_t b = block_of(n, x);
+    depth_to_space_crd(n);
     if (x->shape[2] % b || x->shape[3] % b)
         node_error(n, "height and width %lld x %lld do not divide by "
                    "block %lld", (long long)x->shape[2], (long long)x->shape[3],

@@ -139,4 +139,15 @@ float kiln_pow(float a, float b) {
 
 // Remainders: floor-mod takes the divisor's sign (Python, ONNX fmod=0);
 // trunc-mod the dividend's (C fmod, ONNX fmod=1).
-float kiln_fmod(float a, float b) { return a - b * trunc(a / b); }
+// a - b * floor(a / b); for an infinite b, ONNX Mod 28's rule (a when a and
+// b agree in sign, else b) where the formula gives NaN.
+float kiln_mod(float a, float b) {
+    if (isinf(b) && !isinf(a) && !isnan(a))
+        return a == 0.0 || (a < 0.0) == (b < 0.0) ? a : b;
+    return a - b * floor(a / b);
+}
+
+// C's fmod: a - b * trunc(a / b); a for an infinite b.
+float kiln_fmod(float a, float b) {
+    return isinf(b) && !isinf(a) ? a : a - b * trunc(a / b);
+}

@@ -194,6 +194,45 @@ def _(workdir):
            np.where(b < 8, wide >> b.astype(np.int64), 0).astype(np.uint8))
 
 
+def signed_shift_case(dtype):
+    """Signed shifts (ONNX BitShift 28): arithmetic right shifts, left shifts
+    past the sign bit wrapping, and amounts that are negative or not below
+    the width (-1 for a right shift of a negative value, else 0)."""
+    def test(workdir):
+        r = rng(975)
+        bits = np.iinfo(dtype).bits
+        info = np.iinfo(dtype)
+        a = r.integers(info.min, info.max, [6, 24], endpoint=True).astype(dtype)
+        b = r.integers(-3, bits + 4, [24]).astype(dtype)
+        big = [int(x) for x in a.ravel()]
+        sh = [int(x) for x in np.broadcast_to(b, a.shape).ravel()]
+        inside = [0 <= s < bits for s in sh]
+
+        def wrap(v):  # to the signed range of the dtype
+            v &= (1 << bits) - 1
+            return v - (1 << bits) if v >> (bits - 1) else v
+        left = [wrap(x << s) if ok else 0 for x, s, ok in zip(big, sh, inside)]
+        right = [x >> s if ok else (-1 if x < 0 else 0) for x, s, ok in zip(big, sh, inside)]
+        one_op(workdir, "shift_left", [a, b], np.array(left, dtype).reshape(a.shape))
+        one_op(workdir, "shift_right", [a, b], np.array(right, dtype).reshape(a.shape))
+    return test
+
+
+for dtype in (np.int8, np.int32, np.int64):
+    case(f"op shift_left and shift_right {np.dtype(dtype).name} (signed, every amount)")(
+        signed_shift_case(dtype))
+
+
+@case("op mod f32 at infinities, zeros and NaN (ONNX Mod 28's cases)")
+def _(workdir):
+    inf, nan = np.inf, np.nan
+    a = np.array([5.5, -5.5, 5.5, -5.5, 0.0, inf, -inf, 3.0, nan, 2.0, -7.25, 7.25], np.float32)
+    b = np.array([inf, inf, -inf, -inf, 2.0, 2.0, 3.0, 0.0, 1.0, nan, 2.5, -2.5], np.float32)
+    with np.errstate(all="ignore"):
+        one_op(workdir, "mod", [a, b], np.mod(a, b).astype(np.float32))
+        one_op(workdir, "mod", [a, b], np.fmod(a, b).astype(np.float32), attrs={"fmod": 1})
+
+
 @case("op mod fmod=1 (the dividend's sign)")
 def _(workdir):
     r = rng(950)
