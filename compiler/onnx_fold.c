@@ -312,6 +312,11 @@ static bool fold_range(Ctx *c) {
     double start = vget(s, 0), limit = vget(l, 0), delta = vget(d, 0);
     if (delta == 0)
         node_fail(c, "Range with a zero delta");
+    /* Range 27's stash_type 0 accumulates f16 in f16, step by step; kiln
+     * computes each element as start + i * delta, as stash_type 1 does. */
+    if (s->dtype == KILN_DTYPE_F16 && oattr_int(c, "stash_type", 1) == 0)
+        node_fail(c, "unsupported: Range's stash_type 0 (f16 accumulation); kiln computes "
+                     "each element in double, as stash_type 1 does");
     double nd = ceil((limit - start) / delta);
     int64_t n = nd > 0 ? (int64_t)nd : 0;
     Value *o = const_out(c, s->dtype, 1, &n);

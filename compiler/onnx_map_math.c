@@ -667,20 +667,48 @@ void map_gelu(Ctx *c, const OnnxOp *op) {
 /* Mish (x * tanh(softplus(x))) and Swish (x * sigmoid(alpha * x)): their
  * elementwise parts, which the fusion pass joins into one kernel. */
 void map_mish_swish(Ctx *c, const OnnxOp *op) {
-    Value *x = in(c, 0), *gate;
+    Value *x = in(c, 0), *gate = NULL;
+    bool glu = strcmp(op->name, "SwiGLU") == 0;
     if (strcmp(op->name, "Mish") == 0) {
         gate = unary_tmp(c, OP_TANH, unary_tmp(c, OP_SOFTPLUS, x));
     } else {
         double alpha = oattr_float(c, "alpha", 1.0);
-        if (alpha == 1.0) {
-            finish(c, emit(c, OP_SILU, 1, &x, out_name(c, 0)));
-            return;
-        }
-        gate = unary_tmp(c, OP_SIGMOID, binary_tmp(c, OP_MUL, x, const_scalar(c, x->dtype,
-                                                                                alpha)));
+        if (alpha != 1.0)
+            gate = unary_tmp(c, OP_SIGMOID, binary_tmp(c, OP_MUL, x, const_scalar(c, x->dtype,
+                                                                                    alpha)));
     }
-    Value *ins[2] = {x, gate};
+    if (!glu) {
+        Value *ins[2] = {x, gate};
+        finish(c, emit(c, gate ? OP_MUL : OP_SILU, gate ? 2 : 1, ins, out_name(c, 0)));
+        return;
+    }
+    /* SwiGLU (28): Swish(A) * B, A and B of one shape (no broadcasting) */
+    Value *b = in(c, 1);
+    if (b->rank != x->rank || shape_count(x->rank, x->shape) != shape_count(b->rank, b->shape) ||
+        memcmp(x->shape, b->shape, sizeof(int64_t) * (size_t)x->rank) != 0)
+        node_fail(c, format("SwiGLU's A %s and B %s must have one shape",
+                            shape_str(x->rank, x->shape), shape_str(b->rank, b->shape)));
+    Value *ins[2] = {gate ? binary_tmp(c, OP_MUL, x, gate) : unary_tmp(c, OP_SILU, x), b};
     finish(c, emit(c, OP_MUL, 2, ins, out_name(c, 0)));
+}
+
+/* LpNormalization: x / ||x||_p along one axis (p 1 or 2); where the norm
+ * is zero (x too), 0, as ONNX's reference gives. */
+void map_lp_norm(Ctx *c, const OnnxOp *op) {
+    (void)op;
+    Value *x = in(c, 0);
+    int64_t axis = oattr_int(c, "axis", -1), p = oattr_int(c, "p", 2);
+    if (p != 1 && p != 2)
+        node_fail(c, format("LpNormalization's p must be 1 or 2, not %lld", (long long)p));
+    if (axis < -x->rank || axis >= x->rank)
+        node_fail(c, format("axis %lld is out of range for rank %d", (long long)axis, x->rank));
+    Node *r = emit_tmp(c, p == 1 ? OP_REDUCE_L1 : OP_REDUCE_L2, 1, &x);
+    node_set_ints(r, "axes", 1, &axis);
+    Value *norm = finish(c, r);
+    Value *zero = binary_tmp(c, OP_EQ, norm, const_scalar(c, norm->dtype, 0.0));
+    Value *pick[3] = {zero, const_scalar(c, norm->dtype, 1.0), norm};
+    Value *pair[2] = {x, finish(c, emit_tmp(c, OP_WHERE, 3, pick))};
+    finish(c, emit(c, OP_DIV, 2, pair, out_name(c, 0)));
 }
 
 /* GroupNormalization: version 21 scales and shifts per channel (kiln's

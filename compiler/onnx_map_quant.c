@@ -404,11 +404,12 @@ void map_integer_product(Ctx *c, const OnnxOp *op) {
 }
 
 /* QLinearMatMul (a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp) and
- * QLinearConv (x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, B). */
+ * QLinearConv (x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, B).
+ * QLinearMatMul 21's scales may be f16: the rescaling runs in f32. */
 void map_qlinear(Ctx *c, const OnnxOp *op) {
     bool conv = op->kop == OP_CONV;
-    Value *a = in(c, 0), *as = in(c, 1), *azp = in_opt(c, 2);
-    Value *b = in(c, 3), *bs = in(c, 4), *bzp = in_opt(c, 5);
+    Value *a = in(c, 0), *as = cast_to(c, in(c, 1), KILN_DTYPE_F32), *azp = in_opt(c, 2);
+    Value *b = in(c, 3), *bs = cast_to(c, in(c, 4), KILN_DTYPE_F32), *bzp = in_opt(c, 5);
     Value *ys = in(c, 6), *yzp = in_opt(c, 7), *bias = conv ? in_opt(c, 8) : NULL;
     kiln_dtype dt = yzp ? yzp->dtype : KILN_DTYPE_U8;
     check_quant_type(c, dt, "y_zero_point");

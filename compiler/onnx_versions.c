@@ -50,6 +50,11 @@ static const struct {
  *   - Mod 28: floating-point fmod=0 (A - floor(A / B) * B) and the cases of
  *     infinite, zero and NaN operands: kiln's mod (shaders/common.glsl);
  *   - SpaceToDepth 28: `mode` (DCR or CRD), kiln's space_to_depth's mode;
+ *   - Range 27: f16 inputs and `stash_type`, whose default (f32 arithmetic)
+ *     kiln's folding in double matches; stash_type 0 is refused by name;
+ *   - QLinearMatMul 21: f16 scales (kiln rescales in f32) and float8
+ *     types, which kiln refuses by dtype;
+ *   - LpNormalization 22: types only;
  *   - Det 22, Compress 28, ReverseSequence 28, Einsum 28, QuantizeLinear
  *     and DequantizeLinear 28: types only;
  *   - MaxPool and AveragePool 22: bfloat16, and the output size with
@@ -65,10 +70,10 @@ static const struct {
  *   - ops new after 18: Gelu 20, AffineGrid 20, GroupNormalization 21 (scale
  *     and bias per channel; 18's per group is read too), RMSNormalization
  *     23, Attention 23 and 24 (24 adds nonpad_kv_seqlen: a mask),
- *     RotaryEmbedding 23, Mish 22 and Swish 24 (onnx_map_math.c,
+ *     RotaryEmbedding 23, Mish 22, Swish 24 and SwiGLU 28 (onnx_map_math.c,
  *     onnx_map_attention.c).
  * Not read yet: Attention 25 (left and right windows),
- * DFT 20 (axis became an input), Range 27 (stash_type). */
+ * DFT 20 (axis became an input). */
 static const struct {
     const char *name;
     int through;
@@ -79,12 +84,12 @@ static const struct {
     {"Cos", 22}, {"Cosh", 22}, {"DepthToSpace", 28}, {"DequantizeLinear", 28}, {"Dropout", 22}, {"Elu", 22}, {"EyeLike", 22},
     {"Equal", 19}, {"Flatten", 25}, {"Gelu", 20}, {"GlobalAveragePool", 22},
     {"GlobalMaxPool", 22}, {"GRU", 22}, {"GridSample", 22}, {"GroupNormalization", 21}, {"HardSigmoid", 22},
-    {"HardSwish", 22}, {"Identity", 25}, {"If", 25}, {"InstanceNormalization", 22}, {"LRN", 13}, {"LSTM", 22}, {"MaxPool", 22}, {"MaxUnpool", 22}, {"IsInf", 20},
+    {"HardSwish", 22}, {"Identity", 25}, {"If", 25}, {"InstanceNormalization", 22}, {"LRN", 13}, {"LpNormalization", 22}, {"LSTM", 22}, {"MaxPool", 22}, {"MaxUnpool", 22}, {"IsInf", 20},
     {"IsNaN", 20}, {"MeanVarianceNormalization", 13}, {"Mod", 28}, {"Mish", 22}, {"NegativeLogLikelihoodLoss", 22}, {"OneHot", 28},
-    {"Pad", 25}, {"QuantizeLinear", 28}, {"RMSNormalization", 23}, {"RNN", 22}, {"ReduceLogSum", 28}, {"ReduceLogSumExp", 28},
-    {"ReduceMax", 20}, {"ReduceMin", 20}, {"Reshape", 25}, {"ReverseSequence", 28}, {"Resize", 19}, {"RoiAlign", 22}, {"RotaryEmbedding", 23}, {"Round", 22},
+    {"Pad", 25}, {"QLinearMatMul", 21}, {"QuantizeLinear", 28}, {"RMSNormalization", 23}, {"RNN", 22}, {"ReduceLogSum", 28}, {"ReduceLogSumExp", 28},
+    {"ReduceMax", 20}, {"ReduceMin", 20}, {"Range", 27}, {"Reshape", 25}, {"ReverseSequence", 28}, {"Resize", 19}, {"RoiAlign", 22}, {"RotaryEmbedding", 23}, {"Round", 22},
     {"Selu", 22}, {"Shape", 25}, {"Sin", 22}, {"Sinh", 22}, {"Size", 25}, {"Softplus", 22},
-    {"Softsign", 22}, {"SpaceToDepth", 28}, {"Squeeze", 25}, {"Swish", 24}, {"Tan", 22}, {"ThresholdedRelu", 22},
+    {"Softsign", 22}, {"SpaceToDepth", 28}, {"Squeeze", 25}, {"Swish", 24}, {"SwiGLU", 28}, {"Tan", 22}, {"ThresholdedRelu", 22},
     {"TopK", 24}, {"Transpose", 25}, {"Unsqueeze", 25},
 };
 
