@@ -212,7 +212,7 @@ void lower_resize(Program *p, Node *n) {
     char *a = format("%.9g", (double)(float)attr_float(n, "cubic_coeff_a"));
     define_str(d, "CUBIC_A", format("%s%s", a, strpbrk(a, ".eE") ? "" : ".0"));
     define_int(d, "EXCLUDE", attr_int(n, "exclude_outside") != 0);
-    int coord = attr_choice(n, "coordinate_transformation_mode", resize_coords, 6);
+    int coord = attr_choice(n, "coordinate_transformation_mode", resize_coords, 7);
     define_int(d, "COORD", coord);
     if (coord == 5) { /* tf_crop_and_resize: the region, and the value outside it */
         Attr *roi = node_attr(n, "roi");

@@ -483,43 +483,92 @@ void map_resize(Ctx *c, const OnnxOp *op) {
     Value *scales = in_opt(c, scales_at);
     if (scales && vcount(scales) == 0)
         scales = NULL;
+    /* axes (18): the axes that roi, scales and sizes list; the others keep
+     * their size */
+    int64_t axes[MAX_RANK];
+    int naxes = x->rank;
+    Onnx__AttributeProto *ax = oattr(c, "axes");
+    if (ax && (int)ax->n_ints > x->rank)
+        node_fail(c, format("%zu axes for an input of rank %d", ax->n_ints, x->rank));
+    if (ax)
+        naxes = (int)ax->n_ints;
+    for (int i = 0; i < naxes; i++) {
+        axes[i] = ax ? ax->ints[i] : i;
+        if (axes[i] < -x->rank || axes[i] >= x->rank)
+            node_fail(c, format("axis %lld is out of range for rank %d", (long long)axes[i],
+                                x->rank));
+        axes[i] = axes[i] < 0 ? axes[i] + x->rank : axes[i];
+        for (int j = 0; j < i; j++)
+            if (axes[j] == axes[i])
+                node_fail(c, format("axis %lld appears twice in axes", (long long)axes[i]));
+    }
+    double f[MAX_RANK];
+    for (int i = 0; i < x->rank; i++)
+        f[i] = 1.0;
     if (sizes && vcount(sizes) > 0) {
-        int64_t v[MAX_RANK];
-        node_set_ints(k, "sizes", const_ints(c, 3, "sizes", v, MAX_RANK), v);
+        int64_t v[MAX_RANK], out[MAX_RANK];
+        if (const_ints(c, 3, "sizes", v, MAX_RANK) != naxes)
+            node_fail(c, format("sizes has %lld values for %d axes", (long long)vcount(sizes),
+                                naxes));
+        memcpy(out, x->shape, sizeof(int64_t) * (size_t)x->rank);
+        for (int i = 0; i < naxes; i++)
+            out[axes[i]] = v[i];
+        /* keep_aspect_ratio_policy (18): one scale for every listed axis, the
+         * smallest (not_larger) or largest (not_smaller) of sizes / input;
+         * each size that scale times the input rounded half up, and the
+         * coordinates mapped by the scale itself (both given to resize) */
+        const char *policy = oattr_str(c, "keep_aspect_ratio_policy", "stretch");
+        bool larger = strcmp(policy, "not_smaller") == 0;
+        if (larger || strcmp(policy, "not_larger") == 0) {
+            double scale = 0;
+            for (int i = 0; i < naxes; i++) {
+                double s = (double)v[i] / (double)x->shape[axes[i]];
+                scale = i == 0 || (larger ? s > scale : s < scale) ? s : scale;
+            }
+            for (int i = 0; i < naxes; i++) {
+                f[axes[i]] = scale;
+                out[axes[i]] = (int64_t)(scale * (double)x->shape[axes[i]] + 0.5);
+            }
+            node_set_floats(k, "scales", x->rank, f);
+        } else if (strcmp(policy, "stretch") != 0) {
+            node_fail(c, format("keep_aspect_ratio_policy must be stretch, not_larger or "
+                                "not_smaller, not '%s'", policy));
+        }
+        node_set_ints(k, "sizes", x->rank, out);
     } else if (scales) {
         in_const(c, scales_at, "scales");
-        double f[MAX_RANK];
-        int64_t n = vcount(scales);
-        if (n > MAX_RANK)
-            node_fail(c, format("scales has %lld values, at most %d", (long long)n, MAX_RANK));
-        for (int64_t i = 0; i < n; i++)
-            f[i] = vget(scales, i);
-        node_set_floats(k, "scales", (int)n, f);
+        if (vcount(scales) != naxes)
+            node_fail(c, format("scales has %lld values for %d axes", (long long)vcount(scales),
+                                naxes));
+        for (int i = 0; i < naxes; i++)
+            f[axes[i]] = vget(scales, i);
+        node_set_floats(k, "scales", x->rank, f);
     } else {
         node_fail(c, "Resize needs scales or sizes");
     }
-    if (oattr(c, "axes"))
-        node_fail(c, "unsupported: axes");
     const char *coord = oattr_str(c, "coordinate_transformation_mode",
                                   c->opset < 11 ? "asymmetric" : "half_pixel");
-    if (strcmp(coord, "half_pixel_symmetric") == 0)
-        node_fail(c, format("unsupported: coordinate_transformation_mode %s", coord));
     if (strcmp(coord, "tf_crop_and_resize") == 0) { /* roi: a constant input */
         Value *roi = in_opt(c, 1);
-        if (!roi || vcount(in_const(c, 1, "roi")) != 2 * x->rank)
-            node_fail(c, format("tf_crop_and_resize needs roi of %d values", 2 * x->rank));
+        if (!roi || vcount(in_const(c, 1, "roi")) != 2 * naxes)
+            node_fail(c, format("tf_crop_and_resize needs roi of %d values", 2 * naxes));
         double r[2 * MAX_RANK];
-        for (int i = 0; i < 2 * x->rank; i++)
-            r[i] = vget(roi, i);
+        for (int i = 0; i < x->rank; i++) {
+            r[i] = 0.0;
+            r[x->rank + i] = 1.0;
+        }
+        for (int i = 0; i < naxes; i++) {
+            r[axes[i]] = vget(roi, i);
+            r[x->rank + axes[i]] = vget(roi, naxes + i);
+        }
         node_set_floats(k, "roi", 2 * x->rank, r);
         node_set_float(k, "extrapolation_value", oattr_float(c, "extrapolation_value", 0));
     }
     node_set_attr(k, "coordinate_transformation_mode", coord);
     node_set_attr(k, "nearest_mode", oattr_str(c, "nearest_mode", c->opset < 11 ? "floor"
                                                                                : "round_prefer_floor"));
-    if (oattr_int(c, "antialias", 0) || strcmp(oattr_str(c, "keep_aspect_ratio_policy",
-                                                         "stretch"), "stretch") != 0)
-        node_fail(c, "unsupported: antialias or keep_aspect_ratio_policy");
+    if (oattr_int(c, "antialias", 0))
+        node_fail(c, "unsupported: antialias");
     finish(c, k);
 }
 

@@ -477,12 +477,14 @@ void window_geometry(Node *n, const int64_t *in, const int64_t *k, int nsp, Wind
     }
 }
 
-/* resize: scales (floats) or sizes (ints), one per axis. */
+/* resize: scales (floats) or sizes (ints), one per axis; or both, sizes the
+ * output's and scales the scale that maps its coordinates (ONNX's
+ * keep_aspect_ratio_policy). */
 void resize_geometry(Node *n, double *scales, int64_t *out) {
     Tensor *x = n->inputs[0];
     Attr *sc = node_attr(n, "scales"), *sz = node_attr(n, "sizes");
-    if (!!sc == !!sz)
-        node_error(n, "resize needs scales or sizes (one of them)");
+    if (!sc && !sz)
+        node_error(n, "resize needs scales or sizes (or both)");
     if (sz) {
         if (attr_ints(n, "sizes", out, MAX_RANK) != x->rank)
             node_error_at(n, sz->loc, "sizes needs %d values", x->rank);
@@ -491,7 +493,8 @@ void resize_geometry(Node *n, double *scales, int64_t *out) {
                 node_error_at(n, sz->loc, "sizes must be positive");
             scales[i] = (double)out[i] / (double)x->shape[i];
         }
-    } else {
+    }
+    if (sc) {
         if (!sc->is_list || sc->nitems != x->rank)
             node_error_at(n, sc->loc, "scales needs %d values", x->rank);
         for (int i = 0; i < x->rank; i++) {
@@ -499,6 +502,8 @@ void resize_geometry(Node *n, double *scales, int64_t *out) {
             scales[i] = strtod(sc->items[i], &end);
             if (*end || !(scales[i] > 0) || !isfinite(scales[i]))
                 node_error_at(n, sc->item_locs[i], "scales must be positive numbers");
+            if (sz)
+                continue;
             out[i] = (int64_t)floor((double)x->shape[i] * scales[i]);
             if (out[i] < 1)
                 node_error_at(n, sc->item_locs[i], "axis %d would have size %lld", i,
@@ -522,7 +527,7 @@ int attr_choice(Node *n, const char *key, const char *const *names, int count) {
 const char *const resize_modes[] = {"nearest", "linear", "cubic"};
 const char *const resize_coords[] = {"half_pixel", "asymmetric", "align_corners",
                                      "pytorch_half_pixel", "tf_half_pixel_for_nn",
-                                     "tf_crop_and_resize"};
+                                     "tf_crop_and_resize", "half_pixel_symmetric"};
 const char *const grid_sample_pads[] = {"zeros", "border", "reflection"};
 const char *const roi_align_modes[] = {"avg", "max"};
 const char *const roi_align_coords[] = {"half_pixel", "output_half_pixel"};

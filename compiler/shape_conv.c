@@ -152,7 +152,7 @@ void shape_resize(Node *n) {
     int64_t out[MAX_RANK];
     resize_geometry(n, scales, out);
     attr_choice(n, "mode", resize_modes, 3);
-    if (attr_choice(n, "coordinate_transformation_mode", resize_coords, 6) == 5) {
+    if (attr_choice(n, "coordinate_transformation_mode", resize_coords, 7) == 5) {
         Attr *roi = node_attr(n, "roi");
         if (!roi || !roi->is_list || roi->nitems != 2 * x->rank)
             node_error_at(n, roi ? roi->loc : n->loc, "tf_crop_and_resize needs roi: %d "

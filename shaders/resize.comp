@@ -6,7 +6,9 @@
 // half_pixel, 1 asymmetric, 2 align_corners, 3 pytorch_half_pixel, 4
 // tf_half_pixel_for_nn, 5 tf_crop_and_resize (the region ROI_START to
 // ROI_END of each axis, fractions of its last index; an element whose
-// source lies outside the input is EXTRAPOLATION). MODE 0 picks the nearest source element, rounding
+// source lies outside the input is EXTRAPOLATION), 6 half_pixel_symmetric
+// (half_pixel shifted by the input's centre times the part of the resized
+// length that the output's whole length drops). MODE 0 picks the nearest source element, rounding
 // by NEAREST: 0 round_prefer_floor, 1 round_prefer_ceil, 2 floor, 3 ceil;
 // MODE 1 interpolates between the two nearest source elements of each
 // dimension; MODE 2 between the four nearest, with Keys' cubic of
@@ -44,6 +46,9 @@ float source(uint c, int d) {
     float last = float(XS[d] - 1u);
     return OL[d] > 1.0 ? RS[d] * last + f * (RE[d] - RS[d]) * last / (OL[d] - 1.0)
                        : 0.5 * (RS[d] + RE[d]) * last;
+#elif COORD == 6
+    float offset = 0.5 * float(XS[d]) * (1.0 - float(YS[d]) / OL[d]);
+    return offset + (f + 0.5) / SC[d] - 0.5;
 #else
     return (f + 0.5) / SC[d];
 #endif

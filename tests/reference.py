@@ -570,6 +570,9 @@ def resize(x, out_shape, mode="nearest", coord="half_pixel", nearest="round_pref
             shape = [1] * len(out_shape)
             shape[d] = out
             outside |= ((s < 0) | (s > n - 1)).reshape(shape)
+        elif coord == "half_pixel_symmetric":  # Resize 19
+            offset = n / 2 * (1 - out / (n * sc))
+            s = offset + (c + 0.5) / sc - 0.5
         else:
             s = (c + 0.5) / sc - 0.5 if out > 1 else np.zeros(out)
         if mode == "nearest":

@@ -566,9 +566,8 @@ OP_ERRORS = [
     ("pool padding as large as the kernel", node_error(
         "op: avg_pool, inputs: [x], kernel: [2, 2], pads: [2, 2, 2, 2]",
         ["padding must be smaller than the kernel"])),
-    ("resize with both scales and sizes", node_error(
-        "op: resize, inputs: [x], scales: [1, 1, 2, 2], sizes: [1, 2, 3, 3]",
-        ["scales or sizes (one of them)"])),
+    ("resize with neither scales nor sizes", node_error(
+        "op: resize, inputs: [x]", ["resize needs scales or sizes (or both)"])),
     ("resize with an unknown mode", node_error(
         "op: resize, inputs: [x], scales: [1, 1, 2, 2], mode: bicubic",
         ["mode must be one of nearest, linear, cubic"])),

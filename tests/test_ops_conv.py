@@ -283,6 +283,13 @@ RESIZES = [  # x shape, attrs (scales or sizes), mode, coord, nearest
     ([2, 3, 6], {"scales": [1, 1, 0.5]}, "linear", "pytorch_half_pixel", None),
     ([1, 1, 4, 6], {"sizes": [1, 1, 5, 9]}, "linear", "asymmetric", None),
     ([1, 1, 5, 5], {"scales": [1, 1, 1.5, 0.6]}, "nearest", "asymmetric", "ceil"),
+    ([1, 2, 5, 7], {"scales": [1, 1, 1.7, 0.45]}, "linear", "half_pixel_symmetric", None),
+    ([1, 1, 6, 5], {"scales": [1, 1, 1.3, 1.9]}, "nearest", "half_pixel_symmetric",
+     "round_prefer_ceil"),
+    # both: the output's sizes, and the scale that maps coordinates (ONNX's
+    # keep_aspect_ratio_policy gives a common scale and rounds the sizes)
+    ([1, 1, 4, 6], {"sizes": [1, 1, 3, 4], "scales": [1, 1, 0.7, 0.7]}, "linear",
+     "half_pixel", None),
 ]
 
 
@@ -290,7 +297,7 @@ def resize_case(i, xs, geom, mode, coord, nearest):
     def test(workdir):
         x = values(rng(2570 + i), xs)
         if "sizes" in geom:
-            out, scales = geom["sizes"], None
+            out, scales = geom["sizes"], geom.get("scales")
         else:
             scales = geom["scales"]
             out = [int(np.floor(n * s)) for n, s in zip(xs, scales)]
