@@ -689,7 +689,16 @@ void map_dft(Ctx *c, const OnnxOp *op) {
         }
         node_set_int(k, "onesided", oattr_int(c, "onesided", 1));
     } else {
-        node_set_int(k, "axis", oattr_int(c, "axis", 1));
+        /* DFT 20: the axis is an input (a constant here), -2 by default */
+        int64_t axis = 1;
+        if (onnx_op_version("DFT", c->opset) >= 20) {
+            axis = -2;
+            if (in_opt(c, 2))
+                const_ints(c, 2, "axis", &axis, 1);
+        } else {
+            axis = oattr_int(c, "axis", 1);
+        }
+        node_set_int(k, "axis", axis);
         node_set_int(k, "inverse", oattr_int(c, "inverse", 0));
         node_set_int(k, "onesided", oattr_int(c, "onesided", 0));
         if (in_opt(c, 1)) {

@@ -55,6 +55,8 @@ static const struct {
  *   - QLinearMatMul 21: f16 scales (kiln rescales in f32) and float8
  *     types, which kiln refuses by dtype;
  *   - LpNormalization 22: types only;
+ *   - DFT 20: the axis became an input (a constant in kiln), -2 by
+ *     default (onnx_map_math.c);
  *   - Det 22, Compress 28, ReverseSequence 28, Einsum 28, QuantizeLinear
  *     and DequantizeLinear 28: types only;
  *   - MaxPool and AveragePool 22: bfloat16, and the output size with
@@ -72,8 +74,7 @@ static const struct {
  *     23, Attention 23 and 24 (24 adds nonpad_kv_seqlen: a mask),
  *     RotaryEmbedding 23, Mish 22, Swish 24 and SwiGLU 28 (onnx_map_math.c,
  *     onnx_map_attention.c).
- * Not read yet: Attention 25 (left and right windows),
- * DFT 20 (axis became an input). */
+ * Not read yet: Attention 25 (left and right windows). */
 static const struct {
     const char *name;
     int through;
@@ -81,7 +82,7 @@ static const struct {
     {"Acos", 22}, {"Acosh", 22}, {"AffineGrid", 20}, {"Asin", 22}, {"Asinh", 22}, {"Atan", 22}, {"Atanh", 22},
     {"Attention", 24}, {"BitShift", 28}, {"Compress", 28}, {"Det", 22}, {"Einsum", 28}, {"AveragePool", 22}, {"Cast", 28}, {"CastLike", 25}, {"Celu", 28},
     {"Constant", 25}, {"ConstantOfShape", 25}, {"Conv", 22}, {"ConvTranspose", 22},
-    {"Cos", 22}, {"Cosh", 22}, {"DepthToSpace", 28}, {"DequantizeLinear", 28}, {"Dropout", 22}, {"Elu", 22}, {"EyeLike", 22},
+    {"Cos", 22}, {"Cosh", 22}, {"DepthToSpace", 28}, {"DFT", 20}, {"DequantizeLinear", 28}, {"Dropout", 22}, {"Elu", 22}, {"EyeLike", 22},
     {"Equal", 19}, {"Flatten", 25}, {"Gelu", 20}, {"GlobalAveragePool", 22},
     {"GlobalMaxPool", 22}, {"GRU", 22}, {"GridSample", 22}, {"GroupNormalization", 21}, {"HardSigmoid", 22},
     {"HardSwish", 22}, {"Identity", 25}, {"If", 25}, {"InstanceNormalization", 22}, {"LRN", 13}, {"LpNormalization", 22}, {"LSTM", 22}, {"MaxPool", 22}, {"MaxUnpool", 22}, {"IsInf", 20},
