@@ -1,5 +1,5 @@
 /*
- * onnx_map_attention.c: ONNX Attention (versions 23 and 24) as kiln's
+ * onnx_map_attention.c: ONNX Attention (versions 23 to 25) as kiln's
  * attention: 4-D [B, heads, S, D] inputs (layout bhsd) or 3-D [B, S,
  * heads * D] ones with q_num_heads and kv_num_heads (layout bshd); fewer
  * key/value heads than query heads (grouped-query); scale, softcap (before
@@ -10,7 +10,9 @@
  * The key/value cache: past_key and past_value concatenated with this
  * step's keys and values (present_key, present_value; 3-D inputs are then
  * viewed as [B, heads, S, D]), nonpad_kv_seqlen as a mask computed on the
- * GPU (with is_causal, each batch's frontier). The qk_matmul_output debug
+ * GPU (with is_causal, each batch's frontier). Version 25's windows
+ * (left_window_size, right_window_size) are a mask too: constant, or with
+ * nonpad_kv_seqlen computed on the GPU. The qk_matmul_output debug
  * output, when asked for, is written out in kiln ops beside the fused
  * attention (qk_output).
  */
@@ -38,20 +40,55 @@ static Value *additive_mask(Ctx *c, Value *ok) {
     return finish(c, emit_tmp(c, OP_WHERE, 3, w));
 }
 
+/* Attention 25's window around query i at absolute position p = i + offset:
+ * keys p - left <= j <= p + right (a bound of -1: unbounded). */
+typedef struct AttnWindow {
+    int64_t left, right;
+} AttnWindow;
+
+static bool windowed(AttnWindow w) { return w.left >= 0 || w.right >= 0; }
+
 /* The additive f32 mask of nonpad_kv_seqlen [B] over T keys, [B, 1, Sq, T]:
- * key j is visible when j < len[b] and, causal, when j <= i + len[b] - Sq
- * (ONNX's frontier for an external cache). Computed on the GPU. */
-static Value *length_mask(Ctx *c, Value *lens, int64_t Sq, int64_t T, bool causal) {
+ * key j is visible when j < len[b]; causal, when j <= i + len[b] - Sq
+ * (ONNX's frontier for an external cache, offset len[b] - Sq); within the
+ * window, when i + len[b] - Sq - left <= j <= i + len[b] - Sq + right.
+ * Computed on the GPU: len[b] compared with a constant table of the least
+ * length each key needs (and, with a left bound, the most it allows). */
+static Value *length_mask(Ctx *c, Value *lens, int64_t Sq, int64_t T, bool causal, AttnWindow w) {
     int64_t B = lens->shape[0];
     Value *l = reshaped(c, cast_to(c, lens, KILN_DTYPE_I64), 3, (int64_t[]){B, 1, 1});
-    /* visible when (causal: j - i + Sq, else j + 1) <= len */
     Value *need = new_value(format("%s/key_need", c->nname), KILN_DTYPE_I64, 3,
                             (int64_t[]){1, Sq, T}, true);
+    Value *most = w.left >= 0 ? new_value(format("%s/key_most", c->nname), KILN_DTYPE_I64, 3,
+                                          (int64_t[]){1, Sq, T}, true)
+                              : NULL;
     for (int64_t i = 0; i < Sq; i++)
-        for (int64_t j = 0; j < T; j++)
-            vseti(need, i * T + j, causal ? j - i + Sq : j + 1);
-    Value *m = additive_mask(c, binary_tmp(c, OP_LE, need, l));
-    return reshaped(c, m, 4, (int64_t[]){B, 1, Sq, T});
+        for (int64_t j = 0; j < T; j++) {
+            int64_t n = j + 1;
+            if (causal && j - i + Sq > n)
+                n = j - i + Sq;
+            if (w.right >= 0 && j - i + Sq - w.right > n)
+                n = j - i + Sq - w.right;
+            vseti(need, i * T + j, n);
+            if (most)
+                vseti(most, i * T + j, j - i + Sq + w.left);
+        }
+    Value *ok = binary_tmp(c, OP_LE, need, l);
+    if (most)
+        ok = binary_tmp(c, OP_AND, ok, binary_tmp(c, OP_LE, l, most));
+    return reshaped(c, additive_mask(c, ok), 4, (int64_t[]){B, 1, Sq, T});
+}
+
+/* The window as a constant additive mask [Sq, T], offset P cached keys. */
+static Value *window_mask(Ctx *c, int64_t Sq, int64_t T, int64_t P, AttnWindow w) {
+    Value *m = new_value(format("%s/window", c->nname), KILN_DTYPE_F32, 2, (int64_t[]){Sq, T},
+                         true);
+    for (int64_t i = 0; i < Sq; i++)
+        for (int64_t j = 0; j < T; j++) {
+            bool ok = (w.left < 0 || j >= i + P - w.left) && (w.right < 0 || j <= i + P + w.right);
+            vset(m, i * T + j, ok ? 0.0 : -INFINITY);
+        }
+    return m;
 }
 
 /* The qk_matmul_output debug output, written out in kiln ops over f32
@@ -129,6 +166,10 @@ void map_attention(Ctx *c, const OnnxOp *op) {
                      cast_to(c, v, KILN_DTYPE_F32), NULL};
     int64_t sq = q->shape[q->rank == 4 ? 2 : 1], T = k->shape[k->rank == 4 ? 2 : 1];
     bool causal = oattr_int(c, "is_causal", 0) != 0;
+    AttnWindow win = {oattr_int(c, "left_window_size", -1), oattr_int(c, "right_window_size", -1)};
+    if (win.left < -1 || win.right < -1)
+        node_fail(c, "left_window_size and right_window_size must be -1 (unbounded) or at "
+                     "least 0");
     if (mask) {
         if (mask->dtype == KILN_DTYPE_BOOL) /* true: attend; false: -inf */
             mask = additive_mask(c, mask);
@@ -152,7 +193,7 @@ void map_attention(Ctx *c, const OnnxOp *op) {
                                 "got %s", (long long)q->shape[0],
                                 shape_str(lens->rank, lens->shape)));
         /* an external cache: the causal frontier is each batch's */
-        Value *lm = length_mask(c, lens, sq, T, causal);
+        Value *lm = length_mask(c, lens, sq, T, causal, win);
         mask = mask ? binary_tmp(c, OP_ADD, mask, lm) : lm;
         causal = false;
     }
@@ -161,6 +202,10 @@ void map_attention(Ctx *c, const OnnxOp *op) {
      * differ when this step brings other than Sq keys: then the frontier is
      * a constant mask added to the scores. */
     int64_t P = pk ? pk->shape[2] : 0;
+    if (windowed(win) && !lens) {
+        Value *wm = window_mask(c, sq, T, P, win);
+        mask = mask ? binary_tmp(c, OP_ADD, mask, wm) : wm;
+    }
     Value *frontier = NULL; /* only where the mask or the debug output takes it */
     if (causal && (T - sq != P || qk)) {
         frontier = new_value(format("%s/causal", c->nname), KILN_DTYPE_F32, 2,

@@ -71,16 +71,17 @@ static const struct {
  *     only; RoiAlign 22 and MaxUnpool 22: types only;
  *   - ops new after 18: Gelu 20, AffineGrid 20, GroupNormalization 21 (scale
  *     and bias per channel; 18's per group is read too), RMSNormalization
- *     23, Attention 23 and 24 (24 adds nonpad_kv_seqlen: a mask),
+ *     23, Attention 23, 24 (nonpad_kv_seqlen: a mask) and 25 (left and
+ *     right windows: a mask),
  *     RotaryEmbedding 23, Mish 22, Swish 24 and SwiGLU 28 (onnx_map_math.c,
  *     onnx_map_attention.c).
- * Not read yet: Attention 25 (left and right windows). */
+ */
 static const struct {
     const char *name;
     int through;
 } reviewed[] = {
     {"Acos", 22}, {"Acosh", 22}, {"AffineGrid", 20}, {"Asin", 22}, {"Asinh", 22}, {"Atan", 22}, {"Atanh", 22},
-    {"Attention", 24}, {"BitShift", 28}, {"Compress", 28}, {"Det", 22}, {"Einsum", 28}, {"AveragePool", 22}, {"Cast", 28}, {"CastLike", 25}, {"Celu", 28},
+    {"Attention", 25}, {"BitShift", 28}, {"Compress", 28}, {"Det", 22}, {"Einsum", 28}, {"AveragePool", 22}, {"Cast", 28}, {"CastLike", 25}, {"Celu", 28},
     {"Constant", 25}, {"ConstantOfShape", 25}, {"Conv", 22}, {"ConvTranspose", 22},
     {"Cos", 22}, {"Cosh", 22}, {"DepthToSpace", 28}, {"DFT", 20}, {"DequantizeLinear", 28}, {"Dropout", 22}, {"Elu", 22}, {"EyeLike", 22},
     {"Equal", 19}, {"Flatten", 25}, {"Gelu", 20}, {"GlobalAveragePool", 22},
