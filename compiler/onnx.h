@@ -181,6 +181,7 @@ void map_dft(Ctx *c, const OnnxOp *op);
 void map_gelu(Ctx *c, const OnnxOp *op);
 void map_mish_swish(Ctx *c, const OnnxOp *op);
 void map_lp_norm(Ctx *c, const OnnxOp *op);
+void map_lp_pool(Ctx *c, const OnnxOp *op);
 void map_group_norm(Ctx *c, const OnnxOp *op);
 void map_rms_norm(Ctx *c, const OnnxOp *op);
 void map_mvn(Ctx *c, const OnnxOp *op);

@@ -92,6 +92,7 @@ static const OnnxOp onnx_ops[] = {
     {"Loop", map_loop, OP_COUNT, NULL},
     {"LSTM", map_recurrent, OP_COUNT, NULL},
     {"LpNormalization", map_lp_norm, OP_COUNT, NULL},
+    {"LpPool", map_lp_pool, OP_COUNT, NULL},
     {"LayerNormalization", map_norm, OP_LAYER_NORM, NULL},
     {"LeakyRelu", map_unary_attr, OP_LEAKY_RELU, NULL},
     {"Less", map_simple, OP_LT, NULL},

@@ -144,11 +144,21 @@ void map_reduce(Ctx *c, const OnnxOp *op) {
         finish(c, k);
         return;
     }
-    Node *k = emit(c, op->kop, 1, &x, out_name(c, 0));
+    /* ReduceMax and ReduceMin of bools (20): any and all, over 0 and 1 in
+     * f32; an empty set's -inf (max) and +inf (min) become false and true,
+     * as ONNX defines them */
+    bool logical = x->dtype == KILN_DTYPE_BOOL &&
+                   (op->kop == OP_REDUCE_MAX || op->kop == OP_REDUCE_MIN);
+    Value *src = logical ? cast_to(c, x, KILN_DTYPE_F32) : x;
+    Node *k = logical ? emit_tmp(c, op->kop, 1, &src) : emit(c, op->kop, 1, &src, out_name(c, 0));
     if (n > 0)
         node_set_ints(k, "axes", n, axes);
     node_set_int(k, "keep_dims", oattr_int(c, "keepdims", 1));
-    finish(c, k);
+    Value *r = finish(c, k);
+    if (logical) {
+        Value *ins[2] = {r, const_scalar(c, KILN_DTYPE_F32, 0.5)};
+        finish(c, emit(c, OP_GT, 2, ins, out_name(c, 0)));
+    }
 }
 
 void map_arg(Ctx *c, const OnnxOp *op) {
@@ -466,6 +476,50 @@ void map_window(Ctx *c, const OnnxOp *op) {
     Node *k = emit(c, op->kop, n, ins, out_name(c, 0));
     copy_attrs(c, k, op->renames);
     finish(c, k);
+}
+
+/* LpPool: (the sum of |x|^p over each window)^(1/p), the padding adding
+ * nothing: a depthwise convolution of |x|^p with a kernel of ones takes the
+ * window's pads, strides, dilations and auto_pad as they are. */
+void map_lp_pool(Ctx *c, const OnnxOp *op) {
+    (void)op;
+    Value *x = cast_to(c, in(c, 0), KILN_DTYPE_F32);
+    int64_t p = oattr_int(c, "p", 2), kernel[MAX_RANK];
+    if (p < 1)
+        node_fail(c, format("LpPool's p must be at least 1, not %lld", (long long)p));
+    if (oattr_int(c, "ceil_mode", 0))
+        node_fail(c, "unsupported: ceil_mode (LpPool 18)");
+    Onnx__AttributeProto *ks = oattr(c, "kernel_shape");
+    int nsp = x->rank - 2;
+    if (nsp < 1 || !ks || (int)ks->n_ints != nsp)
+        node_fail(c, format("LpPool needs kernel_shape of %d values for an input %s", nsp,
+                            shape_str(x->rank, x->shape)));
+    int64_t wshape[MAX_RANK] = {x->shape[1], 1};
+    for (int i = 0; i < nsp; i++)
+        wshape[2 + i] = kernel[i] = ks->ints[i];
+    Value *ones = new_value(format("%s/ones", c->nname), KILN_DTYPE_F32, x->rank, wshape, true);
+    for (int64_t i = 0; i < vcount(ones); i++)
+        vset(ones, i, 1.0);
+    Value *a = unary_tmp(c, OP_ABS, x);
+    Value *ins[2] = {p == 1 ? a : p == 2 ? binary_tmp(c, OP_MUL, x, x)
+                                         : binary_tmp(c, OP_POW, a,
+                                                      const_scalar(c, KILN_DTYPE_F32, (double)p)),
+                     ones};
+    Node *k = emit_tmp(c, OP_CONV, 2, ins);
+    copy_attrs(c, k, "kernel_shape:- p:- ceil_mode:-");
+    node_set_int(k, "group", x->shape[1]);
+    Value *s = finish(c, k);
+    Value *y = p == 1 ? s : p == 2 ? unary_tmp(c, OP_SQRT, s)
+                                   : binary_tmp(c, OP_POW, s,
+                                                const_scalar(c, KILN_DTYPE_F32, 1.0 / (double)p));
+    kiln_dtype dt = in(c, 0)->dtype;
+    if (dt == KILN_DTYPE_F32) {
+        bind_output(c, 0, y);
+        return;
+    }
+    Node *back = emit(c, OP_CAST, 1, &y, out_name(c, 0));
+    node_set_attr(back, "to", kiln_dtype_name(dt));
+    finish(c, back);
 }
 
 void map_resize(Ctx *c, const OnnxOp *op) {

@@ -54,7 +54,8 @@ static const struct {
  *     kiln's folding in double matches; stash_type 0 is refused by name;
  *   - QLinearMatMul 21: f16 scales (kiln rescales in f32) and float8
  *     types, which kiln refuses by dtype;
- *   - LpNormalization 22: types only;
+ *   - LpNormalization 22: types only; LpPool 18: ceil_mode (refused by
+ *     name), 22 types only;
  *   - DFT 20: the axis became an input (a constant in kiln), -2 by
  *     default (onnx_map_math.c);
  *   - Det 22, Compress 28, ReverseSequence 28, Einsum 28, QuantizeLinear
@@ -86,7 +87,7 @@ static const struct {
     {"Cos", 22}, {"Cosh", 22}, {"DepthToSpace", 28}, {"DFT", 20}, {"DequantizeLinear", 28}, {"Dropout", 22}, {"Elu", 22}, {"EyeLike", 22},
     {"Equal", 19}, {"Flatten", 25}, {"Gelu", 20}, {"GlobalAveragePool", 22},
     {"GlobalMaxPool", 22}, {"GRU", 22}, {"GridSample", 22}, {"GroupNormalization", 21}, {"HardSigmoid", 22},
-    {"HardSwish", 22}, {"Identity", 25}, {"If", 25}, {"InstanceNormalization", 22}, {"LRN", 13}, {"LpNormalization", 22}, {"LSTM", 22}, {"MaxPool", 22}, {"MaxUnpool", 22}, {"IsInf", 20},
+    {"HardSwish", 22}, {"Identity", 25}, {"If", 25}, {"InstanceNormalization", 22}, {"LRN", 13}, {"LpNormalization", 22}, {"LpPool", 22}, {"LSTM", 22}, {"MaxPool", 22}, {"MaxUnpool", 22}, {"IsInf", 20},
     {"IsNaN", 20}, {"MeanVarianceNormalization", 13}, {"Mod", 28}, {"Mish", 22}, {"NegativeLogLikelihoodLoss", 22}, {"OneHot", 28},
     {"Pad", 25}, {"QLinearMatMul", 21}, {"QuantizeLinear", 28}, {"RMSNormalization", 23}, {"RNN", 22}, {"ReduceLogSum", 28}, {"ReduceLogSumExp", 28},
     {"ReduceMax", 20}, {"ReduceMin", 20}, {"Range", 27}, {"Reshape", 25}, {"ReverseSequence", 28}, {"Resize", 19}, {"RoiAlign", 22}, {"RotaryEmbedding", 23}, {"Round", 22},
