@@ -67,7 +67,8 @@ static const struct {
  *   - Pad 19: mode "wrap", and Resize 19: coordinate mode
  *     "half_pixel_symmetric": both refused by name where they appear;
  *   - If 19, 21, 23, 24 and 25: new types only (kiln takes a constant
- *     condition and inlines the branch: onnx_map.c);
+ *     condition and inlines the branch: onnx_map.c); Loop and Scan 19 to
+ *     25 likewise (kiln unrolls them);
  *   - GridSample 20: modes renamed (linear, cubic) and N-D grids; 22 types
  *     only; RoiAlign 22 and MaxUnpool 22: types only;
  *   - ops new after 18: Gelu 20, AffineGrid 20, GroupNormalization 21 (scale
@@ -87,10 +88,10 @@ static const struct {
     {"Cos", 22}, {"Cosh", 22}, {"DepthToSpace", 28}, {"DFT", 20}, {"DequantizeLinear", 28}, {"Dropout", 22}, {"Elu", 22}, {"EyeLike", 22},
     {"Equal", 19}, {"Flatten", 25}, {"Gelu", 20}, {"GlobalAveragePool", 22},
     {"GlobalMaxPool", 22}, {"GRU", 22}, {"GridSample", 22}, {"GroupNormalization", 21}, {"HardSigmoid", 22},
-    {"HardSwish", 22}, {"Identity", 25}, {"If", 25}, {"InstanceNormalization", 22}, {"LRN", 13}, {"LpNormalization", 22}, {"LpPool", 22}, {"LSTM", 22}, {"MaxPool", 22}, {"MaxUnpool", 22}, {"IsInf", 20},
+    {"HardSwish", 22}, {"Identity", 25}, {"If", 25}, {"InstanceNormalization", 22}, {"LRN", 13}, {"Loop", 25}, {"LpNormalization", 22}, {"LpPool", 22}, {"LSTM", 22}, {"MaxPool", 22}, {"MaxUnpool", 22}, {"IsInf", 20},
     {"IsNaN", 20}, {"MeanVarianceNormalization", 13}, {"Mod", 28}, {"Mish", 22}, {"NegativeLogLikelihoodLoss", 22}, {"OneHot", 28},
     {"Pad", 25}, {"QLinearMatMul", 21}, {"QuantizeLinear", 28}, {"RMSNormalization", 23}, {"RNN", 22}, {"ReduceLogSum", 28}, {"ReduceLogSumExp", 28},
-    {"ReduceMax", 20}, {"ReduceMin", 20}, {"Range", 27}, {"Reshape", 25}, {"ReverseSequence", 28}, {"Resize", 19}, {"RoiAlign", 22}, {"RotaryEmbedding", 23}, {"Round", 22},
+    {"ReduceMax", 20}, {"ReduceMin", 20}, {"Range", 27}, {"Reshape", 25}, {"ReverseSequence", 28}, {"Resize", 19}, {"RoiAlign", 22}, {"Scan", 25}, {"RotaryEmbedding", 23}, {"Round", 22},
     {"Selu", 22}, {"Shape", 25}, {"Sin", 22}, {"Sinh", 22}, {"Size", 25}, {"Softplus", 22},
     {"Softsign", 22}, {"SpaceToDepth", 28}, {"Squeeze", 25}, {"Swish", 24}, {"SwiGLU", 28}, {"Tan", 22}, {"ThresholdedRelu", 22},
     {"TopK", 24}, {"Transpose", 25}, {"Unsqueeze", 25},
