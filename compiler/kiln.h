@@ -199,6 +199,18 @@ typedef struct WeightSource {
     Loc loc;            /* of the source description */
 } WeightSource;
 
+/* A weight that arrived as 8-bit codes (an ONNX DequantizeLinear of a
+ * constant, folded to f32 values): the codes, and the scale and zero point
+ * of each, so that quantize.c can store a matmul's B as they are. */
+typedef struct QuantCodes {
+    const uint8_t *codes; /* one byte per element, the tensor's layout; NULL: none */
+    bool is_signed;       /* int8 codes, else uint8 */
+    const float *scale;   /* one per tensor, per index of axis, or per block */
+    const uint8_t *zero;  /* zero points laid out like scale (codes' type), or NULL */
+    int axis;             /* the axis the scales vary along; -1: one scale */
+    int64_t block;        /* the indices of axis that share one scale; 0: each its own */
+} QuantCodes;
+
 typedef struct Tensor {
     const char *name;
     int id;
@@ -217,6 +229,7 @@ typedef struct Tensor {
     /* weights */
     WeightSource src;
     uint8_t *data;      /* little-endian, bytes() long, after load */
+    QuantCodes quant;   /* rank-2 f32 weights folded from 8-bit codes */
     /* memory: set by lower (views) and plan_memory */
     struct Tensor *alias; /* the tensor whose bytes this one shares, or NULL */
     uint32_t buffer;    /* KILN_BUFFER_* */

@@ -18,6 +18,7 @@ typedef struct Value {
     int64_t shape[MAX_RANK];
     uint8_t *data; /* a constant's bytes (kiln layout), or NULL */
     Tensor *t;     /* the kiln tensor, once one exists */
+    QuantCodes quant; /* a constant dequantized from 8-bit codes (to its tensor) */
 } Value;
 
 typedef struct Ctx {

@@ -4,7 +4,9 @@
  *
  *  - DequantizeLinear: (float(x) - zero_point) * scale. A dequantized
  *    constant (a weight, as onnxruntime's QDQ tools write them) is
- *    computed here on the CPU and becomes an f32 constant.
+ *    computed here on the CPU and becomes an f32 constant; one of rank 2
+ *    from 8-bit codes keeps them beside it, so that a matmul's B can be
+ *    stored as those codes (quantize.c).
  *  - QuantizeLinear: clamp(roundEven(x / scale) + zero_point) to the
  *    output type's range (uint8 or int8), then a cast.
  *  - DynamicQuantizeLinear: the scale and zero point from the input's
@@ -198,6 +200,15 @@ void map_dequantize(Ctx *c, const OnnxOp *op) {
             int64_t p = param_index(x, scale, axis, block, i);
             double z = zp ? vget(zp, p) : 0;
             vset(y, i, (float)((float)(vget(x, i) - z) * (float)vget(scale, p)));
+        }
+        if (x->rank == 2 && dt == KILN_DTYPE_F32 && x->dtype != KILN_DTYPE_I32) {
+            /* a matmul weight may keep its codes (quantize.c) */
+            float *s = xcalloc((size_t)vcount(scale) + 1, sizeof(float));
+            for (int64_t i = 0; i < vcount(scale); i++)
+                s[i] = (float)vget(scale, i);
+            y->quant = (QuantCodes){x->data, x->dtype == KILN_DTYPE_I8, s,
+                                    zp ? zp->data : NULL, vcount(scale) == 1 ? -1 : axis,
+                                    block};
         }
         bind_value(c, out_name(c, 0), y);
         return;

@@ -125,6 +125,7 @@ Tensor *tens(Ctx *c, Value *v) {
     t->rank = v->rank;
     memcpy(t->shape, v->shape, sizeof t->shape);
     t->data = v->data;
+    t->quant = v->quant;
     t->src.from = W_VALUES;
     v->t = t;
     return t;

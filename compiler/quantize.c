@@ -22,6 +22,14 @@
  * Scales are f32 ([ceil(K / QUANT_BLOCK), N]); zero points one byte each,
  * same index. Every rounding is done in double on the stored f32 scale, so
  * that a reference written from this description gets the same bytes.
+ *
+ * A weight that arrived as 8-bit codes (Tensor.quant: an ONNX
+ * DequantizeLinear of a constant) keeps them without --weights, where its
+ * layout fits: every block of QUANT_BLOCK k of one column sharing one scale
+ * and zero point (a scale per output column, or ONNX blocks along K of a
+ * multiple of QUANT_BLOCK). int8 codes with zero points of 0 are int8;
+ * others int8-asym (int8 codes and zero points moved up by 128). The
+ * kernels then compute with exactly the values the f32 weight holds.
  */
 #include "kiln.h"
 
@@ -138,10 +146,62 @@ static void encode(Graph *g, Node *n, Tensor *b, int64_t K, int64_t N, int64_t s
     }
 }
 
+/* The index into b->quant's scales and zero points of element i (b's
+ * layout, rank 2). */
+static int64_t code_param(const Tensor *b, int64_t i) {
+    const QuantCodes *q = &b->quant;
+    if (q->axis < 0)
+        return 0;
+    int64_t cols = b->shape[1], r = i / cols, cc = i % cols, a = q->axis == 0 ? r : cc;
+    if (!q->block)
+        return a;
+    return q->axis == 0 ? a / q->block * cols + cc
+                        : r * ((cols + q->block - 1) / q->block) + a / q->block;
+}
+
+static int code_zero(const Tensor *b, int64_t p) {
+    const QuantCodes *q = &b->quant;
+    return !q->zero ? 0 : q->is_signed ? (int)(int8_t)q->zero[p] : (int)q->zero[p];
+}
+
+/* Stores B's 8-bit codes as they are (int8 or int8-asym), when each block
+ * of QUANT_BLOCK k of one column shares a scale and a zero point; false
+ * (nothing done) when one does not. */
+static bool keep_codes(Graph *g, Node *n, Tensor *b, int64_t K, int64_t N, int64_t sk,
+                       int64_t sn) {
+    int64_t nb = (K + QUANT_BLOCK - 1) / QUANT_BLOCK;
+    bool asym = !b->quant.is_signed;
+    for (int64_t col = 0; col < N; col++)
+        for (int64_t blk = 0; blk < nb; blk++) {
+            int64_t k0 = blk * QUANT_BLOCK, k1 = k0 + QUANT_BLOCK < K ? k0 + QUANT_BLOCK : K;
+            int64_t p0 = code_param(b, k0 * sk + col * sn);
+            asym |= code_zero(b, p0) != 0;
+            for (int64_t k = k0 + 1; k < k1; k++) {
+                int64_t p = code_param(b, k * sk + col * sn);
+                if (b->quant.scale[p] != b->quant.scale[p0] || code_zero(b, p) != code_zero(b, p0))
+                    return false;
+            }
+        }
+    int shift = asym && b->quant.is_signed ? 128 : 0;
+    n->wformat = asym ? WF_INT8_ASYM : WF_INT8;
+    n->wq = new_weight(g, b, ".q", KILN_DTYPE_U8, (K * N + 3) / 4 * 4);
+    n->wscale = new_weight(g, b, ".scale", KILN_DTYPE_F32, nb * N);
+    if (asym)
+        n->wzero = new_weight(g, b, ".zero", KILN_DTYPE_U8, (nb * N + 3) / 4 * 4);
+    for (int64_t col = 0; col < N; col++)
+        for (int64_t blk = 0; blk < nb; blk++) {
+            int64_t p0 = code_param(b, blk * QUANT_BLOCK * sk + col * sn);
+            memcpy(n->wscale->data + 4 * (blk * N + col), &b->quant.scale[p0], 4);
+            if (asym)
+                n->wzero->data[blk * N + col] = (uint8_t)(code_zero(b, p0) + shift);
+        }
+    for (int64_t i = 0; i < K * N; i++)
+        n->wq->data[i] = (uint8_t)(b->quant.codes[i] + shift);
+    return true;
+}
+
 void quantize_weights(Graph *g, const Options *opt) {
     WeightFormat f = (WeightFormat)opt->weights_format;
-    if (f == WF_F32)
-        return;
     /* A weight qualifies when every live reader is a matmul or gemm that
      * takes it as B. */
     bool *other = xcalloc((size_t)g->tensors.len + 1, sizeof *other);
@@ -151,14 +211,14 @@ void quantize_weights(Graph *g, const Options *opt) {
             if (k != 1 || (n->op != OP_MATMUL && n->op != OP_GEMM))
                 other[n->inputs[k]->id] = true;
     }
-    int done = 0;
+    int done = 0, kept = 0;
     for (int i = 0; i < g->nodes.len; i++) {
         Node *n = g->nodes.data[i];
         if (n->dead || (n->op != OP_MATMUL && n->op != OP_GEMM) || n->ninputs < 2)
             continue;
         Tensor *b = n->inputs[1];
         if (b->kind != T_WEIGHT || b->dtype != KILN_DTYPE_F32 || b->rank != 2 ||
-            b->is_output || other[b->id] || !b->data)
+            b->is_output || other[b->id] || !b->data || (f == WF_F32 && !b->quant.codes))
             continue;
         int64_t K = b->shape[0], N = b->shape[1], sk = N, sn = 1;
         if (n->op == OP_GEMM && attr_int(n, "trans_b")) {
@@ -184,10 +244,16 @@ void quantize_weights(Graph *g, const Options *opt) {
             n->wzero = same->wzero;
             continue;
         }
+        if (f == WF_F32) {
+            kept += keep_codes(g, n, b, K, N, sk, sn);
+            continue;
+        }
         encode(g, n, b, K, N, sk, sn, f);
         done++;
     }
-    if (opt->verbose)
+    if (opt->verbose && f != WF_F32)
         fprintf(stderr, "kiln: --weights %s: %d matmul weights re-encoded\n",
                 weight_format_names[f], done);
+    if (opt->verbose && kept)
+        fprintf(stderr, "kiln: %d dequantized matmul weights kept as their 8-bit codes\n", kept);
 }

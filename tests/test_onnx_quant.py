@@ -2,7 +2,8 @@
 
 QuantizeLinear and DequantizeLinear per tensor, per axis and blocked (opset
 21), uint8 and int8, output_dtype; a dequantized constant weight (folded at
-compile time) feeding a MatMul; DynamicQuantizeLinear; MatMulInteger and
+compile time) feeding a MatMul, and kept as its 8-bit codes where its
+layout fits kiln's int8 formats; DynamicQuantizeLinear; MatMulInteger and
 ConvInteger with reductions long enough that an f32 sum of their products
 would not be exact (kiln cuts them into exact chunks: the results must be
 the exact int32 values); QLinearMatMul and QLinearConv with per-channel
@@ -12,7 +13,9 @@ does).
 """
 import numpy as np
 
-from harness import check, registry
+from pathlib import Path
+
+from harness import check, kiln, registry
 from test_onnx import attr, expect_refused, initializer, model, node, run_onnx, value_info
 
 TESTS, case = registry()
@@ -111,6 +114,62 @@ def _(workdir):
                  [initializer("w", w), initializer("s", s), initializer("z", z.astype(np.int8))])
     wd = dequantize_ref(w, s.reshape(1, 12), z.astype(np.int8).reshape(1, 12))
     run_onnx(workdir, data, [x], [x.astype(np.float64) @ wd], ["y"], tol=(1e-5, 1e-5))
+
+
+KEPT = [  # name, codes dtype, zero points, weight [rows, cols], axis, block, gemm, kept
+    ("int8 per column", np.int8, False, [70, 12], 1, 0, False, True),
+    ("uint8 per column, zero points", np.uint8, True, [70, 12], 1, 0, False, True),
+    ("int8 per column, zero points", np.int8, True, [40, 9], 1, 0, False, True),
+    ("int8 per tensor", np.int8, False, [33, 8], None, 0, False, True),
+    ("int8 blocks of 32 along K", np.int8, True, [96, 10], 0, 32, False, True),
+    ("int8 blocks of 16 along K (no fit: f32)", np.int8, False, [64, 6], 0, 16, False, False),
+    ("Gemm transB, int8 per output row", np.int8, False, [12, 50], 0, 0, True, True),
+]
+
+
+def kept_case(name, dt, zp, wshape, axis, block, gemm, kept):
+    """A dequantized constant weight feeding a matmul's B: stored as its own
+    8-bit codes (kiln's int8 or int8-asym) where every 32 k of a column
+    share one scale and zero point, else as f32; either way the product
+    must equal x @ dequantized(w) to f32 accuracy."""
+    def test(workdir):
+        rng = np.random.default_rng(11)
+        K = wshape[1] if gemm else wshape[0]
+        if axis is None:
+            pshape = []
+        elif block:
+            pshape = [(wshape[0] + block - 1) // block, wshape[1]]
+        else:
+            pshape = [wshape[axis]]
+        w = rand_q(rng, dt, wshape)
+        s = (rng.random(pshape) * 0.02 + 0.001).astype(np.float32)
+        z = (rand_q(rng, dt, pshape) // 8).astype(dt) if zp else None
+        x = rng.standard_normal([5, K]).astype(np.float32)
+        attrs = (attr("axis", axis) if axis is not None else b"") + \
+            (attr("block_size", block) if block else b"")
+        inits = [initializer("w", w), initializer("s", s)] + ([initializer("z", z)] if zp else [])
+        mm = node("Gemm", ["x", "wd"], ["y"], "mm", attr("transB", 1)) if gemm else \
+            node("MatMul", ["x", "wd"], ["y"], "mm")
+        nodes = [node("DequantizeLinear", ["w", "s"] + (["z"] if zp else []), ["wd"], "dq",
+                      attrs), mm]
+        N = wshape[0] if gemm else wshape[1]
+        data = model(nodes, [value_info("x", [5, K])], [value_info("y", [5, N])], inits,
+                     opset=21 if block else 13)
+        full_s = expand_param(s, wshape, axis or 0, block) if axis is not None else s
+        full_z = None if z is None else (expand_param(z, wshape, axis or 0, block)
+                                         if axis is not None else z)
+        wd = dequantize_ref(w, full_s, full_z)
+        want = x.astype(np.float64) @ (wd.T if gemm else wd).astype(np.float64)
+        run_onnx(workdir, data, [x], [want], ["y"], tol=(1e-5, 1e-5))
+        r = kiln("compile", Path(workdir) / "m.onnx", "-o", Path(workdir) / "v.c", "-v")
+        said = "1 dequantized matmul weights kept as their 8-bit codes" in r.stderr
+        check(r.returncode == 0 and said == kept,
+              f"expected the codes {'kept' if kept else 'not kept'}:\n{r.stderr[-2000:]}")
+    return test
+
+
+for _c in KEPT:
+    case(f"onnx DequantizeLinear weight of a MatMul keeps its codes: {_c[0]}")(kept_case(*_c))
 
 
 @case("onnx DynamicQuantizeLinear: scale, zero point and uint8 values match numpy")
