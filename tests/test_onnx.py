@@ -196,20 +196,26 @@ bad_case("an opset past the newest kiln knows",
          model([node("Relu", ["x"], ["y"], "r")], [value_info("x", [2, 3])],
                [value_info("y", [2, 3])], opset=29),
          ["unsupported: opset 29 (kiln reads opsets 1 to 28)"])
-# DFT 20 made its axis an input: kiln reads DFT up to version 17, and says so.
-bad_case("an op version kiln does not read yet, by name",
-         model([node("DFT", ["x"], ["y"], "d")], [value_info("x", [1, 8, 1])],
+# DFT 20 made its axis an input, which kiln bakes in.
+bad_case("DFT 20 with an axis computed at run time",
+         model([node("DFT", ["x", "", "ax"], ["y"], "d")],
+               [value_info("x", [1, 8, 1]), value_info("ax", [], 7)],
                [value_info("y", [1, 8, 2])], opset=20),
-         ["node 'd (DFT)'", "unsupported: DFT version 20 (opset 20); kiln reads DFT up to "
-          "version 17"])
-# Attention 25 added left and right windows: not read yet.
-bad_case("Attention 25 refused by name",
-         model([node("Attention", ["q", "k", "v"], ["y"], "a")],
+         ["node 'd (DFT)'", "axis (input 2, 'ax') must be a constant"])
+# Attention 25's windows: -1 (unbounded) or a bound of at least 0.
+bad_case("Attention 25 with a window below -1",
+         model([node("Attention", ["q", "k", "v"], ["y"], "a", attr("left_window_size", -2))],
                [value_info("q", [1, 2, 3, 4]), value_info("k", [1, 2, 3, 4]),
                 value_info("v", [1, 2, 3, 4])],
                [value_info("y", [1, 2, 3, 4])], opset=25),
-         ["node 'a (Attention)'", "unsupported: Attention version 25 (opset 25); kiln reads "
-          "Attention up to version 24"])
+         ["node 'a (Attention)'", "left_window_size and right_window_size must be -1"])
+# Range 27's stash_type 0 (f16 accumulation) is refused by name.
+bad_case("Range 27 with stash_type 0 on f16",
+         model([node("Range", ["s", "l", "d"], ["y"], "r", attr("stash_type", 0))], [],
+               [value_info("y", [4], 10)],
+               [initializer("s", np.array(0, np.float16)), initializer("l", np.array(4, np.float16)),
+                initializer("d", np.array(1, np.float16))], opset=27),
+         ["node 'r (Range)'", "unsupported: Range's stash_type 0"])
 # AveragePool 19 added dilations, which kiln's avg_pool does not take.
 bad_case("AveragePool 19 with dilations refused by name",
          model([node("AveragePool", ["x"], ["y"], "p",
