@@ -228,7 +228,7 @@ def newer_opset_case(opset):
     """A graph at a newer opset that only uses op versions kiln reads there:
     Reshape, Transpose and Identity (versions to 25), Softsign and
     GlobalAveragePool (22), Relu; at opset 20 also Cast (19) and AveragePool
-    (19), whose versions at 23 and 25 kiln does not read yet."""
+    (19)."""
     def test(workdir):
         import numpy as np
         shape = initializer("shape", np.array([1, 2, 4, 6], np.int64))
