@@ -1,0 +1,321 @@
+#!/usr/bin/env python3
+"""models.py: kiln against PyTorch on real models, on the same GPU, in one
+run; writes bench/MODELS.md (and models.json).
+
+Runs where PyTorch with CUDA, torchvision, transformers, onnx and
+onnxruntime are (the GPU machine), with kiln built there or carried
+(build/kiln, build/libkilnrt.a, build/run_model_test.o). For each model:
+
+1. the model with random weights (torchvision's and transformers' own
+   classes, as tests/models/export.py builds them), exported by
+   torch.onnx.export with the dynamo exporter at its default opset (20);
+2. kiln compiles the file unchanged; the program runs the stored inputs,
+   and every output element is checked against onnxruntime's (CPU) within
+   atol 1e-4 + rtol 1e-3 before anything is timed (a model that fails is
+   reported, not timed);
+3. timed, each the median of RUNS runs after a warm-up of at least 0.3 s:
+   kiln's latency of one inference from host memory to host memory
+   (bench/bench.c: inputs in, submit, wait, outputs out), kiln's GPU time
+   (the sum of its dispatches' timestamps), torch eager and torch replaying
+   a CUDA graph, both also host to host (the input copied in, the output
+   copied out, synchronized); with --compile also torch.compile (default
+   mode, for context). f32 with TF32 off in torch;
+4. kiln's five slowest dispatches (run_model -p: GPU microseconds, and the
+   TFLOP/s and GB/s that the compiler's operation and byte counts give).
+
+  bench/models.py [--only NAME[,NAME...]] [--runs N] [--compile] [--out DIR]
+  bench/models.py --from-json A.json [B.json...] [--out DIR]
+
+NAMEs: mobilenet_v3_large, efficientnet_b0, resnet50, convnext_tiny,
+vit-b16, bert-base, gpt2, llama-1024, resnet50@32 (batch 32). With --out,
+models.json and MODELS.md go to DIR (else bench/). --from-json writes
+MODELS.md from the models.json of runs split across calls (same GPU and
+driver; needs no torch).
+"""
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD = Path(os.environ.get("KILN_BUILD", ROOT / "build"))
+sys.path.insert(0, str(ROOT / "tests" / "models"))
+torch = export = None  # imported by main() when it benchmarks (not for --from-json)
+
+VULKAN_LIB = os.environ.get("KILN_VULKAN_LIB", "-lvulkan")
+MODELS = ["mobilenet_v3_large", "efficientnet_b0", "resnet50", "convnext_tiny", "vit-b16",
+          "bert-base", "gpt2", "llama-1024", "resnet50@32"]
+
+
+def sh(cmd, cwd=None):
+    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, cwd=cwd)
+    if r.returncode != 0:
+        raise RuntimeError(f"{Path(str(cmd[0])).name} failed ({r.returncode}):\n"
+                           f"{(r.stdout + r.stderr)[-3000:]}")
+    return r.stdout + r.stderr
+
+
+def wall_us(fn, runs, warmup_s=0.3):
+    """Median wall time of fn() in microseconds, after warm-up calls lasting
+    at least warmup_s seconds (and at least three)."""
+    t_end, n = time.perf_counter() + warmup_s, 0
+    while n < 3 or time.perf_counter() < t_end:
+        fn()
+        n += 1
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e6)
+    return statistics.median(times)
+
+
+def model_and_inputs(name):
+    """(module, inputs) of a benchmark NAME (NAME@B: batch B)."""
+    base, _, batch = name.partition("@")
+    module, specs, _ = export.full_model(base)
+    if batch:
+        specs = [((int(batch),) + tuple(shape[1:]), dt, high) for shape, dt, high in specs]
+    return module, export.make_inputs(specs)
+
+
+def kiln_build(wd, onnx_path):
+    """Compiles the model; builds bench.c and run_model with it."""
+    t0 = time.monotonic()
+    log = sh([BUILD / "kiln", "compile", onnx_path, "--name", "model", "-o", wd / "model.c"])
+    compile_s = time.monotonic() - t0
+    summary = [line for line in log.splitlines() if " dispatches (" in line]
+    common = ["-O2", "-std=c99", "-I", ROOT / "runtime"]
+    sh(["cc", *common, "-c", "-o", wd / "model.o", wd / "model.c"])
+    sh(["cc", *common, "-D_POSIX_C_SOURCE=199309L", "-DKILN_MODEL=model", "-include",
+        wd / "model.h", "-o", wd / "bench", ROOT / "bench" / "bench.c", wd / "model.o",
+        "-L", BUILD, "-lkilnrt", VULKAN_LIB, "-lm"])
+    sh(["cc", "-o", wd / "run_model", wd / "model.o", BUILD / "run_model_test.o", "-L", BUILD,
+        "-lkilnrt", VULKAN_LIB, "-lm"])
+    inspect = json.loads(sh([BUILD / "kiln", "inspect", onnx_path, "--format", "json"]))
+    return (summary or [""])[-1], compile_s, inspect
+
+
+def kiln_time(wd, inputs, outs_like, runs):
+    args = [wd / "bench", "-w", 3, "-W", 300, "-n", runs]
+    for i, x in enumerate(inputs):
+        np.ascontiguousarray(x).tofile(wd / f"in{i}.bin")
+        args += ["-i", wd / f"in{i}.bin"]
+    for i in range(len(outs_like)):
+        args += ["-o", wd / f"out{i}.bin"]
+    res = json.loads(sh(args, cwd=wd).strip().splitlines()[-1])
+    outs = [np.fromfile(wd / f"out{i}.bin", np.float32).reshape(o.shape)
+            for i, o in enumerate(outs_like)]
+    return res, outs
+
+
+def slowest(wd, inspect, inputs, runs=20, top=5):
+    """kiln's slowest dispatches: (us, node, family, TFLOP/s, GB/s)."""
+    args = [wd / "run_model", "-q", "-n", runs, "-p", wd / "prof.json"]
+    for i in range(len(inputs)):
+        args += ["-i", wd / f"in{i}.bin"]
+    sh(args, cwd=wd)
+    prof = json.loads((wd / "prof.json").read_text())
+    rows = []
+    for p, d in zip(prof["dispatches"], inspect["dispatches"]):
+        us = p["us"]
+        rows.append((us, d["node"], d["family"], p["flops"] / us / 1e6 if us else 0,
+                     p["bytes"] / us / 1e3 if us else 0))
+    rows.sort(key=lambda r: -r[0])
+    return prof["total_us"], rows[:top]
+
+
+def torch_times(module, inputs, runs, compile_too):
+    """Median host-to-host latency (us) of torch eager, a CUDA graph and
+    (optionally) torch.compile."""
+    dev = torch.device("cuda")
+    m = module.to(dev).eval()
+    host = [torch.from_numpy(x) for x in inputs]
+    res = {}
+    with torch.no_grad():
+        def eager():
+            y = m(*[h.to(dev) for h in host])
+            return y.cpu()
+        res["eager_us"] = wall_us(eager, runs)
+        static = [h.to(dev) for h in host]
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                m(*static)
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            out = m(*static)
+
+        def graph():
+            for st, h in zip(static, host):
+                st.copy_(h)
+            g.replay()
+            return out.cpu()
+        res["graph_us"] = wall_us(graph, runs)
+        if compile_too:
+            cm = torch.compile(m)
+            t0 = time.monotonic()
+            cm(*static)
+            res["compile_s"] = time.monotonic() - t0
+            res["compiled_us"] = wall_us(lambda: cm(*[h.to(dev) for h in host]).cpu(), runs)
+    m.to("cpu")
+    torch.cuda.empty_cache()
+    return res
+
+
+def bench_one(name, runs, compile_too, wd):
+    module, inputs = model_and_inputs(name)
+    onnx_path = wd / "model.onnx"
+    t0 = time.monotonic()
+    kw = dict(dynamo=True, opset_version=20, external_data=False)
+    ort_outs, torch_outs = export.export(module, inputs, onnx_path, kw)
+    row = {"model": name, "export_s": round(time.monotonic() - t0, 1)}
+    summary, compile_s, inspect = kiln_build(wd, onnx_path)
+    row.update(kiln_compile=summary, compile_s=round(compile_s, 2),
+               dispatches=inspect["summary"]["dispatches"],
+               barriers=inspect["summary"]["barriers"],
+               arena_bytes=inspect["summary"]["arena_bytes"],
+               arena_lower_bound=inspect["summary"]["peak_live_bytes"])
+    res, got = kiln_time(wd, inputs, ort_outs, runs)
+    diffs, ok = [], True
+    for g, a in zip(got, ort_outs):
+        ok &= not bool((np.abs(g - a) > 1e-4 + 1e-3 * np.abs(a)).any())
+        diffs.append(float(np.abs(g - a).max()))
+    row.update(max_abs_vs_ort=max(diffs), ort_vs_torch=max(
+        float(np.abs(a - b).max()) for a, b in zip(ort_outs, torch_outs)), checked=ok)
+    if not ok:
+        return row
+    row.update(kiln_wall_us=res["wall_us"], kiln_gpu_us=res["gpu_us"],
+               create_ms=round(res["create_us"] / 1000, 1))
+    total, top = slowest(wd, inspect, inputs)
+    row["profile_total_us"] = total
+    row["slowest"] = [{"us": round(u, 1), "node": n, "family": f, "tflops": round(t, 2),
+                       "gbs": round(b, 1)} for u, n, f, t, b in top]
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    row.update(torch_times(module, inputs, runs, compile_too))
+    row["kiln_vs_graph"] = row["graph_us"] / row["kiln_wall_us"]
+    row["kiln_vs_eager"] = row["eager_us"] / row["kiln_wall_us"]
+    return row
+
+
+def ms(us):
+    return f"{us / 1000:.2f}" if us else "-"
+
+
+def write_md(rows, out, env):
+    lines = [
+        "# kiln on real models, against PyTorch",
+        "",
+        "Written by `bench/models.py` (do not edit): each model with random weights,",
+        "exported by `torch.onnx.export` (dynamo, opset 20), compiled by kiln unchanged,",
+        "its outputs checked against onnxruntime (atol 1e-4 + rtol 1e-3) before timing.",
+        "Latency of one inference from host memory to host memory, median of "
+        f"{env['runs']} runs;",
+        "kiln GPU: the sum of its dispatches' GPU times; speed = torch CUDA graph ms / kiln ms",
+        "(above 1: kiln faster). f32, TF32 off in torch.",
+        "",
+        f"{env['date']}, {env['gpu']}, driver {env['driver']}, PyTorch {env['torch']}, "
+        f"onnxruntime {env['ort']}" + (f"; the models in {env['calls']} runs of the script "
+                                       "on one machine, one after the other."
+                                       if env.get("calls", 1) > 1 else "."),
+        "",
+        "| model | dispatches (barriers) | max \\|kiln - ort\\| | kiln ms | kiln GPU ms | "
+        "torch eager ms | torch CUDA graph ms | kiln speed / graph |"
+        + (" torch.compile ms |" if any("compiled_us" in r for r in rows) else ""),
+        "| --- | --- | --- | --- | --- | --- | --- | --- |"
+        + (" --- |" if any("compiled_us" in r for r in rows) else ""),
+    ]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['model']} | failed: {r['error'][:200]} | | | | | | |")
+            continue
+        if not r["checked"]:
+            lines.append(f"| {r['model']} | {r['dispatches']} ({r['barriers']}) | "
+                         f"{r['max_abs_vs_ort']:.3g} OFF | not timed | | | | |")
+            continue
+        lines.append(
+            f"| {r['model']} | {r['dispatches']} ({r['barriers']}) | {r['max_abs_vs_ort']:.2g} | "
+            f"{ms(r['kiln_wall_us'])} | {ms(r['kiln_gpu_us'])} | {ms(r['eager_us'])} | "
+            f"{ms(r['graph_us'])} | {r['kiln_vs_graph']:.2f} |"
+            + (f" {ms(r.get('compiled_us'))} |" if any("compiled_us" in x for x in rows)
+               else ""))
+    lines += ["", "## Memory", "",
+              "kiln's arena against its lower bound (the peak of live bytes at any dispatch):",
+              "", "| model | arena MiB | lower bound MiB | over |", "| --- | --- | --- | --- |"]
+    for r in rows:
+        if "arena_bytes" in r:
+            a, lb = r["arena_bytes"], r["arena_lower_bound"]
+            lines.append(f"| {r['model']} | {a / 2**20:.1f} | {lb / 2**20:.1f} | "
+                         f"{100.0 * (a - lb) / lb if lb else 0:.1f}% |")
+    lines += ["", "## Where kiln's time goes", "",
+              "The five slowest dispatches of each model (`run_model -p`, mean of 20 runs):",
+              "GPU microseconds, and what the compiler's counts of operations and bytes give.",
+              ""]
+    for r in rows:
+        if not r.get("slowest"):
+            continue
+        lines += [f"**{r['model']}** ({ms(r['profile_total_us'])} ms of GPU time in "
+                  f"{r['dispatches']} dispatches)", "",
+                  "| us | node | kernel | TFLOP/s | GB/s |", "| --- | --- | --- | --- | --- |"]
+        for s in r["slowest"]:
+            lines.append(f"| {s['us']} | {s['node'][:70]} | {s['family']} | {s['tflops']} | "
+                         f"{s['gbs']} |")
+        lines.append("")
+    (out / "MODELS.md").write_text("\n".join(lines) + "\n")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", default=",".join(MODELS))
+    ap.add_argument("--runs", type=int, default=300)
+    ap.add_argument("--compile", action="store_true", help="also time torch.compile")
+    ap.add_argument("--out", default=str(ROOT / "bench"))
+    ap.add_argument("--from-json", nargs="+", metavar="JSON")
+    a = ap.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if a.from_json:
+        runs = [json.loads(Path(p).read_text()) for p in a.from_json]
+        env, rows = runs[0]["env"], [r for run in runs for r in run["rows"]]
+        env["calls"] = len(runs)
+        order = {m: i for i, m in enumerate(MODELS)}
+        rows.sort(key=lambda r: order.get(r["model"], len(order)))
+        (out / "models.json").write_text(json.dumps({"env": env, "rows": rows}, indent=1) + "\n")
+        write_md(rows, out, env)
+        return 0
+    global torch, export
+    import torch
+    import export  # tests/models/export.py: the models and the exporter calls
+    smi = sh(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"])
+    gpu, driver = [s.strip() for s in smi.strip().splitlines()[0].split(",")]
+    import onnxruntime
+    env = {"date": datetime.date.today().isoformat(), "gpu": gpu, "driver": driver,
+           "torch": torch.__version__, "ort": onnxruntime.__version__, "runs": a.runs}
+    rows = []
+    for name in a.only.split(","):
+        with tempfile.TemporaryDirectory() as wd:
+            try:
+                row = bench_one(name, a.runs, a.compile, Path(wd))
+            except Exception as e:  # reported in the table, the run goes on
+                row = {"model": name, "error": f"{type(e).__name__}: {e}"}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    (out / "models.json").write_text(json.dumps({"env": env, "rows": rows}, indent=1) + "\n")
+    write_md(rows, out, env)
+    return 1 if any("error" in r or not r.get("checked") for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
