@@ -651,7 +651,9 @@ void map_grid_sample(Ctx *c, const OnnxOp *op) {
     finish(c, k);
 }
 
-/* BitShift: direction LEFT or RIGHT (u8 in kiln). */
+/* BitShift: direction LEFT or RIGHT; unsigned integers (u8 in kiln), and
+ * from version 28 signed ones (i8, i32, i64: kiln's shifts define every
+ * amount as 28 does). */
 void map_bit_shift(Ctx *c, const OnnxOp *op) {
     (void)op;
     const char *dir = oattr_str(c, "direction", "");
@@ -659,6 +661,10 @@ void map_bit_shift(Ctx *c, const OnnxOp *op) {
     if (!left && strcmp(dir, "RIGHT") != 0)
         node_fail(c, format("BitShift's direction must be LEFT or RIGHT, not '%s'", dir));
     Value *ins[2] = {in(c, 0), in(c, 1)};
+    if (onnx_op_version("BitShift", c->opset) < 28 && ins[0]->dtype != KILN_DTYPE_U8)
+        node_fail(c, format("BitShift %lld shifts unsigned integers, not %s (signed ones "
+                            "from version 28)", (long long)onnx_op_version("BitShift", c->opset),
+                            kiln_dtype_name(ins[0]->dtype)));
     finish(c, emit(c, left ? OP_SHIFT_LEFT : OP_SHIFT_RIGHT, 2, ins, out_name(c, 0)));
 }
 

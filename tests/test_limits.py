@@ -231,7 +231,7 @@ def _(workdir):
     sc = initializer("sc", np.ones(9, np.float32))
     m = model([node("Resize", ["x", "", "sc"], ["y"], "rz")], x, [value_info("y", [2, 3])],
               [sc], opset=13)
-    compile_fails(workdir, "z.onnx", m, ["node 'rz (Resize)'", "scales has 9 values, at most 8"])
+    compile_fails(workdir, "z.onnx", m, ["node 'rz (Resize)'", "scales has 9 values for 2 axes"])
 
 
 @case("limits: 9 dynamic dimensions are refused by name; 8 compile")
