@@ -17,9 +17,11 @@ onnxruntime are (the GPU machine), with kiln built there or carried
    kiln's latency of one inference from host memory to host memory
    (bench/bench.c: inputs in, submit, wait, outputs out), kiln's GPU time
    (the sum of its dispatches' timestamps), torch eager and torch replaying
-   a CUDA graph, both also host to host (the input copied in, the output
-   copied out, synchronized); with --compile also torch.compile (default
-   mode, for context). f32 with TF32 off in torch;
+   a CUDA graph, both also host to host (the inputs copied in from pageable
+   host memory, the output copied out, synchronized; bench/run.py's
+   pinned copies would be fairer to torch, not yet measured here); with
+   --compile also torch.compile (default mode, for context). f32 with
+   TF32 off in torch;
 4. kiln's five slowest dispatches (run_model -p: GPU microseconds, and the
    TFLOP/s and GB/s that the compiler's operation and byte counts give).
 
@@ -36,7 +38,6 @@ import argparse
 import datetime
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -48,7 +49,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = Path(os.environ.get("KILN_BUILD", ROOT / "build"))
 sys.path.insert(0, str(ROOT / "tests" / "models"))
-torch = export = None  # imported by main() when it benchmarks (not for --from-json)
+torch = export = run = None  # imported by main() when it benchmarks (not for --from-json)
 
 VULKAN_LIB = os.environ.get("KILN_VULKAN_LIB", "-lvulkan")
 MODELS = ["mobilenet_v3_large", "efficientnet_b0", "resnet50", "convnext_tiny", "vit-b16",
@@ -63,19 +64,10 @@ def sh(cmd, cwd=None):
     return r.stdout + r.stderr
 
 
-def wall_us(fn, runs, warmup_s=0.3):
-    """Median wall time of fn() in microseconds, after warm-up calls lasting
-    at least warmup_s seconds (and at least three)."""
-    t_end, n = time.perf_counter() + warmup_s, 0
-    while n < 3 or time.perf_counter() < t_end:
-        fn()
-        n += 1
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e6)
-    return statistics.median(times)
+def wall_us(fn, runs):
+    """Median wall time of fn() in microseconds after 0.3 s of warm-up
+    (bench/run.py's)."""
+    return run.wall_us(fn, runs, warmup_s=0.3)
 
 
 def model_and_inputs(name):
@@ -135,39 +127,31 @@ def slowest(wd, inspect, inputs, runs=20, top=5):
 
 def torch_times(module, inputs, runs, compile_too):
     """Median host-to-host latency (us) of torch eager, a CUDA graph and
-    (optionally) torch.compile."""
+    (optionally) torch.compile: the inputs copied from (pageable) host
+    memory into the device tensors the model or graph reads, the output
+    copied back to the host (which synchronizes)."""
     dev = torch.device("cuda")
     m = module.to(dev).eval()
     host = [torch.from_numpy(x) for x in inputs]
+    static = [h.to(dev) for h in host]
     res = {}
-    with torch.no_grad():
-        def eager():
-            y = m(*[h.to(dev) for h in host])
-            return y.cpu()
-        res["eager_us"] = wall_us(eager, runs)
-        static = [h.to(dev) for h in host]
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for _ in range(3):
-                m(*static)
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            out = m(*static)
 
-        def graph():
-            for st, h in zip(static, host):
-                st.copy_(h)
-            g.replay()
-            return out.cpu()
-        res["graph_us"] = wall_us(graph, runs)
+    def timed(fn):
+        def once():
+            for d, h in zip(static, host):
+                d.copy_(h)
+            return fn().cpu()
+        return wall_us(once, runs)
+    with torch.no_grad():
+        res["eager_us"] = timed(lambda: m(*static))
+        g, out = run.cuda_graph(m, *static)
+        res["graph_us"] = timed(lambda: (g.replay(), out)[1])
         if compile_too:
             cm = torch.compile(m)
             t0 = time.monotonic()
             cm(*static)
             res["compile_s"] = time.monotonic() - t0
-            res["compiled_us"] = wall_us(lambda: cm(*[h.to(dev) for h in host]).cpu(), runs)
+            res["compiled_us"] = timed(lambda: cm(*static))
     m.to("cpu")
     torch.cuda.empty_cache()
     return res
@@ -295,9 +279,11 @@ def main():
         (out / "models.json").write_text(json.dumps({"env": env, "rows": rows}, indent=1) + "\n")
         write_md(rows, out, env)
         return 0
-    global torch, export
+    global torch, export, run
     import torch
     import export  # tests/models/export.py: the models and the exporter calls
+    sys.path.insert(0, str(ROOT / "bench"))
+    import run  # bench/run.py: its timing and CUDA-graph helpers
     smi = sh(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"])
     gpu, driver = [s.strip() for s in smi.strip().splitlines()[0].split(",")]
     import onnxruntime

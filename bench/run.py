@@ -121,6 +121,21 @@ def wall_us(fn, runs, warmup=3, warmup_s=0.0):
     return statistics.median(times)
 
 
+def cuda_graph(fn, *args):
+    """fn(*args) captured in a CUDA graph after three calls on a side stream
+    (PyTorch's recipe): (the graph, the outputs its replays overwrite)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn(*args)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn(*args)
+    return graph, out
+
+
 def check_close(name, got, want, tol):
     got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
     err = np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-30)
@@ -355,15 +370,7 @@ def main():
             torch.cuda.synchronize()
         eager_us = min(wall_us(eager, MODEL_RUNS, 20, 0.3) for _ in range(2))
         tcheck = check_close(name + " (torch)", out_host.numpy(), want[0], 2e-3)
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(3):
-                fwd(*dev_in)
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            static_out = fwd(*dev_in)[0]
+        graph, static_out = cuda_graph(lambda *a: fwd(*a)[0], *dev_in)
 
         def graphed():
             for d_, h_ in zip(dev_in, host):

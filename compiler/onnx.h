@@ -213,6 +213,7 @@ void map_rotary_embedding(Ctx *c, const OnnxOp *op);
 Value *cast_to(Ctx *c, Value *v, kiln_dtype dt);
 Value *transposed(Ctx *c, Value *v, int n, const int64_t *perm);
 void bind_output(Ctx *c, int i, Value *v);
+void output_as(Ctx *c, Value *y, kiln_dtype dt);
 Value *reshaped(Ctx *c, Value *v, int rank, const int64_t *shape);
 Value *sliced(Ctx *c, Value *v, int axis, int64_t start, int64_t end);
 Value *joined(Ctx *c, int n, Value **parts, int64_t axis, const char *out);

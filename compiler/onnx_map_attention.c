@@ -248,13 +248,7 @@ void map_attention(Ctx *c, const OnnxOp *op) {
         return;
     if (heads4)
         y = merge_heads(c, y);
-    if (dt == KILN_DTYPE_F32) {
-        bind_output(c, 0, y);
-        return;
-    }
-    Node *back = emit(c, OP_CAST, 1, &y, out_name(c, 0));
-    node_set_attr(back, "to", kiln_dtype_name(dt));
-    finish(c, back);
+    output_as(c, y, dt);
 }
 
 /* x[..., start:end:step] along the last axis. */

@@ -93,6 +93,17 @@ Value *transposed(Ctx *c, Value *v, int n, const int64_t *perm) {
 
 /* The node's output i as v: a constant, a copy under its name; otherwise a
  * view. Nothing when the node leaves that output unnamed. */
+/* y, computed in f32, as output 0 in dtype dt: bound as it is, or cast. */
+void output_as(Ctx *c, Value *y, kiln_dtype dt) {
+    if (dt == y->dtype) {
+        bind_output(c, 0, y);
+        return;
+    }
+    Node *back = emit(c, OP_CAST, 1, &y, out_name(c, 0));
+    node_set_attr(back, "to", kiln_dtype_name(dt));
+    finish(c, back);
+}
+
 void bind_output(Ctx *c, int i, Value *v) {
     if (i >= nout(c) || !*out_name(c, i))
         return;

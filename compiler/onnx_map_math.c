@@ -512,14 +512,7 @@ void map_lp_pool(Ctx *c, const OnnxOp *op) {
     Value *y = p == 1 ? s : p == 2 ? unary_tmp(c, OP_SQRT, s)
                                    : binary_tmp(c, OP_POW, s,
                                                 const_scalar(c, KILN_DTYPE_F32, 1.0 / (double)p));
-    kiln_dtype dt = in(c, 0)->dtype;
-    if (dt == KILN_DTYPE_F32) {
-        bind_output(c, 0, y);
-        return;
-    }
-    Node *back = emit(c, OP_CAST, 1, &y, out_name(c, 0));
-    node_set_attr(back, "to", kiln_dtype_name(dt));
-    finish(c, back);
+    output_as(c, y, in(c, 0)->dtype);
 }
 
 void map_resize(Ctx *c, const OnnxOp *op) {
