@@ -14,17 +14,19 @@
  *
  * When the data (and updates) are constants too, both are computed here on
  * the CPU instead (exporters build masks this way from shapes alone: Swin's
- * shifted windows). Indices that are not constants are refused by name.
+ * shifted windows). Indices computed at run time get their row numbers on
+ * the GPU, in i64 elementwise ops (row_numbers_gpu); a tuple with an index
+ * outside its dimension names no row (the gather gives zeros there, the
+ * scatter skips it: ONNX leaves such indices undefined).
  */
 #include "onnx.h"
 
 #include <string.h>
 
-/* The row numbers of idx's tuples in data seen as [rows, rest] (batch_dims
- * leading axes shared), shaped as idx without its last axis; *rows and
- * *rest get the view's sizes. */
-static Value *row_numbers(Ctx *c, const Value *data, const Value *idx, int batch_dims,
-                          int64_t *rows, int64_t *rest) {
+/* Checks idx against data and gives the view's sizes: data seen as [rows,
+ * rest], the first batch_dims + k axes (k: the tuples' length) the rows. */
+static void nd_view(Ctx *c, const Value *data, const Value *idx, int batch_dims, int64_t *rows,
+                    int64_t *rest) {
     if (idx->rank < 1 || data->rank < 1)
         node_fail(c, "data and indices must have rank 1 or more");
     if (batch_dims < 0 || batch_dims >= idx->rank || batch_dims >= data->rank)
@@ -41,9 +43,30 @@ static Value *row_numbers(Ctx *c, const Value *data, const Value *idx, int batch
     int lead = batch_dims + (int)k;
     *rows = shape_count(lead, data->shape);
     *rest = shape_count(data->rank - lead, data->shape + lead);
+}
+
+/* The first row of each tuple's batch, shaped as idx without its last axis
+ * (zeros without batch dimensions). */
+static Value *batch_rows(Ctx *c, const Value *data, const Value *idx, int batch_dims) {
+    int64_t k = idx->shape[idx->rank - 1], tuples = vcount(idx) / k;
     int64_t per_batch = shape_count((int)k, data->shape + batch_dims);
-    int64_t tuples = vcount(idx) / k;
     int64_t per_batch_tuples = tuples / (batch_dims ? shape_count(batch_dims, idx->shape) : 1);
+    Value *b = new_value(format("%s/batch_rows%d", c->nname, ++c->tmp_count), KILN_DTYPE_I64,
+                         idx->rank - 1, idx->shape, true);
+    for (int64_t t = 0; t < tuples; t++)
+        vseti(b, t, (t / per_batch_tuples) * per_batch);
+    return b;
+}
+
+/* The row numbers of constant idx's tuples in data seen as [rows, rest]
+ * (batch_dims leading axes shared), shaped as idx without its last axis;
+ * *rows and *rest get the view's sizes. */
+static Value *row_numbers(Ctx *c, const Value *data, const Value *idx, int batch_dims,
+                          int64_t *rows, int64_t *rest) {
+    nd_view(c, data, idx, batch_dims, rows, rest);
+    int64_t k = idx->shape[idx->rank - 1];
+    int64_t tuples = vcount(idx) / k;
+    Value *base = batch_rows(c, data, idx, batch_dims);
     Value *r = new_value(format("%s/rows%d", c->nname, ++c->tmp_count), KILN_DTYPE_I64,
                          idx->rank - 1, idx->shape, true);
     for (int64_t t = 0; t < tuples; t++) {
@@ -55,16 +78,53 @@ static Value *row_numbers(Ctx *c, const Value *data, const Value *idx, int batch
                                     (long long)v, (long long)dim));
             row = row * dim + (v < 0 ? v + dim : v);
         }
-        vseti(r, t, (t / per_batch_tuples) * per_batch + row);
+        vseti(r, t, vgeti(base, t) + row);
     }
     return r;
 }
 
+/* The same row numbers for indices known only at run time, on the GPU: each
+ * tuple element (a Gather of its column) made non-negative, times its
+ * stride, summed, plus the batch's first row; a tuple with an element
+ * outside its dimension gets `rows` (no row). */
+static Value *row_numbers_gpu(Ctx *c, const Value *data, Value *idx, int batch_dims,
+                              int64_t *rows, int64_t *rest) {
+    nd_view(c, data, idx, batch_dims, rows, rest);
+    int64_t k = idx->shape[idx->rank - 1], stride = 1;
+    Value *ix = cast_to(c, idx, KILN_DTYPE_I64), *sum = NULL, *bad = NULL;
+    for (int64_t j = k - 1; j >= 0; j--) {
+        int64_t dim = data->shape[batch_dims + j];
+        Value *gi[2] = {ix, const_scalar(c, KILN_DTYPE_I64, (double)j)};
+        Node *g = emit_tmp(c, OP_GATHER, 2, gi);
+        node_set_int(g, "axis", idx->rank - 1);
+        Value *v = finish(c, g);
+        Value *neg = binary_tmp(c, OP_LT, v, const_scalar(c, KILN_DTYPE_I64, 0));
+        Value *w[3] = {neg, binary_tmp(c, OP_ADD, v, const_scalar(c, KILN_DTYPE_I64,
+                                                                  (double)dim)), v};
+        v = finish(c, emit_tmp(c, OP_WHERE, 3, w));
+        Value *out = binary_tmp(c, OP_OR, binary_tmp(c, OP_LT, v, const_scalar(c, KILN_DTYPE_I64,
+                                                                                0)),
+                                binary_tmp(c, OP_GE, v, const_scalar(c, KILN_DTYPE_I64,
+                                                                     (double)dim)));
+        bad = bad ? binary_tmp(c, OP_OR, bad, out) : out;
+        if (stride != 1)
+            v = binary_tmp(c, OP_MUL, v, const_scalar(c, KILN_DTYPE_I64, (double)stride));
+        sum = sum ? binary_tmp(c, OP_ADD, sum, v) : v;
+        stride *= dim;
+    }
+    if (batch_dims)
+        sum = binary_tmp(c, OP_ADD, sum, batch_rows(c, data, idx, batch_dims));
+    Value *pick[3] = {bad, const_scalar(c, KILN_DTYPE_I64, (double)*rows), sum};
+    return finish(c, emit_tmp(c, OP_WHERE, 3, pick));
+}
+
 void map_gather_nd(Ctx *c, const OnnxOp *op) {
     (void)op;
-    Value *data = in(c, 0), *idx = in_const(c, 1, "GatherND's indices");
+    Value *data = in(c, 0), *idx = in(c, 1);
     int64_t rows, rest;
-    Value *r = row_numbers(c, data, idx, (int)oattr_int(c, "batch_dims", 0), &rows, &rest);
+    int batch_dims = (int)oattr_int(c, "batch_dims", 0);
+    Value *r = idx->data ? row_numbers(c, data, idx, batch_dims, &rows, &rest)
+                         : row_numbers_gpu(c, data, idx, batch_dims, &rows, &rest);
     int first_kept = (int)oattr_int(c, "batch_dims", 0) + (int)idx->shape[idx->rank - 1];
     int64_t shape[MAX_RANK];
     int n = 0;
@@ -74,7 +134,7 @@ void map_gather_nd(Ctx *c, const OnnxOp *op) {
         shape[n++] = data->shape[d];
     if (n > MAX_RANK)
         node_fail(c, format("unsupported: a result of rank %d", n));
-    if (data->data) { /* all constants: gathered here */
+    if (data->data && r->data) { /* all constants: gathered here */
         Value *o = new_value(out_name(c, 0), data->dtype, n, shape, true);
         for (int64_t t = 0; t < vcount(r); t++)
             for (int64_t e = 0; e < rest; e++)
@@ -127,16 +187,17 @@ static void reduce_into(Value *o, int64_t at, const Value *u, int64_t from, cons
 
 void map_scatter_nd(Ctx *c, const OnnxOp *op) {
     (void)op;
-    Value *data = in(c, 0), *idx = in_const(c, 1, "ScatterND's indices"), *upd = in(c, 2);
+    Value *data = in(c, 0), *idx = in(c, 1), *upd = in(c, 2);
     const char *red = nd_reduction(c);
     int64_t rows, rest;
-    Value *r = row_numbers(c, data, idx, 0, &rows, &rest);
+    Value *r = idx->data ? row_numbers(c, data, idx, 0, &rows, &rest)
+                         : row_numbers_gpu(c, data, idx, 0, &rows, &rest);
     int64_t tuples = vcount(r);
     if (vcount(upd) != tuples * rest || upd->dtype != data->dtype)
         node_fail(c, format("updates %s %s do not fit %lld index tuples of rows of %lld",
                             kiln_dtype_name(upd->dtype), shape_str(upd->rank, upd->shape),
                             (long long)tuples, (long long)rest));
-    if (data->data && upd->data) { /* all constants: scattered here */
+    if (data->data && upd->data && r->data) { /* all constants: scattered here */
         Value *o = new_value(out_name(c, 0), data->dtype, data->rank, data->shape, true);
         memcpy(o->data, data->data, (size_t)(vcount(data) * kiln_dtype_size(data->dtype)));
         for (int64_t t = 0; t < tuples; t++)
@@ -145,11 +206,20 @@ void map_scatter_nd(Ctx *c, const OnnxOp *op) {
         bind_value(c, out_name(c, 0), o);
         return;
     }
-    Value *e = new_value(format("%s/elements%d", c->nname, ++c->tmp_count), KILN_DTYPE_I64, 2,
-                         (int64_t[]){tuples, rest}, true);
-    for (int64_t t = 0; t < tuples; t++)
-        for (int64_t j = 0; j < rest; j++)
-            vseti(e, t * rest + j, vgeti(r, t));
+    /* each update element's row: the tuple's row number along the row */
+    Value *e;
+    if (r->data) {
+        e = new_value(format("%s/elements%d", c->nname, ++c->tmp_count), KILN_DTYPE_I64, 2,
+                      (int64_t[]){tuples, rest}, true);
+        for (int64_t t = 0; t < tuples; t++)
+            for (int64_t j = 0; j < rest; j++)
+                vseti(e, t * rest + j, vgeti(r, t));
+    } else {
+        Value *col = reshaped(c, r, 2, (int64_t[]){tuples, 1});
+        Node *x = emit_tmp(c, OP_EXPAND, 1, &col);
+        node_set_ints(x, "shape", 2, (int64_t[]){tuples, rest});
+        e = finish(c, x);
+    }
     Value *ins[3] = {reshaped(c, data, 2, (int64_t[]){rows, rest}), e,
                      reshaped(c, upd, 2, (int64_t[]){tuples, rest})};
     Node *k = emit_tmp(c, OP_SCATTER_ELEMENTS, 3, ins);

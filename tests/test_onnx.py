@@ -335,9 +335,10 @@ def scatter_nd_ref(data, idx, upd, red):
     return out
 
 
-def nd_case(op, const_data, **kw):
+def nd_case(op, const_data, runtime_idx=False, **kw):
     """GatherND or ScatterND with constant indices, on the GPU (data an input)
-    or folded on the CPU (data a constant, then added to an input)."""
+    or folded on the CPU (data a constant, then added to an input); or with
+    indices given at run time (an input: row numbers computed on the GPU)."""
     def test(workdir):
         rng = np.random.default_rng(17)
         dt = kw.get("dtype", np.float32)
@@ -347,7 +348,8 @@ def nd_case(op, const_data, **kw):
         attrs = attr("batch_dims", b) if b else b""
         if red != "none":
             attrs += field(5, field(1, "reduction") + field(4, red) + field(20, 3))
-        ins, inits, feeds = ["data", "idx"], [initializer("idx", idx)], []
+        ins, feeds = ["data", "idx"], []
+        inits = [] if runtime_idx else [initializer("idx", idx)]
         if op == "ScatterND":
             upd = (rng.standard_normal(idx.shape[:-1] + data.shape[idx.shape[-1]:]) * 4)
             upd = upd.astype(dt)
@@ -368,6 +370,9 @@ def nd_case(op, const_data, **kw):
             feeds = [data] + ([upd] if op == "ScatterND" else [])
             inputs = [value_info("data", list(data.shape), elem)] + (
                 [value_info("upd", list(upd.shape), elem)] if op == "ScatterND" else [])
+        if runtime_idx:
+            feeds.insert(1, idx)
+            inputs.insert(1, value_info("idx", list(idx.shape), 7))
         out = model(nodes, inputs, [value_info("y", list(want.shape), elem)], inits,
                     opset=kw.get("opset", 18))
         run_onnx(workdir, out, feeds, [want], ["y"], tol=(1e-5, 1e-6))
@@ -387,20 +392,38 @@ for _op, _kw in [
         ("ScatterND", dict(data=[5, 3], indices=[[2], [0], [2]], reduction="max")),
         ("ScatterND", dict(data=[5, 3], indices=[[2], [0], [2]], reduction="min",
                            dtype=np.int32))]:
-    for _const in (False, True):
+    for _const, _rt in ((False, False), (True, False), (False, True)):
         if _op == "ScatterND" and _kw.get("dtype") == np.int32 and not _const:
             continue  # kiln's scatter_elements kernel is f32 only: folded only
-        case(f"onnx {_op} {_kw} {'folded (constant data)' if _const else 'on the GPU'} "
-             f"matches the ONNX reference")(nd_case(_op, _const, **_kw))
+        _how = ("with run-time indices" if _rt else
+                "folded (constant data)" if _const else "on the GPU")
+        case(f"onnx {_op} {_kw} {_how} matches the ONNX reference")(
+            nd_case(_op, _const, _rt, **_kw))
 
 
-@case("onnx GatherND and ScatterND: indices that are not constants, indices out of range "
-      "and a reduction newer than the op's version are refused by name")
+@case("onnx GatherND and ScatterND with run-time indices: a tuple with an index outside its "
+      "dimension gathers zeros and scatters nothing")
+def _(workdir):
+    rng = np.random.default_rng(5)
+    d = rng.standard_normal([4, 3]).astype(np.float32)
+    i = np.array([[1], [4], [-5], [-1]], np.int64)
+    g = model([node("GatherND", ["d", "i"], ["y"], "g")],
+              [value_info("d", [4, 3]), value_info("i", [4, 1], 7)], [value_info("y", [4, 3])])
+    want = np.stack([d[1], np.zeros(3), np.zeros(3), d[3]]).astype(np.float32)
+    run_onnx(workdir, g, [d, i], [want], ["y"], tol=(0, 0))
+    u = rng.standard_normal([4, 3]).astype(np.float32)
+    s = model([node("ScatterND", ["d", "i", "u"], ["y"], "s")],
+              [value_info("d", [4, 3]), value_info("i", [4, 1], 7), value_info("u", [4, 3])],
+              [value_info("y", [4, 3])])
+    want = d.copy()
+    want[1], want[3] = u[0], u[3]
+    run_onnx(workdir, s, [d, i, u], [want], ["y"], tol=(0, 0))
+
+
+@case("onnx GatherND and ScatterND: constant indices out of range and a reduction newer "
+      "than the op's version are refused by name")
 def _(workdir):
     d = np.zeros([4, 3], np.float32)
-    g = model([node("GatherND", ["d", "i"], ["y"], "g")],
-              [value_info("d", [4, 3]), value_info("i", [2, 1], 7)], [value_info("y", [2, 3])])
-    expect_refused(workdir, g, ["node 'g (GatherND)'", "must be a constant"])
     g = model([node("GatherND", ["d", "i"], ["y"], "g")], [value_info("d", [4, 3])],
               [value_info("y", [2, 3])], [initializer("i", np.array([[1], [4]], np.int64))])
     expect_refused(workdir, g, ["node 'g (GatherND)'", "index 4 is out of range"])
