@@ -480,11 +480,19 @@ void map_window(Ctx *c, const OnnxOp *op) {
 
 /* LpPool: (the sum of |x|^p over each window)^(1/p), the padding adding
  * nothing: a depthwise convolution of |x|^p with a kernel of ones takes the
- * window's pads, strides, dilations and auto_pad as they are. */
+ * window's pads, strides, dilations and auto_pad as they are. Version 1's p
+ * is a float (a whole number here); 2 and later an int. */
 void map_lp_pool(Ctx *c, const OnnxOp *op) {
     (void)op;
     Value *x = cast_to(c, in(c, 0), KILN_DTYPE_F32);
     int64_t p = oattr_int(c, "p", 2), kernel[MAX_RANK];
+    if (onnx_op_version("LpPool", c->opset) < 2) {
+        double pf = oattr_float(c, "p", 2.0);
+        if (pf != floor(pf) || pf < 1 || pf > 64)
+            node_fail(c, format("unsupported: LpPool 1's p %g (kiln takes whole numbers from 1)",
+                                pf));
+        p = (int64_t)pf;
+    }
     if (p < 1)
         node_fail(c, format("LpPool's p must be at least 1, not %lld", (long long)p));
     if (oattr_int(c, "ceil_mode", 0))

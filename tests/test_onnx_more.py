@@ -422,3 +422,36 @@ def _(workdir):
                                attr("axis", axis) if axis is not None else b"")],
                          [value_info("x", [2, 3, 4, 5])], [value_info("y", shape)], opset=opset)
             run_onnx(workdir, data, [x], [x.reshape(shape)], ["y"], tol=(0, 0))
+
+
+def lp_pool_ref(x, k, p, strides, pads):
+    """LpPool over [N, C, H, W]: (sum of |x|^p over each window)^(1/p), the
+    padding adding nothing."""
+    xp = np.pad(np.abs(x.astype(np.float64)) ** p,
+                ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+    oh = (xp.shape[2] - k[0]) // strides[0] + 1
+    ow = (xp.shape[3] - k[1]) // strides[1] + 1
+    y = np.zeros(x.shape[:2] + (oh, ow))
+    for i in range(oh):
+        for j in range(ow):
+            y[:, :, i, j] = xp[:, :, i * strides[0]:i * strides[0] + k[0],
+                               j * strides[1]:j * strides[1] + k[1]].sum(axis=(2, 3))
+    return y ** (1.0 / p)
+
+
+@case("onnx LpPool 1 (a float p) and 11 (an int p of 3, strides, pads) match numpy; "
+      "LpPool 1's fractional p is refused by name")
+def _(workdir):
+    x = np.random.default_rng(21).standard_normal([2, 3, 7, 6]).astype(np.float32)
+    for opset, p, pattr, strides, pads in ((1, 2, attr("p", 2.0), [1, 1], [0, 0, 0, 0]),
+                                           (11, 3, attr("p", 3), [2, 1], [1, 0, 1, 2])):
+        want = lp_pool_ref(x, [3, 2], p, strides, pads)
+        attrs = pattr + attr("kernel_shape", [3, 2]) + attr("strides", strides) + \
+            attr("pads", pads)
+        data = model([node("LpPool", ["x"], ["y"], "lp", attrs)],
+                     [value_info("x", list(x.shape))], [value_info("y", list(want.shape))],
+                     opset=opset)
+        run_onnx(workdir, data, [x], [want], ["y"], tol=(1e-5, 1e-6))
+    bad = model([node("LpPool", ["x"], ["y"], "lp", attr("p", 2.5) + attr("kernel_shape", [3, 2]))],
+                [value_info("x", list(x.shape))], [value_info("y", [2, 3, 5, 5])], opset=1)
+    expect_refused(workdir, bad, ["node 'lp (LpPool)'", "LpPool 1's p 2.5"])
