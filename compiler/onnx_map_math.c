@@ -149,6 +149,9 @@ void map_reduce(Ctx *c, const OnnxOp *op) {
      * as ONNX defines them */
     bool logical = x->dtype == KILN_DTYPE_BOOL &&
                    (op->kop == OP_REDUCE_MAX || op->kop == OP_REDUCE_MIN);
+    if (logical && onnx_op_version(op->name, c->opset) < 20)
+        node_fail(c, format("%s %lld reduces numbers, not bools (bools from version 20)",
+                            op->name, (long long)onnx_op_version(op->name, c->opset)));
     Value *src = logical ? cast_to(c, x, KILN_DTYPE_F32) : x;
     Node *k = logical ? emit_tmp(c, op->kop, 1, &src) : emit(c, op->kop, 1, &src, out_name(c, 0));
     if (n > 0)

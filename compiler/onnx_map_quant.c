@@ -419,6 +419,11 @@ void map_integer_product(Ctx *c, const OnnxOp *op) {
  * QLinearMatMul 21's scales may be f16: the rescaling runs in f32. */
 void map_qlinear(Ctx *c, const OnnxOp *op) {
     bool conv = op->kop == OP_CONV;
+    static const int scales[] = {1, 4, 6}; /* a_scale, b_scale, y_scale */
+    for (int i = 0; !conv && onnx_op_version("QLinearMatMul", c->opset) < 21 && i < 3; i++)
+        if (in(c, scales[i])->dtype != KILN_DTYPE_F32)
+            node_fail(c, format("QLinearMatMul 10's scales are f32, not %s (f16 from "
+                                "version 21)", kiln_dtype_name(in(c, scales[i])->dtype)));
     Value *a = in(c, 0), *as = cast_to(c, in(c, 1), KILN_DTYPE_F32), *azp = in_opt(c, 2);
     Value *b = in(c, 3), *bs = cast_to(c, in(c, 4), KILN_DTYPE_F32), *bzp = in_opt(c, 5);
     Value *ys = in(c, 6), *yzp = in_opt(c, 7), *bias = conv ? in_opt(c, 8) : NULL;

@@ -455,3 +455,16 @@ def _(workdir):
     bad = model([node("LpPool", ["x"], ["y"], "lp", attr("p", 2.5) + attr("kernel_shape", [3, 2]))],
                 [value_info("x", list(x.shape))], [value_info("y", [2, 3, 5, 5])], opset=1)
     expect_refused(workdir, bad, ["node 'lp (LpPool)'", "LpPool 1's p 2.5"])
+
+
+@case("onnx versions keep their own types: ReduceMax of bools before 20 and QLinearMatMul's "
+      "f16 scales before 21 are refused by name")
+def _(workdir):
+    r = model([node("ReduceMax", ["x"], ["y"], "r", attr("keepdims", 0))],
+              [value_info("x", [2, 3], 9)], [value_info("y", [], 9)], opset=18)
+    expect_refused(workdir, r, ["node 'r (ReduceMax)'", "ReduceMax 18 reduces numbers, not bools"])
+    h = np.array(0.5, np.float16)
+    q = model([node("QLinearMatMul", ["a", "s", "z", "b", "s", "z", "s", "z"], ["y"], "q")],
+              [value_info("a", [2, 3], 2), value_info("b", [3, 2], 2)], [value_info("y", [2, 2], 2)],
+              [initializer("s", h), initializer("z", np.array(1, np.uint8))], opset=13)
+    expect_refused(workdir, q, ["node 'q (QLinearMatMul)'", "scales are f32, not f16"])
