@@ -514,6 +514,12 @@ typedef enum WeightFormat {
 } WeightFormat;
 #define QUANT_BLOCK 32 /* consecutive k sharing a scale (and zero point) */
 extern const char *const weight_format_names[WF_COUNT];
+/* The index of element i of a tensor (rank, shape) into its quantization
+ * scales or zero points: 0 with one per tensor (axis < 0), the coordinate
+ * along axis with one per index of it (block 0), else the index into
+ * parameters shaped as the tensor with axis cut into ceil(dim / block)
+ * blocks. */
+int64_t quant_param_index(int rank, const int64_t *shape, int axis, int64_t block, int64_t i);
 /* Re-encodes the B weights of matmul and gemm nodes in opt->weights_format. */
 void quantize_weights(Graph *g, const Options *opt);
 

@@ -45,20 +45,7 @@ static int norm_axis(Ctx *c, int64_t axis, int rank) {
 
 /* The index into p (a scale or zero point) of x's element i. */
 static int64_t param_index(const Value *x, const Value *p, int axis, int64_t block, int64_t i) {
-    if (vcount(p) == 1)
-        return 0;
-    int64_t coords[MAX_RANK];
-    for (int d = x->rank - 1; d >= 0; d--) {
-        coords[d] = i % x->shape[d];
-        i /= x->shape[d];
-    }
-    if (p->rank == 1)
-        return coords[axis];
-    coords[axis] /= block;
-    int64_t idx = 0;
-    for (int d = 0; d < p->rank; d++)
-        idx = idx * p->shape[d] + coords[d];
-    return idx;
+    return quant_param_index(x->rank, x->shape, vcount(p) == 1 ? -1 : axis, block, i);
 }
 
 /* Checks p's shape against x for the granularity ONNX defines. */
@@ -92,7 +79,7 @@ static Value *broadcast_param(Ctx *c, const Value *x, Value *p, int axis, int64_
     p = cast_to(c, p, KILN_DTYPE_F32);
     if (vcount(p) == 1)
         return p;
-    if (p->rank == 1) {
+    if (!block) {
         int64_t shape[MAX_RANK] = {p->shape[0]};
         for (int d = axis + 1; d < x->rank; d++)
             shape[d - axis] = 1;

@@ -146,17 +146,26 @@ static void encode(Graph *g, Node *n, Tensor *b, int64_t K, int64_t N, int64_t s
     }
 }
 
-/* The index into b->quant's scales and zero points of element i (b's
- * layout, rank 2). */
-static int64_t code_param(const Tensor *b, int64_t i) {
-    const QuantCodes *q = &b->quant;
-    if (q->axis < 0)
+int64_t quant_param_index(int rank, const int64_t *shape, int axis, int64_t block, int64_t i) {
+    if (axis < 0)
         return 0;
-    int64_t cols = b->shape[1], r = i / cols, cc = i % cols, a = q->axis == 0 ? r : cc;
-    if (!q->block)
-        return a;
-    return q->axis == 0 ? a / q->block * cols + cc
-                        : r * ((cols + q->block - 1) / q->block) + a / q->block;
+    int64_t coords[MAX_RANK];
+    for (int d = rank - 1; d >= 0; d--) {
+        coords[d] = i % shape[d];
+        i /= shape[d];
+    }
+    if (!block)
+        return coords[axis];
+    int64_t idx = 0;
+    for (int d = 0; d < rank; d++)
+        idx = d == axis ? idx * ((shape[d] + block - 1) / block) + coords[d] / block
+                        : idx * shape[d] + coords[d];
+    return idx;
+}
+
+/* The index into b->quant's scales and zero points of element i. */
+static int64_t code_param(const Tensor *b, int64_t i) {
+    return quant_param_index(b->rank, b->shape, b->quant.axis, b->quant.block, i);
 }
 
 static int code_zero(const Tensor *b, int64_t p) {

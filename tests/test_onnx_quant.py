@@ -95,7 +95,10 @@ for _args, _kw in [
         (("DequantizeLinear", np.int8, [4, 9], [4, 3]), dict(block=3, opset=21)),
         (("DequantizeLinear", np.int8, [5, 4], [1]), dict(zp=False)),
         (("DequantizeLinear", np.int32, [5, 4], [4]), dict(axis=1, zp=False)),
-        (("DequantizeLinear", np.uint8, [3, 8], [8]), dict(out_dtype=np.float16, opset=25))]:
+        (("DequantizeLinear", np.uint8, [3, 8], [8]), dict(out_dtype=np.float16, opset=25)),
+        # blocked along the only axis: the parameters are 1-D as per-axis ones are
+        (("DequantizeLinear", np.int8, [10], [3]), dict(axis=0, block=4, opset=21)),
+        (("QuantizeLinear", np.uint8, [10], [3]), dict(axis=0, block=4, opset=21))]:
     case(f"onnx {_args[0]} {_args[1].__name__} x {_args[2]} params {_args[3]} {_kw} matches "
          f"numpy")(qdq_case(*_args, **_kw))
 
@@ -114,6 +117,21 @@ def _(workdir):
                  [initializer("w", w), initializer("s", s), initializer("z", z.astype(np.int8))])
     wd = dequantize_ref(w, s.reshape(1, 12), z.astype(np.int8).reshape(1, 12))
     run_onnx(workdir, data, [x], [x.astype(np.float64) @ wd], ["y"], tol=(1e-5, 1e-5))
+
+
+@case("onnx DequantizeLinear of a constant 1-D tensor blocked along its axis folds each "
+      "block with its own scale")
+def _(workdir):
+    x = np.arange(-5, 5, dtype=np.int8)
+    s = np.array([0.5, 2.0, 0.25], np.float32)
+    a = np.random.default_rng(4).standard_normal(10).astype(np.float32)
+    data = model([node("DequantizeLinear", ["x", "s"], ["y"], "dq",
+                       attr("axis", 0) + attr("block_size", 4)),
+                  node("Add", ["y", "a"], ["z"], "add")],
+                 [value_info("a", [10])], [value_info("z", [10])],
+                 [initializer("x", x), initializer("s", s)], opset=21)
+    want = x.astype(np.float32) * np.repeat(s, 4)[:10] + a
+    run_onnx(workdir, data, [a], [want], ["z"], tol=(0, 0))
 
 
 KEPT = [  # name, codes dtype, zero points, weight [rows, cols], axis, block, gemm, kept
