@@ -91,8 +91,6 @@ Value *transposed(Ctx *c, Value *v, int n, const int64_t *perm) {
     return finish(c, k);
 }
 
-/* The node's output i as v: a constant, a copy under its name; otherwise a
- * view. Nothing when the node leaves that output unnamed. */
 /* y, computed in f32, as output 0 in dtype dt: bound as it is, or cast. */
 void output_as(Ctx *c, Value *y, kiln_dtype dt) {
     if (dt == y->dtype) {
@@ -104,6 +102,8 @@ void output_as(Ctx *c, Value *y, kiln_dtype dt) {
     finish(c, back);
 }
 
+/* The node's output i as v: a constant, a copy under its name; otherwise a
+ * view. Nothing when the node leaves that output unnamed. */
 void bind_output(Ctx *c, int i, Value *v) {
     if (i >= nout(c) || !*out_name(c, i))
         return;

@@ -488,7 +488,7 @@ void map_window(Ctx *c, const OnnxOp *op) {
 void map_lp_pool(Ctx *c, const OnnxOp *op) {
     (void)op;
     Value *x = cast_to(c, in(c, 0), KILN_DTYPE_F32);
-    int64_t p = oattr_int(c, "p", 2), kernel[MAX_RANK];
+    int64_t p = oattr_int(c, "p", 2);
     if (onnx_op_version("LpPool", c->opset) < 2) {
         double pf = oattr_float(c, "p", 2.0);
         if (pf != floor(pf) || pf < 1 || pf > 64)
@@ -507,15 +507,13 @@ void map_lp_pool(Ctx *c, const OnnxOp *op) {
                             shape_str(x->rank, x->shape)));
     int64_t wshape[MAX_RANK] = {x->shape[1], 1};
     for (int i = 0; i < nsp; i++)
-        wshape[2 + i] = kernel[i] = ks->ints[i];
+        wshape[2 + i] = ks->ints[i];
     Value *ones = new_value(format("%s/ones", c->nname), KILN_DTYPE_F32, x->rank, wshape, true);
     for (int64_t i = 0; i < vcount(ones); i++)
         vset(ones, i, 1.0);
-    Value *a = unary_tmp(c, OP_ABS, x);
-    Value *ins[2] = {p == 1 ? a : p == 2 ? binary_tmp(c, OP_MUL, x, x)
-                                         : binary_tmp(c, OP_POW, a,
-                                                      const_scalar(c, KILN_DTYPE_F32, (double)p)),
-                     ones};
+    Value *ins[2] = {p == 2 ? binary_tmp(c, OP_MUL, x, x) : unary_tmp(c, OP_ABS, x), ones};
+    if (p > 2)
+        ins[0] = binary_tmp(c, OP_POW, ins[0], const_scalar(c, KILN_DTYPE_F32, (double)p));
     Node *k = emit_tmp(c, OP_CONV, 2, ins);
     copy_attrs(c, k, "kernel_shape:- p:- ceil_mode:-");
     node_set_int(k, "group", x->shape[1]);

@@ -125,7 +125,7 @@ void map_gather_nd(Ctx *c, const OnnxOp *op) {
     int batch_dims = (int)oattr_int(c, "batch_dims", 0);
     Value *r = idx->data ? row_numbers(c, data, idx, batch_dims, &rows, &rest)
                          : row_numbers_gpu(c, data, idx, batch_dims, &rows, &rest);
-    int first_kept = (int)oattr_int(c, "batch_dims", 0) + (int)idx->shape[idx->rank - 1];
+    int first_kept = batch_dims + (int)idx->shape[idx->rank - 1];
     int64_t shape[MAX_RANK];
     int n = 0;
     for (int d = 0; d < r->rank; d++)
