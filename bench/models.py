@@ -17,9 +17,9 @@ onnxruntime are (the GPU machine), with kiln built there or carried
    kiln's latency of one inference from host memory to host memory
    (bench/bench.c: inputs in, submit, wait, outputs out), kiln's GPU time
    (the sum of its dispatches' timestamps), torch eager and torch replaying
-   a CUDA graph, both also host to host (the inputs copied in from pageable
-   host memory, the output copied out, synchronized; bench/run.py's
-   pinned copies would be fairer to torch, not yet measured here); with
+   a CUDA graph, both also host to host (the inputs copied in from pinned
+   host memory, the output copied out to pinned memory, synchronized, as
+   bench/run.py does: torch's fastest copies); with
    --compile also torch.compile (default mode, for context). f32 with
    TF32 off in torch;
 4. kiln's five slowest dispatches (run_model -p: GPU microseconds, and the
@@ -127,20 +127,23 @@ def slowest(wd, inspect, inputs, runs=20, top=5):
 
 def torch_times(module, inputs, runs, compile_too):
     """Median host-to-host latency (us) of torch eager, a CUDA graph and
-    (optionally) torch.compile: the inputs copied from (pageable) host
-    memory into the device tensors the model or graph reads, the output
-    copied back to the host (which synchronizes)."""
+    (optionally) torch.compile: the inputs copied from pinned host memory
+    into the device tensors the model or graph reads, the output copied
+    back to pinned host memory, then a synchronize."""
     dev = torch.device("cuda")
     m = module.to(dev).eval()
-    host = [torch.from_numpy(x) for x in inputs]
+    host = [torch.from_numpy(x).pin_memory() for x in inputs]
     static = [h.to(dev) for h in host]
+    with torch.no_grad():
+        out_host = torch.empty_like(m(*static), device="cpu").pin_memory()
     res = {}
 
     def timed(fn):
         def once():
             for d, h in zip(static, host):
-                d.copy_(h)
-            return fn().cpu()
+                d.copy_(h, non_blocking=True)
+            out_host.copy_(fn(), non_blocking=True)
+            torch.cuda.synchronize()
         return wall_us(once, runs)
     with torch.no_grad():
         res["eager_us"] = timed(lambda: m(*static))
@@ -298,7 +301,8 @@ def main():
                 row = {"model": name, "error": f"{type(e).__name__}: {e}"}
         rows.append(row)
         print(json.dumps(row), flush=True)
-    (out / "models.json").write_text(json.dumps({"env": env, "rows": rows}, indent=1) + "\n")
+        # after each model, so that a run stopped by a time limit keeps them
+        (out / "models.json").write_text(json.dumps({"env": env, "rows": rows}, indent=1) + "\n")
     write_md(rows, out, env)
     return 1 if any("error" in r or not r.get("checked") for r in rows) else 0
 

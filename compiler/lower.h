@@ -38,6 +38,13 @@ typedef struct MatmulShape {
     int64_t bshape[ITER_RANK];
     Operand ops[3];
     const Tensor *dyn; /* A, when its rows follow the dynamic dimensions */
+    /* B as a 2-D convolution's im2col matrix, read from its input on the
+     * fly (matmul.comp's CONV): the input's height and width, the kernel's,
+     * strides, pads at the beginning, dilations, and the output's width;
+     * conv.in[0] 0 for a plain B. */
+    struct {
+        int64_t in[2], k[2], stride[2], pad[2], dil[2], out_w;
+    } conv;
 } MatmulShape;
 
 /* t when its size follows the dynamic dimensions, else NULL. */

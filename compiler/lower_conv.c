@@ -24,6 +24,77 @@ static void define_spatial(Dispatch *d, const char *name, int nsp, const int64_t
 /* Invocations a convolution's channel split aims at (lower_conv). */
 #define CONV_SPLIT_TARGET 65536
 
+/* A convolution as a matrix product on matmul.comp's tiles (implicit
+ * GEMM): per image, C [OC, OH * OW] = W [OC, C * KH * KW] x the input's
+ * im2col matrix [C * KH * KW, OH * OW], which the kernel reads from the
+ * input as it loads each tile (none is stored); a 1 x 1 kernel with unit
+ * strides and no padding reads the input as a plain [C, H * W] matrix. The
+ * images are the product's batches; bias, residual and activation its
+ * epilogue. For f32 convolutions of one group, 1 or 2 spatial axes and
+ * fixed shapes, with more output channels than matvec.comp would take
+ * (matmul_dispatch) and more than 16 output positions; others stay on
+ * conv.comp, whose split channels serve the products of few positions
+ * better (on an H200, MobileNetV3's squeeze-and-excitation convolutions,
+ * [C, 1, 1], took 17-28 us each as products, a few as conv.comp). */
+static bool conv_product(Program *p, Node *n, Tensor *x, Tensor *w, Tensor *y,
+                         const Window *win, const char *act) {
+    int nsp = x->rank - 2;
+    if (n->op != OP_CONV || attr_int(n, "group") != 1 || nsp < 1 || nsp > 2 ||
+        x->dtype != KILN_DTYPE_F32 || w->dtype != KILN_DTYPE_F32 ||
+        y->dtype != KILN_DTYPE_F32 || x->dynamic || y->dynamic ||
+        w->shape[0] <= 16 || tensor_count(y) / (y->shape[0] * y->shape[1]) <= 16 ||
+        getenv("KILN_DIRECT_CONV"))
+        return false;
+    /* a 1-D convolution as a 2-D one of height 1 */
+    int64_t in[2] = {1, x->shape[nsp + 1]}, k[2] = {1, w->shape[nsp + 1]};
+    int64_t out[2] = {1, y->shape[nsp + 1]}, str[2] = {1, win->stride[nsp - 1]};
+    int64_t pad[2] = {0, win->pad_begin[nsp - 1]}, dil[2] = {1, win->dil[nsp - 1]};
+    if (nsp == 2) {
+        in[0] = x->shape[2], k[0] = w->shape[2], out[0] = y->shape[2];
+        str[0] = win->stride[0], pad[0] = win->pad_begin[0], dil[0] = win->dil[0];
+    }
+    MatmulShape s = {0};
+    s.M = w->shape[0];
+    s.N = out[0] * out[1];
+    s.K = x->shape[1] * k[0] * k[1];
+    s.a_sm = s.K;
+    s.a_sk = 1;
+    bool plain = k[0] * k[1] == 1 && str[0] * str[1] == 1 && pad[0] + pad[1] == 0;
+    if (plain) { /* B [C, H * W] as it is */
+        s.b_sk = in[0] * in[1];
+        s.b_sn = 1;
+    } else {
+        memcpy(s.conv.in, in, sizeof in);
+        memcpy(s.conv.k, k, sizeof k);
+        memcpy(s.conv.stride, str, sizeof str);
+        memcpy(s.conv.pad, pad, sizeof pad);
+        memcpy(s.conv.dil, dil, sizeof dil);
+        s.conv.out_w = out[1];
+    }
+    s.brank = 1;
+    s.bshape[0] = s.batch = x->shape[0];
+    s.ops[0] = (Operand){y, {s.M * s.N}, 0, false, {0, {0}}};
+    s.ops[1] = (Operand){w, {0}, 0, false, {0, {0}}};
+    s.ops[2] = (Operand){x, {x->shape[1] * in[0] * in[1]}, 0, false, {0, {0}}};
+    s.brank = collapse(s.brank, s.bshape, 3, s.ops);
+    for (Dispatch *d = matmul_dispatch(p, n, &s); d; d = d->variant) {
+        define_str(d, "ACT(x)", act);
+        Tensor *bias = n->ninputs > 2 ? n->inputs[2] : NULL;
+        Operand bo = whole(x);
+        bo.strides[0] = 1; /* one per output channel, the product's row */
+        bo.strides[1] = 0;
+        bind_bias(d, bias, bo, 1.0, x);
+        if (n->epi_res) {
+            define_int(d, "HAS_RES", 1);
+            dispatch_unused(d, x); /* the scale and zero-point slots */
+            dispatch_unused(d, x);
+            dispatch_arg(d, other_input(n->epi_res, n->epi_bias ? n->epi_bias->outputs[0]
+                                                                 : n->outputs[0]), false);
+        }
+    }
+    return true;
+}
+
 void lower_conv(Program *p, Node *n) {
     Tensor *x = n->inputs[0], *w = n->inputs[1], *y = n->outputs[0];
     /* A fused batch norm (already in w and the bias), residual add and
@@ -37,6 +108,11 @@ void lower_conv(Program *p, Node *n) {
     int nsp = x->rank - 2;
     Window win;
     window_geometry(n, x->shape + 2, w->shape + 2, nsp, &win);
+    Attr *act = node_attr(n, "activation");
+    const char *act_expr = activation_expr(n->epi_act ? op_info[n->epi_act->op].name
+                                           : act ? act->scalar : "none");
+    if (conv_product(p, n, x, w, y, &win, act_expr))
+        return;
     Dispatch *d = new_dispatch(p, n, "conv");
     d->local_size = 64;
     define_int(d, "WG", d->local_size);
@@ -52,9 +128,7 @@ void lower_conv(Program *p, Node *n) {
     define_spatial(d, "PAD", nsp, win.pad_begin, 0);
     define_spatial(d, "DIL", nsp, win.dil, 1);
     define_int(d, "HAS_BIAS", n->ninputs > 2);
-    Attr *act = node_attr(n, "activation");
-    define_str(d, "ACT(x)", activation_expr(n->epi_act ? op_info[n->epi_act->op].name
-                                            : act ? act->scalar : "none"));
+    define_str(d, "ACT(x)", act_expr);
     dispatch_arg(d, y, true);
     dispatch_arg(d, x, false);
     dispatch_arg(d, w, false);

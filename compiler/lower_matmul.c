@@ -41,10 +41,12 @@ typedef struct MatvecShape {
     int64_t ncol, ksplit, vec, avec, mc;
 } MatvecShape;
 
-/* The environment variables that override the matmul kernels' tiles, for
- * tuning: the generated C names those that were set (emit_c.c). */
-const char *const tuning_variables[] = {"KILN_MATMUL_TILE", "KILN_COOPMAT_TILE",
-                                        "KILN_MATVEC_NCOL", NULL};
+/* The environment variables that override the matmul kernels' tiles and
+ * splits, or keep convolutions off them (lower_conv.c), for tuning: the
+ * generated C names those that were set (emit_c.c). */
+const char *const tuning_variables[] = {"KILN_MATMUL_TILE", "KILN_MATMUL_SPLITK",
+                                        "KILN_COOPMAT_TILE", "KILN_MATVEC_NCOL",
+                                        "KILN_DIRECT_CONV", NULL};
 
 /* matvec.comp's layout for s: vec4 columns when B is f32 with 16-byte
  * aligned rows, vec4 rows of A likewise. Column lanes per workgroup (4 to
@@ -160,51 +162,77 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
 /* Whether matmul.comp's vec4 path can read s: f32 operands (B as given)
  * whose rows are contiguous and 16-byte aligned. */
 static bool matmul_vec4_shape(const Node *n, const MatmulShape *s) {
-    return n->wformat == WF_F32 && s->ops[1].t->dtype == KILN_DTYPE_F32 &&
+    return !s->conv.in[0] && n->wformat == WF_F32 && s->ops[1].t->dtype == KILN_DTYPE_F32 &&
            s->ops[2].t->dtype == KILN_DTYPE_F32 && s->a_sk == 1 && s->b_sn == 1 &&
            s->K % 4 == 0 && s->N % 4 == 0 && s->a_sm % 4 == 0 && s->b_sk % 4 == 0 &&
            all_multiples(s->brank, s->ops[1].strides, 4) &&
            all_multiples(s->brank, s->ops[2].strides, 4);
 }
 
-/* One matmul kernel for s: the matrix-vector one (rows up to mrows, its
- * array size) or the tiled one. */
-static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
-                               int64_t mrows, bool wide) {
-    int64_t bm, tm, bn, tn, bk = 16;
-    bool shape4 = !matvec && matmul_vec4_shape(n, s);
-    pick_tile(s->M, &bm, &tm);
-    pick_tile(s->N, &bn, &tn);
+/* After the bias slot: the scales and zero points of a quantized B, where
+ * d reads B (splitk.comp does not), and unused slots in their place where
+ * a later slot follows (later: the QKV split's outputs). */
+static void bind_weight_scales(Dispatch *d, Node *n, bool later) {
+    Tensor *a = n->inputs[0];
+    bool scales = n->wscale && strcmp(d->family, "splitk") != 0;
+    if (scales)
+        dispatch_arg(d, n->wscale, false);
+    else if (later)
+        dispatch_unused(d, a);
+    if (scales && n->wzero)
+        dispatch_arg(d, n->wzero, false);
+    else if (later)
+        dispatch_unused(d, a);
+}
+
+/* A tiled product's tiles: BM x BN of C a workgroup, TM x TN of them an
+ * invocation, K in steps of BK. */
+typedef struct Tiles {
+    int64_t bm, bn, tm, tn, bk;
+} Tiles;
+
+/* matmul.comp's tiles for s (wide: the 128 x 256 ones, see
+ * matmul_dispatch). */
+static Tiles pick_tiles(const Node *n, const MatmulShape *s, bool wide) {
+    Tiles t = {0, 0, 0, 0, 16};
+    bool shape4 = matmul_vec4_shape(n, s);
+    pick_tile(s->M, &t.bm, &t.tm);
+    pick_tile(s->N, &t.bn, &t.tn);
     /* vec4 operands: 64 x 128 tiles (4 x 8 per invocation) where they still
      * leave 128 workgroups, a large GPU's multiprocessors (H200: 1024^3 in
      * 73.5 against 83 us on 64 x 64; of the ten tiles swept there, 8 x 8
      * blocks, 32-wide tiles and K steps of 32 were slower) */
-    if (shape4 && groups_for(s->M, 64) * groups_for(s->N, 128) * s->batch >= 128) {
-        bm = 64, bn = 128, tm = 4, tn = 8;
-    }
+    if (shape4 && groups_for(s->M, 64) * groups_for(s->N, 128) * s->batch >= 128)
+        t = (Tiles){64, 128, 4, 8, 16};
     /* 128 x 128 tiles (8 x 8 per invocation) reuse more of what they load,
      * when they still leave enough workgroups (256) to fill a large GPU; K
      * steps of 8 measured faster there (H200: 4.2 against 4.8 ms at 4096). */
-    if ((s->M + 127) / 128 * ((s->N + 127) / 128) * s->batch >= 256) {
-        bm = bn = 128;
-        tm = tn = 8;
-        bk = shape4 ? 8 : 16;
-    }
+    if ((s->M + 127) / 128 * ((s->N + 127) / 128) * s->batch >= 256)
+        t = (Tiles){128, 128, 8, 8, shape4 ? 8 : 16};
     /* wide: 128 x 256 tiles, 512 invocations of 8 x 8, two stages of K 16:
      * 48 KiB of shared memory (matmul_dispatch). */
-    if (wide) {
-        bm = 128, bn = 256, tm = tn = 8, bk = 16;
-    }
+    if (wide)
+        t = (Tiles){128, 256, 8, 8, 16};
     /* KILN_MATMUL_TILE=BM,BN,TM,TN[,BK] overrides them, for tuning and
      * tests: (BM/TM) * (BN/TN) invocations, at most 1024. */
     const char *tune = getenv("KILN_MATMUL_TILE");
-    long t[5] = {0, 0, 0, 0, 16};
-    if (!matvec && tune &&
-        sscanf(tune, "%ld,%ld,%ld,%ld,%ld", &t[0], &t[1], &t[2], &t[3], &t[4]) >= 4 &&
-        t[2] > 0 && t[3] > 0 && t[4] > 0 && t[4] % 4 == 0 && t[0] % t[2] == 0 &&
-        t[1] % t[3] == 0 && (t[0] / t[2]) * (t[1] / t[3]) <= 1024) {
-        bm = t[0], bn = t[1], tm = t[2], tn = t[3], bk = t[4];
-    }
+    long v[5] = {0, 0, 0, 0, 16};
+    if (tune && sscanf(tune, "%ld,%ld,%ld,%ld,%ld", &v[0], &v[1], &v[2], &v[3], &v[4]) >= 4 &&
+        v[2] > 0 && v[3] > 0 && v[4] > 0 && v[4] % 4 == 0 && v[0] % v[2] == 0 &&
+        v[1] % v[3] == 0 && (v[0] / v[2]) * (v[1] / v[3]) <= 1024)
+        t = (Tiles){v[0], v[1], v[2], v[3], v[4]};
+    return t;
+}
+
+/* One matmul kernel for s: the matrix-vector one (rows up to mrows, its
+ * array size) or the tiled one; the tiled one over K in chunks of kchunk
+ * (a multiple of its BK) when kchunk is not 0, writing each chunk's partial
+ * product to its own [M, N] of s's C (split_product). */
+static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
+                               int64_t mrows, bool wide, int64_t kchunk) {
+    bool shape4 = !matvec && matmul_vec4_shape(n, s);
+    Tiles tiles = pick_tiles(n, s, wide);
+    int64_t bm = tiles.bm, bn = tiles.bn, tm = tiles.tm, tn = tiles.tn, bk = tiles.bk;
     /* The vec4 path: f32 operands whose rows are contiguous and 16-byte
      * aligned, 4 x 4 blocks per invocation, whole vec4s per invocation in
      * each K step's loads. */
@@ -250,6 +278,24 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
         define_int(d, "TM", tm);
         define_int(d, "TN", tn);
         define_int(d, "VEC4", vec4);
+        if (s->conv.in[0]) {
+            define_int(d, "CONV", 1);
+            define_int(d, "CIH", s->conv.in[0]);
+            define_int(d, "CIW", s->conv.in[1]);
+            define_int(d, "CKH", s->conv.k[0]);
+            define_int(d, "CKW", s->conv.k[1]);
+            define_int(d, "CSH", s->conv.stride[0]);
+            define_int(d, "CSW", s->conv.stride[1]);
+            define_int(d, "CPH", s->conv.pad[0]);
+            define_int(d, "CPW", s->conv.pad[1]);
+            define_int(d, "CDH", s->conv.dil[0]);
+            define_int(d, "CDW", s->conv.dil[1]);
+            define_int(d, "COW", s->conv.out_w);
+        }
+        if (kchunk) {
+            define_int(d, "SPLITK", (s->K + kchunk - 1) / kchunk);
+            define_int(d, "KCHUNK", kchunk);
+        }
     }
     dispatch_arg(d, s->ops[0].t, true);
     dispatch_arg(d, s->ops[1].t, false);
@@ -264,7 +310,7 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
                (uint64_t)s->batch;
     d->groups[0] = groups_for(s->N, matvec ? mv.ncol * mv.vec : bn);
     d->groups[1] = matvec ? 1 : groups_for(s->M, bm);
-    d->groups[2] = groups_for(s->batch, 1);
+    d->groups[2] = groups_for(kchunk ? (s->K + kchunk - 1) / kchunk : s->batch, 1);
     if (!matvec)
         dyn_groups(d, 1, s->dyn, s->M, bm);
     /* The vec4 path without loops over tiles and batches where each has
@@ -278,6 +324,92 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
     return d;
 }
 
+/* Split K. A product with few rows and long ones (BERT-base's FFN output,
+ * [128, 3072] x [3072, 768]) has fewer tiles than a large GPU has
+ * multiprocessors: 24 of 64 x 64 on the H200's 132. Split along K, its
+ * workgroups each take one chunk of K for one tile and write a partial
+ * product; a second dispatch adds them up and applies the epilogue.
+ *
+ * The split count minimises a cost model of the target: SPLIT_SLOTS
+ * workgroups run at once (a large GPU, one per multiprocessor), each takes
+ * SPLIT_STEP_NS per K step of a 64 x 64 tile (scaled by its tile's area),
+ * the workgroups run in waves of SPLIT_SLOTS, and a split adds a dispatch
+ * (SPLIT_FIXED_NS with its barrier) that reads the partial products and
+ * writes C at SPLIT_BYTES_PER_NS. Constants measured on an H200 (bench/
+ * experiments/splitk-h200.txt). KILN_MATMUL_SPLITK=S overrides the count,
+ * for tuning and tests (1: no split). */
+#define SPLIT_SLOTS 132
+#define SPLIT_STEP_NS 600.0
+#define SPLIT_FIXED_NS 3000.0
+#define SPLIT_BYTES_PER_NS 2000.0
+#define SPLIT_MAX 32
+
+/* The model's time for s on tiles t in `splits` chunks of K. */
+static double split_cost(const MatmulShape *s, Tiles t, int64_t splits) {
+    int64_t tiles = groups_for(s->M, t.bm) * groups_for(s->N, t.bn) * s->batch;
+    int64_t steps = (s->K + t.bk - 1) / t.bk, chunk = (steps + splits - 1) / splits;
+    int64_t waves = (tiles * splits + SPLIT_SLOTS - 1) / SPLIT_SLOTS;
+    double ns = (double)(waves * chunk) * SPLIT_STEP_NS * (double)(t.bm * t.bn * t.bk) /
+                (64.0 * 64.0 * 16.0);
+    if (splits > 1)
+        ns += SPLIT_FIXED_NS +
+              (double)((splits + 1) * s->M * s->N) * 4.0 / SPLIT_BYTES_PER_NS;
+    return ns;
+}
+
+/* The chunk of K (a multiple of t.bk) that the cost model gives s, or 0
+ * for no split. Only fixed, unbatched products split (their partial
+ * products are one [M, N] each). */
+static int64_t split_chunk(const MatmulShape *s, Tiles t) {
+    if (s->dyn || s->batch != 1)
+        return 0;
+    int64_t steps = (s->K + t.bk - 1) / t.bk, best = 1;
+    const char *tune = getenv("KILN_MATMUL_SPLITK");
+    if (tune) {
+        best = strtol(tune, NULL, 10);
+        best = best < 1 ? 1 : best > steps ? steps : best;
+    } else {
+        for (int64_t k = 2; k <= SPLIT_MAX && k <= steps; k++)
+            if (split_cost(s, t, k) < split_cost(s, t, best))
+                best = k;
+    }
+    if (best == 1)
+        return 0;
+    return (steps + best - 1) / best * t.bk;
+}
+
+/* s split along K in chunks of kchunk: matmul.comp's partial products into
+ * a [splits, M, N] scratch, then splitk.comp, which adds them up and
+ * applies the epilogue. It takes matmul.comp's argument slots (C, the
+ * scratch in A's, none in B's), so that its callers bind the bias, scales
+ * and split outputs as for any product kernel. Returns the second. */
+static Dispatch *split_product(Program *p, Node *n, MatmulShape *s, int64_t kchunk) {
+    int64_t splits = (s->K + kchunk - 1) / kchunk;
+    MatmulShape part = *s;
+    Tensor *partial = scratch(p, n, "splitk", 3, (int64_t[]){splits, s->M, s->N});
+    part.ops[0].t = partial;
+    Dispatch *d = matmul_kernel(p, n, &part, false, 0, false, kchunk);
+    if (n->wscale) {
+        dispatch_unused(d, n->inputs[0]); /* the bias slot: no epilogue here */
+        bind_weight_scales(d, n, false);
+    }
+    Dispatch *r = new_dispatch(p, n, "splitk");
+    r->local_size = 256;
+    define_int(r, "WG", r->local_size);
+    define_int(r, "M", s->M);
+    define_product(r, s);
+    define_int(r, "SPLITK", splits);
+    bool need[3] = {false, false, false};
+    need_dtype(p, need, s->ops[0].t->dtype);
+    define_needs(r, need);
+    define_int(r, "C_F16", s->ops[0].t->dtype == KILN_DTYPE_F16);
+    dispatch_arg(r, s->ops[0].t, true);
+    dispatch_arg(r, partial, false);
+    dispatch_unused(r, partial);
+    r->groups[0] = groups_for(s->M * s->N, r->local_size);
+    return r;
+}
+
 /* The kernel by the rows: matrix-vector up to MATVEC_MAX_M, else tiled.
  * Dynamic rows that can be either get both, recorded one after the other:
  * each run gives one of them its groups and the other none (work_min and
@@ -288,29 +420,32 @@ Dispatch *matmul_dispatch(Program *p, Node *n, MatmulShape *s) {
         return NULL;
     Dispatch *cm = coopmat_kernel(p, n, s);
     if (cm) { /* devices without cooperative matrices run the tiled kernel */
-        cm->variant = matmul_kernel(p, n, s, false, 0, false);
+        cm->variant = matmul_kernel(p, n, s, false, 0, false, 0);
         cm->variant->unless = KILN_FEATURE_COOPMAT;
         return cm;
     }
     if (s->M <= MATVEC_MAX_M)
-        return matmul_kernel(p, n, s, true, s->M, false);
+        return matmul_kernel(p, n, s, true, s->M, false, 0);
     /* Fixed f32 products with at least 128 tiles of 128 x 256 run on those
      * where the device has 48 KiB of shared memory (H200: 3.5 against 4.2
      * ms at 4096), on 128 x 128 (or smaller) tiles elsewhere. */
     if (!s->dyn && matmul_vec4_shape(n, s) &&
         (s->M + 127) / 128 * ((s->N + 255) / 256) * s->batch >= 128 &&
         !getenv("KILN_MATMUL_TILE")) {
-        Dispatch *w = matmul_kernel(p, n, s, false, 0, true);
+        Dispatch *w = matmul_kernel(p, n, s, false, 0, true, 0);
         w->needs = KILN_FEATURE_SHARED48K;
-        w->variant = matmul_kernel(p, n, s, false, 0, false);
+        w->variant = matmul_kernel(p, n, s, false, 0, false, 0);
         w->variant->unless = KILN_FEATURE_SHARED48K;
         return w;
     }
+    int64_t kchunk = split_chunk(s, pick_tiles(n, s, false));
+    if (kchunk)
+        return split_product(p, n, s, kchunk);
     int64_t per = s->dyn ? s->M / s->dyn->shape[s->dyn->dyn_axis] : 0; /* rows per unit */
     if (!s->dyn || per > MATVEC_MAX_M)
-        return matmul_kernel(p, n, s, false, 0, false);
+        return matmul_kernel(p, n, s, false, 0, false, 0);
     int64_t small = MATVEC_MAX_M / per * per; /* the most rows the matvec one takes */
-    Dispatch *v = matmul_kernel(p, n, s, true, small, false);
+    Dispatch *v = matmul_kernel(p, n, s, true, small, false, 0);
     uint32_t cols = v->groups[0];
     v->dynamic = true; /* all its column groups, while the rows are 1..small */
     v->dyn_axis = 0;
@@ -319,7 +454,7 @@ Dispatch *matmul_dispatch(Program *p, Node *n, MatmulShape *s) {
     v->per_group = 1;
     v->work_min = cols;
     v->work_max = small * cols;
-    Dispatch *t = matmul_kernel(p, n, s, false, 0, false);
+    Dispatch *t = matmul_kernel(p, n, s, false, 0, false, 0);
     t->work_min = small + 1;
     v->variant = t;
     return v;
@@ -340,29 +475,17 @@ void bind_bias(Dispatch *d, Tensor *bias, Operand bo, double beta, Tensor *a) {
     dispatch_arg(d, bias, false);
 }
 
-/* After the bias slot: the scales and zero points of a quantized B. */
-static void bind_weight_scales(Dispatch *d, Node *n) {
-    if (!n->wscale)
-        return;
-    dispatch_arg(d, n->wscale, false);
-    if (n->wzero)
-        dispatch_arg(d, n->wzero, false);
-}
 
 /* QKV split (optimize.c): the product's columns [0, N0) are n's output,
  * the next N1 its first sibling's, the rest its second's; each a row-major
  * [M, width] tensor (B is one 2-D weight, so the batch folded into M). The
  * kernels take the siblings' outputs after the scale and zero-point slots
- * (bound unused when B is not quantized). */
+ * (bind_weight_scales). */
 static void bind_split(Dispatch *d, Node *n, const MatmulShape *s) {
     if (s->batch != 1)
         internal_error("node '%s': a split product with %lld batches", n->name,
                        (long long)s->batch);
     Tensor *a = n->inputs[0];
-    if (!n->wscale)
-        dispatch_unused(d, a);
-    if (!n->wzero)
-        dispatch_unused(d, a);
     int64_t n0 = n->outputs[0]->shape[n->outputs[0]->rank - 1];
     int64_t n1 = n->siblings[0]->outputs[0]->shape[n->siblings[0]->outputs[0]->rank - 1];
     define_int(d, "SPLIT_N0", n0);
@@ -434,7 +557,7 @@ void lower_matmul(Program *p, Node *n) {
                 bo = broadcast(bias, 2, (int64_t[]){out->shape[out->rank - 2], s.N});
         }
         bind_bias(d, bias, bo, 1.0, a);
-        bind_weight_scales(d, n);
+        bind_weight_scales(d, n, n->nsiblings != 0);
         if (n->nsiblings)
             bind_split(d, n, &s);
     }
@@ -495,7 +618,7 @@ void lower_gemm(Program *p, Node *n) {
         Tensor *c = n->ninputs > 2 ? n->inputs[2] : NULL;
         bind_bias(d, c, c ? broadcast(c, 2, out->shape) : whole(a),
                   attr_float(n, "beta"), a);
-        bind_weight_scales(d, n);
+        bind_weight_scales(d, n, false);
     }
 }
 

@@ -10,7 +10,21 @@
 // shared-memory reads and global writes are contiguous across invocations.
 // Groups loop over tiles and batches beyond the dispatch's counts.
 // Epilogue: C = ACT(ALPHA * acc + BETA * bias[m * BIAS_SM + n * BIAS_SN])
-// where HAS_BIAS (gemm); ACT(x) is an activation expression.
+// where HAS_BIAS (gemm); ACT(x) is an activation expression (product.glsl).
+//
+// CONV: B is the input of a 2-D convolution (NCHW, one group) read as its
+// im2col matrix without one: element (k, p) is x[ci, oh * CSH - CPH + kh *
+// CDH, ow * CSW - CPW + kw * CDW] (0 outside), where k = (ci * CKH + kh) *
+// CKW + kw and p = oh * COW + ow, in an input of CIH x CIW from the batch's
+// offset; A is the weights [OC, C * CKH * CKW]. HAS_RES adds res[cc + m * N
+// + n] before the activation (a skip connection; product.glsl).
+//
+// Split K (SPLITK > 1, one batch): workgroup z takes the KCHUNK values of k
+// from z * KCHUNK (a multiple of BK) and writes its partial product, without
+// an epilogue, to C at z * M * N: C is then a [SPLITK, M, N] scratch that
+// splitk.comp adds up, applying the epilogue. Products with few rows and
+// long rows (BERT's FFN output: 24 tiles of 64 x 64 on a GPU of 132
+// multiprocessors) fill the GPU that way.
 //
 // VEC4 (f32 A and B, rows of both contiguous and 16-byte aligned, TM and TN
 // multiples of 4): A and B are read as vec4s, the next K step into
@@ -59,33 +73,35 @@ layout(push_constant) uniform Args {
     F32R bscale; // quantized B only (weights.glsl)
     U32R bzero;
     KILN_SPLIT_OUTPUTS(C_BUF) // QKV split (common.glsl)
+#if HAS_RES
+    F32R res;
+#endif
     KILN_DIMS
 } args;
 
-#ifndef ALPHA
-#define ALPHA 1.0
-#endif
-#ifndef HAS_BIAS
-#define HAS_BIAS 0
-#endif
-#ifndef ACT
-#define ACT(x) (x)
-#endif
 #ifndef ONE_TILE
 #define ONE_TILE 0
+#endif
+#ifndef SPLITK
+#define SPLITK 1
+#define KCHUNK ((K + BK - 1) / BK * BK)
 #endif
 
 #include "product.glsl"
 #define TILES_M ((uint(M) + BM - 1) / BM) // M may follow the dynamic dims
 #define TILES_N ((N + BN - 1) / BN)
+#define TILES_Z (BATCH * SPLITK) // workgroup z: batch, or split of K
 
-// The epilogue for element (gm, gn) of batch offset cc, inside C.
-void store_c(uint cc, uint gm, uint gn, float acc) {
-    float v = ALPHA * acc;
-#if HAS_BIAS
-    v += BETA * args.bias.v[gm * BIAS_SM + gn * BIAS_SN];
+// Batch and split of workgroup z: the operands' offsets, and the first k.
+void batch_split(uint z, out uint ca, out uint cb, out uint cc, out uint k0) {
+#if SPLITK > 1
+    kiln_batch_offsets(0, ca, cb, cc);
+    cc = z * uint(M) * N;
+    k0 = z * KCHUNK;
+#else
+    kiln_batch_offsets(z, ca, cb, cc);
+    k0 = 0;
 #endif
-    KILN_STORE_C(cc, gm, gn, C_T(ACT(v)));
 }
 
 #if VEC4
@@ -93,7 +109,7 @@ void store_c(uint cc, uint gm, uint gn, float acc) {
 #define BN4 (BN / 4)
 #define A_LOADS (BM4 * BK / NT) // vec4s of A and of B an invocation loads
 #define B_LOADS (BN4 * BK / NT)
-#define STEPS ((K + BK - 1) / BK) // K steps
+#define STEPS (KCHUNK / BK) // K steps of a tile (or of its split)
 shared vec4 As[2][BK][BM4];
 shared vec4 Bs[2][BK][BN4];
 
@@ -140,21 +156,22 @@ void multiply(const uint buf, uint tx, uint ty, inout float acc[TM][TN]) {
     }
 }
 
-// The tile at (m0, n0) of the batch at offsets ca, cb, cc. Steps alternate
+// The tile at (m0, n0) of the batch at offsets ca, cb, cc, over STEPS steps
+// of K from k0. Steps alternate
 // between the two stages, two to an iteration (the last one or two after
 // the loop): the next step's loads are in flight while this one multiplies,
 // then go to the other stage, whose last reader was before the previous
 // barrier.
-void tile(uint ca, uint cb, uint cc, uint m0, uint n0, uint tid, uint tx, uint ty) {
+void tile(uint ca, uint cb, uint cc, uint m0, uint n0, uint k0, uint tid, uint tx,
+          uint ty) {
     float acc[TM][TN];
     [[unroll]] for (uint i = 0; i < TM; ++i)
         [[unroll]] for (uint j = 0; j < TN; ++j)
             acc[i][j] = 0.0;
     vec4 ra[A_LOADS], rb[B_LOADS];
-    load_step(ca, cb, m0, n0, 0, tid, ra, rb);
+    load_step(ca, cb, m0, n0, k0, tid, ra, rb);
     store_step(0, tid, ra, rb);
     barrier();
-    uint k0 = 0;
     for (uint s = 0; s + 2 < STEPS; s += 2, k0 += 2 * BK) {
         load_step(ca, cb, m0, n0, k0 + BK, tid, ra, rb);
         multiply(0, tx, ty, acc);
@@ -187,16 +204,16 @@ void tile(uint ca, uint cb, uint cc, uint m0, uint n0, uint tid, uint tx, uint t
 void main() {
     const uint tx = gl_LocalInvocationID.x, ty = gl_LocalInvocationID.y;
     const uint tid = ty * NTX + tx;
-    uint ca, cb, cc;
+    uint ca, cb, cc, k0;
 #if ONE_TILE
-    kiln_batch_offsets(gl_WorkGroupID.z, ca, cb, cc);
-    tile(ca, cb, cc, gl_WorkGroupID.y * BM, gl_WorkGroupID.x * BN, tid, tx, ty);
+    batch_split(gl_WorkGroupID.z, ca, cb, cc, k0);
+    tile(ca, cb, cc, gl_WorkGroupID.y * BM, gl_WorkGroupID.x * BN, k0, tid, tx, ty);
 #else
-    for (uint bz = gl_WorkGroupID.z; bz < BATCH; bz += gl_NumWorkGroups.z) {
-        kiln_batch_offsets(bz, ca, cb, cc);
+    for (uint bz = gl_WorkGroupID.z; bz < TILES_Z; bz += gl_NumWorkGroups.z) {
+        batch_split(bz, ca, cb, cc, k0);
         for (uint tm = gl_WorkGroupID.y; tm < TILES_M; tm += gl_NumWorkGroups.y) {
             for (uint tn = gl_WorkGroupID.x; tn < TILES_N; tn += gl_NumWorkGroups.x) {
-                tile(ca, cb, cc, tm * BM, tn * BN, tid, tx, ty);
+                tile(ca, cb, cc, tm * BM, tn * BN, k0, tid, tx, ty);
                 barrier(); // the last step's readers, before the next tile's stores
             }
         }
@@ -207,12 +224,27 @@ void main() {
 shared float As[BK][BM];
 shared float Bs[BK][BN];
 
+#if CONV
+// Element (gk, gn) of the convolution's im2col matrix, its input at cb.
+float conv_b(uint cb, uint gk, uint gn) {
+    const uint ci = gk / (CKH * CKW), kh = gk / CKW % CKH, kw = gk % CKW;
+    const int ih = int(gn / COW * CSH + kh * CDH) - CPH;
+    const int iw = int(gn % COW * CSW + kw * CDW) - CPW;
+    return ih >= 0 && ih < CIH && iw >= 0 && iw < CIW ? args.b.v[cb + (ci * CIH + ih) * CIW + iw]
+                                                      : 0.0;
+}
+#define LOAD_B_AT(cb, gk, gn) conv_b(cb, gk, gn)
+#else
+#define LOAD_B_AT(cb, gk, gn) LOAD_B(cb + (gk) * B_SK + (gn) * B_SN, gk, gn)
+#endif
+
 void main() {
     const uint tx = gl_LocalInvocationID.x, ty = gl_LocalInvocationID.y;
     const uint tid = ty * NTX + tx;
-    for (uint bz = gl_WorkGroupID.z; bz < BATCH; bz += gl_NumWorkGroups.z) {
-        uint ca, cb, cc;
-        kiln_batch_offsets(bz, ca, cb, cc);
+    for (uint bz = gl_WorkGroupID.z; bz < TILES_Z; bz += gl_NumWorkGroups.z) {
+        uint ca, cb, cc, kbeg;
+        batch_split(bz, ca, cb, cc, kbeg);
+        const uint kend = min(K, kbeg + KCHUNK);
         for (uint tm = gl_WorkGroupID.y; tm < TILES_M; tm += gl_NumWorkGroups.y) {
             for (uint tn = gl_WorkGroupID.x; tn < TILES_N; tn += gl_NumWorkGroups.x) {
                 const uint m0 = tm * BM, n0 = tn * BN;
@@ -220,17 +252,17 @@ void main() {
                 for (uint i = 0; i < TM; ++i)
                     for (uint j = 0; j < TN; ++j)
                         acc[i][j] = 0.0;
-                for (uint k0 = 0; k0 < K; k0 += BK) {
+                for (uint k0 = kbeg; k0 < kend; k0 += BK) {
                     for (uint e = tid; e < BM * BK; e += NT) {
                         uint r = e / BK, kk = e % BK;
                         uint gm = m0 + r, gk = k0 + kk;
-                        As[kk][r] = (gm < M && gk < K) ? float(args.a.v[ca + gm * A_SM + gk * A_SK])
+                        As[kk][r] = (gm < M && gk < kend) ? float(args.a.v[ca + gm * A_SM + gk * A_SK])
                                                        : 0.0;
                     }
                     for (uint e = tid; e < BK * BN; e += NT) {
                         uint kk = e / BN, cn = e % BN;
                         uint gk = k0 + kk, gn = n0 + cn;
-                        Bs[kk][cn] = (gk < K && gn < N) ? LOAD_B(cb + gk * B_SK + gn * B_SN, gk, gn)
+                        Bs[kk][cn] = (gk < kend && gn < N) ? LOAD_B_AT(cb, gk, gn)
                                                         : 0.0;
                     }
                     barrier();

@@ -59,16 +59,6 @@ layout(push_constant) uniform Args {
     KILN_DIMS
 } args;
 
-#ifndef ALPHA
-#define ALPHA 1.0
-#endif
-#ifndef HAS_BIAS
-#define HAS_BIAS 0
-#endif
-#ifndef ACT
-#define ACT(x) (x)
-#endif
-
 #include "product.glsl"
 const uint NT = NCOL * KSPLIT;
 const uint CPG = NCOL * VEC;
@@ -149,11 +139,7 @@ void main() {
                         float v = 0.0;
                         for (uint q = 0; q < Q; ++q)
                             v += red[q][e];
-                        v *= ALPHA;
-#if HAS_BIAS
-                        v += BETA * args.bias.v[m * BIAS_SM + col * BIAS_SN];
-#endif
-                        KILN_STORE_C(cc, m, col, C_T(ACT(v)));
+                        store_c(cc, m, col, v);
                     }
                 }
             }

@@ -1,4 +1,5 @@
-// product.glsl: the batches of a matrix product (matmul, matvec, coopmat).
+// product.glsl: the batches of a matrix product (matmul, matvec, coopmat,
+// splitk) and the epilogue of those that fuse one.
 //
 // BATCH batches over BRANK dimensions BSHAPE, with per-operand element
 // strides C_BSTRIDES, A_BSTRIDES, B_BSTRIDES (0: broadcast).
@@ -20,4 +21,33 @@ void kiln_batch_offsets(uint bz, out uint ca, out uint cb, out uint cc) {
         cb += x * BBS[d];
         cc += x * CBS[d];
     }
+}
+
+#ifndef ALPHA
+#define ALPHA 1.0
+#endif
+#ifndef HAS_BIAS
+#define HAS_BIAS 0
+#endif
+#ifndef HAS_RES
+#define HAS_RES 0
+#endif
+#ifndef ACT
+#define ACT(x) (x)
+#endif
+
+// The epilogue for element (gm, gn) of the batch at offset cc of C:
+// C = ACT(ALPHA * acc + BETA * bias[gm * BIAS_SM + gn * BIAS_SN] + res[cc +
+// gm * N + gn]), the bias where HAS_BIAS, res (a convolution's skip
+// connection) where HAS_RES; ACT(x) is an activation expression. Its kernel
+// declares C_T, C's element type, and args.c, args.bias and args.res.
+void store_c(uint cc, uint gm, uint gn, float acc) {
+    float v = ALPHA * acc;
+#if HAS_BIAS
+    v += BETA * args.bias.v[gm * BIAS_SM + gn * BIAS_SN];
+#endif
+#if HAS_RES
+    v += args.res.v[cc + gm * N + gn];
+#endif
+    KILN_STORE_C(cc, gm, gn, C_T(ACT(v)));
 }

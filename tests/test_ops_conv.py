@@ -68,6 +68,83 @@ for i, c in enumerate(CONVS):
     case(f"op conv x={c[0]} w={c[1]} {c[2]} bias={c[3]}")(conv_case(i, *c))
 
 
+# Convolutions as matrix products on matmul.comp's tiles (implicit GEMM,
+# lower_conv.c's conv_product: one group, more than 16 output channels):
+# the input read as its im2col matrix for every attribute the loader takes,
+# 1 x 1 kernels as a plain matrix (vec4 where H * W is a multiple of 4), and
+# one image with a long K split along it (splitk.comp). Each checks that its
+# dispatch is the product kernel, not conv.comp.
+CONV_PRODUCTS = [  # x shape, w shape, attrs, bias, kernels the dispatches use
+    ([3, 5, 9, 10], [24, 5, 3, 3], {"pads": [1, 1, 1, 1]}, True, {"matmul"}),
+    ([2, 6, 13, 11], [20, 6, 3, 2],
+     {"strides": [2, 3], "pads": [1, 0, 2, 1], "dilations": [2, 1]}, True, {"matmul"}),
+    ([2, 7, 40], [18, 7, 5], {"strides": [2], "pads": [2, 1], "dilations": [2]}, False,
+     {"matmul"}),                                                             # 1-D
+    ([2, 16, 8, 8], [32, 16, 1, 1], {}, True, {"matmul"}),                   # 1 x 1, vec4
+    ([1, 12, 7, 7], [24, 12, 1, 1], {}, False, {"matmul"}),                  # 1 x 1, H * W odd
+    ([1, 8, 9, 9], [17, 8, 1, 1], {"strides": [2, 2]}, True, {"matmul"}),   # 1 x 1, strided
+    ([1, 3, 7, 6], [17, 3, 3, 3], {"auto_pad": "same_upper"}, True, {"matmul"}),
+    ([1, 256, 7, 7], [32, 256, 3, 3], {"pads": [1, 1, 1, 1]}, True, {"matmul", "splitk"}),
+    ([1, 1024, 7, 7], [64, 1024, 1, 1], {}, True, {"matmul", "splitk"}),    # split, 1 x 1
+]
+
+
+def dispatch_kernels(workdir):
+    """The kernel families of the generated model's dispatches (the
+    schedule table in model.c's comment)."""
+    import re
+    c = (Path(workdir) / "model.c").read_text()
+    return set(re.findall(r"^ \*\s+\d+\s.*?\sk\d+ (\w+)\s", c, re.M))
+
+
+def conv_product_case(i, xs, ws, attrs, bias, kernels):
+    def test(workdir):
+        r = rng(2530 + i)
+        x, w = values(r, xs, 1.0), values(r, ws, 1.0)
+        ins = [x, w] + ([values(r, [ws[0]], 1.0)] if bias else [])
+        a = conv_geometry(xs, ws, attrs)
+        want = ref.conv(x, w, ins[2] if bias else None, a.get("strides"), a.get("pads"),
+                        a.get("dilations"), 1)
+        k = int(np.prod(ws[1:]))
+        one_op(workdir, "conv", ins, want, attrs, 1e-5, 2e-6 * k ** 0.5 * 4)
+        got = dispatch_kernels(workdir)
+        check(got == kernels, f"dispatch kernels {sorted(got)}, expected {sorted(kernels)}")
+    return test
+
+
+for i, c in enumerate(CONV_PRODUCTS):
+    case(f"op conv as a product x={c[0]} w={c[1]} {c[2]} bias={c[3]}")(conv_product_case(i, *c))
+
+
+def conv_product_epilogue_case(xs, ws, kernels):
+    """Conv + residual add + relu in the product's epilogue (and in
+    splitk.comp's, for one image with a long K)."""
+    def test(workdir):
+        r = rng(2545)
+        x, w, b = values(r, xs, 1.0), values(r, ws, 1.0), values(r, [ws[0]], 1.0)
+        conv = ref.conv(x, w, b, pads=[1, 1, 1, 1])
+        res = values(r, list(conv.shape), 1.0)
+        ins = {"x": spec(x), "w": spec(w), "b": spec(b), "r": spec(res)}
+        nodes = [{"name": "c", "op": "conv", "inputs": ["x", "w", "b"], "pads": [1, 1, 1, 1]},
+                 {"name": "s", "op": "add", "inputs": ["r", "c"]},
+                 {"name": "y", "op": "relu", "inputs": ["s"]}]
+        want = np.maximum(conv + res, 0)
+        prog = build_model(workdir, model_yaml("epi", ins, nodes, ["y"]))
+        got, = run_program(prog, [x, w, b, res], [want.astype(np.float32)])
+        assert_close(got, want, 1e-5, 2e-6 * int(np.prod(ws[1:])) ** 0.5 * 4)
+        check("c + s + y (conv)" in (Path(workdir) / "model.c").read_text(),
+              "the residual and relu are not in the product's epilogue")
+        got = dispatch_kernels(workdir)
+        check(got == kernels, f"dispatch kernels {sorted(got)}, expected {sorted(kernels)}")
+    return test
+
+
+case("op conv as a product + residual + relu, two images")(
+    conv_product_epilogue_case([2, 4, 8, 8], [20, 4, 3, 3], {"matmul"}))
+case("op conv as a product + residual + relu, split along K")(
+    conv_product_epilogue_case([1, 128, 6, 6], [24, 128, 3, 3], {"matmul", "splitk"}))
+
+
 def conv_activation_case(act):
     def test(workdir):
         r = rng(2520)

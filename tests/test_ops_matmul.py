@@ -176,6 +176,86 @@ for i, (xs, ws, fl, tol) in enumerate([
         ([4, 32], [16, 8, 24], ("--no-fuse=qkv",), 1e-5)]):
     case(f"op matmul QKV split {xs} x {ws} {' '.join(fl)}".rstrip())(qkv_case(i, xs, ws, fl, tol))
 
+# ---- split K: matmul.comp's partial products, splitk.comp's sum ----
+
+def kernels_of(workdir):
+    """The kernel families of the generated model's dispatches."""
+    c = (Path(workdir) / "model.c").read_text()
+    return set(re.findall(r"^ \*\s+\d+\s.*?\sk\d+ (\w+)\s", c, re.M))
+
+
+SPLIT_PRODUCTS = [  # a shape, b shape, dtype: few tiles and a long K, which the cost model splits
+    ([40, 1000], [1000, 64], np.float32),   # vec4, the last chunk of K ragged
+    ([3, 11, 999], [999, 40], np.float32),  # scalar (K odd), the batch folded into M
+    ([40, 1001], [1001, 20], np.float16),   # f16 A, B and C on the tiled kernel (K odd)
+]
+
+
+def split_case(i, sa, sb, dt):
+    def test(workdir):
+        r = rng(360 + i)
+        a, b = values(r, sa, 1.0).astype(dt), values(r, sb, 1.0).astype(dt)
+        want = ref.matmul(a.astype(np.float64), b.astype(np.float64))
+        y = model_yaml("mm", {"a": spec(a), "b": spec(b)},
+                       [{"name": "y", "op": "matmul", "inputs": ["a", "b"]}], ["y"])
+        got, = run_model(workdir, y, [a, b], [want.astype(dt)])
+        check(got.dtype == dt, f"output dtype {got.dtype}")
+        k = sa[-1]
+        assert_close(got, want, 2 ** -10 if dt == np.float16 else 1e-5,
+                     2e-6 * k ** 0.5 * 4)
+        check(kernels_of(workdir) == {"matmul", "splitk"},
+              f"dispatch kernels {sorted(kernels_of(workdir))}: not split along K")
+    return test
+
+
+for i, (sa, sb, dt) in enumerate(SPLIT_PRODUCTS):
+    case(f"op matmul split along K {sa} x {sb} {np.dtype(dt).name}")(split_case(i, sa, sb, dt))
+
+
+@case("op gemm split along K: transposes, bias [M, N], alpha, beta, gelu in splitk.comp")
+def _(workdir):
+    r = rng(370)
+    M, K, N = 24, 1500, 40
+    a, b, c = values(r, [K, M], 1.0), values(r, [N, K], 1.0), values(r, [M, N], 1.0)
+    want = ref.gemm(a, b, c, alpha=0.5, beta=2.0, trans_a=1, trans_b=1, activation="gelu")
+    one_op(workdir, "gemm", [a, b, c], want, {"alpha": 0.5, "beta": 2.0, "trans_a": 1,
+                                                "trans_b": 1, "activation": "gelu"},
+           1e-5, 2e-6 * K ** 0.5 * 4)
+    check(kernels_of(workdir) == {"matmul", "splitk"}, "not split along K")
+
+
+def split_qkv_case(flags, rtol, atol):
+    """A QKV split product split along K too: splitk.comp writes the three
+    outputs; with int8 weights the partial products read their scales (the
+    products' elements are about 32 in size; int8's rounding adds up to
+    about 1 over K = 1024, a lost or doubled chunk of K about 30)."""
+    def test(workdir):
+        r = rng(375)
+        x = values(r, [40, 1024], 1.0)
+        ws = [values(r, [1024, w], 1.0) for w in (16, 8, 24)]
+        names = ["q", "k", "v"]
+        y = model_yaml("qkv", {"x": spec(x)},
+                       [{"name": n, "op": "matmul", "inputs": ["x", f"w{j}"]}
+                        for j, n in enumerate(names)], names,
+                       weights={f"w{j}": {"dtype": "f32", "shape": list(w.shape),
+                                          "values": [float(v) for v in w.reshape(-1)]}
+                                for j, w in enumerate(ws)})
+        want = [ref.matmul(x, w) for w in ws]
+        prog = build_model(workdir, y, flags=list(flags))
+        got = run_program(prog, [x], [w.astype(np.float32) for w in want])
+        for g, w in zip(got, want):
+            assert_close(g, w, rtol, atol)
+        c = (Path(workdir) / "model.c").read_text()
+        check("q + k + v (matmul)" in c, "the products are not one")
+        check(kernels_of(workdir) == {"matmul", "splitk"}, "not split along K")
+    return test
+
+
+case("op matmul QKV split, split along K")(split_qkv_case((), 1e-5, 2.6e-4))
+case("op matmul QKV split, split along K, int8 weights")(
+    split_qkv_case(("--weights", "int8"), 0.02, 1.6))
+
+
 # ---- gemm: transposes, bias, alpha/beta, fused activation ----
 
 GEMMS = [  # M, K, N, trans_a, trans_b, bias shape, alpha, beta, activation

@@ -6,7 +6,8 @@ not CI). Two commands:
 
   export.py corpus [--out tests/models] [--skip-existing DIR] [NAME...]
       Writes the small models the repository carries (all, or those NAMEd:
-      densenet_tiny, gn_convnet, bert_tiny, llama_tiny, gpt2_tiny, qwen2_tiny, t5_tiny,
+      densenet_tiny, gn_convnet, bert_tiny, bert_wide_ffn, llama_tiny, gpt2_tiny,
+      qwen2_tiny, t5_tiny,
       vit_tiny, whisper_encoder_tiny, mobilenet_v3_small, resnet_tiny,
       squeezenet_tiny, einsum_block,
       rnn_block, stn (a spatial transformer), roi_head (torchvision's
@@ -249,6 +250,18 @@ def bert_tiny():
     return LastHidden(transformers.BertModel(cfg, add_pooling_layer=False)).eval()
 
 
+def bert_wide_ffn():
+    """BERT with a long FFN for its width (64 to 2048 and back) at 32
+    tokens: its FFN output, [32, 2048] x [2048, 64], is one tile of kiln's
+    tiled matmul, which splits it along K (split-K, splitk.comp)."""
+    import transformers
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(vocab_size=100, hidden_size=64, num_hidden_layers=1,
+                                  num_attention_heads=2, intermediate_size=2048,
+                                  max_position_embeddings=32)
+    return LastHidden(transformers.BertModel(cfg, add_pooling_layer=False)).eval()
+
+
 def llama_tiny():
     import transformers
     torch.manual_seed(0)
@@ -396,6 +409,7 @@ def tiny_models():
              [dynamo(20), dynamo(21), dynamo(23)]),
             ("bert_tiny", bert_tiny, [((1, 8), np.int64, 100)],
              [EXPORTS[0], dynamo(20), dynamo(23)]),
+            ("bert_wide_ffn", bert_wide_ffn, [((1, 32), np.int64, 100)], [dynamo(20)]),
             ("llama_tiny", llama_tiny, [((1, 8), np.int64, 100)], [dynamo(20), dynamo(23)]),
             ("gpt2_tiny", gpt2_tiny, [((1, 8), np.int64, 100)], [dynamo(20), dynamo(23)]),
             ("qwen2_tiny", qwen2_tiny, [((1, 8), np.int64, 100)], [dynamo(20), dynamo(23)]),
