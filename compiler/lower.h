@@ -89,6 +89,7 @@ Dispatch *matmul_dispatch(Program *p, Node *n, MatmulShape *s);
 MatmulShape matrix_product(Tensor *c, Tensor *a, Tensor *b, int64_t M, int64_t N,
                            int64_t K, bool ta, bool tb);
 void bind_bias(Dispatch *d, Tensor *bias, Operand bo, double beta, Tensor *a);
+void bind_weight_scales(Dispatch *d, Node *n, bool later);
 const char *activation_expr(const char *name);
 /* e with each identifier that sub (given ctx) maps to text replaced by it
  * (sub returns NULL: the identifier stays). */

@@ -24,6 +24,11 @@ static void define_spatial(Dispatch *d, const char *name, int nsp, const int64_t
 /* Invocations a convolution's channel split aims at (lower_conv). */
 #define CONV_SPLIT_TARGET 65536
 
+/* The other operand of a convolution's fused residual add (n->epi_res). */
+static Tensor *conv_residual(Node *n) {
+    return other_input(n->epi_res, n->epi_bias ? n->epi_bias->outputs[0] : n->outputs[0]);
+}
+
 /* A convolution as a matrix product on matmul.comp's tiles (implicit
  * GEMM): per image, C [OC, OH * OW] = W [OC, C * KH * KW] x the input's
  * im2col matrix [C * KH * KW, OH * OW], which the kernel reads from the
@@ -86,10 +91,8 @@ static bool conv_product(Program *p, Node *n, Tensor *x, Tensor *w, Tensor *y,
         bind_bias(d, bias, bo, 1.0, x);
         if (n->epi_res) {
             define_int(d, "HAS_RES", 1);
-            dispatch_unused(d, x); /* the scale and zero-point slots */
-            dispatch_unused(d, x);
-            dispatch_arg(d, other_input(n->epi_res, n->epi_bias ? n->epi_bias->outputs[0]
-                                                                 : n->outputs[0]), false);
+            bind_weight_scales(d, n, true); /* unused: a convolution's are not quantized */
+            dispatch_arg(d, conv_residual(n), false);
         }
     }
     return true;
@@ -138,8 +141,7 @@ void lower_conv(Program *p, Node *n) {
         dispatch_unused(d, x);
     if (n->epi_res) {
         define_int(d, "HAS_RES", 1);
-        dispatch_arg(d, other_input(n->epi_res, n->epi_bias ? n->epi_bias->outputs[0]
-                                                             : n->outputs[0]), false);
+        dispatch_arg(d, conv_residual(n), false);
     }
     /* products per output: the input channels of its group by the kernel */
     int64_t cg = x->shape[1] / attr_int(n, "group");

@@ -171,8 +171,9 @@ static bool matmul_vec4_shape(const Node *n, const MatmulShape *s) {
 
 /* After the bias slot: the scales and zero points of a quantized B, where
  * d reads B (splitk.comp does not), and unused slots in their place where
- * a later slot follows (later: the QKV split's outputs). */
-static void bind_weight_scales(Dispatch *d, Node *n, bool later) {
+ * a later slot follows (later: the QKV split's outputs, a convolution's
+ * residual). */
+void bind_weight_scales(Dispatch *d, Node *n, bool later) {
     Tensor *a = n->inputs[0];
     bool scales = n->wscale && strcmp(d->family, "splitk") != 0;
     if (scales)
@@ -232,6 +233,7 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
                                int64_t mrows, bool wide, int64_t kchunk) {
     bool shape4 = !matvec && matmul_vec4_shape(n, s);
     Tiles tiles = pick_tiles(n, s, wide);
+    int64_t splits = kchunk ? (s->K + kchunk - 1) / kchunk : 1;
     int64_t bm = tiles.bm, bn = tiles.bn, tm = tiles.tm, tn = tiles.tn, bk = tiles.bk;
     /* The vec4 path: f32 operands whose rows are contiguous and 16-byte
      * aligned, 4 x 4 blocks per invocation, whole vec4s per invocation in
@@ -293,7 +295,7 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
             define_int(d, "COW", s->conv.out_w);
         }
         if (kchunk) {
-            define_int(d, "SPLITK", (s->K + kchunk - 1) / kchunk);
+            define_int(d, "SPLITK", splits);
             define_int(d, "KCHUNK", kchunk);
         }
     }
@@ -310,7 +312,7 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
                (uint64_t)s->batch;
     d->groups[0] = groups_for(s->N, matvec ? mv.ncol * mv.vec : bn);
     d->groups[1] = matvec ? 1 : groups_for(s->M, bm);
-    d->groups[2] = groups_for(kchunk ? (s->K + kchunk - 1) / kchunk : s->batch, 1);
+    d->groups[2] = groups_for(kchunk ? splits : s->batch, 1);
     if (!matvec)
         dyn_groups(d, 1, s->dyn, s->M, bm);
     /* The vec4 path without loops over tiles and batches where each has
@@ -369,9 +371,12 @@ static int64_t split_chunk(const MatmulShape *s, Tiles t) {
         best = strtol(tune, NULL, 10);
         best = best < 1 ? 1 : best > steps ? steps : best;
     } else {
-        for (int64_t k = 2; k <= SPLIT_MAX && k <= steps; k++)
-            if (split_cost(s, t, k) < split_cost(s, t, best))
-                best = k;
+        double best_ns = split_cost(s, t, 1);
+        for (int64_t k = 2; k <= SPLIT_MAX && k <= steps; k++) {
+            double ns = split_cost(s, t, k);
+            if (ns < best_ns)
+                best = k, best_ns = ns;
+        }
     }
     if (best == 1)
         return 0;

@@ -9,6 +9,7 @@ message makes the program exit 3, which fails the test.
 import contextlib
 import json
 import os
+import re
 import subprocess
 import threading
 from pathlib import Path
@@ -123,6 +124,14 @@ def link_model(workdir):
              "-L", BUILD, "-lkilnrt", VULKAN_LIB, "-lm"])
     check(r.returncode == 0, f"building the generated C failed:\n{r.stderr}")
     return prog
+
+
+def check_kernels(workdir, want):
+    """That the dispatches of workdir/model.c (its schedule table, in the
+    opening comment) run exactly the kernel families `want` (a set)."""
+    c = (Path(workdir) / "model.c").read_text()
+    got = set(re.findall(r"^ \*\s+\d+\s.*?\sk\d+ (\w+)\s", c, re.M))
+    check(got == want, f"dispatch kernels {sorted(got)}, expected {sorted(want)}")
 
 
 def run_program(prog, inputs, expected, validation=True):

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 
 import reference as ref
-from harness import (assert_close, build_model, check, model_yaml, registry, run_model,
-                     run_program)
+from harness import (assert_close, build_model, check, check_kernels, model_yaml, registry,
+                     run_model, run_program)
 from ops_common import one_op, rng, spec, values
 
 TESTS, case = registry()
@@ -52,14 +52,20 @@ def conv_geometry(xs, ws, attrs):
     return a
 
 
+def conv_inputs(seed, xs, ws, attrs, bias):
+    """Seeded x, w (and bias) of a convolution, and its reference output."""
+    r = rng(seed)
+    x, w = values(r, xs, 1.0), values(r, ws, 1.0)
+    ins = [x, w] + ([values(r, [ws[0]], 1.0)] if bias else [])
+    a = conv_geometry(xs, ws, attrs)
+    want = ref.conv(x, w, ins[2] if bias else None, a.get("strides"), a.get("pads"),
+                    a.get("dilations"), a.get("group", 1))
+    return ins, want
+
+
 def conv_case(i, xs, ws, attrs, bias):
     def test(workdir):
-        r = rng(2500 + i)
-        x, w = values(r, xs, 1.0), values(r, ws, 1.0)
-        ins = [x, w] + ([values(r, [ws[0]], 1.0)] if bias else [])
-        a = conv_geometry(xs, ws, attrs)
-        want = ref.conv(x, w, ins[2] if bias else None, a.get("strides"), a.get("pads"),
-                        a.get("dilations"), a.get("group", 1))
+        ins, want = conv_inputs(2500 + i, xs, ws, attrs, bias)
         one_op(workdir, "conv", ins, want, attrs, 1e-5, 1e-4)
     return test
 
@@ -89,26 +95,12 @@ CONV_PRODUCTS = [  # x shape, w shape, attrs, bias, kernels the dispatches use
 ]
 
 
-def dispatch_kernels(workdir):
-    """The kernel families of the generated model's dispatches (the
-    schedule table in model.c's comment)."""
-    import re
-    c = (Path(workdir) / "model.c").read_text()
-    return set(re.findall(r"^ \*\s+\d+\s.*?\sk\d+ (\w+)\s", c, re.M))
-
-
 def conv_product_case(i, xs, ws, attrs, bias, kernels):
     def test(workdir):
-        r = rng(2530 + i)
-        x, w = values(r, xs, 1.0), values(r, ws, 1.0)
-        ins = [x, w] + ([values(r, [ws[0]], 1.0)] if bias else [])
-        a = conv_geometry(xs, ws, attrs)
-        want = ref.conv(x, w, ins[2] if bias else None, a.get("strides"), a.get("pads"),
-                        a.get("dilations"), 1)
+        ins, want = conv_inputs(2530 + i, xs, ws, attrs, bias)
         k = int(np.prod(ws[1:]))
         one_op(workdir, "conv", ins, want, attrs, 1e-5, 2e-6 * k ** 0.5 * 4)
-        got = dispatch_kernels(workdir)
-        check(got == kernels, f"dispatch kernels {sorted(got)}, expected {sorted(kernels)}")
+        check_kernels(workdir, kernels)
     return test
 
 
@@ -134,8 +126,7 @@ def conv_product_epilogue_case(xs, ws, kernels):
         assert_close(got, want, 1e-5, 2e-6 * int(np.prod(ws[1:])) ** 0.5 * 4)
         check("c + s + y (conv)" in (Path(workdir) / "model.c").read_text(),
               "the residual and relu are not in the product's epilogue")
-        got = dispatch_kernels(workdir)
-        check(got == kernels, f"dispatch kernels {sorted(got)}, expected {sorted(kernels)}")
+        check_kernels(workdir, kernels)
     return test
 
 

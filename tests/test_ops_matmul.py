@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 
 import reference as ref
-from harness import assert_close, build_model, check, model_yaml, registry, run_model, run_program
+from harness import (assert_close, build_model, check, check_kernels, model_yaml, registry,
+                     run_model, run_program)
 from ops_common import one_op, rng, spec, values
 
 TESTS, case = registry()
@@ -139,6 +140,17 @@ def matmul_weights_case(workdir):
 case("op matmul [2, 3, 4] x inline weight [4, 5]")(matmul_weights_case)
 
 
+def products_yaml(x, ws, names):
+    """A model of the input x times each weight of ws (inline f32 values),
+    the products its outputs names (the QKV split's candidates)."""
+    return model_yaml("qkv", {"x": spec(x)},
+                      [{"name": n, "op": "matmul", "inputs": ["x", f"w{j}"]}
+                       for j, n in enumerate(names)], names,
+                      weights={f"w{j}": {"dtype": "f32", "shape": list(w.shape),
+                                         "values": [float(v) for v in w.reshape(-1)]}
+                               for j, w in enumerate(ws)})
+
+
 def qkv_case(i, xshape, widths, flags=(), rtol=1e-5):
     """Matmuls of one input by weights of the same K (QKV split fusion: one
     dispatch writes every output), against float64 products; with
@@ -149,12 +161,7 @@ def qkv_case(i, xshape, widths, flags=(), rtol=1e-5):
         x = values(r, xshape, 1.0)
         ws = [values(r, [k, w], 1.0) for w in widths]
         names = [f"y{j}" for j in range(len(ws))]
-        y = model_yaml("qkv", {"x": spec(x)},
-                       [{"name": n, "op": "matmul", "inputs": ["x", f"w{j}"]}
-                        for j, n in enumerate(names)], names,
-                       weights={f"w{j}": {"dtype": "f32", "shape": list(w.shape),
-                                          "values": [float(v) for v in w.reshape(-1)]}
-                                for j, w in enumerate(ws)})
+        y = products_yaml(x, ws, names)
         want = [ref.matmul(x, w) for w in ws]
         prog = build_model(workdir, y, flags=list(flags))
         c = (Path(workdir) / "model.c").read_text()
@@ -178,12 +185,6 @@ for i, (xs, ws, fl, tol) in enumerate([
 
 # ---- split K: matmul.comp's partial products, splitk.comp's sum ----
 
-def kernels_of(workdir):
-    """The kernel families of the generated model's dispatches."""
-    c = (Path(workdir) / "model.c").read_text()
-    return set(re.findall(r"^ \*\s+\d+\s.*?\sk\d+ (\w+)\s", c, re.M))
-
-
 SPLIT_PRODUCTS = [  # a shape, b shape, dtype: few tiles and a long K, which the cost model splits
     ([40, 1000], [1000, 64], np.float32),   # vec4, the last chunk of K ragged
     ([3, 11, 999], [999, 40], np.float32),  # scalar (K odd), the batch folded into M
@@ -203,8 +204,7 @@ def split_case(i, sa, sb, dt):
         k = sa[-1]
         assert_close(got, want, 2 ** -10 if dt == np.float16 else 1e-5,
                      2e-6 * k ** 0.5 * 4)
-        check(kernels_of(workdir) == {"matmul", "splitk"},
-              f"dispatch kernels {sorted(kernels_of(workdir))}: not split along K")
+        check_kernels(workdir, {"matmul", "splitk"})
     return test
 
 
@@ -221,7 +221,7 @@ def _(workdir):
     one_op(workdir, "gemm", [a, b, c], want, {"alpha": 0.5, "beta": 2.0, "trans_a": 1,
                                                 "trans_b": 1, "activation": "gelu"},
            1e-5, 2e-6 * K ** 0.5 * 4)
-    check(kernels_of(workdir) == {"matmul", "splitk"}, "not split along K")
+    check_kernels(workdir, {"matmul", "splitk"})
 
 
 def split_qkv_case(flags, rtol, atol):
@@ -234,12 +234,7 @@ def split_qkv_case(flags, rtol, atol):
         x = values(r, [40, 1024], 1.0)
         ws = [values(r, [1024, w], 1.0) for w in (16, 8, 24)]
         names = ["q", "k", "v"]
-        y = model_yaml("qkv", {"x": spec(x)},
-                       [{"name": n, "op": "matmul", "inputs": ["x", f"w{j}"]}
-                        for j, n in enumerate(names)], names,
-                       weights={f"w{j}": {"dtype": "f32", "shape": list(w.shape),
-                                          "values": [float(v) for v in w.reshape(-1)]}
-                                for j, w in enumerate(ws)})
+        y = products_yaml(x, ws, names)
         want = [ref.matmul(x, w) for w in ws]
         prog = build_model(workdir, y, flags=list(flags))
         got = run_program(prog, [x], [w.astype(np.float32) for w in want])
@@ -247,7 +242,7 @@ def split_qkv_case(flags, rtol, atol):
             assert_close(g, w, rtol, atol)
         c = (Path(workdir) / "model.c").read_text()
         check("q + k + v (matmul)" in c, "the products are not one")
-        check(kernels_of(workdir) == {"matmul", "splitk"}, "not split along K")
+        check_kernels(workdir, {"matmul", "splitk"})
     return test
 
 
