@@ -6,10 +6,16 @@ each shape and weight format it compiles y = x @ W with `--weights FMT`
 (weights in a sidecar file), checks kiln's result against PyTorch's x @ W'
 where W' is W quantized as docs/cli.md describes (tests/test_quant.py's
 reference), then times kiln (GPU timestamps) against torch f32 x @ W and
-torch f16 x @ W (CUDA events), medians of 50 runs. Writes
-bench/WEIGHTS.md and bench/weights.json.
+torch f16 x @ W (CUDA events), medians of 50 runs. kiln's copy kernel
+(bench/run.py's, 256 MiB) is timed in the same run: each row's weight bytes
+per second as a share of its bandwidth. Writes bench/WEIGHTS.md and
+bench/weights.json.
 
-  bench/weights.py [--out DIR] [--quick]
+  bench/weights.py [--out DIR] [--quick] [--rows 1,16,4096] [--formats f32,int4]
+  bench/weights.py --markdown [--out DIR]
+
+The environment reaches kiln compile (KILN_MATVEC_K=WG,CN, or 0 for the
+row-major matvec.comp, when comparing).
 """
 import argparse
 import datetime
@@ -33,11 +39,20 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(bench.ROOT / "bench"))
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--rows", default="1,16,4096", help="M of each product, comma-separated")
+    ap.add_argument("--formats", default=",".join(FORMATS))
+    ap.add_argument("--markdown", action="store_true",
+                    help="only rewrite OUT/WEIGHTS.md from OUT/weights.json")
     args = ap.parse_args()
+    if args.markdown:
+        out = Path(args.out)
+        write_markdown(json.loads((out / "weights.json").read_text()), out / "WEIGHTS.md")
+        return
     torch.backends.cuda.matmul.allow_tf32 = False
     wd = Path(tempfile.mkdtemp(prefix="kiln-weights-"))
     K = N = 512 if args.quick else 4096
-    shapes = [(1, K, N), (16, K, N)] + ([] if args.quick else [(4096, K, N)])
+    shapes = [(int(m), K, N) for m in args.rows.split(",")
+              if not (args.quick and int(m) > 16)]
     r = np.random.default_rng(0)
     w = (r.standard_normal((K, N)) / np.sqrt(K)).astype(np.float32)
     (wd / "w.bin").write_bytes(w.tobytes())
@@ -47,6 +62,13 @@ def main():
         res["gpu"], res["driver"] = [s.strip() for s in smi.strip().split(",")][:2]
     except Exception:
         res["gpu"], res["driver"] = "?", "?"
+    # kiln's copy kernel, the bandwidth a memory-bound kernel can reach
+    key, title, yml, cin, tfn, _, nbytes, _ = bench.kernel_rows(args.quick)[0]
+    prog, _, _ = bench.build_kiln(wd, yml, key)
+    kr, (got,) = bench.run_kiln(wd, prog, cin, [cin[0]], 20)
+    bench.check_close(title, got, cin[0], 1e-7)
+    res["copy_gbs"] = nbytes / kr["gpu_us"] / 1e3
+    print(f"copy: {res['copy_gbs']:.0f} GB/s", flush=True)
     wt = torch.from_numpy(w).to(bench.DEV)
     wh = wt.half()
     deq = {f: (w.astype(np.float64) if f == "f32" else dequantized(w, f)[0]) for f in FORMATS}
@@ -57,7 +79,7 @@ def main():
         t32 = bench.cuda_time_us(lambda: xt @ wt, runs)
         xh = xt.half()
         t16 = bench.cuda_time_us(lambda: xh @ wh, runs)
-        for fmt in FORMATS:
+        for fmt in args.formats.split(","):
             key = f"mm{M}_{fmt}"
             doc = {"name": "q", "inputs": {"x": bench.spec([M, K])},
                    "weights": {"w": {"dtype": "f32", "shape": [K, N], "file": str(wd / "w.bin")}},
@@ -85,25 +107,36 @@ def main():
             print(json.dumps(row), flush=True)
     out = Path(args.out)
     (out / "weights.json").write_text(json.dumps(res, indent=1))
+    write_markdown(res, out / "WEIGHTS.md")
+    print((out / "WEIGHTS.md").read_text())
+
+
+def write_markdown(res, path):
     L = ["# kiln matmuls with quantized weights, against PyTorch", "",
          f"Measured {res['date']} on {res['gpu']} (driver {res['driver']}), TF32 off, by "
-         "`bench/weights.py`. Do not edit: rerun it.", "",
+         "`bench/weights.py`. Do not edit: rerun it (`--markdown` rewrites this page from "
+         "weights.json).", "",
          "y = x @ W, W [K, N] = [4096, 4096]. kiln: `--weights FMT`, dequantized inside the "
-         "matmul, f32 arithmetic; median GPU time of 50 runs. torch: x @ W in f32 and in "
+         "matmul, f32 arithmetic; median GPU time of 50 runs. Up to 2 rows (f32) or 8 (the "
+         "other formats) kiln stores W K-major and runs `matvec_k.comp`; more rows up to 16 "
+         "read W row-major on `matvec.comp`, more still on the tiled kernel "
+         "(docs/performance.md). torch: x @ W in f32 and in "
          "f16 (CUDA events). Each kiln result was first checked against torch's x @ W' "
          "with W' the format's reference dequantization (error column 'vs ref'); 'vs f32' "
-         "is the quantization error itself (max |y - x @ W| / max |x @ W|).", "",
+         "is the quantization error itself (max |y - x @ W| / max |x @ W|). 'of copy': "
+         f"the weight GB/s over kiln's copy kernel's {res['copy_gbs']:.0f} GB/s in the same "
+         "run (256 MiB read and written).", "",
          "| M | format | weight MiB | kiln us | torch f32 us | torch f16 us | kiln / torch f32 "
-         "speed | weight GB/s | vs ref | vs f32 |",
-         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+         "speed | weight GB/s | of copy | vs ref | vs f32 |",
+         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for x in res["rows"]:
         L.append(f"| {x['M']} | {x['format']} | {x['weight_bytes'] / 2**20:.1f} | "
                  f"{x['kiln_us']:.1f} | {x['torch_f32_us']:.1f} | {x['torch_f16_us']:.1f} | "
                  f"{x['torch_f32_us'] / x['kiln_us']:.2f} | "
                  f"{x['weight_bytes'] / x['kiln_us'] / 1e3:.0f} | "
+                 f"{100 * x['weight_bytes'] / x['kiln_us'] / 1e3 / res['copy_gbs']:.0f}% | "
                  f"{x['rel_error_vs_reference']:.1e} | {x['rel_error_vs_f32']:.1e} |")
-    (out / "WEIGHTS.md").write_text("\n".join(L) + "\n")
-    print((out / "WEIGHTS.md").read_text())
+    Path(path).write_text("\n".join(L) + "\n")
 
 
 if __name__ == "__main__":

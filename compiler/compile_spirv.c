@@ -133,16 +133,22 @@ static bool words_equal(const uint32_t *a, size_t na, const uint32_t *b, size_t 
     return na == nb && (na == 0 || memcmp(a, b, na * sizeof *a) == 0);
 }
 
-/* Whether a family's kernels reduce across workgroups through reduce.glsl:
- * they get a second build with KILN_SUBGROUP 1 (reductions within
- * subgroups first) for devices with KILN_FEATURE_SUBGROUP. */
-static bool reduces(const char *family) {
-    static const char line[] = "#include \"reduce.glsl\"";
-    const EmbeddedFile *src = embedded_file(format("%s.comp", family));
-    for (size_t i = 0; src && i + sizeof line - 1 <= src->size; i++)
-        if (memcmp(src->text + i, line, sizeof line - 1) == 0)
+/* Whether embedded file f contains the text what. */
+static bool contains(const EmbeddedFile *f, const char *what) {
+    size_t n = strlen(what);
+    for (size_t i = 0; f && i + n <= f->size; i++)
+        if (memcmp(f->text + i, what, n) == 0)
             return true;
     return false;
+}
+
+/* Whether a family's kernels reduce through subgroups where they can: their
+ * source includes reduce.glsl or tests KILN_SUBGROUP itself. They get a
+ * second build with KILN_SUBGROUP 1 (reductions within subgroups first)
+ * for devices with KILN_FEATURE_SUBGROUP. */
+static bool reduces(const char *family) {
+    const EmbeddedFile *src = embedded_file(format("%s.comp", family));
+    return contains(src, "#include \"reduce.glsl\"") || contains(src, "#if KILN_SUBGROUP");
 }
 
 /* One kernel to build: d's family with d's defines and then extra ones

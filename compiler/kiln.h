@@ -294,6 +294,10 @@ struct Node {
      * format; lowering binds these instead of inputs[1]. */
     int wformat;                     /* WeightFormat; WF_F32: none */
     struct Tensor *wq, *wscale, *wzero; /* data, scales, zero points */
+    /* wq holds B K-major (a decode-shaped product's, for matvec_k.comp):
+     * element (k, n) at n * K + k, scales and zero points at
+     * n * ceil(K / QUANT_BLOCK) + k / QUANT_BLOCK. wformat may be WF_F32. */
+    bool wkmajor;
 };
 
 typedef struct Graph {
@@ -513,7 +517,15 @@ typedef enum WeightFormat {
     WF_FP8_E5M2, WF_COUNT
 } WeightFormat;
 #define QUANT_BLOCK 32 /* consecutive k sharing a scale (and zero point) */
+/* The most rows a product runs on the matrix-vector kernels (matvec.comp,
+ * matvec_k.comp) rather than the tiled one. */
+#define MATVEC_MAX_M 16
 extern const char *const weight_format_names[WF_COUNT];
+/* The elements of format f in 16 bytes: matvec_k.comp's chunk of k. */
+int64_t weight_chunk(int f);
+/* KILN_MATVEC_K=0: matvec_k.comp off (no K-major weights here, none
+ * given K-major taken by lower_matmul.c), for comparisons. */
+bool matvec_k_off(void);
 /* The index of element i of a tensor (rank, shape) into its quantization
  * scales or zero points: 0 with one per tensor (axis < 0), the coordinate
  * along axis with one per index of it (block 0), else the index into

@@ -25,8 +25,8 @@ static void pick_tile(int64_t extent, int64_t *tile, int64_t *per_thread) {
     }
 }
 
-/* Few rows: matvec.comp's column-parallel kernel; else matmul.comp's tiles. */
-#define MATVEC_MAX_M 16
+/* Few rows (at most MATVEC_MAX_M): matvec.comp's column-parallel kernel, or
+ * matvec_k.comp's where B is K-major; else matmul.comp's tiles. */
 #define MATVEC_THREADS 256 /* NCOL x KSPLIT */
 #define MATVEC_PART_FLOATS 3072 /* shared memory for partial sums: 12 KiB */
 
@@ -46,7 +46,7 @@ typedef struct MatvecShape {
  * generated C names those that were set (emit_c.c). */
 const char *const tuning_variables[] = {"KILN_MATMUL_TILE", "KILN_MATMUL_SPLITK",
                                         "KILN_COOPMAT_TILE", "KILN_MATVEC_NCOL",
-                                        "KILN_DIRECT_CONV", NULL};
+                                        "KILN_MATVEC_K", "KILN_DIRECT_CONV", NULL};
 
 /* matvec.comp's layout for s: vec4 columns when B is f32 with 16-byte
  * aligned rows, vec4 rows of A likewise. Column lanes per workgroup (4 to
@@ -100,6 +100,86 @@ static void define_product(Dispatch *d, const MatmulShape *s) {
     define_list(d, "C_BSTRIDES", s->brank, s->ops[0].strides);
     define_list(d, "A_BSTRIDES", s->brank, s->ops[1].strides);
     define_list(d, "B_BSTRIDES", s->brank, s->ops[2].strides);
+}
+
+/* The format matvec_k.comp reads n's B in (weights.glsl's W_FORMAT). */
+static int b_format(const Node *n, const MatmulShape *s) {
+    return s->ops[2].t->dtype == KILN_DTYPE_F16 ? WF_F16 : n->wformat;
+}
+
+/* Whether matvec_k.comp can compute s: B K-major (encoded so by quantize.c,
+ * or given with B_SK 1) in whole 16-byte chunks along K, A contiguous along
+ * K (f32 in vec4s or f16). A K-major encoded weight sets s's B strides. */
+static bool kmajor_shape(const Node *n, MatmulShape *s) {
+    const Tensor *a = s->ops[1].t, *b = s->ops[2].t;
+    int64_t kv = weight_chunk(b_format(n, s));
+    bool a_ok = s->a_sk == 1 && (a->dtype == KILN_DTYPE_F16 ||
+                                 (a->dtype == KILN_DTYPE_F32 && s->a_sm % 4 == 0 &&
+                                  all_multiples(s->brank, s->ops[1].strides, 4)));
+    if (n->wkmajor) {
+        if (!a_ok || s->K % kv || s->conv.in[0])
+            internal_error("node '%s': a K-major weight where matvec_k.comp does not apply",
+                           n->name);
+        s->b_sk = 1;
+        s->b_sn = s->K;
+        return true;
+    }
+    return a_ok && !matvec_k_off() && !n->wq && !s->conv.in[0] && s->b_sk == 1 &&
+           s->K % kv == 0 && s->b_sn % kv == 0 && all_multiples(s->brank, s->ops[2].strides, kv) &&
+           (b->dtype == KILN_DTYPE_F32 || b->dtype == KILN_DTYPE_F16);
+}
+
+/* matvec_k.comp for s (kmajor_shape holds), rows up to mrows: WG
+ * invocations along K a workgroup, CN columns. WG: 256, fewer where K has
+ * fewer than WG / 2 chunks (at least 32); CN: 4, fewer where that leaves
+ * under 512 workgroups; their M x CN x WG partial sums at most 16 KiB of
+ * shared memory. Measured on an H200 at [1, 4096] x [4096, 4096] over WG
+ * 32 to 1024 and CN 1 to 8 (us, f32 / f16 / int8 / int4): 256 x 4 22.4 /
+ * 11.9 / 14.1 / 16.9, 128 x 4 23.6 / 12.4 / 18.5 / 22.4, 512 x 4 23.1 /
+ * 14.0 / 14.7 / 20.1, 64 x 1 23.7 / 15.7 / 17.3 / 24.6, 32 x 8 twice those.
+ * KILN_MATVEC_K=WG,CN overrides them, for tuning (0: matvec_k off). */
+static Dispatch *matvec_k_kernel(Program *p, Node *n, const MatmulShape *s, int64_t mrows) {
+    int fmt = b_format(n, s);
+    int64_t chunks = s->K / weight_chunk(fmt), wg = 256, cn = 4;
+    while (wg > 32 && chunks < wg / 2)
+        wg /= 2;
+    while (cn > 1 && groups_for(s->N, cn) * s->batch < 512)
+        cn /= 2;
+    const char *tune = getenv("KILN_MATVEC_K");
+    long t[2];
+    if (tune && sscanf(tune, "%ld,%ld", &t[0], &t[1]) == 2 && t[0] >= 1 && t[0] <= 1024 &&
+        (t[0] & (t[0] - 1)) == 0 && t[1] >= 1 && t[1] <= 16)
+        wg = t[0], cn = t[1];
+    while (mrows * cn * wg > 4096 && wg > 1)
+        wg /= 2;
+    while (mrows * cn * wg > 4096)
+        cn /= 2;
+    Dispatch *d = new_dispatch(p, n, "matvec_k");
+    d->local_size = (uint32_t)wg;
+    define_int(d, "M", mrows);
+    define_str(d, "MROWS", dyn_count(s->dyn, s->M));
+    define_product(d, s);
+    bool need[3] = {false, false, false};
+    need_dtype(p, need, s->ops[0].t->dtype);
+    need_dtype(p, need, s->ops[1].t->dtype);
+    define_needs(d, need);
+    define_int(d, "A_F16", s->ops[1].t->dtype == KILN_DTYPE_F16);
+    define_int(d, "C_F16", s->ops[0].t->dtype == KILN_DTYPE_F16);
+    define_int(d, "WG", wg);
+    define_int(d, "CN", cn);
+    define_int(d, "W_FORMAT", fmt);
+    if (fmt >= WF_INT8) {
+        define_int(d, "QBLOCK", QUANT_BLOCK);
+        define_int(d, "NBLK", (s->K + QUANT_BLOCK - 1) / QUANT_BLOCK);
+    }
+    dispatch_arg(d, s->ops[0].t, true);
+    dispatch_arg(d, s->ops[1].t, false);
+    dispatch_arg(d, n->wq ? n->wq : s->ops[2].t, false);
+    d->flops = 2ull * (uint64_t)(mrows * s->N) * (uint64_t)s->K * (uint64_t)s->batch;
+    d->groups[0] = groups_for(s->N, cn);
+    d->groups[1] = 1;
+    d->groups[2] = groups_for(s->batch, 1);
+    return d;
 }
 
 /* coopmat.comp for s, when it applies: f16 operands (B as given, not
@@ -231,6 +311,10 @@ static Tiles pick_tiles(const Node *n, const MatmulShape *s, bool wide) {
  * product to its own [M, N] of s's C (split_product). */
 static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
                                int64_t mrows, bool wide, int64_t kchunk) {
+    if (matvec && kmajor_shape(n, s))
+        return matvec_k_kernel(p, n, s, mrows);
+    if (n->wkmajor)
+        internal_error("node '%s': a K-major weight on the tiled kernel", n->name);
     bool shape4 = !matvec && matmul_vec4_shape(n, s);
     Tiles tiles = pick_tiles(n, s, wide);
     int64_t splits = kchunk ? (s->K + kchunk - 1) / kchunk : 1;

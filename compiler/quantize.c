@@ -34,6 +34,7 @@
 #include "kiln.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -84,20 +85,48 @@ static Tensor *new_weight(Graph *g, const Tensor *from, const char *suffix, kiln
     return t;
 }
 
-/* Encodes B (K x N, element (k, n) at k * sk + n * sn) in format f. */
+bool matvec_k_off(void) {
+    const char *v = getenv("KILN_MATVEC_K");
+    return v && strcmp(v, "0") == 0;
+}
+
+int64_t weight_chunk(int f) {
+    return f == WF_F32 ? 4 : f == WF_F16 ? 8 : f == WF_INT4 || f == WF_INT4_ASYM ? 32 : 16;
+}
+
+/* Where element (k, col) of B (K x N) goes in n's encoded weight: B's own
+ * order (k * sk + col * sn), or K-major (n->wkmajor); and its block's scale. */
+static int64_t dst_index(const Node *n, int64_t K, int64_t k, int64_t col, int64_t sk,
+                         int64_t sn) {
+    return n->wkmajor ? col * K + k : k * sk + col * sn;
+}
+
+static int64_t scale_index(const Node *n, int64_t K, int64_t N, int64_t blk, int64_t col) {
+    return n->wkmajor ? col * ((K + QUANT_BLOCK - 1) / QUANT_BLOCK) + blk : blk * N + col;
+}
+
+/* Encodes B (K x N, element (k, n) at k * sk + n * sn) in format f (f32:
+ * a K-major copy). */
 static void encode(Graph *g, Node *n, Tensor *b, int64_t K, int64_t N, int64_t sk, int64_t sn,
                    WeightFormat f) {
     int64_t count = K * N, nb = (K + QUANT_BLOCK - 1) / QUANT_BLOCK;
     float w;
     n->wformat = f;
-    if (f == WF_F16) {
-        /* Two halves per 32-bit word: count rounded up to an even number. */
-        n->wq = new_weight(g, b, ".f16", KILN_DTYPE_F16, count + (count & 1));
-        for (int64_t i = 0; i < count; i++) {
-            memcpy(&w, b->data + 4 * i, 4);
-            uint16_t h = float_to_half(w);
-            memcpy(n->wq->data + 2 * i, &h, 2);
-        }
+    if (f == WF_F32 || f == WF_F16) {
+        /* f16: two halves per 32-bit word, count rounded up to an even number. */
+        n->wq = f == WF_F32 ? new_weight(g, b, ".kmajor", KILN_DTYPE_F32, count)
+                            : new_weight(g, b, ".f16", KILN_DTYPE_F16, count + (count & 1));
+        for (int64_t k = 0; k < K; k++)
+            for (int64_t col = 0; col < N; col++) {
+                int64_t i = k * sk + col * sn, o = dst_index(n, K, k, col, sk, sn);
+                memcpy(&w, b->data + 4 * i, 4);
+                if (f == WF_F32) {
+                    memcpy(n->wq->data + 4 * o, &w, 4);
+                } else {
+                    uint16_t h = float_to_half(w);
+                    memcpy(n->wq->data + 2 * o, &h, 2);
+                }
+            }
         return;
     }
     bool int4 = f == WF_INT4 || f == WF_INT4_ASYM;
@@ -123,11 +152,12 @@ static void encode(Graph *g, Node *n, Tensor *b, int64_t K, int64_t N, int64_t s
             double z = 0;
             if (asym && s > 0)
                 z = clampd(rint(-lo / s), 0, levels);
-            memcpy(n->wscale->data + 4 * (blk * N + col), &s, 4);
+            int64_t si = scale_index(n, K, N, blk, col);
+            memcpy(n->wscale->data + 4 * si, &s, 4);
             if (asym)
-                n->wzero->data[blk * N + col] = (uint8_t)z;
+                n->wzero->data[si] = (uint8_t)z;
             for (int64_t k = k0; k < k1; k++) {
-                int64_t i = k * sk + col * sn;
+                int64_t i = k * sk + col * sn, o = dst_index(n, K, k, col, sk, sn);
                 memcpy(&w, b->data + 4 * i, 4);
                 double v = s > 0 ? (double)w / s : 0;
                 unsigned q;
@@ -138,9 +168,9 @@ static void encode(Graph *g, Node *n, Tensor *b, int64_t K, int64_t N, int64_t s
                 else
                     q = (unsigned)(int)clampd(rint(v), -levels - 1, levels) & (int4 ? 15u : 255u);
                 if (int4)
-                    n->wq->data[i / 2] |= (uint8_t)(q << (4 * (i & 1)));
+                    n->wq->data[o / 2] |= (uint8_t)(q << (4 * (o & 1)));
                 else
-                    n->wq->data[i] = (uint8_t)q;
+                    n->wq->data[o] = (uint8_t)q;
             }
         }
     }
@@ -200,49 +230,89 @@ static bool keep_codes(Graph *g, Node *n, Tensor *b, int64_t K, int64_t N, int64
     for (int64_t col = 0; col < N; col++)
         for (int64_t blk = 0; blk < nb; blk++) {
             int64_t p0 = code_param(b, blk * QUANT_BLOCK * sk + col * sn);
-            memcpy(n->wscale->data + 4 * (blk * N + col), &b->quant.scale[p0], 4);
+            int64_t si = scale_index(n, K, N, blk, col);
+            memcpy(n->wscale->data + 4 * si, &b->quant.scale[p0], 4);
             if (asym)
-                n->wzero->data[blk * N + col] = (uint8_t)(code_zero(b, p0) + shift);
+                n->wzero->data[si] = (uint8_t)(code_zero(b, p0) + shift);
         }
-    for (int64_t i = 0; i < K * N; i++)
-        n->wq->data[i] = (uint8_t)(b->quant.codes[i] + shift);
+    for (int64_t k = 0; k < K; k++)
+        for (int64_t col = 0; col < N; col++)
+            n->wq->data[dst_index(n, K, k, col, sk, sn)] =
+                (uint8_t)(b->quant.codes[k * sk + col * sn] + shift);
     return true;
+}
+
+/* Whether n (a matmul or gemm reading its weight B as K x N) is a decode
+ * step's product: few rows of A, fixed, contiguous along K (no trans_a), in
+ * f32 or f16, and K whole chunks of format f: it runs on matvec_k.comp,
+ * which reads B K-major (lower_matmul.c). Few: up to 2 rows for f32, 8 for
+ * the other formats; beyond, matvec.comp on the row-major weight was as
+ * fast or faster, since each of matvec_k's workgroups reads all of A
+ * (H200, [M, 4096] x [4096, 4096], us row-major -> K-major: f32 M=1 30 ->
+ * 22, M=2 28 -> 25, M=4 33 -> 35; int4 M=1 96 -> 17, M=8 49 -> 47, M=16 82
+ * -> 133; bench/WEIGHTS.md). KILN_MATVEC_K=0 keeps every weight row-major. */
+static bool decode_product(Node *n, int64_t K, WeightFormat f) {
+    const Tensor *a = n->inputs[0];
+    if (matvec_k_off() || a->dynamic ||
+        (a->dtype != KILN_DTYPE_F32 && a->dtype != KILN_DTYPE_F16) || K % weight_chunk(f) ||
+        (n->op == OP_GEMM && attr_int(n, "trans_a")))
+        return false;
+    return tensor_count(a) / K <= (f == WF_F32 ? 2 : 8);
 }
 
 void quantize_weights(Graph *g, const Options *opt) {
     WeightFormat f = (WeightFormat)opt->weights_format;
     /* A weight qualifies when every live reader is a matmul or gemm that
-     * takes it as B. */
+     * takes it as B; it is stored K-major when every one of them is a
+     * decode step's product. */
     bool *other = xcalloc((size_t)g->tensors.len + 1, sizeof *other);
+    bool *wide = xcalloc((size_t)g->tensors.len + 1, sizeof *wide);
     for (int i = 0; i < g->nodes.len; i++) {
         Node *n = g->nodes.data[i];
         for (int k = 0; !n->dead && k < n->ninputs; k++)
             if (k != 1 || (n->op != OP_MATMUL && n->op != OP_GEMM))
                 other[n->inputs[k]->id] = true;
     }
-    int done = 0, kept = 0;
+    int done = 0, kept = 0, kmajor = 0;
+    for (int i = 0; i < g->nodes.len; i++) {
+        Node *n = g->nodes.data[i];
+        if (n->dead || (n->op != OP_MATMUL && n->op != OP_GEMM) || n->ninputs < 2)
+            continue;
+        Tensor *b = n->inputs[1];
+        if (b->rank == 2) {
+            bool tb = n->op == OP_GEMM && attr_int(n, "trans_b");
+            /* 8-bit codes kept (f32) take int8's chunks */
+            WeightFormat as = f == WF_F32 && b->quant.codes ? WF_INT8 : f;
+            wide[b->id] |= !decode_product(n, b->shape[tb ? 1 : 0], as);
+        }
+    }
     for (int i = 0; i < g->nodes.len; i++) {
         Node *n = g->nodes.data[i];
         if (n->dead || (n->op != OP_MATMUL && n->op != OP_GEMM) || n->ninputs < 2)
             continue;
         Tensor *b = n->inputs[1];
         if (b->kind != T_WEIGHT || b->dtype != KILN_DTYPE_F32 || b->rank != 2 ||
-            b->is_output || other[b->id] || !b->data || (f == WF_F32 && !b->quant.codes))
+            b->is_output || other[b->id] || !b->data)
             continue;
         int64_t K = b->shape[0], N = b->shape[1], sk = N, sn = 1;
-        if (n->op == OP_GEMM && attr_int(n, "trans_b")) {
+        bool tb = n->op == OP_GEMM && attr_int(n, "trans_b");
+        if (tb) {
             K = b->shape[1];
             N = b->shape[0];
             sk = 1;
             sn = K;
         }
-        if (K * N == 0)
+        /* f32 stays as it is where it is K-major already, or not wanted so */
+        n->wkmajor = !wide[b->id];
+        if (K * N == 0 || (f == WF_F32 && !b->quant.codes && (tb || !n->wkmajor))) {
+            n->wkmajor = false;
             continue;
+        }
         /* Readers of one weight with the same orientation share its bytes. */
         Node *same = NULL;
         for (int j = 0; j < i && !same; j++) {
             Node *m = g->nodes.data[j];
-            if (m->wformat != WF_F32 && m->inputs[1] == b && m->op == n->op &&
+            if (m->wq && m->inputs[1] == b && m->op == n->op &&
                 (n->op != OP_GEMM || attr_int(m, "trans_b") == attr_int(n, "trans_b")))
                 same = m;
         }
@@ -251,18 +321,28 @@ void quantize_weights(Graph *g, const Options *opt) {
             n->wq = same->wq;
             n->wscale = same->wscale;
             n->wzero = same->wzero;
+            n->wkmajor = same->wkmajor;
             continue;
         }
-        if (f == WF_F32) {
-            kept += keep_codes(g, n, b, K, N, sk, sn);
+        kmajor += n->wkmajor;
+        if (f == WF_F32 && b->quant.codes && keep_codes(g, n, b, K, N, sk, sn)) {
+            kept++;
+            continue;
+        }
+        if (f == WF_F32 && (tb || !n->wkmajor)) { /* codes that do not fit */
+            kmajor -= n->wkmajor;
+            n->wkmajor = false;
             continue;
         }
         encode(g, n, b, K, N, sk, sn, f);
-        done++;
+        done += f != WF_F32;
     }
     if (opt->verbose && f != WF_F32)
         fprintf(stderr, "kiln: --weights %s: %d matmul weights re-encoded\n",
                 weight_format_names[f], done);
     if (opt->verbose && kept)
         fprintf(stderr, "kiln: %d dequantized matmul weights kept as their 8-bit codes\n", kept);
+    if (opt->verbose && kmajor)
+        fprintf(stderr, "kiln: %d matmul weights stored K-major for decode-shaped products\n",
+                kmajor);
 }

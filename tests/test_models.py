@@ -496,7 +496,8 @@ def test_weights_threshold(workdir):
              "-lm"])
     check(r.returncode == 0, r.stderr)
     x = np.random.default_rng(1).standard_normal([2, 1100]).astype(np.float32)
-    w = np.frombuffer(raw[24:], np.float32).reshape(1100, 4096)
+    # two rows: a decode-shaped product, whose weight is stored K-major
+    w = np.frombuffer(raw[24:], np.float32).reshape(4096, 1100).T
     got, = run_program(prog, [x], [np.zeros([2, 4096], np.float32)])
     assert_close(got, x.astype(np.float64) @ w.astype(np.float64), 1e-4, 1e-4)
     r = kiln("compile", "big.yaml", "--embed-weights", "--weights-file", "w", cwd=d)

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from harness import assert_close, build_model, check, model_yaml, registry, run_program
+from harness import (assert_close, build_model, check, check_kernels, model_yaml, program_env,
+                     registry, run_program)
 
 TESTS, case = registry()
 
@@ -24,7 +25,7 @@ BLOCK = 32
 LEVELS = {"int8": 127, "int4": 7, "int8-asym": 255, "int4-asym": 15,
           "fp8-e4m3": 448, "fp8-e5m2": 57344}
 # Bytes per weight, scales and zero points included (blocks of 32).
-SIZE = {"f16": 2, "int8": 1 + 4 / 32, "int8-asym": 1 + 5 / 32, "int4": 0.5 + 4 / 32,
+SIZE = {"f32": 4, "f16": 2, "int8": 1 + 4 / 32, "int8-asym": 1 + 5 / 32, "int4": 0.5 + 4 / 32,
         "int4-asym": 0.5 + 5 / 32, "fp8-e4m3": 1 + 4 / 32, "fp8-e5m2": 1 + 4 / 32}
 
 
@@ -55,6 +56,8 @@ def dequantized(w, fmt):
     """W as the format stores it ([K, N], blocks along K), and the
     documented worst error of each element."""
     w64 = w.astype(np.float64)
+    if fmt == "f32":
+        return w64, np.zeros_like(w64)
     if fmt == "f16":
         return (w.astype(np.float16).astype(np.float64),
                 np.maximum(np.abs(w64) * 2.0 ** -11, 2.0 ** -25))
@@ -91,7 +94,10 @@ def weight_bytes(header):
     return int(re.search(r"#define MODEL_WEIGHT_BYTES (\d+)", Path(header).read_text())[1])
 
 
-def quant_case(fmt, M, K, N, gemm=False, shared=False, other_use=False, seed=0):
+def quant_case(fmt, M, K, N, gemm=False, shared=False, other_use=False, seed=0, kernels=None,
+               env=None):
+    """kernels: the kernel families the model must run (a set); env: the
+    program's environment (program_env)."""
     def test(workdir):
         r = np.random.default_rng(seed)
         x = r.standard_normal([M, K]).astype(np.float32)
@@ -120,6 +126,8 @@ def quant_case(fmt, M, K, N, gemm=False, shared=False, other_use=False, seed=0):
             inputs.append(x2)
         y = model_yaml("q", ins, nodes, outs, weights=weights)
         prog = build_model(workdir, y, {"w.bin": stored.tobytes()}, flags=("--weights", fmt))
+        if kernels:
+            check_kernels(workdir, kernels)
         x64 = x.astype(np.float64)
         wants = [x64 @ (w.astype(np.float64) if other_use else wq)]
         if shared:
@@ -127,7 +135,8 @@ def quant_case(fmt, M, K, N, gemm=False, shared=False, other_use=False, seed=0):
         if other_use:
             wants.append(w * w)
         header = Path(workdir) / "model.h"
-        gots = run_program(prog, inputs, [np.zeros(np.shape(v), np.float32) for v in wants])
+        with program_env(**(env or {})):
+            gots = run_program(prog, inputs, [np.zeros(np.shape(v), np.float32) for v in wants])
         for i, (g, want) in enumerate(zip(gots, wants)):
             assert_close(g, want, 1e-5, 2e-6 * K ** 0.5 * 4 * max(1, np.abs(w).max()),
                          f"output {i} against x @ dequantized(W)")
@@ -142,14 +151,15 @@ def quant_case(fmt, M, K, N, gemm=False, shared=False, other_use=False, seed=0):
               f"{fmt}: error {err[worst]:.3g} at {list(worst)} above the documented "
               f"{allowed[worst]:.3g}")
         got_bytes, want_bytes = weight_bytes(header), SIZE[fmt] * K * N
-        check(got_bytes <= want_bytes + 3 * 256 and got_bytes < K * N * 4,
+        check(got_bytes <= want_bytes + 3 * 256 and (fmt == "f32" or got_bytes < K * N * 4),
               f"{fmt}: {got_bytes} bytes of weights, expected about {want_bytes:.0f}")
     return test
 
 
 FORMATS = ["f16", "int8", "int8-asym", "int4", "int4-asym", "fp8-e4m3", "fp8-e5m2"]
 for i, fmt in enumerate(FORMATS):
-    case(f"--weights {fmt}: matvec [5, 70] x [70, 40]")(quant_case(fmt, 5, 70, 40, seed=i))
+    case(f"--weights {fmt}: matvec [5, 70] x [70, 40]")(
+        quant_case(fmt, 5, 70, 40, seed=i, kernels={"matvec"}))
     case(f"--weights {fmt}: tiled matmul [70, 96] x [96, 130]")(
         quant_case(fmt, 70, 96, 130, seed=10 + i))
     case(f"--weights {fmt}: gemm, transposed weight [33, 64] x [50, 64]^T")(
@@ -158,3 +168,32 @@ case("--weights int4: one weight, two matmuls, one copy")(
     quant_case("int4", 6, 40, 24, shared=True, seed=40))
 case("--weights int8: a weight another op reads stays f32")(
     quant_case("int8", 6, 40, 24, other_use=True, seed=41))
+
+# Decode-shaped products (up to 2 fixed rows for f32, 8 for the other
+# formats, and K whole 16-byte chunks of the format) store their weight
+# K-major and run matvec_k.comp: every format; columns that leave a ragged
+# last workgroup; 1 row and the most rows; the gemm whose transposed weight
+# is K-major already (f32 up to 16 rows); the shared-memory reduction of
+# devices without subgroup arithmetic. One row more keeps the weight
+# row-major (matvec.comp).
+for i, fmt in enumerate(["f32"] + FORMATS):
+    m = 2 if fmt == "f32" else 5
+    case(f"--weights {fmt}: K-major matvec [{m}, 192] x [192, 41] (matvec_k)")(
+        quant_case(fmt, m, 192, 41, seed=50 + i, kernels={"matvec_k"}))
+    case(f"--weights {fmt}: K-major gemm, transposed weight [2, 96] x [30, 96]^T (matvec_k)")(
+        quant_case(fmt, 2, 96, 30, gemm=True, seed=60 + i, kernels={"matvec_k"}))
+for fmt, most in (("f32", 2), ("int4", 8)):
+    case(f"--weights {fmt}: K-major matvec, 1 row [1, 1024] x [1024, 600] (matvec_k)")(
+        quant_case(fmt, 1, 1024, 600, seed=70, kernels={"matvec_k"}))
+    case(f"--weights {fmt}: K-major matvec, {most} rows [{most}, 256] x [256, 70] (matvec_k)")(
+        quant_case(fmt, most, 256, 70, seed=71, kernels={"matvec_k"}))
+    case(f"--weights {fmt}: {most + 1} rows keep the weight row-major (matvec)")(
+        quant_case(fmt, most + 1, 256, 70, seed=72, kernels={"matvec"}))
+    case(f"--weights {fmt}: K-major matvec on the shared-memory reduction "
+         "(KILN_SUBGROUP=0)")(
+        quant_case(fmt, 2, 512, 100, seed=73, kernels={"matvec_k"},
+                   env={"KILN_SUBGROUP": "0"}))
+case("--weights f32: gemm, transposed weight, 16 rows [16, 256] x [70, 256]^T (matvec_k)")(
+    quant_case("f32", 16, 256, 70, gemm=True, seed=74, kernels={"matvec_k"}))
+case("--weights f32: a product of 17 rows keeps its weight row-major (tiled)")(
+    quant_case("f32", 17, 64, 40, seed=75, kernels={"matmul"}))
