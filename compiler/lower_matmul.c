@@ -102,6 +102,17 @@ static void define_product(Dispatch *d, const MatmulShape *s) {
     define_list(d, "B_BSTRIDES", s->brank, s->ops[2].strides);
 }
 
+/* The defines of a matmul kernel's operand types: f16 A and C through
+ * 16-bit storage (B's f16 is weights.glsl's format, packed halves). */
+static void define_operand_types(Program *p, Dispatch *d, const MatmulShape *s) {
+    bool need[3] = {false, false, false};
+    need_dtype(p, need, s->ops[0].t->dtype);
+    need_dtype(p, need, s->ops[1].t->dtype);
+    define_needs(d, need);
+    define_int(d, "A_F16", s->ops[1].t->dtype == KILN_DTYPE_F16);
+    define_int(d, "C_F16", s->ops[0].t->dtype == KILN_DTYPE_F16);
+}
+
 /* The format matvec_k.comp reads n's B in (weights.glsl's W_FORMAT). */
 static int b_format(const Node *n, const MatmulShape *s) {
     return s->ops[2].t->dtype == KILN_DTYPE_F16 ? WF_F16 : n->wformat;
@@ -159,12 +170,7 @@ static Dispatch *matvec_k_kernel(Program *p, Node *n, const MatmulShape *s, int6
     define_int(d, "M", mrows);
     define_str(d, "MROWS", dyn_count(s->dyn, s->M));
     define_product(d, s);
-    bool need[3] = {false, false, false};
-    need_dtype(p, need, s->ops[0].t->dtype);
-    need_dtype(p, need, s->ops[1].t->dtype);
-    define_needs(d, need);
-    define_int(d, "A_F16", s->ops[1].t->dtype == KILN_DTYPE_F16);
-    define_int(d, "C_F16", s->ops[0].t->dtype == KILN_DTYPE_F16);
+    define_operand_types(p, d, s);
     define_int(d, "WG", wg);
     define_int(d, "CN", cn);
     define_int(d, "W_FORMAT", fmt);
@@ -311,6 +317,9 @@ static Tiles pick_tiles(const Node *n, const MatmulShape *s, bool wide) {
  * product to its own [M, N] of s's C (split_product). */
 static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
                                int64_t mrows, bool wide, int64_t kchunk) {
+    if (s->dyn && s->batch != 1)
+        internal_error("node '%s': a dynamic matmul with %lld batches", n->name,
+                       (long long)s->batch);
     if (matvec && kmajor_shape(n, s))
         return matvec_k_kernel(p, n, s, mrows);
     if (n->wkmajor)
@@ -331,9 +340,6 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
         mv = matvec_shape(n, s, mrows);
     Dispatch *d = new_dispatch(p, n, matvec ? "matvec" : "matmul");
     d->local_size = (uint32_t)(matvec ? mv.ncol * mv.ksplit : nt);
-    if (s->dyn && s->batch != 1)
-        internal_error("node '%s': a dynamic matmul with %lld batches", n->name,
-                       (long long)s->batch);
     /* Dynamic rows: matvec keeps M (the most) for its arrays and loops to
      * MROWS; the tiled kernel's M is the run's. */
     if (matvec) {
@@ -343,14 +349,7 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
         define_str(d, "M", dyn_count(s->dyn, s->M));
     }
     define_product(d, s);
-    /* f16 operands: A and C through 16-bit storage, B as packed halves
-     * (weights.glsl's f16 format) */
-    bool need[3] = {false, false, false};
-    need_dtype(p, need, s->ops[0].t->dtype);
-    need_dtype(p, need, s->ops[1].t->dtype);
-    define_needs(d, need);
-    define_int(d, "A_F16", s->ops[1].t->dtype == KILN_DTYPE_F16);
-    define_int(d, "C_F16", s->ops[0].t->dtype == KILN_DTYPE_F16);
+    define_operand_types(p, d, s);
     if (matvec) {
         define_int(d, "NCOL", mv.ncol);
         define_int(d, "KSPLIT", mv.ksplit);

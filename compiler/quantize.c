@@ -302,9 +302,12 @@ void quantize_weights(Graph *g, const Options *opt) {
             sk = 1;
             sn = K;
         }
-        /* f32 stays as it is where it is K-major already, or not wanted so */
+        /* K-major where every reader is decode-shaped; an f32 weight then
+         * gets a K-major copy unless it is K-major already (trans_b), and
+         * otherwise stays as it is but for 8-bit codes kept */
         n->wkmajor = !wide[b->id];
-        if (K * N == 0 || (f == WF_F32 && !b->quant.codes && (tb || !n->wkmajor))) {
+        bool f32_copy = f == WF_F32 && !tb && n->wkmajor;
+        if (K * N == 0 || (f == WF_F32 && !b->quant.codes && !f32_copy)) {
             n->wkmajor = false;
             continue;
         }
@@ -324,16 +327,16 @@ void quantize_weights(Graph *g, const Options *opt) {
             n->wkmajor = same->wkmajor;
             continue;
         }
-        kmajor += n->wkmajor;
         if (f == WF_F32 && b->quant.codes && keep_codes(g, n, b, K, N, sk, sn)) {
             kept++;
+            kmajor += n->wkmajor;
             continue;
         }
-        if (f == WF_F32 && (tb || !n->wkmajor)) { /* codes that do not fit */
-            kmajor -= n->wkmajor;
+        if (f == WF_F32 && !f32_copy) { /* codes that do not fit */
             n->wkmajor = false;
             continue;
         }
+        kmajor += n->wkmajor;
         encode(g, n, b, K, N, sk, sn, f);
         done += f != WF_F32;
     }
