@@ -12,6 +12,7 @@ per second as a share of its bandwidth. Writes bench/WEIGHTS.md and
 bench/weights.json.
 
   bench/weights.py [--out DIR] [--quick] [--rows 1,16,4096] [--formats f32,int4]
+                   [--sizes 4096x4096,4096x16384]
   bench/weights.py --markdown [--out DIR]
 
 The environment reaches kiln compile (KILN_MATVEC_K=WG,CN, or 0 for the
@@ -41,6 +42,7 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--rows", default="1,16,4096", help="M of each product, comma-separated")
     ap.add_argument("--formats", default=",".join(FORMATS))
+    ap.add_argument("--sizes", default="4096x4096", help="W's K x N, comma-separated")
     ap.add_argument("--markdown", action="store_true",
                     help="only rewrite OUT/WEIGHTS.md from OUT/weights.json")
     args = ap.parse_args()
@@ -50,12 +52,10 @@ def main():
         return
     torch.backends.cuda.matmul.allow_tf32 = False
     wd = Path(tempfile.mkdtemp(prefix="kiln-weights-"))
-    K = N = 512 if args.quick else 4096
-    shapes = [(int(m), K, N) for m in args.rows.split(",")
-              if not (args.quick and int(m) > 16)]
+    sizes = [(512, 512)] if args.quick else [tuple(int(v) for v in kn.split("x"))
+                                             for kn in args.sizes.split(",")]
+    rows = [int(m) for m in args.rows.split(",") if not (args.quick and int(m) > 16)]
     r = np.random.default_rng(0)
-    w = (r.standard_normal((K, N)) / np.sqrt(K)).astype(np.float32)
-    (wd / "w.bin").write_bytes(w.tobytes())
     res = {"date": datetime.date.today().isoformat(), "rows": []}
     try:
         smi = bench.sh(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"])
@@ -69,10 +69,14 @@ def main():
     bench.check_close(title, got, cin[0], 1e-7)
     res["copy_gbs"] = nbytes / kr["gpu_us"] / 1e3
     print(f"copy: {res['copy_gbs']:.0f} GB/s", flush=True)
-    wt = torch.from_numpy(w).to(bench.DEV)
-    wh = wt.half()
-    deq = {f: (w.astype(np.float64) if f == "f32" else dequantized(w, f)[0]) for f in FORMATS}
-    for M, K_, N_ in shapes:
+    for (K, N), M in [(kn, m) for kn in sizes for m in rows]:
+        if M == rows[0]:  # a new size
+            w = (r.standard_normal((K, N)) / np.sqrt(K)).astype(np.float32)
+            (wd / "w.bin").write_bytes(w.tobytes())
+            wt = torch.from_numpy(w).to(bench.DEV)
+            wh = wt.half()
+            deq = {f: (w.astype(np.float64) if f == "f32" else dequantized(w, f)[0])
+                   for f in args.formats.split(",")}
         x = r.standard_normal((M, K)).astype(np.float32)
         xt = torch.from_numpy(x).to(bench.DEV)
         runs = 50
@@ -80,7 +84,7 @@ def main():
         xh = xt.half()
         t16 = bench.cuda_time_us(lambda: xh @ wh, runs)
         for fmt in args.formats.split(","):
-            key = f"mm{M}_{fmt}"
+            key = f"mm{M}_{K}x{N}_{fmt}"
             doc = {"name": "q", "inputs": {"x": bench.spec([M, K])},
                    "weights": {"w": {"dtype": "f32", "shape": [K, N], "file": str(wd / "w.bin")}},
                    "nodes": [{"name": "y", "op": "matmul", "inputs": ["x", "w"]}],
@@ -116,7 +120,7 @@ def write_markdown(res, path):
          f"Measured {res['date']} on {res['gpu']} (driver {res['driver']}), TF32 off, by "
          "`bench/weights.py`. Do not edit: rerun it (`--markdown` rewrites this page from "
          "weights.json).", "",
-         "y = x @ W, W [K, N] = [4096, 4096]. kiln: `--weights FMT`, dequantized inside the "
+         "y = x @ W, x [M, K], W [K, N]. kiln: `--weights FMT`, dequantized inside the "
          "matmul, f32 arithmetic; median GPU time of 50 runs. Up to 2 rows (f32) or 8 (the "
          "other formats) kiln stores W K-major and runs `matvec_k.comp`; more rows up to 16 "
          "read W row-major on `matvec.comp`, more still on the tiled kernel "
@@ -126,11 +130,11 @@ def write_markdown(res, path):
          "is the quantization error itself (max |y - x @ W| / max |x @ W|). 'of copy': "
          f"the weight GB/s over kiln's copy kernel's {res['copy_gbs']:.0f} GB/s in the same "
          "run (256 MiB read and written).", "",
-         "| M | format | weight MiB | kiln us | torch f32 us | torch f16 us | kiln / torch f32 "
+         "| M | K x N | format | weight MiB | kiln us | torch f32 us | torch f16 us | kiln / torch f32 "
          "speed | weight GB/s | of copy | vs ref | vs f32 |",
-         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for x in res["rows"]:
-        L.append(f"| {x['M']} | {x['format']} | {x['weight_bytes'] / 2**20:.1f} | "
+        L.append(f"| {x['M']} | {x['K']} x {x['N']} | {x['format']} | {x['weight_bytes'] / 2**20:.1f} | "
                  f"{x['kiln_us']:.1f} | {x['torch_f32_us']:.1f} | {x['torch_f16_us']:.1f} | "
                  f"{x['torch_f32_us'] / x['kiln_us']:.2f} | "
                  f"{x['weight_bytes'] / x['kiln_us'] / 1e3:.0f} | "

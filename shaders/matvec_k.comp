@@ -11,10 +11,11 @@
 // rows. Invocation i takes chunks i, i + WG, ... of KV consecutive k: 16
 // bytes of each column (a vec4 of f32, eight halves, sixteen 8-bit codes
 // or thirty-two 4-bit ones, whose QBLOCK block has one scale), turns them
-// into f32 four at a time and multiplies them with the same four k of every
-// row of A. The M x CN partial sums then meet: a tree through shared memory,
-// or (KILN_SUBGROUP, the build for devices with subgroup arithmetic) one
-// subgroupAdd each and a sum over the subgroups. The sum goes through
+// into f32 four at a time (kiln_w4) and multiplies them with the same four
+// k of every row of A; the chunk's sums are then scaled once. The M x CN
+// partial sums then meet: a tree through shared memory, or (KILN_SUBGROUP,
+// the build for devices with subgroup arithmetic) one subgroupAdd each and
+// a sum over the subgroups. The sum goes through
 // product.glsl's epilogue.
 //
 // Quantized B (weights.glsl's formats): element (k, n) is code n * B_SN + k
@@ -78,42 +79,84 @@ layout(push_constant) uniform Args {
 const uint CHUNKS = K / KV;
 const uint OUTS = M * CN;
 
-// Four weights, piece p (k 4p to 4p + 3) of a chunk, as f32: s the chunk's
-// scale, z its zero point.
-vec4 kiln_w4(RAW raw, uint p, float s, float z) {
+// Four weights, piece p (k 4p to 4p + 3) of a chunk, as f32. Quantized
+// formats give their codes less the zero point (integers, exactly); the
+// chunk's scale multiplies their sum once (kiln_scale). zo: the offsets
+// below, plus the chunk's zero point.
+//
+// Integer codes become floats without an int-to-float conversion (a
+// quarter-rate instruction on NVIDIA GPUs): a code at bit position b, b + 8
+// < 23, ORed into the mantissa of 2^23 (0x4B000000) makes the float
+// 2^23 + q * 2^b, and one fma by 2^-b less (2^(23 - b) + z) leaves q - z,
+// exact in every step. Two of a word's four bytes (four of its eight
+// nibbles) sit low enough to be used in place, the rest after one shift;
+// signed codes are first moved to offset binary by flipping their sign
+// bits (their zero point then 128, or 8). fp8 codes become halves by moving
+// their bits (e5m2 is the top byte of an f16; e4m3's seven magnitude bits
+// go under an f16's sign, leaving the value times 2^-8, which kiln_scale
+// makes up), then f32 by unpackHalf2x16. The compiler writes finite fp8
+// codes only, which this mapping keeps exact (an e4m3 NaN code would not).
+const uint MAGIC = 0x4B000000u;
+#if W_FORMAT == 2
+#define FLIP 0x80808080u
+#elif W_FORMAT == 4
+#define FLIP 0x88888888u
+#else
+#define FLIP 0u
+#endif
+#if W_FORMAT == 2
+#define ZERO 128.0
+#elif W_FORMAT == 4
+#define ZERO 8.0
+#endif
+#if W_FORMAT == 2 || W_FORMAT == 3
+#define BITS 8
+#elif W_FORMAT == 4 || W_FORMAT == 5
+#define BITS 4
+#endif
+// The code at bits b to b + BITS - 1 of v, less zo (2^(23 - b) plus the
+// zero point).
+#define KILN_CODE(v, b, zo) fma(uintBitsToFloat(((v) & (((1u << BITS) - 1u) << (b))) | MAGIC), \
+                                1.0 / float(1u << (b)), -(zo))
+// zo for a chunk's zero point z.
+vec4 kiln_offsets(float z) {
+#if BITS == 8
+    return vec4(8388608.0, 32768.0, 0.0, 0.0) + z;
+#elif BITS == 4
+    return vec4(8388608.0, 524288.0, 32768.0, 2048.0) + z;
+#else
+    return vec4(z);
+#endif
+}
+#if W_FORMAT == 6
+const float FP8_UNIT = 256.0; // e4m3's bias is 7, an f16's 15
+#else
+const float FP8_UNIT = 1.0;
+#endif
+
+vec4 kiln_w4(RAW raw, uint p, vec4 zo) {
 #if W_FORMAT == 0
     return raw;
 #elif W_FORMAT == 1
     return vec4(unpackHalf2x16(raw[2 * p]), unpackHalf2x16(raw[2 * p + 1]));
-#elif W_FORMAT == 2
-    const int w = int(raw[p]);
-    return vec4(bitfieldExtract(w, 0, 8), bitfieldExtract(w, 8, 8), bitfieldExtract(w, 16, 8),
-                bitfieldExtract(w, 24, 8)) * s;
-#elif W_FORMAT == 3
-    const uint w = raw[p];
-    return (vec4(bitfieldExtract(w, 0, 8), bitfieldExtract(w, 8, 8), bitfieldExtract(w, 16, 8),
-                 bitfieldExtract(w, 24, 8)) - z) * s;
-#elif W_FORMAT == 4
-    const int w = int(raw[p >> 1]);
-    const int o = int(p & 1u) * 16;
-    return vec4(bitfieldExtract(w, o, 4), bitfieldExtract(w, o + 4, 4),
-                bitfieldExtract(w, o + 8, 4), bitfieldExtract(w, o + 12, 4)) * s;
-#elif W_FORMAT == 5
-    const uint w = raw[p >> 1];
-    const int o = int(p & 1u) * 16;
-    return (vec4(bitfieldExtract(w, o, 4), bitfieldExtract(w, o + 4, 4),
-                 bitfieldExtract(w, o + 8, 4), bitfieldExtract(w, o + 12, 4)) - z) * s;
+#elif BITS == 8
+    const uint x = raw[p] ^ FLIP, y = x >> 16;
+    return vec4(KILN_CODE(x, 0, zo[0]), KILN_CODE(x, 8, zo[1]),
+                KILN_CODE(y, 0, zo[0]), KILN_CODE(y, 8, zo[1]));
+#elif BITS == 4
+    const uint x = (raw[p >> 1] ^ FLIP) >> (16u * (p & 1u));
+    return vec4(KILN_CODE(x, 0, zo[0]), KILN_CODE(x, 4, zo[1]),
+                KILN_CODE(x, 8, zo[2]), KILN_CODE(x, 12, zo[3]));
 #else
-    const uint w = raw[p];
-    vec4 v;
-    [[unroll]] for (int j = 0; j < 4; ++j) {
+    const uint x = raw[p];
 #if W_FORMAT == 6
-        v[j] = kiln_fp8_e4m3(bitfieldExtract(w, 8 * j, 8));
+    const uint odd = (x & 0x80008000u) | ((x >> 1) & 0x3F803F80u);
+    const uint even = ((x << 8) & 0x80008000u) | ((x << 7) & 0x3F803F80u);
 #else
-        v[j] = kiln_fp8_e5m2(bitfieldExtract(w, 8 * j, 8));
+    const uint odd = x & 0xFF00FF00u, even = (x << 8) & 0xFF00FF00u;
 #endif
-    }
-    return v * s;
+    const vec2 o = unpackHalf2x16(odd), e = unpackHalf2x16(even);
+    return vec4(e.x, o.x, e.y, o.y);
 #endif
 }
 
@@ -132,33 +175,43 @@ void main() {
         for (uint ch = lane; ch < CHUNKS; ch += WG) {
             const uint k = ch * KV;
             RAW raw[CN];
-            float s[CN], z[CN];
+            float s[CN];
+            vec4 zo[CN];
             [[unroll]] for (uint c = 0; c < CN; ++c) {
                 const uint col = min(n0 + c, N - 1); // a ragged last group reads column N - 1 again
                 raw[c] = args.b.v[(cb + col * B_SN + k) / KV];
 #if W_FORMAT >= 2
-                s[c] = args.bscale.v[col * NBLK + k / QBLOCK];
+                s[c] = args.bscale.v[col * NBLK + k / QBLOCK] * FP8_UNIT;
 #else
                 s[c] = 1.0;
 #endif
 #if W_FORMAT == 3 || W_FORMAT == 5
-                z[c] = float(kiln_byte(args.bzero, col * NBLK + k / QBLOCK));
+                zo[c] = kiln_offsets(float(kiln_byte(args.bzero, col * NBLK + k / QBLOCK)));
+#elif defined(ZERO)
+                zo[c] = kiln_offsets(ZERO);
 #else
-                z[c] = 0.0;
+                zo[c] = vec4(0.0);
 #endif
             }
+            float d[M][CN]; // this chunk's sums of weights (codes) times A
+            [[unroll]] for (uint m = 0; m < M; ++m)
+                [[unroll]] for (uint c = 0; c < CN; ++c)
+                    d[m][c] = 0.0;
             [[unroll]] for (uint p = 0; p < KV / 4; ++p) {
                 vec4 w[CN];
                 [[unroll]] for (uint c = 0; c < CN; ++c)
-                    w[c] = kiln_w4(raw[c], p, s[c], z[c]);
+                    w[c] = kiln_w4(raw[c], p, zo[c]);
                 [[unroll]] for (uint m = 0; m < M; ++m) {
                     if (m < MROWS) {
                         const vec4 av = LOAD_A4(ca + m * A_SM + k + 4 * p);
                         [[unroll]] for (uint c = 0; c < CN; ++c)
-                            acc[m][c] += dot(av, w[c]);
+                            d[m][c] += dot(av, w[c]);
                     }
                 }
             }
+            [[unroll]] for (uint m = 0; m < M; ++m)
+                [[unroll]] for (uint c = 0; c < CN; ++c)
+                    acc[m][c] = fma(s[c], d[m][c], acc[m][c]);
         }
 #if KILN_SUBGROUP
         [[unroll]] for (uint o = 0; o < OUTS; ++o) {

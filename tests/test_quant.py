@@ -104,6 +104,10 @@ def quant_case(fmt, M, K, N, gemm=False, shared=False, other_use=False, seed=0, 
         w = (r.standard_normal([K, N]) * 0.5).astype(np.float32)
         w[:, 0] *= 40  # one column of large values: scales differ per block and column
         w[3 % K, 1 % N] = 0.0
+        # One column of magnitudes 1 to 2^-31 within each block, alternating
+        # signs: fp8's subnormal codes, and every other small code.
+        kk = np.arange(K)
+        w[:, 2 % N] = np.where(kk % 2, -1.0, 1.0) * 2.0 ** -(kk % BLOCK)
         wq, bound = dequantized(w, fmt)
         stored = w.T.copy() if gemm else w  # gemm trans_b: the weight is [N, K]
         weights = {"w": {"dtype": "f32", "shape": list(stored.shape), "file": "w.bin"}}
