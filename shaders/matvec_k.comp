@@ -15,8 +15,7 @@
 // k of every row of A; the chunk's sums are then scaled once. The M x CN
 // partial sums then meet: a tree through shared memory, or (KILN_SUBGROUP,
 // the build for devices with subgroup arithmetic) one subgroupAdd each and
-// a sum over the subgroups. The sum goes through
-// product.glsl's epilogue.
+// a sum over the subgroups. The sum goes through product.glsl's epilogue.
 //
 // Quantized B (weights.glsl's formats): element (k, n) is code n * B_SN + k
 // and its scale (and zero point) index n * NBLK + k / QBLOCK.
@@ -81,20 +80,20 @@ const uint OUTS = M * CN;
 
 // Four weights, piece p (k 4p to 4p + 3) of a chunk, as f32. Quantized
 // formats give their codes less the zero point (integers, exactly); the
-// chunk's scale multiplies their sum once (kiln_scale). zo: the offsets
-// below, plus the chunk's zero point.
+// chunk's scale multiplies their sum once, in main. zo: the offsets below,
+// plus the chunk's zero point.
 //
 // Integer codes become floats without an int-to-float conversion (a
-// quarter-rate instruction on NVIDIA GPUs): a code at bit position b, b + 8
-// < 23, ORed into the mantissa of 2^23 (0x4B000000) makes the float
-// 2^23 + q * 2^b, and one fma by 2^-b less (2^(23 - b) + z) leaves q - z,
-// exact in every step. Two of a word's four bytes (four of its eight
+// quarter-rate instruction on NVIDIA GPUs): a code of BITS bits at bit
+// position b (b + BITS <= 23) ORed into the mantissa of 2^23 (0x4B000000)
+// makes the float 2^23 + q * 2^b, and one fma by 2^-b less (2^(23 - b) +
+// z) leaves q - z, exact in every step. Two of a word's four bytes (four of its eight
 // nibbles) sit low enough to be used in place, the rest after one shift;
 // signed codes are first moved to offset binary by flipping their sign
 // bits (their zero point then 128, or 8). fp8 codes become halves by moving
 // their bits (e5m2 is the top byte of an f16; e4m3's seven magnitude bits
-// go under an f16's sign, leaving the value times 2^-8, which kiln_scale
-// makes up), then f32 by unpackHalf2x16. The compiler writes finite fp8
+// go under an f16's sign, leaving the value times 2^-8, which FP8_UNIT in
+// the scale makes up), then f32 by unpackHalf2x16. The compiler writes finite fp8
 // codes only, which this mapping keeps exact (an e4m3 NaN code would not).
 const uint MAGIC = 0x4B000000u;
 #if W_FORMAT == 2
