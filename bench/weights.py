@@ -69,46 +69,48 @@ def main():
     bench.check_close(title, got, cin[0], 1e-7)
     res["copy_gbs"] = nbytes / kr["gpu_us"] / 1e3
     print(f"copy: {res['copy_gbs']:.0f} GB/s", flush=True)
-    for (K, N), M in [(kn, m) for kn in sizes for m in rows]:
-        if M == rows[0]:  # a new size
-            w = (r.standard_normal((K, N)) / np.sqrt(K)).astype(np.float32)
-            (wd / "w.bin").write_bytes(w.tobytes())
-            wt = torch.from_numpy(w).to(bench.DEV)
-            wh = wt.half()
-            deq = {f: (w.astype(np.float64) if f == "f32" else dequantized(w, f)[0])
-                   for f in args.formats.split(",")}
-        x = r.standard_normal((M, K)).astype(np.float32)
-        xt = torch.from_numpy(x).to(bench.DEV)
-        runs = 50
-        t32 = bench.cuda_time_us(lambda: xt @ wt, runs)
-        xh = xt.half()
-        t16 = bench.cuda_time_us(lambda: xh @ wh, runs)
-        for fmt in args.formats.split(","):
-            key = f"mm{M}_{K}x{N}_{fmt}"
-            doc = {"name": "q", "inputs": {"x": bench.spec([M, K])},
-                   "weights": {"w": {"dtype": "f32", "shape": [K, N], "file": str(wd / "w.bin")}},
-                   "nodes": [{"name": "y", "op": "matmul", "inputs": ["x", "w"]}],
-                   "outputs": ["y"]}
-            (wd / f"{key}.yaml").write_text(json.dumps(doc))
-            bench.sh([bench.BUILD / "kiln", "compile", wd / f"{key}.yaml", "--name", "model",
-                      "-o", wd / f"{key}.c", "--weights", fmt,
-                      "--weights-file", wd / f"{key}.weights"])
-            prog = wd / key
-            bench.sh(["cc", "-O2", "-std=c99", "-D_POSIX_C_SOURCE=199309L", "-I",
-                      bench.ROOT / "runtime", "-DKILN_MODEL=model", "-include", wd / f"{key}.h",
-                      "-o", prog, bench.ROOT / "bench" / "bench.c", wd / f"{key}.c", "-L",
-                      bench.BUILD, "-lkilnrt", bench.VULKAN_LIB, "-lm"])
-            want = (xt.double() @ torch.from_numpy(deq[fmt]).to(bench.DEV)).cpu().numpy()
-            kr, (got,) = bench.run_kiln(wd, prog, [x], [want.astype(np.float32)], runs, 5)
-            err = bench.check_close(f"{key}", got, want, 2e-4)
-            wbytes = weight_bytes(wd / f"{key}.h")
-            row = {"M": M, "K": K, "N": N, "format": fmt, "kiln_us": kr["gpu_us"],
-                   "torch_f32_us": t32, "torch_f16_us": t16, "weight_bytes": wbytes,
-                   "rel_error_vs_reference": err,
-                   "rel_error_vs_f32": float(np.abs(got - x.astype(np.float64) @ w).max() /
-                                             np.abs(x.astype(np.float64) @ w).max())}
-            res["rows"].append(row)
-            print(json.dumps(row), flush=True)
+    formats = args.formats.split(",")
+    for K, N in sizes:
+        w = (r.standard_normal((K, N)) / np.sqrt(K)).astype(np.float32)
+        (wd / "w.bin").write_bytes(w.tobytes())
+        wt = torch.from_numpy(w).to(bench.DEV)
+        wh = wt.half()
+        deq = {f: (w.astype(np.float64) if f == "f32" else dequantized(w, f)[0])
+               for f in formats}
+        for M in rows:
+            x = r.standard_normal((M, K)).astype(np.float32)
+            xt = torch.from_numpy(x).to(bench.DEV)
+            runs = 50
+            t32 = bench.cuda_time_us(lambda: xt @ wt, runs)
+            xh = xt.half()
+            t16 = bench.cuda_time_us(lambda: xh @ wh, runs)
+            for fmt in formats:
+                key = f"mm{M}_{K}x{N}_{fmt}"
+                doc = {"name": "q", "inputs": {"x": bench.spec([M, K])},
+                       "weights": {"w": {"dtype": "f32", "shape": [K, N],
+                                         "file": str(wd / "w.bin")}},
+                       "nodes": [{"name": "y", "op": "matmul", "inputs": ["x", "w"]}],
+                       "outputs": ["y"]}
+                (wd / f"{key}.yaml").write_text(json.dumps(doc))
+                bench.sh([bench.BUILD / "kiln", "compile", wd / f"{key}.yaml", "--name", "model",
+                          "-o", wd / f"{key}.c", "--weights", fmt,
+                          "--weights-file", wd / f"{key}.weights"])
+                prog = wd / key
+                bench.sh(["cc", "-O2", "-std=c99", "-D_POSIX_C_SOURCE=199309L", "-I",
+                          bench.ROOT / "runtime", "-DKILN_MODEL=model", "-include", wd / f"{key}.h",
+                          "-o", prog, bench.ROOT / "bench" / "bench.c", wd / f"{key}.c", "-L",
+                          bench.BUILD, "-lkilnrt", bench.VULKAN_LIB, "-lm"])
+                want = (xt.double() @ torch.from_numpy(deq[fmt]).to(bench.DEV)).cpu().numpy()
+                kr, (got,) = bench.run_kiln(wd, prog, [x], [want.astype(np.float32)], runs, 5)
+                err = bench.check_close(f"{key}", got, want, 2e-4)
+                wbytes = weight_bytes(wd / f"{key}.h")
+                row = {"M": M, "K": K, "N": N, "format": fmt, "kiln_us": kr["gpu_us"],
+                       "torch_f32_us": t32, "torch_f16_us": t16, "weight_bytes": wbytes,
+                       "rel_error_vs_reference": err,
+                       "rel_error_vs_f32": float(np.abs(got - x.astype(np.float64) @ w).max() /
+                                                 np.abs(x.astype(np.float64) @ w).max())}
+                res["rows"].append(row)
+                print(json.dumps(row), flush=True)
     out = Path(args.out)
     (out / "weights.json").write_text(json.dumps(res, indent=1))
     write_markdown(res, out / "WEIGHTS.md")
@@ -130,11 +132,12 @@ def write_markdown(res, path):
          "is the quantization error itself (max |y - x @ W| / max |x @ W|). 'of copy': "
          f"the weight GB/s over kiln's copy kernel's {res['copy_gbs']:.0f} GB/s in the same "
          "run (256 MiB read and written).", "",
-         "| M | K x N | format | weight MiB | kiln us | torch f32 us | torch f16 us | kiln / torch f32 "
-         "speed | weight GB/s | of copy | vs ref | vs f32 |",
+         "| M | K x N | format | weight MiB | kiln us | torch f32 us | torch f16 us | "
+         "kiln / torch f32 speed | weight GB/s | of copy | vs ref | vs f32 |",
          "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for x in res["rows"]:
-        L.append(f"| {x['M']} | {x['K']} x {x['N']} | {x['format']} | {x['weight_bytes'] / 2**20:.1f} | "
+        L.append(f"| {x['M']} | {x['K']} x {x['N']} | {x['format']} | "
+                 f"{x['weight_bytes'] / 2**20:.1f} | "
                  f"{x['kiln_us']:.1f} | {x['torch_f32_us']:.1f} | {x['torch_f16_us']:.1f} | "
                  f"{x['torch_f32_us'] / x['kiln_us']:.2f} | "
                  f"{x['weight_bytes'] / x['kiln_us'] / 1e3:.0f} | "

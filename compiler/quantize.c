@@ -260,6 +260,9 @@ static bool decode_product(Node *n, int64_t K, WeightFormat f) {
     return tensor_count(a) / K <= (f == WF_F32 ? 2 : 8);
 }
 
+/* Whether n is a gemm that reads its B transposed (B given as N x K). */
+static bool trans_b(Node *n) { return n->op == OP_GEMM && attr_int(n, "trans_b"); }
+
 void quantize_weights(Graph *g, const Options *opt) {
     WeightFormat f = (WeightFormat)opt->weights_format;
     /* A weight qualifies when every live reader is a matmul or gemm that
@@ -269,23 +272,20 @@ void quantize_weights(Graph *g, const Options *opt) {
     bool *wide = xcalloc((size_t)g->tensors.len + 1, sizeof *wide);
     for (int i = 0; i < g->nodes.len; i++) {
         Node *n = g->nodes.data[i];
-        for (int k = 0; !n->dead && k < n->ninputs; k++)
-            if (k != 1 || (n->op != OP_MATMUL && n->op != OP_GEMM))
-                other[n->inputs[k]->id] = true;
-    }
-    int done = 0, kept = 0, kmajor = 0;
-    for (int i = 0; i < g->nodes.len; i++) {
-        Node *n = g->nodes.data[i];
-        if (n->dead || (n->op != OP_MATMUL && n->op != OP_GEMM) || n->ninputs < 2)
+        if (n->dead)
             continue;
-        Tensor *b = n->inputs[1];
-        if (b->rank == 2) {
-            bool tb = n->op == OP_GEMM && attr_int(n, "trans_b");
+        bool product = n->op == OP_MATMUL || n->op == OP_GEMM;
+        for (int k = 0; k < n->ninputs; k++)
+            if (k != 1 || !product)
+                other[n->inputs[k]->id] = true;
+        if (product && n->ninputs >= 2 && n->inputs[1]->rank == 2) {
+            Tensor *b = n->inputs[1];
             /* 8-bit codes kept (f32) take int8's chunks */
             WeightFormat as = f == WF_F32 && b->quant.codes ? WF_INT8 : f;
-            wide[b->id] |= !decode_product(n, b->shape[tb ? 1 : 0], as);
+            wide[b->id] |= !decode_product(n, b->shape[trans_b(n) ? 1 : 0], as);
         }
     }
+    int done = 0, kept = 0, kmajor = 0;
     for (int i = 0; i < g->nodes.len; i++) {
         Node *n = g->nodes.data[i];
         if (n->dead || (n->op != OP_MATMUL && n->op != OP_GEMM) || n->ninputs < 2)
@@ -295,7 +295,7 @@ void quantize_weights(Graph *g, const Options *opt) {
             b->is_output || other[b->id] || !b->data)
             continue;
         int64_t K = b->shape[0], N = b->shape[1], sk = N, sn = 1;
-        bool tb = n->op == OP_GEMM && attr_int(n, "trans_b");
+        bool tb = trans_b(n);
         if (tb) {
             K = b->shape[1];
             N = b->shape[0];
@@ -315,8 +315,7 @@ void quantize_weights(Graph *g, const Options *opt) {
         Node *same = NULL;
         for (int j = 0; j < i && !same; j++) {
             Node *m = g->nodes.data[j];
-            if (m->wq && m->inputs[1] == b && m->op == n->op &&
-                (n->op != OP_GEMM || attr_int(m, "trans_b") == attr_int(n, "trans_b")))
+            if (m->wq && m->inputs[1] == b && m->op == n->op && trans_b(m) == tb)
                 same = m;
         }
         if (same) {
@@ -348,4 +347,6 @@ void quantize_weights(Graph *g, const Options *opt) {
     if (opt->verbose && kmajor)
         fprintf(stderr, "kiln: %d matmul weights stored K-major for decode-shaped products\n",
                 kmajor);
+    xfree(other);
+    xfree(wide);
 }

@@ -98,15 +98,12 @@ const uint OUTS = M * CN;
 const uint MAGIC = 0x4B000000u;
 #if W_FORMAT == 2
 #define FLIP 0x80808080u
-#elif W_FORMAT == 4
-#define FLIP 0x88888888u
-#else
-#define FLIP 0u
-#endif
-#if W_FORMAT == 2
 #define ZERO 128.0
 #elif W_FORMAT == 4
+#define FLIP 0x88888888u
 #define ZERO 8.0
+#else
+#define FLIP 0u
 #endif
 #if W_FORMAT == 2 || W_FORMAT == 3
 #define BITS 8
