@@ -10,15 +10,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Matmul tile sizes by the extent of M or N: (tile, per-thread). Each
- * workgroup has (BM/TM) * (BN/TN) = 256 invocations. */
+/* Matmul tile sizes by the extent of M or N: (tile, per-thread). A
+ * workgroup has (BM/TM) * (BN/TN) invocations: 256 on 64 x 64 tiles, 128
+ * where one side is 32. Blocks of 4 x 4 per invocation from 32 up: 32-wide
+ * tiles with 2 per invocation (256 invocations, scalar loads) ran at half
+ * the speed on the H200 (ConvNeXt-tiny's [49, 768] x [768, 3072] inside
+ * the model: 74.6 against 35.2 us on 32 x 64 tiles of 4 x 4, which also
+ * take the vec4 loads; bench/experiments/tiles-in-models-h200.txt). */
 static void pick_tile(int64_t extent, int64_t *tile, int64_t *per_thread) {
     if (extent >= 64) {
         *tile = 64;
         *per_thread = 4;
     } else if (extent >= 32) {
         *tile = 32;
-        *per_thread = 2;
+        *per_thread = 4;
     } else {
         *tile = 16;
         *per_thread = 1;
@@ -285,6 +290,12 @@ static Tiles pick_tiles(const Node *n, const MatmulShape *s, bool wide) {
     bool shape4 = matmul_vec4_shape(n, s);
     pick_tile(s->M, &t.bm, &t.tm);
     pick_tile(s->N, &t.bn, &t.tn);
+    /* Rows that leave the last 64-row tile at most half full (ViT's 197:
+     * 5 of 64) take 32-row tiles: less of the work is padding, and twice the
+     * workgroups (H200, inside ViT-B/16: 3.80 -> 3.34 ms of GPU time;
+     * convolutions measured slower on them and keep 64) */
+    if (!s->conv.in[0] && s->M > 64 && s->M % 64 != 0 && s->M % 64 <= 32)
+        t.bm = 32;
     /* vec4 operands: 64 x 128 tiles (4 x 8 per invocation) where they still
      * leave 128 workgroups, a large GPU's multiprocessors (H200: 1024^3 in
      * 73.5 against 83 us on 64 x 64; of the ten tiles swept there, 8 x 8
@@ -416,12 +427,15 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
  * product; a second dispatch adds them up and applies the epilogue.
  *
  * The split count minimises a cost model of the target: SPLIT_SLOTS
- * workgroups run at once (a large GPU, one per multiprocessor), each takes
- * SPLIT_STEP_NS per K step of a 64 x 64 tile (scaled by its tile's area),
- * the workgroups run in waves of SPLIT_SLOTS, and a split adds a dispatch
+ * workgroups of 256 invocations run at once (a large GPU, one per
+ * multiprocessor; twice as many of 128), each takes SPLIT_STEP_NS per K
+ * step of a 64 x 64 tile (scaled by its tile's area), the workgroups run
+ * in waves of those slots, and a split adds a dispatch
  * (SPLIT_FIXED_NS with its barrier) that reads the partial products and
  * writes C at SPLIT_BYTES_PER_NS. Constants measured on an H200 (bench/
- * experiments/splitk-h200.txt). KILN_MATMUL_SPLITK=S overrides the count,
+ * experiments/splitk-h200.txt; the slots of 128-invocation workgroups from
+ * tiles-in-models-h200.txt: ResNet-50's last stage, N = 49, 97 -> 56 us a
+ * convolution on 16 splits instead of 8). KILN_MATMUL_SPLITK=S overrides the count,
  * for tuning and tests (1: no split). */
 #define SPLIT_SLOTS 132
 #define SPLIT_STEP_NS 600.0
@@ -433,7 +447,8 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
 static double split_cost(const MatmulShape *s, Tiles t, int64_t splits) {
     int64_t tiles = groups_for(s->M, t.bm) * groups_for(s->N, t.bn) * s->batch;
     int64_t steps = (s->K + t.bk - 1) / t.bk, chunk = (steps + splits - 1) / splits;
-    int64_t waves = (tiles * splits + SPLIT_SLOTS - 1) / SPLIT_SLOTS;
+    int64_t slots = SPLIT_SLOTS * 256 / ((t.bm / t.tm) * (t.bn / t.tn));
+    int64_t waves = (tiles * splits + slots - 1) / slots;
     double ns = (double)(waves * chunk) * SPLIT_STEP_NS * (double)(t.bm * t.bn * t.bk) /
                 (64.0 * 64.0 * 16.0);
     if (splits > 1)

@@ -50,6 +50,11 @@ MATMUL_SHAPES = [
     ([2100, 48], [48, 2052]),
     # 64 x 128 tiles of 4 x 8 (at least 128 of them), ragged, K steps past K
     ([1030, 36], [36, 1028]),
+    # 32 x 64 tiles of 4 x 4 (128 invocations, vec4): 49 rows split 16 ways
+    # along K (split-K counts such workgroups as half a slot); 197 rows,
+    # which leave a 64-row tiling's last tile 5 rows, on 32-row tiles
+    ([49, 512], [512, 200]),
+    ([197, 68], [68, 132]),
     # matvec.comp: vec4 columns and vec4 rows of A, 16 rows in six rounds of
     # 3, columns past the last workgroup's; then vec4 columns with scalar A
     # (K odd), and a batch with vec4 on both sides.
