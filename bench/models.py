@@ -56,8 +56,8 @@ MODELS = ["mobilenet_v3_large", "efficientnet_b0", "resnet50", "convnext_tiny", 
           "bert-base", "gpt2", "llama-1024", "resnet50@32"]
 
 
-def sh(cmd, cwd=None):
-    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, cwd=cwd)
+def sh(cmd, cwd=None, env=None):
+    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, cwd=cwd, env=env)
     if r.returncode != 0:
         raise RuntimeError(f"{Path(str(cmd[0])).name} failed ({r.returncode}):\n"
                            f"{(r.stdout + r.stderr)[-3000:]}")
@@ -79,10 +79,12 @@ def model_and_inputs(name):
     return module, export.make_inputs(specs)
 
 
-def kiln_build(wd, onnx_path):
-    """Compiles the model; builds bench.c and run_model with it."""
+def kiln_build(wd, onnx_path, env=None):
+    """Compiles the model (kiln in env, default this process's); builds
+    bench.c and run_model with it."""
     t0 = time.monotonic()
-    log = sh([BUILD / "kiln", "compile", onnx_path, "--name", "model", "-o", wd / "model.c"])
+    log = sh([BUILD / "kiln", "compile", onnx_path, "--name", "model", "-o", wd / "model.c"],
+             env=env)
     compile_s = time.monotonic() - t0
     summary = [line for line in log.splitlines() if " dispatches (" in line]
     common = ["-O2", "-std=c99", "-I", ROOT / "runtime"]
@@ -92,7 +94,7 @@ def kiln_build(wd, onnx_path):
         "-L", BUILD, "-lkilnrt", VULKAN_LIB, "-lm"])
     sh(["cc", "-o", wd / "run_model", wd / "model.o", BUILD / "run_model_test.o", "-L", BUILD,
         "-lkilnrt", VULKAN_LIB, "-lm"])
-    inspect = json.loads(sh([BUILD / "kiln", "inspect", onnx_path, "--format", "json"]))
+    inspect = json.loads(sh([BUILD / "kiln", "inspect", onnx_path, "--format", "json"], env=env))
     return (summary or [""])[-1], compile_s, inspect
 
 

@@ -283,6 +283,9 @@ typedef struct Tiles {
     int64_t bm, bn, tm, tn, bk;
 } Tiles;
 
+/* A workgroup's invocations on tiles t: one per TM x TN block. */
+static int64_t tile_invocations(Tiles t) { return (t.bm / t.tm) * (t.bn / t.tn); }
+
 /* matmul.comp's tiles for s (wide: the 128 x 256 ones, see
  * matmul_dispatch). */
 static Tiles pick_tiles(const Node *n, const MatmulShape *s, bool wide) {
@@ -342,7 +345,7 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
     /* The vec4 path: f32 operands whose rows are contiguous and 16-byte
      * aligned, 4 x 4 blocks per invocation, whole vec4s per invocation in
      * each K step's loads. */
-    int64_t nt = (bm / tm) * (bn / tn);
+    int64_t nt = tile_invocations(tiles);
     bool vec4 = shape4 && tm % 4 == 0 && tn % 4 == 0 &&
                 bm * bk / 4 % nt == 0 && bn * bk / 4 % nt == 0 &&
                 2 * bk * (bm + bn) * 4 <= 49152; /* two stages of shared memory */
@@ -435,8 +438,8 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
  * writes C at SPLIT_BYTES_PER_NS. Constants measured on an H200 (bench/
  * experiments/splitk-h200.txt; the slots of 128-invocation workgroups from
  * tiles-in-models-h200.txt: ResNet-50's last stage, N = 49, 97 -> 56 us a
- * convolution on 16 splits instead of 8). KILN_MATMUL_SPLITK=S overrides the count,
- * for tuning and tests (1: no split). */
+ * convolution on 16 splits instead of 8). KILN_MATMUL_SPLITK=S overrides
+ * the count, for tuning and tests (1: no split). */
 #define SPLIT_SLOTS 132
 #define SPLIT_STEP_NS 600.0
 #define SPLIT_FIXED_NS 3000.0
@@ -447,7 +450,7 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
 static double split_cost(const MatmulShape *s, Tiles t, int64_t splits) {
     int64_t tiles = groups_for(s->M, t.bm) * groups_for(s->N, t.bn) * s->batch;
     int64_t steps = (s->K + t.bk - 1) / t.bk, chunk = (steps + splits - 1) / splits;
-    int64_t slots = SPLIT_SLOTS * 256 / ((t.bm / t.tm) * (t.bn / t.tn));
+    int64_t slots = SPLIT_SLOTS * 256 / tile_invocations(t);
     int64_t waves = (tiles * splits + slots - 1) / slots;
     double ns = (double)(waves * chunk) * SPLIT_STEP_NS * (double)(t.bm * t.bn * t.bk) /
                 (64.0 * 64.0 * 16.0);

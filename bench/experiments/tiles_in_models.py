@@ -23,7 +23,6 @@ built or carried).
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,16 +31,10 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
-BUILD = Path(os.environ.get("KILN_BUILD", ROOT / "build"))
-VULKAN_LIB = os.environ.get("KILN_VULKAN_LIB", "-lvulkan")
+sys.path.insert(0, str(ROOT / "bench"))
+import models  # noqa: E402  (bench/models.py: the models, kiln's build of them)
+
 PRODUCTS = ("matmul", "splitk", "matvec", "matvec_k", "coopmat")
-
-
-def sh(cmd, env=None, cwd=None):
-    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, env=env, cwd=cwd)
-    if r.returncode:
-        raise RuntimeError((r.stdout + r.stderr)[-2000:])
-    return r.stdout
 
 
 def measure(wd, inputs, ort_outs, cfg):
@@ -51,16 +44,13 @@ def measure(wd, inputs, ort_outs, cfg):
         for kv in cfg.split("&"):
             k, v = kv.split("=", 1)
             env[k] = v
-    sh([BUILD / "kiln", "compile", wd / "m.onnx", "--name", "model", "-o", wd / "model.c"], env)
-    insp = json.loads(sh([BUILD / "kiln", "inspect", wd / "m.onnx", "--format", "json"], env))
-    sh(["cc", "-O1", "-std=c99", "-I", ROOT / "runtime", "-o", wd / "run_model", wd / "model.c",
-        BUILD / "run_model_test.o", "-L", BUILD, "-lkilnrt", VULKAN_LIB, "-lm"])
+    _, _, insp = models.kiln_build(wd, wd / "m.onnx", env)
     args = [wd / "run_model", "-q", "-n", "300", "-p", wd / "prof.json"]
     for i in range(len(inputs)):
         args += ["-i", wd / f"in{i}.bin"]
     for i in range(len(ort_outs)):
         args += ["-o", wd / f"out{i}.bin"]
-    sh(args, cwd=wd)
+    models.sh(args, cwd=wd)
     got = np.fromfile(wd / "out0.bin", np.float32).reshape(ort_outs[0].shape)
     prof = json.loads((wd / "prof.json").read_text())
     nodes = {}
@@ -109,14 +99,11 @@ def main():
         return
     sys.path.insert(0, str(ROOT / "tests" / "models"))
     import export
+    models.export = export  # what models.model_and_inputs builds from
     results = {}
     for name in a.models.split(","):
         t0 = time.time()
-        base, _, batch = name.partition("@")
-        module, specs, _ = export.full_model(base)
-        if batch:
-            specs = [((int(batch),) + tuple(s[1:]), dt, hi) for s, dt, hi in specs]
-        inputs = export.make_inputs(specs)
+        module, inputs = models.model_and_inputs(name)
         wd = Path(tempfile.mkdtemp())
         ort_outs, _ = export.export(module, inputs, wd / "m.onnx",
                                     dict(dynamo=True, opset_version=20, external_data=False))
