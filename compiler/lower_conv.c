@@ -33,9 +33,9 @@ static Tensor *conv_residual(Node *n) {
  * GEMM): per image, C [OC, OH * OW] = W [OC, C * KH * KW] x the input's
  * im2col matrix [C * KH * KW, OH * OW], which the kernel reads from the
  * input as it loads each tile (none is stored); a 1 x 1 kernel with unit
- * strides and no padding reads the input as a plain [C, H * W] matrix. The
- * images are the product's batches; bias, residual and activation its
- * epilogue. For f32 convolutions of one group, 1 or 2 spatial axes and
+ * strides and no padding on one image reads the input as a plain
+ * [C, H * W] matrix. Several images are one product, [OC, images * OH * OW]
+ * (MatmulShape's conv.images); bias, residual and activation its epilogue. For f32 convolutions of one group, 1 or 2 spatial axes and
  * fixed shapes, with more output channels than matvec.comp would take
  * (matmul_dispatch) and more than 16 output positions; others stay on
  * conv.comp, whose split channels serve the products of few positions
@@ -64,7 +64,12 @@ static bool conv_product(Program *p, Node *n, Tensor *x, Tensor *w, Tensor *y,
     s.K = x->shape[1] * k[0] * k[1];
     s.a_sm = s.K;
     s.a_sk = 1;
-    bool plain = k[0] * k[1] == 1 && str[0] * str[1] == 1 && pad[0] + pad[1] == 0;
+    /* Several images fold into N: one product of their positions side by
+     * side, whose tiles fill a large GPU where one image's few positions
+     * would not (ResNet-50's last stage, 49 a image). */
+    int64_t images = x->shape[0];
+    bool plain = images == 1 && k[0] * k[1] == 1 && str[0] * str[1] == 1 &&
+                 pad[0] + pad[1] == 0;
     if (plain) { /* B [C, H * W] as it is */
         s.b_sk = in[0] * in[1];
         s.b_sn = 1;
@@ -76,12 +81,17 @@ static bool conv_product(Program *p, Node *n, Tensor *x, Tensor *w, Tensor *y,
         memcpy(s.conv.dil, dil, sizeof dil);
         s.conv.out_w = out[1];
     }
+    if (images > 1) {
+        s.conv.images = images;
+        s.conv.positions = s.N;
+        s.conv.in_img = x->shape[1] * in[0] * in[1];
+        s.N *= images;
+    }
     s.brank = 1;
-    s.bshape[0] = s.batch = x->shape[0];
-    s.ops[0] = (Operand){y, {s.M * s.N}, 0, false, {0, {0}}};
+    s.bshape[0] = s.batch = 1;
+    s.ops[0] = (Operand){y, {0}, 0, false, {0, {0}}};
     s.ops[1] = (Operand){w, {0}, 0, false, {0, {0}}};
-    s.ops[2] = (Operand){x, {x->shape[1] * in[0] * in[1]}, 0, false, {0, {0}}};
-    s.brank = collapse(s.brank, s.bshape, 3, s.ops);
+    s.ops[2] = (Operand){x, {0}, 0, false, {0, {0}}};
     for (Dispatch *d = matmul_dispatch(p, n, &s); d; d = d->variant) {
         define_str(d, "ACT(x)", act);
         Tensor *bias = n->ninputs > 2 ? n->inputs[2] : NULL;

@@ -250,14 +250,28 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
     return d;
 }
 
-/* Whether matmul.comp's vec4 path can read s: f32 operands (B as given)
- * whose rows are contiguous and 16-byte aligned. */
+/* Whether matmul.comp's VEC4 path (two stages of K in shared memory) can
+ * take s: f32 operands, B as given (not quantized). */
+static bool matmul_f32_shape(const Node *n, const MatmulShape *s) {
+    return n->wformat == WF_F32 && s->ops[1].t->dtype == KILN_DTYPE_F32 &&
+           s->ops[2].t->dtype == KILN_DTYPE_F32;
+}
+
+/* Whether it reads s's A as vec4s: rows contiguous and 16-byte aligned. */
+static bool matmul_a4(const Node *n, const MatmulShape *s) {
+    return matmul_f32_shape(n, s) && s->a_sk == 1 && s->K % 4 == 0 && s->a_sm % 4 == 0 &&
+           all_multiples(s->brank, s->ops[1].strides, 4);
+}
+
+/* And B (not a convolution's input, which it gathers one by one). */
+static bool matmul_b4(const Node *n, const MatmulShape *s) {
+    return matmul_f32_shape(n, s) && !s->conv.in[0] && s->b_sn == 1 && s->N % 4 == 0 &&
+           s->b_sk % 4 == 0 && all_multiples(s->brank, s->ops[2].strides, 4);
+}
+
+/* Both as vec4s: the shapes the larger tiles are chosen for. */
 static bool matmul_vec4_shape(const Node *n, const MatmulShape *s) {
-    return !s->conv.in[0] && n->wformat == WF_F32 && s->ops[1].t->dtype == KILN_DTYPE_F32 &&
-           s->ops[2].t->dtype == KILN_DTYPE_F32 && s->a_sk == 1 && s->b_sn == 1 &&
-           s->K % 4 == 0 && s->N % 4 == 0 && s->a_sm % 4 == 0 && s->b_sk % 4 == 0 &&
-           all_multiples(s->brank, s->ops[1].strides, 4) &&
-           all_multiples(s->brank, s->ops[2].strides, 4);
+    return matmul_a4(n, s) && matmul_b4(n, s);
 }
 
 /* After the bias slot: the scales and zero points of a quantized B, where
@@ -299,17 +313,23 @@ static Tiles pick_tiles(const Node *n, const MatmulShape *s, bool wide) {
      * convolutions measured slower on them and keep 64) */
     if (!s->conv.in[0] && s->M > 64 && s->M % 64 != 0 && s->M % 64 <= 32)
         t.bm = 32;
-    /* vec4 operands: 64 x 128 tiles (4 x 8 per invocation) where they still
-     * leave 128 workgroups, a large GPU's multiprocessors (H200: 1024^3 in
-     * 73.5 against 83 us on 64 x 64; of the ten tiles swept there, 8 x 8
-     * blocks, 32-wide tiles and K steps of 32 were slower) */
-    if (shape4 && groups_for(s->M, 64) * groups_for(s->N, 128) * s->batch >= 128)
+    /* vec4 operands and convolutions: 64 x 128 tiles (4 x 8 per
+     * invocation) where they still leave 128 workgroups, a large GPU's
+     * multiprocessors (H200: 1024^3 in 73.5 against 83 us on 64 x 64; of
+     * the ten tiles swept there, 8 x 8 blocks, 32-wide tiles and K steps of
+     * 32 were slower) */
+    if ((shape4 || s->conv.in[0]) &&
+        groups_for(s->M, 64) * groups_for(s->N, 128) * s->batch >= 128)
         t = (Tiles){64, 128, 4, 8, 16};
     /* 128 x 128 tiles (8 x 8 per invocation) reuse more of what they load,
-     * when they still leave enough workgroups (256) to fill a large GPU; K
-     * steps of 8 measured faster there (H200: 4.2 against 4.8 ms at 4096). */
-    if ((s->M + 127) / 128 * ((s->N + 127) / 128) * s->batch >= 256)
-        t = (Tiles){128, 128, 8, 8, shape4 ? 8 : 16};
+     * when they still leave enough workgroups (256) to fill a large GPU and
+     * each side has more than 64 (a 128-wide tile of 64 is half padding);
+     * K steps of 8 measured faster there (H200: 4.2 against 4.8 ms at
+     * 4096), and A read one element at a time needs them (its padded
+     * stages would not fit 32 KiB at 16). */
+    if (s->M > 64 && s->N > 64 &&
+        (s->M + 127) / 128 * ((s->N + 127) / 128) * s->batch >= 256)
+        t = (Tiles){128, 128, 8, 8, shape4 || !matmul_a4(n, s) ? 8 : 16};
     /* wide: 128 x 256 tiles, 512 invocations of 8 x 8, two stages of K 16:
      * 48 KiB of shared memory (matmul_dispatch). */
     if (wide)
@@ -338,17 +358,21 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
         return matvec_k_kernel(p, n, s, mrows);
     if (n->wkmajor)
         internal_error("node '%s': a K-major weight on the tiled kernel", n->name);
-    bool shape4 = !matvec && matmul_vec4_shape(n, s);
     Tiles tiles = pick_tiles(n, s, wide);
     int64_t splits = kchunk ? (s->K + kchunk - 1) / kchunk : 1;
     int64_t bm = tiles.bm, bn = tiles.bn, tm = tiles.tm, tn = tiles.tn, bk = tiles.bk;
-    /* The vec4 path: f32 operands whose rows are contiguous and 16-byte
-     * aligned, 4 x 4 blocks per invocation, whole vec4s per invocation in
-     * each K step's loads. */
+    /* The VEC4 path: f32 operands, blocks of 4 x 4 per invocation or more,
+     * whole vec4s (or, for an operand read one element at a time, whole
+     * runs of 8 along K of A, or floats of B) per invocation in each K
+     * step's loads, two stages in shared memory. */
     int64_t nt = tile_invocations(tiles);
-    bool vec4 = shape4 && tm % 4 == 0 && tn % 4 == 0 &&
-                bm * bk / 4 % nt == 0 && bn * bk / 4 % nt == 0 &&
-                2 * bk * (bm + bn) * 4 <= 49152; /* two stages of shared memory */
+    bool a4 = matmul_a4(n, s), b4 = matmul_b4(n, s);
+    bool vec4 = !matvec && matmul_f32_shape(n, s) && tm % 4 == 0 && tn % 4 == 0 &&
+                bm * bk / (a4 ? 4 : 1) % nt == 0 && bn * bk / (b4 ? 4 : 1) % nt == 0 &&
+                (a4 || bk % 8 == 0) &&
+                /* two stages of shared memory: 48 KiB for wide tiles (the
+                 * device's need), else 32 */
+                2 * bk * (bm + (a4 ? 0 : 4) + bn) * 4 <= (wide ? 49152 : 32768);
     MatvecShape mv = {0};
     if (matvec)
         mv = matvec_shape(n, s, mrows);
@@ -377,6 +401,10 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
         define_int(d, "TM", tm);
         define_int(d, "TN", tn);
         define_int(d, "VEC4", vec4);
+        if (vec4 && !a4)
+            define_int(d, "A_SCALAR", 1);
+        if (vec4 && !b4)
+            define_int(d, "B_SCALAR", 1);
         if (s->conv.in[0]) {
             define_int(d, "CONV", 1);
             define_int(d, "CIH", s->conv.in[0]);
@@ -390,6 +418,12 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
             define_int(d, "CDH", s->conv.dil[0]);
             define_int(d, "CDW", s->conv.dil[1]);
             define_int(d, "COW", s->conv.out_w);
+            if (s->conv.images) {
+                define_int(d, "CIMG", s->conv.positions);
+                define_int(d, "CIN_IMG", s->conv.in_img);
+                if (!kchunk) /* else splitk.comp writes C */
+                    define_int(d, "C_IMG", s->conv.positions);
+            }
         }
         if (kchunk) {
             define_int(d, "SPLITK", splits);
@@ -509,6 +543,8 @@ static Dispatch *split_product(Program *p, Node *n, MatmulShape *s, int64_t kchu
     need_dtype(p, need, s->ops[0].t->dtype);
     define_needs(r, need);
     define_int(r, "C_F16", s->ops[0].t->dtype == KILN_DTYPE_F16);
+    if (s->conv.images)
+        define_int(r, "C_IMG", s->conv.positions);
     dispatch_arg(r, s->ops[0].t, true);
     dispatch_arg(r, partial, false);
     dispatch_unused(r, partial);

@@ -26,11 +26,20 @@
 // long rows (BERT's FFN output: 24 tiles of 64 x 64 on a GPU of 132
 // multiprocessors) fill the GPU that way.
 //
-// VEC4 (f32 A and B, rows of both contiguous and 16-byte aligned, TM and TN
-// multiples of 4): A and B are read as vec4s, the next K step into
-// registers while this one multiplies, and shared memory holds two stages;
+// VEC4 (TM and TN multiples of 4): the next K step is read into registers
+// while this one multiplies, and shared memory holds two stages of vec4s;
 // each invocation's rows and columns come in groups of 4 (vec4 reads of
-// shared memory), the groups spread at the group's width. ONE_TILE (fixed
+// shared memory), the groups spread at the group's width. A and B are read
+// as vec4s (f32, rows contiguous and 16-byte aligned) unless A_SCALAR or
+// B_SCALAR: then one element at a time (a convolution's input, gathered
+// through conv_b, is always B_SCALAR). A's scalar loads go 8 along K and 4
+// down M a warp (32-byte runs of each row), its stage rows padded by one
+// vec4 so that those stores hit 32 banks.
+//
+// CIMG (a convolution over several images, VEC4 or not): the images fold
+// into N, image i's OH * OW = CIMG positions at columns i * CIMG on, its
+// input CIN_IMG elements from the last; C_IMG (product.glsl) writes C back
+// as [images, M, CIMG]. ONE_TILE (fixed
 // shapes whose dispatch has a workgroup for every tile and batch) drops the
 // loops over tiles and batches, and the steps go two to an iteration with
 // constant stage indices: on the H200 that took 4096^3 from 3.53 to 3.0 ms
@@ -57,11 +66,20 @@ layout(local_size_x = NTX, local_size_y = NTY) in;
 #define C_T float
 #endif
 
-#if VEC4
+#ifndef A_SCALAR
+#define A_SCALAR 0
+#endif
+#ifndef B_SCALAR
+#define B_SCALAR 0
+#endif
+#if VEC4 && !A_SCALAR
 #define AT V4R
-#define BT V4R
 #else
 #define AT A_BUF
+#endif
+#if VEC4 && !B_SCALAR
+#define BT V4R
+#else
 #define BT B_BUF
 #endif
 
@@ -104,40 +122,129 @@ void batch_split(uint z, out uint ca, out uint cb, out uint cc, out uint k0) {
 #endif
 }
 
+#if CONV
+// Column gn of the convolution's im2col matrix (an output position), its
+// input at cb: where its window starts in the input, and its image's
+// offset.
+struct ConvCol {
+    int ih, iw;
+    uint base;
+};
+ConvCol conv_col(uint cb, uint gn) {
+    ConvCol c;
+#ifdef CIMG
+    cb += gn / CIMG * CIN_IMG;
+    gn %= CIMG;
+#endif
+    c.base = cb;
+    c.ih = int(gn / COW * CSH) - CPH;
+    c.iw = int(gn % COW * CSW) - CPW;
+    return c;
+}
+
+// Element gk of column c (0 in the padding).
+float conv_at(ConvCol c, uint gk) {
+    const uint ci = gk / (CKH * CKW), kh = gk / CKW % CKH, kw = gk % CKW;
+    const uint ih = uint(c.ih + int(kh * CDH)), iw = uint(c.iw + int(kw * CDW));
+    return ih < CIH && iw < CIW ? args.b.v[c.base + (ci * CIH + ih) * CIW + iw] : 0.0;
+}
+#define LOAD_B_AT(cb, gk, gn) conv_at(conv_col(cb, gn), gk)
+#else
+#define LOAD_B_AT(cb, gk, gn) LOAD_B(cb + (gk) * B_SK + (gn) * B_SN, gk, gn)
+#endif
+#define LOAD_A_AT(ca, gm, gk) float(args.a.v[ca + (gm) * A_SM + (gk) * A_SK])
+
 #if VEC4
 #define BM4 (BM / 4)
 #define BN4 (BN / 4)
-#define A_LOADS (BM4 * BK / NT) // vec4s of A and of B an invocation loads
-#define B_LOADS (BN4 * BK / NT)
 #define STEPS (KCHUNK / BK) // K steps of a tile (or of its split)
+#if A_SCALAR // what an invocation loads of A and of B a step: floats or vec4s
+#define A_LOADS (BM * BK / NT)
+#define A_REG float
+shared vec4 As[2][BK][BM4 + 1];
+#else
+#define A_LOADS (BM4 * BK / NT)
+#define A_REG vec4
 shared vec4 As[2][BK][BM4];
+#endif
+#if B_SCALAR
+#define B_LOADS (BN * BK / NT)
+#define B_REG float
+#else
+#define B_LOADS (BN4 * BK / NT)
+#define B_REG vec4
+#endif
 shared vec4 Bs[2][BK][BN4];
 
-// Element (gm, gk) of A at batch offset ca: vec4 l of the step at k0
-// (vec4 index v: row v % BM, k 4 * (v / BM)).
-void load_step(uint ca, uint cb, uint m0, uint n0, uint k0, uint tid,
-               out vec4 ra[A_LOADS], out vec4 rb[B_LOADS]) {
-    [[unroll]] for (uint l = 0; l < A_LOADS; ++l) {
-        uint v = tid + l * NT, gm = m0 + v % BM, gk = k0 + 4 * (v / BM);
-        ra[l] = gm < M && gk < K ? args.a.v[(ca + gm * A_SM + gk) / 4] : vec4(0.0);
-    }
-    [[unroll]] for (uint l = 0; l < B_LOADS; ++l) {
-        uint v = tid + l * NT, gk = k0 + v / BN4, gn = n0 + 4 * (v % BN4);
-        rb[l] = gk < K && gn < N ? args.b.v[(cb + gk * B_SK + gn) / 4] : vec4(0.0);
-    }
+// A's row and k of its load l (scalar: 8 along k by 4 rows a warp).
+void a_at(uint tid, uint l, out uint r, out uint kk) {
+    uint v = tid + l * NT;
+#if A_SCALAR
+    uint w = v / 32, lane = v % 32;
+    r = w % (BM / 4) * 4 + lane / 8;
+    kk = w / (BM / 4) * 8 + lane % 8;
+#else
+    r = v % BM;
+    kk = 4 * (v / BM);
+#endif
 }
 
-void store_step(uint buf, uint tid, vec4 ra[A_LOADS], vec4 rb[B_LOADS]) {
+// A convolution's B where each invocation loads one column (NT a multiple
+// of BN): that column, found once a tile (tile()).
+#define CONV_ONE_COL (CONV && B_SCALAR && NT % BN == 0)
+#if CONV_ONE_COL
+ConvCol bcol;
+#endif
+
+// The step at k0 of the tile at (m0, n0), into registers.
+void load_step(uint ca, uint cb, uint m0, uint n0, uint k0, uint tid,
+               out A_REG ra[A_LOADS], out B_REG rb[B_LOADS]) {
     [[unroll]] for (uint l = 0; l < A_LOADS; ++l) {
-        uint v = tid + l * NT, r = v % BM, kq = 4 * (v / BM);
-        As[buf][kq][r / 4][r % 4] = ra[l].x;
-        As[buf][kq + 1][r / 4][r % 4] = ra[l].y;
-        As[buf][kq + 2][r / 4][r % 4] = ra[l].z;
-        As[buf][kq + 3][r / 4][r % 4] = ra[l].w;
+        uint r, kk;
+        a_at(tid, l, r, kk);
+        uint gm = m0 + r, gk = k0 + kk;
+#if A_SCALAR
+        ra[l] = gm < M && gk < K ? LOAD_A_AT(ca, gm, gk) : 0.0;
+#else
+        ra[l] = gm < M && gk < K ? args.a.v[(ca + gm * A_SM + gk) / 4] : vec4(0.0);
+#endif
     }
     [[unroll]] for (uint l = 0; l < B_LOADS; ++l) {
         uint v = tid + l * NT;
+#if B_SCALAR
+        uint gk = k0 + v / BN, gn = n0 + v % BN;
+#if CONV_ONE_COL
+        rb[l] = gk < K && gn < N ? conv_at(bcol, gk) : 0.0;
+#else
+        rb[l] = gk < K && gn < N ? LOAD_B_AT(cb, gk, gn) : 0.0;
+#endif
+#else
+        uint gk = k0 + v / BN4, gn = n0 + 4 * (v % BN4);
+        rb[l] = gk < K && gn < N ? args.b.v[(cb + gk * B_SK + gn) / 4] : vec4(0.0);
+#endif
+    }
+}
+
+void store_step(uint buf, uint tid, A_REG ra[A_LOADS], B_REG rb[B_LOADS]) {
+    [[unroll]] for (uint l = 0; l < A_LOADS; ++l) {
+        uint r, kk;
+        a_at(tid, l, r, kk);
+#if A_SCALAR
+        As[buf][kk][r / 4][r % 4] = ra[l];
+#else
+        As[buf][kk][r / 4][r % 4] = ra[l].x;
+        As[buf][kk + 1][r / 4][r % 4] = ra[l].y;
+        As[buf][kk + 2][r / 4][r % 4] = ra[l].z;
+        As[buf][kk + 3][r / 4][r % 4] = ra[l].w;
+#endif
+    }
+    [[unroll]] for (uint l = 0; l < B_LOADS; ++l) {
+        uint v = tid + l * NT;
+#if B_SCALAR
+        Bs[buf][v / BN][v % BN / 4][v % 4] = rb[l];
+#else
         Bs[buf][v / BN4][v % BN4] = rb[l];
+#endif
     }
 }
 
@@ -168,7 +275,11 @@ void tile(uint ca, uint cb, uint cc, uint m0, uint n0, uint k0, uint tid, uint t
     [[unroll]] for (uint i = 0; i < TM; ++i)
         [[unroll]] for (uint j = 0; j < TN; ++j)
             acc[i][j] = 0.0;
-    vec4 ra[A_LOADS], rb[B_LOADS];
+#if CONV_ONE_COL
+    bcol = conv_col(cb, n0 + tid % BN);
+#endif
+    A_REG ra[A_LOADS];
+    B_REG rb[B_LOADS];
     load_step(ca, cb, m0, n0, k0, tid, ra, rb);
     store_step(0, tid, ra, rb);
     barrier();
@@ -224,20 +335,6 @@ void main() {
 shared float As[BK][BM];
 shared float Bs[BK][BN];
 
-#if CONV
-// Element (gk, gn) of the convolution's im2col matrix, its input at cb.
-float conv_b(uint cb, uint gk, uint gn) {
-    const uint ci = gk / (CKH * CKW), kh = gk / CKW % CKH, kw = gk % CKW;
-    const int ih = int(gn / COW * CSH + kh * CDH) - CPH;
-    const int iw = int(gn % COW * CSW + kw * CDW) - CPW;
-    return ih >= 0 && ih < CIH && iw >= 0 && iw < CIW ? args.b.v[cb + (ci * CIH + ih) * CIW + iw]
-                                                      : 0.0;
-}
-#define LOAD_B_AT(cb, gk, gn) conv_b(cb, gk, gn)
-#else
-#define LOAD_B_AT(cb, gk, gn) LOAD_B(cb + (gk) * B_SK + (gn) * B_SN, gk, gn)
-#endif
-
 void main() {
     const uint tx = gl_LocalInvocationID.x, ty = gl_LocalInvocationID.y;
     const uint tid = ty * NTX + tx;
@@ -256,8 +353,7 @@ void main() {
                     for (uint e = tid; e < BM * BK; e += NT) {
                         uint r = e / BK, kk = e % BK;
                         uint gm = m0 + r, gk = k0 + kk;
-                        As[kk][r] = (gm < M && gk < kend) ? float(args.a.v[ca + gm * A_SM + gk * A_SK])
-                                                       : 0.0;
+                        As[kk][r] = (gm < M && gk < kend) ? LOAD_A_AT(ca, gm, gk) : 0.0;
                     }
                     for (uint e = tid; e < BK * BN; e += NT) {
                         uint kk = e / BN, cn = e % BN;

@@ -41,13 +41,25 @@ void kiln_batch_offsets(uint bz, out uint ca, out uint cb, out uint cc) {
 // gm * N + gn]), the bias where HAS_BIAS, res (a convolution's skip
 // connection) where HAS_RES; ACT(x) is an activation expression. Its kernel
 // declares C_T, C's element type, and args.c, args.bias and args.res.
+// C_IMG (a convolution whose images fold into N, C_IMG positions each): C
+// and res are [images, M, C_IMG], (gm, gn) at gn / C_IMG * M * C_IMG + gm *
+// C_IMG + gn % C_IMG.
 void store_c(uint cc, uint gm, uint gn, float acc) {
     float v = ALPHA * acc;
 #if HAS_BIAS
     v += BETA * args.bias.v[gm * BIAS_SM + gn * BIAS_SN];
 #endif
-#if HAS_RES
-    v += args.res.v[cc + gm * N + gn];
+#ifdef C_IMG
+    const uint at = gn / C_IMG * (uint(M) * C_IMG) + gm * C_IMG + gn % C_IMG;
+#else
+    const uint at = cc + gm * N + gn;
 #endif
+#if HAS_RES
+    v += args.res.v[at];
+#endif
+#ifdef C_IMG
+    args.c.v[at] = C_T(ACT(v));
+#else
     KILN_STORE_C(cc, gm, gn, C_T(ACT(v)));
+#endif
 }

@@ -134,6 +134,14 @@ def check_kernels(workdir, want):
     check(got == want, f"dispatch kernels {sorted(got)}, expected {sorted(want)}")
 
 
+def kernel_defines(workdir):
+    """The defines of each kernel in workdir/model.c (from the comment
+    above its SPIR-V), as dicts of strings, in the file's order."""
+    c = (Path(workdir) / "model.c").read_text()
+    return [dict(re.findall(r"^ \*   (\w+) (\S+)$", block, re.M))
+            for block in re.findall(r"/\* kernel .*?\*/", c, re.S)]
+
+
 def run_program(prog, inputs, expected, validation=True):
     """Runs a built model on `inputs` (arrays, in the model's input order)
     and returns its outputs read with the dtypes and shapes of `expected`."""

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 
 import reference as ref
-from harness import (assert_close, build_model, check, check_kernels, model_yaml, registry,
-                     run_model, run_program)
+from harness import (assert_close, build_model, check, check_kernels, kernel_defines,
+                     model_yaml, registry, run_model, run_program)
 from ops_common import one_op, rng, spec, values
 
 TESTS, case = registry()
@@ -77,10 +77,12 @@ for i, c in enumerate(CONVS):
 # Convolutions as matrix products on matmul.comp's tiles (implicit GEMM,
 # lower_conv.c's conv_product: one group, more than 16 output channels):
 # the input read as its im2col matrix for every attribute the loader takes,
-# 1 x 1 kernels as a plain matrix (vec4 where H * W is a multiple of 4), and
-# one image with a long K split along it (splitk.comp). Each checks that its
-# dispatch is the product kernel, not conv.comp.
-CONV_PRODUCTS = [  # x shape, w shape, attrs, bias, kernels the dispatches use
+# 1 x 1 kernels on one image as a plain matrix (vec4 where H * W is a
+# multiple of 4), several images folded into the product's columns (CIMG),
+# and long K split along it (splitk.comp). Each checks that its dispatch is
+# the product kernel, not conv.comp, and the later ones the path they take
+# (the first matmul kernel's defines).
+CONV_PRODUCTS = [  # x shape, w shape, attrs, bias, kernels the dispatches use[, defines]
     ([3, 5, 9, 10], [24, 5, 3, 3], {"pads": [1, 1, 1, 1]}, True, {"matmul"}),
     ([2, 6, 13, 11], [20, 6, 3, 2],
      {"strides": [2, 3], "pads": [1, 0, 2, 1], "dilations": [2, 1]}, True, {"matmul"}),
@@ -92,15 +94,33 @@ CONV_PRODUCTS = [  # x shape, w shape, attrs, bias, kernels the dispatches use
     ([1, 3, 7, 6], [17, 3, 3, 3], {"auto_pad": "same_upper"}, True, {"matmul"}),
     ([1, 256, 7, 7], [32, 256, 3, 3], {"pads": [1, 1, 1, 1]}, True, {"matmul", "splitk"}),
     ([1, 1024, 7, 7], [64, 1024, 1, 1], {}, True, {"matmul", "splitk"}),    # split, 1 x 1
+    # the two-stage (VEC4) path: a stem of K 147 (A read one by one), four
+    # images of 90 positions; 64 x 128 tiles over four images; 128 x 128;
+    # 1 x 1 on three images of 49 (B gathered, not vec4); three images of
+    # 25 positions split along K
+    ([4, 3, 20, 18], [32, 3, 7, 7], {"strides": [2, 2], "pads": [3, 3, 3, 3]}, True,
+     {"matmul"}, {"VEC4": "1", "A_SCALAR": "1", "B_SCALAR": "1", "CIMG": "90"}),
+    ([4, 8, 64, 64], [64, 8, 3, 3], {"pads": [1, 1, 1, 1]}, True, {"matmul"},
+     {"VEC4": "1", "BM": "64", "BN": "128", "CIMG": "4096"}),
+    ([2, 3, 128, 128], [96, 3, 3, 3], {"pads": [1, 1, 1, 1]}, False, {"matmul"},
+     {"VEC4": "1", "BM": "128", "BN": "128", "A_SCALAR": "1"}),
+    ([3, 12, 7, 7], [32, 12, 1, 1], {}, True, {"matmul"},
+     {"VEC4": "1", "B_SCALAR": "1", "CIMG": "49", "C_IMG": "49"}),
+    ([3, 256, 5, 5], [32, 256, 3, 3], {"pads": [1, 1, 1, 1]}, True, {"matmul", "splitk"},
+     {"VEC4": "1", "CIMG": "25"}),
 ]
 
 
-def conv_product_case(i, xs, ws, attrs, bias, kernels):
+def conv_product_case(i, xs, ws, attrs, bias, kernels, defines=None):
     def test(workdir):
         ins, want = conv_inputs(2530 + i, xs, ws, attrs, bias)
         k = int(np.prod(ws[1:]))
         one_op(workdir, "conv", ins, want, attrs, 1e-5, 2e-6 * k ** 0.5 * 4)
         check_kernels(workdir, kernels)
+        if defines:
+            got = kernel_defines(workdir)[0]
+            check(all(got.get(k) == v for k, v in defines.items()),
+                  f"kernel defines {got}, expected {defines}")
     return test
 
 
@@ -134,6 +154,10 @@ case("op conv as a product + residual + relu, two images")(
     conv_product_epilogue_case([2, 4, 8, 8], [20, 4, 3, 3], {"matmul"}))
 case("op conv as a product + residual + relu, split along K")(
     conv_product_epilogue_case([1, 128, 6, 6], [24, 128, 3, 3], {"matmul", "splitk"}))
+case("op conv as a product + residual + relu, three images split along K")(
+    conv_product_epilogue_case([3, 128, 5, 5], [32, 128, 3, 3], {"matmul", "splitk"}))
+case("op conv as a product + residual + relu, three images on two stages")(
+    conv_product_epilogue_case([3, 8, 9, 9], [32, 8, 3, 3], {"matmul"}))
 
 
 def conv_activation_case(act):

@@ -2,14 +2,13 @@
 formats, QKV splits) and gemm (shaders/matmul.comp, matvec.comp,
 coopmat.comp), on Vulkan against the CPU reference (ops_common.py says how).
 """
-import re
 from pathlib import Path
 
 import numpy as np
 
 import reference as ref
-from harness import (assert_close, build_model, check, check_kernels, model_yaml, registry,
-                     run_model, run_program)
+from harness import (assert_close, build_model, check, check_kernels, kernel_defines,
+                     model_yaml, registry, run_model, run_program)
 from ops_common import one_op, rng, spec, values
 
 TESTS, case = registry()
@@ -73,18 +72,17 @@ def matmul_case(i, sa, sb):
         y = model_yaml("mm", {"a": spec(a), "b": spec(b)},
                        [{"name": "y", "op": "matmul", "inputs": ["a", "b"]}], ["y"])
         prog = build_model(workdir, y)
-        check_tile_defines(Path(workdir) / "model.c")
+        check_tile_defines(workdir)
         got, = run_program(prog, [a, b], [want.astype(np.float32)])
         k = sa[-1]
         assert_close(got, want, 1e-5, 2e-6 * k ** 0.5 * 4)
     return test
 
 
-def check_tile_defines(c_path):
-    """Each vec4 matmul.comp kernel in the generated C (its defines are in
-    a comment) is ONE_TILE: fixed shapes, a workgroup for every tile."""
-    for block in re.findall(r"/\* kernel .*?\*/", c_path.read_text(), re.S):
-        d = dict(re.findall(r"^ \*   (\w+) (\S+)$", block, re.M))
+def check_tile_defines(workdir):
+    """Each vec4 matmul.comp kernel in the generated C is ONE_TILE: fixed
+    shapes, a workgroup for every tile."""
+    for d in kernel_defines(workdir):
         if d.get("VEC4") == "1":
             check(d.get("ONE_TILE") == "1", f"tile {d['BM']} x {d['BN']}: ONE_TILE "
                   f"{d.get('ONE_TILE')}")
@@ -227,6 +225,30 @@ def _(workdir):
                                                 "trans_b": 1, "activation": "gelu"},
            1e-5, 2e-6 * K ** 0.5 * 4)
     check_kernels(workdir, {"matmul", "splitk"})
+
+
+def two_stage_gemm_case(M, K, N, ta, tb, defines):
+    """A gemm on matmul.comp's two-stage (VEC4) path with operands it reads
+    one element at a time: transposed (A_SCALAR: runs of 8 along K into
+    padded stages; B_SCALAR), ragged tiles, K steps past K."""
+    def test(workdir):
+        r = rng(375)
+        a = values(r, [K, M] if ta else [M, K], 1.0)
+        b = values(r, [N, K] if tb else [K, N], 1.0)
+        c = values(r, [N], 1.0)
+        want = ref.gemm(a, b, c, trans_a=ta, trans_b=tb)
+        one_op(workdir, "gemm", [a, b, c], want, {"trans_a": ta, "trans_b": tb},
+               1e-5, 2e-6 * K ** 0.5 * 4)
+        got = kernel_defines(workdir)[0]
+        check(all(got.get(k) == v for k, v in defines.items()),
+              f"kernel defines {got}, expected {defines}")
+    return test
+
+
+case("op gemm on the two-stage path, both operands transposed")(two_stage_gemm_case(
+    130, 75, 140, 1, 1, {"VEC4": "1", "A_SCALAR": "1", "B_SCALAR": "1", "BM": "32"}))
+case("op gemm on the two-stage path, A's rows unaligned, 128 x 128 tiles")(two_stage_gemm_case(
+    2100, 37, 2060, 0, 0, {"VEC4": "1", "A_SCALAR": "1", "BM": "128", "BK": "8"}))
 
 
 def split_qkv_case(flags, rtol, atol):
