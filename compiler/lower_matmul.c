@@ -330,6 +330,18 @@ static Tiles pick_tiles(const Node *n, const MatmulShape *s, bool wide) {
     if (s->M > 64 && s->N > 64 &&
         (s->M + 127) / 128 * ((s->N + 127) / 128) * s->batch >= 256)
         t = (Tiles){128, 128, 8, 8, shape4 || !matmul_a4(n, s) ? 8 : 16};
+    /* Convolutions: 128 x 128 tiles in K steps of 8 from 32 of them (the
+     * split along K fills the rest), and K steps of 8 where K has at most
+     * 256. Inside ResNet-50 at batch 32 on the H200 (bench/experiments/
+     * conv-tiles-h200.txt, run 1): 3 x 3 convolutions of 128 to 512
+     * channels 298-306 us against 371-440 on 64 x 64 or 64 x 128 tiles;
+     * the 7 x 7 stem (K 147) 357 against 533 us, 1 x 1 of K 64 53 against
+     * 82, in steps of 8 rather than 16. */
+    if (s->conv.in[0] && s->M > 64 && s->N > 64 &&
+        groups_for(s->M, 128) * groups_for(s->N, 128) >= 32)
+        t = (Tiles){128, 128, 8, 8, 8};
+    if (s->conv.in[0] && s->K <= 256)
+        t.bk = 8;
     /* wide: 128 x 256 tiles, 512 invocations of 8 x 8, two stages of K 16:
      * 48 KiB of shared memory (matmul_dispatch). */
     if (wide)
@@ -362,14 +374,16 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
     int64_t splits = kchunk ? (s->K + kchunk - 1) / kchunk : 1;
     int64_t bm = tiles.bm, bn = tiles.bn, tm = tiles.tm, tn = tiles.tn, bk = tiles.bk;
     /* The VEC4 path: f32 operands, blocks of 4 x 4 per invocation or more,
-     * whole vec4s (or, for an operand read one element at a time, whole
-     * runs of 8 along K of A, or floats of B) per invocation in each K
-     * step's loads, two stages in shared memory. */
+     * whole vec4s per invocation in each K step's loads, two stages in
+     * shared memory. An operand that cannot take vec4s (unaligned rows, a
+     * convolution's input, or too few vec4s a step for every invocation) is
+     * read one element at a time: A in whole runs of 8 along K, B in
+     * whole floats per invocation. */
     int64_t nt = tile_invocations(tiles);
-    bool a4 = matmul_a4(n, s), b4 = matmul_b4(n, s);
+    bool a4 = matmul_a4(n, s) && bm * bk / 4 % nt == 0;
+    bool b4 = matmul_b4(n, s) && bn * bk / 4 % nt == 0;
     bool vec4 = !matvec && matmul_f32_shape(n, s) && tm % 4 == 0 && tn % 4 == 0 &&
-                bm * bk / (a4 ? 4 : 1) % nt == 0 && bn * bk / (b4 ? 4 : 1) % nt == 0 &&
-                (a4 || bk % 8 == 0) &&
+                bm * bk % nt == 0 && bn * bk % nt == 0 && (a4 || bk % 8 == 0) &&
                 /* two stages of shared memory: 48 KiB for wide tiles (the
                  * device's need), else 32 */
                 2 * bk * (bm + (a4 ? 0 : 4) + bn) * 4 <= (wide ? 49152 : 32768);

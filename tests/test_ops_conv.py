@@ -108,6 +108,13 @@ CONV_PRODUCTS = [  # x shape, w shape, attrs, bias, kernels the dispatches use[,
      {"VEC4": "1", "B_SCALAR": "1", "CIMG": "49", "C_IMG": "49"}),
     ([3, 256, 5, 5], [32, 256, 3, 3], {"pads": [1, 1, 1, 1]}, True, {"matmul", "splitk"},
      {"VEC4": "1", "CIMG": "25"}),
+    # pick_tiles' convolution rules: 128 x 128 tiles in K steps of 8 from
+    # 32 tiles (96 channels, K 288, split); a 1 x 1 of K 16 in steps of 8 on 64 x
+    # 128 tiles, too few vec4s of A a step for 256 invocations (A_SCALAR)
+    ([4, 32, 32, 32], [96, 32, 3, 3], {"pads": [1, 1, 1, 1]}, True, {"matmul", "splitk"},
+     {"VEC4": "1", "BM": "128", "BN": "128", "BK": "8", "CIMG": "1024"}),
+    ([4, 16, 64, 64], [64, 16, 1, 1], {}, False, {"matmul"},
+     {"VEC4": "1", "BM": "64", "BN": "128", "BK": "8", "A_SCALAR": "1"}),
 ]
 
 
