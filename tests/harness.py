@@ -142,6 +142,14 @@ def kernel_defines(workdir):
             for block in re.findall(r"/\* kernel .*?\*/", c, re.S)]
 
 
+def check_defines(workdir, want):
+    """That the first kernel of workdir/model.c has the defines `want`
+    (a dict of strings), among others."""
+    got = kernel_defines(workdir)[0]
+    check(all(got.get(k) == v for k, v in want.items()),
+          f"kernel defines {got}, expected {want}")
+
+
 def run_program(prog, inputs, expected, validation=True):
     """Runs a built model on `inputs` (arrays, in the model's input order)
     and returns its outputs read with the dtypes and shapes of `expected`."""

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 import reference as ref
-from harness import (assert_close, build_model, check, check_kernels, kernel_defines,
+from harness import (assert_close, build_model, check, check_defines, check_kernels,
                      model_yaml, registry, run_model, run_program)
 from ops_common import one_op, rng, spec, values
 
@@ -125,9 +125,7 @@ def conv_product_case(i, xs, ws, attrs, bias, kernels, defines=None):
         one_op(workdir, "conv", ins, want, attrs, 1e-5, 2e-6 * k ** 0.5 * 4)
         check_kernels(workdir, kernels)
         if defines:
-            got = kernel_defines(workdir)[0]
-            check(all(got.get(k) == v for k, v in defines.items()),
-                  f"kernel defines {got}, expected {defines}")
+            check_defines(workdir, defines)
     return test
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 
 import reference as ref
-from harness import (assert_close, build_model, check, check_kernels, kernel_defines,
-                     model_yaml, registry, run_model, run_program)
+from harness import (assert_close, build_model, check, check_defines, check_kernels,
+                     kernel_defines, model_yaml, registry, run_model, run_program)
 from ops_common import one_op, rng, spec, values
 
 TESTS, case = registry()
@@ -239,9 +239,7 @@ def two_stage_gemm_case(M, K, N, ta, tb, defines):
         want = ref.gemm(a, b, c, trans_a=ta, trans_b=tb)
         one_op(workdir, "gemm", [a, b, c], want, {"trans_a": ta, "trans_b": tb},
                1e-5, 2e-6 * K ** 0.5 * 4)
-        got = kernel_defines(workdir)[0]
-        check(all(got.get(k) == v for k, v in defines.items()),
-              f"kernel defines {got}, expected {defines}")
+        check_defines(workdir, defines)
     return test
 
 
