@@ -42,9 +42,9 @@ typedef struct MatmulShape {
      * fly (matmul.comp's CONV): the input's height and width, the kernel's,
      * strides, pads at the beginning, dilations, and the output's width;
      * conv.in[0] 0 for a plain B. Several images fold into N where
-     * conv.images is not 0: N is images * positions (the output's
-     * OH * OW), each image's input in_img elements after the last, C
-     * [images, M, positions]. */
+     * conv.images is not 0 (plain B or not): N is images * positions (the
+     * output's OH * OW), each image's input in_img elements after the
+     * last, C [images, M, positions]. */
     struct {
         int64_t in[2], k[2], stride[2], pad[2], dil[2], out_w;
         int64_t images, positions, in_img;

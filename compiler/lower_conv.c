@@ -33,8 +33,8 @@ static Tensor *conv_residual(Node *n) {
  * GEMM): per image, C [OC, OH * OW] = W [OC, C * KH * KW] x the input's
  * im2col matrix [C * KH * KW, OH * OW], which the kernel reads from the
  * input as it loads each tile (none is stored); a 1 x 1 kernel with unit
- * strides and no padding on one image reads the input as a plain
- * [C, H * W] matrix. Several images are one product, [OC, images * OH * OW]
+ * strides and no padding reads each image's input as a plain [C, H * W]
+ * matrix. Several images are one product, [OC, images * OH * OW]
  * (MatmulShape's conv.images); bias, residual and activation its epilogue. For f32 convolutions of one group, 1 or 2 spatial axes and
  * fixed shapes, with more output channels than matvec.comp would take
  * (matmul_dispatch) and more than 16 output positions; others stay on
@@ -68,9 +68,8 @@ static bool conv_product(Program *p, Node *n, Tensor *x, Tensor *w, Tensor *y,
      * side, whose tiles fill a large GPU where one image's few positions
      * would not (ResNet-50's last stage, 49 a image). */
     int64_t images = x->shape[0];
-    bool plain = images == 1 && k[0] * k[1] == 1 && str[0] * str[1] == 1 &&
-                 pad[0] + pad[1] == 0;
-    if (plain) { /* B [C, H * W] as it is */
+    bool plain = k[0] * k[1] == 1 && str[0] * str[1] == 1 && pad[0] + pad[1] == 0;
+    if (plain) { /* B [C, H * W] as it is, an image's */
         s.b_sk = in[0] * in[1];
         s.b_sn = 1;
     } else {

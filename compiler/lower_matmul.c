@@ -263,10 +263,12 @@ static bool matmul_a4(const Node *n, const MatmulShape *s) {
            all_multiples(s->brank, s->ops[1].strides, 4);
 }
 
-/* And B (not a convolution's input, which it gathers one by one). */
+/* And B (not a convolution's input, which it gathers one by one; a 1 x 1
+ * convolution's images where each has a multiple of 4 positions). */
 static bool matmul_b4(const Node *n, const MatmulShape *s) {
     return matmul_f32_shape(n, s) && !s->conv.in[0] && s->b_sn == 1 && s->N % 4 == 0 &&
-           s->b_sk % 4 == 0 && all_multiples(s->brank, s->ops[2].strides, 4);
+           s->b_sk % 4 == 0 && all_multiples(s->brank, s->ops[2].strides, 4) &&
+           s->conv.positions % 4 == 0;
 }
 
 /* Both as vec4s: the shapes the larger tiles are chosen for. */
@@ -300,6 +302,11 @@ typedef struct Tiles {
 /* A workgroup's invocations on tiles t: one per TM x TN block. */
 static int64_t tile_invocations(Tiles t) { return (t.bm / t.tm) * (t.bn / t.tn); }
 
+/* Whether s is a convolution that the tile rules below treat as one: its
+ * input gathered, or several images (a 1 x 1 on one image is a plain
+ * product). */
+static bool conv_tiles(const MatmulShape *s) { return s->conv.in[0] || s->conv.images; }
+
 /* matmul.comp's tiles for s (wide: the 128 x 256 ones, see
  * matmul_dispatch). */
 static Tiles pick_tiles(const Node *n, const MatmulShape *s, bool wide) {
@@ -318,7 +325,7 @@ static Tiles pick_tiles(const Node *n, const MatmulShape *s, bool wide) {
      * multiprocessors (H200: 1024^3 in 73.5 against 83 us on 64 x 64; of
      * the ten tiles swept there, 8 x 8 blocks, 32-wide tiles and K steps of
      * 32 were slower) */
-    if ((shape4 || s->conv.in[0]) &&
+    if ((shape4 || conv_tiles(s)) &&
         groups_for(s->M, 64) * groups_for(s->N, 128) * s->batch >= 128)
         t = (Tiles){64, 128, 4, 8, 16};
     /* 128 x 128 tiles (8 x 8 per invocation) reuse more of what they load,
@@ -337,10 +344,10 @@ static Tiles pick_tiles(const Node *n, const MatmulShape *s, bool wide) {
      * channels 298-306 us against 371-440 on 64 x 64 or 64 x 128 tiles;
      * the 7 x 7 stem (K 147) 357 against 533 us, 1 x 1 of K 64 53 against
      * 82, in steps of 8 rather than 16. */
-    if (s->conv.in[0] && s->M > 64 && s->N > 64 &&
+    if (conv_tiles(s) && s->M > 64 && s->N > 64 &&
         groups_for(s->M, 128) * groups_for(s->N, 128) >= 32)
         t = (Tiles){128, 128, 8, 8, 8};
-    if (s->conv.in[0] && s->K <= 256)
+    if (conv_tiles(s) && s->K <= 256)
         t.bk = 8;
     /* wide: 128 x 256 tiles, 512 invocations of 8 x 8, two stages of K 16:
      * 48 KiB of shared memory (matmul_dispatch). */
@@ -432,12 +439,12 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
             define_int(d, "CDH", s->conv.dil[0]);
             define_int(d, "CDW", s->conv.dil[1]);
             define_int(d, "COW", s->conv.out_w);
-            if (s->conv.images) {
-                define_int(d, "CIMG", s->conv.positions);
-                define_int(d, "CIN_IMG", s->conv.in_img);
-                if (!kchunk) /* else splitk.comp writes C */
-                    define_int(d, "C_IMG", s->conv.positions);
-            }
+        }
+        if (s->conv.images) {
+            define_int(d, "CIMG", s->conv.positions);
+            define_int(d, "CIN_IMG", s->conv.in_img);
+            if (!kchunk) /* else splitk.comp writes C */
+                define_int(d, "C_IMG", s->conv.positions);
         }
         if (kchunk) {
             define_int(d, "SPLITK", splits);
@@ -584,8 +591,10 @@ Dispatch *matmul_dispatch(Program *p, Node *n, MatmulShape *s) {
         return matmul_kernel(p, n, s, true, s->M, false, 0);
     /* Fixed f32 products with at least 128 tiles of 128 x 256 run on those
      * where the device has 48 KiB of shared memory (H200: 3.5 against 4.2
-     * ms at 4096), on 128 x 128 (or smaller) tiles elsewhere. */
-    if (!s->dyn && matmul_vec4_shape(n, s) &&
+     * ms at 4096), on 128 x 128 (or smaller) tiles elsewhere; not with 64
+     * rows or fewer, half of a 128-row tile (a 1 x 1 convolution of 64
+     * channels over 32 images: 102 against 72 us on 64 x 128 tiles). */
+    if (!s->dyn && s->M > 64 && matmul_vec4_shape(n, s) &&
         (s->M + 127) / 128 * ((s->N + 255) / 256) * s->batch >= 128 &&
         !getenv("KILN_MATMUL_TILE")) {
         Dispatch *w = matmul_kernel(p, n, s, false, 0, true, 0);

@@ -39,7 +39,9 @@
 // CIMG (a convolution over several images, VEC4 or not): the images fold
 // into N, image i's OH * OW = CIMG positions at columns i * CIMG on, its
 // input CIN_IMG elements from the last; C_IMG (product.glsl) writes C back
-// as [images, M, CIMG]. ONE_TILE (fixed
+// as [images, M, CIMG]. Without CONV (a 1 x 1 kernel, unit strides, no
+// padding) B is each image's input as a plain [C, CIMG] matrix, read as
+// vec4s where CIMG is a multiple of 4. ONE_TILE (fixed
 // shapes whose dispatch has a workgroup for every tile and batch) drops the
 // loops over tiles and batches, and the steps go two to an iteration with
 // constant stage indices: on the H200 that took 4096^3 from 3.53 to 3.0 ms
@@ -150,7 +152,12 @@ float conv_at(ConvCol c, uint gk) {
 }
 #define LOAD_B_AT(cb, gk, gn) conv_at(conv_col(cb, gn), gk)
 #else
-#define LOAD_B_AT(cb, gk, gn) LOAD_B(cb + (gk) * B_SK + (gn) * B_SN, gk, gn)
+#ifdef CIMG // a 1 x 1 convolution's images: B_SK = CIMG, B_SN = 1
+#define B_INDEX(cb, gk, gn) ((cb) + (gn) / CIMG * CIN_IMG + (gk) * B_SK + (gn) % CIMG)
+#else
+#define B_INDEX(cb, gk, gn) ((cb) + (gk) * B_SK + (gn) * B_SN)
+#endif
+#define LOAD_B_AT(cb, gk, gn) LOAD_B(B_INDEX(cb, gk, gn), gk, gn)
 #endif
 #define LOAD_A_AT(ca, gm, gk) float(args.a.v[ca + (gm) * A_SM + (gk) * A_SK])
 
@@ -220,7 +227,7 @@ void load_step(uint ca, uint cb, uint m0, uint n0, uint k0, uint tid,
 #endif
 #else
         uint gk = k0 + v / BN4, gn = n0 + 4 * (v % BN4);
-        rb[l] = gk < K && gn < N ? args.b.v[(cb + gk * B_SK + gn) / 4] : vec4(0.0);
+        rb[l] = gk < K && gn < N ? args.b.v[B_INDEX(cb, gk, gn) / 4] : vec4(0.0);
 #endif
     }
 }

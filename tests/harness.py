@@ -144,7 +144,7 @@ def kernel_defines(workdir):
 
 def check_defines(workdir, want):
     """That the first kernel of workdir/model.c has the defines `want`
-    (a dict of strings), among others."""
+    (a dict of strings; None: not defined), among others."""
     got = kernel_defines(workdir)[0]
     check(all(got.get(k) == v for k, v in want.items()),
           f"kernel defines {got}, expected {want}")

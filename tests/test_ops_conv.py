@@ -78,7 +78,8 @@ for i, c in enumerate(CONVS):
 # lower_conv.c's conv_product: one group, more than 16 output channels):
 # the input read as its im2col matrix for every attribute the loader takes,
 # 1 x 1 kernels on one image as a plain matrix (vec4 where H * W is a
-# multiple of 4), several images folded into the product's columns (CIMG),
+# multiple of 4, over several images too), several images folded into the
+# product's columns (CIMG),
 # and long K split along it (splitk.comp). Each checks that its dispatch is
 # the product kernel, not conv.comp, and the later ones the path they take
 # (the first matmul kernel's defines).
@@ -88,7 +89,8 @@ CONV_PRODUCTS = [  # x shape, w shape, attrs, bias, kernels the dispatches use[,
      {"strides": [2, 3], "pads": [1, 0, 2, 1], "dilations": [2, 1]}, True, {"matmul"}),
     ([2, 7, 40], [18, 7, 5], {"strides": [2], "pads": [2, 1], "dilations": [2]}, False,
      {"matmul"}),                                                             # 1-D
-    ([2, 16, 8, 8], [32, 16, 1, 1], {}, True, {"matmul"}),                   # 1 x 1, vec4
+    ([2, 16, 8, 8], [32, 16, 1, 1], {}, True, {"matmul"},                    # 1 x 1, vec4
+     {"VEC4": "1", "B_SCALAR": None, "CONV": None, "CIMG": "64", "B_SK": "64"}),
     ([1, 12, 7, 7], [24, 12, 1, 1], {}, False, {"matmul"}),                  # 1 x 1, H * W odd
     ([1, 8, 9, 9], [17, 8, 1, 1], {"strides": [2, 2]}, True, {"matmul"}),   # 1 x 1, strided
     ([1, 3, 7, 6], [17, 3, 3, 3], {"auto_pad": "same_upper"}, True, {"matmul"}),
