@@ -35,7 +35,8 @@ static Tensor *conv_residual(Node *n) {
  * input as it loads each tile (none is stored); a 1 x 1 kernel with unit
  * strides and no padding reads each image's input as a plain [C, H * W]
  * matrix. Several images are one product, [OC, images * OH * OW]
- * (MatmulShape's conv.images); bias, residual and activation its epilogue. For f32 convolutions of one group, 1 or 2 spatial axes and
+ * (MatmulShape's conv.images); bias, residual and activation its
+ * epilogue. For f32 convolutions of one group, 1 or 2 spatial axes and
  * fixed shapes, with more output channels than matvec.comp would take
  * (matmul_dispatch) and more than 16 output positions; others stay on
  * conv.comp, whose split channels serve the products of few positions
