@@ -32,7 +32,7 @@
 // shared memory), the groups spread at the group's width. A and B are read
 // as vec4s (f32, rows contiguous and 16-byte aligned) unless A_SCALAR or
 // B_SCALAR: then one element at a time (a convolution's input, gathered
-// through conv_b, is always B_SCALAR). A's scalar loads go 8 along K and 4
+// through conv_at, is always B_SCALAR). A's scalar loads go 8 along K and 4
 // down M a warp (32-byte runs of each row), its stage rows padded by one
 // vec4 so that those stores hit 32 banks.
 //
@@ -41,11 +41,13 @@
 // input CIN_IMG elements from the last; C_IMG (product.glsl) writes C back
 // as [images, M, CIMG]. Without CONV (a 1 x 1 kernel, unit strides, no
 // padding) B is each image's input as a plain [C, CIMG] matrix, read as
-// vec4s where CIMG is a multiple of 4. ONE_TILE (fixed
-// shapes whose dispatch has a workgroup for every tile and batch) drops the
-// loops over tiles and batches, and the steps go two to an iteration with
-// constant stage indices: on the H200 that took 4096^3 from 3.53 to 3.0 ms
-// (512 invocations get 128 registers each; the kernel spilled before).
+// vec4s where CIMG is a multiple of 4.
+//
+// ONE_TILE (VEC4, fixed shapes whose dispatch has a workgroup for every
+// tile and batch) drops the loops over tiles and batches, and the steps go
+// two to an iteration with constant stage indices: on the H200 that took
+// 4096^3 from 3.53 to 3.0 ms (512 invocations get 128 registers each; the
+// kernel spilled before).
 #extension GL_EXT_control_flow_attributes : enable
 #include "common.glsl"
 #include "weights.glsl"
