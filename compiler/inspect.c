@@ -45,7 +45,8 @@ static int barrier_count(const Program *p) {
     return n;
 }
 
-/* The arena bytes a dispatch writes, "name [begin, end)" each. */
+/* The arena bytes a dispatch writes, "name [begin, end)" each, the dtype
+ * after the name where it is not f32 ("name f16 [begin, end)"). */
 static char *writes_of(const Dispatch *d) {
     Str s = {0};
     str_add(&s, "");
@@ -53,7 +54,9 @@ static char *writes_of(const Dispatch *d) {
         if (!((d->writes >> k) & 1u))
             continue;
         Tensor *r = tensor_root(d->args[k]);
-        str_addf(&s, "%s%s [%llu, %llu)", s.len ? ", " : "", d->args[k]->name,
+        kiln_dtype dt = d->args[k]->dtype;
+        str_addf(&s, "%s%s%s%s [%llu, %llu)", s.len ? ", " : "", d->args[k]->name,
+                 dt == KILN_DTYPE_F32 ? "" : " ", dt == KILN_DTYPE_F32 ? "" : kiln_dtype_name(dt),
                  (unsigned long long)(r->offset + d->arg_begin[k]),
                  (unsigned long long)(r->offset + d->arg_end[k]));
     }

@@ -494,6 +494,9 @@ typedef struct Options {
     bool no_fuse_norm;      /* --no-fuse=norm */
     bool no_fuse_qkv;       /* --no-fuse=qkv */
     int weights_format;     /* --weights: a WeightFormat */
+    kiln_dtype precision;   /* --precision: KILN_DTYPE_F32 or KILN_DTYPE_F16 */
+    const char **keep_f32;  /* --keep-f32: node names */
+    int nkeep_f32;
     const char *kernel_cache; /* --kernel-cache DIR, NULL: none */
 } Options;
 
@@ -534,6 +537,13 @@ bool matvec_k_off(void);
 int64_t quant_param_index(int rank, const int64_t *shape, int axis, int64_t block, int64_t i);
 /* Re-encodes the B weights of matmul and gemm nodes in opt->weights_format. */
 void quantize_weights(Graph *g, const Options *opt);
+
+/* ---- precision.c --------------------------------------------------------- */
+
+/* --precision f16: activations stored in f16 where their ops take it, f16
+ * copies of matmul weights, casts where an op stays f32; checks the names
+ * of --keep-f32. Runs after optimize, before quantize_weights. */
+void apply_precision(Graph *g, const Options *opt);
 
 /* ---- lower.c ------------------------------------------------------------- */
 

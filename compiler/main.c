@@ -13,12 +13,14 @@
 #include <time.h>
 #include <unistd.h>
 
-static const char usage[] =
+/* Two strings: C99 promises string literals of 4095 characters, no more. */
+static const char *const usage[] = {
     "usage: kiln compile MODEL [-o OUT.c] [--name PREFIX] [--shape NAME=DxD..]...\n"
     "                          [--const NAME=TENSOR.pb]... [--align BYTES]\n"
     "                          [--debug-tensors] [--guard] [--sync-check]\n"
     "                          [--no-fuse[=LIST]] [--report] [--time] [-v]\n"
-    "                          [--weights FORMAT]\n"
+    "                          [--weights FORMAT] [--precision f32|f16]\n"
+    "                          [--keep-f32 NODE,...]\n"
     "                          [--weights-file FILE | --embed-weights]\n"
     "                          [--kernel-cache DIR | --no-kernel-cache]\n"
     "       kiln inspect MODEL [--format text|json|dot] [--html REPORT.html]\n"
@@ -31,6 +33,7 @@ static const char usage[] =
     "embedded SPIR-V kernels and the weights. Link the result with libkilnrt and\n"
     "libvulkan. inspect shows that schedule without writing C.\n"
     "\n"
+    ,
     "model options (compile and inspect):\n"
     "  --name PREFIX    C prefix of the generated functions (default: the model's\n"
     "                   name, made a C identifier)\n"
@@ -54,6 +57,12 @@ static const char usage[] =
     "                   int4, int4-asym, fp8-e4m3 or fp8-e5m2 (blocks of 32 along\n"
     "                   K with an f32 scale), dequantized inside the matmul;\n"
     "                   arithmetic stays f32 (default f32: as given)\n"
+    "  --precision P    f16: store activations in f16 where their ops take it and\n"
+    "                   matmul weights in f16 (products accumulate in f32; other\n"
+    "                   ops compute in f32 through casts); inputs and outputs keep\n"
+    "                   their dtypes (default f32)\n"
+    "  --keep-f32 LIST  with --precision f16: these nodes (comma-separated names)\n"
+    "                   read and write f32\n"
     "  --kernel-cache DIR  keep compiled kernels in DIR and reuse them (default:\n"
     "                   $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else\n"
     "                   ~/.cache/kiln; KILN_CACHE_DIR= turns it off)\n"
@@ -77,7 +86,12 @@ static const char usage[] =
     "\n"
     "kiln tensor writes an ONNX TensorProto's data as raw little-endian bytes (a\n"
     "NumPy .npy file, dtype and shape, when OUT ends in .npy) and prints its\n"
-    "dtype, shape and name.\n";
+    "dtype, shape and name.\n"};
+
+static void print_usage(FILE *f) {
+    fputs(usage[0], f);
+    fputs(usage[1], f);
+}
 
 /* Weights above this go to a sidecar file unless --embed-weights. */
 #define EMBED_LIMIT (16ull << 20)
@@ -189,6 +203,25 @@ static void parse_args(int argc, char **argv, bool inspect, Args *a) {
             if (a->opt.weights_format < 0)
                 fatal("--weights: unknown format '%s' (f32, f16, int8, int8-asym, int4, "
                       "int4-asym, fp8-e4m3, fp8-e5m2)", v);
+        } else if (strcmp(arg, "--precision") == 0 && has_value) {
+            const char *v = argv[++i];
+            if (strcmp(v, "f32") == 0)
+                a->opt.precision = KILN_DTYPE_F32;
+            else if (strcmp(v, "f16") == 0)
+                a->opt.precision = KILN_DTYPE_F16;
+            else
+                fatal("--precision: unknown precision '%s' (f32, f16)", v);
+        } else if (strcmp(arg, "--keep-f32") == 0 && has_value) {
+            for (char *w = xstrdup(argv[++i]), *e; *w; w = e) {
+                e = w + strcspn(w, ",");
+                if (*e)
+                    *e++ = 0;
+                if (!*w)
+                    fatal("--keep-f32: an empty node name in '%s'", argv[i]);
+                a->opt.keep_f32 = xrealloc(a->opt.keep_f32, sizeof(char *) *
+                                           (size_t)(a->opt.nkeep_f32 + 1));
+                a->opt.keep_f32[a->opt.nkeep_f32++] = w;
+            }
         } else if (strcmp(arg, "--kernel-cache") == 0 && has_value) {
             a->opt.kernel_cache = argv[++i];
             if (!*a->opt.kernel_cache)
@@ -229,6 +262,8 @@ static void parse_args(int argc, char **argv, bool inspect, Args *a) {
         fatal("no model given; see kiln --help");
     if (a->opt.weights_file && a->opt.embed_weights)
         fatal("--weights-file and --embed-weights contradict each other");
+    if (a->opt.nkeep_f32 && a->opt.precision != KILN_DTYPE_F16)
+        fatal("--keep-f32 is for --precision f16");
 }
 
 /* Stops with a clear message when `path` cannot be written because of
@@ -287,6 +322,7 @@ static Program *build(Args *a, Graph **out_graph) {
     infer_shapes(g);
     stage_done(o, "shapes");
     optimize(g, &a->opt);
+    apply_precision(g, &a->opt);
     quantize_weights(g, &a->opt);
     stage_done(o, "optimize");
     if (!a->opt.name)
@@ -413,11 +449,11 @@ static int inspect(int argc, char **argv) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fputs(usage, stderr);
+        print_usage(stderr);
         return 2;
     }
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        fputs(usage, stdout);
+        print_usage(stdout);
         return 0;
     }
     if (strcmp(argv[1], "--version") == 0) {
@@ -430,11 +466,12 @@ int main(int argc, char **argv) {
         return inspect(argc, argv);
     if (strcmp(argv[1], "tensor") == 0) {
         if (argc != 4) {
-            fputs(usage, stderr);
+            print_usage(stderr);
             return 2;
         }
         return convert_tensor(argv[2], argv[3]);
     }
-    fprintf(stderr, "kiln: error: unknown command '%s'\n\n%s", argv[1], usage);
+    fprintf(stderr, "kiln: error: unknown command '%s'\n\n", argv[1]);
+    print_usage(stderr);
     return 2;
 }

@@ -182,6 +182,27 @@ def run_model(workdir, yaml_text, inputs, expected, extra_files=None):
     return run_program(prog, inputs, expected)
 
 
+# The documented bound of kiln compile --precision f16 against the f32
+# reference: max |error| <= F16_TOLERANCE * max |reference| (docs/cli.md).
+F16_TOLERANCE = 1e-2
+
+
+def assert_relative(got, want, tol, what):
+    """max |got - want| <= tol * max |want| over every element."""
+    got = np.asarray(got, dtype=np.float64)
+    want = np.asarray(want, dtype=np.float64)
+    check(got.shape == want.shape, f"{what}: shape {got.shape}, expected {want.shape}")
+    check(np.isfinite(got).all() == np.isfinite(want).all(), f"{what}: not finite")
+    if got.size == 0:
+        return
+    scale = np.abs(want).max()
+    err = np.abs(got - want)
+    i = np.unravel_index(np.argmax(err), err.shape)
+    check(err[i] <= tol * scale, f"{what}: max |error| {err[i]:.3g} at {list(i)} (got "
+          f"{got[i]!r}, expected {want[i]!r}) is {err[i] / scale:.3g} of max |reference| "
+          f"{scale:.3g}; the bound is {tol}")
+
+
 def assert_close(got, want, rtol, atol, what="output"):
     """Every element: |got - want| <= atol + rtol * |want| (NaN only where
     the reference has NaN)."""

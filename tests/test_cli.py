@@ -5,6 +5,7 @@ An error case is a model (plus files) that kiln must reject with exit status
 containing the expected words (the node's name among them), and no output
 file left behind.
 """
+import json
 import re
 import struct
 from pathlib import Path
@@ -217,6 +218,14 @@ def test_usage(workdir):
     check(r.returncode == 1 and "unknown option '--bogus'" in r.stderr, r.stderr)
     r = kiln("compile", "m.yaml", "--weights", "int3")
     check(r.returncode == 1 and "--weights: unknown format 'int3'" in r.stderr, r.stderr)
+    r = kiln("compile", "m.yaml", "--precision", "f8")
+    check(r.returncode == 1 and "--precision: unknown precision 'f8'" in r.stderr, r.stderr)
+    r = kiln("compile", "m.yaml", "--keep-f32", "h")
+    check(r.returncode == 1 and "--keep-f32 is for --precision f16" in r.stderr, r.stderr)
+    r = kiln("compile", ROOT / "samples" / "mlp.yaml", "--precision", "f16", "--keep-f32",
+             "h,nosuch", "-o", Path(workdir) / "m.c")
+    check(r.returncode == 1 and "--keep-f32: the model has no node named 'nosuch'" in r.stderr,
+          r.stderr)
     r = kiln("compile", "m.yaml", "--name", "9lives")
     check(r.returncode == 1 and "not a C identifier" in r.stderr, r.stderr)
     r = kiln("compile", "m.pt")
@@ -379,7 +388,34 @@ def test_kernel_cache(workdir):
 
 
 TESTS.append(("cli usage, --help, --version, bad options", test_usage))
+
+
+def test_precision_f16(workdir):
+    """--precision f16 stores mlp's activations and matmul weights in f16
+    and casts its input (the model's inputs and outputs stay f32);
+    --keep-f32 keeps the named node's group in f32."""
+    def dtypes(*flags):
+        r = kiln("inspect", ROOT / "samples" / "mlp.yaml", "--format", "json", *flags)
+        check(r.returncode == 0, r.stderr)
+        j = json.loads(r.stdout)
+        return ({t["name"]: t["dtype"] for t in j["tensors"]},
+                [d["node"] for d in j["dispatches"]])
+    t, nodes = dtypes()
+    check(set(t.values()) == {"f32"} and nodes == ["h + h_bias + a", "z + logits", "y"],
+          f"f32: {t} {nodes}")
+    t, nodes = dtypes("--precision", "f16")
+    check(t["a"] == "f16" and t["logits"] == "f16" and t["w1.f16"] == "f16" and
+          t["x"] == "f32" and t["y"] == "f32", f"f16: {t}")
+    check(nodes == ["x/to_f16", "h + h_bias + a", "z + logits", "logits/to_f32", "y"],
+          f"f16: {nodes}")
+    t, nodes = dtypes("--precision", "f16", "--keep-f32", "h_bias")
+    check(t["a"] == "f32" and "w1.f16" not in t and t["logits"] == "f16", f"kept: {t}")
+    check(nodes == ["h + h_bias + a", "a/to_f16", "z + logits", "logits/to_f32", "y"],
+          f"kept: {nodes}")
+
+
 TESTS.append(("cli usage lists every option (--help and docs/cli.md)", test_usage_lists_every_option))
+TESTS.append(("cli --precision f16 and --keep-f32: dtypes and casts", test_precision_f16))
 TESTS.append(("cli kernel cache: warm equals cold, damaged entries recompiled",
               test_kernel_cache))
 TESTS.append(("cli --name and default output names", test_name_and_output))

@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 
 import reference as ref
-from harness import (Skip, BUILD, CC, EXTRA_CFLAGS, ROOT, VALIDATION, VULKAN_LIB, assert_close,
+from harness import (Skip, BUILD, CC, EXTRA_CFLAGS, F16_TOLERANCE, ROOT, VALIDATION, VULKAN_LIB,
+                     assert_close, assert_relative,
                      build_model, check, kiln, link_model, model_yaml, program_env, registry,
                      run, run_model, run_program)
 
@@ -236,7 +237,10 @@ def sample_case(name, make_inputs, rtol, atol, flags=(), guard=True):
         prog = build_model(workdir, path.read_text(), flags=flags, guard=guard)
         gots = run_program(prog, inputs, [np.asarray(w, np.float32) for w in wants])
         for i, (g, w) in enumerate(zip(gots, wants)):
-            assert_close(g, w, rtol, atol, f"output {i}")
+            if "f16" in flags:
+                assert_relative(g, w, F16_TOLERANCE, f"output {i}")
+            else:
+                assert_close(g, w, rtol, atol, f"output {i}")
     return test
 
 
@@ -249,6 +253,15 @@ case("model samples/cnn.yaml against the CPU reference")(sample_case(
 case("model samples/mlp.yaml through the YAML interpreter")(sample_case(
     "mlp", lambda: [np.random.default_rng(5).standard_normal([4, 256]).astype(np.float32)],
     1e-4, 1e-6))
+for _name, _inputs in [
+        ("transformer", lambda: [np.random.default_rng(3).integers(0, 64, [1, 16])
+                                 .astype(np.int32)]),
+        ("cnn", lambda: [np.random.default_rng(4).standard_normal([1, 3, 32, 32])
+                         .astype(np.float32)]),
+        ("mlp", lambda: [np.random.default_rng(5).standard_normal([4, 256])
+                         .astype(np.float32)])]:
+    case(f"model samples/{_name}.yaml --precision f16 against the f32 CPU reference")(
+        sample_case(_name, _inputs, None, None, flags=("--precision", "f16")))
 
 def io_states(prog, n_inputs, env):
     """run_model's io line (inputs in.bin files written already): name ->
@@ -684,41 +697,52 @@ def test_fusion_counts(workdir):
               f"rope {attrs}: {got['dispatches']} dispatches, {got['barriers']} barriers")
 
 
-@case("sample samples/decode: cached greedy decoding matches the CPU reference "
-      "recomputing the whole prefix without a cache")
-def test_decode_sample(workdir):
-    import interpret
-    workdir = Path(workdir)
-    src = ROOT / "samples" / "decode"
-    r = kiln("compile", src / "decoder.yaml", "--name", "decoder", "-o",
-             workdir / "decoder.c")
-    check(r.returncode == 0, f"kiln compile failed:\n{r.stderr}")
-    prog = workdir / "decode"
-    r = run([CC, "-O1", "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror",
-             *EXTRA_CFLAGS, "-I", ROOT / "runtime", "-I", workdir, "-o", prog,
-             workdir / "decoder.c", src / "decode.c", "-L", BUILD, "-lkilnrt", VULKAN_LIB,
-             "-lm"])
-    check(r.returncode == 0, f"building the decode sample failed:\n{r.stderr}")
-    prompt, new = 7, 9
-    r = run([prog, "-q", "-p", str(prompt), "-n", str(new), "--dump", workdir],
-            env={"KILN_VALIDATION": VALIDATION})
-    check(r.returncode == 0, f"decode failed ({r.returncode}):\n{r.stderr}")
-    tokens = [int(t) for t in (workdir / "tokens.txt").read_text().split()]
-    check(len(tokens) == prompt + new, f"{len(tokens)} tokens")
-    empty = np.zeros((1, 0, 64), np.float32)
-    state = {f"{kv}_cache{l}": empty for kv in "kv" for l in range(2)}
-    for k in range(new):
-        n = prompt + k  # tokens the model has seen after this step
-        seq = np.array(tokens[:n], np.int32)
-        logits, nxt = interpret.interpret(src / "decoder.yaml",
-                                          [seq, np.arange(n, dtype=np.int32)], state)
-        got = np.fromfile(workdir / f"logits_{k}.bin", np.float32).reshape(-1, 256)
-        want = logits if k == 0 else logits[-1:]
-        assert_close(got, want, 1e-3, 1e-3, f"logits of step {k}")
-        top = np.sort(logits[-1])[-2:]
-        if top[1] - top[0] > 1e-3:  # the greedy choice, unless a near tie
-            check(tokens[n] == int(nxt[-1]), f"step {k}: token {tokens[n]}, reference "
-                  f"{int(nxt[-1])}")
+def decode_case(precision):
+    def test(workdir):
+        import interpret
+        workdir = Path(workdir)
+        src = ROOT / "samples" / "decode"
+        r = kiln("compile", src / "decoder.yaml", "--name", "decoder", "-o",
+                 workdir / "decoder.c", "--precision", precision)
+        check(r.returncode == 0, f"kiln compile failed:\n{r.stderr}")
+        prog = workdir / "decode"
+        r = run([CC, "-O1", "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror",
+                 *EXTRA_CFLAGS, "-I", ROOT / "runtime", "-I", workdir, "-o", prog,
+                 workdir / "decoder.c", src / "decode.c", "-L", BUILD, "-lkilnrt", VULKAN_LIB,
+                 "-lm"])
+        check(r.returncode == 0, f"building the decode sample failed:\n{r.stderr}")
+        prompt, new = 7, 9
+        r = run([prog, "-q", "-p", str(prompt), "-n", str(new), "--dump", workdir],
+                env={"KILN_VALIDATION": VALIDATION})
+        check(r.returncode == 0, f"decode failed ({r.returncode}):\n{r.stderr}")
+        tokens = [int(t) for t in (workdir / "tokens.txt").read_text().split()]
+        check(len(tokens) == prompt + new, f"{len(tokens)} tokens")
+        empty = np.zeros((1, 0, 64), np.float32)
+        state = {f"{kv}_cache{l}": empty for kv in "kv" for l in range(2)}
+        for k in range(new):
+            n = prompt + k  # tokens the model has seen after this step
+            seq = np.array(tokens[:n], np.int32)
+            logits, nxt = interpret.interpret(src / "decoder.yaml",
+                                              [seq, np.arange(n, dtype=np.int32)], state)
+            got = np.fromfile(workdir / f"logits_{k}.bin", np.float32).reshape(-1, 256)
+            want = logits if k == 0 else logits[-1:]
+            if precision == "f16":
+                assert_relative(got, want, F16_TOLERANCE, f"logits of step {k}")
+                near = 2 * F16_TOLERANCE * np.abs(want).max()
+            else:
+                assert_close(got, want, 1e-3, 1e-3, f"logits of step {k}")
+                near = 1e-3
+            top = np.sort(logits[-1])[-2:]
+            if top[1] - top[0] > near:  # the greedy choice, unless a near tie
+                check(tokens[n] == int(nxt[-1]), f"step {k}: token {tokens[n]}, reference "
+                      f"{int(nxt[-1])}")
+    return test
+
+
+case("sample samples/decode: cached greedy decoding matches the CPU reference "
+     "recomputing the whole prefix without a cache")(decode_case("f32"))
+case("sample samples/decode --precision f16: cached greedy decoding within the f16 bound "
+     "of the f32 CPU reference")(decode_case("f16"))
 
 
 @case("run_model: .npy inputs and outputs of every dtype (dtype and shape checked), as raw "

@@ -1,0 +1,290 @@
+/*
+ * precision.c: activations stored in f16 (kiln compile --precision f16).
+ *
+ * Runs after optimize and before quantize_weights, over fusion groups: a
+ * node and every node fused into it (fused_into, followed to the end) run
+ * as one dispatch, so they take one rule, the rule of the group's head (the
+ * node that is not fused into another), from the table below:
+ *
+ *   ANY   elementwise ops (eltwise.comp converts each operand on load and
+ *         the result on store): operands as they are, every f32 result f16;
+ *   SAME  layout and indexing ops (copies): the result takes the dtype of
+ *         the data it moves; f16 data makes it f16;
+ *   MATMUL  matmul: both operands f16 (f32 activations cast, f32 weights
+ *         converted here, once each), the product accumulated in f32 and
+ *         stored f16; an epilogue's bias is read as f32. Under --weights
+ *         another format, B stays for quantize.c to encode and only A is f16;
+ *   F32   everything else, and every group named by --keep-f32: f16
+ *         operands are cast to f32 first, results stay f32 (those kernels
+ *         compute and store f32).
+ *
+ * The model's inputs, outputs and state keep their declared dtypes: an
+ * elementwise op or product that writes an output stores f32 directly, and
+ * a copy of f16 data into an output copies from an f32 cast. A cast is one
+ * eltwise dispatch per tensor and dtype, shared by every reader, placed
+ * before the first.
+ */
+#include "kiln.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum Rule { R_F32, R_ANY, R_SAME, R_MATMUL } Rule;
+
+/* The rule of an op run as a group's head. */
+static Rule op_rule(OpKind op) {
+    switch (op) {
+    case OP_RESHAPE: case OP_SQUEEZE: case OP_UNSQUEEZE: case OP_FLATTEN:
+    case OP_TRANSPOSE: case OP_SLICE: case OP_CONCAT: case OP_SPLIT: case OP_EXPAND:
+    case OP_TILE: case OP_DEPTH_TO_SPACE: case OP_SPACE_TO_DEPTH: case OP_GATHER:
+    case OP_EMBEDDING: case OP_PAD: case OP_TRILU:
+        return R_SAME;
+    case OP_MATMUL:
+        return R_MATMUL;
+    default:
+        return op_info[op].expr ? R_ANY : R_F32;
+    }
+}
+
+/* The inputs of a SAME op that hold the data it moves (the others are
+ * indices or sizes). */
+static bool data_input(const Node *n, int k) {
+    switch (n->op) {
+    case OP_CONCAT: return true;
+    case OP_EMBEDDING: return k == 1;
+    default: return k == 0;
+    }
+}
+
+typedef struct Pass {
+    Graph *g;
+    const Options *opt;
+    Vec order;           /* the new node order */
+    Tensor **cast[2];    /* by tensor id: its f32 and f16 casts */
+    Tensor **half;       /* by tensor id: a weight's f16 copy */
+    int cap;             /* entries in those tables */
+    int ncasts, nweights;
+} Pass;
+
+/* A tensor the model's user sees: its dtype stays as declared. */
+static bool pinned(const Tensor *t) {
+    return t->is_output || t->kind == T_STATE || t->is_update || t->kind == T_INPUT;
+}
+
+/* The by-id tables as long as the graph's tensors (the pass adds some). */
+static void grow(Pass *p) {
+    int n = p->g->tensors.len + 1;
+    if (n <= p->cap)
+        return;
+    n *= 2;
+    for (int k = 0; k < 3; k++) {
+        Tensor ***t = k < 2 ? &p->cast[k] : &p->half;
+        *t = xrealloc(*t, sizeof(Tensor *) * (size_t)n);
+        memset(*t + p->cap, 0, sizeof(Tensor *) * (size_t)(n - p->cap));
+    }
+    p->cap = n;
+}
+
+/* t as dtype dt (f32 or f16): a cast node appended to the order. */
+static Tensor *cast_to(Pass *p, Tensor *t, kiln_dtype dt) {
+    grow(p);
+    int which = dt == KILN_DTYPE_F16;
+    if (p->cast[which][t->id])
+        return p->cast[which][t->id];
+    Graph *g = p->g;
+    const char *suffix = which ? "f16" : "f32";
+    /* graph_node appends it to g->nodes, which apply_precision replaces */
+    Node *c = graph_node(g, OP_CAST, format("%s/to_%s", t->name, suffix), t->loc);
+    node_add_input(c, t);
+    node_set_attr(c, "to", kiln_dtype_name(dt));
+    Tensor *y = graph_tensor(g, format("%s.%s", t->name, suffix), T_VALUE, t->loc);
+    node_add_output(c, y);
+    y->producer = c;
+    infer_node(c);
+    infer_dynamic(g, c);
+    vec_push(&p->order, c);
+    p->cast[which][t->id] = y;
+    p->ncasts++;
+    return y;
+}
+
+/* An f32 weight's f16 copy (round to nearest even), made once. */
+static Tensor *half_weight(Pass *p, Tensor *w) {
+    grow(p);
+    if (p->half[w->id])
+        return p->half[w->id];
+    Tensor *h = graph_tensor(p->g, format("%s.f16", w->name), T_WEIGHT, w->loc);
+    h->dtype = KILN_DTYPE_F16;
+    h->rank = w->rank;
+    memcpy(h->shape, w->shape, sizeof h->shape);
+    int64_t count = tensor_count(w);
+    uint16_t *d = xcalloc((size_t)count + 1, sizeof *d);
+    for (int64_t i = 0; i < count; i++) {
+        float f;
+        memcpy(&f, w->data + 4 * i, 4);
+        d[i] = float_to_half(f);
+    }
+    h->data = (uint8_t *)d;
+    p->half[w->id] = h;
+    p->nweights++;
+    return h;
+}
+
+static Node *head_of(Node *n) {
+    while (n->fused_into)
+        n = n->fused_into;
+    return n;
+}
+
+/* Replaces input k of member m by `by`, keeping the readers' counts. */
+static void replace_input(Node *m, int k, Tensor *by) {
+    m->inputs[k]->uses--;
+    m->inputs[k] = by;
+    by->uses++;
+}
+
+/* Whether t is made by a member of the group headed by h. */
+static bool made_inside(const Tensor *t, Node *h) {
+    return t->producer && head_of(t->producer) == h;
+}
+
+/* Whether the group of h is listed by --keep-f32. */
+static bool kept(const Pass *p, Node **members, int nm) {
+    for (int i = 0; i < p->opt->nkeep_f32; i++)
+        for (int j = 0; j < nm; j++)
+            if (strcmp(members[j]->name, p->opt->keep_f32[i]) == 0)
+                return true;
+    return false;
+}
+
+/* Every float result of the group f16, but the model's own tensors. */
+static void store_f16(Node **members, int nm) {
+    for (int j = 0; j < nm; j++)
+        for (int k = 0; k < members[j]->noutputs; k++) {
+            Tensor *t = members[j]->outputs[k];
+            if (t->dtype == KILN_DTYPE_F32 && !pinned(t))
+                t->dtype = KILN_DTYPE_F16;
+        }
+}
+
+/* The matmul group of h: operands f16, bias f32, results f16. */
+static void product_f16(Pass *p, Node *h, Node **members, int nm) {
+    for (int k = 0; k < 2; k++) {
+        Tensor *t = h->inputs[k];
+        if (t->dtype != KILN_DTYPE_F32)
+            continue;
+        if (t->kind == T_WEIGHT && t->data) {
+            /* left for quantize.c: another --weights format, 8-bit codes */
+            bool encoded = k == 1 && t->rank == 2 &&
+                           (p->opt->weights_format != WF_F32 || t->quant.codes);
+            if (!encoded)
+                replace_input(h, k, half_weight(p, t));
+        } else {
+            replace_input(h, k, cast_to(p, t, KILN_DTYPE_F16));
+        }
+    }
+    /* the epilogue's bias (QKV siblings are not read: the head's B holds
+     * their weights) */
+    for (int j = 0; j < nm; j++)
+        for (int k = 0; k < members[j]->ninputs && members[j]->op != OP_MATMUL; k++) {
+            Tensor *t = members[j]->inputs[k];
+            if (t->dtype == KILN_DTYPE_F16 && !made_inside(t, h))
+                replace_input(members[j], k, cast_to(p, t, KILN_DTYPE_F32));
+        }
+    /* The product's results share one dtype (a QKV split writes three),
+     * f32 when one of them is the model's. */
+    bool any_pinned = false;
+    for (int j = 0; j < nm; j++)
+        any_pinned |= pinned(members[j]->outputs[0]);
+    if (!any_pinned)
+        store_f16(members, nm);
+}
+
+/* A copy's group: f16 data stays f16 unless the copy writes a model
+ * tensor or mixes f16 with f32 (concat): then the f16 data is cast. */
+static void copy_group(Pass *p, Node *h) {
+    bool f16 = false, f32 = false, out = false;
+    for (int k = 0; k < h->ninputs; k++)
+        if (data_input(h, k)) {
+            f16 |= h->inputs[k]->dtype == KILN_DTYPE_F16;
+            f32 |= h->inputs[k]->dtype == KILN_DTYPE_F32;
+        }
+    for (int k = 0; k < h->noutputs; k++)
+        out |= pinned(h->outputs[k]);
+    if (!f16)
+        return;
+    if (f32 || out) {
+        for (int k = 0; k < h->ninputs; k++)
+            if (data_input(h, k) && h->inputs[k]->dtype == KILN_DTYPE_F16)
+                replace_input(h, k, cast_to(p, h->inputs[k], KILN_DTYPE_F32));
+        return;
+    }
+    for (int k = 0; k < h->noutputs; k++)
+        if (h->outputs[k]->dtype == KILN_DTYPE_F32)
+            h->outputs[k]->dtype = KILN_DTYPE_F16;
+}
+
+/* Every f16 input from outside the group cast to f32. */
+static void keep_group_f32(Pass *p, Node *h, Node **members, int nm) {
+    for (int j = 0; j < nm; j++)
+        for (int k = 0; k < members[j]->ninputs; k++) {
+            Tensor *t = members[j]->inputs[k];
+            if (t->dtype == KILN_DTYPE_F16 && !made_inside(t, h))
+                replace_input(members[j], k, cast_to(p, t, KILN_DTYPE_F32));
+        }
+}
+
+void apply_precision(Graph *g, const Options *opt) {
+    for (int i = 0; i < opt->nkeep_f32; i++) {
+        bool found = false;
+        for (int j = 0; j < g->nodes.len && !found; j++)
+            found = strcmp(((Node *)g->nodes.data[j])->name, opt->keep_f32[i]) == 0;
+        if (!found)
+            fatal("--keep-f32: the model has no node named '%s'", opt->keep_f32[i]);
+    }
+    if (opt->precision != KILN_DTYPE_F16)
+        return;
+    Pass p = {g, opt, {0}, {NULL, NULL}, NULL, 0, 0, 0};
+    int nnodes = g->nodes.len;
+    Node **nodes = xcalloc((size_t)nnodes + 1, sizeof *nodes);
+    memcpy(nodes, g->nodes.data, sizeof *nodes * (size_t)nnodes);
+    /* The members of each group, by its head's index. */
+    int *head = xcalloc((size_t)nnodes + 1, sizeof *head);
+    Node **members = xcalloc((size_t)nnodes + 1, sizeof *members);
+    for (int i = 0; i < nnodes; i++) {
+        Node *h = head_of(nodes[i]);
+        head[i] = -1;
+        for (int j = 0; j < nnodes && head[i] < 0; j++)
+            if (nodes[j] == h)
+                head[i] = j;
+    }
+    for (int i = 0; i < nnodes; i++) {
+        Node *n = nodes[i];
+        if (!n->dead && !n->fused_into) {
+            int nm = 0;
+            for (int j = 0; j < nnodes; j++)
+                if (head[j] == i && !nodes[j]->dead)
+                    members[nm++] = nodes[j];
+            /* casts go before the head, whose dispatch reads them */
+            Rule r = kept(&p, members, nm) ? R_F32 : op_rule(n->op);
+            if (r == R_ANY)
+                store_f16(members, nm);
+            else if (r == R_SAME)
+                copy_group(&p, n);
+            else if (r == R_MATMUL)
+                product_f16(&p, n, members, nm);
+            else
+                keep_group_f32(&p, n, members, nm);
+        }
+        vec_push(&p.order, n);
+    }
+    g->nodes = p.order;
+    for (int i = 0; i < g->nodes.len; i++)
+        ((Node *)g->nodes.data[i])->id = i;
+    if (opt->verbose)
+        fprintf(stderr, "kiln: --precision f16: %d casts, %d weights converted to f16\n",
+                p.ncasts, p.nweights);
+    xfree(nodes);
+    xfree(head);
+    xfree(members);
+}
