@@ -278,6 +278,20 @@ static void fuse_qkv(Graph *g) {
     }
 }
 
+/* Whether a live node before the i-th reads t (nodes are in topological
+ * order, so only nodes after t's producer can). */
+static bool read_before(Graph *g, const Tensor *t, int i) {
+    for (int j = 0; j < i; j++) {
+        Node *m = g->nodes.data[j];
+        for (int k = 0; k < m->ninputs && !m->dead; k++)
+            if (m->inputs[k] == t)
+                return true;
+    }
+    return false;
+}
+
+/* The sum is written by the norm's dispatch, at the norm's place: another
+ * reader of it placed before the norm would read it unwritten. */
 static void fuse_residual_norms(Graph *g) {
     for (int i = 0; i < g->nodes.len; i++) {
         Node *n = g->nodes.data[i];
@@ -286,7 +300,8 @@ static void fuse_residual_norms(Graph *g) {
         Node *add = n->inputs[0]->producer;
         if (free_node(add) && add->op == OP_ADD && all_f32(add) &&
             same_shape(add->inputs[0], add->outputs[0]) &&
-            same_shape(add->inputs[1], add->outputs[0]))
+            same_shape(add->inputs[1], add->outputs[0]) &&
+            !read_before(g, add->outputs[0], i))
             add->fused_into = n;
     }
 }
