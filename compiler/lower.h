@@ -73,6 +73,9 @@ const char *store_conversion(kiln_dtype dt);
 const char *compute_type(kiln_dtype dt);
 void need_dtype(Program *p, bool *need, kiln_dtype dt);
 void define_needs(Dispatch *d, const bool *need);
+/* NAME_BUF and, written, NAME_T for a binding of f32 or f16 storage t. */
+void define_storage(Program *p, Dispatch *d, bool *need, const char *name, const Tensor *t,
+                    bool written);
 Dispatch *eltwise_dispatch(Program *p, Node *n, int rank, const int64_t *shape_in,
                            Operand out, int nin, const Operand *in,
                            const char *ct, const char *expr, const Tensor *dyn);

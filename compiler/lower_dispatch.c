@@ -257,6 +257,17 @@ void need_dtype(Program *p, bool *need, kiln_dtype dt) {
     }
 }
 
+/* A binding whose dtype the compiler picks (f32 or f16 storage): defines
+ * NAME_BUF, its buffer type (readonly unless written), and for a written
+ * one NAME_T, its element type; records the dtype's needs. */
+void define_storage(Program *p, Dispatch *d, bool *need, const char *name, const Tensor *t,
+                    bool written) {
+    need_dtype(p, need, t->dtype);
+    define_str(d, format("%s_BUF", name), buffer_type(t->dtype, !written));
+    if (written)
+        define_str(d, format("%s_T", name), t->dtype == KILN_DTYPE_F16 ? "float16_t" : "float");
+}
+
 void define_needs(Dispatch *d, const bool *need) {
     define_int(d, "NEED_F16", need[0]);
     define_int(d, "NEED_I64", need[1]);

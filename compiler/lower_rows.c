@@ -15,8 +15,13 @@ static int node_axis(Node *n) {
 
 void lower_softmax(Program *p, Node *n) {
     Dispatch *d = axis_dispatch(p, n, "softmax", node_axis(n));
-    if (d)
-        define_int(d, "LOG", n->op == OP_LOG_SOFTMAX);
+    if (!d)
+        return;
+    define_int(d, "LOG", n->op == OP_LOG_SOFTMAX);
+    bool need[3] = {false, false, false};
+    define_storage(p, d, need, "Y", n->outputs[0], true);
+    define_storage(p, d, need, "X", n->inputs[0], false);
+    define_needs(d, need);
 }
 
 void lower_cumsum(Program *p, Node *n) {
@@ -75,6 +80,14 @@ void lower_norm(Program *p, Node *n) {
     define_int(d, "PD", pd);
     if (add)
         x = add->inputs[0];
+    Tensor *res = residual || add ? (add ? add->inputs[1] : n->inputs[1]) : x;
+    Tensor *sum = write_sum ? (add ? add->outputs[0] : n->outputs[1]) : n->outputs[0];
+    bool need[3] = {false, false, false};
+    define_storage(p, d, need, "Y", n->outputs[0], true);
+    define_storage(p, d, need, "X", x, false);
+    define_storage(p, d, need, "RES", res, false);
+    define_storage(p, d, need, "SUM", sum, true);
+    define_needs(d, need);
     dispatch_arg(d, n->outputs[0], true);
     dispatch_arg(d, x, false);
     if (nparams > 0)
@@ -86,11 +99,11 @@ void lower_norm(Program *p, Node *n) {
     else
         dispatch_unused(d, x);
     if (residual || add)
-        dispatch_arg(d, add ? add->inputs[1] : n->inputs[1], false);
+        dispatch_arg(d, res, false);
     else
         dispatch_unused(d, x);
     if (write_sum)
-        dispatch_arg(d, add ? add->outputs[0] : n->outputs[1], true);
+        dispatch_arg(d, sum, true);
 }
 
 /* batch_norm is elementwise: (x - mean) / sqrt(var + eps) * scale + bias,

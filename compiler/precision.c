@@ -7,7 +7,9 @@
  * node that is not fused into another), from the table below:
  *
  *   ANY   elementwise ops (eltwise.comp converts each operand on load and
- *         the result on store): operands as they are, every f32 result f16;
+ *         the result on store), norms and softmax (their data, residual,
+ *         result and sum in either dtype; scale and bias f32): those
+ *         operands as they are, every f32 result f16;
  *   SAME  layout and indexing ops (copies): the result takes the dtype of
  *         the data it moves; f16 data makes it f16;
  *   MATMUL  matmul: both operands f16 (f32 activations cast, f32 weights
@@ -41,8 +43,27 @@ static Rule op_rule(OpKind op) {
         return R_SAME;
     case OP_MATMUL:
         return R_MATMUL;
+    case OP_LAYER_NORM: case OP_RMS_NORM: case OP_RESIDUAL_LAYER_NORM:
+    case OP_RESIDUAL_RMS_NORM: case OP_INSTANCE_NORM: case OP_GROUP_NORM:
+    case OP_SOFTMAX: case OP_LOG_SOFTMAX:
+        return R_ANY;
     default:
         return op_info[op].expr ? R_ANY : R_F32;
+    }
+}
+
+/* Whether input k of a member of an ANY group is read in either dtype (the
+ * norms' and softmax's data and residual; every operand of an elementwise
+ * op); others (a norm's scale and bias) are read as f32. */
+static bool typed_input(const Node *m, int k) {
+    switch (m->op) {
+    case OP_LAYER_NORM: case OP_RMS_NORM: case OP_INSTANCE_NORM: case OP_GROUP_NORM:
+    case OP_SOFTMAX: case OP_LOG_SOFTMAX:
+        return k == 0;
+    case OP_RESIDUAL_LAYER_NORM: case OP_RESIDUAL_RMS_NORM:
+        return k <= 1;
+    default:
+        return true;
     }
 }
 
@@ -224,12 +245,14 @@ static void copy_group(Pass *p, Node *h) {
             h->outputs[k]->dtype = KILN_DTYPE_F16;
 }
 
-/* Every f16 input from outside the group cast to f32. */
-static void keep_group_f32(Pass *p, Node *h, Node **members, int nm) {
+/* Every f16 input from outside the group cast to f32 (any: but those its
+ * kernel reads in either dtype). */
+static void cast_inputs(Pass *p, Node *h, Node **members, int nm, bool any) {
     for (int j = 0; j < nm; j++)
         for (int k = 0; k < members[j]->ninputs; k++) {
             Tensor *t = members[j]->inputs[k];
-            if (t->dtype == KILN_DTYPE_F16 && !made_inside(t, h))
+            if (t->dtype == KILN_DTYPE_F16 && !made_inside(t, h) &&
+                !(any && typed_input(members[j], k)))
                 replace_input(members[j], k, cast_to(p, t, KILN_DTYPE_F32));
         }
 }
@@ -267,14 +290,14 @@ void apply_precision(Graph *g, const Options *opt) {
                     members[nm++] = nodes[j];
             /* casts go before the head, whose dispatch reads them */
             Rule r = kept(&p, members, nm) ? R_F32 : op_rule(n->op);
-            if (r == R_ANY)
-                store_f16(members, nm);
-            else if (r == R_SAME)
+            if (r == R_SAME)
                 copy_group(&p, n);
             else if (r == R_MATMUL)
                 product_f16(&p, n, members, nm);
             else
-                keep_group_f32(&p, n, members, nm);
+                cast_inputs(&p, n, members, nm, r == R_ANY);
+            if (r == R_ANY)
+                store_f16(members, nm);
         }
         vec_push(&p.order, n);
     }

@@ -11,17 +11,21 @@
 // PR = G, PJ = C/G, PD = H*W for group norm. HAS_RES: v = x + res, and
 // HAS_SUM writes v out. The variance is taken from centered values, not as
 // E[x^2] - E[x]^2, which cancels badly for rows with a large mean.
+//
+// x, res, y and sum are f32 or f16 (the compiler defines X_BUF, RES_BUF,
+// Y_BUF and SUM_BUF, their buffer types, and Y_T and SUM_T, the element
+// types written); gamma and beta are f32; the arithmetic is f32.
 #include "common.glsl"
 
 layout(local_size_x = WG) in;
 
 layout(push_constant) uniform Args {
-    F32 y;
-    F32R x;
+    Y_BUF y;
+    X_BUF x;
     F32R gamma;
     F32R beta;
-    F32R res;
-    F32 sum;
+    RES_BUF res;
+    SUM_BUF sum;
     KILN_DIMS
 } args;
 
@@ -29,9 +33,9 @@ layout(push_constant) uniform Args {
 
 float value(uint i) {
 #if HAS_RES
-    return args.x.v[i] + args.res.v[i];
+    return float(args.x.v[i]) + float(args.res.v[i]);
 #else
-    return args.x.v[i];
+    return float(args.x.v[i]);
 #endif
 }
 
@@ -69,7 +73,7 @@ void main() {
             const uint i = base + c * INNER;
             float v = vals[t];
 #if HAS_SUM
-            args.sum.v[i] = v;
+            args.sum.v[i] = SUM_T(v);
 #endif
             v = (v - mean) * rstd;
 #if HAS_GAMMA
@@ -78,7 +82,7 @@ void main() {
 #if HAS_BETA
             v += args.beta.v[pbase + c / PD];
 #endif
-            args.y.v[i] = v;
+            args.y.v[i] = Y_T(v);
         }
 #else
 #if RMS
@@ -100,7 +104,7 @@ void main() {
             const uint i = base + c * INNER;
             float v = value(i);
 #if HAS_SUM
-            args.sum.v[i] = v;
+            args.sum.v[i] = SUM_T(v);
 #endif
             v = (v - mean) * rstd;
 #if HAS_GAMMA
@@ -109,7 +113,7 @@ void main() {
 #if HAS_BETA
             v += args.beta.v[pbase + c / PD];
 #endif
-            args.y.v[i] = v;
+            args.y.v[i] = Y_T(v);
         }
 #endif
     }

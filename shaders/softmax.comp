@@ -6,17 +6,22 @@
 // invocations per row (groups loop over ROWS beyond the dispatch's count);
 // invocations stride over the row and reduce through shared memory: the
 // maximum, then the sum of exponentials, then the write.
+//
+// x and y are f32 or f16 (the compiler defines X_BUF and Y_BUF, their
+// buffer types, and Y_T, y's element type); the arithmetic is f32.
 #include "common.glsl"
 
 layout(local_size_x = WG) in;
 
 layout(push_constant) uniform Args {
-    F32 y;
-    F32R x;
+    Y_BUF y;
+    X_BUF x;
     KILN_DIMS
 } args;
 
 #include "reduce.glsl"
+
+float x_at(uint i) { return float(args.x.v[i]); }
 
 // Rows of at most 16 * WG elements are read once, into registers.
 #define CACHE ((LEN + WG - 1) / WG)
@@ -30,7 +35,7 @@ void main() {
         float m = -1.0 / 0.0;
         for (uint t = 0; t < CACHE; ++t) {
             const uint c = l + t * WG;
-            vals[t] = c < LEN ? args.x.v[base + c * INNER] : -1.0 / 0.0;
+            vals[t] = c < LEN ? x_at(base + c * INNER) : -1.0 / 0.0;
             m = max(m, vals[t]);
         }
         m = kiln_reduce_max(m);
@@ -43,30 +48,30 @@ void main() {
         const float shift = m + log(s);
         for (uint t = 0; t < CACHE; ++t)
             if (l + t * WG < LEN)
-                args.y.v[base + (l + t * WG) * INNER] = vals[t] - shift;
+                args.y.v[base + (l + t * WG) * INNER] = Y_T(vals[t] - shift);
 #else
         const float inv = 1.0 / s;
         for (uint t = 0; t < CACHE; ++t)
             if (l + t * WG < LEN)
-                args.y.v[base + (l + t * WG) * INNER] = exp(vals[t] - m) * inv;
+                args.y.v[base + (l + t * WG) * INNER] = Y_T(exp(vals[t] - m) * inv);
 #endif
 #else
         float m = -1.0 / 0.0;
         for (uint c = l; c < LEN; c += WG)
-            m = max(m, args.x.v[base + c * INNER]);
+            m = max(m, x_at(base + c * INNER));
         m = kiln_reduce_max(m);
         float s = 0.0;
         for (uint c = l; c < LEN; c += WG)
-            s += exp(args.x.v[base + c * INNER] - m);
+            s += exp(x_at(base + c * INNER) - m);
         s = kiln_reduce_sum(s);
 #if LOG
         const float shift = m + log(s);
         for (uint c = l; c < LEN; c += WG)
-            args.y.v[base + c * INNER] = args.x.v[base + c * INNER] - shift;
+            args.y.v[base + c * INNER] = Y_T(x_at(base + c * INNER) - shift);
 #else
         const float inv = 1.0 / s;
         for (uint c = l; c < LEN; c += WG)
-            args.y.v[base + c * INNER] = exp(args.x.v[base + c * INNER] - m) * inv;
+            args.y.v[base + c * INNER] = Y_T(exp(x_at(base + c * INNER) - m) * inv);
 #endif
 #endif
     }

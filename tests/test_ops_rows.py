@@ -6,7 +6,8 @@ reduce.comp, cumsum.comp), on Vulkan against the CPU reference
 import numpy as np
 
 import reference as ref
-from harness import assert_close, model_yaml, program_env, registry, run_model
+from harness import (assert_close, build_model, check, kernel_defines, model_yaml, program_env,
+                     registry, run_model, run_program)
 from test_ops_attention import ATTENTIONS, attention_case
 from ops_common import one_op, rng, spec, values
 
@@ -157,6 +158,84 @@ def residual_case(op, two_outputs):
 case("op residual_layer_norm writing the norm and the sum")(
     residual_case("residual_layer_norm", True))
 case("op residual_rms_norm writing the norm")(residual_case("residual_rms_norm", False))
+
+
+@case("op add + layer_norm: a reader of the sum placed before the norm keeps the add "
+      "unfused (the norm's dispatch would write the sum after it)")
+def _(workdir):
+    r = rng(1750)
+    x, res, g = values(r, [5, 96]), values(r, [5, 96]), values(r, [96])
+    nodes = [{"name": "s", "op": "add", "inputs": ["x", "res"]},
+             {"name": "ns", "op": "neg", "inputs": ["s"]},
+             {"name": "o", "op": "layer_norm", "inputs": ["s", "g"]}]
+    s = x.astype(np.float64) + res
+    wants = [-s, ref.norm(s, -1, g)]
+    y = model_yaml("order", {"x": spec(x), "res": spec(res), "g": spec(g)}, nodes, ["ns", "o"])
+    gots = run_model(workdir, y, [x, res, g], [w.astype(np.float32) for w in wants])
+    assert_close(gots[0], wants[0], 1e-6, 1e-6, "the sum's reader")
+    assert_close(gots[1], wants[1], 1e-4, 1e-4, "the norm")
+
+
+# ---- f16 storage (--precision f16): softmax and the norms read and write
+# halves. neg before and after makes the op's operands and results f16
+# tensors between f32 model inputs and outputs; the reference takes the
+# inputs rounded to f16 and computes in f32, as the kernels do. ----
+
+def f16_rows_case(i, op, shape, attrs, residual=False):
+    def test(workdir):
+        r = rng(1800 + i)
+        x = values(r, shape, 3.0)
+        h = lambda a: a.astype(np.float16).astype(np.float64)  # noqa: E731
+        cols = shape[-1]
+        g, b = values(r, [cols], 1.0), values(r, [cols], 1.0)
+        ins, names = {"x": spec(x)}, ["nx"]
+        nodes = [{"name": "nx", "op": "neg", "inputs": ["x"]}]
+        a = -h(x)
+        if residual:  # x + res fused into the norm, the sum read elsewhere
+            res = values(r, shape, 3.0)
+            ins["res"] = spec(res)
+            nodes += [{"name": "nr", "op": "neg", "inputs": ["res"]},
+                      {"name": "s", "op": "add", "inputs": ["nx", "nr"]}]
+            a = a - h(res)
+            names = ["s"]
+        params = {"layer_norm": [g, b], "rms_norm": [g]}.get(op, [])
+        for name, p in zip(["g", "b"], params):
+            ins[name] = spec(p)
+            names.append(name)
+        nodes += [{"name": "o", "op": op, "inputs": names, **attrs},
+                  {"name": "y", "op": "neg", "inputs": ["o"]}]
+        if residual:  # after the norm, whose dispatch writes the sum
+            nodes.append({"name": "ns", "op": "neg", "inputs": ["s"]})
+        fn = {"softmax": lambda v: ref.softmax(v, attrs["axis"]),
+              "log_softmax": lambda v: ref.log_softmax(v, attrs["axis"]),
+              "layer_norm": lambda v: ref.norm(v, -1, g, b),
+              "rms_norm": lambda v: ref.norm(v, -1, g, rms=True)}[op]
+        wants = [-fn(a)] + ([-a] if residual else [])
+        prog = build_model(workdir, model_yaml("f16", ins, nodes,
+                                               ["y", "ns"] if residual else ["y"]),
+                           flags=("--precision", "f16"))
+        want_defs = {"X_BUF": "F16R", "Y_BUF": "F16"}
+        if residual:
+            want_defs.update({"RES_BUF": "F16R", "SUM_BUF": "F16"})
+        defs = kernel_defines(workdir)
+        check(any(all(d.get(k) == v for k, v in want_defs.items()) for d in defs),
+              f"no kernel with {want_defs}: {defs}")
+        gots = run_program(prog, [x] + ([res] if residual else []) + params,
+                           [w.astype(np.float32) for w in wants])
+        for k, (got, want) in enumerate(zip(gots, wants)):
+            assert_close(got, want, 1e-3, 1e-3 if "norm" in op else 1e-7, f"output {k}")
+    return test
+
+
+F16_ROWS = [("softmax", [3, 300], {"axis": -1}), ("softmax", [2, 5000], {"axis": -1}),
+            ("softmax", [4, 5, 6], {"axis": 1}), ("log_softmax", [3, 300], {"axis": -1}),
+            ("layer_norm", [4, 768], {}), ("layer_norm", [2, 6000], {}),
+            ("rms_norm", [3, 513], {})]
+for i, (op, shape, attrs) in enumerate(F16_ROWS):
+    case(f"op {op} {shape} {attrs} in f16 storage (--precision f16)")(
+        f16_rows_case(i, op, shape, attrs))
+case("op add + layer_norm in f16 storage, the sum written too (--precision f16)")(
+    f16_rows_case(9, "layer_norm", [5, 96], {}, residual=True))
 
 
 @case("op instance_norm [2, 3, 5, 4]")
