@@ -203,9 +203,8 @@ static Dispatch *matvec_k_kernel(Program *p, Node *n, const MatmulShape *s, int6
  * else 64 x 64 of 4. */
 static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
     const Tensor *c = s->ops[0].t, *a = s->ops[1].t, *b = s->ops[2].t;
-    /* no epilogue yet: bias, activation and QKV outputs take matmul.comp */
     if (a->dtype != KILN_DTYPE_F16 || b->dtype != KILN_DTYPE_F16 || n->wq || s->dyn ||
-        n->op != OP_MATMUL || n->epi_bias || n->epi_act || n->nsiblings ||
+        n->op != OP_MATMUL ||
         s->M <= MATVEC_MAX_M || s->a_sk != 1 || s->a_sm % 8 || s->K % 8 || s->N % 8 ||
         s->b_sn != 1 || s->b_sk % 8 ||
         !all_multiples(s->brank, s->ops[0].strides, 8) ||
@@ -237,6 +236,7 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
     need_dtype(p, need, c->dtype);
     define_needs(d, need);
     define_int(d, "C_F16", c->dtype == KILN_DTYPE_F16);
+    define_int(d, "EPILOGUE", n->epi_bias || n->epi_act || n->nsiblings);
     define_int(d, "BM", bm);
     define_int(d, "BN", bn);
     define_int(d, "WM", wm);

@@ -20,6 +20,10 @@
 // C_BSTRIDES, A_BSTRIDES, B_BSTRIDES); C_F16 when C is f16. The compiler
 // guarantees K, N, the row strides and batch strides are multiples of 8
 // (every vector is whole and 16-byte aligned).
+//
+// EPILOGUE 1 (a fused bias, activation or QKV split: product.glsl's
+// store_c): every tile goes through the staging area, and store_c writes
+// each element.
 #extension GL_NV_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
@@ -46,6 +50,10 @@ layout(push_constant) uniform Args {
     C_BUF c;
     U4R a;
     U4R b;
+    F32R bias;
+    F32R bscale_; // matmul.comp's slots, unused here
+    U32R bzero_;
+    KILN_SPLIT_OUTPUTS(C_BUF) // QKV split (common.glsl)
 } args;
 
 #include "product.glsl"
@@ -127,7 +135,7 @@ void main() {
                     }
                     barrier();
                 }
-                const bool whole = m0 + BM <= M && n0 + BN <= N;
+                const bool whole = EPILOGUE == 0 && m0 + BM <= M && n0 + BN <= N;
                 [[unroll]] for (uint i = 0; i < FM; ++i) {
                     [[unroll]] for (uint j = 0; j < FN; ++j) {
                         const uint r0 = m0 + wm * TM + i * 16, c0 = n0 + wn * TN + j * 16;
@@ -146,7 +154,11 @@ void main() {
                             for (uint e = lane; e < 256; e += 32) {
                                 const uint gm = r0 + e / 16, gn = c0 + e % 16;
                                 if (gm < M && gn < N)
+#if EPILOGUE
+                                    store_c(cc, gm, gn, Cs[sg][e]);
+#else
                                     args.c.v[cc + gm * N + gn] = C_T(Cs[sg][e]);
+#endif
                             }
                             subgroupBarrier();
                         }

@@ -305,3 +305,56 @@ def _(workdir):
             x[1, 2, 3] = x[1, 2, 1] * 2  # singular: two rows proportional
         want = np.linalg.det(x.astype(np.float64))
         one_op(workdir, "det", [x], want.astype(np.float32), None, 1e-4, 1e-5)
+
+
+# ---- --precision f16: products of f16 activations and weights with their
+# fused epilogues. Where the device has cooperative matrices they run
+# coopmat.comp (EPILOGUE 1: every element through store_c); elsewhere
+# (lavapipe) matmul.comp with f16 A, B and C. The reference multiplies the
+# f16-rounded operands in f64. ----
+
+def f16_product_case(qkv):
+    def test(workdir):
+        r = rng(2100 + qkv)
+        M, K, N = 128, 64, 96
+        x = values(r, [M, K], 1.0)
+        ws = [values(r, [K, N], 0.2) for _ in range(3 if qkv else 1)]
+        b = values(r, [N], 1.0)
+        h = lambda a: a.astype(np.float16).astype(np.float64)  # noqa: E731
+        weights = {f"w{i}": {"dtype": "f32", "shape": [K, N], "values": w.ravel().tolist()}
+                   for i, w in enumerate(ws)}
+        weights["b"] = {"dtype": "f32", "shape": [N], "values": b.ravel().tolist()}
+        nodes = [{"name": "hx", "op": "neg", "inputs": ["x"]}]
+        if qkv:  # three products of one A: one dispatch writing three outputs
+            outs = []
+            for i in range(3):
+                nodes += [{"name": f"p{i}", "op": "matmul", "inputs": ["hx", f"w{i}"]},
+                          {"name": f"y{i}", "op": "neg", "inputs": [f"p{i}"]}]
+                outs.append(f"y{i}")
+            wants = [h(x) @ h(w) for w in ws]  # y = -(-x @ w)
+        else:
+            nodes += [{"name": "p", "op": "matmul", "inputs": ["hx", "w0"]},
+                      {"name": "pb", "op": "add", "inputs": ["p", "b"]},
+                      {"name": "a", "op": "gelu", "inputs": ["pb"]},
+                      {"name": "y0", "op": "neg", "inputs": ["a"]}]
+            outs = ["y0"]
+            wants = [-ref.UNARY["gelu"](-h(x) @ h(ws[0]) + b)]
+        prog = build_model(workdir, model_yaml("f16mm", {"x": spec(x)}, nodes, outs, weights),
+                           flags=("--precision", "f16"))
+        defs = [d for d in kernel_defines(workdir) if "WM" in d]
+        check(defs and defs[0].get("EPILOGUE") == "1" and defs[0].get("C_F16") == "1",
+              f"no cooperative-matrix kernel with an epilogue: {kernel_defines(workdir)}")
+        if qkv:
+            check("SPLIT_N0" in defs[0], f"not one split product: {defs[0]}")
+        else:
+            check(defs[0].get("HAS_BIAS") == "1", f"no bias: {defs[0]}")
+        gots = run_program(prog, [x], [w.astype(np.float32) for w in wants])
+        for i, (g, w) in enumerate(zip(gots, wants)):
+            assert_close(g, w, 2e-3, 2e-3, f"output {i}")
+    return test
+
+
+case("op matmul --precision f16: [128, 64] x [64, 96] + bias, gelu (coopmat epilogue "
+     "where the device has cooperative matrices)")(f16_product_case(False))
+case("op matmul --precision f16: a QKV split of three [64, 96] weights (coopmat "
+     "epilogue where the device has cooperative matrices)")(f16_product_case(True))
