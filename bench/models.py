@@ -23,9 +23,14 @@ onnxruntime are (the GPU machine), with kiln built there or carried
    --compile also torch.compile (default mode, for context). f32 with
    TF32 off in torch;
 4. kiln's five slowest dispatches (run_model -p: GPU microseconds, and the
-   TFLOP/s and GB/s that the compiler's operation and byte counts give).
+   TFLOP/s and GB/s that the compiler's operation and byte counts give);
+5. with --f16, half precision too: kiln compiled with --precision f16, its
+   outputs checked against onnxruntime's f32 ones within the documented
+   bound (max |error| <= 1e-2 max |reference|, docs/cli.md "Precision"),
+   against torch with the module and its float inputs in f16 (eager and a
+   CUDA graph, host to host as above). bench/MODELS.md gets a second table.
 
-  bench/models.py [--only NAME[,NAME...]] [--runs N] [--compile] [--out DIR]
+  bench/models.py [--only NAME[,NAME...]] [--runs N] [--compile] [--f16] [--out DIR]
   bench/models.py --from-json A.json [B.json...] [--out DIR]
 
 NAMEs: mobilenet_v3_large, efficientnet_b0, resnet50, convnext_tiny,
@@ -79,12 +84,12 @@ def model_and_inputs(name):
     return module, export.make_inputs(specs)
 
 
-def kiln_build(wd, onnx_path, env=None):
-    """Compiles the model (kiln in env, default this process's); builds
-    bench.c and run_model with it."""
+def kiln_build(wd, onnx_path, env=None, flags=()):
+    """Compiles the model (kiln in env, default this process's; with
+    flags); builds bench.c and run_model with it."""
     t0 = time.monotonic()
-    log = sh([BUILD / "kiln", "compile", onnx_path, "--name", "model", "-o", wd / "model.c"],
-             env=env)
+    log = sh([BUILD / "kiln", "compile", onnx_path, "--name", "model", "-o", wd / "model.c",
+              *flags], env=env)
     compile_s = time.monotonic() - t0
     summary = [line for line in log.splitlines() if " dispatches (" in line]
     common = ["-O2", "-std=c99", "-I", ROOT / "runtime"]
@@ -94,7 +99,8 @@ def kiln_build(wd, onnx_path, env=None):
         "-L", BUILD, "-lkilnrt", VULKAN_LIB, "-lm"])
     sh(["cc", "-o", wd / "run_model", wd / "model.o", BUILD / "run_model_test.o", "-L", BUILD,
         "-lkilnrt", VULKAN_LIB, "-lm"])
-    inspect = json.loads(sh([BUILD / "kiln", "inspect", onnx_path, "--format", "json"], env=env))
+    inspect = json.loads(sh([BUILD / "kiln", "inspect", onnx_path, "--format", "json", *flags],
+                            env=env))
     return (summary or [""])[-1], compile_s, inspect
 
 
@@ -162,7 +168,31 @@ def torch_times(module, inputs, runs, compile_too):
     return res
 
 
-def bench_one(name, runs, compile_too, wd):
+# docs/cli.md, "Precision": --precision f16 against the f32 reference
+F16_BOUND = 1e-2
+
+
+def bench_f16(row, module, inputs, ort_outs, runs, wd, onnx_path):
+    """The f16 columns: kiln --precision f16 checked against onnxruntime's
+    f32 outputs, then timed against torch's f16 module."""
+    wd.mkdir()
+    summary, _, inspect = kiln_build(wd, onnx_path, flags=("--precision", "f16"))
+    res, got = kiln_time(wd, inputs, ort_outs, runs)
+    err = max(float(np.abs(g - a).max() / max(np.abs(a).max(), 1e-30))
+              for g, a in zip(got, ort_outs))
+    row.update(f16_dispatches=inspect["summary"]["dispatches"],
+               f16_barriers=inspect["summary"]["barriers"], f16_rel_err=err,
+               f16_checked=err <= F16_BOUND)
+    if not row["f16_checked"]:
+        return
+    row.update(kiln_f16_wall_us=res["wall_us"], kiln_f16_gpu_us=res["gpu_us"])
+    half = [x.astype(np.float16) if x.dtype == np.float32 else x for x in inputs]
+    t = torch_times(module.half(), half, runs, False)
+    row.update(f16_eager_us=t["eager_us"], f16_graph_us=t["graph_us"],
+               kiln_f16_vs_graph=t["graph_us"] / res["wall_us"])
+
+
+def bench_one(name, runs, compile_too, wd, f16=False):
     module, inputs = model_and_inputs(name)
     onnx_path = wd / "model.onnx"
     t0 = time.monotonic()
@@ -195,6 +225,8 @@ def bench_one(name, runs, compile_too, wd):
     row.update(torch_times(module, inputs, runs, compile_too))
     row["kiln_vs_graph"] = row["graph_us"] / row["kiln_wall_us"]
     row["kiln_vs_eager"] = row["eager_us"] / row["kiln_wall_us"]
+    if f16:
+        bench_f16(row, module, inputs, ort_outs, runs, wd / "f16", onnx_path)
     return row
 
 
@@ -239,6 +271,28 @@ def write_md(rows, out, env):
             f"{ms(r['graph_us'])} | {r['kiln_vs_graph']:.2f} |"
             + (f" {ms(r.get('compiled_us'))} |" if any("compiled_us" in x for x in rows)
                else ""))
+    f16 = [r for r in rows if "f16_checked" in r]
+    if f16:
+        lines += ["", "## Half precision", "",
+                  "kiln compiled with `--precision f16` (docs/cli.md, \"Precision\"), its "
+                  "outputs checked",
+                  f"against onnxruntime's f32 ones (max |error| <= {F16_BOUND} max "
+                  "|reference|), against torch",
+                  "with the module and its float inputs in f16; speed = torch f16 CUDA graph "
+                  "ms / kiln f16 ms.", "",
+                  "| model | dispatches (barriers) | error / max \\|ort\\| | kiln f16 ms | "
+                  "kiln f16 GPU ms | kiln f32 ms | torch f16 eager ms | torch f16 CUDA graph ms "
+                  "| kiln f16 speed / f16 graph |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for r in f16:
+            head = (f"| {r['model']} | {r['f16_dispatches']} ({r['f16_barriers']}) | "
+                    f"{r['f16_rel_err']:.2g}")
+            if not r["f16_checked"]:
+                lines.append(head + " OFF | not timed | | | | | |")
+                continue
+            lines.append(head + f" | {ms(r['kiln_f16_wall_us'])} | {ms(r['kiln_f16_gpu_us'])} | "
+                         f"{ms(r['kiln_wall_us'])} | {ms(r['f16_eager_us'])} | "
+                         f"{ms(r['f16_graph_us'])} | {r['kiln_f16_vs_graph']:.2f} |")
     lines += ["", "## Memory", "",
               "kiln's arena against its lower bound (the peak of live bytes at any dispatch):",
               "", "| model | arena MiB | lower bound MiB | over |", "| --- | --- | --- | --- |"]
@@ -270,6 +324,8 @@ def main():
     ap.add_argument("--only", default=",".join(MODELS))
     ap.add_argument("--runs", type=int, default=300)
     ap.add_argument("--compile", action="store_true", help="also time torch.compile")
+    ap.add_argument("--f16", action="store_true",
+                    help="also kiln --precision f16 against torch in f16")
     ap.add_argument("--out", default=str(ROOT / "bench"))
     ap.add_argument("--from-json", nargs="+", metavar="JSON")
     a = ap.parse_args()
@@ -298,7 +354,7 @@ def main():
     for name in a.only.split(","):
         with tempfile.TemporaryDirectory() as wd:
             try:
-                row = bench_one(name, a.runs, a.compile, Path(wd))
+                row = bench_one(name, a.runs, a.compile, Path(wd), a.f16)
             except Exception as e:  # reported in the table, the run goes on
                 row = {"model": name, "error": f"{type(e).__name__}: {e}"}
         rows.append(row)
@@ -306,7 +362,8 @@ def main():
         # after each model, so that a run stopped by a time limit keeps them
         (out / "models.json").write_text(json.dumps({"env": env, "rows": rows}, indent=1) + "\n")
     write_md(rows, out, env)
-    return 1 if any("error" in r or not r.get("checked") for r in rows) else 0
+    return 1 if any("error" in r or not r.get("checked") or r.get("f16_checked") is False
+                    for r in rows) else 0
 
 
 if __name__ == "__main__":
