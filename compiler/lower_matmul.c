@@ -193,6 +193,9 @@ static Dispatch *matvec_k_kernel(Program *p, Node *n, const MatmulShape *s, int6
     return d;
 }
 
+static Dispatch *splitk_sum(Program *p, Node *n, const MatmulShape *s, Tensor *partial,
+                            int64_t splits);
+
 /* coopmat.comp for s, when it applies: f16 operands (B as given, not
  * re-encoded), more rows than matvec takes, fixed shapes, and every vector
  * of eight halves it moves whole and 16-byte aligned (rows of A and B
@@ -200,7 +203,13 @@ static Dispatch *matvec_k_kernel(Program *p, Node *n, const MatmulShape *s, int6
  * dispatch needs KILN_FEATURE_COOPMAT; NULL when it does not apply. Tiles
  * (measured on an H200, bench/): 128 x 256 of 8 subgroups (64 x 64 each)
  * when they leave 128 workgroups, else 128 x 128 of 4 when those leave 64,
- * else 64 x 64 of 4. */
+ * else 64 x 64 of 4. A product of one batch whose tiles leave fewer than
+ * COOPMAT_GROUPS workgroups splits K into chunks of at least 4 steps until
+ * they do (BERT-base's [128, 3072] x [3072, 768]: 24 tiles of 64 x 64, 11
+ * chunks), coopmat.comp writing the chunks' partial products and
+ * splitk.comp adding them up with the epilogue; KILN_COOPMAT_SPLITK=S
+ * sets the chunks, for tuning. Returns the dispatch that writes C. */
+#define COOPMAT_GROUPS 264 /* two workgroups per multiprocessor of an H200 */
 static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
     const Tensor *c = s->ops[0].t, *a = s->ops[1].t, *b = s->ops[2].t;
     if (a->dtype != KILN_DTYPE_F16 || b->dtype != KILN_DTYPE_F16 || n->wq || s->dyn ||
@@ -227,29 +236,51 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
         t[1] % (16 * t[3]) == 0 && (t[4] == 16 || t[4] == 32 || t[4] == 64)) {
         bm = t[0], bn = t[1], wm = t[2], wn = t[3], bk = t[4];
     }
+    int64_t tiles = groups_for(s->M, bm) * groups_for(s->N, bn) * s->batch;
+    int64_t steps = (s->K + bk - 1) / bk, splits = 1;
+    if (s->batch == 1 && tiles < COOPMAT_GROUPS)
+        splits = (COOPMAT_GROUPS + tiles - 1) / tiles;
+    if (splits > steps / 4)
+        splits = steps / 4;
+    const char *tune_split = getenv("KILN_COOPMAT_SPLITK");
+    if (tune_split && s->batch == 1)
+        splits = strtol(tune_split, NULL, 10);
+    splits = splits < 1 ? 1 : splits > steps ? steps : splits;
+    int64_t kchunk = (steps + splits - 1) / splits * bk;
+    splits = (s->K + kchunk - 1) / kchunk;
+    Tensor *partial = splits > 1 ? scratch(p, n, "splitk", 3, (int64_t[]){splits, s->M, s->N})
+                                 : NULL;
     Dispatch *d = new_dispatch(p, n, "coopmat");
     d->needs = KILN_FEATURE_COOPMAT;
     d->local_size = (uint32_t)(32 * wm * wn);
     define_int(d, "M", s->M);
     define_product(d, s);
     bool need[3] = {false, false, false};
-    need_dtype(p, need, c->dtype);
+    need_dtype(p, need, partial ? KILN_DTYPE_F32 : c->dtype);
     define_needs(d, need);
-    define_int(d, "C_F16", c->dtype == KILN_DTYPE_F16);
-    define_int(d, "EPILOGUE", n->epi_bias || n->epi_act || n->nsiblings);
+    define_int(d, "C_F16", !partial && c->dtype == KILN_DTYPE_F16);
+    define_int(d, "EPILOGUE", !partial && (n->epi_bias || n->epi_act || n->nsiblings));
+    if (partial) {
+        define_int(d, "KCHUNK", kchunk);
+        define_int(d, "SPLITS", splits);
+    }
     define_int(d, "BM", bm);
     define_int(d, "BN", bn);
     define_int(d, "WM", wm);
     define_int(d, "WN", wn);
     define_int(d, "BK", bk);
-    dispatch_arg(d, s->ops[0].t, true);
+    dispatch_arg(d, partial ? partial : s->ops[0].t, true);
     dispatch_arg(d, s->ops[1].t, false);
     dispatch_arg(d, s->ops[2].t, false);
     d->flops = 2ull * (uint64_t)(s->M * s->N) * (uint64_t)s->K * (uint64_t)s->batch;
     d->groups[0] = groups_for(s->N, bn);
     d->groups[1] = groups_for(s->M, bm);
-    d->groups[2] = groups_for(s->batch, 1);
-    return d;
+    d->groups[2] = groups_for(partial ? splits : s->batch, 1);
+    if (!partial)
+        return d;
+    Dispatch *r = splitk_sum(p, n, s, partial, splits);
+    r->needs = KILN_FEATURE_COOPMAT;
+    return r;
 }
 
 /* Whether matmul.comp's VEC4 path (two stages of K in shared memory) can
@@ -556,6 +587,13 @@ static Dispatch *split_product(Program *p, Node *n, MatmulShape *s, int64_t kchu
         dispatch_unused(d, n->inputs[0]); /* the bias slot: no epilogue here */
         bind_weight_scales(d, n, false);
     }
+    return splitk_sum(p, n, s, partial, splits);
+}
+
+/* splitk.comp: C from the [splits, M, N] partial products of s, with the
+ * epilogue its callers bind. */
+static Dispatch *splitk_sum(Program *p, Node *n, const MatmulShape *s, Tensor *partial,
+                            int64_t splits) {
     Dispatch *r = new_dispatch(p, n, "splitk");
     r->local_size = 256;
     define_int(r, "WG", r->local_size);

@@ -24,6 +24,11 @@
 // EPILOGUE 1 (a fused bias, activation or QKV split: product.glsl's
 // store_c): every tile goes through the staging area, and store_c writes
 // each element.
+//
+// KCHUNK (a product of one batch split along K, with few tiles): workgroup
+// z computes the partial product of K's chunk z, [z * KCHUNK, (z + 1) *
+// KCHUNK), into c as [SPLITS, M, N] f32 (splitk.comp then adds the chunks
+// and applies the epilogue).
 #extension GL_NV_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
@@ -73,18 +78,19 @@ shared uvec4 Bs[B_ROWS * BS_STRIDE];
 shared float Cs[WM * WN][256];
 
 uvec4 ra[LA], rb[LB];
+uint k_end = K; // the end of this workgroup's K (its chunk's, with KCHUNK)
 
 // The vectors of step k0 from memory into ra and rb (zeros outside).
 void load_tiles(uint ca, uint cb, uint m0, uint n0, uint k0, uint tid) {
     [[unroll]] for (uint i = 0; i < LA; ++i) {
         const uint e = tid + i * NT, row = e / (BK / 8), v = e % (BK / 8);
         const uint gm = m0 + row, gk = k0 + v * 8;
-        ra[i] = e < A_VECS && gm < M && gk < K ? args.a.v[(ca + gm * A_SM + gk) / 8] : uvec4(0);
+        ra[i] = e < A_VECS && gm < M && gk < k_end ? args.a.v[(ca + gm * A_SM + gk) / 8] : uvec4(0);
     }
     [[unroll]] for (uint i = 0; i < LB; ++i) {
         const uint e = tid + i * NT, row = e / B_ROWVECS, v = e % B_ROWVECS;
         const uint gk = k0 + row, gn = n0 + v * 8;
-        rb[i] = e < B_VECS && gk < K && gn < N ? args.b.v[(cb + gk * B_SK + gn) / 8] : uvec4(0);
+        rb[i] = e < B_VECS && gk < k_end && gn < N ? args.b.v[(cb + gk * B_SK + gn) / 8] : uvec4(0);
     }
 }
 
@@ -105,9 +111,16 @@ void main() {
     const uint tid = gl_LocalInvocationID.x;
     const uint sg = tid / 32, lane = tid % 32;
     const uint wm = sg / WN, wn = sg % WN;
+#ifdef KCHUNK
+    for (uint bz = gl_WorkGroupID.z; bz < SPLITS; bz += gl_NumWorkGroups.z) {
+        const uint ca = 0, cb = 0, cc = bz * M * N, k_begin = bz * KCHUNK;
+        k_end = min(K, k_begin + KCHUNK);
+#else
     for (uint bz = gl_WorkGroupID.z; bz < BATCH; bz += gl_NumWorkGroups.z) {
         uint ca, cb, cc;
+        const uint k_begin = 0;
         kiln_batch_offsets(bz, ca, cb, cc);
+#endif
         for (uint tm = gl_WorkGroupID.y; tm < TILES_M; tm += gl_NumWorkGroups.y) {
             for (uint tn = gl_WorkGroupID.x; tn < TILES_N; tn += gl_NumWorkGroups.x) {
                 const uint m0 = tm * BM, n0 = tn * BN;
@@ -115,11 +128,11 @@ void main() {
                 [[unroll]] for (uint i = 0; i < FM; ++i)
                     [[unroll]] for (uint j = 0; j < FN; ++j)
                         acc[i][j] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
-                load_tiles(ca, cb, m0, n0, 0, tid);
-                for (uint k0 = 0; k0 < K; k0 += BK) {
+                load_tiles(ca, cb, m0, n0, k_begin, tid);
+                for (uint k0 = k_begin; k0 < k_end; k0 += BK) {
                     store_tiles(tid);
                     barrier();
-                    if (k0 + BK < K)
+                    if (k0 + BK < k_end)
                         load_tiles(ca, cb, m0, n0, k0 + BK, tid);
                     [[unroll]] for (uint kk = 0; kk < BK; kk += 16) {
                         fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> fa[FM], fb[FN];

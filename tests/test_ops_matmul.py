@@ -313,10 +313,10 @@ def _(workdir):
 # (lavapipe) matmul.comp with f16 A, B and C. The reference multiplies the
 # f16-rounded operands in f64. ----
 
-def f16_product_case(qkv):
+def f16_product_case(qkv, K=64):
     def test(workdir):
-        r = rng(2100 + qkv)
-        M, K, N = 128, 64, 96
+        r = rng(2100 + qkv + K)
+        M, N = 128, 96
         x = values(r, [M, K], 1.0)
         ws = [values(r, [K, N], 0.2) for _ in range(3 if qkv else 1)]
         b = values(r, [N], 1.0)
@@ -342,8 +342,15 @@ def f16_product_case(qkv):
         prog = build_model(workdir, model_yaml("f16mm", {"x": spec(x)}, nodes, outs, weights),
                            flags=("--precision", "f16"))
         defs = [d for d in kernel_defines(workdir) if "WM" in d]
-        check(defs and defs[0].get("EPILOGUE") == "1" and defs[0].get("C_F16") == "1",
-              f"no cooperative-matrix kernel with an epilogue: {kernel_defines(workdir)}")
+        if K > 256:  # few tiles, a long K: split, splitk.comp's epilogue
+            check(defs and defs[0].get("KCHUNK") == "128" and defs[0].get("SPLITS") == "4",
+                  f"no split cooperative-matrix kernel: {kernel_defines(workdir)}")
+            check(any(d.get("SPLITK") == "4" and d.get("HAS_BIAS") == "1"
+                      for d in kernel_defines(workdir)), "no splitk.comp epilogue")
+            defs = [d for d in kernel_defines(workdir) if "SPLITK" in d]
+        else:
+            check(defs and defs[0].get("EPILOGUE") == "1" and defs[0].get("C_F16") == "1",
+                  f"no cooperative-matrix kernel with an epilogue: {kernel_defines(workdir)}")
         if qkv:
             check("SPLIT_N0" in defs[0], f"not one split product: {defs[0]}")
         else:
@@ -358,3 +365,6 @@ case("op matmul --precision f16: [128, 64] x [64, 96] + bias, gelu (coopmat epil
      "where the device has cooperative matrices)")(f16_product_case(False))
 case("op matmul --precision f16: a QKV split of three [64, 96] weights (coopmat "
      "epilogue where the device has cooperative matrices)")(f16_product_case(True))
+case("op matmul --precision f16: [128, 512] x [512, 96] + bias, gelu (coopmat split along "
+     "K in 4 chunks, splitk.comp's epilogue, where the device has cooperative matrices)")(
+    f16_product_case(False, K=512))
