@@ -213,7 +213,6 @@ static Dispatch *splitk_sum(Program *p, Node *n, const MatmulShape *s, Tensor *p
 static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
     const Tensor *c = s->ops[0].t, *a = s->ops[1].t, *b = s->ops[2].t;
     if (a->dtype != KILN_DTYPE_F16 || b->dtype != KILN_DTYPE_F16 || n->wq || s->dyn ||
-        n->op != OP_MATMUL ||
         s->M <= MATVEC_MAX_M || s->a_sk != 1 || s->a_sm % 8 || s->K % 8 || s->N % 8 ||
         s->b_sn != 1 || s->b_sk % 8 ||
         !all_multiples(s->brank, s->ops[0].strides, 8) ||
@@ -259,7 +258,8 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
     need_dtype(p, need, partial ? KILN_DTYPE_F32 : c->dtype);
     define_needs(d, need);
     define_int(d, "C_F16", !partial && c->dtype == KILN_DTYPE_F16);
-    define_int(d, "EPILOGUE", !partial && (n->epi_bias || n->epi_act || n->nsiblings));
+    define_int(d, "EPILOGUE", !partial && (n->epi_bias || n->epi_act || n->nsiblings ||
+                                            n->op == OP_GEMM));
     if (partial) {
         define_int(d, "KCHUNK", kchunk);
         define_int(d, "SPLITS", splits);

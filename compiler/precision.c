@@ -12,10 +12,11 @@
  *         operands as they are, every f32 result f16;
  *   SAME  layout and indexing ops (copies): the result takes the dtype of
  *         the data it moves; f16 data makes it f16;
- *   MATMUL  matmul: both operands f16 (f32 activations cast, f32 weights
- *         converted here, once each), the product accumulated in f32 and
- *         stored f16; an epilogue's bias is read as f32. Under --weights
- *         another format, B stays for quantize.c to encode and only A is f16;
+ *   MATMUL  matmul and gemm: both operands f16 (f32 activations cast, f32
+ *         weights converted here, once each), the product accumulated in
+ *         f32 and stored f16; an epilogue's bias (gemm's C) is read as
+ *         f32. Under --weights another format, B stays for quantize.c to
+ *         encode and only A is f16;
  *   F32   everything else, and every group named by --keep-f32: f16
  *         operands are cast to f32 first, results stay f32 (those kernels
  *         compute and store f32).
@@ -41,7 +42,7 @@ static Rule op_rule(OpKind op) {
     case OP_TILE: case OP_DEPTH_TO_SPACE: case OP_SPACE_TO_DEPTH: case OP_GATHER:
     case OP_EMBEDDING: case OP_PAD: case OP_TRILU:
         return R_SAME;
-    case OP_MATMUL:
+    case OP_MATMUL: case OP_GEMM:
         return R_MATMUL;
     case OP_LAYER_NORM: case OP_RMS_NORM: case OP_RESIDUAL_LAYER_NORM:
     case OP_RESIDUAL_RMS_NORM: case OP_INSTANCE_NORM: case OP_GROUP_NORM:
@@ -204,10 +205,14 @@ static void product_f16(Pass *p, Node *h, Node **members, int nm) {
             replace_input(h, k, cast_to(p, t, KILN_DTYPE_F16));
         }
     }
+    for (int k = 2; k < h->ninputs; k++) /* gemm's C, added as the bias */
+        if (h->inputs[k]->dtype == KILN_DTYPE_F16)
+            replace_input(h, k, cast_to(p, h->inputs[k], KILN_DTYPE_F32));
     /* the epilogue's bias (QKV siblings are not read: the head's B holds
      * their weights) */
     for (int j = 0; j < nm; j++)
-        for (int k = 0; k < members[j]->ninputs && members[j]->op != OP_MATMUL; k++) {
+        for (int k = 0; k < members[j]->ninputs && members[j] != h &&
+                        members[j]->op != OP_MATMUL; k++) {
             Tensor *t = members[j]->inputs[k];
             if (t->dtype == KILN_DTYPE_F16 && !made_inside(t, h))
                 replace_input(members[j], k, cast_to(p, t, KILN_DTYPE_F32));

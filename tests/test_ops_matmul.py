@@ -368,3 +368,34 @@ case("op matmul --precision f16: a QKV split of three [64, 96] weights (coopmat 
 case("op matmul --precision f16: [128, 512] x [512, 96] + bias, gelu (coopmat split along "
      "K in 4 chunks, splitk.comp's epilogue, where the device has cooperative matrices)")(
     f16_product_case(False, K=512))
+
+
+def f16_gemm_case(trans_b):
+    def test(workdir):
+        r = rng(2200 + trans_b)
+        M, K, N = 128, 64, 96
+        x, c = values(r, [M, K], 1.0), values(r, [N], 1.0)
+        w = values(r, [N, K] if trans_b else [K, N], 0.2)
+        h = lambda a: a.astype(np.float16).astype(np.float64)  # noqa: E731
+        weights = {"w": {"dtype": "f32", "shape": list(w.shape), "values": w.ravel().tolist()},
+                   "c": {"dtype": "f32", "shape": [N], "values": c.ravel().tolist()}}
+        nodes = [{"name": "hx", "op": "neg", "inputs": ["x"]},
+                 {"name": "g", "op": "gemm", "inputs": ["hx", "w", "c"], "alpha": 0.5,
+                  "beta": 2.0, "trans_b": trans_b, "activation": "relu"},
+                 {"name": "y", "op": "neg", "inputs": ["g"]}]
+        prog = build_model(workdir, model_yaml("f16gemm", {"x": spec(x)}, nodes, ["y"], weights),
+                           flags=("--precision", "f16"))
+        coop = [d for d in kernel_defines(workdir) if "WM" in d]
+        # the matrix units read B as given only when it is not transposed
+        check(bool(coop) == (not trans_b) and all(d.get("EPILOGUE") == "1" for d in coop),
+              f"cooperative-matrix kernels {coop}")
+        wb = h(w).T if trans_b else h(w)
+        want = -np.maximum(0.5 * (-h(x)) @ wb + 2.0 * c, 0)
+        got, = run_program(prog, [x], [want.astype(np.float32)])
+        assert_close(got, want, 2e-3, 2e-3)
+    return test
+
+
+for _tb in (0, 1):
+    case(f"op gemm --precision f16: alpha, beta, relu, trans_b={_tb} (coopmat epilogue where "
+         "the device has cooperative matrices and B is not transposed)")(f16_gemm_case(_tb))
