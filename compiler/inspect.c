@@ -55,8 +55,8 @@ static char *writes_of(const Dispatch *d) {
             continue;
         Tensor *r = tensor_root(d->args[k]);
         kiln_dtype dt = d->args[k]->dtype;
-        str_addf(&s, "%s%s%s%s [%llu, %llu)", s.len ? ", " : "", d->args[k]->name,
-                 dt == KILN_DTYPE_F32 ? "" : " ", dt == KILN_DTYPE_F32 ? "" : kiln_dtype_name(dt),
+        const char *type = dt == KILN_DTYPE_F32 ? "" : format(" %s", kiln_dtype_name(dt));
+        str_addf(&s, "%s%s%s [%llu, %llu)", s.len ? ", " : "", d->args[k]->name, type,
                  (unsigned long long)(r->offset + d->arg_begin[k]),
                  (unsigned long long)(r->offset + d->arg_end[k]));
     }

@@ -283,7 +283,9 @@ static void fuse_qkv(Graph *g) {
 static bool read_before(Graph *g, const Tensor *t, int i) {
     for (int j = 0; j < i; j++) {
         Node *m = g->nodes.data[j];
-        for (int k = 0; k < m->ninputs && !m->dead; k++)
+        if (m->dead)
+            continue;
+        for (int k = 0; k < m->ninputs; k++)
             if (m->inputs[k] == t)
                 return true;
     }

@@ -53,10 +53,16 @@ static Rule op_rule(OpKind op) {
     }
 }
 
-/* Whether input k of a member of an ANY group is read in either dtype (the
- * norms' and softmax's data and residual; every operand of an elementwise
- * op); others (a norm's scale and bias) are read as f32. */
-static bool typed_input(const Node *m, int k) {
+/* Whether member m of h's group, run under rule r, reads its input k in
+ * either dtype; every other input is read as f32. ANY: the norms' and
+ * softmax's data and residual, every operand of an elementwise op (not a
+ * norm's scale and bias); MATMUL: the product's A and B (a QKV sibling's
+ * inputs are not read at all; the bias, gemm's C, is f32). */
+static bool reads_f16(Rule r, const Node *h, const Node *m, int k) {
+    if (r == R_MATMUL)
+        return m == h ? k < 2 : m->op == OP_MATMUL;
+    if (r != R_ANY)
+        return false;
     switch (m->op) {
     case OP_LAYER_NORM: case OP_RMS_NORM: case OP_INSTANCE_NORM: case OP_GROUP_NORM:
     case OP_SOFTMAX: case OP_LOG_SOFTMAX:
@@ -189,14 +195,15 @@ static void store_f16(Node **members, int nm) {
         }
 }
 
-/* The matmul group of h: operands f16, bias f32, results f16. */
-static void product_f16(Pass *p, Node *h, Node **members, int nm) {
+/* A product's A and B as f16: f32 weights converted, f32 activations
+ * cast; under --weights another format (or 8-bit codes) B stays f32, for
+ * quantize.c to encode. */
+static void product_operands(Pass *p, Node *h) {
     for (int k = 0; k < 2; k++) {
         Tensor *t = h->inputs[k];
         if (t->dtype != KILN_DTYPE_F32)
             continue;
         if (t->kind == T_WEIGHT && t->data) {
-            /* left for quantize.c: another --weights format, 8-bit codes */
             bool encoded = k == 1 && t->rank == 2 &&
                            (p->opt->weights_format != WF_F32 || t->quant.codes);
             if (!encoded)
@@ -205,25 +212,6 @@ static void product_f16(Pass *p, Node *h, Node **members, int nm) {
             replace_input(h, k, cast_to(p, t, KILN_DTYPE_F16));
         }
     }
-    for (int k = 2; k < h->ninputs; k++) /* gemm's C, added as the bias */
-        if (h->inputs[k]->dtype == KILN_DTYPE_F16)
-            replace_input(h, k, cast_to(p, h->inputs[k], KILN_DTYPE_F32));
-    /* the epilogue's bias (QKV siblings are not read: the head's B holds
-     * their weights) */
-    for (int j = 0; j < nm; j++)
-        for (int k = 0; k < members[j]->ninputs && members[j] != h &&
-                        members[j]->op != OP_MATMUL; k++) {
-            Tensor *t = members[j]->inputs[k];
-            if (t->dtype == KILN_DTYPE_F16 && !made_inside(t, h))
-                replace_input(members[j], k, cast_to(p, t, KILN_DTYPE_F32));
-        }
-    /* The product's results share one dtype (a QKV split writes three),
-     * f32 when one of them is the model's. */
-    bool any_pinned = false;
-    for (int j = 0; j < nm; j++)
-        any_pinned |= pinned(members[j]->outputs[0]);
-    if (!any_pinned)
-        store_f16(members, nm);
 }
 
 /* A copy's group: f16 data stays f16 unless the copy writes a model
@@ -250,16 +238,25 @@ static void copy_group(Pass *p, Node *h) {
             h->outputs[k]->dtype = KILN_DTYPE_F16;
 }
 
-/* Every f16 input from outside the group cast to f32 (any: but those its
- * kernel reads in either dtype). */
-static void cast_inputs(Pass *p, Node *h, Node **members, int nm, bool any) {
+/* Every f16 input from outside the group that its kernel reads as f32
+ * (reads_f16) cast to f32. */
+static void cast_inputs(Pass *p, Rule r, Node *h, Node **members, int nm) {
     for (int j = 0; j < nm; j++)
         for (int k = 0; k < members[j]->ninputs; k++) {
             Tensor *t = members[j]->inputs[k];
             if (t->dtype == KILN_DTYPE_F16 && !made_inside(t, h) &&
-                !(any && typed_input(members[j], k)))
+                !reads_f16(r, h, members[j], k))
                 replace_input(members[j], k, cast_to(p, t, KILN_DTYPE_F32));
         }
+}
+
+/* Whether a result of the group is the model's: a product's results share
+ * one dtype (a QKV split writes three), f32 when one of them is. */
+static bool any_pinned(Node **members, int nm) {
+    for (int j = 0; j < nm; j++)
+        if (pinned(members[j]->outputs[0]))
+            return true;
+    return false;
 }
 
 void apply_precision(Graph *g, const Options *opt) {
@@ -276,32 +273,24 @@ void apply_precision(Graph *g, const Options *opt) {
     int nnodes = g->nodes.len;
     Node **nodes = xcalloc((size_t)nnodes + 1, sizeof *nodes);
     memcpy(nodes, g->nodes.data, sizeof *nodes * (size_t)nnodes);
-    /* The members of each group, by its head's index. */
-    int *head = xcalloc((size_t)nnodes + 1, sizeof *head);
     Node **members = xcalloc((size_t)nnodes + 1, sizeof *members);
-    for (int i = 0; i < nnodes; i++) {
-        Node *h = head_of(nodes[i]);
-        head[i] = -1;
-        for (int j = 0; j < nnodes && head[i] < 0; j++)
-            if (nodes[j] == h)
-                head[i] = j;
-    }
     for (int i = 0; i < nnodes; i++) {
         Node *n = nodes[i];
         if (!n->dead && !n->fused_into) {
             int nm = 0;
             for (int j = 0; j < nnodes; j++)
-                if (head[j] == i && !nodes[j]->dead)
+                if (!nodes[j]->dead && head_of(nodes[j]) == n)
                     members[nm++] = nodes[j];
             /* casts go before the head, whose dispatch reads them */
             Rule r = kept(&p, members, nm) ? R_F32 : op_rule(n->op);
-            if (r == R_SAME)
+            if (r == R_SAME) {
                 copy_group(&p, n);
-            else if (r == R_MATMUL)
-                product_f16(&p, n, members, nm);
-            else
-                cast_inputs(&p, n, members, nm, r == R_ANY);
-            if (r == R_ANY)
+            } else {
+                if (r == R_MATMUL)
+                    product_operands(&p, n);
+                cast_inputs(&p, r, n, members, nm);
+            }
+            if (r == R_ANY || (r == R_MATMUL && !any_pinned(members, nm)))
                 store_f16(members, nm);
         }
         vec_push(&p.order, n);
@@ -313,6 +302,5 @@ void apply_precision(Graph *g, const Options *opt) {
         fprintf(stderr, "kiln: --precision f16: %d casts, %d weights converted to f16\n",
                 p.ncasts, p.nweights);
     xfree(nodes);
-    xfree(head);
     xfree(members);
 }
