@@ -49,6 +49,7 @@ typedef struct MatmulShape {
         int64_t in[2], k[2], stride[2], pad[2], dil[2], out_w;
         int64_t images, positions, in_img;
     } conv;
+    const Tensor *res; /* a convolution's residual (HAS_RES), f32 or f16 */
 } MatmulShape;
 
 /* t when its size follows the dynamic dimensions, else NULL. */

@@ -21,6 +21,12 @@ static void define_spatial(Dispatch *d, const char *name, int nsp, const int64_t
     define_str(d, name, s.buf);
 }
 
+/* Whether t is stored as f32 or f16 (--precision f16), the two that the
+ * convolution kernels read and write. */
+static bool float_storage(const Tensor *t) {
+    return t->dtype == KILN_DTYPE_F32 || t->dtype == KILN_DTYPE_F16;
+}
+
 /* Invocations a convolution's channel split aims at (lower_conv). */
 #define CONV_SPLIT_TARGET 65536
 
@@ -36,8 +42,9 @@ static Tensor *conv_residual(Node *n) {
  * strides and no padding reads each image's input as a plain [C, H * W]
  * matrix. Several images are one product, [OC, images * OH * OW]
  * (MatmulShape's conv.images); bias, residual and activation its
- * epilogue. For f32 convolutions of one group, 1 or 2 spatial axes and
- * fixed shapes, with more output channels than matvec.comp would take
+ * epilogue. f16 weights (--precision f16) take the matrix units where the
+ * device has them (coopmat.comp, the input gathered as halves). For
+ * convolutions of one group, 1 or 2 spatial axes and fixed shapes, with more output channels than matvec.comp would take
  * (matmul_dispatch) and more than 16 output positions; others stay on
  * conv.comp, whose split channels serve the products of few positions
  * better (on an H200, MobileNetV3's squeeze-and-excitation convolutions,
@@ -46,8 +53,7 @@ static bool conv_product(Program *p, Node *n, Tensor *x, Tensor *w, Tensor *y,
                          const Window *win, const char *act) {
     int nsp = x->rank - 2;
     if (n->op != OP_CONV || attr_int(n, "group") != 1 || nsp < 1 || nsp > 2 ||
-        x->dtype != KILN_DTYPE_F32 || w->dtype != KILN_DTYPE_F32 ||
-        y->dtype != KILN_DTYPE_F32 || x->dynamic || y->dynamic ||
+        !float_storage(x) || !float_storage(w) || !float_storage(y) || x->dynamic || y->dynamic ||
         w->shape[0] <= 16 || tensor_count(y) / (y->shape[0] * y->shape[1]) <= 16 ||
         getenv("KILN_DIRECT_CONV"))
         return false;
@@ -92,6 +98,8 @@ static bool conv_product(Program *p, Node *n, Tensor *x, Tensor *w, Tensor *y,
     s.ops[0] = (Operand){y, {0}, 0, false, {0, {0}}};
     s.ops[1] = (Operand){w, {0}, 0, false, {0, {0}}};
     s.ops[2] = (Operand){x, {0}, 0, false, {0, {0}}};
+    if (n->epi_res)
+        s.res = conv_residual(n);
     for (Dispatch *d = matmul_dispatch(p, n, &s); d; d = d->variant) {
         define_str(d, "ACT(x)", act);
         Tensor *bias = n->ninputs > 2 ? n->inputs[2] : NULL;
@@ -129,6 +137,13 @@ void lower_conv(Program *p, Node *n) {
     Dispatch *d = new_dispatch(p, n, "conv");
     d->local_size = 64;
     define_int(d, "WG", d->local_size);
+    bool need[3] = {false, false, false};
+    define_storage(p, d, need, "Y", y, true);
+    define_storage(p, d, need, "X", x, false);
+    define_storage(p, d, need, "W", w, false);
+    if (n->epi_res)
+        define_storage(p, d, need, "RES", conv_residual(n), false);
+    define_needs(d, need);
     define_int(d, "N", x->shape[0]);
     define_int(d, "C", x->shape[1]);
     define_int(d, "OC", y->shape[1]);
@@ -180,6 +195,9 @@ void lower_pool(Program *p, Node *n) {
     Dispatch *d = new_dispatch(p, n, "pool");
     d->local_size = 64;
     define_int(d, "WG", d->local_size);
+    bool need[3] = {false, false, false};
+    define_storage(p, d, need, "Y", y, true);
+    define_storage(p, d, need, "X", x, false);
     define_int(d, "NC", x->shape[0] * x->shape[1]);
     define_spatial(d, "IN_SP", nsp, x->shape + 2, 1);
     define_spatial(d, "OUT_SP", nsp, y->shape + 2, 1);
@@ -193,10 +211,10 @@ void lower_pool(Program *p, Node *n) {
     bool indices = n->noutputs == 2;
     define_int(d, "INDICES", indices);
     if (indices) {
-        define_int(d, "NEED_I64", 1);
-        p->features |= KILN_FEATURE_INT64;
+        need_dtype(p, need, KILN_DTYPE_I64);
         define_int(d, "COLUMN_MAJOR", attr_int(n, "storage_order") != 0);
     }
+    define_needs(d, need);
     dispatch_arg(d, y, true);
     dispatch_arg(d, x, false);
     if (indices)

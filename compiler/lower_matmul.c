@@ -107,12 +107,47 @@ static void define_product(Dispatch *d, const MatmulShape *s) {
     define_list(d, "B_BSTRIDES", s->brank, s->ops[2].strides);
 }
 
+/* A convolution's defines (product.glsl): its im2col matrix (CONV) and
+ * images (CIMG; C_IMG where the kernel writes C, not a split's partial
+ * products). */
+static void define_conv(Dispatch *d, const MatmulShape *s, bool partial) {
+    if (s->conv.in[0]) {
+        define_int(d, "CONV", 1);
+        define_int(d, "CIH", s->conv.in[0]);
+        define_int(d, "CIW", s->conv.in[1]);
+        define_int(d, "CKH", s->conv.k[0]);
+        define_int(d, "CKW", s->conv.k[1]);
+        define_int(d, "CSH", s->conv.stride[0]);
+        define_int(d, "CSW", s->conv.stride[1]);
+        define_int(d, "CPH", s->conv.pad[0]);
+        define_int(d, "CPW", s->conv.pad[1]);
+        define_int(d, "CDH", s->conv.dil[0]);
+        define_int(d, "CDW", s->conv.dil[1]);
+        define_int(d, "COW", s->conv.out_w);
+    }
+    if (s->conv.images) {
+        define_int(d, "CIMG", s->conv.positions);
+        define_int(d, "CIN_IMG", s->conv.in_img);
+        if (!partial) /* else splitk.comp writes C */
+            define_int(d, "C_IMG", s->conv.positions);
+    }
+}
+
+/* The residual's type (RES_F16) and the storage features it needs. */
+static void define_res_type(Program *p, Dispatch *d, bool *need, const MatmulShape *s) {
+    if (!s->res)
+        return;
+    need_dtype(p, need, s->res->dtype);
+    define_int(d, "RES_F16", s->res->dtype == KILN_DTYPE_F16);
+}
+
 /* The defines of a matmul kernel's operand types: f16 A and C through
  * 16-bit storage (B's f16 is weights.glsl's format, packed halves). */
 static void define_operand_types(Program *p, Dispatch *d, const MatmulShape *s) {
     bool need[3] = {false, false, false};
     need_dtype(p, need, s->ops[0].t->dtype);
     need_dtype(p, need, s->ops[1].t->dtype);
+    define_res_type(p, d, need, s);
     define_needs(d, need);
     define_int(d, "A_F16", s->ops[1].t->dtype == KILN_DTYPE_F16);
     define_int(d, "C_F16", s->ops[0].t->dtype == KILN_DTYPE_F16);
@@ -196,11 +231,15 @@ static Dispatch *matvec_k_kernel(Program *p, Node *n, const MatmulShape *s, int6
 static Dispatch *splitk_sum(Program *p, Node *n, const MatmulShape *s, Tensor *partial,
                             int64_t splits);
 
-/* coopmat.comp for s, when it applies: f16 operands (B as given, not
- * re-encoded), more rows than matvec takes, fixed shapes, and every vector
- * of eight halves it moves whole and 16-byte aligned (rows of A and B
- * contiguous; K, N and all row and batch strides multiples of 8). The
- * dispatch needs KILN_FEATURE_COOPMAT; NULL when it does not apply. Tiles
+/* coopmat.comp for s, when it applies: an f16 A (its rows contiguous), B
+ * f16 as given (not re-encoded; its rows contiguous along N) or a
+ * convolution's input (f16 or f32), more rows than matvec takes, fixed
+ * shapes. Operands in whole 16-byte-aligned vectors of eight halves (K, N
+ * and every row and batch stride multiples of 8; a 1 x 1 convolution's
+ * images of a multiple of 8 positions) load as vectors; others, and every
+ * convolution's windows, are gathered element by element (A_GATHER,
+ * B_GATHER). The dispatch needs KILN_FEATURE_COOPMAT; NULL when it does
+ * not apply. Tiles
  * (measured on an H200, bench/): 128 x 256 of 8 subgroups (64 x 64 each)
  * when they leave 128 workgroups, else 128 x 128 of 4 when those leave 64,
  * else 64 x 64 of 4. A product of one batch whose tiles leave fewer than
@@ -212,13 +251,18 @@ static Dispatch *splitk_sum(Program *p, Node *n, const MatmulShape *s, Tensor *p
 #define COOPMAT_GROUPS 264 /* two workgroups per multiprocessor of an H200 */
 static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
     const Tensor *c = s->ops[0].t, *a = s->ops[1].t, *b = s->ops[2].t;
-    if (a->dtype != KILN_DTYPE_F16 || b->dtype != KILN_DTYPE_F16 || n->wq || s->dyn ||
-        s->M <= MATVEC_MAX_M || s->a_sk != 1 || s->a_sm % 8 || s->K % 8 || s->N % 8 ||
-        s->b_sn != 1 || s->b_sk % 8 ||
-        !all_multiples(s->brank, s->ops[0].strides, 8) ||
-        !all_multiples(s->brank, s->ops[1].strides, 8) ||
-        !all_multiples(s->brank, s->ops[2].strides, 8))
+    bool conv = n->op == OP_CONV;
+    if (a->dtype != KILN_DTYPE_F16 || n->wq || s->dyn || s->M <= MATVEC_MAX_M ||
+        s->a_sk != 1 || (b->dtype != KILN_DTYPE_F16 && !conv) || (s->b_sn != 1 && !conv))
         return NULL;
+    bool a_vec = s->a_sm % 8 == 0 && s->K % 8 == 0 &&
+                 all_multiples(s->brank, s->ops[1].strides, 8);
+    bool b_vec = !s->conv.in[0] && b->dtype == KILN_DTYPE_F16 && s->b_sn == 1 &&
+                 s->b_sk % 8 == 0 && s->N % 8 == 0 &&
+                 all_multiples(s->brank, s->ops[2].strides, 8) &&
+                 (!s->conv.images || (s->conv.positions % 8 == 0 && s->conv.in_img % 8 == 0));
+    bool c_aligned = s->N % 8 == 0 && all_multiples(s->brank, s->ops[0].strides, 8) &&
+                     !s->conv.images;
     int64_t bm = 128, bn = 256, wm = 2, wn = 4, bk = 32;
     if (groups_for(s->M, 128) * groups_for(s->N, 256) * s->batch < 128) {
         bn = 128;
@@ -256,10 +300,21 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
     define_product(d, s);
     bool need[3] = {false, false, false};
     need_dtype(p, need, partial ? KILN_DTYPE_F32 : c->dtype);
+    define_res_type(p, d, need, s);
+    need_dtype(p, need, KILN_DTYPE_F16); /* a gathered A or B (F16R) */
     define_needs(d, need);
     define_int(d, "C_F16", !partial && c->dtype == KILN_DTYPE_F16);
-    define_int(d, "EPILOGUE", !partial && (n->epi_bias || n->epi_act || n->nsiblings ||
-                                            n->op == OP_GEMM));
+    bool epilogue = !partial && (n->epi_bias || n->epi_act || n->nsiblings ||
+                                 n->op == OP_GEMM || conv);
+    define_int(d, "EPILOGUE", epilogue);
+    define_int(d, "C_DIRECT", !epilogue && (partial ? s->N % 8 == 0 : c_aligned));
+    if (!a_vec)
+        define_int(d, "A_GATHER", 1);
+    if (!b_vec) {
+        define_int(d, "B_GATHER", 1);
+        define_int(d, "B_F32", b->dtype == KILN_DTYPE_F32);
+    }
+    define_conv(d, s, partial != NULL);
     if (partial) {
         define_int(d, "KCHUNK", kchunk);
         define_int(d, "SPLITS", splits);
@@ -459,26 +514,7 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
             define_int(d, "A_SCALAR", 1);
         if (vec4 && !b4)
             define_int(d, "B_SCALAR", 1);
-        if (s->conv.in[0]) {
-            define_int(d, "CONV", 1);
-            define_int(d, "CIH", s->conv.in[0]);
-            define_int(d, "CIW", s->conv.in[1]);
-            define_int(d, "CKH", s->conv.k[0]);
-            define_int(d, "CKW", s->conv.k[1]);
-            define_int(d, "CSH", s->conv.stride[0]);
-            define_int(d, "CSW", s->conv.stride[1]);
-            define_int(d, "CPH", s->conv.pad[0]);
-            define_int(d, "CPW", s->conv.pad[1]);
-            define_int(d, "CDH", s->conv.dil[0]);
-            define_int(d, "CDW", s->conv.dil[1]);
-            define_int(d, "COW", s->conv.out_w);
-        }
-        if (s->conv.images) {
-            define_int(d, "CIMG", s->conv.positions);
-            define_int(d, "CIN_IMG", s->conv.in_img);
-            if (!kchunk) /* else splitk.comp writes C */
-                define_int(d, "C_IMG", s->conv.positions);
-        }
+        define_conv(d, s, kchunk != 0);
         if (kchunk) {
             define_int(d, "SPLITK", splits);
             define_int(d, "KCHUNK", kchunk);
@@ -602,6 +638,7 @@ static Dispatch *splitk_sum(Program *p, Node *n, const MatmulShape *s, Tensor *p
     define_int(r, "SPLITK", splits);
     bool need[3] = {false, false, false};
     need_dtype(p, need, s->ops[0].t->dtype);
+    define_res_type(p, r, need, s);
     define_needs(r, need);
     define_int(r, "C_F16", s->ops[0].t->dtype == KILN_DTYPE_F16);
     if (s->conv.images)

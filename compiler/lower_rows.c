@@ -191,10 +191,13 @@ void lower_reduce(Program *p, Node *n) {
     define_str(d, "KIND", reduce_kinds[n->op]);
     define_int(d, "ARG", arg);
     define_int(d, "LAST_INDEX", arg && attr_int(n, "select_last_index"));
-    if (arg) {
-        define_int(d, "NEED_I64", 1);
-        p->features |= KILN_FEATURE_INT64;
-    }
+    bool need[3] = {false, false, false};
+    if (arg)
+        need_dtype(p, need, KILN_DTYPE_I64);
+    else
+        define_storage(p, d, need, "Y", out, true);
+    define_storage(p, d, need, "X", x, false);
+    define_needs(d, need);
     dispatch_arg(d, out, true);
     dispatch_arg(d, x, false);
     d->groups[0] = groups_for(rows, 1);

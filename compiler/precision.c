@@ -8,8 +8,11 @@
  *
  *   ANY   elementwise ops (eltwise.comp converts each operand on load and
  *         the result on store), norms and softmax (their data, residual,
- *         result and sum in either dtype; scale and bias f32): those
- *         operands as they are, every f32 result f16;
+ *         result and sum in either dtype; scale and bias f32), pooling and
+ *         the reductions whose result stays in its input's range (mean,
+ *         max, min; argmax and argmin, whose result is i64): those operands
+ *         as they are, every f32 result f16. Sums, products and norms of
+ *         many elements stay f32 (their results can leave f16's range);
  *   SAME  layout and indexing ops (copies): the result takes the dtype of
  *         the data it moves; f16 data makes it f16;
  *   MATMUL  matmul and gemm: both operands f16 (f32 activations cast, f32
@@ -17,6 +20,11 @@
  *         f32 and stored f16; an epilogue's bias (gemm's C) is read as
  *         f32. Under --weights another format, B stays for quantize.c to
  *         encode and only A is f16;
+ *   CONV  convolutions (and their transposes): input, weights and a
+ *         fused residual in either dtype (the kernels convert on load; f32
+ *         weights converted here), the bias f32, arithmetic f32, the
+ *         result f16; where the device has cooperative matrices the
+ *         products take the matrix units with the input gathered as halves;
  *   F32   everything else, and every group named by --keep-f32: f16
  *         operands are cast to f32 first, results stay f32 (those kernels
  *         compute and store f32).
@@ -32,7 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum Rule { R_F32, R_ANY, R_SAME, R_MATMUL } Rule;
+typedef enum Rule { R_F32, R_ANY, R_SAME, R_MATMUL, R_CONV } Rule;
 
 /* The rule of an op run as a group's head. */
 static Rule op_rule(OpKind op) {
@@ -44,9 +52,14 @@ static Rule op_rule(OpKind op) {
         return R_SAME;
     case OP_MATMUL: case OP_GEMM:
         return R_MATMUL;
+    case OP_CONV: case OP_CONV_TRANSPOSE:
+        return R_CONV;
     case OP_LAYER_NORM: case OP_RMS_NORM: case OP_RESIDUAL_LAYER_NORM:
     case OP_RESIDUAL_RMS_NORM: case OP_INSTANCE_NORM: case OP_GROUP_NORM:
     case OP_SOFTMAX: case OP_LOG_SOFTMAX:
+    case OP_MAX_POOL: case OP_AVG_POOL: case OP_GLOBAL_AVG_POOL: case OP_GLOBAL_MAX_POOL:
+    case OP_REDUCE_MEAN: case OP_REDUCE_MAX: case OP_REDUCE_MIN: case OP_ARGMAX:
+    case OP_ARGMIN:
         return R_ANY;
     default:
         return op_info[op].expr ? R_ANY : R_F32;
@@ -61,6 +74,8 @@ static Rule op_rule(OpKind op) {
 static bool reads_f16(Rule r, const Node *h, const Node *m, int k) {
     if (r == R_MATMUL)
         return m == h ? k < 2 : m->op == OP_MATMUL;
+    if (r == R_CONV)
+        return m == h ? k < 2 : m == h->epi_res;
     if (r != R_ANY)
         return false;
     switch (m->op) {
@@ -214,6 +229,13 @@ static void product_operands(Pass *p, Node *h) {
     }
 }
 
+/* A convolution's f32 weights as f16 (its input is read as it is). */
+static void conv_weights(Pass *p, Node *h) {
+    Tensor *w = h->inputs[1];
+    if (w->dtype == KILN_DTYPE_F32 && w->kind == T_WEIGHT && w->data)
+        replace_input(h, 1, half_weight(p, w));
+}
+
 /* A copy's group: f16 data stays f16 unless the copy writes a model
  * tensor or mixes f16 with f32 (concat): then the f16 data is cast. */
 static void copy_group(Pass *p, Node *h) {
@@ -288,9 +310,11 @@ void apply_precision(Graph *g, const Options *opt) {
             } else {
                 if (r == R_MATMUL)
                     product_operands(&p, n);
+                if (r == R_CONV)
+                    conv_weights(&p, n);
                 cast_inputs(&p, r, n, members, nm);
             }
-            if (r == R_ANY || (r == R_MATMUL && !any_pinned(members, nm)))
+            if (r == R_ANY || ((r == R_MATMUL || r == R_CONV) && !any_pinned(members, nm)))
                 store_f16(members, nm);
         }
         vec_push(&p.order, n);

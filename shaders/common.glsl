@@ -78,6 +78,16 @@ KILN_BUFFER(I8, int8_t, 1)
 #define KILN_SPLIT_OUTPUTS(T)
 #endif
 
+// A product kernel's residual (a convolution's skip connection, HAS_RES),
+// read as f16 where RES_F16 (declared after the split outputs).
+#if defined(HAS_RES) && HAS_RES && defined(RES_F16) && RES_F16
+#define KILN_RES_ARG F16R res;
+#elif defined(HAS_RES) && HAS_RES
+#define KILN_RES_ARG F32R res;
+#else
+#define KILN_RES_ARG
+#endif
+
 const float KILN_PI = 3.14159265358979323846;
 
 float kiln_sigmoid(float x) { return 1.0 / (1.0 + exp(-x)); }

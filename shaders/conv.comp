@@ -8,7 +8,8 @@
 // for a transpose (TRANSPOSED 1), where output position o takes input
 // position i with o = i * stride - pad + k * dil. HAS_BIAS adds bias[oc],
 // HAS_RES the element of res (a skip connection, y's shape); ACT(x) is an
-// activation expression, last.
+// activation expression, last. X, W, Y and RES are f32 or f16 (X_BUF, W_BUF,
+// Y_BUF and Y_T, RES_BUF), the arithmetic f32; the bias f32.
 //
 // SPLIT invocations (a power of two dividing WG) share each output element:
 // invocation j of them sums the input channels j, j + SPLIT, ... of its
@@ -21,12 +22,16 @@
 
 layout(local_size_x = WG) in;
 
+#ifndef RES_BUF
+#define RES_BUF F32R
+#endif
+
 layout(push_constant) uniform Args {
-    F32 y;
-    F32R x;
-    F32R w;
+    Y_BUF y;
+    X_BUF x;
+    W_BUF w;
     F32R bias;
-    F32R res;
+    RES_BUF res;
     KILN_DIMS
 } args;
 
@@ -79,7 +84,7 @@ float conv_sum(uint o, uint first) {
                 xi = xi * IN_[d] + uint(max(i, 0));
             }
             if (ok)
-                acc += args.x.v[xbase + xi] * args.w.v[wbase + kk];
+                acc += float(args.x.v[xbase + xi]) * float(args.w.v[wbase + kk]);
         }
     }
     return acc;
@@ -90,9 +95,9 @@ void finish(uint o, float acc) {
     acc += args.bias.v[(o / OUT_VOL) % OC];
 #endif
 #if HAS_RES
-    acc += args.res.v[o];
+    acc += float(args.res.v[o]);
 #endif
-    args.y.v[o] = ACT(acc);
+    args.y.v[o] = Y_T(ACT(acc));
 }
 
 #if SPLIT > 1

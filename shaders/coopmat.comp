@@ -3,7 +3,9 @@
 // matrix units, through cooperative matrices (VK_NV_cooperative_matrix:
 // 16 x 16 x 16 fragments of f16 with an f32 accumulator, subgroups of 32).
 // Only recorded for devices that have them (KILN_FEATURE_COOPMAT); the
-// runtime runs matmul.comp instead elsewhere.
+// runtime runs matmul.comp instead elsewhere. Products, gemm and
+// convolutions (implicit GEMM: A the weights, B the input's im2col matrix,
+// gathered as the tiles load).
 //
 // A workgroup of WM x WN subgroups computes a BM x BN tile of C, each
 // subgroup a (BM / WM) x (BN / WN) block of FM x FN fragments. K goes in
@@ -12,14 +14,26 @@
 // eight halves, rows padded by one vector against bank conflicts; the next
 // step's vectors are loaded into registers while this step's fragments
 // multiply. Tiles wholly inside C are stored straight from the fragments;
-// edge tiles go through a per-subgroup 16 x 16 staging area, element by
-// element with bounds checks.
+// edge tiles (and every tile without C_DIRECT) go through a per-subgroup
+// 16 x 16 staging area, element by element with bounds checks.
 //
 // Defines: M, N, K; A_SM and B_SK (row strides; A_SK and B_SN are 1),
 // batches as in matmul.comp (BATCH, BRANK, BSHAPE,
-// C_BSTRIDES, A_BSTRIDES, B_BSTRIDES); C_F16 when C is f16. The compiler
-// guarantees K, N, the row strides and batch strides are multiples of 8
-// (every vector is whole and 16-byte aligned).
+// C_BSTRIDES, A_BSTRIDES, B_BSTRIDES); C_F16 when C is f16. Without
+// A_GATHER and B_GATHER the compiler guarantees K, N, the row strides and
+// batch strides are multiples of 8 (every vector is whole and 16-byte
+// aligned).
+//
+// A_GATHER (A's rows not in whole aligned vectors: K or A_SM not a multiple
+// of 8, a convolution's stem of K 147) and B_GATHER (B not in whole aligned
+// vectors along N, or a convolution's input: CONV and CIMG as in
+// product.glsl) load their tiles one element at a time, eight to a vector,
+// and store them into shared memory as the vector loads do; a gathered B is
+// f32 where B_F32 (converted to f16 as loaded). A convolution's B in
+// vectors: a 1 x 1 kernel's images (CIMG) of a multiple of 8 positions.
+// C_DIRECT: tiles wholly inside C are stored straight from the fragments
+// (no epilogue, C aligned); otherwise every tile goes through the staging
+// area.
 //
 // EPILOGUE 1 (a fused bias, activation or QKV split: product.glsl's
 // store_c): every tile goes through the staging area, and store_c writes
@@ -51,16 +65,37 @@ layout(local_size_x = NT) in;
 #define C_T float
 #endif
 
+#ifndef A_GATHER
+#define A_GATHER 0
+#endif
+#ifndef B_GATHER
+#define B_GATHER 0
+#endif
+#if A_GATHER
+#define A_ARG F16R
+#else
+#define A_ARG U4R
+#endif
+#if !B_GATHER
+#define B_ARG U4R
+#elif B_F32
+#define B_ARG F32R
+#else
+#define B_ARG F16R
+#endif
+
 layout(push_constant) uniform Args {
     C_BUF c;
-    U4R a;
-    U4R b;
+    A_ARG a;
+    B_ARG b;
     F32R bias;
     F32R bscale_; // matmul.comp's slots, unused here
     U32R bzero_;
     KILN_SPLIT_OUTPUTS(C_BUF) // QKV split (common.glsl)
+    KILN_RES_ARG
 } args;
 
+#define CONV_B(i) args.b.v[i]
 #include "product.glsl"
 #define TILES_M ((M + BM - 1) / BM)
 #define TILES_N ((N + BN - 1) / BN)
@@ -80,17 +115,47 @@ shared float Cs[WM * WN][256];
 uvec4 ra[LA], rb[LB];
 uint k_end = K; // the end of this workgroup's K (its chunk's, with KCHUNK)
 
+// Eight floats as a vector of eight halves.
+uvec4 pack8(const float h[8]) {
+    return uvec4(packHalf2x16(vec2(h[0], h[1])), packHalf2x16(vec2(h[2], h[3])),
+                 packHalf2x16(vec2(h[4], h[5])), packHalf2x16(vec2(h[6], h[7])));
+}
+
+// B's element (gk, gn) of the batch at cb, gathered.
+float b_at(uint cb, uint gk, uint gn) {
+#if CONV
+    return conv_at(conv_col(cb, gn), gk);
+#else
+    return float(args.b.v[B_INDEX(cb, gk, gn)]);
+#endif
+}
+
 // The vectors of step k0 from memory into ra and rb (zeros outside).
 void load_tiles(uint ca, uint cb, uint m0, uint n0, uint k0, uint tid) {
     [[unroll]] for (uint i = 0; i < LA; ++i) {
         const uint e = tid + i * NT, row = e / (BK / 8), v = e % (BK / 8);
         const uint gm = m0 + row, gk = k0 + v * 8;
+#if A_GATHER
+        float h[8];
+        [[unroll]] for (uint j = 0; j < 8; ++j)
+            h[j] = e < A_VECS && gm < M && gk + j < k_end
+                       ? float(args.a.v[ca + gm * A_SM + gk + j]) : 0.0;
+        ra[i] = pack8(h);
+#else
         ra[i] = e < A_VECS && gm < M && gk < k_end ? args.a.v[(ca + gm * A_SM + gk) / 8] : uvec4(0);
+#endif
     }
     [[unroll]] for (uint i = 0; i < LB; ++i) {
         const uint e = tid + i * NT, row = e / B_ROWVECS, v = e % B_ROWVECS;
         const uint gk = k0 + row, gn = n0 + v * 8;
-        rb[i] = e < B_VECS && gk < k_end && gn < N ? args.b.v[(cb + gk * B_SK + gn) / 8] : uvec4(0);
+#if B_GATHER
+        float h[8];
+        [[unroll]] for (uint j = 0; j < 8; ++j)
+            h[j] = e < B_VECS && gk < k_end && gn + j < N ? b_at(cb, gk, gn + j) : 0.0;
+        rb[i] = pack8(h);
+#else
+        rb[i] = e < B_VECS && gk < k_end && gn < N ? args.b.v[B_INDEX(cb, gk, gn) / 8] : uvec4(0);
+#endif
     }
 }
 
@@ -148,7 +213,7 @@ void main() {
                     }
                     barrier();
                 }
-                const bool whole = EPILOGUE == 0 && m0 + BM <= M && n0 + BN <= N;
+                const bool whole = C_DIRECT != 0 && m0 + BM <= M && n0 + BN <= N;
                 [[unroll]] for (uint i = 0; i < FM; ++i) {
                     [[unroll]] for (uint j = 0; j < FN; ++j) {
                         const uint r0 = m0 + wm * TM + i * 16, c0 = n0 + wn * TN + j * 16;

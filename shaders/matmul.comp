@@ -95,9 +95,7 @@ layout(push_constant) uniform Args {
     F32R bscale; // quantized B only (weights.glsl)
     U32R bzero;
     KILN_SPLIT_OUTPUTS(C_BUF) // QKV split (common.glsl)
-#if HAS_RES
-    F32R res;
-#endif
+    KILN_RES_ARG
     KILN_DIMS
 } args;
 
@@ -109,6 +107,7 @@ layout(push_constant) uniform Args {
 #define KCHUNK ((K + BK - 1) / BK * BK)
 #endif
 
+#define CONV_B(i) LOAD_B(i, 0u, 0u) // a convolution's input: f32 or f16 (W_FORMAT 1)
 #include "product.glsl"
 #define TILES_M ((uint(M) + BM - 1) / BM) // M may follow the dynamic dims
 #define TILES_N ((N + BN - 1) / BN)
@@ -127,38 +126,8 @@ void batch_split(uint z, out uint ca, out uint cb, out uint cc, out uint k0) {
 }
 
 #if CONV
-// Column gn of the convolution's im2col matrix (an output position), its
-// input at cb: where its window starts in the input, and its image's
-// offset.
-struct ConvCol {
-    int ih, iw;
-    uint base;
-};
-ConvCol conv_col(uint cb, uint gn) {
-    ConvCol c;
-#ifdef CIMG
-    cb += gn / CIMG * CIN_IMG;
-    gn %= CIMG;
-#endif
-    c.base = cb;
-    c.ih = int(gn / COW * CSH) - CPH;
-    c.iw = int(gn % COW * CSW) - CPW;
-    return c;
-}
-
-// Element gk of column c (0 in the padding).
-float conv_at(ConvCol c, uint gk) {
-    const uint ci = gk / (CKH * CKW), kh = gk / CKW % CKH, kw = gk % CKW;
-    const uint ih = uint(c.ih + int(kh * CDH)), iw = uint(c.iw + int(kw * CDW));
-    return ih < CIH && iw < CIW ? args.b.v[c.base + (ci * CIH + ih) * CIW + iw] : 0.0;
-}
 #define LOAD_B_AT(cb, gk, gn) conv_at(conv_col(cb, gn), gk)
 #else
-#ifdef CIMG // a 1 x 1 convolution's images: B_SK = CIMG, B_SN = 1
-#define B_INDEX(cb, gk, gn) ((cb) + (gn) / CIMG * CIN_IMG + (gk) * B_SK + (gn) % CIMG)
-#else
-#define B_INDEX(cb, gk, gn) ((cb) + (gk) * B_SK + (gn) * B_SN)
-#endif
 #define LOAD_B_AT(cb, gk, gn) LOAD_B(B_INDEX(cb, gk, gn), gk, gn)
 #endif
 #define LOAD_A_AT(ca, gm, gk) float(args.a.v[ca + (gm) * A_SM + (gk) * A_SK])

@@ -7,14 +7,15 @@
 // (begin PAD, end PAD_END), 0 only those inside the input.
 // INDICES 1 (MAX 1): also each maximum's flat index into x (the first of
 // equal maxima), the spatial axes counted row-major or, COLUMN_MAJOR 1,
-// column-major (ONNX MaxPool's storage_order).
+// column-major (ONNX MaxPool's storage_order). X and Y f32 or f16 (X_BUF,
+// Y_BUF, Y_T), the arithmetic f32.
 #include "common.glsl"
 
 layout(local_size_x = WG) in;
 
 layout(push_constant) uniform Args {
-    F32 y;
-    F32R x;
+    Y_BUF y;
+    X_BUF x;
 #if INDICES
     I64 indices;
 #endif
@@ -62,7 +63,7 @@ void main() {
                                                         + kp[2 - d] * DIL_[2 - d], 0));
             }
             if (inside) {
-                float v = args.x.v[plane * IN_VOL + xi];
+                float v = float(args.x.v[plane * IN_VOL + xi]);
 #if MAX && INDICES
                 if (v > acc || count == 0u) {
                     acc = v;
@@ -81,12 +82,12 @@ void main() {
 #endif
         }
 #if MAX
-        args.y.v[o] = acc;
+        args.y.v[o] = Y_T(acc);
 #if INDICES
         args.indices.v[o] = int64_t(plane) * int64_t(IN_VOL) + int64_t(best);
 #endif
 #else
-        args.y.v[o] = count > 0 ? acc / float(count) : 0.0;
+        args.y.v[o] = Y_T(count > 0 ? acc / float(count) : 0.0);
 #endif
         if (COUNT - o <= step)
             break;

@@ -23,6 +23,45 @@ void kiln_batch_offsets(uint bz, out uint ca, out uint cb, out uint cc) {
     }
 }
 
+// B's element at (gk, gn) of the batch at cb (matmul.comp and coopmat.comp,
+// where they gather B one element at a time). CONV: B is the im2col matrix
+// of a 2-D convolution's input (NCHW, one group), element (k, p) x[ci, oh *
+// CSH - CPH + kh * CDH, ow * CSW - CPW + kw * CDW] (0 outside), k = (ci *
+// CKH + kh) * CKW + kw, p = oh * COW + ow, read through CONV_B(i), the
+// kernel's load of the input's element i. CIMG: images fold into N, CIMG
+// columns each, each image's input CIN_IMG elements after the last (a 1 x 1
+// convolution's plain B too: B_SK = CIMG, B_SN = 1).
+#if CONV
+// Column gn of the im2col matrix (an output position): where its window
+// starts in the input, and its image's offset.
+struct ConvCol {
+    int ih, iw;
+    uint base;
+};
+ConvCol conv_col(uint cb, uint gn) {
+    ConvCol c;
+#ifdef CIMG
+    cb += gn / CIMG * CIN_IMG;
+    gn %= CIMG;
+#endif
+    c.base = cb;
+    c.ih = int(gn / COW * CSH) - CPH;
+    c.iw = int(gn % COW * CSW) - CPW;
+    return c;
+}
+
+// Element gk of column c (0 in the padding).
+float conv_at(ConvCol c, uint gk) {
+    const uint ci = gk / (CKH * CKW), kh = gk / CKW % CKH, kw = gk % CKW;
+    const uint ih = uint(c.ih + int(kh * CDH)), iw = uint(c.iw + int(kw * CDW));
+    return ih < CIH && iw < CIW ? float(CONV_B(c.base + (ci * CIH + ih) * CIW + iw)) : 0.0;
+}
+#elif defined(CIMG)
+#define B_INDEX(cb, gk, gn) ((cb) + (gn) / CIMG * CIN_IMG + (gk) * B_SK + (gn) % CIMG)
+#else
+#define B_INDEX(cb, gk, gn) ((cb) + (gk) * B_SK + (gn) * B_SN)
+#endif
+
 #ifndef ALPHA
 #define ALPHA 1.0
 #endif
@@ -55,7 +94,7 @@ void store_c(uint cc, uint gm, uint gn, float acc) {
     const uint at = cc + gm * N + gn;
 #endif
 #if HAS_RES
-    v += args.res.v[at];
+    v += float(args.res.v[at]);
 #endif
 #ifdef C_IMG
     args.c.v[at] = C_T(ACT(v));

@@ -8,7 +8,8 @@
 // over its coordinates k in KSHAPE (KRANK kept dimensions); the LEN reduced
 // elements add sum(j_d * RSTRIDES[d]) over coordinates j in RSHAPE (RRANK
 // dimensions). One workgroup per output element; invocations stride over
-// the reduced elements and combine through shared memory.
+// the reduced elements and combine through shared memory. X and Y (but an
+// ARG's i64) f32 or f16 (X_BUF, Y_BUF, Y_T), the arithmetic f32.
 #include "common.glsl"
 
 layout(local_size_x = WG) in;
@@ -17,9 +18,9 @@ layout(push_constant) uniform Args {
 #if ARG
     I64 y;
 #else
-    F32 y;
+    Y_BUF y;
 #endif
-    F32R x;
+    X_BUF x;
     KILN_DIMS
 } args;
 
@@ -82,7 +83,7 @@ void main() {
         float bv = 0.0;
         uint bi = NONE;
         for (uint j = l; j < LEN; j += WG) {
-            float v = args.x.v[base + offset_of(j)];
+            float v = float(args.x.v[base + offset_of(j)]);
             if (better(v, j, bv, bi)) {
                 bv = v;
                 bi = j;
@@ -106,7 +107,7 @@ void main() {
 #if KIND == K_LOG_SUM_EXP
         float m = -1.0 / 0.0;
         for (uint j = l; j < LEN; j += WG)
-            m = max(m, args.x.v[base + offset_of(j)]);
+            m = max(m, float(args.x.v[base + offset_of(j)]));
         m = kiln_reduce_max(m);
         if (isinf(m))
             m = 0.0; // all -inf: log(0) = -inf below; +inf: stays inf
@@ -121,7 +122,7 @@ void main() {
         float acc = 0.0;
 #endif
         for (uint j = l; j < LEN; j += WG) {
-            float v = args.x.v[base + offset_of(j)];
+            float v = float(args.x.v[base + offset_of(j)]);
 #if KIND == K_MAX
             acc = max(acc, v);
 #elif KIND == K_MIN
@@ -155,7 +156,7 @@ void main() {
 #elif KIND == K_LOG_SUM_EXP
             acc = m + log(acc);
 #endif
-            args.y.v[r] = acc;
+            args.y.v[r] = Y_T(acc);
         }
 #endif
     }

@@ -26,9 +26,7 @@ layout(push_constant) uniform Args {
     F32R bscale;
     U32R bzero;
     KILN_SPLIT_OUTPUTS(C_BUF) // QKV split (common.glsl)
-#if HAS_RES
-    F32R res;
-#endif
+    KILN_RES_ARG
     KILN_DIMS
 } args;
 

@@ -7,8 +7,9 @@ from pathlib import Path
 import numpy as np
 
 import reference as ref
-from harness import (assert_close, build_model, check, check_defines, check_kernels,
-                     model_yaml, registry, run_model, run_program)
+from harness import (assert_close, assert_relative, build_model, check, check_defines,
+                     check_kernels, kernel_defines, model_yaml, registry, run_model,
+                     run_program)
 from ops_common import one_op, rng, spec, values
 
 TESTS, case = registry()
@@ -233,6 +234,91 @@ case("op matmul + add of a tensor made after the matmul: not in its epilogue")(
     epilogue_case("matmul"))
 
 
+# ---- --precision f16: convolutions of f16 weights (converted when
+# compiled) with their epilogues. Where the device has cooperative matrices
+# the products run coopmat.comp (implicit GEMM, the input gathered as halves
+# or loaded as vectors); elsewhere (lavapipe) matmul.comp with f16 operands,
+# or conv.comp with f16 storage. Each checks the cooperative-matrix kernel's
+# defines (it is compiled everywhere) and the kernels the dispatches use.
+# The reference convolves the f16-rounded operands in f64. ----
+
+F16_CONVS = [  # x shape, w shape, attrs, input: "f16" (made by a node) or "f32" (the
+    # model's), residual, defines of the coopmat kernel (None: none), kernels
+    ([2, 8, 9, 10], [24, 8, 3, 3], {"pads": [1, 1, 1, 1]}, "f16", True,
+     {"CONV": "1", "B_GATHER": "1", "A_GATHER": None, "C_IMG": "90", "HAS_RES": "1",
+      "RES_F16": "1", "EPILOGUE": "1"}, {"eltwise", "coopmat", "matmul"}),
+    # a stem: K 147 (A gathered), the model's f32 input read as it is, f32 output
+    ([2, 3, 20, 18], [32, 3, 7, 7], {"strides": [2, 2], "pads": [3, 3, 3, 3]}, "f32", False,
+     {"CONV": "1", "A_GATHER": "1", "B_GATHER": "1", "B_F32": "1", "C_F16": "0"},
+     {"coopmat", "matmul"}),
+    # 1 x 1 over two images of 64 positions: B in vectors
+    ([2, 16, 8, 8], [32, 16, 1, 1], {}, "f16", False,
+     {"CONV": None, "B_GATHER": None, "CIMG": "64"}, {"eltwise", "coopmat", "matmul"}),
+    # 1 x 1 over three images of 49: B gathered as a plain matrix
+    ([3, 16, 7, 7], [32, 16, 1, 1], {}, "f16", True,
+     {"CONV": None, "B_GATHER": "1", "CIMG": "49", "HAS_RES": "1", "RES_F16": "1"},
+     {"eltwise", "coopmat", "matmul"}),
+    ([2, 8, 13, 11], [20, 8, 3, 2],
+     {"strides": [2, 3], "pads": [1, 0, 2, 1], "dilations": [2, 1]}, "f16", False,
+     {"CONV": "1", "B_GATHER": "1"}, {"eltwise", "coopmat", "matmul"}),
+    # a long K over two images: split in chunks, splitk.comp's epilogue
+    ([2, 256, 5, 5], [32, 256, 3, 3], {"pads": [1, 1, 1, 1]}, "f16", True,
+     {"CONV": "1", "KCHUNK": "128", "C_IMG": None},
+     {"eltwise", "coopmat", "matmul", "splitk"}),
+    # depthwise: conv.comp with f16 storage
+    ([1, 8, 7, 6], [8, 1, 3, 3], {"group": 8, "pads": [1, 1, 1, 1]}, "f16", True, None,
+     {"eltwise", "conv"}),
+]
+
+
+def f16_conv_case(i, xs, ws, attrs, inp, residual, coop, kernels):
+    def test(workdir):
+        r = rng(2560 + i)
+        x, w, b = values(r, xs, 1.0), values(r, ws, 0.5), values(r, [ws[0]], 1.0)
+        h = lambda a: a.astype(np.float16).astype(np.float64)  # noqa: E731
+        weights = {"w": {"dtype": "f32", "shape": ws, "values": w.ravel().tolist()},
+                   "b": {"dtype": "f32", "shape": [ws[0]], "values": b.ravel().tolist()}}
+        ins, feeds, nodes = {"x": spec(x)}, [x], []
+        src, hx = "x", h(x)
+        if inp == "f16":  # an f16 tensor: the negated input
+            nodes.append({"name": "hx", "op": "neg", "inputs": ["x"]})
+            src, hx = "hx", -h(x)
+        nodes.append(dict({"name": "c", "op": "conv", "inputs": [src, "w", "b"]}, **attrs))
+        want = ref.conv(hx, h(w), b, attrs.get("strides"), attrs.get("pads"),
+                        attrs.get("dilations"), attrs.get("group", 1))
+        last = "c"
+        if residual:  # + an f16 skip tensor, relu: in the epilogue
+            res = values(r, list(want.shape), 1.0)
+            ins["r"] = spec(res)
+            feeds.append(res)
+            # the skip tensor made before the conv (else not in its epilogue)
+            nodes.insert(0, {"name": "hr", "op": "neg", "inputs": ["r"]})
+            nodes += [{"name": "s", "op": "add", "inputs": ["hr", "c"]},
+                      {"name": "a", "op": "relu", "inputs": ["s"]}]
+            want = np.maximum(h(want) - h(res), 0)  # the conv's own f16 result
+            last = "a"
+        if inp == "f16":  # an f16 result, negated into the f32 output
+            nodes.append({"name": "y", "op": "neg", "inputs": [last]})
+            want, last = -want, "y"
+        prog = build_model(workdir, model_yaml("f16conv", ins, nodes, [last], weights),
+                           flags=("--precision", "f16"))
+        defs = [d for d in kernel_defines(workdir) if "WM" in d]
+        if coop is None:
+            check(not defs, f"a cooperative-matrix kernel: {defs}")
+        else:
+            check(defs and all(defs[0].get(k) == v for k, v in coop.items()),
+                  f"cooperative-matrix kernel defines {defs}, expected {coop}")
+        check_kernels(workdir, kernels)
+        got, = run_program(prog, feeds, [want.astype(np.float32)])
+        assert_relative(got, want, 2e-3, "output")
+    return test
+
+
+for i, c in enumerate(F16_CONVS):
+    case(f"op conv --precision f16 x={c[0]} w={c[1]} {c[2]} input {c[3]} residual={c[4]}")(
+        f16_conv_case(i, *c))
+
+
 CONV_TS = [([1, 2, 4, 5], [2, 3, 3, 3], {}, True),
            ([1, 4, 3, 3], [4, 1, 3, 3], {"strides": [2, 2], "pads": [1, 1, 1, 1], "group": 2},
             False),
@@ -283,6 +369,51 @@ def pool_case(i, kind, xs, attrs):
 
 for i, c in enumerate(POOLS):
     case(f"op {c[0]}_pool {c[1]} {c[2]}")(pool_case(i, *c))
+
+
+# --precision f16: pooling and the reductions that keep their input's
+# range read and write f16 (no casts around them); argmax's result stays i64.
+F16_POOLS = [  # op, attrs, reference over f64 x
+    ("max_pool", {"kernel": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+     lambda x: ref.pool(x, [3, 3], "max", [2, 2], [1, 1, 1, 1])),
+    ("avg_pool", {"kernel": [2, 3], "strides": [2, 1]},
+     lambda x: ref.pool(x, [2, 3], "avg", [2, 1])),
+    ("global_avg_pool", {}, lambda x: x.mean(axis=(2, 3), keepdims=True)),
+    ("reduce_max", {"axes": [1]}, lambda x: x.max(axis=1, keepdims=True)),
+    ("reduce_mean", {"axes": [2, 3], "keep_dims": 0}, lambda x: x.mean(axis=(2, 3))),
+    ("argmax", {"axis": 3}, lambda x: x.argmax(axis=3)[..., None]),
+]
+
+
+def f16_pool_case(op, attrs, reference):
+    def test(workdir):
+        x = values(rng(2590), [2, 5, 9, 8], 1.0)
+        hx = -x.astype(np.float16).astype(np.float64)
+        want = reference(hx)
+        arg = op == "argmax"
+        nodes = [{"name": "hx", "op": "neg", "inputs": ["x"]},
+                 dict({"name": "p", "op": op, "inputs": ["hx"]}, **attrs)]
+        if not arg:  # an f16 result, negated into the f32 output
+            nodes.append({"name": "y", "op": "neg", "inputs": ["p"]})
+            want = -want
+        prog = build_model(workdir, model_yaml("f16pool", {"x": spec(x)}, nodes,
+                                               ["p" if arg else "y"]),
+                           flags=("--precision", "f16"))
+        check_kernels(workdir, {"eltwise", "reduce" if "reduce" in op or op in (
+            "argmax", "global_avg_pool") else "pool"})
+        defs = kernel_defines(workdir)[1]
+        check(defs.get("X_BUF") == "F16R" and (arg or defs.get("Y_BUF") == "F16"),
+              f"not f16 storage: {defs}")
+        got, = run_program(prog, [x], [want.astype(np.int64 if arg else np.float32)])
+        if arg:
+            check(np.array_equal(got, want), f"argmax {got.ravel()} != {want.ravel()}")
+        else:
+            assert_relative(got, want, 1e-3, "output")
+    return test
+
+
+for _op, _attrs, _ref in F16_POOLS:
+    case(f"op {_op} --precision f16: f16 storage {_attrs}")(f16_pool_case(_op, _attrs, _ref))
 
 
 ROI_ALIGNS = [  # x shape, rois, output, sampling, scale, mode, half_pixel, index dtype
