@@ -44,10 +44,13 @@ typedef struct MatmulShape {
      * conv.in[0] 0 for a plain B. Several images fold into N where
      * conv.images is not 0 (plain B or not): N is images * positions (the
      * output's OH * OW), each image's input in_img elements after the
-     * last, C [images, M, positions]. */
+     * last, C [images, M, positions]. klast: A (the weights) is [OC, KH,
+     * KW, C], K in the order (kh, kw, ci), of `channels` input channels. */
     struct {
         int64_t in[2], k[2], stride[2], pad[2], dil[2], out_w;
         int64_t images, positions, in_img;
+        int64_t channels;
+        bool klast;
     } conv;
     const Tensor *res; /* a convolution's residual (HAS_RES), f32 or f16 */
 } MatmulShape;

@@ -27,6 +27,36 @@ static bool float_storage(const Tensor *t) {
     return t->dtype == KILN_DTYPE_F32 || t->dtype == KILN_DTYPE_F16;
 }
 
+/* An f16 convolution's weights [OC, C, KH, KW] as [OC, KH, KW, C] (the
+ * product's CONV_KLAST): K in the order (kh, kw, ci), so that eight
+ * consecutive k of the input's im2col matrix are eight channels at one
+ * kernel offset, gathered with one bounds check (coopmat.comp's b_vec).
+ * Made once a weight; the original, bound by no dispatch then, is not
+ * placed. */
+static Tensor *klast_weight(Program *p, Node *n, Tensor *w, int64_t kh, int64_t kw) {
+    Graph *g = p->graph;
+    const char *name = format("%s.khwc", w->name);
+    for (int i = 0; i < g->weights.len; i++) {
+        Tensor *t = g->weights.data[i];
+        if (strcmp(t->name, name) == 0)
+            return t;
+    }
+    int64_t oc = w->shape[0], c = w->shape[1], khw = kh * kw;
+    Tensor *t = graph_tensor(g, name, T_WEIGHT, n->loc);
+    t->dtype = KILN_DTYPE_F16;
+    t->rank = 2;
+    t->shape[0] = oc;
+    t->shape[1] = c * khw;
+    uint16_t *to = xcalloc((size_t)(oc * c * khw) + 1, sizeof *to);
+    const uint16_t *from = (const uint16_t *)w->data;
+    for (int64_t o = 0; o < oc; o++)
+        for (int64_t ci = 0; ci < c; ci++)
+            for (int64_t k = 0; k < khw; k++)
+                to[(o * khw + k) * c + ci] = from[(o * c + ci) * khw + k];
+    t->data = (uint8_t *)to;
+    return t;
+}
+
 /* Invocations a convolution's channel split aims at (lower_conv). */
 #define CONV_SPLIT_TARGET 65536
 
@@ -96,6 +126,14 @@ static bool conv_product(Program *p, Node *n, Tensor *x, Tensor *w, Tensor *y,
     s.brank = 1;
     s.bshape[0] = s.batch = 1;
     s.ops[0] = (Operand){y, {0}, 0, false, {0, {0}}};
+    /* f16 weights of a kernel larger than 1 x 1 over channels in eights:
+     * K over channels last */
+    if (w->dtype == KILN_DTYPE_F16 && w->kind == T_WEIGHT && w->data && !plain &&
+        k[0] * k[1] > 1 && x->shape[1] % 8 == 0) {
+        w = klast_weight(p, n, w, k[0], k[1]);
+        s.conv.klast = true;
+        s.conv.channels = x->shape[1];
+    }
     s.ops[1] = (Operand){w, {0}, 0, false, {0, {0}}};
     s.ops[2] = (Operand){x, {0}, 0, false, {0, {0}}};
     if (n->epi_res)

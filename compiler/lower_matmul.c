@@ -124,6 +124,10 @@ static void define_conv(Dispatch *d, const MatmulShape *s, bool partial) {
         define_int(d, "CDH", s->conv.dil[0]);
         define_int(d, "CDW", s->conv.dil[1]);
         define_int(d, "COW", s->conv.out_w);
+        if (s->conv.klast) {
+            define_int(d, "CONV_KLAST", 1);
+            define_int(d, "CIC", s->conv.channels);
+        }
     }
     if (s->conv.images) {
         define_int(d, "CIMG", s->conv.positions);

@@ -28,8 +28,10 @@
 // of 8, a convolution's stem of K 147) and B_GATHER (B not in whole aligned
 // vectors along N, or a convolution's input: CONV and CIMG as in
 // product.glsl) load their tiles one element at a time, eight to a vector,
-// and store them into shared memory as the vector loads do; a gathered B is
-// f32 where B_F32 (converted to f16 as loaded). A convolution's B in
+// and store them into shared memory as vectors (a gathered B by columns,
+// [n][k] like A's tile, eight consecutive k of one column to a vector:
+// consecutive invocations read consecutive columns); a gathered B is f32
+// where B_F32 (converted to f16 as loaded). A convolution's B in
 // vectors: a 1 x 1 kernel's images (CIMG) of a multiple of 8 positions.
 // C_DIRECT: tiles wholly inside C are stored straight from the fragments
 // (no epilogue, C aligned); otherwise every tile goes through the staging
@@ -103,8 +105,13 @@ layout(push_constant) uniform Args {
 // Shared tiles in vectors of 8 halves.
 #define AS_STRIDE (BK / 8 + 1)  // A tile: BM rows of BK halves
 const uint A_VECS = BM * BK / 8;
-#define BS_STRIDE (BN / 8 + 1)  // B tile: BK rows (k) of BN halves (n)
+#if B_GATHER // B tile by columns, as A's: BN rows (n) of BK halves (k)
+#define BS_STRIDE (BK / 8 + 1)
+const uint B_ROWS = BN;
+#else // BK rows (k) of BN halves (n)
+#define BS_STRIDE (BN / 8 + 1)
 const uint B_ROWS = BK, B_ROWVECS = BN / 8;
+#endif
 const uint B_VECS = BK * BN / 8;
 const uint LA = (A_VECS + NT - 1) / NT, LB = (B_VECS + NT - 1) / NT;
 
@@ -121,14 +128,58 @@ uvec4 pack8(const float h[8]) {
                  packHalf2x16(vec2(h[4], h[5])), packHalf2x16(vec2(h[6], h[7])));
 }
 
-// B's element (gk, gn) of the batch at cb, gathered.
-float b_at(uint cb, uint gk, uint gn) {
+#if B_GATHER
+// A gathered B's column gn of the batch at cb (BCol: where it starts), and
+// its element gk. An invocation loads vectors of 8 along K of one column
+// (consecutive invocations, consecutive columns): where NT is a multiple of
+// BN that is the same column at every step, found once a tile (bcol).
 #if CONV
-    return conv_at(conv_col(cb, gn), gk);
+#define BCol ConvCol
+BCol b_col(uint cb, uint gn) { return conv_col(cb, gn); }
+float b_at(BCol c, uint gk) { return conv_at(c, gk); }
 #else
-    return float(args.b.v[B_INDEX(cb, gk, gn)]);
+#define BCol uint
+BCol b_col(uint cb, uint gn) { return B_INDEX(cb, 0u, gn); }
+float b_at(BCol c, uint gk) { return float(args.b.v[c + gk * B_SK]); }
 #endif
+// A half of B (converted where B is f32).
+float16_t b_half(uint i) { return float16_t(args.b.v[i]); }
+
+// B_WHOLE: the vector of eight k from gk of column c at once, the index
+// math done once: a convolution whose K runs over channels last
+// (CONV_KLAST, channels a multiple of 8: eight channels at one kernel
+// offset, one bounds check, loads a plane apart), or a plain B whose K is
+// a multiple of 8.
+#if CONV && CONV_KLAST && CIC % 8 == 0
+#define B_WHOLE 1
+uvec4 b_vec(BCol c, uint gk) {
+    const uint khw = gk / CIC, ci = gk % CIC, kh = khw / CKW, kw = khw % CKW;
+    const uint ih = uint(c.ih + int(kh * CDH)), iw = uint(c.iw + int(kw * CDW));
+    if (ih >= CIH || iw >= CIW)
+        return uvec4(0);
+    const uint at = c.base + (ci * CIH + ih) * CIW + iw, plane = CIH * CIW;
+    return uvec4(packFloat2x16(f16vec2(b_half(at), b_half(at + plane))),
+                 packFloat2x16(f16vec2(b_half(at + 2 * plane), b_half(at + 3 * plane))),
+                 packFloat2x16(f16vec2(b_half(at + 4 * plane), b_half(at + 5 * plane))),
+                 packFloat2x16(f16vec2(b_half(at + 6 * plane), b_half(at + 7 * plane))));
 }
+#elif !CONV && K % 8 == 0
+#define B_WHOLE 1
+uvec4 b_vec(BCol c, uint gk) {
+    const uint at = c + gk * B_SK;
+    return uvec4(packFloat2x16(f16vec2(b_half(at), b_half(at + B_SK))),
+                 packFloat2x16(f16vec2(b_half(at + 2 * B_SK), b_half(at + 3 * B_SK))),
+                 packFloat2x16(f16vec2(b_half(at + 4 * B_SK), b_half(at + 5 * B_SK))),
+                 packFloat2x16(f16vec2(b_half(at + 6 * B_SK), b_half(at + 7 * B_SK))));
+}
+#else
+#define B_WHOLE 0
+#endif
+#define B_ONE_COL (NT % BN == 0)
+#if B_ONE_COL
+BCol bcol;
+#endif
+#endif
 
 // The vectors of step k0 from memory into ra and rb (zeros outside).
 void load_tiles(uint ca, uint cb, uint m0, uint n0, uint k0, uint tid) {
@@ -146,14 +197,23 @@ void load_tiles(uint ca, uint cb, uint m0, uint n0, uint k0, uint tid) {
 #endif
     }
     [[unroll]] for (uint i = 0; i < LB; ++i) {
-        const uint e = tid + i * NT, row = e / B_ROWVECS, v = e % B_ROWVECS;
-        const uint gk = k0 + row, gn = n0 + v * 8;
 #if B_GATHER
+        const uint e = tid + i * NT, gn = n0 + e % BN, gk = k0 + e / BN * 8;
+#if B_ONE_COL
+        const BCol c = bcol;
+#else
+        const BCol c = b_col(cb, gn);
+#endif
+#if B_WHOLE
+        rb[i] = e < B_VECS && gn < N && gk < k_end ? b_vec(c, gk) : uvec4(0);
+#else
         float h[8];
         [[unroll]] for (uint j = 0; j < 8; ++j)
-            h[j] = e < B_VECS && gk < k_end && gn + j < N ? b_at(cb, gk, gn + j) : 0.0;
+            h[j] = e < B_VECS && gn < N && gk + j < k_end ? b_at(c, gk + j) : 0.0;
         rb[i] = pack8(h);
+#endif
 #else
+        const uint e = tid + i * NT, gk = k0 + e / B_ROWVECS, gn = n0 + e % B_ROWVECS * 8;
         rb[i] = e < B_VECS && gk < k_end && gn < N ? args.b.v[B_INDEX(cb, gk, gn) / 8] : uvec4(0);
 #endif
     }
@@ -167,8 +227,13 @@ void store_tiles(uint tid) {
     }
     [[unroll]] for (uint i = 0; i < LB; ++i) {
         const uint e = tid + i * NT;
+#if B_GATHER // column e % BN, vector e / BN along K
+        if (e < B_VECS)
+            Bs[e % BN * BS_STRIDE + e / BN] = rb[i];
+#else
         if (e < B_VECS)
             Bs[(e / B_ROWVECS) * BS_STRIDE + e % B_ROWVECS] = rb[i];
+#endif
     }
 }
 
@@ -193,6 +258,9 @@ void main() {
                 [[unroll]] for (uint i = 0; i < FM; ++i)
                     [[unroll]] for (uint j = 0; j < FN; ++j)
                         acc[i][j] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
+#if B_GATHER && B_ONE_COL
+                bcol = b_col(cb, n0 + tid % BN);
+#endif
                 load_tiles(ca, cb, m0, n0, k_begin, tid);
                 for (uint k0 = k_begin; k0 < k_end; k0 += BK) {
                     store_tiles(tid);
@@ -205,8 +273,13 @@ void main() {
                             coopMatLoadNV(fa[i], As, (wm * TM + i * 16) * AS_STRIDE + kk / 8,
                                           AS_STRIDE, false);
                         [[unroll]] for (uint j = 0; j < FN; ++j)
+#if B_GATHER
+                            coopMatLoadNV(fb[j], Bs, (wn * TN + j * 16) * BS_STRIDE + kk / 8,
+                                          BS_STRIDE, true);
+#else
                             coopMatLoadNV(fb[j], Bs, kk * BS_STRIDE + (wn * TN + j * 16) / 8,
                                           BS_STRIDE, false);
+#endif
                         [[unroll]] for (uint i = 0; i < FM; ++i)
                             [[unroll]] for (uint j = 0; j < FN; ++j)
                                 acc[i][j] = coopMatMulAddNV(fa[i], fb[j], acc[i][j]);

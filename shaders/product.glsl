@@ -28,7 +28,8 @@ void kiln_batch_offsets(uint bz, out uint ca, out uint cb, out uint cc) {
 // of a 2-D convolution's input (NCHW, one group), element (k, p) x[ci, oh *
 // CSH - CPH + kh * CDH, ow * CSW - CPW + kw * CDW] (0 outside), k = (ci *
 // CKH + kh) * CKW + kw, p = oh * COW + ow, read through CONV_B(i), the
-// kernel's load of the input's element i. CIMG: images fold into N, CIMG
+// kernel's load of the input's element i; CONV_KLAST: k = (kh * CKW + kw) *
+// CIC + ci instead (the weights [OC, KH, KW, C], CIC input channels). CIMG: images fold into N, CIMG
 // columns each, each image's input CIN_IMG elements after the last (a 1 x 1
 // convolution's plain B too: B_SK = CIMG, B_SN = 1).
 #if CONV
@@ -52,7 +53,11 @@ ConvCol conv_col(uint cb, uint gn) {
 
 // Element gk of column c (0 in the padding).
 float conv_at(ConvCol c, uint gk) {
+#if CONV_KLAST
+    const uint ci = gk % CIC, kh = gk / CIC / CKW, kw = gk / CIC % CKW;
+#else
     const uint ci = gk / (CKH * CKW), kh = gk / CKW % CKH, kw = gk % CKW;
+#endif
     const uint ih = uint(c.ih + int(kh * CDH)), iw = uint(c.iw + int(kw * CDW));
     return ih < CIH && iw < CIW ? float(CONV_B(c.base + (ci * CIH + ih) * CIW + iw)) : 0.0;
 }

@@ -238,7 +238,9 @@ case("op matmul + add of a tensor made after the matmul: not in its epilogue")(
 # compiled) with their epilogues. Where the device has cooperative matrices
 # the products run coopmat.comp (implicit GEMM, the input gathered as halves
 # or loaded as vectors); elsewhere (lavapipe) matmul.comp with f16 operands,
-# or conv.comp with f16 storage. Each checks the cooperative-matrix kernel's
+# or conv.comp with f16 storage; kernels larger than 1 x 1 over channels in
+# eights take their weights as [OC, KH, KW, C] (CONV_KLAST), in both. Each
+# checks the cooperative-matrix kernel's
 # defines (it is compiled everywhere) and the kernels the dispatches use.
 # The reference convolves the f16-rounded operands in f64. ----
 
@@ -246,10 +248,11 @@ F16_CONVS = [  # x shape, w shape, attrs, input: "f16" (made by a node) or "f32"
     # model's), residual, defines of the coopmat kernel (None: none), kernels
     ([2, 8, 9, 10], [24, 8, 3, 3], {"pads": [1, 1, 1, 1]}, "f16", True,
      {"CONV": "1", "B_GATHER": "1", "A_GATHER": None, "C_IMG": "90", "HAS_RES": "1",
-      "RES_F16": "1", "EPILOGUE": "1"}, {"eltwise", "coopmat", "matmul"}),
+      "RES_F16": "1", "EPILOGUE": "1", "CONV_KLAST": "1", "CIC": "8"}, {"eltwise", "coopmat", "matmul"}),
     # a stem: K 147 (A gathered), the model's f32 input read as it is, f32 output
     ([2, 3, 20, 18], [32, 3, 7, 7], {"strides": [2, 2], "pads": [3, 3, 3, 3]}, "f32", False,
-     {"CONV": "1", "A_GATHER": "1", "B_GATHER": "1", "B_F32": "1", "C_F16": "0"},
+     {"CONV": "1", "A_GATHER": "1", "B_GATHER": "1", "B_F32": "1", "C_F16": "0",
+      "CONV_KLAST": None},
      {"coopmat", "matmul"}),
     # 1 x 1 over two images of 64 positions: B in vectors
     ([2, 16, 8, 8], [32, 16, 1, 1], {}, "f16", False,
@@ -263,7 +266,7 @@ F16_CONVS = [  # x shape, w shape, attrs, input: "f16" (made by a node) or "f32"
      {"CONV": "1", "B_GATHER": "1"}, {"eltwise", "coopmat", "matmul"}),
     # a long K over two images: split in chunks, splitk.comp's epilogue
     ([2, 256, 5, 5], [32, 256, 3, 3], {"pads": [1, 1, 1, 1]}, "f16", True,
-     {"CONV": "1", "KCHUNK": "128", "C_IMG": None},
+     {"CONV": "1", "KCHUNK": "128", "C_IMG": None, "CONV_KLAST": "1"},
      {"eltwise", "coopmat", "matmul", "splitk"}),
     # depthwise: conv.comp with f16 storage
     ([1, 8, 7, 6], [8, 1, 3, 3], {"group": 8, "pads": [1, 1, 1, 1]}, "f16", True, None,
