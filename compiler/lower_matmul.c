@@ -312,6 +312,9 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
                                  n->op == OP_GEMM || conv);
     define_int(d, "EPILOGUE", epilogue);
     define_int(d, "C_DIRECT", !epilogue && (partial ? s->N % 8 == 0 : c_aligned));
+    define_int(d, "STORE8", epilogue && !n->nsiblings && s->N % 8 == 0 &&
+                                all_multiples(s->brank, s->ops[0].strides, 8) &&
+                                (!s->conv.images || s->conv.positions % 8 == 0));
     if (!a_vec)
         define_int(d, "A_GATHER", 1);
     if (!b_vec) {

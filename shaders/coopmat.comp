@@ -35,7 +35,9 @@
 // vectors: a 1 x 1 kernel's images (CIMG) of a multiple of 8 positions.
 // C_DIRECT: tiles wholly inside C are stored straight from the fragments
 // (no epilogue, C aligned); otherwise every tile goes through the staging
-// area.
+// area, and out of it, with STORE8 (an epilogue without a QKV split, N and
+// the images' positions multiples of 8), eight consecutive columns of a row
+// a lane (product.glsl's store_c8).
 //
 // EPILOGUE 1 (a fused bias, activation or QKV split: product.glsl's
 // store_c): every tile goes through the staging area, and store_c writes
@@ -302,6 +304,15 @@ void main() {
                             coopMatStoreNV(acc[i][j], Cs[sg], 0, 16, false);
                             subgroupMemoryBarrierShared();
                             subgroupBarrier();
+#if STORE8 // each lane eight consecutive columns of one row
+                            const uint gm = r0 + lane / 2, gn = c0 + lane % 2 * 8;
+                            if (gm < M && gn < N) {
+                                float v[8];
+                                [[unroll]] for (uint k = 0; k < 8; ++k)
+                                    v[k] = Cs[sg][lane * 8 + k];
+                                store_c8(cc, gm, gn, v);
+                            }
+#else
                             for (uint e = lane; e < 256; e += 32) {
                                 const uint gm = r0 + e / 16, gn = c0 + e % 16;
                                 if (gm < M && gn < N)
@@ -311,6 +322,7 @@ void main() {
                                     args.c.v[cc + gm * N + gn] = C_T(Cs[sg][e]);
 #endif
                             }
+#endif
                             subgroupBarrier();
                         }
                     }

@@ -107,3 +107,26 @@ void store_c(uint cc, uint gm, uint gn, float acc) {
     KILN_STORE_C(cc, gm, gn, C_T(ACT(v)));
 #endif
 }
+
+#if STORE8
+// store_c for the eight elements (gm, gn + j) of one row, which lie in one
+// image (C_IMG a multiple of 8, gn too) and not across a QKV split: the
+// index found once.
+void store_c8(uint cc, uint gm, uint gn, const float acc[8]) {
+#ifdef C_IMG
+    const uint at = gn / C_IMG * (uint(M) * C_IMG) + gm * C_IMG + gn % C_IMG;
+#else
+    const uint at = cc + gm * N + gn;
+#endif
+    [[unroll]] for (uint j = 0; j < 8; ++j) {
+        float v = ALPHA * acc[j];
+#if HAS_BIAS
+        v += BETA * args.bias.v[gm * BIAS_SM + (gn + j) * BIAS_SN];
+#endif
+#if HAS_RES
+        v += float(args.res.v[at + j]);
+#endif
+        args.c.v[at + j] = C_T(ACT(v));
+    }
+}
+#endif

@@ -248,7 +248,7 @@ F16_CONVS = [  # x shape, w shape, attrs, input: "f16" (made by a node) or "f32"
     # model's), residual, defines of the coopmat kernel (None: none), kernels
     ([2, 8, 9, 10], [24, 8, 3, 3], {"pads": [1, 1, 1, 1]}, "f16", True,
      {"CONV": "1", "B_GATHER": "1", "A_GATHER": None, "C_IMG": "90", "HAS_RES": "1",
-      "RES_F16": "1", "EPILOGUE": "1", "CONV_KLAST": "1", "CIC": "8"}, {"eltwise", "coopmat", "matmul"}),
+      "RES_F16": "1", "EPILOGUE": "1", "CONV_KLAST": "1", "CIC": "8", "STORE8": "0"}, {"eltwise", "coopmat", "matmul"}),
     # a stem: K 147 (A gathered), the model's f32 input read as it is, f32 output
     ([2, 3, 20, 18], [32, 3, 7, 7], {"strides": [2, 2], "pads": [3, 3, 3, 3]}, "f32", False,
      {"CONV": "1", "A_GATHER": "1", "B_GATHER": "1", "B_F32": "1", "C_F16": "0",
@@ -256,7 +256,8 @@ F16_CONVS = [  # x shape, w shape, attrs, input: "f16" (made by a node) or "f32"
      {"coopmat", "matmul"}),
     # 1 x 1 over two images of 64 positions: B in vectors
     ([2, 16, 8, 8], [32, 16, 1, 1], {}, "f16", False,
-     {"CONV": None, "B_GATHER": None, "CIMG": "64"}, {"eltwise", "coopmat", "matmul"}),
+     {"CONV": None, "B_GATHER": None, "CIMG": "64", "STORE8": "1"},
+     {"eltwise", "coopmat", "matmul"}),
     # 1 x 1 over three images of 49: B gathered as a plain matrix
     ([3, 16, 7, 7], [32, 16, 1, 1], {}, "f16", True,
      {"CONV": None, "B_GATHER": "1", "CIMG": "49", "HAS_RES": "1", "RES_F16": "1"},
