@@ -375,6 +375,28 @@ for i, c in enumerate(POOLS):
     case(f"op {c[0]}_pool {c[1]} {c[2]}")(pool_case(i, *c))
 
 
+@case("op conv_transpose --precision f16: f16 weights and storage on conv.comp")
+def _(workdir):
+    r = rng(2580)
+    x, w, b = values(r, [1, 4, 5, 6], 1.0), values(r, [4, 3, 3, 3], 0.5), values(r, [3], 1.0)
+    h = lambda a: a.astype(np.float16).astype(np.float64)  # noqa: E731
+    attrs = {"strides": [2, 2], "pads": [1, 1, 1, 1]}
+    weights = {"w": {"dtype": "f32", "shape": [4, 3, 3, 3], "values": w.ravel().tolist()},
+               "b": {"dtype": "f32", "shape": [3], "values": b.ravel().tolist()}}
+    nodes = [{"name": "hx", "op": "neg", "inputs": ["x"]},
+             dict({"name": "c", "op": "conv_transpose", "inputs": ["hx", "w", "b"]}, **attrs),
+             {"name": "y", "op": "neg", "inputs": ["c"]}]
+    prog = build_model(workdir, model_yaml("f16ct", {"x": spec(x)}, nodes, ["y"], weights),
+                       flags=("--precision", "f16"))
+    check_kernels(workdir, {"eltwise", "conv"})
+    defs = kernel_defines(workdir)[1]
+    check(defs.get("X_BUF") == "F16R" and defs.get("W_BUF") == "F16R" and
+          defs.get("Y_BUF") == "F16", f"not f16 storage: {defs}")
+    want = -ref.conv_transpose(-h(x), h(w), b, [2, 2], [1, 1, 1, 1])
+    got, = run_program(prog, [x], [want.astype(np.float32)])
+    assert_relative(got, want, 2e-3, "output")
+
+
 # --precision f16: pooling and the reductions that keep their input's
 # range read and write f16 (no casts around them); argmax's result stays i64.
 F16_POOLS = [  # op, attrs, reference over f64 x
