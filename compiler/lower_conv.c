@@ -47,13 +47,13 @@ static Tensor *klast_weight(Program *p, Node *n, Tensor *w, int64_t kh, int64_t 
     t->rank = 2;
     t->shape[0] = oc;
     t->shape[1] = c * khw;
-    uint16_t *to = xcalloc((size_t)(oc * c * khw) + 1, sizeof *to);
-    const uint16_t *from = (const uint16_t *)w->data;
-    for (int64_t o = 0; o < oc; o++)
+    uint8_t *to = xcalloc((size_t)(oc * c * khw) + 1, 2);
+    for (int64_t o = 0; o < oc; o++) /* by bytes: a mapped model's data may be unaligned */
         for (int64_t ci = 0; ci < c; ci++)
             for (int64_t k = 0; k < khw; k++)
-                to[(o * khw + k) * c + ci] = from[(o * c + ci) * khw + k];
-    t->data = (uint8_t *)to;
+                memcpy(to + 2 * ((o * khw + k) * c + ci), w->data + 2 * ((o * c + ci) * khw + k),
+                       2);
+    t->data = to;
     return t;
 }
 
@@ -74,7 +74,8 @@ static Tensor *conv_residual(Node *n) {
  * (MatmulShape's conv.images); bias, residual and activation its
  * epilogue. f16 weights (--precision f16) take the matrix units where the
  * device has them (coopmat.comp, the input gathered as halves). For
- * convolutions of one group, 1 or 2 spatial axes and fixed shapes, with more output channels than matvec.comp would take
+ * convolutions of one group, 1 or 2 spatial axes and fixed shapes, with
+ * more output channels than matvec.comp would take
  * (matmul_dispatch) and more than 16 output positions; others stay on
  * conv.comp, whose split channels serve the products of few positions
  * better (on an H200, MobileNetV3's squeeze-and-excitation convolutions,
@@ -83,7 +84,8 @@ static bool conv_product(Program *p, Node *n, Tensor *x, Tensor *w, Tensor *y,
                          const Window *win, const char *act) {
     int nsp = x->rank - 2;
     if (n->op != OP_CONV || attr_int(n, "group") != 1 || nsp < 1 || nsp > 2 ||
-        !float_storage(x) || !float_storage(w) || !float_storage(y) || x->dynamic || y->dynamic ||
+        !float_storage(x) || !float_storage(w) || !float_storage(y) || x->dynamic ||
+        y->dynamic ||
         w->shape[0] <= 16 || tensor_count(y) / (y->shape[0] * y->shape[1]) <= 16 ||
         getenv("KILN_DIRECT_CONV"))
         return false;
