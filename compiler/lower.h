@@ -89,6 +89,7 @@ uint32_t row_workgroup(int64_t len);
 Dispatch *row_dispatch(Program *p, Node *n, const char *family, int64_t rows,
                        int64_t len, int64_t inner, const Tensor *dyn);
 Dispatch *axis_dispatch(Program *p, Node *n, const char *family, int axis);
+Tensor *find_weight(const Graph *g, const char *name);
 Tensor *table_weight(Program *p, Node *n, const char *name, int rank,
                      const int64_t *shape, const float *values);
 Tensor *scratch(Program *p, Node *n, const char *suffix, int rank,

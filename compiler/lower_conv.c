@@ -36,13 +36,11 @@ static bool float_storage(const Tensor *t) {
 static Tensor *klast_weight(Program *p, Node *n, Tensor *w, int64_t kh, int64_t kw) {
     Graph *g = p->graph;
     const char *name = format("%s.khwc", w->name);
-    for (int i = 0; i < g->weights.len; i++) {
-        Tensor *t = g->weights.data[i];
-        if (strcmp(t->name, name) == 0)
-            return t;
-    }
+    Tensor *t = find_weight(g, name);
+    if (t)
+        return t;
     int64_t oc = w->shape[0], c = w->shape[1], khw = kh * kw;
-    Tensor *t = graph_tensor(g, name, T_WEIGHT, n->loc);
+    t = graph_tensor(g, name, T_WEIGHT, n->loc);
     t->dtype = KILN_DTYPE_F16;
     t->rank = 2;
     t->shape[0] = oc;

@@ -440,16 +440,24 @@ Dispatch *axis_dispatch(Program *p, Node *n, const char *family, int axis) {
 }
 
 
-/* A constant table the compiler computes (shared by name between nodes). */
-Tensor *table_weight(Program *p, Node *n, const char *name, int rank,
-                     const int64_t *shape, const float *values) {
-    Graph *g = p->graph;
+/* The weight named `name`, or NULL. */
+Tensor *find_weight(const Graph *g, const char *name) {
     for (int i = 0; i < g->weights.len; i++) {
         Tensor *t = g->weights.data[i];
         if (strcmp(t->name, name) == 0)
             return t;
     }
-    Tensor *t = graph_tensor(g, name, T_WEIGHT, n->loc);
+    return NULL;
+}
+
+/* A constant table the compiler computes (shared by name between nodes). */
+Tensor *table_weight(Program *p, Node *n, const char *name, int rank,
+                     const int64_t *shape, const float *values) {
+    Graph *g = p->graph;
+    Tensor *t = find_weight(g, name);
+    if (t)
+        return t;
+    t = graph_tensor(g, name, T_WEIGHT, n->loc);
     t->dtype = KILN_DTYPE_F32;
     t->rank = rank;
     memcpy(t->shape, shape, sizeof(int64_t) * (size_t)rank);

@@ -243,8 +243,8 @@ static Dispatch *splitk_sum(Program *p, Node *n, const MatmulShape *s, Tensor *p
  * images of a multiple of 8 positions) load as vectors; others, and every
  * convolution's windows, are gathered element by element (A_GATHER,
  * B_GATHER). The dispatch needs KILN_FEATURE_COOPMAT; NULL when it does
- * not apply. Tiles
- * (measured on an H200, bench/): 128 x 256 of 8 subgroups (64 x 64 each)
+ * not apply. Tiles (measured on an H200, bench/): 128 x 256 of 8 subgroups
+ * (64 x 64 each)
  * when they leave 128 workgroups, else 128 x 128 of 4 when those leave 64,
  * else 64 x 64 of 4. A product of one batch whose tiles leave fewer than
  * COOPMAT_GROUPS workgroups splits K into chunks of at least 4 steps until
@@ -265,8 +265,9 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
                  s->b_sk % 8 == 0 && s->N % 8 == 0 &&
                  all_multiples(s->brank, s->ops[2].strides, 8) &&
                  (!s->conv.images || (s->conv.positions % 8 == 0 && s->conv.in_img % 8 == 0));
-    bool c_aligned = s->N % 8 == 0 && all_multiples(s->brank, s->ops[0].strides, 8) &&
-                     !s->conv.images;
+    /* C's rows in whole vectors of 8 (fragments stored straight, or eight
+     * columns a lane where an image's positions are too) */
+    bool c_rows8 = s->N % 8 == 0 && all_multiples(s->brank, s->ops[0].strides, 8);
     int64_t bm = 128, bn = 256, wm = 2, wn = 4, bk = 32;
     if (groups_for(s->M, 128) * groups_for(s->N, 256) * s->batch < 128) {
         bn = 128;
@@ -311,9 +312,9 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
     bool epilogue = !partial && (n->epi_bias || n->epi_act || n->nsiblings ||
                                  n->op == OP_GEMM || conv);
     define_int(d, "EPILOGUE", epilogue);
-    define_int(d, "C_DIRECT", !epilogue && (partial ? s->N % 8 == 0 : c_aligned));
-    define_int(d, "STORE8", epilogue && !n->nsiblings && s->N % 8 == 0 &&
-                                all_multiples(s->brank, s->ops[0].strides, 8) &&
+    define_int(d, "C_DIRECT", !epilogue && (partial ? s->N % 8 == 0
+                                                      : c_rows8 && !s->conv.images));
+    define_int(d, "STORE8", epilogue && !n->nsiblings && c_rows8 &&
                                 (!s->conv.images || s->conv.positions % 8 == 0));
     if (!a_vec)
         define_int(d, "A_GATHER", 1);

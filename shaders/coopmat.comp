@@ -39,9 +39,9 @@
 // the images' positions multiples of 8), eight consecutive columns of a row
 // a lane (product.glsl's store_c8).
 //
-// EPILOGUE 1 (a fused bias, activation or QKV split: product.glsl's
-// store_c): every tile goes through the staging area, and store_c writes
-// each element.
+// EPILOGUE 1 (a fused bias, activation, residual or QKV split:
+// product.glsl's store_c): every tile goes through the staging area, and
+// store_c (store_c8 with STORE8) writes each element.
 //
 // KCHUNK (a product of one batch split along K, with few tiles): workgroup
 // z computes the partial product of K's chunk z, [z * KCHUNK, (z + 1) *
@@ -147,6 +147,14 @@ float b_at(BCol c, uint gk) { return float(args.b.v[c + gk * B_SK]); }
 // A half of B (converted where B is f32).
 float16_t b_half(uint i) { return float16_t(args.b.v[i]); }
 
+// B's eight halves at `at` and `stride` apart after it, as one vector.
+uvec4 b_halves(uint at, uint stride) {
+    return uvec4(packFloat2x16(f16vec2(b_half(at), b_half(at + stride))),
+                 packFloat2x16(f16vec2(b_half(at + 2 * stride), b_half(at + 3 * stride))),
+                 packFloat2x16(f16vec2(b_half(at + 4 * stride), b_half(at + 5 * stride))),
+                 packFloat2x16(f16vec2(b_half(at + 6 * stride), b_half(at + 7 * stride))));
+}
+
 // B_WHOLE: the vector of eight k from gk of column c at once, the index
 // math done once: a convolution whose K runs over channels last
 // (CONV_KLAST, channels a multiple of 8: eight channels at one kernel
@@ -159,21 +167,11 @@ uvec4 b_vec(BCol c, uint gk) {
     const uint ih = uint(c.ih + int(kh * CDH)), iw = uint(c.iw + int(kw * CDW));
     if (ih >= CIH || iw >= CIW)
         return uvec4(0);
-    const uint at = c.base + (ci * CIH + ih) * CIW + iw, plane = CIH * CIW;
-    return uvec4(packFloat2x16(f16vec2(b_half(at), b_half(at + plane))),
-                 packFloat2x16(f16vec2(b_half(at + 2 * plane), b_half(at + 3 * plane))),
-                 packFloat2x16(f16vec2(b_half(at + 4 * plane), b_half(at + 5 * plane))),
-                 packFloat2x16(f16vec2(b_half(at + 6 * plane), b_half(at + 7 * plane))));
+    return b_halves(c.base + (ci * CIH + ih) * CIW + iw, CIH * CIW);
 }
 #elif !CONV && K % 8 == 0
 #define B_WHOLE 1
-uvec4 b_vec(BCol c, uint gk) {
-    const uint at = c + gk * B_SK;
-    return uvec4(packFloat2x16(f16vec2(b_half(at), b_half(at + B_SK))),
-                 packFloat2x16(f16vec2(b_half(at + 2 * B_SK), b_half(at + 3 * B_SK))),
-                 packFloat2x16(f16vec2(b_half(at + 4 * B_SK), b_half(at + 5 * B_SK))),
-                 packFloat2x16(f16vec2(b_half(at + 6 * B_SK), b_half(at + 7 * B_SK))));
-}
+uvec4 b_vec(BCol c, uint gk) { return b_halves(c + gk * B_SK, B_SK); }
 #else
 #define B_WHOLE 0
 #endif

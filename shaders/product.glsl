@@ -29,9 +29,10 @@ void kiln_batch_offsets(uint bz, out uint ca, out uint cb, out uint cc) {
 // CSH - CPH + kh * CDH, ow * CSW - CPW + kw * CDW] (0 outside), k = (ci *
 // CKH + kh) * CKW + kw, p = oh * COW + ow, read through CONV_B(i), the
 // kernel's load of the input's element i; CONV_KLAST: k = (kh * CKW + kw) *
-// CIC + ci instead (the weights [OC, KH, KW, C], CIC input channels). CIMG: images fold into N, CIMG
-// columns each, each image's input CIN_IMG elements after the last (a 1 x 1
-// convolution's plain B too: B_SK = CIMG, B_SN = 1).
+// CIC + ci instead (the weights [OC, KH, KW, C], CIC input channels).
+// CIMG: images fold into N, CIMG columns each, each image's input CIN_IMG
+// elements after the last (a 1 x 1 convolution's plain B too: B_SK = CIMG,
+// B_SN = 1).
 #if CONV
 // Column gn of the im2col matrix (an output position): where its window
 // starts in the input, and its image's offset.
@@ -88,23 +89,34 @@ float conv_at(ConvCol c, uint gk) {
 // C_IMG (a convolution whose images fold into N, C_IMG positions each): C
 // and res are [images, M, C_IMG], (gm, gn) at gn / C_IMG * M * C_IMG + gm *
 // C_IMG + gn % C_IMG.
-void store_c(uint cc, uint gm, uint gn, float acc) {
+
+// Where element (gm, gn) of C (and of res) is.
+uint c_at(uint cc, uint gm, uint gn) {
+#ifdef C_IMG
+    return gn / C_IMG * (uint(M) * C_IMG) + gm * C_IMG + gn % C_IMG;
+#else
+    return cc + gm * N + gn;
+#endif
+}
+
+// The epilogue's value for element (gm, gn), at `at`, from the product acc.
+float epilogue_value(uint gm, uint gn, uint at, float acc) {
     float v = ALPHA * acc;
 #if HAS_BIAS
     v += BETA * args.bias.v[gm * BIAS_SM + gn * BIAS_SN];
 #endif
-#ifdef C_IMG
-    const uint at = gn / C_IMG * (uint(M) * C_IMG) + gm * C_IMG + gn % C_IMG;
-#else
-    const uint at = cc + gm * N + gn;
-#endif
 #if HAS_RES
     v += float(args.res.v[at]);
 #endif
+    return ACT(v);
+}
+
+void store_c(uint cc, uint gm, uint gn, float acc) {
+    const uint at = c_at(cc, gm, gn);
 #ifdef C_IMG
-    args.c.v[at] = C_T(ACT(v));
+    args.c.v[at] = C_T(epilogue_value(gm, gn, at, acc));
 #else
-    KILN_STORE_C(cc, gm, gn, C_T(ACT(v)));
+    KILN_STORE_C(cc, gm, gn, C_T(epilogue_value(gm, gn, at, acc)));
 #endif
 }
 
@@ -113,20 +125,8 @@ void store_c(uint cc, uint gm, uint gn, float acc) {
 // image (C_IMG a multiple of 8, gn too) and not across a QKV split: the
 // index found once.
 void store_c8(uint cc, uint gm, uint gn, const float acc[8]) {
-#ifdef C_IMG
-    const uint at = gn / C_IMG * (uint(M) * C_IMG) + gm * C_IMG + gn % C_IMG;
-#else
-    const uint at = cc + gm * N + gn;
-#endif
-    [[unroll]] for (uint j = 0; j < 8; ++j) {
-        float v = ALPHA * acc[j];
-#if HAS_BIAS
-        v += BETA * args.bias.v[gm * BIAS_SM + (gn + j) * BIAS_SN];
-#endif
-#if HAS_RES
-        v += float(args.res.v[at + j]);
-#endif
-        args.c.v[at + j] = C_T(ACT(v));
-    }
+    const uint at = c_at(cc, gm, gn);
+    [[unroll]] for (uint j = 0; j < 8; ++j)
+        args.c.v[at + j] = C_T(epilogue_value(gm, gn + j, at + j, acc[j]));
 }
 #endif

@@ -33,6 +33,19 @@ def spec(a):
     return {"dtype": DTYPES[np.asarray(a).dtype], "shape": list(np.shape(a))}
 
 
+def half(a):
+    """a's values rounded to f16, as f64: the reference's operands under
+    --precision f16 (the kernels compute in f32 on f16-stored values)."""
+    return np.asarray(a).astype(np.float16).astype(np.float64)
+
+
+def weight_specs(**arrays):
+    """A model's weights, one per keyword, as f32 values written inline."""
+    return {k: {"dtype": "f32", "shape": list(np.shape(a)),
+                "values": np.asarray(a, dtype=np.float32).ravel().tolist()}
+            for k, a in arrays.items()}
+
+
 def one_op(workdir, op, inputs, want, attrs=None, rtol=0, atol=0, names="abcdef"):
     """A model of one node over `inputs`; compares with `want`."""
     ins = {names[i]: spec(x) for i, x in enumerate(inputs)}

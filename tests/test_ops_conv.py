@@ -10,7 +10,7 @@ import reference as ref
 from harness import (assert_close, assert_relative, build_model, check, check_defines,
                      check_kernels, kernel_defines, model_yaml, registry, run_model,
                      run_program)
-from ops_common import one_op, rng, spec, values
+from ops_common import half, one_op, rng, spec, values, weight_specs
 
 TESTS, case = registry()
 
@@ -279,16 +279,14 @@ def f16_conv_case(i, xs, ws, attrs, inp, residual, coop, kernels):
     def test(workdir):
         r = rng(2560 + i)
         x, w, b = values(r, xs, 1.0), values(r, ws, 0.5), values(r, [ws[0]], 1.0)
-        h = lambda a: a.astype(np.float16).astype(np.float64)  # noqa: E731
-        weights = {"w": {"dtype": "f32", "shape": ws, "values": w.ravel().tolist()},
-                   "b": {"dtype": "f32", "shape": [ws[0]], "values": b.ravel().tolist()}}
+        weights = weight_specs(w=w, b=b)
         ins, feeds, nodes = {"x": spec(x)}, [x], []
-        src, hx = "x", h(x)
+        src, hx = "x", half(x)
         if inp == "f16":  # an f16 tensor: the negated input
             nodes.append({"name": "hx", "op": "neg", "inputs": ["x"]})
-            src, hx = "hx", -h(x)
+            src, hx = "hx", -half(x)
         nodes.append(dict({"name": "c", "op": "conv", "inputs": [src, "w", "b"]}, **attrs))
-        want = ref.conv(hx, h(w), b, attrs.get("strides"), attrs.get("pads"),
+        want = ref.conv(hx, half(w), b, attrs.get("strides"), attrs.get("pads"),
                         attrs.get("dilations"), attrs.get("group", 1))
         last = "c"
         if residual:  # + an f16 skip tensor, relu: in the epilogue
@@ -299,7 +297,7 @@ def f16_conv_case(i, xs, ws, attrs, inp, residual, coop, kernels):
             nodes.insert(0, {"name": "hr", "op": "neg", "inputs": ["r"]})
             nodes += [{"name": "s", "op": "add", "inputs": ["hr", "c"]},
                       {"name": "a", "op": "relu", "inputs": ["s"]}]
-            want = np.maximum(h(want) - h(res), 0)  # the conv's own f16 result
+            want = np.maximum(half(want) - half(res), 0)  # the conv's own f16 result
             last = "a"
         if inp == "f16":  # an f16 result, negated into the f32 output
             nodes.append({"name": "y", "op": "neg", "inputs": [last]})
@@ -379,10 +377,8 @@ for i, c in enumerate(POOLS):
 def _(workdir):
     r = rng(2580)
     x, w, b = values(r, [1, 4, 5, 6], 1.0), values(r, [4, 3, 3, 3], 0.5), values(r, [3], 1.0)
-    h = lambda a: a.astype(np.float16).astype(np.float64)  # noqa: E731
     attrs = {"strides": [2, 2], "pads": [1, 1, 1, 1]}
-    weights = {"w": {"dtype": "f32", "shape": [4, 3, 3, 3], "values": w.ravel().tolist()},
-               "b": {"dtype": "f32", "shape": [3], "values": b.ravel().tolist()}}
+    weights = weight_specs(w=w, b=b)
     nodes = [{"name": "hx", "op": "neg", "inputs": ["x"]},
              dict({"name": "c", "op": "conv_transpose", "inputs": ["hx", "w", "b"]}, **attrs),
              {"name": "y", "op": "neg", "inputs": ["c"]}]
@@ -392,7 +388,7 @@ def _(workdir):
     defs = kernel_defines(workdir)[1]
     check(defs.get("X_BUF") == "F16R" and defs.get("W_BUF") == "F16R" and
           defs.get("Y_BUF") == "F16", f"not f16 storage: {defs}")
-    want = -ref.conv_transpose(-h(x), h(w), b, [2, 2], [1, 1, 1, 1])
+    want = -ref.conv_transpose(-half(x), half(w), b, [2, 2], [1, 1, 1, 1])
     got, = run_program(prog, [x], [want.astype(np.float32)])
     assert_relative(got, want, 2e-3, "output")
 
@@ -414,7 +410,7 @@ F16_POOLS = [  # op, attrs, reference over f64 x
 def f16_pool_case(op, attrs, reference):
     def test(workdir):
         x = values(rng(2590), [2, 5, 9, 8], 1.0)
-        hx = -x.astype(np.float16).astype(np.float64)
+        hx = -half(x)
         want = reference(hx)
         arg = op == "argmax"
         nodes = [{"name": "hx", "op": "neg", "inputs": ["x"]},

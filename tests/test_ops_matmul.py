@@ -9,7 +9,7 @@ import numpy as np
 import reference as ref
 from harness import (assert_close, build_model, check, check_defines, check_kernels,
                      kernel_defines, model_yaml, registry, run_model, run_program)
-from ops_common import one_op, rng, spec, values
+from ops_common import half, one_op, rng, spec, values, weight_specs
 
 TESTS, case = registry()
 
@@ -322,10 +322,7 @@ def f16_product_case(qkv, K=64):
         x = values(r, [M, K], 1.0)
         ws = [values(r, [K, N], 0.2) for _ in range(3 if qkv else 1)]
         b = values(r, [N], 1.0)
-        h = lambda a: a.astype(np.float16).astype(np.float64)  # noqa: E731
-        weights = {f"w{i}": {"dtype": "f32", "shape": [K, N], "values": w.ravel().tolist()}
-                   for i, w in enumerate(ws)}
-        weights["b"] = {"dtype": "f32", "shape": [N], "values": b.ravel().tolist()}
+        weights = weight_specs(**{f"w{i}": w for i, w in enumerate(ws)}, b=b)
         nodes = [{"name": "hx", "op": "neg", "inputs": ["x"]}]
         if qkv:  # three products of one A: one dispatch writing three outputs
             outs = []
@@ -333,14 +330,14 @@ def f16_product_case(qkv, K=64):
                 nodes += [{"name": f"p{i}", "op": "matmul", "inputs": ["hx", f"w{i}"]},
                           {"name": f"y{i}", "op": "neg", "inputs": [f"p{i}"]}]
                 outs.append(f"y{i}")
-            wants = [h(x) @ h(w) for w in ws]  # y = -(-x @ w)
+            wants = [half(x) @ half(w) for w in ws]  # y = -(-x @ w)
         else:
             nodes += [{"name": "p", "op": "matmul", "inputs": ["hx", "w0"]},
                       {"name": "pb", "op": "add", "inputs": ["p", "b"]},
                       {"name": "a", "op": "gelu", "inputs": ["pb"]},
                       {"name": "y0", "op": "neg", "inputs": ["a"]}]
             outs = ["y0"]
-            wants = [-ref.UNARY["gelu"](-h(x) @ h(ws[0]) + b)]
+            wants = [-ref.UNARY["gelu"](-half(x) @ half(ws[0]) + b)]
         prog = build_model(workdir, model_yaml("f16mm", {"x": spec(x)}, nodes, outs, weights),
                            flags=("--precision", "f16"))
         defs = [d for d in kernel_defines(workdir) if "WM" in d]
@@ -378,9 +375,7 @@ def f16_gemm_case(trans_b):
         M, K, N = 128, 64, 96
         x, c = values(r, [M, K], 1.0), values(r, [N], 1.0)
         w = values(r, [N, K] if trans_b else [K, N], 0.2)
-        h = lambda a: a.astype(np.float16).astype(np.float64)  # noqa: E731
-        weights = {"w": {"dtype": "f32", "shape": list(w.shape), "values": w.ravel().tolist()},
-                   "c": {"dtype": "f32", "shape": [N], "values": c.ravel().tolist()}}
+        weights = weight_specs(w=w, c=c)
         nodes = [{"name": "hx", "op": "neg", "inputs": ["x"]},
                  {"name": "g", "op": "gemm", "inputs": ["hx", "w", "c"], "alpha": 0.5,
                   "beta": 2.0, "trans_b": trans_b, "activation": "relu"},
@@ -391,8 +386,8 @@ def f16_gemm_case(trans_b):
         # the matrix units read B as given only when it is not transposed
         check(bool(coop) == (not trans_b) and all(d.get("EPILOGUE") == "1" for d in coop),
               f"cooperative-matrix kernels {coop}")
-        wb = h(w).T if trans_b else h(w)
-        want = -np.maximum(0.5 * (-h(x)) @ wb + 2.0 * c, 0)
+        wb = half(w).T if trans_b else half(w)
+        want = -np.maximum(0.5 * (-half(x)) @ wb + 2.0 * c, 0)
         got, = run_program(prog, [x], [want.astype(np.float32)])
         assert_close(got, want, 2e-3, 2e-3)
     return test

@@ -9,7 +9,7 @@ import reference as ref
 from harness import (assert_close, build_model, check, kernel_defines, model_yaml, program_env,
                      registry, run_model, run_program)
 from test_ops_attention import ATTENTIONS, attention_case
-from ops_common import one_op, rng, spec, values
+from ops_common import half, one_op, rng, spec, values
 
 TESTS, case = registry()
 
@@ -185,18 +185,17 @@ def f16_rows_case(i, op, shape, attrs, residual=False):
     def test(workdir):
         r = rng(1800 + i)
         x = values(r, shape, 3.0)
-        h = lambda a: a.astype(np.float16).astype(np.float64)  # noqa: E731
         cols = shape[-1]
         g, b = values(r, [cols], 1.0), values(r, [cols], 1.0)
         ins, names = {"x": spec(x)}, ["nx"]
         nodes = [{"name": "nx", "op": "neg", "inputs": ["x"]}]
-        a = -h(x)
+        a = -half(x)
         if residual:  # x + res fused into the norm, the sum read elsewhere
             res = values(r, shape, 3.0)
             ins["res"] = spec(res)
             nodes += [{"name": "nr", "op": "neg", "inputs": ["res"]},
                       {"name": "s", "op": "add", "inputs": ["nx", "nr"]}]
-            a = a - h(res)
+            a = a - half(res)
             names = ["s"]
         params = {"layer_norm": [g, b], "rms_norm": [g]}.get(op, [])
         for name, p in zip(["g", "b"], params):
