@@ -36,6 +36,11 @@ layout(push_constant) uniform Args {
     KILN_DIMS
 } args;
 
+// y[at] = cond ? val : other, as a branch: a select between 8-bit values (bool
+// and uint8 data) would need the Int8 capability, which 8-bit storage alone
+// does not give (it allows loads, stores and conversions).
+#define PUT(at, cond, val, other) if (cond) args.y.v[at] = val; else args.y.v[at] = other
+
 #if MODE == MODE_GATHER_ELEMENTS || MODE == MODE_PAD
 const uint SHAPE_[RANK] = uint[RANK](SHAPE);
 const uint XSTR[RANK] = uint[RANK](XSTRIDES);
@@ -80,7 +85,7 @@ void main() {
 #if MODE == MODE_GATHER
         uint inner = o % INNER, p = (o / INNER) % NIDX, outer = o / (INNER * NIDX);
         int i = index_at(p, AXIS_LEN);
-        args.y.v[o] = i < 0 ? CONV(0.0) : args.x.v[(outer * AXIS_LEN + uint(i)) * INNER + inner];
+        PUT(o, i >= 0, args.x.v[(outer * AXIS_LEN + uint(max(i, 0))) * INNER + inner], CONV(0.0));
 #elif MODE == MODE_GATHER_ELEMENTS
         uint rem = o, src = 0;
         bool ok = true;
@@ -94,7 +99,7 @@ void main() {
             }
             src += c * XSTR[d];
         }
-        args.y.v[o] = ok ? args.x.v[src] : CONV(0.0);
+        PUT(o, ok, args.x.v[src], CONV(0.0));
 #elif MODE == MODE_ONE_HOT
         uint inner = o % INNER, d = (o / INNER) % DEPTH, outer = o / (INNER * DEPTH);
         int i = index_at(outer * INNER + inner, DEPTH);
@@ -106,7 +111,7 @@ void main() {
 #else
         bool keep = c - r <= K;
 #endif
-        args.y.v[o] = keep ? args.x.v[o] : CONV(0.0);
+        PUT(o, keep, args.x.v[o], CONV(0.0));
 #elif MODE == MODE_PAD
         uint rem = o, src = 0;
         bool inside = true;
@@ -117,7 +122,7 @@ void main() {
             inside = inside && s >= 0;
             src += uint(max(s, 0)) * XSTR[d];
         }
-        args.y.v[o] = inside ? args.x.v[src] : CONV(VALUE);
+        PUT(o, inside, args.x.v[src], CONV(VALUE));
 #endif
         if (COUNT - o <= step)
             break;
