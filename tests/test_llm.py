@@ -1,9 +1,10 @@
 """test_llm.py: decoders from transformers, exported with their key/value cache.
 
-tests/models/llm/NAME/ holds a decoder step as torch.onnx.export (dynamo,
-opset 20) wrote it from transformers' own class (samples/llm/export.py:
-Llama, Qwen2 with grouped-query heads, GPT-2; tiny configurations, random
-weights), with onnxruntime's inputs and outputs of two steps of greedy
+tests/models/llm/NAME/ holds a decoder step as torch.onnx.export (dynamo)
+wrote it from transformers' own class (samples/llm/export.py: Llama, Qwen2
+with grouped-query heads, GPT-2; tiny configurations, random weights), at
+opset 20 (attention as MatMul, Softmax, MatMul; the cache a Concat) and at
+opset 23 (NAME_opset23: Attention, RotaryEmbedding, RMSNormalization), with onnxruntime's inputs and outputs of two steps of greedy
 decoding: step0, the 8-token prompt with an empty cache (past 0), and
 step1, one token after 8 cached positions. Each step is compiled with its
 shapes fixed (--shape per input, the cache's past 0 included), run on

@@ -199,6 +199,7 @@ def main():
     ap.add_argument("--new", type=int, default=64)
     ap.add_argument("--prompt", type=int, default=8)
     ap.add_argument("--opset", type=int, default=20)
+    ap.add_argument("--tag", default="", help="appended to each output directory's name")
     ap.add_argument("--checkpoint", action="store_true",
                     help="MODELS are transformers checkpoint directories")
     a = ap.parse_args()
@@ -207,7 +208,7 @@ def main():
         try:
             model = (tf.AutoModelForCausalLM.from_pretrained(name) if a.checkpoint
                      else tiny(name))
-            ok &= export(Path(name).name, model, a.out, a.new, a.opset, a.prompt)
+            ok &= export(Path(name).name + a.tag, model, a.out, a.new, a.opset, a.prompt)
         except Exception as e:  # report and go on with the next model
             import traceback
             traceback.print_exc()
