@@ -9,14 +9,16 @@ decoding: step0, the 8-token prompt with an empty cache (past 0), and
 step1, one token after 8 cached positions. Each step is compiled with its
 shapes fixed (--shape per input, the cache's past 0 included), run on
 Vulkan with validation on, and every output element (logits and each
-layer's present key and value) compared with onnxruntime's.
+layer's present key and value) compared with onnxruntime's; the decoding
+step also with --precision f16, within F16_TOLERANCE of the largest
+reference value.
 """
 import json
 from pathlib import Path
 
 import numpy as np
 
-from harness import ROOT, assert_close, check, kiln, link_model, registry, run_program
+from harness import F16_TOLERANCE, ROOT, assert_close, assert_relative, check, kiln, link_model, registry, run_program
 
 TESTS, case = registry()
 LLM = ROOT / "tests" / "models" / "llm"
@@ -34,7 +36,7 @@ def step_io(d, step):
             outs, [np.load(d / f"step{step}_out_{n}.npy") for n in outs])
 
 
-def fixed_step_case(d, step):
+def fixed_step_case(d, step, precision="f32"):
     def test(workdir):
         wd = Path(workdir)
         meta = json.loads((d / "meta.json").read_text())
@@ -44,15 +46,19 @@ def fixed_step_case(d, step):
         for n, x in zip(ins, xs):
             shapes += ["--shape", f"{n}={'x'.join(str(s) for s in x.shape)}"]
         r = kiln("compile", d / "model.onnx", "--name", "model", "-o", wd / "model.c",
-                 "--guard", *shapes)
+                 "--guard", "--precision", precision, *shapes)
         check(r.returncode == 0, f"kiln compile failed ({meta['model']}, opset "
               f"{meta['opset']}):\n{r.stderr}")
         got = run_program(link_model(wd), xs, want)
         for n, g, w in zip(outs, got, want):
-            assert_close(g, w, 1e-3, 1e-5, n)
+            if precision == "f16":
+                assert_relative(g, w, F16_TOLERANCE, n)
+            else:
+                assert_close(g, w, 1e-3, 1e-5, n)
     return test
 
 
 for _d in sorted(p.parent for p in LLM.glob("*/model.onnx")):
     case(f"llm {_d.name}: prompt step, fixed shapes")(fixed_step_case(_d, 0))
     case(f"llm {_d.name}: decoding step, fixed shapes")(fixed_step_case(_d, 1))
+    case(f"llm {_d.name}: decoding step, fixed shapes, f16")(fixed_step_case(_d, 1, "f16"))
