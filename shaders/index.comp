@@ -85,7 +85,7 @@ void main() {
 #if MODE == MODE_GATHER
         uint inner = o % INNER, p = (o / INNER) % NIDX, outer = o / (INNER * NIDX);
         int i = index_at(p, AXIS_LEN);
-        PUT(o, i >= 0, args.x.v[(outer * AXIS_LEN + uint(max(i, 0))) * INNER + inner], CONV(0.0));
+        PUT(o, i >= 0, args.x.v[(outer * AXIS_LEN + uint(i)) * INNER + inner], CONV(0.0));
 #elif MODE == MODE_GATHER_ELEMENTS
         uint rem = o, src = 0;
         bool ok = true;

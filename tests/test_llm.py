@@ -4,9 +4,10 @@ tests/models/llm/NAME/ holds a decoder step as torch.onnx.export (dynamo)
 wrote it from transformers' own class (samples/llm/export.py: Llama, Qwen2
 with grouped-query heads, GPT-2; tiny configurations, random weights), at
 opset 20 (attention as MatMul, Softmax, MatMul; the cache a Concat) and at
-opset 23 (NAME_opset23: Attention, RotaryEmbedding, RMSNormalization), with onnxruntime's inputs and outputs of two steps of greedy
-decoding: step0, the 8-token prompt with an empty cache (past 0), and
-step1, one token after 8 cached positions. Each step is compiled with its
+opset 23 (NAME_opset23: Attention, RotaryEmbedding, RMSNormalization), with
+onnxruntime's inputs and outputs of two steps of greedy decoding: step0,
+the 8-token prompt with an empty cache (past 0), and step1, one token
+after 8 cached positions. Each step is compiled with its
 shapes fixed (--shape per input, the cache's past 0 included), run on
 Vulkan with validation on, and every output element (logits and each
 layer's present key and value) compared with onnxruntime's; the decoding
@@ -18,7 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from harness import F16_TOLERANCE, ROOT, assert_close, assert_relative, check, kiln, link_model, registry, run_program
+from harness import (F16_TOLERANCE, ROOT, assert_close, assert_relative, check, kiln,
+                     link_model, registry, run_program)
 
 TESTS, case = registry()
 LLM = ROOT / "tests" / "models" / "llm"

@@ -2,7 +2,7 @@
 one_hot, trilu, pad (shaders/index.comp, scatter.comp), on Vulkan against
 the CPU reference (ops_common.py says how).
 """
-import os
+from pathlib import Path
 
 import numpy as np
 
@@ -49,8 +49,10 @@ def _(workdir):
     # (validation caught it in an exported decoder's GatherND of its mask).
     r = rng(2214)
     for dt in (np.bool_, np.uint8):
-        for op in ("gather", "ge", "trilu", "pad"):
-            os.makedirs(f"{workdir}/{op}_{dt.__name__}")
+        def sub(op):  # one model a directory
+            d = Path(workdir) / f"{op}_{dt.__name__}"
+            d.mkdir()
+            return d
         x = (r.integers(0, 2, size=[5, 4]) if dt == np.bool_ else
              r.integers(0, 256, size=[5, 4])).astype(dt)
         idx = r.integers(-7, 7, size=[3]).astype(np.int64)  # some outside: 0
@@ -58,14 +60,12 @@ def _(workdir):
         for j, i in enumerate(idx):
             if -5 <= i < 5:
                 want[j] = x[i]
-        one_op(f"{workdir}/gather_{dt.__name__}", "gather", [x, idx], want, {"axis": 0})
+        one_op(sub("gather"), "gather", [x, idx], want, {"axis": 0})
         e = r.integers(-4, 4, size=[5, 2]).astype(np.int64)
-        one_op(f"{workdir}/ge_{dt.__name__}", "gather_elements", [x, e],
+        one_op(sub("gather_elements"), "gather_elements", [x, e],
                np.take_along_axis(x, np.where(e < 0, e + 4, e), 1), {"axis": 1})
-        one_op(f"{workdir}/trilu_{dt.__name__}", "trilu", [x], np.triu(x, 1),
-               {"upper": 1, "k": 1})
-        one_op(f"{workdir}/pad_{dt.__name__}", "pad", [x], np.pad(x, [(1, 0), (0, 2)]),
-               {"pads": [1, 0, 0, 2]})
+        one_op(sub("trilu"), "trilu", [x], np.triu(x, 1), {"upper": 1, "k": 1})
+        one_op(sub("pad"), "pad", [x], np.pad(x, [(1, 0), (0, 2)]), {"pads": [1, 0, 0, 2]})
 
 
 @case("op embedding ids [2, 5] table [11, 8]")

@@ -30,6 +30,7 @@ import argparse
 import datetime
 import json
 import sys
+import traceback
 from pathlib import Path
 
 import numpy as np
@@ -101,16 +102,16 @@ def names(layers):
     return ins, outs
 
 
-def step_feeds(ids, past, layers, kvh, hd, t0):
-    """onnxruntime feeds for token ids [1, n] after t0 cached positions."""
+def step_feeds(ids, past, ins, empty, t0):
+    """onnxruntime feeds for token ids [1, n] after t0 cached positions:
+    past (the last step's presents) for the inputs after the first three,
+    or the empty cache."""
     n = ids.shape[1]
     f = {"input_ids": ids.astype(np.int64),
          "attention_mask": np.ones((1, t0 + n), np.int64),
          "position_ids": np.arange(t0, t0 + n, dtype=np.int64)[None]}
-    for i in range(layers):
-        for j, kv in enumerate(("key", "value")):
-            f[f"past_key_values.{i}.{kv}"] = (past[2 * i + j] if past else
-                                              np.zeros((1, kvh, 0, hd), np.float32))
+    for k, name in enumerate(ins[3:]):
+        f[name] = past[k] if past else empty
     return f
 
 
@@ -159,8 +160,8 @@ def export(name, model, out, new, opset, prompt_len):
     # The same on the exported step with onnxruntime.
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     seqs = prompt.copy()
-    past = None
-    feeds = step_feeds(prompt, past, layers, kvh, hd, 0)
+    empty = np.zeros((1, kvh, 0, hd), np.float32)
+    feeds = step_feeds(prompt, None, ins, empty, 0)
     gap = np.inf  # the closest call between the best two logits
     for k in range(new):
         res = sess.run(None, feeds)
@@ -174,8 +175,7 @@ def export(name, model, out, new, opset, prompt_len):
         tok = int(np.argmax(res[0][0, -1]))
         t0 = seqs.shape[1]
         seqs = np.concatenate([seqs, [[tok]]], axis=1)
-        past = res[1:]
-        feeds = step_feeds(np.array([[tok]]), past, layers, kvh, hd, t0)
+        feeds = step_feeds(np.array([[tok]]), res[1:], ins, empty, t0)
     np.save(d / "prompt.npy", prompt)
     np.save(d / "ids.npy", ids)
     np.save(d / "ort_ids.npy", seqs)
@@ -184,8 +184,9 @@ def export(name, model, out, new, opset, prompt_len):
             "torch": torch.__version__, "transformers": tf.__version__,
             "onnx": onnx.__version__, "onnxruntime": ort.__version__,
             "date": datetime.date.today().isoformat(), "prompt": prompt_len, "new": new,
-            "ort_matches_generate": same, "min_top2_gap": gap, "ops": dict(sorted(counts.items())),
-            "inputs": dims_of(m.graph.input), "outputs": dims_of(m.graph.output)}
+            "ort_matches_generate": same, "min_top2_gap": gap,
+            "ops": dict(sorted(counts.items())), "inputs": dims_of(m.graph.input),
+            "outputs": dims_of(m.graph.output)}
     (d / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
     print(f"{name}: {len(m.graph.node)} nodes, onnxruntime greedy == generate(): {same}, "
           f"closest top-2 logits {gap:.2e}, ids {ids[0, prompt_len:prompt_len + 16]}")
@@ -210,7 +211,6 @@ def main():
                      else tiny(name))
             ok &= export(Path(name).name + a.tag, model, a.out, a.new, a.opset, a.prompt)
         except Exception as e:  # report and go on with the next model
-            import traceback
             traceback.print_exc()
             print(f"{name}: failed: {e}")
             ok = False
