@@ -7,13 +7,24 @@
  * by node, the axis of each output whose size follows the dims, as an
  * affine expression of them (DimExpr: `seq`, `past + seq`, `4*seq`).
  *
- * One rule keeps the kernels simple and the layouts unchanged: a dynamic
- * axis is the outermost axis of its tensor that is larger than 1. A smaller
- * extent is then a prefix of the tensor's bytes with every stride as
- * compiled, so kernels only need their total work (element count, rows,
- * matrix rows, query or key positions) at run time. Ops that would move the
- * dynamic axis inward, reduce over it, or mix it with a fixed size stop here
- * with a located error saying so.
+ * Any axis may follow the dims, several per tensor ([1, heads, seq, past +
+ * seq] scores). Every tensor is stored at its largest shape, so strides are
+ * as compiled; a run's elements past its extents are don't-care. Ops that
+ * compute each output element from the elements at the same position (all
+ * elementwise ops, broadcasts, transposes, reshapes that keep the axis,
+ * gathers, rows over fixed axes, matmul rows and columns) then need nothing
+ * at run time: they compute the whole largest shape, and the don't-care
+ * elements stay where nothing valid reads them. Ops that read across a
+ * dynamic axis follow its extent at run time: softmax over it, a matmul
+ * contracting it, a concat along it (the next piece's offset). Ops that
+ * would mix a dynamic axis with a fixed size, reduce over it otherwise, or
+ * merge it with an outer axis stop here with a located error.
+ *
+ * The common case stays fast: a tensor whose one dynamic axis is the
+ * outermost larger than 1 (`dynamic`, the prefix layout) has a run's
+ * elements as a prefix of its bytes, and kernels follow its extent (their
+ * work shrinks with it); inputs, outputs and states have that layout (the
+ * host copies follow it).
  */
 #include "kiln.h"
 
@@ -60,7 +71,17 @@ int unused_dim(const Graph *g) {
         bool used = false;
         for (int i = 0; i < g->tensors.len && !used; i++) {
             const Tensor *t = g->tensors.data[i];
-            used = t->dynamic && t->extent.c[d];
+            for (int a = 0; a < t->rank && !used; a++)
+                used = is_dyn(t, a) && t->ext[a].c[d];
+        }
+        for (int i = 0; i < g->nodes.len && !used; i++) { /* a range's start or size */
+            Node *n = g->nodes.data[i];
+            const char *keys[2] = {"start", "size"};
+            for (int k = 0; k < 2 && n->op == OP_RANGE && !used; k++) {
+                Attr *a = node_attr(n, keys[k]);
+                DimExpr e;
+                used = a && !a->is_list && parse_dim_expr(g, a->scalar, &e) && e.c[d];
+            }
         }
         if (!used)
             return d;
@@ -78,14 +99,14 @@ int find_dim(const Graph *g, const char *name) {
 int64_t dim_expr_max(const Graph *g, const DimExpr *e) {
     int64_t v = e->c0;
     for (int i = 0; i < g->ndims; i++)
-        v += e->c[i] * g->dims[i].hi;
+        v += e->c[i] * (e->c[i] > 0 ? g->dims[i].hi : g->dims[i].lo);
     return v;
 }
 
 int64_t dim_expr_min(const Graph *g, const DimExpr *e) {
     int64_t v = e->c0;
     for (int i = 0; i < g->ndims; i++)
-        v += e->c[i] * g->dims[i].lo;
+        v += e->c[i] * (e->c[i] > 0 ? g->dims[i].lo : g->dims[i].hi);
     return v;
 }
 
@@ -105,7 +126,7 @@ DimExpr dim_expr_add(const DimExpr *a, const DimExpr *b) {
     return r;
 }
 
-static bool dim_expr_eq(const DimExpr *a, const DimExpr *b) {
+bool dim_expr_eq(const DimExpr *a, const DimExpr *b) {
     return memcmp(a, b, sizeof *a) == 0;
 }
 
@@ -126,13 +147,16 @@ char *dim_expr_str(const Graph *g, const DimExpr *e) {
         if (!e->c[i])
             continue;
         if (s.len)
-            str_add(&s, " + ");
-        if (e->c[i] != 1)
-            str_addf(&s, "%lld*", (long long)e->c[i]);
+            str_add(&s, e->c[i] < 0 ? " - " : " + ");
+        else if (e->c[i] < 0)
+            str_add(&s, "-");
+        if (e->c[i] != 1 && e->c[i] != -1)
+            str_addf(&s, "%lld*", (long long)(e->c[i] < 0 ? -e->c[i] : e->c[i]));
         str_add(&s, g->dims[i].name);
     }
     if (e->c0 || !s.len)
-        str_addf(&s, "%s%lld", s.len ? " + " : "", (long long)e->c0);
+        str_addf(&s, "%s%lld", s.len ? (e->c0 < 0 ? " - " : " + ") : "",
+                 (long long)(s.len && e->c0 < 0 ? -e->c0 : e->c0));
     return s.buf;
 }
 
@@ -140,116 +164,251 @@ int64_t dyn_inner(const Tensor *t) {
     return shape_count(t->rank - t->dyn_axis - 1, t->shape + t->dyn_axis + 1);
 }
 
+bool parse_dim_expr(const Graph *g, const char *s, DimExpr *e) {
+    memset(e, 0, sizeof *e);
+    const char *p = s;
+    int sign = 1, terms = 0;
+    for (;;) {
+        while (*p == ' ')
+            p++;
+        if (!*p)
+            return terms > 0;
+        if (terms) { /* an operator between terms */
+            if (*p != '+' && *p != '-')
+                return false;
+            sign = *p++ == '-' ? -1 : 1;
+            while (*p == ' ')
+                p++;
+        } else if (*p == '-') {
+            sign = -1;
+            p++;
+        }
+        int64_t k = 1;
+        bool num = false;
+        if (*p >= '0' && *p <= '9') {
+            char *end;
+            errno = 0;
+            k = strtoll(p, &end, 10);
+            if (errno)
+                return false;
+            p = end;
+            num = true;
+            while (*p == ' ')
+                p++;
+            if (*p != '*') {
+                e->c0 += sign * k;
+                terms++;
+                continue;
+            }
+            p++;
+            while (*p == ' ')
+                p++;
+        }
+        const char *name = p;
+        while ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+               (*p >= '0' && *p <= '9') || *p == '_')
+            p++;
+        if (p == name)
+            return false;
+        int d = -1;
+        for (int i = 0; i < g->ndims; i++)
+            if (strlen(g->dims[i].name) == (size_t)(p - name) &&
+                strncmp(g->dims[i].name, name, (size_t)(p - name)) == 0)
+                d = i;
+        if (d < 0)
+            return false;
+        while (*p == ' ')
+            p++;
+        if (!num && *p == '*') { /* name * k */
+            char *end;
+            p++;
+            errno = 0;
+            k = strtoll(p, &end, 10);
+            if (end == p || errno)
+                return false;
+            p = end;
+        }
+        e->c[d] += sign * k;
+        terms++;
+    }
+}
+
+bool is_dyn(const Tensor *t, int axis) {
+    return axis >= 0 && axis < t->rank && ((t->dyn_axes >> axis) & 1u);
+}
+
+void update_prefix(Tensor *t) {
+    t->dynamic = false;
+    t->dyn_axis = 0;
+    memset(&t->extent, 0, sizeof t->extent);
+    if (!t->dyn_axes)
+        return;
+    int a = 0;
+    while (!is_dyn(t, a))
+        a++;
+    if (t->dyn_axes != 1u << a)
+        return;
+    for (int i = 0; i < a; i++)
+        if (t->shape[i] != 1)
+            return;
+    t->dynamic = true;
+    t->dyn_axis = a;
+    t->extent = t->ext[a];
+}
+
+void set_dyn_axis(Tensor *t, int axis, const DimExpr *e) {
+    t->dyn_axes |= 1u << axis;
+    t->ext[axis] = *e;
+    update_prefix(t);
+}
+
+void check_dynamic_input(Tensor *t) {
+    if (!t->dyn_axes || t->dynamic)
+        return;
+    int a = 0, b;
+    while (!is_dyn(t, a))
+        a++;
+    for (b = a + 1; b < t->rank && !is_dyn(t, b); b++)
+        ;
+    if (b < t->rank)
+        error_at(t->loc, "unsupported: '%s' %s has two dynamic axes (%d and %d); an input, "
+                 "output or state has one, the outermost larger than 1", t->name,
+                 shape_str(t->rank, t->shape), a, b);
+    for (int i = 0; i < a; i++)
+        if (t->shape[i] != 1)
+            error_at(t->loc, "unsupported: '%s' %s: the dynamic axis of an input, output "
+                     "or state must be its outermost axis larger than 1 (axis %d has size "
+                     "%lld); inside a model any axis may be dynamic", t->name,
+                     shape_str(t->rank, t->shape), i, (long long)t->shape[i]);
+}
+
 static _Noreturn void unsupported(Node *n, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static _Noreturn void unsupported(Node *n, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    Str s = {0};
     char buf[512];
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    str_add(&s, buf);
-    error_at(n->loc, "node '%s' (%s): %s", n->name, op_info[n->op].name, s.buf);
+    error_at(n->loc, "node '%s' (%s): %s", n->name, op_info[n->op].name, buf);
 }
 
-/* Marks t dynamic along axis with extent e, checking the outermost rule. */
-static void set_dynamic(Node *n, Tensor *t, int axis, const DimExpr *e) {
-    for (int i = 0; i < axis; i++)
-        if (t->shape[i] != 1)
-            unsupported(n, "its output '%s' %s would have the dynamic axis %d inside axis "
-                        "%d of size %lld; a dynamic axis must be the outermost one larger "
-                        "than 1", t->name, shape_str(t->rank, t->shape), axis, i,
-                        (long long)t->shape[i]);
-    t->dynamic = true;
-    t->dyn_axis = axis;
-    t->extent = *e;
+/* Marks axis of n's output t dynamic with extent e; an axis that two rules
+ * reach must get the same extent. */
+static void mark(Node *n, Tensor *t, int axis, const DimExpr *e) {
+    if (is_dyn(t, axis) && !dim_expr_eq(&t->ext[axis], e))
+        unsupported(n, "axis %d of '%s' would follow two different extents", axis, t->name);
+    t->dyn_axes |= 1u << axis;
+    t->ext[axis] = *e;
 }
 
-void check_dynamic_input(Tensor *t) {
-    for (int i = 0; i < t->dyn_axis; i++)
-        if (t->shape[i] != 1)
-            error_at(t->loc, "'%s' %s: a dynamic dimension must be the outermost axis "
-                     "larger than 1 (axis %d has size %lld)", t->name,
-                     shape_str(t->rank, t->shape), i, (long long)t->shape[i]);
-}
-
-static int ndynamic(Node *n) {
-    int k = 0;
+static bool any_dynamic(Node *n) {
     for (int i = 0; i < n->ninputs; i++)
-        k += n->inputs[i]->dynamic;
-    return k;
+        if (n->inputs[i]->dyn_axes)
+            return true;
+    return false;
 }
 
-/* Outputs the same as input x (dynamic along the same axis). */
+/* Outputs dynamic where x is (aligned at the last axis). */
 static void same_as(Node *n, Tensor *x) {
-    for (int k = 0; k < n->noutputs; k++)
-        set_dynamic(n, n->outputs[k], x->dyn_axis + n->outputs[k]->rank - x->rank,
-                    &x->extent);
+    for (int k = 0; k < n->noutputs; k++) {
+        Tensor *o = n->outputs[k];
+        for (int a = 0; a < x->rank; a++)
+            if (is_dyn(x, a) && a + o->rank - x->rank >= 0)
+                mark(n, o, a + o->rank - x->rank, &x->ext[a]);
+    }
 }
 
-/* Numpy broadcasting: every dynamic input meets the same extent at the same
- * output axis; a fixed input has size 1 there (or lacks the axis). */
+/* Numpy broadcasting of inputs first..last: at each output axis the dynamic
+ * inputs have the same extent, and a fixed input has size 1 (or lacks it). */
 static void broadcast_dynamic(Node *n, int first, int last) {
-    Tensor *out = n->outputs[0], *ref = NULL;
-    int axis = -1;
-    for (int i = first; i <= last && i < n->ninputs; i++) {
-        Tensor *t = n->inputs[i];
-        if (!t->dynamic)
+    Tensor *out = n->outputs[0];
+    for (int j = 0; j < out->rank; j++) {
+        Tensor *ref = NULL;
+        int ra = 0;
+        for (int i = first; i <= last && i < n->ninputs; i++) {
+            Tensor *t = n->inputs[i];
+            int a = j - (out->rank - t->rank);
+            if (!is_dyn(t, a))
+                continue;
+            if (ref && !dim_expr_eq(&t->ext[a], &ref->ext[ra]))
+                unsupported(n, "'%s' and '%s' have different dynamic extents at axis %d; "
+                            "kiln cannot prove they are equal", ref->name, t->name, j);
+            ref = t;
+            ra = a;
+        }
+        if (!ref)
             continue;
-        int a = t->dyn_axis + out->rank - t->rank;
-        if (ref && (a != axis || !dim_expr_eq(&t->extent, &ref->extent)))
-            unsupported(n, "'%s' and '%s' have different dynamic extents; kiln cannot "
-                        "prove they are equal", ref->name, t->name);
-        ref = t;
-        axis = a;
+        for (int i = first; i <= last && i < n->ninputs; i++) {
+            Tensor *t = n->inputs[i];
+            int a = j - (out->rank - t->rank);
+            if (a >= 0 && !is_dyn(t, a) && t->shape[a] != 1)
+                unsupported(n, "'%s' %s has the fixed size %lld where '%s' is dynamic; use a "
+                            "slice or gather of the fixed tensor instead", t->name,
+                            shape_str(t->rank, t->shape), (long long)t->shape[a], ref->name);
+        }
+        for (int k = 0; k < n->noutputs; k++)
+            mark(n, n->outputs[k], j, &ref->ext[ra]);
     }
-    if (!ref)
-        return;
-    for (int i = first; i <= last && i < n->ninputs; i++) {
-        Tensor *t = n->inputs[i];
-        int j = axis - (out->rank - t->rank);
-        if (!t->dynamic && j >= 0 && t->shape[j] != 1)
-            unsupported(n, "'%s' %s has the fixed size %lld where '%s' is dynamic; use a "
-                        "slice or gather of the fixed tensor instead", t->name,
-                        shape_str(t->rank, t->shape), (long long)t->shape[j], ref->name);
-    }
-    for (int k = 0; k < n->noutputs; k++)
-        set_dynamic(n, n->outputs[k], axis, &ref->extent);
 }
 
-/* A view or copy of x as out: the prefix rule makes it a reshape of the
- * dynamic axis into the outermost output axis larger than 1, scaled. */
+/* A view or copy of x as out (row-major order kept): each dynamic axis of x
+ * becomes the output axis with the same elements outside it, merged with
+ * fixed axes inside it (its extent scaled); merging it with an outer axis
+ * larger than 1, or splitting it, would scatter a run's elements. */
 static void reshape_dynamic(Node *n, Tensor *x, Tensor *out) {
-    int64_t inner_in = dyn_inner(x);
-    int b = 0;
-    while (b < out->rank - 1 && out->shape[b] == 1)
-        b++;
-    int64_t inner_out = shape_count(out->rank - b - 1, out->shape + b + 1);
-    if (out->rank == 0 || inner_out == 0 || inner_in % inner_out ||
-        out->shape[b] != x->shape[x->dyn_axis] * (inner_in / inner_out))
-        unsupported(n, "reshaping '%s' %s (dynamic axis %d) to %s would split its "
-                    "dynamic axis; keep the dynamic axis outermost and whole",
-                    x->name, shape_str(x->rank, x->shape), x->dyn_axis,
-                    shape_str(out->rank, out->shape));
-    DimExpr e = dim_expr_scale(&x->extent, inner_in / inner_out);
-    set_dynamic(n, out, b, &e);
+    for (int a = 0; a < x->rank; a++) {
+        if (!is_dyn(x, a))
+            continue;
+        int64_t outer = shape_count(a, x->shape);
+        int64_t inner = shape_count(x->rank - a - 1, x->shape + a + 1);
+        int b = -1;
+        for (int j = 0; j < out->rank && b < 0; j++) {
+            int64_t o_outer = shape_count(j, out->shape);
+            int64_t o_inner = shape_count(out->rank - j - 1, out->shape + j + 1);
+            if (o_outer == outer && o_inner && inner % o_inner == 0 &&
+                out->shape[j] * o_inner == x->shape[a] * inner)
+                b = j;
+        }
+        if (b < 0)
+            unsupported(n, "reshaping '%s' %s to %s would split its dynamic axis %d or merge "
+                        "it with an outer axis", x->name, shape_str(x->rank, x->shape),
+                        shape_str(out->rank, out->shape), a);
+        int64_t o_inner = shape_count(out->rank - b - 1, out->shape + b + 1);
+        DimExpr e = dim_expr_scale(&x->ext[a], inner / o_inner);
+        if (is_dyn(out, b) && !dim_expr_eq(&out->ext[b], &e))
+            unsupported(n, "reshaping '%s' %s to %s would merge two dynamic axes", x->name,
+                        shape_str(x->rank, x->shape), shape_str(out->rank, out->shape));
+        mark(n, out, b, &e);
+    }
 }
 
-/* Row ops over `axis`..: the reduced axes must not be the dynamic one. */
+/* Ops that reduce over the axes marked in reduced: none of them dynamic. */
 static void not_over(Node *n, Tensor *x, const bool *reduced) {
-    if (reduced[x->dyn_axis])
-        unsupported(n, "it reduces over the dynamic axis %d of '%s'; kiln reduces only "
-                    "over fixed axes", x->dyn_axis, x->name);
+    for (int a = 0; a < x->rank; a++)
+        if (reduced[a] && is_dyn(x, a))
+            unsupported(n, "it reduces over the dynamic axis %d of '%s'; kiln reduces only "
+                        "over fixed axes (softmax excepted)", a, x->name);
+}
+
+static void fixed_params(Node *n, int first) {
+    for (int i = first; i < n->ninputs; i++)
+        if (n->inputs[i]->dyn_axes)
+            unsupported(n, "its parameter '%s' is dynamic", n->inputs[i]->name);
 }
 
 /* Each op's dynamic rule (named in its ops.def row): called when one of the
  * node's inputs is dynamic; marks the outputs' dynamic axes or refuses. */
 
 static void dynamic_none(Node *n) {
+    const char *name = "one";
+    for (int i = 0; i < n->ninputs; i++)
+        if (n->inputs[i]->dyn_axes) {
+            name = n->inputs[i]->name;
+            break;
+        }
     unsupported(n, "this op does not take a dynamic extent yet (its input '%s' is "
-                "dynamic); ops that do are listed in docs/yaml.md",
-                n->inputs[0]->dynamic ? n->inputs[0]->name : "one");
+                "dynamic); ops that do are listed in docs/yaml.md", name);
 }
 
 /* elementwise, numpy broadcasting */
@@ -265,8 +424,8 @@ static void dynamic_transpose(Node *n) {
     int np = attr_ints(n, "perm", perm, MAX_RANK);
     for (int i = 0; i < out->rank; i++) {
         int64_t p = np < 0 ? x->rank - 1 - i : perm[i] < 0 ? perm[i] + x->rank : perm[i];
-        if (p == x->dyn_axis)
-            set_dynamic(n, out, i, &x->extent);
+        if (is_dyn(x, (int)p))
+            mark(n, out, i, &x->ext[p]);
     }
 }
 
@@ -274,82 +433,119 @@ static void dynamic_slice(Node *n) {
     Tensor *x = n->inputs[0];
     int64_t start[MAX_RANK], step[MAX_RANK], shape[MAX_RANK];
     slice_params(n, start, step, shape);
-    int a = x->dyn_axis;
-    if (start[a] != 0 || step[a] != 1 || shape[a] != x->shape[a])
-        unsupported(n, "it slices the dynamic axis %d of '%s'; kiln slices only fixed "
-                    "axes of a dynamic tensor", a, x->name);
+    for (int a = 0; a < x->rank; a++)
+        if (is_dyn(x, a) && (start[a] != 0 || step[a] != 1 || shape[a] != x->shape[a]))
+            unsupported(n, "it slices the dynamic axis %d of '%s'; kiln slices only fixed "
+                        "axes of a dynamic tensor", a, x->name);
     same_as(n, x);
 }
 
+/* Along a dynamic axis the extents add up (each piece lands after the
+ * previous one's run extent); the other axes agree as for broadcasting,
+ * without size-1 pieces. */
 static void dynamic_concat(Node *n) {
     Tensor *out = n->outputs[0];
     int64_t axis = attr_int(n, "axis");
     if (axis < 0)
         axis += out->rank;
-    Tensor *ref = NULL;
-    for (int i = 0; i < n->ninputs; i++)
-        if (n->inputs[i]->dynamic)
-            ref = n->inputs[i];
-    if (ref->dyn_axis != axis) { /* along a fixed axis: all alike */
-        for (int i = 0; i < n->ninputs; i++)
-            if (!n->inputs[i]->dynamic)
-                unsupported(n, "'%s' is fixed where '%s' is dynamic", n->inputs[i]->name,
-                            ref->name);
-        broadcast_dynamic(n, 0, n->ninputs - 1);
-        return;
-    }
     DimExpr sum = {0};
+    bool along = false;
     for (int i = 0; i < n->ninputs; i++) {
         Tensor *t = n->inputs[i];
-        if (t->dynamic && t->dyn_axis != axis)
-            unsupported(n, "'%s' is dynamic along axis %d, not the concatenation axis",
-                        t->name, t->dyn_axis);
-        if (t->dynamic) {
-            sum = dim_expr_add(&sum, &t->extent);
+        if (is_dyn(t, (int)axis)) {
+            sum = dim_expr_add(&sum, &t->ext[axis]);
+            along = true;
         } else {
-            for (int k = 0; k < axis; k++)
-                if (t->shape[k] != 1)
-                    unsupported(n, "'%s' has size %lld before the dynamic axis",
-                                t->name, (long long)t->shape[k]);
             sum.c0 += t->shape[axis];
         }
     }
-    set_dynamic(n, out, (int)axis, &sum);
+    for (int j = 0; j < out->rank; j++) {
+        if (j == axis)
+            continue;
+        Tensor *ref = NULL;
+        for (int i = 0; i < n->ninputs; i++)
+            if (is_dyn(n->inputs[i], j))
+                ref = n->inputs[i];
+        if (!ref)
+            continue;
+        for (int i = 0; i < n->ninputs; i++) {
+            Tensor *t = n->inputs[i];
+            if (!is_dyn(t, j) || !dim_expr_eq(&t->ext[j], &ref->ext[j]))
+                unsupported(n, "'%s' and '%s' differ along axis %d, which is dynamic",
+                            t->name, ref->name, j);
+        }
+        mark(n, out, j, &ref->ext[j]);
+    }
+    if (along)
+        mark(n, out, (int)axis, &sum);
 }
 
 static void dynamic_split(Node *n) {
     Tensor *x = n->inputs[0];
     int axis;
     split_sizes(n, &axis);
-    if (axis == x->dyn_axis)
+    if (is_dyn(x, axis))
         unsupported(n, "it splits the dynamic axis of '%s'", x->name);
     same_as(n, x);
 }
 
+/* [..., M, K] x [..., K, N]: batch axes broadcast, M from A, N from B; K
+ * may be dynamic when both operands have it with the same extent (the
+ * product then follows it: lower_matmul.c). */
 static void dynamic_matmul(Node *n) {
-    Tensor *x = n->inputs[0], *b = n->inputs[1], *out = n->outputs[0];
-    if (b->dynamic)
-        unsupported(n, "its second operand '%s' is dynamic; kiln takes a dynamic "
-                    "extent only in the rows of the first", b->name);
-    if (x->rank < 2 || x->dyn_axis == x->rank - 1)
-        unsupported(n, "'%s' is dynamic along the contracted axis", x->name);
-    if (b->rank > 2)
-        unsupported(n, "a dynamic first operand needs a shared (rank-2) second "
-                    "operand; '%s' is %s", b->name, shape_str(b->rank, b->shape));
-    set_dynamic(n, out, x->dyn_axis + out->rank - x->rank, &x->extent);
+    Tensor *a = n->inputs[0], *b = n->inputs[1], *out = n->outputs[0];
+    if (a->rank < 2 || b->rank < 2) {
+        if (a->dyn_axes & (a->rank < 2 ? ~0u : 0u))
+            unsupported(n, "its operand '%s' is a dynamic vector", a->name);
+        if (b->dyn_axes & (b->rank < 2 ? ~0u : 0u))
+            unsupported(n, "its operand '%s' is a dynamic vector", b->name);
+    }
+    int ka = a->rank - 1, kb = b->rank >= 2 ? b->rank - 2 : 0;
+    if (is_dyn(a, ka) || is_dyn(b, kb)) {
+        if (!is_dyn(a, ka) || !is_dyn(b, kb) || !dim_expr_eq(&a->ext[ka], &b->ext[kb]))
+            unsupported(n, "'%s' and '%s' must both be dynamic along the contracted axis, "
+                        "with the same extent", a->name, b->name);
+    }
+    int br = out->rank - (a->rank >= 2) - (b->rank >= 2);
+    for (int j = 0; j < br; j++) {
+        Tensor *ref = NULL;
+        int ra = 0;
+        Tensor *ops[2] = {a, b};
+        for (int k = 0; k < 2; k++) {
+            int ax = j - (br - (ops[k]->rank - 2));
+            if (ops[k]->rank < 2 || ax < 0)
+                continue;
+            if (is_dyn(ops[k], ax)) {
+                if (ref && !dim_expr_eq(&ref->ext[ra], &ops[k]->ext[ax]))
+                    unsupported(n, "'%s' and '%s' have different dynamic batch extents",
+                                a->name, b->name);
+                ref = ops[k];
+                ra = ax;
+            } else if (ops[k]->shape[ax] != 1 && ref) {
+                unsupported(n, "'%s' has a fixed batch size where the other operand is "
+                            "dynamic", ops[k]->name);
+            }
+        }
+        if (ref)
+            mark(n, out, j, &ref->ext[ra]);
+    }
+    if (a->rank >= 2 && is_dyn(a, a->rank - 2))
+        mark(n, out, br, &a->ext[a->rank - 2]);
+    if (b->rank >= 2 && is_dyn(b, b->rank - 1))
+        mark(n, out, out->rank - 1, &b->ext[b->rank - 1]);
 }
 
 static void dynamic_gemm(Node *n) {
     Tensor *x = n->inputs[0], *out = n->outputs[0];
-    if (n->inputs[1]->dynamic || attr_int(n, "trans_a"))
+    if (n->inputs[1]->dyn_axes || attr_int(n, "trans_a") || is_dyn(x, 1))
         unsupported(n, "kiln takes a dynamic extent only in the rows of A "
                     "(trans_a 0)");
-    if (n->ninputs > 2 && n->inputs[2]->dynamic)
+    if (n->ninputs > 2 && n->inputs[2]->dyn_axes)
         broadcast_dynamic(n, 0, 2);
-    else
-        set_dynamic(n, out, 0, &x->extent);
-    if (n->ninputs > 2 && !n->inputs[2]->dynamic && n->inputs[2]->rank == 2 &&
-        n->inputs[2]->shape[0] != 1)
+    else if (is_dyn(x, 0))
+        mark(n, out, 0, &x->ext[0]);
+    if (n->ninputs > 2 && !n->inputs[2]->dyn_axes && n->inputs[2]->rank == 2 &&
+        n->inputs[2]->shape[0] != 1 && is_dyn(x, 0))
         unsupported(n, "its bias '%s' has fixed rows where A's are dynamic",
                     n->inputs[2]->name);
 }
@@ -363,40 +559,39 @@ static void dynamic_norm(Node *n) {
     bool reduced[MAX_RANK] = {false};
     for (int i = (int)axis; i < x->rank; i++)
         reduced[i] = true;
-    if (x->dynamic)
-        not_over(n, x, reduced);
-    for (int i = residual ? 2 : 1; i < n->ninputs; i++)
-        if (n->inputs[i]->dynamic)
-            unsupported(n, "its parameter '%s' is dynamic", n->inputs[i]->name);
+    not_over(n, x, reduced);
+    fixed_params(n, residual ? 2 : 1);
     broadcast_dynamic(n, 0, residual ? 1 : 0);
 }
 
 static void dynamic_batch_norm(Node *n) {
-    for (int i = 1; i < n->ninputs; i++)
-        if (n->inputs[i]->dynamic)
-            unsupported(n, "its parameter '%s' is dynamic", n->inputs[i]->name);
+    fixed_params(n, 1);
     same_as(n, n->inputs[0]);
 }
 
-/* softmax, log_softmax, cumsum, topk: along one axis, not the dynamic one */
+/* softmax and log_softmax (over a dynamic axis too: the kernel follows the
+ * run's extent), cumsum, topk (along a fixed axis) */
 static void dynamic_axis(Node *n) {
     Tensor *x = n->inputs[0];
     bool reduced[MAX_RANK] = {false};
     int64_t axis = attr_int(n, "axis");
     reduced[axis < 0 ? axis + x->rank : axis] = true;
-    not_over(n, x, reduced);
+    if (n->op != OP_SOFTMAX && n->op != OP_LOG_SOFTMAX)
+        not_over(n, x, reduced);
     same_as(n, x);
 }
 
-/* [..., V] -> [...]: the dynamic axis keeps its place */
+/* [..., V] -> [...]: the other axes keep their places */
 static void dynamic_sample(Node *n) {
     Tensor *x = n->inputs[0];
     bool reduced[MAX_RANK] = {false};
-    if (n->inputs[1]->dynamic)
+    if (n->inputs[1]->dyn_axes)
         unsupported(n, "its seed is dynamic");
     reduced[x->rank - 1] = true;
     not_over(n, x, reduced);
-    set_dynamic(n, n->outputs[0], x->dyn_axis, &x->extent);
+    for (int a = 0; a < x->rank - 1; a++)
+        if (is_dyn(x, a))
+            mark(n, n->outputs[0], a, &x->ext[a]);
 }
 
 static void dynamic_reduce(Node *n) {
@@ -404,28 +599,49 @@ static void dynamic_reduce(Node *n) {
     bool reduced[MAX_RANK] = {false};
     reduced_axes(n, reduced);
     not_over(n, x, reduced);
-    int a = x->dyn_axis;
-    if (!attr_int(n, "keep_dims"))
-        for (int i = 0; i < x->dyn_axis; i++)
-            a -= reduced[i];
-    set_dynamic(n, n->outputs[0], a, &x->extent);
+    bool keep = attr_int(n, "keep_dims");
+    for (int a = 0, o = 0; a < x->rank; a++) {
+        if (is_dyn(x, a))
+            mark(n, n->outputs[0], o, &x->ext[a]);
+        o += keep || !reduced[a];
+    }
 }
 
+/* Indices may be dynamic (the output follows them); so may the data: a
+ * gathered axis's run extent bounds the valid indices (an index past it is
+ * out of range, which ONNX leaves undefined; the kernel stays inside the
+ * largest shape). */
 static void dynamic_gather(Node *n) {
     bool emb = n->op == OP_EMBEDDING;
-    Tensor *data = n->inputs[emb ? 1 : 0], *idx = n->inputs[emb ? 0 : 1];
-    if (data->dynamic)
-        unsupported(n, "it gathers from the dynamic tensor '%s'; kiln gathers "
-                    "dynamic indices from fixed tensors", data->name);
+    Tensor *data = n->inputs[emb ? 1 : 0], *idx = n->inputs[emb ? 0 : 1], *out = n->outputs[0];
     int64_t axis = emb ? 0 : attr_int(n, "axis");
     if (axis < 0)
         axis += data->rank;
-    set_dynamic(n, n->outputs[0], (int)axis + idx->dyn_axis, &idx->extent);
+    for (int a = 0; a < data->rank; a++) {
+        if (!is_dyn(data, a) || a == axis)
+            continue;
+        mark(n, out, a < axis ? a : a + idx->rank - 1, &data->ext[a]);
+    }
+    for (int a = 0; a < idx->rank; a++)
+        if (is_dyn(idx, a))
+            mark(n, out, (int)axis + a, &idx->ext[a]);
+}
+
+/* The fused ops below follow their operands' prefix layout only. */
+static void prefix_only(Node *n) {
+    for (int i = 0; i < n->ninputs; i++) {
+        Tensor *t = n->inputs[i];
+        if (t->dyn_axes && !t->dynamic)
+            unsupported(n, "'%s' %s is dynamic along an inner axis; this op takes a "
+                        "dynamic axis only as the outermost one larger than 1", t->name,
+                        shape_str(t->rank, t->shape));
+    }
 }
 
 static void dynamic_attention(Node *n) {
     Tensor *x = n->inputs[0];
-    if (n->ninputs > 3 && (n->inputs[3]->dynamic || ndynamic(n)))
+    prefix_only(n);
+    if (n->ninputs > 3 && n->inputs[3]->dyn_axes)
         unsupported(n, "a mask with dynamic queries or keys; use causal or window, "
                     "which follow the extents");
     AttentionDims a;
@@ -444,11 +660,12 @@ static void dynamic_attention(Node *n) {
         unsupported(n, "keys '%s' and values '%s' must have the same dynamic extent",
                     k->name, v->name);
     if (x->dynamic)
-        set_dynamic(n, n->outputs[0], seq, &x->extent);
+        mark(n, n->outputs[0], seq, &x->extent);
 }
 
 static void dynamic_rope(Node *n) {
     Tensor *x = n->inputs[0];
+    prefix_only(n);
     int64_t axis = attr_int(n, "seq_axis");
     if (axis < 0)
         axis += x->rank;
@@ -474,8 +691,24 @@ static const DynamicFn dynamic_rules[OP_COUNT] = {
 #undef OP
 };
 
+/* range: its size may follow the dims (shape_range parses it). */
+static void dynamic_range(Node *n) {
+    DimExpr e = attr_dims(n, "size");
+    bool fixed = true;
+    for (int i = 0; i < MAX_DIMS; i++)
+        fixed &= e.c[i] == 0;
+    if (!fixed)
+        mark(n, n->outputs[0], 0, &e);
+}
+
 void infer_dynamic(Graph *g, Node *n) {
     (void)g;
-    if (ndynamic(n))
+    if (n->op == OP_RANGE)
+        dynamic_range(n);
+    else if (!any_dynamic(n))
+        return;
+    else
         dynamic_rules[n->op](n);
+    for (int k = 0; k < n->noutputs; k++)
+        update_prefix(n->outputs[k]);
 }

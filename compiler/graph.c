@@ -27,6 +27,7 @@ Node *graph_node(Graph *g, OpKind op, const char *name, Loc loc) {
     n->name = xstrdup(name);
     n->op = op;
     n->loc = loc;
+    n->graph = g;
     n->id = g->nodes.len;
     vec_push(&g->nodes, n);
     return n;

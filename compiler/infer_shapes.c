@@ -98,7 +98,7 @@ static void check_state(Tensor *s) {
     bool ok = u->dtype == s->dtype && u->rank == s->rank;
     for (int i = 0; ok && i < s->rank; i++)
         ok = u->shape[i] == s->shape[i] || (s->dynamic && i == s->dyn_axis);
-    if (ok && u->dynamic && (!s->dynamic || u->dyn_axis != s->dyn_axis))
+    if (ok && u->dyn_axes && (!s->dynamic || u->dyn_axes != s->dyn_axes))
         ok = false;
     if (!ok)
         error_at(s->update_loc, "state '%s' is %s %s; its update '%s' is %s %s: they must "
@@ -115,9 +115,7 @@ void infer_shapes(Graph *g) {
     for (int k = 0; k < 2; k++) {
         Vec *v = k ? &g->states : &g->inputs;
         for (int i = 0; i < v->len; i++) {
-            Tensor *t = v->data[i];
-            if (t->dynamic)
-                check_dynamic_input(t);
+            check_dynamic_input(v->data[i]);
         }
     }
     /* One pass per node: the ONNX loader infers each node as it maps it
@@ -131,4 +129,6 @@ void infer_shapes(Graph *g) {
     }
     for (int i = 0; i < g->states.len; i++)
         check_state(g->states.data[i]);
+    for (int i = 0; i < g->outputs.len; i++)
+        check_dynamic_input(g->outputs.data[i]);
 }

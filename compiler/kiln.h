@@ -219,8 +219,16 @@ typedef struct Tensor {
     int rank;
     int64_t shape[MAX_RANK];
     bool is_output;
-    /* dynamic: shape[dyn_axis] is the largest value of extent, and a run
-     * has extent elements there (dynamic.c); the axes before it are 1. */
+    /* Axes that follow the dynamic dimensions (dynamic.c): bit i of
+     * dyn_axes set, a run has ext[i] elements along axis i, and shape[i] is
+     * the largest value of ext[i]. The tensor is stored at its largest
+     * shape; a run's elements past its extents are don't-care. */
+    uint32_t dyn_axes;
+    DimExpr ext[MAX_RANK];
+    /* dynamic: one axis follows the dims and every axis before it is 1
+     * (ext[dyn_axis] = extent): a run's elements are then a prefix of the
+     * bytes, which kernels, copies and the runtime follow. Other dynamic
+     * tensors are computed at their largest shape. */
     bool dynamic;
     int dyn_axis;
     DimExpr extent;
@@ -277,6 +285,7 @@ struct Node {
     int noutputs;
     Attr *attrs;
     int nattrs;
+    struct Graph *graph; /* the graph it belongs to (its dims) */
     bool inferred;      /* infer_node has checked it and set its outputs */
     bool dead;          /* removed by optimize */
     /* Fusion (optimize.c): the node whose dispatch computes this one, and
@@ -381,6 +390,8 @@ Attr *node_attr(Node *n, const char *key);
 int64_t attr_int(Node *n, const char *key);
 double attr_float(Node *n, const char *key);
 int64_t attr_int_or(Node *n, const char *key, int64_t computed);
+/* A dims expression ("past + seq", 3) over the node's graph's dims. */
+DimExpr attr_dims(Node *n, const char *key);
 double attr_float_or(Node *n, const char *key, double computed);
 /* Fills out (at most max) and returns the count, or -1 when absent (more
  * than max items is a located error). */
@@ -447,8 +458,19 @@ int find_dim(const Graph *g, const char *name);
 /* Sets which axis of n's outputs follows the dynamic dimensions, or stops at
  * n with a located error where the op cannot take a dynamic extent. */
 void infer_dynamic(Graph *g, Node *n);
-/* Checks a declared input's dynamic axis (the outermost axis above 1). */
+/* Parses a dims expression ("past + seq", "2*seq - 1", "3") over g's dims;
+ * false when s is not one. */
+bool parse_dim_expr(const Graph *g, const char *s, DimExpr *e);
+/* Marks axis of t dynamic with extent e (declarations: inputs, states). */
+void set_dyn_axis(Tensor *t, int axis, const DimExpr *e);
+/* Sets t's prefix fields (dynamic, dyn_axis, extent) from dyn_axes. */
+void update_prefix(Tensor *t);
+/* Checks a declared input's, state's or output's dynamic axes: the host
+ * copies need the prefix layout (one dynamic axis, outermost above 1). */
 void check_dynamic_input(Tensor *t);
+/* True when axis of t follows the dynamic dimensions. */
+bool is_dyn(const Tensor *t, int axis);
+bool dim_expr_eq(const DimExpr *a, const DimExpr *b);
 int64_t dim_expr_max(const Graph *g, const DimExpr *e);
 int64_t dim_expr_min(const Graph *g, const DimExpr *e);
 /* e * k, and a + b */

@@ -308,12 +308,13 @@ static Graph *load(const char *path, const char *raw, size_t size, bool borrow, 
                                   dim->dim_param
                               ? find_dim(g, dim->dim_param) : -1;
                 if (sym >= 0) {
-                    if (t->dynamic)
+                    if (t->dyn_axes)
                         error_at(file, "unsupported: input '%s' has two dynamic dimensions",
                                  vi->name);
-                    t->dynamic = true;
-                    t->dyn_axis = d;
-                    t->extent.c[sym] = 1;
+                    DimExpr e = {0};
+                    e.c[sym] = 1;
+                    t->dyn_axes |= 1u << d;
+                    t->ext[d] = e;
                     dims[d] = g->dims[sym].hi;
                     continue;
                 }
@@ -332,8 +333,8 @@ static Graph *load(const char *path, const char *raw, size_t size, bool borrow, 
         t->rank = rank;
         memcpy(t->shape, dims, sizeof(int64_t) * (size_t)rank);
         bind_symbols(&c, tt, rank, dims);
-        if (t->dynamic)
-            check_dynamic_input(t);
+        update_prefix(t);
+        check_dynamic_input(t);
         if ((double)shape_count(rank, dims) > 4294967295.0)
             error_at(file, "input '%s' has more than 2^32 - 1 elements", vi->name);
         bind_value(&c, vi->name, value_of_tensor(t));

@@ -133,17 +133,16 @@ static void parse_shape(Ctx *c, yaml_node_t *n, Tensor *t) {
         int dim = d->type == YAML_SCALAR_NODE
                       ? find_dim(c->g, (const char *)d->data.scalar.value) : -1;
         if (dim >= 0) {
-            if (t->dynamic)
-                error_at(loc_of(c, d), "'%s' has two dynamic dimensions; kiln takes one "
-                         "per tensor", t->name);
+            if (t->dyn_axes)
+                error_at(loc_of(c, d), "'%s' has two dynamic dimensions; an input or state "
+                         "takes one", t->name);
             if (t->kind == T_WEIGHT)
                 error_at(loc_of(c, d), "weight '%s' cannot have a dynamic dimension",
                          t->name);
-            t->dynamic = true;
-            t->dyn_axis = i;
-            memset(&t->extent, 0, sizeof t->extent);
-            t->extent.c[dim] = 1;
+            DimExpr e = {0};
+            e.c[dim] = 1;
             t->shape[i] = c->g->dims[dim].hi;
+            set_dyn_axis(t, i, &e);
             count *= (double)t->shape[i];
             continue;
         }
@@ -410,6 +409,7 @@ static void parse_node(Ctx *c, yaml_node_t *m, Vec *pending) {
     Node *n = xcalloc(1, sizeof *n);
     d.n = n;
     n->loc = loc_of(c, m);
+    n->graph = c->g;
     each_pair(c, m, "a node", node_pair, &d);
     if (!d.name)
         error_at(n->loc, "node has no name");
@@ -436,17 +436,18 @@ static void parse_node(Ctx *c, yaml_node_t *m, Vec *pending) {
         n->attrs[i] = make_attr(c, k, d.attr_vals.data[i]);
     }
 
-    if (!d.inputs)
+    if (!d.inputs && op_arity_error(n->op, 0))
         error_at(n->loc, "node '%s' has no inputs", n->name);
-    expect(c, d.inputs, YAML_SEQUENCE_NODE, "inputs");
-    int nin = seq_len(d.inputs);
-    const char *arity = op_arity_error(n->op, nin);
-    if (arity)
-        node_error_at(n, loc_of(c, d.inputs), "%s", arity);
-    PendingNode *p = xcalloc(1, sizeof *p);
-    p->n = n;
-    p->inputs = d.inputs;
-    vec_push(pending, p);
+    if (d.inputs) { /* range takes none */
+        expect(c, d.inputs, YAML_SEQUENCE_NODE, "inputs");
+        const char *arity = op_arity_error(n->op, seq_len(d.inputs));
+        if (arity)
+            node_error_at(n, loc_of(c, d.inputs), "%s", arity);
+        PendingNode *p = xcalloc(1, sizeof *p);
+        p->n = n;
+        p->inputs = d.inputs;
+        vec_push(pending, p);
+    }
 
     /* Outputs: the node's name, or the listed names. */
     if (d.outputs) {
@@ -655,8 +656,8 @@ Graph *load_yaml_text(const char *path, const char *text, size_t size) {
         resolve_update(&c, g->states.data[i]);
     int unused = unused_dim(g);
     if (unused >= 0)
-        error_at(g->dims[unused].loc, "dimension '%s' is declared but no input or state "
-                 "uses it", g->dims[unused].name);
+        error_at(g->dims[unused].loc, "dimension '%s' is declared but no input, state "
+                 "or range uses it", g->dims[unused].name);
     yaml_parser_delete(&y->parser);
     y->parser_live = false;
     return g;

@@ -76,7 +76,7 @@ static void plan_states(Graph *g, Program *p) {
         if (axis < 0 && c && c->op == OP_CONCAT)
             axis += u->rank;
         if (c && c->op == OP_CONCAT && !c->dead && c->inputs[0] == s && s->dynamic &&
-            axis == s->dyn_axis && !u->alias) {
+            axis == s->dyn_axis && u->dynamic && !u->alias) {
             u->alias = s;
             continue;
         }

@@ -38,6 +38,9 @@ typedef struct MatmulShape {
     int64_t bshape[ITER_RANK];
     Operand ops[3];
     const Tensor *dyn; /* A, when its rows follow the dynamic dimensions */
+    /* K's run extent when the contracted axis is dynamic (the tiled kernel
+     * only, K then a run-time value; strides stay at the largest K). */
+    const DimExpr *dyn_k;
     /* B as a 2-D convolution's im2col matrix, read from its input on the
      * fly (matmul.comp's CONV): the input's height and width, the kernel's,
      * strides, pads at the beginning, dilations, and the output's width;

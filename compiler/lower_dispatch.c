@@ -431,7 +431,9 @@ Dispatch *axis_dispatch(Program *p, Node *n, const char *family, int axis) {
     int64_t len = x->shape[axis];
     int64_t inner = shape_count(x->rank - axis - 1, x->shape + axis + 1);
     int64_t rows = len ? tensor_count(x) / len : 0;
-    Dispatch *d = row_dispatch(p, n, family, rows, len, inner, dyn_of(x));
+    /* rows follow x's prefix extent unless it is along the rows */
+    Dispatch *d = row_dispatch(p, n, family, rows, len, inner,
+                               x->dynamic && x->dyn_axis != axis ? x : NULL);
     if (d) {
         dispatch_arg(d, n->outputs[0], true);
         dispatch_arg(d, x, false);

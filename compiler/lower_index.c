@@ -88,6 +88,18 @@ void lower_one_hot(Program *p, Node *n) {
     define_float(d, "OFF", attr_float(n, "off_value"));
 }
 
+/* range: out[i] = start + i * delta, integers (start may follow the dims),
+ * stored as the output's dtype; its size follows the dims where it does. */
+void lower_range(Program *p, Node *n) {
+    Tensor *out = n->outputs[0];
+    DimExpr start = attr_dims(n, "start");
+    bool wide = out->dtype == KILN_DTYPE_I64;
+    const char *ct = wide ? "int64_t" : "int";
+    char *expr = format("%s(%s) + %s(i) * %s(%lld)", ct, dim_expr_glsl(&start, 1), ct, ct,
+                        (long long)attr_int(n, "delta"));
+    eltwise_dispatch(p, n, 1, out->shape, whole(out), 0, NULL, ct, expr, dyn_of(out));
+}
+
 void lower_trilu(Program *p, Node *n) {
     Tensor *x = n->inputs[0];
     Dispatch *d = index_dispatch(p, n, "MODE_TRILU", n->outputs[0], x, NULL);

@@ -72,8 +72,11 @@ void lower_concat(Program *p, Node *n) {
         }
         if (!in_place)
             copy(p, n, x->rank, x->shape, o, whole(x), dyn_of(x));
-        if (x->dynamic && x->dyn_axis == axis) {
-            at = dim_expr_add(&at, &x->extent);
+        if (is_dyn(x, axis)) {
+            /* The pieces go in order: a piece computed at its largest
+             * shape writes don't-care rows past its extent, where the next
+             * piece then lands (the schedule orders writes that overlap). */
+            at = dim_expr_add(&at, &x->ext[axis]);
             dyn_at = true;
         } else {
             at.c0 += x->shape[axis];

@@ -94,7 +94,10 @@ static MatvecShape matvec_shape(const Node *n, const MatmulShape *s, int64_t row
  * the operands' strides and the batches. */
 static void define_product(Dispatch *d, const MatmulShape *s) {
     define_int(d, "N", s->N);
-    define_int(d, "K", s->K);
+    if (s->dyn_k)
+        define_str(d, "K", format("uint%s", dim_expr_glsl(s->dyn_k, 1)));
+    else
+        define_int(d, "K", s->K);
     define_int(d, "A_SM", s->a_sm);
     define_int(d, "A_SK", s->a_sk);
     define_int(d, "B_SK", s->b_sk);
@@ -666,6 +669,8 @@ static Dispatch *splitk_sum(Program *p, Node *n, const MatmulShape *s, Tensor *p
 Dispatch *matmul_dispatch(Program *p, Node *n, MatmulShape *s) {
     if (s->M * s->N * s->batch == 0)
         return NULL;
+    if (s->dyn_k) /* a dynamic contracted axis: the tiled kernel, K at run time */
+        return matmul_kernel(p, n, s, false, 0, false, 0);
     Dispatch *cm = coopmat_kernel(p, n, s);
     if (cm) { /* devices without cooperative matrices run the tiled kernel */
         cm->variant = matmul_kernel(p, n, s, false, 0, false, 0);
@@ -794,7 +799,11 @@ void lower_matmul(Program *p, Node *n) {
     Node *last = n->epi_act ? n->epi_act : n->epi_bias;
     if (last)
         s.ops[0].t = last->outputs[0];
-    s.dyn = dyn_of(a);
+    /* Rows follow A's prefix extent in one batch; a batched product with a
+     * dynamic A computes its largest shape. */
+    s.dyn = s.batch == 1 ? dyn_of(a) : NULL;
+    if (is_dyn(a, a->rank - 1))
+        s.dyn_k = &a->ext[a->rank - 1];
     for (Dispatch *d = matmul_dispatch(p, n, &s); d; d = d->variant) {
         if (n->epi_act)
             define_str(d, "ACT(x)", activation_expr(op_info[n->epi_act->op].name));

@@ -18,6 +18,10 @@ void lower_softmax(Program *p, Node *n) {
     if (!d)
         return;
     define_int(d, "LOG", n->op == OP_LOG_SOFTMAX);
+    Tensor *x = n->inputs[0];
+    int axis = node_axis(n);
+    if (is_dyn(x, axis)) /* rows along a dynamic axis: the run's extent of each */
+        define_str(d, "RUN_LEN", format("uint%s", dim_expr_glsl(&x->ext[axis], 1)));
     bool need[3] = {false, false, false};
     define_storage(p, d, need, "Y", n->outputs[0], true);
     define_storage(p, d, need, "X", n->inputs[0], false);

@@ -85,6 +85,16 @@ static void check_computed_default(Node *n, const char *key) {
                        "with attr_int or attr_float", op_info[n->op].name, key);
 }
 
+DimExpr attr_dims(Node *n, const char *key) {
+    Loc loc;
+    const char *s = attr_text(n, key, "a dims expression", &loc);
+    DimExpr e;
+    if (!n->graph || !parse_dim_expr(n->graph, s, &e))
+        node_error_at(n, loc, "%s must be an integer or an expression of the dims (\"past "
+                      "+ seq\", \"2*seq - 1\"), not '%s'", key, s);
+    return e;
+}
+
 int64_t attr_int_or(Node *n, const char *key, int64_t computed) {
     check_computed_default(n, key);
     return node_attr(n, key) ? attr_int(n, key) : computed;

@@ -90,6 +90,21 @@ void shape_trilu(Node *n) {
     set_output(n, x->dtype, x->rank, x->shape);
 }
 
+void shape_range(Node *n) {
+    DimExpr size = attr_dims(n, "size");
+    attr_dims(n, "start");
+    if (attr_int(n, "delta") == 0)
+        node_error(n, "delta must not be 0");
+    int64_t lo = dim_expr_min(n->graph, &size), hi = dim_expr_max(n->graph, &size);
+    if (lo < 0)
+        node_error(n, "size %s is %lld at the dims' smallest; it must not be negative",
+                   dim_expr_str(n->graph, &size), (long long)lo);
+    kiln_dtype dt = attr_dtype(n, "dtype");
+    if (dt != KILN_DTYPE_I64 && dt != KILN_DTYPE_I32 && dt != KILN_DTYPE_F32)
+        node_error(n, "dtype must be i64, i32 or f32");
+    set_output(n, dt, 1, &hi);
+}
+
 void shape_pad(Node *n) {
     Tensor *x = n->inputs[0];
     int64_t pads[2 * MAX_RANK], shape[MAX_RANK];

@@ -2,7 +2,9 @@
 // softmax.comp: y = exp(x - max) / sum(exp(x - max)) along a row, or its
 // logarithm when LOG is 1 (log_softmax: x - max - log(sum)).
 //
-// Rows as in reduce.glsl (ROWS, LEN, INNER). One workgroup of WG
+// Rows as in reduce.glsl (ROWS, LEN, INNER); RUN_LEN (default LEN) of each
+// row's elements count, the rest are left as they are (a row along a
+// dynamic axis: LEN is its largest size, RUN_LEN the run's). One workgroup of WG
 // invocations per row (groups loop over ROWS beyond the dispatch's count);
 // invocations stride over the row and reduce through shared memory: the
 // maximum, then the sum of exponentials, then the write.
@@ -21,6 +23,10 @@ layout(push_constant) uniform Args {
 
 #include "reduce.glsl"
 
+#ifndef RUN_LEN
+#define RUN_LEN LEN
+#endif
+
 float x_at(uint i) { return float(args.x.v[i]); }
 
 // Rows of at most 16 * WG elements are read once, into registers.
@@ -35,42 +41,42 @@ void main() {
         float m = -1.0 / 0.0;
         for (uint t = 0; t < CACHE; ++t) {
             const uint c = l + t * WG;
-            vals[t] = c < LEN ? x_at(base + c * INNER) : -1.0 / 0.0;
+            vals[t] = c < RUN_LEN ? x_at(base + c * INNER) : -1.0 / 0.0;
             m = max(m, vals[t]);
         }
         m = kiln_reduce_max(m);
         float s = 0.0;
         for (uint t = 0; t < CACHE; ++t)
-            if (l + t * WG < LEN)
+            if (l + t * WG < RUN_LEN)
                 s += exp(vals[t] - m);
         s = kiln_reduce_sum(s);
 #if LOG
         const float shift = m + log(s);
         for (uint t = 0; t < CACHE; ++t)
-            if (l + t * WG < LEN)
+            if (l + t * WG < RUN_LEN)
                 args.y.v[base + (l + t * WG) * INNER] = Y_T(vals[t] - shift);
 #else
         const float inv = 1.0 / s;
         for (uint t = 0; t < CACHE; ++t)
-            if (l + t * WG < LEN)
+            if (l + t * WG < RUN_LEN)
                 args.y.v[base + (l + t * WG) * INNER] = Y_T(exp(vals[t] - m) * inv);
 #endif
 #else
         float m = -1.0 / 0.0;
-        for (uint c = l; c < LEN; c += WG)
+        for (uint c = l; c < RUN_LEN; c += WG)
             m = max(m, x_at(base + c * INNER));
         m = kiln_reduce_max(m);
         float s = 0.0;
-        for (uint c = l; c < LEN; c += WG)
+        for (uint c = l; c < RUN_LEN; c += WG)
             s += exp(x_at(base + c * INNER) - m);
         s = kiln_reduce_sum(s);
 #if LOG
         const float shift = m + log(s);
-        for (uint c = l; c < LEN; c += WG)
+        for (uint c = l; c < RUN_LEN; c += WG)
             args.y.v[base + c * INNER] = Y_T(x_at(base + c * INNER) - shift);
 #else
         const float inv = 1.0 / s;
-        for (uint c = l; c < LEN; c += WG)
+        for (uint c = l; c < RUN_LEN; c += WG)
             args.y.v[base + c * INNER] = Y_T(exp(x_at(base + c * INNER) - m) * inv);
 #endif
 #endif

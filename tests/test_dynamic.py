@@ -262,6 +262,64 @@ def test_attention(workdir):
     run_steps(workdir, y, steps, inputs, want, rtol=1e-4, atol=1e-5)
 
 
+@case("dynamic: attention written out with the dynamic axes inside: [heads, seq, past + seq] "
+      "scores, softmax over keys, a product contracting them, concat of inner pieces")
+def test_inner_axes(workdir):
+    # q, k, v [seq, 2, 8] and the past keys and values [past, 2, 8], moved to
+    # [2, seq, 8] and [2, past + seq, 8] (the dynamic axis inside the heads),
+    # scores [2, seq, past + seq], softmax over them, the values' product
+    # (K dynamic), back to [seq, 2, 8]; a range of key positions from the dims
+    dims = {"seq": "1..12", "past": "0..20"}
+    f = {**W}
+    ins = {"q": {**f, "shape": ["seq", 2, 8]}, "k": {**f, "shape": ["seq", 2, 8]},
+           "v": {**f, "shape": ["seq", 2, 8]}, "kp": {**f, "shape": ["past", 2, 8]},
+           "vp": {**f, "shape": ["past", 2, 8]}}
+    t = [1, 0, 2]
+    nodes = [{"name": n + "t", "op": "transpose", "inputs": [n], "perm": t}
+             for n in ("q", "k", "v", "kp", "vp")]
+    nodes += [
+        {"name": "ka", "op": "concat", "inputs": ["kpt", "kt"], "axis": 1},
+        {"name": "va", "op": "concat", "inputs": ["vpt", "vt"], "axis": 1},
+        {"name": "kT", "op": "transpose", "inputs": ["ka"], "perm": [0, 2, 1]},
+        {"name": "s", "op": "matmul", "inputs": ["qt", "kT"]},
+        {"name": "pos", "op": "range", "size": "past + seq", "dtype": "f32"},
+        {"name": "sp", "op": "mul", "inputs": ["s", "pos"]},
+        {"name": "p", "op": "softmax", "inputs": ["sp"], "axis": -1},
+        {"name": "o", "op": "matmul", "inputs": ["p", "va"]},
+        {"name": "y", "op": "transpose", "inputs": ["o"], "perm": t},
+    ]
+    y = dyn_yaml(dims, ins, nodes, ["y"])
+
+    def make(rng, seq, past):
+        return [normal(rng, seq, 2, 8) * 0.3 for _ in range(3)] + \
+               [normal(rng, past, 2, 8) * 0.3 for _ in range(2)]
+
+    def want(q, k, v, kp, vp, seq, past):
+        ka = np.concatenate([kp, k]).transpose(1, 0, 2).astype(np.float64)
+        va = np.concatenate([vp, v]).transpose(1, 0, 2).astype(np.float64)
+        s = q.transpose(1, 0, 2) @ ka.transpose(0, 2, 1) * np.arange(past + seq)
+        return [(ref.softmax(s) @ va).transpose(1, 0, 2)]
+    steps = [{"seq": s, "past": p} for s, p in ((1, 0), (12, 20), (5, 3), (1, 19), (12, 0),
+                                                 (3, 20))]
+    run_steps(workdir, y, steps, make, want, rtol=1e-4, atol=1e-5)
+
+
+@case("dynamic: range of positions from the dims (start and size expressions)")
+def test_range(workdir):
+    y = dyn_yaml({"seq": "1..16", "past": "0..8"}, {"x": {**W, "shape": ["seq"]}},
+                 [{"name": "pos", "op": "range", "size": "seq", "start": "past + 2",
+                   "delta": 3, "dtype": "i64"},
+                  {"name": "pf", "op": "cast", "inputs": ["pos"], "to": "f32"},
+                  {"name": "y", "op": "add", "inputs": ["x", "pf"]},
+                  {"name": "z", "op": "range", "size": "seq", "start": "-1", "delta": -2,
+                   "dtype": "i32"}],
+                 ["y", "z"])
+    steps = [{"seq": s, "past": p} for s, p in ((1, 0), (5, 3), (16, 8), (2, 7))]
+    run_steps(workdir, y, steps, lambda rng, seq, past: [normal(rng, seq)],
+              lambda x, seq, past: [x + (past + 2 + 3 * np.arange(seq)).astype(np.float32),
+                                    (-1 - 2 * np.arange(seq)).astype(np.int32)])
+
+
 @case("dynamic: concatenation along a fixed axis and of a fixed piece after a dynamic one")
 def test_concat(workdir):
     y = dyn_yaml({"seq": "1..64"}, {"x": {**W, "shape": ["seq", 5]},
@@ -393,7 +451,7 @@ def test_errors(workdir):
     cases = [
         (ok_dims, x, [{"name": "y", "op": "add", "inputs": ["x", "p"]}],
          {"p": weight([64, 4], 1)}, ["fixed size 64"]),
-        (ok_dims, x, [{"name": "y", "op": "softmax", "inputs": ["x"], "axis": 0}], None,
+        (ok_dims, x, [{"name": "y", "op": "reduce_sum", "inputs": ["x"], "axes": [0]}], None,
          ["reduces over the dynamic axis"]),
         (ok_dims, x, [{"name": "y", "op": "transpose", "inputs": ["x"]}], None,
          ["outermost"]),
@@ -405,7 +463,7 @@ def test_errors(workdir):
          [{"name": "y", "op": "max_pool", "inputs": ["x"], "kernel": [1, 2]}], None,
          ["does not take a dynamic extent"]),
         (ok_dims, x, [{"name": "y", "op": "matmul", "inputs": ["w", "x"]}],
-         {"w": weight([3, 64], 1)}, ["rows of the first"]),
+         {"w": weight([3, 64], 1)}, ["contracted axis"]),
         (ok_dims, x, [{"name": "y", "op": "slice", "inputs": ["x"], "starts": [1],
                        "ends": [5], "axes": [0]}], None, ["slices the dynamic axis"]),
         ({"seq": "4..2"}, x, [{"name": "y", "op": "exp", "inputs": ["x"]}], None,
