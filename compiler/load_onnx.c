@@ -60,6 +60,25 @@ static char *declared_shape_str(const Onnx__TensorShapeProto *sp) {
     return s.buf;
 }
 
+/* The dims expression of symbolic dimension dim: a decoder's binding
+ * (onnx_decoder.c) or a --shape NAME=MIN..MAX; false when it has none. */
+static bool dim_param_expr(Ctx *c, const Onnx__TensorShapeProto__Dimension *dim, DimExpr *e) {
+    if (dim->value_case != ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM ||
+        !dim->dim_param)
+        return false;
+    DimExpr *bound = map_get(&c->dim_exprs, dim->dim_param);
+    if (bound) {
+        *e = *bound;
+        return true;
+    }
+    int d = find_dim(c->g, dim->dim_param);
+    if (d < 0)
+        return false;
+    memset(e, 0, sizeof *e);
+    e->c[d] = 1;
+    return true;
+}
+
 /* Remembers the value an input gives each symbolic dimension of its
  * declared shape (dims: the shape kiln uses for it). */
 static void bind_symbols(Ctx *c, const Onnx__TypeProto__Tensor *tt, int rank,
@@ -266,6 +285,18 @@ static Graph *load(const char *path, const char *raw, size_t size, bool borrow, 
             fatal("--shape %s: expected NAME=MIN..MAX", shapes[i]);
         declare_dim(g, format("%.*s", (int)(eq - shapes[i]), shapes[i]), lo, hi, file);
     }
+    /* A decoder with its cache (onnx_decoder.c), unless --shape fixes the
+     * cache inputs (one compile per step shape). */
+    bool decoder = onnx_is_decoder(gp);
+    for (size_t i = 0; decoder && i < gp->n_input; i++) {
+        int rank;
+        int64_t dims[MAX_RANK];
+        if (onnx_is_past(gp->input[i]->name) &&
+            shape_override(gp->input[i]->name, nshapes, shapes, &rank, dims))
+            decoder = false;
+    }
+    if (decoder)
+        onnx_decoder_dims(&c, gp);
     for (size_t i = 0; i < gp->n_input; i++) {
         Onnx__ValueInfoProto *vi = gp->input[i];
         Value *init = map_get(&c.values, vi->name);
@@ -285,7 +316,8 @@ static Graph *load(const char *path, const char *raw, size_t size, bool borrow, 
         if (dt < 0)
             error_at(file, "unsupported: input '%s' has dtype %s", vi->name,
                      onnx_type_name(tt->elem_type));
-        Tensor *t = graph_tensor(g, vi->name, T_INPUT, file);
+        Tensor decl = {0}; /* the input's type, until it becomes a tensor */
+        Tensor *t = &decl;
         t->dtype = (kiln_dtype)dt;
         int rank;
         int64_t dims[MAX_RANK];
@@ -303,19 +335,14 @@ static Graph *load(const char *path, const char *raw, size_t size, bool borrow, 
             rank = (int)tt->shape->n_dim;
             for (int d = 0; d < rank; d++) {
                 Onnx__TensorShapeProto__Dimension *dim = tt->shape->dim[d];
-                int sym = dim->value_case ==
-                                  ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM &&
-                                  dim->dim_param
-                              ? find_dim(g, dim->dim_param) : -1;
-                if (sym >= 0) {
-                    if (t->dyn_axes)
+                DimExpr e;
+                if (dim_param_expr(&c, dim, &e)) {
+                    if (t->dyn_axes && !onnx_is_past(vi->name))
                         error_at(file, "unsupported: input '%s' has two dynamic dimensions",
                                  vi->name);
-                    DimExpr e = {0};
-                    e.c[sym] = 1;
                     t->dyn_axes |= 1u << d;
                     t->ext[d] = e;
-                    dims[d] = g->dims[sym].hi;
+                    dims[d] = dim_expr_max(g, &e);
                     continue;
                 }
                 if (dim->value_case != ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE)
@@ -330,9 +357,17 @@ static Graph *load(const char *path, const char *raw, size_t size, bool borrow, 
                     error_at(file, "input '%s' dimension %d is negative", vi->name, d);
             }
         }
+        bind_symbols(&c, tt, rank, dims);
+        if (decoder && onnx_is_past(vi->name)) {
+            bind_value(&c, vi->name, onnx_decoder_past(&c, vi, (kiln_dtype)dt, dims));
+            continue;
+        }
+        t = graph_tensor(g, vi->name, T_INPUT, file);
+        t->dtype = decl.dtype;
+        t->dyn_axes = decl.dyn_axes;
+        memcpy(t->ext, decl.ext, sizeof t->ext);
         t->rank = rank;
         memcpy(t->shape, dims, sizeof(int64_t) * (size_t)rank);
-        bind_symbols(&c, tt, rank, dims);
         update_prefix(t);
         check_dynamic_input(t);
         if ((double)shape_count(rank, dims) > 4294967295.0)
@@ -363,6 +398,8 @@ static Graph *load(const char *path, const char *raw, size_t size, bool borrow, 
         Value *v = map_get(&c.values, name);
         if (!v)
             error_at(file, "graph output '%s' is not produced by any node", name);
+        if (onnx_is_present(&c, name))
+            continue; /* a decoder's cache: in its state */
         check_declared(&c, v, NULL);
         Tensor *t = tens(&c, v);
         if (strcmp(t->name, name) != 0 || t->is_output) {

@@ -19,6 +19,11 @@ typedef struct Value {
     uint8_t *data; /* a constant's bytes (kiln layout), or NULL */
     Tensor *t;     /* the kiln tensor, once one exists */
     QuantCodes quant; /* a constant dequantized from 8-bit codes (to its tensor) */
+    /* An integer value that follows the dynamic dims (a Shape of a dynamic
+     * tensor and the arithmetic on it): each element's expression, no data;
+     * onnx_fold.c folds shape computations on it, shape_ints reads it as a
+     * shape, and a kernel that reads it as data gets range nodes (tens). */
+    DimExpr *sym;
 } Value;
 
 typedef struct Ctx {
@@ -40,6 +45,13 @@ typedef struct Ctx {
      * NonMaxSuppression's selected rows. */
     Vec extra_outputs;
     int tmp_count;         /* names of internal values: NAME/1, NAME/2, ... */
+    /* The dims expression of each symbolic dimension (dim_param) of the
+     * inputs that follows the dynamic dims: name -> DimExpr*. */
+    Map dim_exprs;
+    /* A decoder's cache (load_onnx.c): past input name -> its state, in
+     * [batch, position, kv_heads, head_dim] order; present output name ->
+     * the same state. */
+    Map past_states, present_states;
 } Ctx;
 
 #define MAX_CONST_FOLD (1 << 22) /* elements a folded constant may have */
@@ -103,7 +115,32 @@ Node *emit_tmp(Ctx *c, OpKind op, int n, Value **ins);
 Value *finish(Ctx *c, Node *k);
 void copy_attrs(Ctx *c, Node *k, const char *renames);
 int const_ints(Ctx *c, int i, const char *what, int64_t *out, int max);
+/* A shape input (Reshape's, Expand's): a constant, or one that follows the
+ * dims (its entries' expressions in exprs, *dynamic set); out gets the
+ * values at the largest dims. */
+int shape_ints(Ctx *c, int i, const char *what, int64_t *out, DimExpr *exprs, bool *dynamic,
+               int max);
+/* The axes of t whose shape entries (exprs, from shape_ints) follow the dims
+ * become dynamic; an axis inference already marked must agree. */
+void follow_shape(Ctx *c, Tensor *t, int n, const DimExpr *exprs);
+bool dim_expr_const(const DimExpr *e);
 extern ProtobufCAllocator pb_allocator;
+
+/* ---- onnx_decoder.c ---------------------------------------------------- */
+
+/* Whether the graph has the decoder layout (input_ids, past_key_values.N.*
+ * inputs each with its present.N.* output). */
+bool onnx_is_decoder(const Onnx__GraphProto *gp);
+bool onnx_is_past(const char *name);
+bool onnx_is_present(Ctx *c, const char *name);
+/* Declares seq and past (unless --shape did) and binds the decoder inputs'
+ * symbolic dimensions to them. */
+void onnx_decoder_dims(Ctx *c, const Onnx__GraphProto *gp);
+/* A past input as a state, read through a transpose: its value. */
+Value *onnx_decoder_past(Ctx *c, const Onnx__ValueInfoProto *vi, kiln_dtype dt,
+                         const int64_t *dims);
+/* Concat(past, new): an append in place; false for any other node. */
+bool onnx_decoder_append(Ctx *c);
 
 /* ---- onnx_fold.c ------------------------------------------------------- */
 

@@ -262,12 +262,25 @@ static bool fold_constant(Ctx *c) {
 static bool fold_shape(Ctx *c) {
     const char *op = c->node->op_type;
     Value *x = in(c, 0);
-    /* Shapes are folded at compile time: a dynamic extent has no value
-     * then (only the part of the shape before the dynamic axis would). */
-    if (x->t && x->t->dynamic)
-        node_fail(c, format("unsupported: %s of '%s', whose axis %d is dynamic (kiln "
-                            "folds shapes at compile time); use Reshape with -1",
-                            op, x->name, x->t->dyn_axis));
+    /* A dynamic axis's size is its expression of the dims (a value that
+     * follows them). */
+    Tensor *t = x->t && x->t->dyn_axes ? x->t : NULL;
+    if (t && op[1] == 'i') {
+        int a = 0, nd = 0;
+        for (int d = 0; d < t->rank; d++)
+            if (is_dyn(t, d)) {
+                a = d;
+                nd++;
+            }
+        if (nd > 1)
+            node_fail(c, format("unsupported: Size of '%s', which has %d dynamic axes (a "
+                                "product of dims)", x->name, nd));
+        Value *o = new_value(out_name(c, 0), KILN_DTYPE_I64, 0, NULL, false);
+        o->sym = xcalloc(1, sizeof(DimExpr));
+        o->sym[0] = dim_expr_scale(&t->ext[a], vcount(x) / t->shape[a]);
+        bind_value(c, out_name(c, 0), o);
+        return true;
+    }
     if (op[1] == 'i') {
         Value *o = const_out(c, KILN_DTYPE_I64, 0, NULL);
         vseti(o, 0, vcount(x));
@@ -280,6 +293,22 @@ static bool fold_shape(Ctx *c) {
     start = start < 0 ? 0 : start > x->rank ? x->rank : start;
     end = end < start ? start : end > x->rank ? x->rank : end;
     int64_t n = end - start;
+    bool dyn = false;
+    for (int64_t i = 0; t && i < n; i++)
+        dyn |= is_dyn(t, (int)(start + i));
+    if (dyn) {
+        Value *o = new_value(out_name(c, 0), KILN_DTYPE_I64, 1, &n, false);
+        o->sym = xcalloc((size_t)n, sizeof(DimExpr));
+        for (int64_t i = 0; i < n; i++) {
+            int d = (int)(start + i);
+            if (is_dyn(t, d))
+                o->sym[i] = t->ext[d];
+            else
+                o->sym[i].c0 = x->shape[d];
+        }
+        bind_value(c, out_name(c, 0), o);
+        return true;
+    }
     Value *o = const_out(c, KILN_DTYPE_I64, 1, &n);
     for (int64_t i = 0; i < n; i++)
         vseti(o, i, x->shape[start + i]);
@@ -545,6 +574,253 @@ static bool fold_cumsum(Ctx *c) {
     return true;
 }
 
+/* ---- values that follow the dynamic dims ---- */
+
+static bool any_sym(Ctx *c) {
+    for (int i = 0; i < nin(c); i++) {
+        Value *v = in_opt(c, i);
+        if (v && v->sym)
+            return true;
+    }
+    return false;
+}
+
+/* Element i of v as an expression: a symbolic value's, or an integer
+ * constant's; false for anything else. */
+static bool sym_at(const Value *v, int64_t i, DimExpr *e) {
+    if (v->sym) {
+        *e = v->sym[i];
+        return true;
+    }
+    if (!v->data || !is_integral(v->dtype))
+        return false;
+    memset(e, 0, sizeof *e);
+    e->c0 = vgeti(v, i);
+    return true;
+}
+
+static bool sym_operands(Ctx *c) {
+    for (int i = 0; i < nin(c); i++) {
+        Value *v = in_opt(c, i);
+        DimExpr e;
+        if (v && vcount(v) && !sym_at(v, 0, &e))
+            return false;
+    }
+    return true;
+}
+
+/* Binds the output: a constant when every element came out constant. */
+static void bind_sym(Ctx *c, kiln_dtype dt, int rank, const int64_t *shape, DimExpr *els) {
+    int64_t n = shape_count(rank, shape);
+    bool constant = true;
+    for (int64_t i = 0; i < n; i++)
+        constant &= dim_expr_const(&els[i]);
+    Value *o = new_value(out_name(c, 0), dt, rank, shape, constant);
+    for (int64_t i = 0; constant && i < n; i++)
+        vseti(o, i, els[i].c0);
+    if (!constant)
+        o->sym = els;
+    bind_value(c, out_name(c, 0), o);
+}
+
+/* The sign of a - b over every value of the dims: 1 (> 0), -1 (< 0), 0
+ * (equal), or 2 when it depends on them. */
+static int sym_compare(Ctx *c, const DimExpr *a, const DimExpr *b) {
+    DimExpr nb = dim_expr_scale(b, -1), d = dim_expr_add(a, &nb);
+    int64_t lo = dim_expr_min(c->g, &d), hi = dim_expr_max(c->g, &d);
+    return lo > 0 ? 1 : hi < 0 ? -1 : lo == 0 && hi == 0 ? 0 : 2;
+}
+
+/* One element of an arithmetic op on expressions; false when the result is
+ * not an affine expression of the dims kiln can prove (the GPU computes it
+ * then). */
+static bool sym_arith(Ctx *c, const char *op, const DimExpr *a, const DimExpr *b,
+                      const DimExpr *w, DimExpr *r) {
+    if (strcmp(op, "Add") == 0) {
+        *r = dim_expr_add(a, b);
+    } else if (strcmp(op, "Sub") == 0) {
+        DimExpr nb = dim_expr_scale(b, -1);
+        *r = dim_expr_add(a, &nb);
+    } else if (strcmp(op, "Neg") == 0) {
+        *r = dim_expr_scale(a, -1);
+    } else if (strcmp(op, "Mul") == 0) {
+        if (!dim_expr_const(a) && !dim_expr_const(b))
+            return false;
+        *r = dim_expr_const(a) ? dim_expr_scale(b, a->c0) : dim_expr_scale(a, b->c0);
+    } else if (strcmp(op, "Div") == 0) { /* exact divisions only */
+        if (!dim_expr_const(b) || b->c0 == 0 || a->c0 % b->c0)
+            return false;
+        for (int i = 0; i < MAX_DIMS; i++)
+            if (a->c[i] % b->c0)
+                return false;
+        *r = *a;
+        r->c0 /= b->c0;
+        for (int i = 0; i < MAX_DIMS; i++)
+            r->c[i] /= b->c0;
+    } else if (strcmp(op, "Max") == 0 || strcmp(op, "Min") == 0) {
+        int s = sym_compare(c, a, b);
+        if (s == 2)
+            return false;
+        *r = (s >= 0) == (op[1] == 'a') ? *a : *b;
+    } else if (strcmp(op, "Where") == 0) {
+        if (!dim_expr_const(a))
+            return false;
+        *r = a->c0 ? *b : *w;
+    } else {
+        static const char *const cmp[] = {"Equal", "Less", "Greater", "LessOrEqual",
+                                          "GreaterOrEqual", NULL};
+        int k = 0;
+        while (cmp[k] && strcmp(cmp[k], op) != 0)
+            k++;
+        if (!cmp[k])
+            return false;
+        int s = sym_compare(c, a, b);
+        if (s == 2)
+            return false;
+        bool v = k == 0 ? s == 0 : k == 1 ? s < 0 : k == 2 ? s > 0 : k == 3 ? s <= 0 : s >= 0;
+        memset(r, 0, sizeof *r);
+        r->c0 = v;
+    }
+    return true;
+}
+
+static bool fold_sym_arith(Ctx *c, const char *op) {
+    Value *a = in(c, 0), *b = nin(c) > 1 ? in(c, 1) : a, *w = nin(c) > 2 ? in(c, 2) : NULL;
+    int rank;
+    int64_t shape[MAX_RANK];
+    if (!broadcast_shapes(a->rank, a->shape, b->rank, b->shape, &rank, shape) ||
+        (w && !broadcast_shapes(rank, shape, w->rank, w->shape, &rank, shape)))
+        node_fail(c, "shapes do not broadcast");
+    int64_t n = shape_count(rank, shape), coords[MAX_RANK];
+    DimExpr *els = xcalloc((size_t)n + 1, sizeof *els);
+    bool cmp = strstr(op, "Equal") || strstr(op, "Less") || strstr(op, "Greater");
+    for (int64_t i = 0; i < n; i++) {
+        unravel(i, rank, shape, coords);
+        DimExpr ea, eb, ew = {0};
+        sym_at(a, bcast_index(a, rank, coords), &ea);
+        sym_at(b, bcast_index(b, rank, coords), &eb);
+        if (w)
+            sym_at(w, bcast_index(w, rank, coords), &ew);
+        if (!sym_arith(c, op, &ea, &eb, &ew, &els[i])) {
+            xfree(els);
+            return false;
+        }
+    }
+    Value *x = strcmp(op, "Where") == 0 ? b : a;
+    bind_sym(c, cmp ? KILN_DTYPE_BOOL : x->dtype, rank, shape, els);
+    return true;
+}
+
+/* Range with a limit (or start) that follows the dims: a range node whose
+ * size follows them. */
+static bool fold_sym_range(Ctx *c) {
+    DimExpr s, l, d;
+    if (!sym_at(in(c, 0), 0, &s) || !sym_at(in(c, 1), 0, &l) || !sym_at(in(c, 2), 0, &d) ||
+        !dim_expr_const(&d) || d.c0 == 0)
+        return false;
+    DimExpr ns = dim_expr_scale(&s, -1), span = dim_expr_add(&l, &ns);
+    /* size = ceil(span / delta), exact when delta divides every term */
+    for (int i = 0; i < MAX_DIMS; i++)
+        if (span.c[i] % d.c0)
+            node_fail(c, format("unsupported: a Range of (%s) / %lld elements (kiln follows "
+                                "sizes that are sums of dims)", dim_expr_str(c->g, &span),
+                                (long long)d.c0));
+    DimExpr size = span;
+    size.c0 = span.c0 >= 0 || d.c0 < 0 ? (span.c0 + d.c0 - (d.c0 > 0 ? 1 : -1)) / d.c0
+                                       : span.c0 / d.c0;
+    for (int i = 0; i < MAX_DIMS; i++)
+        size.c[i] = span.c[i] / d.c0;
+    if (dim_expr_min(c->g, &size) < 0)
+        node_fail(c, format("unsupported: a Range of %s elements, negative for some dims "
+                            "(kiln follows sizes that stay at 0 or more)",
+                            dim_expr_str(c->g, &size)));
+    Node *k = knode(c, OP_RANGE, "");
+    node_set_attr(k, "size", dim_expr_str(c->g, &size));
+    node_set_attr(k, "start", dim_expr_str(c->g, &s));
+    node_set_int(k, "delta", d.c0);
+    kiln_dtype dt = in(c, 0)->dtype;
+    node_set_attr(k, "dtype", kiln_dtype_name(dt));
+    node_add_output(k, graph_tensor(c->g, out_name(c, 0), T_VALUE, c->loc));
+    finish(c, k);
+    return true;
+}
+
+/* Ops that only move elements (Gather, Slice, Concat, Transpose, Expand,
+ * Identity and the views) fold a symbolic value through their constant
+ * folding: the value's data inputs become the numbers of their elements,
+ * the folder moves those, and the output's numbers name its elements. */
+static bool fold_sym_moves(Ctx *c, const char *op) {
+    static const char *const movers[] = {"Gather", "Slice", "Concat", "Transpose", "Expand",
+                                         "Identity", "Reshape", "Squeeze", "Unsqueeze",
+                                         "Flatten", NULL};
+    int k = 0;
+    while (movers[k] && strcmp(movers[k], op) != 0)
+        k++;
+    if (!movers[k])
+        return false;
+    int ndata = strcmp(op, "Concat") == 0 ? nin(c) : 1;
+    for (int i = ndata; i < nin(c); i++) { /* indices, bounds, shapes: constants */
+        Value *v = in_opt(c, i);
+        if (v && !v->data)
+            return false;
+    }
+    int64_t total = 0;
+    for (int i = 0; i < ndata; i++)
+        total += vcount(in(c, i));
+    DimExpr *table = xcalloc((size_t)total + 1, sizeof *table);
+    Value **saved = xcalloc((size_t)ndata, sizeof *saved);
+    int64_t at = 0;
+    for (int i = 0; i < ndata; i++) /* first: an input may come twice */
+        saved[i] = in(c, i);
+    for (int i = 0; i < ndata; i++) {
+        Value *v = saved[i];
+        Value *numbers = new_value(v->name, KILN_DTYPE_I64, v->rank, v->shape, true);
+        for (int64_t j = 0; j < vcount(v); j++) {
+            if (!sym_at(v, j, &table[at]))
+                return false; /* not reached: sym_operands checked */
+            vseti(numbers, j, at++);
+        }
+        map_put(&c->values, c->node->input[i], numbers);
+    }
+    const OnnxOp *mapper = find_mapper(op);
+    if (!fold(c))
+        mapper->fn(c, mapper); /* the views: map_view folds a constant */
+    for (int i = ndata - 1; i >= 0; i--)
+        map_put(&c->values, c->node->input[i], saved[i]);
+    Value *o = map_get(&c->values, out_name(c, 0));
+    if (!o || !o->data)
+        internal_error("node %s: a symbolic value moved into a non-constant", c->nname);
+    int64_t n = vcount(o);
+    DimExpr *els = xcalloc((size_t)n + 1, sizeof *els);
+    for (int64_t j = 0; j < n; j++)
+        els[j] = table[vgeti(o, j)];
+    bind_sym(c, saved[0]->dtype, o->rank, o->shape, els);
+    return true;
+}
+
+/* A node with an input that follows the dims: folded when every input is
+ * an integer constant or a symbolic value and kiln can follow the op;
+ * false otherwise (the node is then mapped, and its symbolic inputs
+ * computed on the GPU). */
+static bool fold_sym(Ctx *c) {
+    const char *op = c->node->op_type;
+    if (!sym_operands(c))
+        return false;
+    if (strcmp(op, "Range") == 0)
+        return fold_sym_range(c);
+    if (strcmp(op, "Cast") == 0) {
+        int dt = kiln_dtype_of((int32_t)oattr_int(c, "to", 1));
+        if (dt < 0 || !is_integral((kiln_dtype)dt) || dt == KILN_DTYPE_BOOL)
+            return false;
+        Value *x = in(c, 0);
+        bind_sym(c, (kiln_dtype)dt, x->rank, x->shape, x->sym);
+        return true;
+    }
+    if (fold_sym_moves(c, op))
+        return true;
+    return fold_sym_arith(c, op);
+}
+
 typedef struct Folder {
     const char *op;
     bool (*fold)(Ctx *c);
@@ -577,6 +853,8 @@ static const Folder folders[] = {
 /* Folds the node when it computes a constant; false when it does not. */
 bool fold(Ctx *c) {
     const char *op = c->node->op_type;
+    if (any_sym(c) && strcmp(op, "Shape") != 0 && strcmp(op, "Size") != 0)
+        return fold_sym(c);
     for (size_t i = 0; i < sizeof folders / sizeof folders[0]; i++)
         if (strcmp(folders[i].op, op) == 0)
             return (folders[i].any_inputs || all_const(c)) && folders[i].fold(c);

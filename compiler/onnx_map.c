@@ -490,6 +490,9 @@ void map_node(Ctx *c) {
         if (*c->node->output[o])
             map_put(&c->producer, c->node->output[o], c->node);
     check_op_version(c);
+    if (c->past_states.len && strcmp(c->node->op_type, "Concat") == 0 &&
+        onnx_decoder_append(c))
+        return;
     if (fold(c))
         return;
     const OnnxOp *op = find_mapper(c->node->op_type);

@@ -32,9 +32,12 @@ void map_view(Ctx *c, const OnnxOp *op) {
         k = emit(c, op->kop, 1, &x, out_name(c, 0));
     }
     int64_t v[MAX_RANK + 1];
+    DimExpr exprs[MAX_RANK];
+    bool follows = false;
+    int nshape = 0;
     const char *name = op->name;
     if (strcmp(name, "Reshape") == 0) {
-        int n = const_ints(c, 1, "the shape", v, MAX_RANK);
+        int n = nshape = shape_ints(c, 1, "the shape", v, exprs, &follows, MAX_RANK);
         if (oattr_int(c, "allowzero", 0))
             for (int i = 0; i < n; i++)
                 if (v[i] == 0)
@@ -72,6 +75,8 @@ void map_view(Ctx *c, const OnnxOp *op) {
     }
     if (!x->data) {
         finish(c, k);
+        if (follows)
+            follow_shape(c, k->outputs[0], nshape, exprs);
         return;
     }
     infer_node(k);
@@ -148,9 +153,24 @@ void map_expand_tile(Ctx *c, const OnnxOp *op) {
     Value *x = in(c, 0);
     Node *k = emit(c, op->kop, 1, &x, out_name(c, 0));
     int64_t v[MAX_RANK];
-    int n = const_ints(c, 1, op->kop == OP_EXPAND ? "the shape" : "repeats", v, MAX_RANK);
+    DimExpr exprs[MAX_RANK];
+    bool follows = false;
+    int n = op->kop == OP_EXPAND ? shape_ints(c, 1, "the shape", v, exprs, &follows, MAX_RANK)
+                                 : const_ints(c, 1, "repeats", v, MAX_RANK);
     node_set_ints(k, op->kop == OP_EXPAND ? "shape" : "repeats", n, v);
     finish(c, k);
+    Tensor *out = k->outputs[0];
+    if (follows && n <= out->rank) { /* the output's axes where the shape follows the dims */
+        DimExpr full[MAX_RANK];
+        for (int j = 0; j < out->rank; j++) {
+            memset(&full[j], 0, sizeof full[j]);
+            if (j >= out->rank - n)
+                full[j] = exprs[j - (out->rank - n)];
+            else
+                full[j].c0 = out->shape[j];
+        }
+        follow_shape(c, out, out->rank, full);
+    }
 }
 
 void map_pad(Ctx *c, const OnnxOp *op) {

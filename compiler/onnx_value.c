@@ -114,10 +114,79 @@ void bind_value(Ctx *c, const char *name, Value *v) {
     map_put(&c->values, v->name, v);
 }
 
+bool dim_expr_const(const DimExpr *e) {
+    for (int i = 0; i < MAX_DIMS; i++)
+        if (e->c[i])
+            return false;
+    return true;
+}
+
+/* A range node: n elements start + i * delta of dtype dt. */
+static Tensor *range_node(Ctx *c, const DimExpr *start, int64_t n, int64_t delta,
+                          kiln_dtype dt) {
+    Node *k = knode(c, OP_RANGE, format("/range%d", ++c->tmp_count));
+    node_set_int(k, "size", n);
+    node_set_attr(k, "start", dim_expr_str(c->g, start));
+    node_set_int(k, "delta", delta);
+    node_set_attr(k, "dtype", kiln_dtype_name(dt));
+    node_add_output(k, graph_tensor(c->g, k->name, T_VALUE, c->loc));
+    infer_node(k);
+    infer_dynamic(c->g, k);
+    return k->outputs[0];
+}
+
+/* A value that follows the dims, computed on the GPU where a kernel reads
+ * it: one range node when its elements step by a constant, else one per
+ * element, concatenated; shaped as the value. */
+static Tensor *sym_tensor(Ctx *c, Value *v) {
+    kiln_dtype dt = v->dtype == KILN_DTYPE_I32 ? KILN_DTYPE_I32 : KILN_DTYPE_I64;
+    int64_t n = vcount(v), delta = 0;
+    bool steps = true;
+    for (int64_t i = 1; i < n; i++) {
+        DimExpr neg = dim_expr_scale(&v->sym[i - 1], -1);
+        DimExpr d = dim_expr_add(&v->sym[i], &neg);
+        if (!dim_expr_const(&d) || (i > 1 && d.c0 != delta))
+            steps = false;
+        delta = d.c0;
+    }
+    Tensor *t;
+    if (steps) {
+        t = range_node(c, &v->sym[0], n, n > 1 ? delta : 1, dt);
+    } else {
+        Node *k = knode(c, OP_CONCAT, format("/concat%d", ++c->tmp_count));
+        for (int64_t i = 0; i < n; i++)
+            node_add_input(k, range_node(c, &v->sym[i], 1, 1, dt));
+        node_set_int(k, "axis", 0);
+        node_add_output(k, graph_tensor(c->g, k->name, T_VALUE, c->loc));
+        infer_node(k);
+        infer_dynamic(c->g, k);
+        t = k->outputs[0];
+    }
+    Node *r = knode(c, OP_RESHAPE, format("/%s", v->name));
+    node_add_input(r, t);
+    node_set_ints(r, "shape", v->rank, v->shape);
+    node_add_output(r, graph_tensor(c->g, r->name, T_VALUE, c->loc));
+    infer_node(r);
+    infer_dynamic(c->g, r);
+    t = r->outputs[0];
+    if (t->dtype != v->dtype) {
+        Node *k = knode(c, OP_CAST, format("/%s/cast", v->name));
+        node_add_input(k, t);
+        node_set_attr(k, "to", kiln_dtype_name(v->dtype));
+        node_add_output(k, graph_tensor(c->g, k->name, T_VALUE, c->loc));
+        infer_node(k);
+        infer_dynamic(c->g, k);
+        t = k->outputs[0];
+    }
+    return t;
+}
+
 /* The kiln tensor of a value; constants become weights on first use. */
 Tensor *tens(Ctx *c, Value *v) {
     if (v->t)
         return v->t;
+    if (v->sym)
+        return v->t = sym_tensor(c, v);
     if (!v->data)
         internal_error("value '%s' has neither a tensor nor data", v->name);
     Tensor *t = graph_tensor(c->g, format("%s", v->name), T_WEIGHT, c->loc);
@@ -335,6 +404,10 @@ Value *in_const(Ctx *c, int i, const char *what) {
     Value *v = in(c, i);
     if (v->data)
         return v;
+    if (v->sym)
+        node_fail(c, format("unsupported: %s (input %d, '%s') follows the dynamic dims (%s...); "
+                            "kiln needs a constant here", what, i, v->name,
+                            dim_expr_str(c->g, &v->sym[0])));
     Map seen = {0};
     Str from = {0};
     int count = 0;
@@ -474,6 +547,53 @@ void copy_attrs(Ctx *c, Node *k, const char *renames) {
 }
 
 /* Values of a constant integer input as int64 (for attributes). */
+int shape_ints(Ctx *c, int i, const char *what, int64_t *out, DimExpr *exprs, bool *dynamic,
+               int max) {
+    Value *v = in(c, i);
+    *dynamic = false;
+    if (!v->sym) {
+        int n = const_ints(c, i, what, out, max);
+        for (int j = 0; j < n; j++) {
+            memset(&exprs[j], 0, sizeof exprs[j]);
+            exprs[j].c0 = out[j];
+        }
+        return n;
+    }
+    int64_t n = vcount(v);
+    if (n > max)
+        node_fail(c, format("%s has %lld values, at most %d", what, (long long)n, max));
+    for (int64_t j = 0; j < n; j++) {
+        exprs[j] = v->sym[j];
+        out[j] = dim_expr_max(c->g, &v->sym[j]);
+        *dynamic |= !dim_expr_const(&v->sym[j]);
+    }
+    return (int)n;
+}
+
+void follow_shape(Ctx *c, Tensor *t, int n, const DimExpr *exprs) {
+    if (n != t->rank)
+        return;
+    for (int a = 0; a < n; a++) {
+        if (dim_expr_const(&exprs[a]))
+            continue;
+        if (is_dyn(t, a)) {
+            if (!dim_expr_eq(&t->ext[a], &exprs[a]))
+                node_fail(c, format("unsupported: axis %d of '%s' follows %s, but the shape "
+                                    "input says %s; kiln cannot prove them equal", a,
+                                    t->name, dim_expr_str(c->g, &t->ext[a]),
+                                    dim_expr_str(c->g, &exprs[a])));
+            continue;
+        }
+        if (t->shape[a] != dim_expr_max(c->g, &exprs[a]))
+            node_fail(c, format("unsupported: axis %d of '%s' has %lld elements, but the shape "
+                                "input says %s", a, t->name, (long long)t->shape[a],
+                                dim_expr_str(c->g, &exprs[a])));
+        t->dyn_axes |= 1u << a;
+        t->ext[a] = exprs[a];
+    }
+    update_prefix(t);
+}
+
 int const_ints(Ctx *c, int i, const char *what, int64_t *out, int max) {
     Value *v = in_const(c, i, what);
     int64_t n = vcount(v);
