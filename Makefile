@@ -57,7 +57,7 @@ COMPILER_LIBS = -lyaml -lprotobuf-c -Wl,--start-group -l:libshaderc_combined.a -
                 -lglslang-default-resource-limits -lSPIRV-Tools-opt -lSPIRV-Tools \
                 -Wl,--end-group -lstdc++ -lm -lpthread
 
-.PHONY: all deps test-deps run-sample samples decode test onnx-report clean install uninstall
+.PHONY: all deps test-deps run-sample samples decode llm test onnx-report clean install uninstall
 .DEFAULT_GOAL := all
 
 all: deps $(B)/kiln $(B)/libkilnrt.a run-sample
@@ -167,6 +167,21 @@ $(B)/decode: samples/decode/decode.c $(B)/decoder.c $(B)/libkilnrt.a
 
 decode: deps $(B)/decode
 	$(B)/decode
+
+# samples/llm: greedy decoding with an exported transformers decoder (the
+# tiny Llama of tests/models/llm unless LLM_ONNX names another), its cache
+# on the GPU. `make llm` builds and runs it on that model's stored prompt.
+LLM_ONNX ?= tests/models/llm/llama_tiny/model.onnx
+LLM_SHAPES ?= --shape seq=1..16 --shape past=0..80
+$(B)/llm_model.c: $(LLM_ONNX) $(B)/kiln
+	$(B)/kiln compile $< --name llm -o $@ $(LLM_SHAPES)
+
+$(B)/llm: samples/llm/llm.c $(B)/llm_model.c $(B)/libkilnrt.a
+	$(CC) $(CFLAGS) $(WARN) -std=c99 -Iruntime -I$(B) -o $@ $< $(B)/llm_model.c \
+	  -L$(B) -lkilnrt -lvulkan -lm
+
+llm: deps $(B)/llm
+	$(B)/llm -n 32 121 131 193 243 8 36 210 242
 
 .PRECIOUS: $(B)/%.c
 

@@ -392,6 +392,9 @@ double attr_float(Node *n, const char *key);
 int64_t attr_int_or(Node *n, const char *key, int64_t computed);
 /* A dims expression ("past + seq", 3) over the node's graph's dims. */
 DimExpr attr_dims(Node *n, const char *key);
+/* Parses a dims expression ("past + seq", "2*seq - 1", "3") over g's dims;
+ * false when s is not one. */
+bool parse_dim_expr(const Graph *g, const char *s, DimExpr *e);
 double attr_float_or(Node *n, const char *key, double computed);
 /* Fills out (at most max) and returns the count, or -1 when absent (more
  * than max items is a located error). */
@@ -458,9 +461,6 @@ int find_dim(const Graph *g, const char *name);
 /* Sets which axis of n's outputs follows the dynamic dimensions, or stops at
  * n with a located error where the op cannot take a dynamic extent. */
 void infer_dynamic(Graph *g, Node *n);
-/* Parses a dims expression ("past + seq", "2*seq - 1", "3") over g's dims;
- * false when s is not one. */
-bool parse_dim_expr(const Graph *g, const char *s, DimExpr *e);
 /* Marks axis of t dynamic with extent e (declarations: inputs, states). */
 void set_dyn_axis(Tensor *t, int axis, const DimExpr *e);
 /* Sets t's prefix fields (dynamic, dyn_axis, extent) from dyn_axes. */

@@ -782,9 +782,14 @@ static bool fold_sym_moves(Ctx *c, const char *op) {
         }
         map_put(&c->values, c->node->input[i], numbers);
     }
-    const OnnxOp *mapper = find_mapper(op);
-    if (!fold(c))
-        mapper->fn(c, mapper); /* the views: map_view folds a constant */
+    static const OnnxOp views[] = {{"Reshape", map_view, OP_RESHAPE, NULL},
+                                   {"Squeeze", map_view, OP_SQUEEZE, NULL},
+                                   {"Unsqueeze", map_view, OP_UNSQUEEZE, NULL},
+                                   {"Flatten", map_view, OP_FLATTEN, NULL}};
+    if (!fold(c)) /* the views: map_view folds a constant */
+        for (size_t v = 0; v < sizeof views / sizeof views[0]; v++)
+            if (strcmp(views[v].name, op) == 0)
+                map_view(c, &views[v]);
     for (int i = ndata - 1; i >= 0; i--)
         map_put(&c->values, c->node->input[i], saved[i]);
     Value *o = map_get(&c->values, out_name(c, 0));

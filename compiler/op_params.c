@@ -85,6 +85,75 @@ static void check_computed_default(Node *n, const char *key) {
                        "with attr_int or attr_float", op_info[n->op].name, key);
 }
 
+bool parse_dim_expr(const Graph *g, const char *s, DimExpr *e) {
+    memset(e, 0, sizeof *e);
+    const char *p = s;
+    int sign = 1, terms = 0;
+    for (;;) {
+        while (*p == ' ')
+            p++;
+        if (!*p)
+            return terms > 0;
+        if (terms) { /* an operator between terms */
+            if (*p != '+' && *p != '-')
+                return false;
+            sign = *p++ == '-' ? -1 : 1;
+            while (*p == ' ')
+                p++;
+        } else if (*p == '-') {
+            sign = -1;
+            p++;
+        }
+        int64_t k = 1;
+        bool num = false;
+        if (*p >= '0' && *p <= '9') {
+            char *end;
+            errno = 0;
+            k = strtoll(p, &end, 10);
+            if (errno)
+                return false;
+            p = end;
+            num = true;
+            while (*p == ' ')
+                p++;
+            if (*p != '*') {
+                e->c0 += sign * k;
+                terms++;
+                continue;
+            }
+            p++;
+            while (*p == ' ')
+                p++;
+        }
+        const char *name = p;
+        while ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+               (*p >= '0' && *p <= '9') || *p == '_')
+            p++;
+        if (p == name)
+            return false;
+        int d = -1;
+        for (int i = 0; i < g->ndims; i++)
+            if (strlen(g->dims[i].name) == (size_t)(p - name) &&
+                strncmp(g->dims[i].name, name, (size_t)(p - name)) == 0)
+                d = i;
+        if (d < 0)
+            return false;
+        while (*p == ' ')
+            p++;
+        if (!num && *p == '*') { /* name * k */
+            char *end;
+            p++;
+            errno = 0;
+            k = strtoll(p, &end, 10);
+            if (end == p || errno)
+                return false;
+            p = end;
+        }
+        e->c[d] += sign * k;
+        terms++;
+    }
+}
+
 DimExpr attr_dims(Node *n, const char *key) {
     Loc loc;
     const char *s = attr_text(n, key, "a dims expression", &loc);

@@ -304,7 +304,8 @@ def test_inner_axes(workdir):
     run_steps(workdir, y, steps, make, want, rtol=1e-4, atol=1e-5)
 
 
-@case("dynamic: range of positions from the dims (start and size expressions)")
+@case("op range: positions from the dims (start and size expressions), fixed and dynamic "
+      "sizes, i64, i32 and f32")
 def test_range(workdir):
     y = dyn_yaml({"seq": "1..16", "past": "0..8"}, {"x": {**W, "shape": ["seq"]}},
                  [{"name": "pos", "op": "range", "size": "seq", "start": "past + 2",
@@ -312,12 +313,14 @@ def test_range(workdir):
                   {"name": "pf", "op": "cast", "inputs": ["pos"], "to": "f32"},
                   {"name": "y", "op": "add", "inputs": ["x", "pf"]},
                   {"name": "z", "op": "range", "size": "seq", "start": "-1", "delta": -2,
-                   "dtype": "i32"}],
-                 ["y", "z"])
+                   "dtype": "i32"},
+                  {"name": "f", "op": "range", "size": 5, "start": "past - 1", "dtype": "f32"}],
+                 ["y", "z", "f"])
     steps = [{"seq": s, "past": p} for s, p in ((1, 0), (5, 3), (16, 8), (2, 7))]
     run_steps(workdir, y, steps, lambda rng, seq, past: [normal(rng, seq)],
               lambda x, seq, past: [x + (past + 2 + 3 * np.arange(seq)).astype(np.float32),
-                                    (-1 - 2 * np.arange(seq)).astype(np.int32)])
+                                    (-1 - 2 * np.arange(seq)).astype(np.int32),
+                                    (past - 1 + np.arange(5)).astype(np.float32)])
 
 
 @case("dynamic: concatenation along a fixed axis and of a fixed piece after a dynamic one")

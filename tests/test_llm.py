@@ -19,8 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from harness import (F16_TOLERANCE, ROOT, assert_close, assert_relative, check, kiln,
-                     link_model, registry, run_program)
+from harness import (BUILD, CC, EXTRA_CFLAGS, F16_TOLERANCE, ROOT, VALIDATION, VULKAN_LIB,
+                     assert_close, assert_relative, check, kiln, link_model, registry, run,
+                     run_program)
 
 TESTS, case = registry()
 LLM = ROOT / "tests" / "models" / "llm"
@@ -64,3 +65,86 @@ for _d in sorted(p.parent for p in LLM.glob("*/model.onnx")):
     case(f"llm {_d.name}: prompt step, fixed shapes")(fixed_step_case(_d, 0))
     case(f"llm {_d.name}: decoding step, fixed shapes")(fixed_step_case(_d, 1))
     case(f"llm {_d.name}: decoding step, fixed shapes, f16")(fixed_step_case(_d, 1, "f16"))
+
+
+# The same decoders compiled once with a dynamic sequence and the cache as
+# state (onnx_decoder.c): seq 1..16 new tokens, past 0..72 cached ones.
+DYN_SHAPES = ["--shape", "seq=1..16", "--shape", "past=0..72"]
+OPSET20 = [d for d in sorted(p.parent for p in LLM.glob("*/model.onnx"))
+           if json.loads((d / "meta.json").read_text())["opset"] == 20]
+
+
+def step_inputs(d, step):
+    return [np.load(d / f"step{step}_in_{n}.npy")
+            for n in ("input_ids", "attention_mask", "position_ids")]
+
+
+def dynamic_steps_case(d, precision):
+    """The prompt (seq 8, past 0) then one token (seq 1, past 8) in one
+    process, the cache kept on the GPU between them: every logit against
+    onnxruntime's."""
+    def test(workdir):
+        wd = Path(workdir)
+        r = kiln("compile", d / "model.onnx", "--name", "model", "-o", wd / "model.c",
+                 "--precision", precision, *DYN_SHAPES)
+        check(r.returncode == 0, f"kiln compile failed:\n{r.stderr}")
+        prog = link_model(wd)
+        steps = [(8, 0), (1, 8)]
+        args = [prog, "-q", "--steps", "2", "-d", "seq=8,1", "-d", "past=0,8"]
+        for s in range(2):
+            for i, x in enumerate(step_inputs(d, s)):
+                np.ascontiguousarray(x).tofile(wd / f"in{i}_{s}.bin")
+        args += [a for i in range(3) for a in ("-i", wd / f"in{i}_%d.bin")]
+        args += ["-o", wd / "out_%d.bin"]
+        r = run(args, cwd=wd, env={"KILN_VALIDATION": VALIDATION})
+        check(r.returncode != 3, f"Vulkan validation messages:\n{r.stderr[-3000:]}")
+        check(r.returncode == 0, f"the model program failed ({r.returncode}):\n{r.stderr}")
+        for s, (seq, past) in enumerate(steps):
+            want = np.load(d / f"step{s}_out_logits.npy")
+            got = np.fromfile(wd / f"out_{s}.bin", dtype=np.float32)
+            check(got.size == want.size, f"step {s}: {got.size} logits, expected {want.size}")
+            got = got.reshape(want.shape)
+            what = f"step {s} (seq {seq}, past {past}) logits"
+            if precision == "f16":
+                assert_relative(got, want, F16_TOLERANCE, what)
+            else:
+                assert_close(got, want, 1e-3, 1e-5, what)
+    return test
+
+
+def decode_case(d):
+    """samples/llm/llm.c: the prompt, then 64 greedy tokens, each fed back,
+    identical to transformers' generate() (ids.npy)."""
+    def test(workdir):
+        wd = Path(workdir)
+        r = kiln("compile", d / "model.onnx", "--name", "llm", "-o", wd / "llm_model.c",
+                 *DYN_SHAPES)
+        check(r.returncode == 0, f"kiln compile failed:\n{r.stderr}")
+        prog = wd / "llm"
+        r = run([CC, "-O1", "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror",
+                 *EXTRA_CFLAGS, "-I", ROOT / "runtime", "-I", wd, "-o", prog,
+                 ROOT / "samples" / "llm" / "llm.c", wd / "llm_model.c", "-L", BUILD,
+                 "-lkilnrt", VULKAN_LIB, "-lm"])
+        check(r.returncode == 0, f"building samples/llm/llm.c failed:\n{r.stderr}")
+        prompt = np.load(d / "prompt.npy").ravel()
+        want = np.load(d / "ids.npy").ravel()
+        new = len(want) - len(prompt)
+        r = run([prog, "-q", "-n", str(new), "-o", wd / "ids.txt",
+                 *[str(t) for t in prompt]], cwd=wd, env={"KILN_VALIDATION": VALIDATION})
+        check(r.returncode != 3, f"Vulkan validation messages:\n{r.stderr[-3000:]}")
+        check(r.returncode == 0, f"llm failed ({r.returncode}):\n{r.stderr}")
+        got = np.array((wd / "ids.txt").read_text().split(), dtype=np.int64)
+        check(got.shape == want.shape and (got == want).all(),
+              f"generated ids differ from transformers' generate() at position "
+              f"{int(np.argmax(got != want)) if got.shape == want.shape else '?'}:\n"
+              f"  kiln:         {got.tolist()}\n  transformers: {want.tolist()}")
+    return test
+
+
+for _d in OPSET20:
+    case(f"llm {_d.name}: prompt and decoding steps with a dynamic sequence and the cache "
+         f"as state")(dynamic_steps_case(_d, "f32"))
+    case(f"llm {_d.name}: prompt and decoding steps with a dynamic sequence, f16")(
+        dynamic_steps_case(_d, "f16"))
+    case(f"llm {_d.name}: samples/llm decodes 64 tokens identical to transformers' "
+         f"generate()")(decode_case(_d))
