@@ -356,9 +356,12 @@ static bool matmul_f32_shape(const Node *n, const MatmulShape *s) {
            s->ops[2].t->dtype == KILN_DTYPE_F32;
 }
 
-/* Whether it reads s's A as vec4s: rows contiguous and 16-byte aligned. */
+/* Whether it reads s's A as vec4s: rows contiguous and 16-byte aligned,
+ * and K fixed (a vec4 across a run's last k would read don't-care
+ * elements, which B's zero rows past K would not cancel if they are not
+ * finite). */
 static bool matmul_a4(const Node *n, const MatmulShape *s) {
-    return matmul_f32_shape(n, s) && s->a_sk == 1 && s->K % 4 == 0 && s->a_sm % 4 == 0 &&
+    return matmul_f32_shape(n, s) && !s->dyn_k && s->a_sk == 1 && s->K % 4 == 0 && s->a_sm % 4 == 0 &&
            all_multiples(s->brank, s->ops[1].strides, 4);
 }
 
