@@ -409,10 +409,11 @@ def test_state_append(workdir):
 
 
 @case("dynamic: ONNX --shape DIM=MIN..MAX makes a symbolic dimension dynamic; Shape of "
-      "it and an unused DIM are errors")
+      "it folds as an expression of the dims; a Range it cannot follow and an unused DIM "
+      "are errors")
 def test_onnx(workdir):
     import struct
-    from test_onnx import field, model, node, value_info
+    from test_onnx import attr, field, model, node, value_info
     workdir = Path(workdir)
     w = ref.init_normal([3, 4], 0.5, 12).astype(np.float32)
     init = (field(1, 3) + field(1, 4) + field(2, 1) + field(8, "w") +
@@ -426,15 +427,41 @@ def test_onnx(workdir):
     run_built(link_model(workdir), seq_steps([1, 16, 5]),
               lambda rng, seq: [normal(rng, seq, 3)],
               lambda x, seq: [np.maximum(ref.f64(x) @ w, 0)])
-    (workdir / "s.onnx").write_bytes(model(
-        [node("Shape", ["x"], ["s"], "sh"), node("Reshape", ["x", "s"], ["y"], "rs")],
-        [value_info("x", ["seq", 3])], [value_info("y", ["seq", 3])]))
-    r = kiln("compile", workdir / "s.onnx", "--shape", "seq=1..16", "-o", workdir / "s.c")
-    check(r.returncode == 1 and "sh (Shape)" in r.stderr and "dynamic" in r.stderr, r.stderr)
+    # Reshape to its own Shape, doubled along the rows by a Concat: [2 * seq, 3]
+    sub = workdir / "s"
+    sub.mkdir()
+    (sub / "s.onnx").write_bytes(model(
+        [node("Shape", ["x"], ["s"], "sh"), node("Concat", ["x", "x"], ["xx"], "cc", attr("axis", 0)),
+         node("Mul", ["s", "k"], ["s4"], "mul"), node("Div", ["s4", "two"], ["s2"], "div"),
+         node("Reshape", ["xx", "s2"], ["y"], "rs")],
+        [value_info("x", ["seq", 3])], [value_info("y", ["dbl", 3])],
+        [i64_init("k", [4, 1]), i64_init("two", [2, 1])]))
+    r = kiln("compile", sub / "s.onnx", "--shape", "seq=1..16", "--name", "model",
+             "-o", sub / "model.c")
+    check(r.returncode == 0, r.stderr)
+    run_built(link_model(sub), seq_steps([1, 16, 5]), lambda rng, seq: [normal(rng, seq, 3)],
+              lambda x, seq: [np.concatenate([x, x])])
+    # Range(0, seq, 2): (seq) / 2 elements is no sum of dims
+    (workdir / "r.onnx").write_bytes(model(
+        [node("Shape", ["x"], ["s"], "sh"), node("Range", ["z0", "s", "two0"], ["y"], "rg")],
+        [value_info("x", ["seq", 3])], [value_info("y", ["n"])],
+        [i64_init("z0", 0), i64_init("two0", 2)]))
+    r = kiln("compile", workdir / "r.onnx", "--shape", "seq=1..16", "-o", workdir / "r.c")
+    check(r.returncode == 1 and "rg (Range)" in r.stderr and "(seq) / 2" in r.stderr,
+          r.stderr)
     r = kiln("compile", workdir / "m.onnx", "--shape", "len=1..16", "--shape", "seq=1..4",
              "-o", workdir / "u.c")
     check(r.returncode == 1 and "no input has the symbolic dimension 'len'" in r.stderr,
           r.stderr)
+
+
+def i64_init(name, values):
+    """An int64 initializer: a list (1-D) or a number (a scalar)."""
+    import struct
+    from test_onnx import field
+    vals = values if isinstance(values, list) else [values]
+    dims = field(1, len(vals)) if isinstance(values, list) else b""
+    return dims + field(2, 7) + field(8, name) + field(9, struct.pack(f"<{len(vals)}q", *vals))
 
 
 def compile_error(workdir, yaml_text, *needles):
