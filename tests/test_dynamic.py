@@ -431,7 +431,8 @@ def test_onnx(workdir):
     sub = workdir / "s"
     sub.mkdir()
     (sub / "s.onnx").write_bytes(model(
-        [node("Shape", ["x"], ["s"], "sh"), node("Concat", ["x", "x"], ["xx"], "cc", attr("axis", 0)),
+        [node("Shape", ["x"], ["s"], "sh"),
+         node("Concat", ["x", "x"], ["xx"], "cc", attr("axis", 0)),
          node("Mul", ["s", "k"], ["s4"], "mul"), node("Div", ["s4", "two"], ["s2"], "div"),
          node("Reshape", ["xx", "s2"], ["y"], "rs")],
         [value_info("x", ["seq", 3])], [value_info("y", ["dbl", 3])],
