@@ -725,9 +725,9 @@ static bool fold_sym_range(Ctx *c) {
             node_fail(c, format("unsupported: a Range of (%s) / %lld elements (kiln follows "
                                 "sizes that are sums of dims)", dim_expr_str(c->g, &span),
                                 (long long)d.c0));
+    /* the dims' terms divide exactly; the constant rounds up */
     DimExpr size = span;
-    size.c0 = span.c0 >= 0 || d.c0 < 0 ? (span.c0 + d.c0 - (d.c0 > 0 ? 1 : -1)) / d.c0
-                                       : span.c0 / d.c0;
+    size.c0 = span.c0 / d.c0 + (span.c0 % d.c0 != 0 && (span.c0 > 0) == (d.c0 > 0));
     for (int i = 0; i < MAX_DIMS; i++)
         size.c[i] = span.c[i] / d.c0;
     if (dim_expr_min(c->g, &size) < 0)

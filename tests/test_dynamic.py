@@ -442,6 +442,24 @@ def test_onnx(workdir):
     check(r.returncode == 0, r.stderr)
     run_built(link_model(sub), seq_steps([1, 16, 5]), lambda rng, seq: [normal(rng, seq, 3)],
               lambda x, seq: [np.concatenate([x, x])])
+    # Range(2 * seq, 4, -2): seq - 2 elements 2 * seq, 2 * seq - 2, ..., 6, added to x's
+    # first column (a range node whose start and size follow the dims)
+    sub = workdir / "rd"
+    sub.mkdir()
+    (sub / "rd.onnx").write_bytes(model(
+        [node("Shape", ["x"], ["s"], "sh"), node("Mul", ["s", "k"], ["s2"], "mul"),
+         node("Gather", ["s2", "z0"], ["st"], "g"),
+         node("Range", ["st", "four", "m2"], ["r"], "rg"), node("Cast", ["r"], ["rf"], "cf",
+                                                                attr("to", 1)),
+         node("Unsqueeze", ["rf", "one"], ["y"], "un")],
+        [value_info("x", ["seq", 3])], [value_info("y", ["n", 1])],
+        [i64_init("k", [2, 1]), i64_init("z0", 0), i64_init("four", 4), i64_init("m2", -2),
+         i64_init("one", [1])]))
+    r = kiln("compile", sub / "rd.onnx", "--shape", "seq=2..16", "--name", "model",
+             "-o", sub / "model.c")
+    check(r.returncode == 0, r.stderr)
+    run_built(link_model(sub), seq_steps([2, 16, 5, 3]), lambda rng, seq: [normal(rng, seq, 3)],
+              lambda x, seq: [np.arange(2 * seq, 4, -2, dtype=np.float32)[:, None]])
     # Range(0, seq, 2): (seq) / 2 elements is no sum of dims
     (workdir / "r.onnx").write_bytes(model(
         [node("Shape", ["x"], ["s"], "sh"), node("Range", ["z0", "s", "two0"], ["y"], "rg")],
