@@ -126,6 +126,13 @@ DimExpr dim_expr_add(const DimExpr *a, const DimExpr *b) {
     return r;
 }
 
+bool dim_expr_const(const DimExpr *e) {
+    for (int i = 0; i < MAX_DIMS; i++)
+        if (e->c[i])
+            return false;
+    return true;
+}
+
 bool dim_expr_eq(const DimExpr *a, const DimExpr *b) {
     return memcmp(a, b, sizeof *a) == 0;
 }
@@ -625,10 +632,7 @@ static const DynamicFn dynamic_rules[OP_COUNT] = {
 /* range: its size may follow the dims (shape_range parses it). */
 static void dynamic_range(Node *n) {
     DimExpr e = attr_dims(n, "size");
-    bool fixed = true;
-    for (int i = 0; i < MAX_DIMS; i++)
-        fixed &= e.c[i] == 0;
-    if (!fixed)
+    if (!dim_expr_const(&e))
         mark(n, n->outputs[0], 0, &e);
 }
 

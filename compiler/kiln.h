@@ -471,6 +471,8 @@ void check_dynamic_input(Tensor *t);
 /* True when axis of t follows the dynamic dimensions. */
 bool is_dyn(const Tensor *t, int axis);
 bool dim_expr_eq(const DimExpr *a, const DimExpr *b);
+/* True when e follows no dim (its value is e->c0). */
+bool dim_expr_const(const DimExpr *e);
 int64_t dim_expr_max(const Graph *g, const DimExpr *e);
 int64_t dim_expr_min(const Graph *g, const DimExpr *e);
 /* e * k, and a + b */

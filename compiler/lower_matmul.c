@@ -361,7 +361,8 @@ static bool matmul_f32_shape(const Node *n, const MatmulShape *s) {
  * elements, which B's zero rows past K would not cancel if they are not
  * finite). */
 static bool matmul_a4(const Node *n, const MatmulShape *s) {
-    return matmul_f32_shape(n, s) && !s->dyn_k && s->a_sk == 1 && s->K % 4 == 0 && s->a_sm % 4 == 0 &&
+    return matmul_f32_shape(n, s) && !s->dyn_k && s->a_sk == 1 && s->K % 4 == 0 &&
+           s->a_sm % 4 == 0 &&
            all_multiples(s->brank, s->ops[1].strides, 4);
 }
 

@@ -120,10 +120,14 @@ int const_ints(Ctx *c, int i, const char *what, int64_t *out, int max);
  * values at the largest dims. */
 int shape_ints(Ctx *c, int i, const char *what, int64_t *out, DimExpr *exprs, bool *dynamic,
                int max);
-/* The axes of t whose shape entries (exprs, from shape_ints) follow the dims
- * become dynamic; an axis inference already marked must agree. */
+/* The axes of t whose shape entries (exprs, from shape_ints: the last n
+ * axes, as broadcasting aligns them) follow the dims become dynamic; an
+ * axis inference already marked must agree. */
 void follow_shape(Ctx *c, Tensor *t, int n, const DimExpr *exprs);
-bool dim_expr_const(const DimExpr *e);
+/* A range node (size elements start + i * delta, dtype dt) producing ONNX
+ * output `out` (or an internal value for ""): its value. */
+Value *range_node(Ctx *c, const DimExpr *size, const DimExpr *start, int64_t delta,
+                  kiln_dtype dt, const char *out);
 extern ProtobufCAllocator pb_allocator;
 
 /* ---- onnx_decoder.c ---------------------------------------------------- */

@@ -140,13 +140,10 @@ Value *onnx_decoder_past(Ctx *c, const Onnx__ValueInfoProto *vi, kiln_dtype dt,
     map_put(&c->past_states, vi->name, s);
     /* The graph reads it as [1, kv_heads, past, head_dim]. */
     c->nname = vi->name;
-    Node *k = knode(c, OP_TRANSPOSE, "/exported");
-    node_add_input(k, s);
+    Value *sv = value_of_tensor(s);
+    Node *k = emit(c, OP_TRANSPOSE, 1, &sv, vi->name);
     node_set_ints(k, "perm", 4, (int64_t[]){0, 2, 1, 3});
-    node_add_output(k, graph_tensor(g, vi->name, T_VALUE, file));
-    infer_node(k);
-    infer_dynamic(g, k);
-    return value_of_tensor(k->outputs[0]);
+    return finish(c, k);
 }
 
 /* Concat(past, new) along the positions: new appended to the state in
@@ -167,19 +164,13 @@ bool onnx_decoder_append(Ctx *c) {
     Value *x = in(c, 1);
     Node *t = emit_tmp(c, OP_TRANSPOSE, 1, &x);
     node_set_ints(t, "perm", 4, (int64_t[]){0, 2, 1, 3});
-    Value *xt = finish(c, t);
-    Node *cat = knode(c, OP_CONCAT, "/append");
-    node_add_input(cat, s);
-    node_add_input(cat, tens(c, xt));
+    Value *parts[2] = {value_of_tensor(s), finish(c, t)};
+    Node *cat = emit(c, OP_CONCAT, 2, parts, format("%s.state", present));
     node_set_int(cat, "axis", 1);
-    node_add_output(cat, graph_tensor(c->g, format("%s.state", present), T_VALUE, c->loc));
-    infer_node(cat);
-    infer_dynamic(c->g, cat);
-    Tensor *u = cat->outputs[0];
-    s->update = u;
+    Value *uv = finish(c, cat);
+    s->update = uv->t;
     s->update_loc = c->loc;
-    u->is_update = true;
-    Value *uv = value_of_tensor(u);
+    uv->t->is_update = true;
     Node *back = emit(c, OP_TRANSPOSE, 1, &uv, present);
     node_set_ints(back, "perm", 4, (int64_t[]){0, 2, 1, 3});
     finish(c, back);

@@ -64,16 +64,22 @@ static int fold_axis(Ctx *c, int64_t axis, int rank) {
     return (int)(axis < 0 ? axis + rank : axis);
 }
 
+/* The index of s in a NULL-terminated list, or -1. */
+static int list_index(const char *const *list, const char *s) {
+    for (int k = 0; list[k]; k++)
+        if (strcmp(list[k], s) == 0)
+            return k;
+    return -1;
+}
+
 /* Elementwise ops over broadcast constants. */
 static bool fold_elementwise(Ctx *c, const char *op) {
     static const char *const ops[] = {"Add", "Sub", "Mul", "Div", "Equal", "Less", "Greater",
                                       "LessOrEqual", "GreaterOrEqual", "Max", "Min", "Mod",
                                       "And", "Or", "Where", "Neg", "Abs", "Not", "Floor",
                                       "Ceil", "Sqrt", "Reciprocal", "Pow", "Relu", NULL};
-    int k = 0;
-    while (ops[k] && strcmp(ops[k], op) != 0)
-        k++;
-    if (!ops[k])
+    int k = list_index(ops, op);
+    if (k < 0)
         return false;
     Value *a = in(c, 0), *b = nin(c) > 1 ? in(c, 1) : a, *w = nin(c) > 2 ? in(c, 2) : NULL;
     int rank;
@@ -631,6 +637,9 @@ static int sym_compare(Ctx *c, const DimExpr *a, const DimExpr *b) {
     return lo > 0 ? 1 : hi < 0 ? -1 : lo == 0 && hi == 0 ? 0 : 2;
 }
 
+static const char *const sym_comparisons[] = {"Equal", "Less", "Greater", "LessOrEqual",
+                                              "GreaterOrEqual", NULL};
+
 /* One element of an arithmetic op on expressions; false when the result is
  * not an affine expression of the dims kiln can prove (the GPU computes it
  * then). */
@@ -667,12 +676,8 @@ static bool sym_arith(Ctx *c, const char *op, const DimExpr *a, const DimExpr *b
             return false;
         *r = a->c0 ? *b : *w;
     } else {
-        static const char *const cmp[] = {"Equal", "Less", "Greater", "LessOrEqual",
-                                          "GreaterOrEqual", NULL};
-        int k = 0;
-        while (cmp[k] && strcmp(cmp[k], op) != 0)
-            k++;
-        if (!cmp[k])
+        int k = list_index(sym_comparisons, op);
+        if (k < 0)
             return false;
         int s = sym_compare(c, a, b);
         if (s == 2)
@@ -693,7 +698,7 @@ static bool fold_sym_arith(Ctx *c, const char *op) {
         node_fail(c, "shapes do not broadcast");
     int64_t n = shape_count(rank, shape), coords[MAX_RANK];
     DimExpr *els = xcalloc((size_t)n + 1, sizeof *els);
-    bool cmp = strstr(op, "Equal") || strstr(op, "Less") || strstr(op, "Greater");
+    bool cmp = list_index(sym_comparisons, op) >= 0;
     for (int64_t i = 0; i < n; i++) {
         unravel(i, rank, shape, coords);
         DimExpr ea, eb, ew = {0};
@@ -734,14 +739,7 @@ static bool fold_sym_range(Ctx *c) {
         node_fail(c, format("unsupported: a Range of %s elements, negative for some dims "
                             "(kiln follows sizes that stay at 0 or more)",
                             dim_expr_str(c->g, &size)));
-    Node *k = knode(c, OP_RANGE, "");
-    node_set_attr(k, "size", dim_expr_str(c->g, &size));
-    node_set_attr(k, "start", dim_expr_str(c->g, &s));
-    node_set_int(k, "delta", d.c0);
-    kiln_dtype dt = in(c, 0)->dtype;
-    node_set_attr(k, "dtype", kiln_dtype_name(dt));
-    node_add_output(k, graph_tensor(c->g, out_name(c, 0), T_VALUE, c->loc));
-    finish(c, k);
+    range_node(c, &size, &s, d.c0, in(c, 0)->dtype, out_name(c, 0));
     return true;
 }
 
@@ -750,13 +748,18 @@ static bool fold_sym_range(Ctx *c) {
  * folding: the value's data inputs become the numbers of their elements,
  * the folder moves those, and the output's numbers name its elements. */
 static bool fold_sym_moves(Ctx *c, const char *op) {
-    static const char *const movers[] = {"Gather", "Slice", "Concat", "Transpose", "Expand",
-                                         "Identity", "Reshape", "Squeeze", "Unsqueeze",
-                                         "Flatten", NULL};
-    int k = 0;
-    while (movers[k] && strcmp(movers[k], op) != 0)
-        k++;
-    if (!movers[k])
+    /* folded by fold(); the views by map_view, which keeps a constant one */
+    static const char *const folded[] = {"Gather", "Slice", "Concat", "Transpose", "Expand",
+                                         "Identity", NULL};
+    static const OnnxOp views[] = {{"Reshape", map_view, OP_RESHAPE, NULL},
+                                   {"Squeeze", map_view, OP_SQUEEZE, NULL},
+                                   {"Unsqueeze", map_view, OP_UNSQUEEZE, NULL},
+                                   {"Flatten", map_view, OP_FLATTEN, NULL}};
+    const OnnxOp *view = NULL;
+    for (size_t v = 0; v < sizeof views / sizeof views[0]; v++)
+        if (strcmp(views[v].name, op) == 0)
+            view = &views[v];
+    if (!view && list_index(folded, op) < 0)
         return false;
     int ndata = strcmp(op, "Concat") == 0 ? nin(c) : 1;
     for (int i = ndata; i < nin(c); i++) { /* indices, bounds, shapes: constants */
@@ -782,14 +785,10 @@ static bool fold_sym_moves(Ctx *c, const char *op) {
         }
         map_put(&c->values, c->node->input[i], numbers);
     }
-    static const OnnxOp views[] = {{"Reshape", map_view, OP_RESHAPE, NULL},
-                                   {"Squeeze", map_view, OP_SQUEEZE, NULL},
-                                   {"Unsqueeze", map_view, OP_UNSQUEEZE, NULL},
-                                   {"Flatten", map_view, OP_FLATTEN, NULL}};
-    if (!fold(c)) /* the views: map_view folds a constant */
-        for (size_t v = 0; v < sizeof views / sizeof views[0]; v++)
-            if (strcmp(views[v].name, op) == 0)
-                map_view(c, &views[v]);
+    if (view)
+        map_view(c, view);
+    else
+        fold(c);
     for (int i = ndata - 1; i >= 0; i--)
         map_put(&c->values, c->node->input[i], saved[i]);
     Value *o = map_get(&c->values, out_name(c, 0));

@@ -159,18 +159,8 @@ void map_expand_tile(Ctx *c, const OnnxOp *op) {
                                  : const_ints(c, 1, "repeats", v, MAX_RANK);
     node_set_ints(k, op->kop == OP_EXPAND ? "shape" : "repeats", n, v);
     finish(c, k);
-    Tensor *out = k->outputs[0];
-    if (follows && n <= out->rank) { /* the output's axes where the shape follows the dims */
-        DimExpr full[MAX_RANK];
-        for (int j = 0; j < out->rank; j++) {
-            memset(&full[j], 0, sizeof full[j]);
-            if (j >= out->rank - n)
-                full[j] = exprs[j - (out->rank - n)];
-            else
-                full[j].c0 = out->shape[j];
-        }
-        follow_shape(c, out, out->rank, full);
-    }
+    if (follows) /* the output's axes where the shape follows the dims */
+        follow_shape(c, k->outputs[0], n, exprs);
 }
 
 void map_pad(Ctx *c, const OnnxOp *op) {

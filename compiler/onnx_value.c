@@ -114,33 +114,22 @@ void bind_value(Ctx *c, const char *name, Value *v) {
     map_put(&c->values, v->name, v);
 }
 
-bool dim_expr_const(const DimExpr *e) {
-    for (int i = 0; i < MAX_DIMS; i++)
-        if (e->c[i])
-            return false;
-    return true;
-}
-
-/* A range node: n elements start + i * delta of dtype dt. */
-static Tensor *range_node(Ctx *c, const DimExpr *start, int64_t n, int64_t delta,
-                          kiln_dtype dt) {
-    Node *k = knode(c, OP_RANGE, format("/range%d", ++c->tmp_count));
-    node_set_int(k, "size", n);
+Value *range_node(Ctx *c, const DimExpr *size, const DimExpr *start, int64_t delta,
+                  kiln_dtype dt, const char *out) {
+    Node *k = *out ? emit(c, OP_RANGE, 0, NULL, out) : emit_tmp(c, OP_RANGE, 0, NULL);
+    node_set_attr(k, "size", dim_expr_str(c->g, size));
     node_set_attr(k, "start", dim_expr_str(c->g, start));
     node_set_int(k, "delta", delta);
     node_set_attr(k, "dtype", kiln_dtype_name(dt));
-    node_add_output(k, graph_tensor(c->g, k->name, T_VALUE, c->loc));
-    infer_node(k);
-    infer_dynamic(c->g, k);
-    return k->outputs[0];
+    return finish(c, k);
 }
 
 /* A value that follows the dims, computed on the GPU where a kernel reads
  * it: one range node when its elements step by a constant, else one per
- * element, concatenated; shaped as the value. */
+ * element, concatenated; shaped (and typed) as the value. */
 static Tensor *sym_tensor(Ctx *c, Value *v) {
     kiln_dtype dt = v->dtype == KILN_DTYPE_I32 ? KILN_DTYPE_I32 : KILN_DTYPE_I64;
-    int64_t n = vcount(v), delta = 0;
+    int64_t n = vcount(v), delta = 1;
     bool steps = true;
     for (int64_t i = 1; i < n; i++) {
         DimExpr neg = dim_expr_scale(&v->sym[i - 1], -1);
@@ -149,36 +138,27 @@ static Tensor *sym_tensor(Ctx *c, Value *v) {
             steps = false;
         delta = d.c0;
     }
-    Tensor *t;
+    DimExpr one = {1, {0}}, size = {n, {0}};
+    Value *r;
     if (steps) {
-        t = range_node(c, &v->sym[0], n, n > 1 ? delta : 1, dt);
+        r = range_node(c, &size, &v->sym[0], delta, dt, "");
     } else {
-        Node *k = knode(c, OP_CONCAT, format("/concat%d", ++c->tmp_count));
+        Value **parts = xcalloc((size_t)n, sizeof *parts);
         for (int64_t i = 0; i < n; i++)
-            node_add_input(k, range_node(c, &v->sym[i], 1, 1, dt));
+            parts[i] = range_node(c, &one, &v->sym[i], 1, dt, "");
+        Node *k = emit_tmp(c, OP_CONCAT, (int)n, parts);
         node_set_int(k, "axis", 0);
-        node_add_output(k, graph_tensor(c->g, k->name, T_VALUE, c->loc));
-        infer_node(k);
-        infer_dynamic(c->g, k);
-        t = k->outputs[0];
+        r = finish(c, k);
     }
-    Node *r = knode(c, OP_RESHAPE, format("/%s", v->name));
-    node_add_input(r, t);
-    node_set_ints(r, "shape", v->rank, v->shape);
-    node_add_output(r, graph_tensor(c->g, r->name, T_VALUE, c->loc));
-    infer_node(r);
-    infer_dynamic(c->g, r);
-    t = r->outputs[0];
-    if (t->dtype != v->dtype) {
-        Node *k = knode(c, OP_CAST, format("/%s/cast", v->name));
-        node_add_input(k, t);
+    Node *k = emit_tmp(c, OP_RESHAPE, 1, &r);
+    node_set_ints(k, "shape", v->rank, v->shape);
+    r = finish(c, k);
+    if (r->dtype != v->dtype) {
+        k = emit_tmp(c, OP_CAST, 1, &r);
         node_set_attr(k, "to", kiln_dtype_name(v->dtype));
-        node_add_output(k, graph_tensor(c->g, k->name, T_VALUE, c->loc));
-        infer_node(k);
-        infer_dynamic(c->g, k);
-        t = k->outputs[0];
+        r = finish(c, k);
     }
-    return t;
+    return tens(c, r);
 }
 
 /* The kiln tensor of a value; constants become weights on first use. */
@@ -546,7 +526,6 @@ void copy_attrs(Ctx *c, Node *k, const char *renames) {
     }
 }
 
-/* Values of a constant integer input as int64 (for attributes). */
 int shape_ints(Ctx *c, int i, const char *what, int64_t *out, DimExpr *exprs, bool *dynamic,
                int max) {
     Value *v = in(c, i);
@@ -571,29 +550,32 @@ int shape_ints(Ctx *c, int i, const char *what, int64_t *out, DimExpr *exprs, bo
 }
 
 void follow_shape(Ctx *c, Tensor *t, int n, const DimExpr *exprs) {
-    if (n != t->rank)
+    if (n > t->rank)
         return;
-    for (int a = 0; a < n; a++) {
-        if (dim_expr_const(&exprs[a]))
+    for (int j = 0; j < n; j++) {
+        int a = t->rank - n + j;
+        const DimExpr *e = &exprs[j];
+        if (dim_expr_const(e))
             continue;
         if (is_dyn(t, a)) {
-            if (!dim_expr_eq(&t->ext[a], &exprs[a]))
+            if (!dim_expr_eq(&t->ext[a], e))
                 node_fail(c, format("unsupported: axis %d of '%s' follows %s, but the shape "
                                     "input says %s; kiln cannot prove them equal", a,
                                     t->name, dim_expr_str(c->g, &t->ext[a]),
-                                    dim_expr_str(c->g, &exprs[a])));
+                                    dim_expr_str(c->g, e)));
             continue;
         }
-        if (t->shape[a] != dim_expr_max(c->g, &exprs[a]))
+        if (t->shape[a] != dim_expr_max(c->g, e))
             node_fail(c, format("unsupported: axis %d of '%s' has %lld elements, but the shape "
                                 "input says %s", a, t->name, (long long)t->shape[a],
-                                dim_expr_str(c->g, &exprs[a])));
+                                dim_expr_str(c->g, e)));
         t->dyn_axes |= 1u << a;
-        t->ext[a] = exprs[a];
+        t->ext[a] = *e;
     }
     update_prefix(t);
 }
 
+/* Values of a constant integer input as int64 (for attributes). */
 int const_ints(Ctx *c, int i, const char *what, int64_t *out, int max) {
     Value *v = in_const(c, i, what);
     int64_t n = vcount(v);

@@ -22,6 +22,7 @@ import numpy as np
 from harness import (BUILD, CC, EXTRA_CFLAGS, F16_TOLERANCE, ROOT, VALIDATION, VULKAN_LIB,
                      assert_close, assert_relative, check, kiln, link_model, registry, run,
                      run_program)
+from test_dynamic import run_built
 
 TESTS, case = registry()
 LLM = ROOT / "tests" / "models" / "llm"
@@ -88,27 +89,18 @@ def dynamic_steps_case(d, precision):
         r = kiln("compile", d / "model.onnx", "--name", "model", "-o", wd / "model.c",
                  "--precision", precision, *DYN_SHAPES)
         check(r.returncode == 0, f"kiln compile failed:\n{r.stderr}")
-        prog = link_model(wd)
-        steps = [(8, 0), (1, 8)]
-        args = [prog, "-q", "--steps", "2", "-d", "seq=8,1", "-d", "past=0,8"]
-        for s in range(2):
-            for i, x in enumerate(step_inputs(d, s)):
-                np.ascontiguousarray(x).tofile(wd / f"in{i}_{s}.bin")
-        args += [a for i in range(3) for a in ("-i", wd / f"in{i}_%d.bin")]
-        args += ["-o", wd / "out_%d.bin"]
-        r = run(args, cwd=wd, env={"KILN_VALIDATION": VALIDATION})
-        check(r.returncode != 3, f"Vulkan validation messages:\n{r.stderr[-3000:]}")
-        check(r.returncode == 0, f"the model program failed ({r.returncode}):\n{r.stderr}")
-        for s, (seq, past) in enumerate(steps):
-            want = np.load(d / f"step{s}_out_logits.npy")
-            got = np.fromfile(wd / f"out_{s}.bin", dtype=np.float32)
-            check(got.size == want.size, f"step {s}: {got.size} logits, expected {want.size}")
-            got = got.reshape(want.shape)
-            what = f"step {s} (seq {seq}, past {past}) logits"
-            if precision == "f16":
+        inputs = {(8, 0): step_inputs(d, 0), (1, 8): step_inputs(d, 1)}
+        logits = {(8, 0): np.load(d / "step0_out_logits.npy"),
+                  (1, 8): np.load(d / "step1_out_logits.npy")}
+        if precision == "f16":
+            def compare(got, want, what):
                 assert_relative(got, want, F16_TOLERANCE, what)
-            else:
+        else:
+            def compare(got, want, what):
                 assert_close(got, want, 1e-3, 1e-5, what)
+        run_built(link_model(wd), [{"seq": 8, "past": 0}, {"seq": 1, "past": 8}],
+                  lambda rng, seq, past: inputs[seq, past],
+                  lambda *xs, seq, past: [logits[seq, past]], compare=compare)
     return test
 
 
