@@ -167,10 +167,6 @@ char *dim_expr_str(const Graph *g, const DimExpr *e) {
     return s.buf;
 }
 
-int64_t dyn_inner(const Tensor *t) {
-    return shape_count(t->rank - t->dyn_axis - 1, t->shape + t->dyn_axis + 1);
-}
-
 bool is_dyn(const Tensor *t, int axis) {
     return axis >= 0 && axis < t->rank && ((t->dyn_axes >> axis) & 1u);
 }

@@ -482,8 +482,6 @@ DimExpr dim_expr_add(const DimExpr *a, const DimExpr *b);
 char *dim_expr_glsl(const DimExpr *e, int64_t scale);
 /* "seq", "past + seq", "2*seq + 1" */
 char *dim_expr_str(const Graph *g, const DimExpr *e);
-/* The elements of t divided by its dynamic extent (t->dynamic). */
-int64_t dyn_inner(const Tensor *t);
 
 /* ---- signal.c ------------------------------------------------------------ */
 
