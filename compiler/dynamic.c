@@ -572,12 +572,32 @@ static void prefix_only(Node *n) {
     }
 }
 
+/* An additive mask is read at its largest shape's strides: its query and
+ * key axes may follow q's and k's extents (a decoder's causal and padding
+ * mask over [seq, past + seq]). */
+static void dynamic_attention_mask(Node *n, const AttentionDims *a) {
+    Tensor *m = n->inputs[3];
+    int seq = a->bshd ? 1 : 2;
+    for (int ax = 0; ax < m->rank; ax++) {
+        if (!is_dyn(m, ax))
+            continue;
+        int full = ax + 4 - m->rank; /* of [B, H, Sq, Sk] */
+        Tensor *ref = full == 2 ? n->inputs[0] : full == 3 ? n->inputs[1] : NULL;
+        if (!ref || !ref->dynamic || ref->dyn_axis != seq ||
+            !dim_expr_eq(&m->ext[ax], &ref->extent))
+            unsupported(n, "the mask '%s' is dynamic along axis %d, which is not the "
+                        "queries' or keys' dynamic positions with their extent", m->name, ax);
+    }
+}
+
 static void dynamic_attention(Node *n) {
     Tensor *x = n->inputs[0];
-    prefix_only(n);
-    if (n->ninputs > 3 && n->inputs[3]->dyn_axes)
-        unsupported(n, "a mask with dynamic queries or keys; use causal or window, "
-                    "which follow the extents");
+    for (int i = 0; i < 3; i++)
+        if (n->inputs[i]->dyn_axes && !n->inputs[i]->dynamic)
+            unsupported(n, "'%s' %s is dynamic along an inner axis; attention takes a "
+                        "dynamic axis only as the outermost one larger than 1",
+                        n->inputs[i]->name,
+                        shape_str(n->inputs[i]->rank, n->inputs[i]->shape));
     AttentionDims a;
     attention_dims(n, &a);
     int seq = a.bshd ? 1 : 2;
@@ -588,6 +608,8 @@ static void dynamic_attention(Node *n) {
                         "positions (axis %d of layout %s) only", t->name, t->dyn_axis,
                         seq, a.bshd ? "bshd" : "bhsd");
     }
+    if (n->ninputs > 3 && n->inputs[3]->dyn_axes)
+        dynamic_attention_mask(n, &a);
     Tensor *k = n->inputs[1], *v = n->inputs[2];
     if (k->dynamic != v->dynamic ||
         (k->dynamic && !dim_expr_eq(&k->extent, &v->extent)))

@@ -3,7 +3,7 @@
  *
  * The compiler is a pipeline of passes over plain data:
  *
- *   load_yaml -> infer_shapes -> optimize -> lower -> plan_memory
+ *   load_yaml -> infer_shapes -> rewrite -> optimize -> lower -> plan_memory
  *     -> schedule -> compile_kernels -> emit_c
  *
  * Graph, Node and Tensor describe the model; Program and Dispatch describe
@@ -497,9 +497,16 @@ void twiddle_values(int64_t n, float *out);
 bool mel_weight_values(int64_t mel_bins, int64_t dft_length, double rate, double lo,
                        double hi, double *out);
 
+/* ---- rewrite.c ----------------------------------------------------------- */
+
+typedef struct Options Options;
+/* rms_norm, rope and attention that exporters write out in pieces,
+ * recognised and replaced by kiln's ops (after infer_shapes). */
+void rewrite_patterns(Graph *g, const Options *opt);
+
 /* ---- optimize.c ---------------------------------------------------------- */
 
-typedef struct Options {
+struct Options {
     const char *name;       /* C prefix */
     const char *command;    /* the command line, for the frontmatter */
     uint64_t alignment;     /* arena alignment in bytes */
@@ -515,12 +522,13 @@ typedef struct Options {
     bool no_fuse_epilogue;  /* --no-fuse=epilogue */
     bool no_fuse_norm;      /* --no-fuse=norm */
     bool no_fuse_qkv;       /* --no-fuse=qkv */
+    bool no_fuse_patterns;  /* --no-fuse=patterns */
     int weights_format;     /* --weights: a WeightFormat */
     kiln_dtype precision;   /* --precision: KILN_DTYPE_F32 or KILN_DTYPE_F16 */
     const char **keep_f32;  /* --keep-f32: node names */
     int nkeep_f32;
     const char *kernel_cache; /* --kernel-cache DIR, NULL: none */
-} Options;
+};
 
 /* Removes nodes that no output depends on, then fuses (each pass behind
  * its Options flag): matmul + bias + activation, residual add + norm,

@@ -13,12 +13,13 @@
  * 1, past = tokens so far), with attention_mask all ones and position_ids
  * past.. past + seq - 1.
  *
- *   llm [-n NEW_TOKENS] [-o IDS.txt] [-q] PROMPT_ID...
+ *   llm [-n NEW_TOKENS] [-o IDS.txt] [-L LOGITS.bin] [-q] PROMPT_ID...
  *
  * Prints the generated ids, the prompt's latency and the decode speed
  * (tokens per second, wall clock: each step sets the dims, copies the ids
  * in, runs, copies the logits out and takes their argmax on the host). -o
- * writes every id (prompt, then generated) to a text file.
+ * writes every id (prompt, then generated) to a text file; -L the prompt
+ * run's last row of logits (raw f32, vocabulary long).
  */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 199309L
@@ -111,7 +112,7 @@ static kiln_status step(kiln_model *m, Io *io, const int64_t *tok, int seq, int 
 
 int main(int argc, char **argv) {
     int new_tokens = 16, quiet = 0, nprompt = 0;
-    const char *out_path = NULL;
+    const char *out_path = NULL, *logits_path = NULL;
     int64_t *tokens = calloc((size_t)argc + 1, sizeof *tokens);
     if (!tokens)
         return 1;
@@ -120,13 +121,15 @@ int main(int argc, char **argv) {
             new_tokens = atoi(argv[++i]);
         else if (strcmp(argv[i], "-o") == 0 && i + 1 < argc)
             out_path = argv[++i];
+        else if (strcmp(argv[i], "-L") == 0 && i + 1 < argc)
+            logits_path = argv[++i];
         else if (strcmp(argv[i], "-q") == 0)
             quiet = 1;
         else if (argv[i][0] >= '0' && argv[i][0] <= '9')
             tokens[nprompt++] = strtoll(argv[i], NULL, 10);
         else {
-            fprintf(stderr, "usage: %s [-n NEW_TOKENS] [-o IDS.txt] [-q] PROMPT_ID...\n",
-                    argv[0]);
+            fprintf(stderr, "usage: %s [-n NEW_TOKENS] [-o IDS.txt] [-L LOGITS.bin] [-q] "
+                    "PROMPT_ID...\n", argv[0]);
             return 2;
         }
     }
@@ -169,6 +172,18 @@ int main(int argc, char **argv) {
     if (s == KILN_OK)
         s = step(m, &io, tokens, nprompt, 0, &tokens[nprompt]);
     double t1 = now_us();
+    if (s == KILN_OK && logits_path) {
+        FILE *f = fopen(logits_path, "wb");
+        const float *row = io.out_logits + (size_t)(nprompt - 1) * (size_t)io.vocab;
+        int ok = f && fwrite(row, sizeof *row, (size_t)io.vocab, f) == (size_t)io.vocab;
+        if (f && fclose(f) != 0)
+            ok = 0;
+        if (!ok) {
+            perror(logits_path);
+            goto done;
+        }
+        t1 = now_us(); /* the decode timing leaves the write out */
+    }
     for (int k = 1; k < new_tokens && s == KILN_OK; k++) {
         int past = nprompt + k - 1;
         s = step(m, &io, &tokens[past], 1, past, &tokens[past + 1]);

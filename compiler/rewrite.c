@@ -1,0 +1,690 @@
+/*
+ * rewrite.c: ops that exporters write out in pieces, put back together.
+ *
+ * torch.onnx.export (dynamo) decomposes RMSNorm, rotary embeddings and
+ * scaled-dot-product attention into elementwise ops, reductions, slices,
+ * transposes, matmuls and a softmax: a decoder layer becomes some fifty
+ * dispatches, most of them over padded [heads, seq, keys] tensors. This
+ * pass finds those subgraphs and computes them with kiln's own rms_norm,
+ * rope and attention instead. Each rewrite checks every condition under
+ * which the replacement computes the same values, and infers the nodes it
+ * makes; when anything fails, the graph stays as it was. The nodes it
+ * replaces are left in place for optimize's dead-node removal (a pattern
+ * whose intermediates something else reads keeps them).
+ *
+ * - rms_norm: gamma * (x * reciprocal(sqrt(mean(x^2, last axis) + eps)))
+ *   (rsqrt, or x / sqrt(...), as well).
+ * - rope, rotate-half: x * C + concat(-x[..., h:], x[..., :h]) * S, where C
+ *   and S are cos and sin of concat(f, f) along the last axis (the two
+ *   halves provably equal) seen through views that add unit axes. kiln's
+ *   rope reads cos(f) and sin(f) as [positions, h]; when x is a transpose of
+ *   y (heads before positions, a dynamic inner axis), the rope runs on y
+ *   and the transpose after it.
+ * - attention: matmul(P, V), P = softmax(matmul(Q * a, K^T * b) [+ mask])
+ *   over the keys, or P NaN-guarded (where(isnan(P), 0, P): a row that sees
+ *   no key gives zeros, as the attention kernel does). Q, K^T and V are
+ *   followed back through transposes, views and broadcasts (repeated
+ *   key/value heads) to the tensors they index, which must be contiguous
+ *   [batch, heads, positions, width] or [batch, positions, heads, width]:
+ *   attention reads them in place (a decoder's cache state directly) and
+ *   never stores the scores. The mask, if any, is its additive input.
+ * - transposes: a transpose of a transpose that permute nothing together
+ *   is its readers reading the original.
+ */
+#include "kiln.h"
+
+#include <setjmp.h>
+#include <string.h>
+
+typedef struct Rewriter {
+    Graph *g;
+    Vec order;  /* the nodes in their new order */
+    Map tables; /* rope's [positions, h] cos and sin tables, by source */
+    int rms, rope, attention, transposes;
+} Rewriter;
+
+/* t's producer when it is an op node, else NULL. */
+static Node *made_by(const Tensor *t, OpKind op) {
+    Node *n = t ? t->producer : NULL;
+    return n && n->op == op ? n : NULL;
+}
+
+/* The value of a one-element f32 weight. */
+static bool scalar_of(const Tensor *t, double *v) {
+    if (!t || t->kind != T_WEIGHT || !t->data || t->dtype != KILN_DTYPE_F32 ||
+        tensor_count(t) != 1)
+        return false;
+    float f;
+    memcpy(&f, t->data, 4);
+    *v = f;
+    return true;
+}
+
+/* A two-input node's operands with the one satisfying pred first. */
+static bool pick(const Node *n, bool (*pred)(const Tensor *), Tensor **yes, Tensor **no) {
+    for (int i = 0; i < 2; i++)
+        if (pred(n->inputs[i])) {
+            *yes = n->inputs[i];
+            *no = n->inputs[1 - i];
+            return true;
+        }
+    return false;
+}
+
+static bool is_scalar(const Tensor *t) {
+    double v;
+    return scalar_of(t, &v);
+}
+
+static bool same_dims(const Tensor *a, const Tensor *b) {
+    return a->rank == b->rank &&
+           memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->rank) == 0;
+}
+
+static int last_axis(Node *n, const char *key, int rank) {
+    int64_t a = attr_int(n, key);
+    return (int)(a < 0 ? a + rank : a);
+}
+
+/* ---- new nodes ------------------------------------------------------------ */
+
+static Node *new_node(Rewriter *r, OpKind op, const Node *at, const char *what, int nin,
+                      Tensor *const *in) {
+    const char *name = format("%s/%s", at->name, what);
+    Node *n = graph_node(r->g, op, name, at->loc);
+    for (int i = 0; i < nin; i++)
+        node_add_input(n, in[i]);
+    node_add_output(n, graph_tensor(r->g, name, T_VALUE, at->loc));
+    return n;
+}
+
+static Node *new_view(Rewriter *r, const Node *at, const char *what, Tensor *x, int rank,
+                      const int64_t *shape) {
+    Node *v = new_node(r, OP_RESHAPE, at, what, 1, &x);
+    node_set_ints(v, "shape", rank, shape);
+    return v;
+}
+
+static void clear_dynamic(Tensor *t) {
+    t->dyn_axes = 0;
+    t->dynamic = false;
+    memset(t->ext, 0, sizeof t->ext);
+}
+
+/* Infers the fresh nodes, then anchor (already changed; saved holds it and
+ * its output as they were). On an error nothing is kept: the anchor and
+ * its output are put back, the fresh nodes stay out of the order. */
+static bool settle(Rewriter *r, Node **fresh, int nfresh, Node *anchor, const Node *saved,
+                   const Tensor *saved_out) {
+    jmp_buf trap, *outer = kiln_error_trap;
+    bool quiet = kiln_quiet;
+    volatile bool ok = false;
+    kiln_error_trap = &trap;
+    kiln_quiet = true;
+    if (setjmp(trap) == 0) {
+        for (int i = 0; i < nfresh; i++) {
+            infer_node(fresh[i]);
+            infer_dynamic(r->g, fresh[i]);
+        }
+        if (anchor) {
+            clear_dynamic(anchor->outputs[0]);
+            infer_node(anchor);
+            infer_dynamic(r->g, anchor);
+        }
+        ok = true;
+    }
+    kiln_error_trap = outer;
+    kiln_quiet = quiet;
+    if (!ok) {
+        if (anchor) {
+            *anchor = *saved;
+            *anchor->outputs[0] = *saved_out;
+        }
+        return false;
+    }
+    for (int i = 0; i < nfresh; i++)
+        vec_push(&r->order, fresh[i]);
+    return true;
+}
+
+/* Makes anchor the op `op` of inputs in (its attributes dropped; the caller
+ * sets the new ones), keeping its output. Returns what it was, for settle. */
+static void become(Node *anchor, OpKind op, int nin, Tensor *const *in, Node *saved,
+                   Tensor *saved_out) {
+    *saved = *anchor;
+    *saved_out = *anchor->outputs[0];
+    anchor->op = op;
+    anchor->inputs = NULL;
+    anchor->input_locs = NULL;
+    anchor->ninputs = 0;
+    anchor->attrs = NULL;
+    anchor->nattrs = 0;
+    for (int i = 0; i < nin; i++)
+        node_add_input(anchor, in[i]);
+}
+
+/* ---- rms_norm ------------------------------------------------------------- */
+
+/* a = mean(x^2 over the last axis) + eps: x, and eps. */
+static Tensor *mean_square_eps(Tensor *a, double *eps) {
+    Node *add = made_by(a, OP_ADD);
+    Tensor *eps_t, *mean_t;
+    if (!add || !pick(add, is_scalar, &eps_t, &mean_t) || !scalar_of(eps_t, eps))
+        return NULL;
+    Node *mean = made_by(mean_t, OP_REDUCE_MEAN);
+    if (!mean || attr_int(mean, "keep_dims") != 1)
+        return NULL;
+    int64_t axes[MAX_RANK];
+    Tensor *p = mean->inputs[0];
+    if (attr_ints(mean, "axes", axes, MAX_RANK) != 1 ||
+        (axes[0] != -1 && axes[0] != p->rank - 1))
+        return NULL;
+    Node *pw = made_by(p, OP_POW), *mul = made_by(p, OP_MUL);
+    double two;
+    if (pw && scalar_of(pw->inputs[1], &two) && two == 2.0)
+        return pw->inputs[0];
+    if (mul && mul->inputs[0] == mul->inputs[1])
+        return mul->inputs[0];
+    return NULL;
+}
+
+/* t = sqrt(a): mean_square_eps(a). */
+static Tensor *root_mean_square(Tensor *t, double *eps) {
+    Node *sq = made_by(t, OP_SQRT);
+    return sq ? mean_square_eps(sq->inputs[0], eps) : NULL;
+}
+
+/* t = x * reciprocal(rms), x * rsqrt(a) or x / rms: x, and eps. */
+static Tensor *rms_normalized(Tensor *t, double *eps) {
+    Node *m = made_by(t, OP_MUL), *d = made_by(t, OP_DIV);
+    if (d)
+        return root_mean_square(d->inputs[1], eps) == d->inputs[0] ? d->inputs[0] : NULL;
+    for (int i = 0; m && i < 2; i++) {
+        Tensor *x = m->inputs[i], *inv = m->inputs[1 - i];
+        Node *rc = made_by(inv, OP_RECIPROCAL), *rs = made_by(inv, OP_RSQRT);
+        Tensor *x2 = rc ? root_mean_square(rc->inputs[0], eps)
+                        : rs ? mean_square_eps(rs->inputs[0], eps) : NULL;
+        if (x2 == x)
+            return x;
+    }
+    return NULL;
+}
+
+static void try_rms_norm(Rewriter *r, Node *n) {
+    if (n->op != OP_MUL)
+        return;
+    for (int i = 0; i < 2; i++) {
+        Tensor *gamma = n->inputs[i], *y = n->inputs[1 - i];
+        double eps;
+        Tensor *x = rms_normalized(y, &eps);
+        if (!x || gamma->kind != T_WEIGHT || gamma->rank != 1 || x->rank < 1 ||
+            gamma->shape[0] != x->shape[x->rank - 1] || x->dtype != KILN_DTYPE_F32 ||
+            gamma->dtype != KILN_DTYPE_F32)
+            continue;
+        Node saved;
+        Tensor saved_out;
+        become(n, OP_RMS_NORM, 2, (Tensor *[]){x, gamma}, &saved, &saved_out);
+        node_set_int(n, "axis", -1);
+        node_set_float(n, "eps", eps);
+        r->rms += settle(r, NULL, 0, n, &saved, &saved_out);
+        return;
+    }
+}
+
+/* ---- rope ----------------------------------------------------------------- */
+
+static bool is_view(const Node *n) {
+    return n && (n->op == OP_RESHAPE || n->op == OP_UNSQUEEZE || n->op == OP_SQUEEZE ||
+                 n->op == OP_FLATTEN);
+}
+
+/* The sizes other than 1, in order; returns their count. */
+static int big_dims(const Tensor *t, int64_t *out) {
+    int n = 0;
+    for (int a = 0; a < t->rank; a++)
+        if (t->shape[a] != 1)
+            out[n++] = t->shape[a];
+    return n;
+}
+
+/* t = x[..., :h] when first, else x[..., h:] (h = half the last axis, every
+ * other axis whole): x. */
+static Tensor *half_of(Tensor *t, bool first) {
+    Node *s = made_by(t, OP_SLICE);
+    if (!s)
+        return NULL;
+    Tensor *x = s->inputs[0];
+    int r = x->rank;
+    int64_t D = r ? x->shape[r - 1] : 0, start[MAX_RANK], step[MAX_RANK], out[MAX_RANK];
+    if (r < 2 || D % 2)
+        return NULL;
+    slice_params(s, start, step, out);
+    for (int a = 0; a < r; a++) {
+        int64_t want_start = a < r - 1 ? 0 : first ? 0 : D / 2;
+        int64_t want_len = a < r - 1 ? x->shape[a] : D / 2;
+        if (start[a] != want_start || step[a] != 1 || out[a] != want_len)
+            return NULL;
+    }
+    return x;
+}
+
+/* t = concat(-x[..., h:], x[..., :h]) along the last axis: x. */
+static Tensor *rotated_half(Tensor *t) {
+    Node *c = made_by(t, OP_CONCAT);
+    if (!c || c->ninputs != 2 || last_axis(c, "axis", t->rank) != t->rank - 1)
+        return NULL;
+    Node *neg = made_by(c->inputs[0], OP_NEG);
+    Tensor *x = neg ? half_of(neg->inputs[0], false) : NULL;
+    return x && half_of(c->inputs[1], true) == x ? x : NULL;
+}
+
+/* t = op(concat(f, f) along the last axis) seen through views that only
+ * add or drop unit axes: f. */
+static Tensor *doubled_table(Tensor *t, OpKind op) {
+    Tensor *v = t;
+    while (is_view(v->producer))
+        v = v->producer->inputs[0];
+    Node *trig = made_by(v, op);
+    Node *c = trig ? made_by(trig->inputs[0], OP_CONCAT) : NULL;
+    if (!c || c->ninputs != 2 || c->inputs[0] != c->inputs[1] ||
+        last_axis(c, "axis", v->rank) != v->rank - 1)
+        return NULL;
+    int64_t a[MAX_RANK], b[MAX_RANK];
+    int na = big_dims(t, a), nb = big_dims(v, b);
+    if (na != nb || memcmp(a, b, sizeof(int64_t) * (size_t)na) != 0)
+        return NULL;
+    return c->inputs[0];
+}
+
+/* cos(f) or sin(f) as [S, h], made once per table. */
+static Tensor *rope_table(Rewriter *r, const Node *at, OpKind op, Tensor *f, int64_t S) {
+    const char *key = format("%s(%s)[%lld]", op == OP_COS ? "cos" : "sin", f->name,
+                             (long long)S);
+    Tensor *t = map_get(&r->tables, key);
+    if (t)
+        return t;
+    int64_t h = f->shape[f->rank - 1];
+    Node *trig = new_node(r, op, at, key, 1, &f);
+    Node *view = new_view(r, at, format("%s.2d", key), trig->outputs[0], 2,
+                          (int64_t[]){S, h});
+    if (!settle(r, (Node *[]){trig, view}, 2, NULL, NULL, NULL))
+        return NULL;
+    map_put(&r->tables, key, view->outputs[0]);
+    return view->outputs[0];
+}
+
+/* The positions axis of x that the broadcast table C ([..., D], its other
+ * axes 1) follows, or -1. */
+static int positions_axis(const Tensor *x, const Tensor *C) {
+    int r = x->rank, off = r - C->rank, axis = -1;
+    if (off < 0 || C->shape[C->rank - 1] != x->shape[r - 1])
+        return -1;
+    for (int a = 0; a + 1 < C->rank; a++)
+        if (C->shape[a] != 1) {
+            if (axis >= 0 || C->shape[a] != x->shape[a + off])
+                return -1;
+            axis = a + off;
+        }
+    for (int a = r - 2; axis < 0 && a >= 0; a--)
+        if (x->shape[a] == 1)
+            axis = a;
+    return axis;
+}
+
+static void try_rope(Rewriter *r, Node *n) {
+    if (n->op != OP_ADD)
+        return;
+    for (int i = 0; i < 2; i++) {
+        Node *rot = made_by(n->inputs[i], OP_MUL), *lin = made_by(n->inputs[1 - i], OP_MUL);
+        for (int j = 0; rot && lin && j < 2; j++) {
+            Tensor *x = rotated_half(rot->inputs[j]), *S = rot->inputs[1 - j];
+            if (!x || (lin->inputs[0] != x && lin->inputs[1] != x))
+                continue;
+            Tensor *C = other_input(lin, x);
+            Tensor *f = doubled_table(C, OP_COS);
+            int axis = positions_axis(x, C);
+            if (!f || doubled_table(S, OP_SIN) != f || axis < 0 || !same_dims(C, S) ||
+                x->dtype != KILN_DTYPE_F32 || n->outputs[0]->rank != x->rank)
+                continue;
+            int64_t P = x->shape[axis], h = x->shape[x->rank - 1] / 2;
+            if (f->shape[f->rank - 1] != h || tensor_count(f) != P * h)
+                continue;
+            Tensor *cos_t = rope_table(r, n, OP_COS, f, P);
+            Tensor *sin_t = cos_t ? rope_table(r, n, OP_SIN, f, P) : NULL;
+            if (!sin_t)
+                return;
+            /* x = transpose(y) with a dynamic inner axis: rope on y. */
+            Node *tr = made_by(x, OP_TRANSPOSE);
+            int64_t perm[MAX_RANK];
+            bool on_source = x->dyn_axes && !x->dynamic && tr &&
+                             attr_ints(tr, "perm", perm, MAX_RANK) == x->rank &&
+                             perm[x->rank - 1] == x->rank - 1;
+            Node saved, *fresh = NULL;
+            Tensor saved_out;
+            if (on_source) {
+                fresh = new_node(r, OP_ROPE, n, "rope", 3,
+                                 (Tensor *[]){tr->inputs[0], cos_t, sin_t});
+                node_set_int(fresh, "seq_axis", perm[axis]);
+                become(n, OP_TRANSPOSE, 1, &fresh->outputs[0], &saved, &saved_out);
+                node_set_ints(n, "perm", x->rank, perm);
+            } else {
+                become(n, OP_ROPE, 3, (Tensor *[]){x, cos_t, sin_t}, &saved, &saved_out);
+                node_set_int(n, "seq_axis", axis);
+            }
+            r->rope += settle(r, fresh ? &fresh : NULL, fresh ? 1 : 0, n, &saved, &saved_out);
+            return;
+        }
+    }
+}
+
+/* ---- following views back to the bytes ------------------------------------ */
+
+/* A tensor seen as an index map into root's elements (contiguous at root's
+ * stored shape): element i lies at sum over axes of (i[a] / div[a]) *
+ * stride[a]. div > 1 comes from merging a broadcast axis into the axis
+ * before it: heads repeated for grouped-query attention. */
+typedef struct View {
+    Tensor *root;
+    int rank;
+    int64_t size[MAX_RANK], stride[MAX_RANK], div[MAX_RANK];
+} View;
+
+/* Merges the axes [a, b) of v into one (size, stride, div); false when
+ * their elements are not one strided run. */
+static bool merge_axes(const View *v, int a, int b, int64_t *stride, int64_t *div) {
+    int64_t n = 0, s = 0, d = 1; /* the merged inner axes so far (n 0: none) */
+    for (int i = b - 1; i >= a; i--) {
+        if (v->size[i] == 1)
+            continue;
+        if (n == 0) {
+            n = v->size[i], s = v->stride[i], d = v->div[i];
+        } else if (s == 0) { /* inner axes repeat the outer one's elements */
+            s = v->stride[i];
+            d = n * v->div[i];
+            n *= v->size[i];
+        } else if (d == 1 && v->div[i] == 1 && v->stride[i] == s * n) {
+            n *= v->size[i];
+        } else {
+            return false;
+        }
+    }
+    *stride = n ? s : 0;
+    *div = n ? d : 1;
+    return true;
+}
+
+static bool reshape_view(View *v, int rank, const int64_t *shape) {
+    View o = {v->root, rank, {0}, {0}, {0}};
+    int i = 0, j = 0;
+    while (i < v->rank || j < rank) {
+        if (j < rank && shape[j] == 1) {
+            o.size[j] = 1, o.stride[j] = 0, o.div[j++] = 1;
+            continue;
+        }
+        if (i < v->rank && v->size[i] == 1) {
+            i++;
+            continue;
+        }
+        if (i >= v->rank || j >= rank)
+            return false;
+        int i0 = i, j0 = j, big = 0;
+        int64_t ps = v->size[i++], pt = shape[j++];
+        while (ps != pt) {
+            if (ps < pt && i < v->rank)
+                ps *= v->size[i++];
+            else if (pt < ps && j < rank)
+                pt *= shape[j++];
+            else
+                return false;
+        }
+        int64_t stride, div, inner = 1;
+        if (!merge_axes(v, i0, i, &stride, &div))
+            return false;
+        for (int k = j0; k < j; k++)
+            big += shape[k] != 1;
+        if (div != 1 && big > 1)
+            return false;
+        for (int k = j - 1; k >= j0; k--) {
+            o.size[k] = shape[k];
+            o.stride[k] = stride * inner;
+            o.div[k] = div;
+            inner *= shape[k];
+        }
+    }
+    *v = o;
+    return true;
+}
+
+/* t followed back through transposes, views and broadcasts to the tensor
+ * whose elements it indexes. */
+static bool trace_view(Tensor *t, View *v) {
+    Node *chain[32];
+    int n = 0;
+    Tensor *root = t;
+    for (Node *p = root->producer; p && n < 32; p = root->producer) {
+        if (!is_view(p) && p->op != OP_TRANSPOSE && p->op != OP_EXPAND)
+            break;
+        chain[n++] = p;
+        root = p->inputs[0];
+    }
+    v->root = root;
+    v->rank = root->rank;
+    for (int a = root->rank - 1, s = 1; a >= 0; s *= (int)root->shape[a--]) {
+        v->size[a] = root->shape[a];
+        v->stride[a] = s;
+        v->div[a] = 1;
+    }
+    while (n--) {
+        Node *p = chain[n];
+        Tensor *out = p->outputs[0];
+        if (is_view(p)) {
+            if (!reshape_view(v, out->rank, out->shape))
+                return false;
+        } else if (p->op == OP_TRANSPOSE) {
+            int64_t perm[MAX_RANK];
+            View o = *v;
+            if (attr_ints(p, "perm", perm, MAX_RANK) != v->rank)
+                return false;
+            for (int a = 0; a < v->rank; a++) {
+                o.size[a] = v->size[perm[a]];
+                o.stride[a] = v->stride[perm[a]];
+                o.div[a] = v->div[perm[a]];
+            }
+            *v = o;
+        } else { /* expand: aligned at the last axis, unit axes broadcast */
+            View o = {v->root, out->rank, {0}, {0}, {0}};
+            int off = out->rank - v->rank;
+            if (off < 0)
+                return false;
+            for (int a = 0; a < out->rank; a++) {
+                int src = a - off;
+                bool bc = src < 0 || v->size[src] == 1;
+                o.size[a] = out->shape[a];
+                o.stride[a] = bc ? 0 : v->stride[src];
+                o.div[a] = bc ? 1 : v->div[src];
+                if (!bc && v->size[src] != out->shape[a])
+                    return false;
+            }
+            *v = o;
+        }
+    }
+    return v->rank == t->rank;
+}
+
+/* ---- attention ------------------------------------------------------------ */
+
+/* An operand of attention: a view [batch, heads, positions, width] of a
+ * contiguous root in layout bshd or bhsd, heads in groups of `group`
+ * sharing one of the root's `heads`. */
+typedef struct Operand4 {
+    Tensor *root;
+    int64_t B, H, S, W, group, heads;
+} Operand4;
+
+static bool as_operand(const View *v, Operand4 *o, int layout) {
+    /* layout: 0 bhsd, 1 bshd */
+    if (v->rank != 4)
+        return false;
+    o->root = v->root;
+    o->B = v->size[0], o->H = v->size[1], o->S = v->size[2], o->W = v->size[3];
+    o->group = v->size[1] > 1 ? v->div[1] : 1;
+    if (o->group < 1 || o->H % o->group || (v->size[3] > 1 && v->stride[3] != 1) ||
+        v->div[0] != 1 || v->div[2] != 1 || v->div[3] != 1)
+        return false;
+    o->heads = o->H / o->group;
+    int64_t W = o->W, S = o->S, HK = o->heads;
+    bool head_ok[2] = {v->size[1] == 1 || v->stride[1] == S * W,
+                       v->size[1] == 1 || v->stride[1] == W};
+    bool pos_ok[2] = {S == 1 || v->stride[2] == W, S == 1 || v->stride[2] == HK * W};
+    bool batch_ok = o->B == 1 || v->stride[0] == HK * S * W;
+    if (tensor_count(v->root) != o->B * HK * S * W || !batch_ok)
+        return false;
+    return head_ok[layout] && pos_ok[layout];
+}
+
+/* The root viewed in the layout's shape (itself when it has it): bhsd
+ * [batch, heads, positions, width], bshd [batch, positions, heads * width]. */
+static Tensor *operand_tensor(Rewriter *r, Node *at, const char *what, const Operand4 *o,
+                              bool bshd, Node **fresh, int *nfresh) {
+    int64_t shape[4] = {o->B, o->heads, o->S, o->W};
+    if (bshd)
+        shape[1] = o->S, shape[2] = o->heads * o->W;
+    int rank = bshd ? 3 : 4;
+    if (o->root->rank == rank &&
+        memcmp(o->root->shape, shape, sizeof(int64_t) * (size_t)rank) == 0)
+        return o->root;
+    Node *v = new_view(r, at, what, o->root, rank, shape);
+    fresh[(*nfresh)++] = v;
+    return v->outputs[0];
+}
+
+static Tensor *unscaled(Tensor *t, double *scale) {
+    Node *m = made_by(t, OP_MUL);
+    Tensor *s, *x;
+    double v;
+    if (m && pick(m, is_scalar, &s, &x) && scalar_of(s, &v)) {
+        *scale *= v;
+        return x;
+    }
+    return t;
+}
+
+static void try_attention(Rewriter *r, Node *n) {
+    if (n->op != OP_MATMUL || n->outputs[0]->rank != 4)
+        return;
+    Tensor *p = n->inputs[0], *mask = NULL;
+    Node *guard = made_by(p, OP_WHERE);
+    double zero;
+    if (guard) { /* where(isnan(P), 0, P) */
+        Node *nan = made_by(guard->inputs[0], OP_ISNAN);
+        if (!nan || nan->inputs[0] != guard->inputs[2] || !scalar_of(guard->inputs[1], &zero) ||
+            zero != 0.0)
+            return;
+        p = guard->inputs[2];
+    }
+    Node *sm = made_by(p, OP_SOFTMAX);
+    if (!sm || last_axis(sm, "axis", p->rank) != p->rank - 1)
+        return;
+    Tensor *scores = sm->inputs[0];
+    Node *add = made_by(scores, OP_ADD), *qk;
+    if (add) {
+        for (int i = 0; i < 2 && !mask; i++)
+            if (made_by(add->inputs[i], OP_MATMUL)) {
+                scores = add->inputs[i];
+                mask = add->inputs[1 - i];
+            }
+        if (!mask || !guard || mask->dtype != KILN_DTYPE_F32 || mask->rank > 4)
+            return; /* a masked row that sees no key must give zeros */
+    }
+    if (!(qk = made_by(scores, OP_MATMUL)) || !same_dims(scores, add ? add->outputs[0] : scores))
+        return;
+    double scale = 1.0;
+    Tensor *q = unscaled(qk->inputs[0], &scale), *kt = unscaled(qk->inputs[1], &scale);
+    View qv, kv, vv;
+    if (!trace_view(q, &qv) || !trace_view(kt, &kv) || !trace_view(n->inputs[1], &vv))
+        return;
+    /* K^T [b, h, d, s] as K [b, h, s, d] */
+    int64_t sz = kv.size[2], st = kv.stride[2], dv = kv.div[2];
+    kv.size[2] = kv.size[3], kv.stride[2] = kv.stride[3], kv.div[2] = kv.div[3];
+    kv.size[3] = sz, kv.stride[3] = st, kv.div[3] = dv;
+    Operand4 Q, K, V;
+    int layout = -1;
+    for (int l = 0; l < 2 && layout < 0; l++)
+        if (as_operand(&qv, &Q, l) && as_operand(&kv, &K, l) && as_operand(&vv, &V, l))
+            layout = l;
+    if (layout < 0 || Q.group != 1 || K.heads != V.heads || K.group != V.group ||
+        Q.H != K.H || Q.H != V.H || K.S != V.S || Q.W != K.W || Q.B != K.B || Q.B != V.B ||
+        Q.root->dtype != KILN_DTYPE_F32 || K.root->dtype != KILN_DTYPE_F32 ||
+        V.root->dtype != KILN_DTYPE_F32)
+        return;
+    bool bshd = layout == 1;
+    Node *fresh[6];
+    int nfresh = 0;
+    Tensor *in[4] = {operand_tensor(r, n, "q", &Q, bshd, fresh, &nfresh),
+                     operand_tensor(r, n, "k", &K, bshd, fresh, &nfresh),
+                     operand_tensor(r, n, "v", &V, bshd, fresh, &nfresh), mask};
+    Node *att = new_node(r, OP_ATTENTION, n, "attention", mask ? 4 : 3, in);
+    node_set_attr(att, "layout", bshd ? "bshd" : "bhsd");
+    if (bshd) {
+        node_set_int(att, "heads", Q.H);
+        node_set_int(att, "kv_heads", K.heads);
+    }
+    node_set_float(att, "scale", scale);
+    fresh[nfresh++] = att;
+    Node saved;
+    Tensor saved_out;
+    Tensor *out = n->outputs[0]; /* [B, H, Sq, DV] */
+    if (bshd) { /* [B, Sq, H * DV] as [B, Sq, H, DV], then transposed */
+        Node *v = new_view(r, n, "heads", att->outputs[0], 4,
+                           (int64_t[]){out->shape[0], out->shape[2], out->shape[1],
+                                       out->shape[3]});
+        fresh[nfresh++] = v;
+        become(n, OP_TRANSPOSE, 1, &v->outputs[0], &saved, &saved_out);
+        node_set_ints(n, "perm", 4, (int64_t[]){0, 2, 1, 3});
+    } else {
+        become(n, OP_RESHAPE, 1, &att->outputs[0], &saved, &saved_out);
+        node_set_ints(n, "shape", 4, out->shape);
+    }
+    r->attention += settle(r, fresh, nfresh, n, &saved, &saved_out);
+}
+
+/* ---- transposes ----------------------------------------------------------- */
+
+static void try_transposes(Rewriter *r, Node *n) {
+    Tensor *y = n->outputs[0];
+    Node *first = n->op == OP_TRANSPOSE ? made_by(n->inputs[0], OP_TRANSPOSE) : NULL;
+    int64_t p1[MAX_RANK], p2[MAX_RANK];
+    if (!first || y->is_output || y->is_update || attr_ints(first, "perm", p1, MAX_RANK) != y->rank ||
+        attr_ints(n, "perm", p2, MAX_RANK) != y->rank)
+        return;
+    for (int a = 0; a < y->rank; a++)
+        if (p1[p2[a]] != a)
+            return;
+    Tensor *x = first->inputs[0];
+    for (int i = 0; i < r->g->nodes.len; i++) {
+        Node *m = r->g->nodes.data[i];
+        for (int k = 0; k < m->ninputs; k++)
+            if (m->inputs[k] == y)
+                m->inputs[k] = x;
+    }
+    r->transposes++;
+}
+
+void rewrite_patterns(Graph *g, const Options *opt) {
+    Rewriter r = {g, {0}, {0}, 0, 0, 0, 0};
+    int count = g->nodes.len;
+    for (int i = 0; i < count; i++) {
+        Node *n = g->nodes.data[i];
+        try_rms_norm(&r, n);
+        try_rope(&r, n);
+        try_attention(&r, n);
+        try_transposes(&r, n);
+        vec_push(&r.order, n);
+    }
+    g->nodes = r.order;
+    for (int i = 0; i < g->nodes.len; i++)
+        ((Node *)g->nodes.data[i])->id = i;
+    if (opt->verbose && r.rms + r.rope + r.attention + r.transposes)
+        fprintf(stderr, "kiln: recognised %d rms_norm, %d rope, %d attention; %d transpose "
+                "pairs cancelled\n", r.rms, r.rope, r.attention, r.transposes);
+}

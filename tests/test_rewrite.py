@@ -1,0 +1,208 @@
+"""test_rewrite.py: the ops exporters write out in pieces (compiler/rewrite.c).
+
+Each graph is rms_norm, rope or attention decomposed the way
+torch.onnx.export writes them (test_llm.py runs the exported decoders
+themselves); each is compiled with the rewrites and with --no-fuse=patterns
+and run on Vulkan against numpy, every element, and `kiln compile -v` must
+say what it recognised. The near misses (a reduction over another axis, a
+rope table whose halves differ, a mask without the NaN guard) must be left
+as they are and still compute the same values.
+"""
+import re
+from pathlib import Path
+
+import numpy as np
+
+from harness import build_model, check, kiln, model_yaml, registry, run_program
+from ops_common import rng, spec, values, weight_specs
+
+TESTS, case = registry()
+
+
+def recognised(workdir, flags=()):
+    """kiln compile -v's counts: {'rms_norm': n, 'rope': n, 'attention': n}."""
+    workdir = Path(workdir)
+    r = kiln("compile", workdir / "model.yaml", "--name", "model", "-o",
+             workdir / "check.c", "-v", *flags)
+    check(r.returncode == 0, f"kiln compile failed:\n{r.stderr}")
+    m = re.search(r"recognised (\d+) rms_norm, (\d+) rope, (\d+) attention", r.stderr)
+    n = [int(g) for g in m.groups()] if m else [0, 0, 0]
+    return dict(zip(["rms_norm", "rope", "attention"], n))
+
+
+def both_ways(workdir, yaml_text, inputs, want, found, rtol=1e-4, atol=1e-5):
+    """Compiled as is (the rewrites must find `found`) and with
+    --no-fuse=patterns (nothing found); both within tolerance of want."""
+    for flags, expect in [((), found), (("--no-fuse=patterns",), {})]:
+        prog = build_model(workdir, yaml_text, flags=flags)
+        got = recognised(workdir, flags)
+        for k in ("rms_norm", "rope", "attention"):
+            check(got[k] == expect.get(k, 0), f"{flags or 'default'}: recognised {got}, "
+                  f"expected {expect or 'none'}")
+        out, = run_program(prog, inputs, [want])
+        err = np.abs(out.astype(np.float64) - want)
+        bound = atol + rtol * np.abs(want)
+        check(np.all(np.isfinite(out) == np.isfinite(want)) and np.all(err <= bound),
+              f"{flags or 'default'}: max error {np.nanmax(err):.3g}")
+
+
+def node(name, op, inputs, **attrs):
+    return {"name": name, "op": op, "inputs": inputs, **attrs}
+
+
+# ---- rms_norm ----
+
+def rms_graph(form, axis=-1):
+    """gamma * (x * reciprocal(sqrt(mean(x^2) + eps))), in one of the forms
+    exporters write."""
+    nodes = [node("sq", "pow", ["x", "two"]),
+             node("ms", "reduce_mean", ["sq"], axes=[axis], keep_dims=1),
+             node("var", "add", ["ms", "eps"])]
+    if form == "reciprocal":
+        nodes += [node("rt", "sqrt", ["var"]), node("inv", "reciprocal", ["rt"]),
+                  node("nx", "mul", ["x", "inv"])]
+    elif form == "rsqrt":
+        nodes += [node("inv", "rsqrt", ["var"]), node("nx", "mul", ["inv", "x"])]
+    else:
+        nodes += [node("rt", "sqrt", ["var"]), node("nx", "div", ["x", "rt"])]
+    nodes.append(node("y", "mul", ["gamma", "nx"]))
+    return nodes
+
+
+def rms_case(form, axis):
+    def test(workdir):
+        r = rng(4100)
+        x = values(r, [3, 4, 16])
+        gamma = values(r, [16], 1.0)
+        eps = 1e-5
+        w = weight_specs(gamma=gamma, two=np.float32(2.0), eps=np.float32(eps))
+        y = model_yaml("rms", {"x": spec(x)}, rms_graph(form, axis), ["y"], w)
+        x64 = x.astype(np.float64)
+        want = gamma * x64 / np.sqrt((x64 ** 2).mean(axis=axis, keepdims=True) + eps)
+        both_ways(workdir, y, [x], want.astype(np.float32),
+                  {"rms_norm": 1} if axis == -1 else {})
+    return test
+
+
+for form in ["reciprocal", "rsqrt", "div"]:
+    case(f"rewrite rms_norm ({form})")(rms_case(form, -1))
+case("rewrite rms_norm: a mean over another axis is left alone")(rms_case("reciprocal", 1))
+
+
+# ---- rope ----
+
+def rope_case(same_halves, heads_first):
+    """x * cos(cat(f, f)) + cat(-x2, x1) * sin(cat(f, f)); heads_first: x is
+    a transpose of [B, S, H, D] (the rope then runs before it)."""
+    def test(workdir):
+        r = rng(4200)
+        B, S, H, D = 1, 6, 3, 8
+        xin = values(r, [B, S, H, D], 1.0)
+        f = values(r, [B, S, D // 2], 1.0)
+        g = f if same_halves else values(r, [B, S, D // 2], 1.0)
+        nodes = [node("t", "concat", ["f", "g"] if not same_halves else ["f", "f"], axis=-1),
+                 node("c", "cos", ["t"]), node("s", "sin", ["t"]),
+                 node("cu", "unsqueeze", ["c"], axes=[1 if heads_first else 2]),
+                 node("su", "unsqueeze", ["s"], axes=[1 if heads_first else 2])]
+        x = "xin"
+        if heads_first:
+            nodes.append(node("x", "transpose", ["xin"], perm=[0, 2, 1, 3]))
+            x = "x"
+        nodes += [node("x1", "slice", [x], starts=[0], ends=[D // 2], axes=[3], steps=[1]),
+                  node("x2", "slice", [x], starts=[D // 2], ends=[D], axes=[3], steps=[1]),
+                  node("n2", "neg", ["x2"]),
+                  node("rot", "concat", ["n2", "x1"], axis=-1),
+                  node("a", "mul", [x, "cu"]), node("b", "mul", ["rot", "su"]),
+                  node("y", "add", ["a", "b"])]
+        ins = {"xin": spec(xin), "f": spec(f)}
+        feeds = [xin, f]
+        if not same_halves:
+            ins["g"] = spec(g)
+            feeds.append(g)
+        y = model_yaml("rope", ins, nodes, ["y"])
+        xs = xin.astype(np.float64)
+        if heads_first:
+            xs = xs.transpose(0, 2, 1, 3)
+        t = np.concatenate([f, g], -1).astype(np.float64)
+        cu = np.expand_dims(np.cos(t), 1 if heads_first else 2)
+        su = np.expand_dims(np.sin(t), 1 if heads_first else 2)
+        rot = np.concatenate([-xs[..., D // 2:], xs[..., :D // 2]], -1)
+        want = (xs * cu + rot * su).astype(np.float32)
+        both_ways(workdir, y, feeds, want, {"rope": 1} if same_halves else {})
+    return test
+
+
+case("rewrite rope, positions before heads")(rope_case(True, False))
+case("rewrite rope, heads before positions (runs before the transpose)")(rope_case(True, True))
+case("rewrite rope: a table whose halves differ is left alone")(rope_case(False, True))
+
+
+# ---- attention ----
+
+def heads_view(name, src, S, kvh, rep, D, transposed=False):
+    """[1, S, kvh * D] -> [1, kvh * rep, S, D] (rep: repeated heads), as
+    transformers' repeat_kv and the exporter write it; transposed: then
+    [1, H, D, S]."""
+    nodes = [node(f"{name}4", "reshape", [src], shape=[1, S, kvh, D]),
+             node(f"{name}t", "transpose", [f"{name}4"], perm=[0, 2, 1, 3])]
+    last = f"{name}t"
+    if rep > 1:
+        nodes += [node(f"{name}u", "unsqueeze", [last], axes=[2]),
+                  node(f"{name}e", "expand", [f"{name}u"], shape=[1, kvh, rep, S, D]),
+                  node(f"{name}r", "reshape", [f"{name}e"], shape=[1, kvh * rep, S, D])]
+        last = f"{name}r"
+    if transposed:
+        nodes.append(node(f"{name}T", "transpose", [last], perm=[0, 1, 3, 2]))
+        last = f"{name}T"
+    return nodes, last
+
+
+def attention_case(H, KVH, Sq, Sk, guard, masked_row):
+    def test(workdir):
+        r = rng(4300 + H + Sq)
+        D = 8
+        q = values(r, [1, Sq, H * D], 1.0)
+        k = values(r, [1, Sk, KVH * D], 1.0)
+        v = values(r, [1, Sk, KVH * D], 1.0)
+        mask = np.where(r.random([1, 1, Sq, Sk]) < 0.3, -np.inf, 0).astype(np.float32)
+        mask[..., 0] = 0
+        if masked_row:
+            mask[0, 0, 1, :] = -np.inf  # a row that sees no key
+        a, b = 0.5, D ** -0.5 / 0.5
+        nodes, qn = heads_view("q", "q", Sq, H, 1, D)
+        kn_nodes, kn = heads_view("k", "k", Sk, KVH, H // KVH, D, transposed=True)
+        vn_nodes, vn = heads_view("v", "v", Sk, KVH, H // KVH, D)
+        nodes += kn_nodes + vn_nodes
+        nodes += [node("qs", "mul", [qn, "a"]), node("ks", "mul", [kn, "b"]),
+                  node("sc", "matmul", ["qs", "ks"]), node("sm", "add", ["sc", "mask"]),
+                  node("p", "softmax", ["sm"], axis=-1)]
+        p = "p"
+        if guard:
+            nodes += [node("nan", "isnan", ["p"]), node("pg", "where", ["nan", "zero", "p"])]
+            p = "pg"
+        nodes += [node("o", "matmul", [p, vn]),
+                  node("ot", "transpose", ["o"], perm=[0, 2, 1, 3]),
+                  node("y", "reshape", ["ot"], shape=[1, Sq, H * D])]
+        w = weight_specs(a=np.float32(a), b=np.float32(b), zero=np.float32(0))
+        y = model_yaml("sdpa", {"q": spec(q), "k": spec(k), "v": spec(v), "mask": spec(mask)},
+                       nodes, ["y"], w)
+        # numpy: per head, grouped-query
+        qh = q.reshape(Sq, H, D).transpose(1, 0, 2).astype(np.float64)
+        kh = np.repeat(k.reshape(Sk, KVH, D).transpose(1, 0, 2), H // KVH, 0).astype(np.float64)
+        vh = np.repeat(v.reshape(Sk, KVH, D).transpose(1, 0, 2), H // KVH, 0).astype(np.float64)
+        s = (qh * a) @ (kh * b).transpose(0, 2, 1) + mask[0]
+        with np.errstate(invalid="ignore"):
+            e = np.exp(s - s.max(-1, keepdims=True))
+            pr = e / e.sum(-1, keepdims=True)
+        if guard:
+            pr = np.where(np.isnan(pr), 0, pr)
+        want = (pr @ vh).transpose(1, 0, 2).reshape(1, Sq, H * D).astype(np.float32)
+        both_ways(workdir, y, [q, k, v, mask], want, {"attention": 1} if guard else {})
+    return test
+
+
+case("rewrite attention, grouped-query, a row that sees no key")(
+    attention_case(4, 2, 5, 7, True, True))
+case("rewrite attention, one query row")(attention_case(2, 2, 1, 9, True, False))
+case("rewrite attention: a mask without the NaN guard is left alone")(
+    attention_case(4, 2, 5, 7, False, False))
