@@ -553,6 +553,10 @@ typedef enum WeightFormat {
 /* The most rows a product runs on the matrix-vector kernels (matvec.comp,
  * matvec_k.comp) rather than the tiled one. */
 #define MATVEC_MAX_M 16
+/* The most rows per unit of the dims that a product with dynamic rows may
+ * have for its weight to be stored K-major: its runs of up to this many
+ * rows take matvec_k.comp, longer ones the tiled kernel reading B K-major. */
+#define MATVEC_K_DYN_M 4
 extern const char *const weight_format_names[WF_COUNT];
 /* The elements of format f in 16 bytes: matvec_k.comp's chunk of k. */
 int64_t weight_chunk(int f);
@@ -565,8 +569,12 @@ bool matvec_k_off(void);
  * parameters shaped as the tensor with axis cut into ceil(dim / block)
  * blocks. */
 int64_t quant_param_index(int rank, const int64_t *shape, int axis, int64_t block, int64_t i);
-/* Re-encodes the B weights of matmul and gemm nodes in opt->weights_format. */
+/* Re-encodes the B weights of matmul and gemm nodes in opt->weights_format
+ * (and, under --precision f16, decode_weight ones as f16 K-major). */
 void quantize_weights(Graph *g, const Options *opt);
+/* Whether every reader of weight b is a matmul taking it as B with rows
+ * that follow the dims, few enough per unit to run as a decode step. */
+bool decode_weight(Graph *g, const Tensor *b);
 
 /* ---- precision.c --------------------------------------------------------- */
 

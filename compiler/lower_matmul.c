@@ -478,8 +478,12 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
                        (long long)s->batch);
     if (matvec && kmajor_shape(n, s))
         return matvec_k_kernel(p, n, s, mrows);
-    if (n->wkmajor)
-        internal_error("node '%s': a K-major weight on the tiled kernel", n->name);
+    if (n->wkmajor) { /* the tiled variant of a dynamic decode product */
+        if (!s->dyn)
+            internal_error("node '%s': a K-major weight on the tiled kernel", n->name);
+        s->b_sk = 1;
+        s->b_sn = s->K;
+    }
     Tiles tiles = pick_tiles(n, s, wide);
     int64_t splits = kchunk ? (s->K + kchunk - 1) / kchunk : 1;
     int64_t bm = tiles.bm, bn = tiles.bn, tm = tiles.tm, tn = tiles.tn, bk = tiles.bk;
@@ -543,6 +547,10 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
     } else if (n->wformat != WF_F32) {
         define_int(d, "W_FORMAT", n->wformat);
         define_int(d, "QBLOCK", QUANT_BLOCK);
+        if (n->wkmajor) { /* scales K-major too (quantize.c) */
+            define_int(d, "W_KMAJOR", 1);
+            define_int(d, "NBLK", (s->K + QUANT_BLOCK - 1) / QUANT_BLOCK);
+        }
     }
     d->flops = 2ull * (uint64_t)((matvec ? mrows : s->M) * s->N) * (uint64_t)s->K *
                (uint64_t)s->batch;
@@ -701,9 +709,11 @@ Dispatch *matmul_dispatch(Program *p, Node *n, MatmulShape *s) {
     if (kchunk)
         return split_product(p, n, s, kchunk);
     int64_t per = s->dyn ? s->M / s->dyn->shape[s->dyn->dyn_axis] : 0; /* rows per unit */
-    if (!s->dyn || per > MATVEC_MAX_M)
+    /* a K-major weight: matvec_k.comp up to MATVEC_K_DYN_M rows */
+    int64_t most = n->wkmajor ? MATVEC_K_DYN_M : MATVEC_MAX_M;
+    if (!s->dyn || per > most)
         return matmul_kernel(p, n, s, false, 0, false, 0);
-    int64_t small = MATVEC_MAX_M / per * per; /* the most rows the matvec one takes */
+    int64_t small = most / per * per; /* the most rows the matvec one takes */
     Dispatch *v = matmul_kernel(p, n, s, true, small, false, 0);
     uint32_t cols = v->groups[0];
     v->dynamic = true; /* all its column groups, while the rows are 1..small */

@@ -212,7 +212,8 @@ static void store_f16(Node **members, int nm) {
 
 /* A product's A and B as f16: f32 weights converted, f32 activations
  * cast; under --weights another format (or 8-bit codes) B stays f32, for
- * quantize.c to encode. */
+ * quantize.c to encode, as does a decoder's (decode_weight: quantize.c
+ * stores it f16 K-major for the decode step's matvec_k.comp). */
 static void product_operands(Pass *p, Node *h) {
     for (int k = 0; k < 2; k++) {
         Tensor *t = h->inputs[k];
@@ -220,7 +221,8 @@ static void product_operands(Pass *p, Node *h) {
             continue;
         if (t->kind == T_WEIGHT && t->data) {
             bool encoded = k == 1 && t->rank == 2 &&
-                           (p->opt->weights_format != WF_F32 || t->quant.codes);
+                           (p->opt->weights_format != WF_F32 || t->quant.codes ||
+                            decode_weight(p->g, t));
             if (!encoded)
                 replace_input(h, k, half_weight(p, t));
         } else {

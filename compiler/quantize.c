@@ -253,18 +253,42 @@ static bool keep_codes(Graph *g, Node *n, Tensor *b, int64_t K, int64_t N, int64
  * -> 133; bench/WEIGHTS.md). KILN_MATVEC_K=0 keeps every weight row-major. */
 static bool decode_product(Node *n, int64_t K, WeightFormat f) {
     const Tensor *a = n->inputs[0];
-    if (matvec_k_off() || a->dynamic ||
+    if (matvec_k_off() || (a->dyn_axes && !a->dynamic) ||
         (a->dtype != KILN_DTYPE_F32 && a->dtype != KILN_DTYPE_F16) || K % weight_chunk(f) ||
         (n->op == OP_GEMM && attr_int(n, "trans_a")))
         return false;
+    if (a->dynamic) { /* rows that follow the dims: a decoder's [1, seq, K] */
+        int64_t ext = a->shape[a->dyn_axis];
+        int64_t per = a->dyn_axis < a->rank - 1 && ext ? tensor_count(a) / K / ext : 0;
+        return per >= 1 && per <= MATVEC_K_DYN_M;
+    }
     return tensor_count(a) / K <= (f == WF_F32 ? 2 : 8);
+}
+
+bool decode_weight(Graph *g, const Tensor *b) {
+    if (b->kind != T_WEIGHT || b->rank != 2 || !b->data || b->is_output)
+        return false;
+    bool any = false;
+    for (int i = 0; i < g->nodes.len; i++) {
+        Node *n = g->nodes.data[i];
+        for (int k = 0; !n->dead && k < n->ninputs; k++) {
+            if (n->inputs[k] != b)
+                continue;
+            if (k != 1 || n->op != OP_MATMUL || !n->inputs[0]->dynamic ||
+                !decode_product(n, b->shape[0], WF_F16))
+                return false;
+            any = true;
+        }
+    }
+    return any;
 }
 
 /* Whether n is a gemm that reads its B transposed (B given as N x K). */
 static bool trans_b(Node *n) { return n->op == OP_GEMM && attr_int(n, "trans_b"); }
 
 void quantize_weights(Graph *g, const Options *opt) {
-    WeightFormat f = (WeightFormat)opt->weights_format;
+    const WeightFormat given = (WeightFormat)opt->weights_format;
+    WeightFormat f = given;
     /* A weight qualifies when every live reader is a matmul or gemm that
      * takes it as B; it is stored K-major when every one of them is a
      * decode step's product. */
@@ -294,6 +318,12 @@ void quantize_weights(Graph *g, const Options *opt) {
         if (b->kind != T_WEIGHT || b->dtype != KILN_DTYPE_F32 || b->rank != 2 ||
             b->is_output || other[b->id] || !b->data)
             continue;
+        /* --precision f16 leaves a decoder's weights f32 (precision.c) for
+         * an f16 K-major copy here */
+        f = given;
+        if (f == WF_F32 && opt->precision == KILN_DTYPE_F16 && !b->quant.codes &&
+            decode_weight(g, b))
+            f = WF_F16;
         int64_t K = b->shape[0], N = b->shape[1], sk = N, sn = 1;
         bool tb = trans_b(n);
         if (tb) {
@@ -339,9 +369,9 @@ void quantize_weights(Graph *g, const Options *opt) {
         encode(g, n, b, K, N, sk, sn, f);
         done += f != WF_F32;
     }
-    if (opt->verbose && f != WF_F32)
-        fprintf(stderr, "kiln: --weights %s: %d matmul weights re-encoded\n",
-                weight_format_names[f], done);
+    if (opt->verbose && done)
+        fprintf(stderr, "kiln: %d matmul weights re-encoded as %s\n", done,
+                weight_format_names[given == WF_F32 ? WF_F16 : given]);
     if (opt->verbose && kept)
         fprintf(stderr, "kiln: %d dequantized matmul weights kept as their 8-bit codes\n", kept);
     if (opt->verbose && kmajor)

@@ -10,7 +10,8 @@
 // Quantized elements keep B's element order (element i of the f32 tensor is
 // byte i, or nibble i with the low nibble first); s and z are per block of
 // QBLOCK consecutive k of one column n: s at bscale[(k / QBLOCK) * N + n],
-// z the byte at the same index of bzero. Everything is read through 32-bit
+// z the byte at the same index of bzero (W_KMAJOR: B stored K-major, its
+// scales at n * NBLK + k / QBLOCK). Everything is read through 32-bit
 // words, so no 8-bit storage feature is needed either.
 //
 // LOAD_B(i, k, n) is element i of B, at row k and column n; it reads
@@ -51,7 +52,11 @@ float kiln_load_b(U32R b, F32R bscale, U32R bzero, uint i, uint k, uint n) {
     vec2 h = unpackHalf2x16(b.v[i >> 1]);
     return (i & 1u) != 0u ? h.y : h.x;
 #else
+#if defined(W_KMAJOR) && W_KMAJOR
+    const uint blk = n * NBLK + k / QBLOCK; // B K-major: its scales too
+#else
     const uint blk = (k / QBLOCK) * N + n;
+#endif
     const float s = bscale.v[blk];
 #if W_FORMAT == 4 || W_FORMAT == 5
     const uint q = (b.v[i >> 3] >> ((i & 7u) * 4u)) & 15u;

@@ -201,3 +201,46 @@ case("--weights f32: gemm, transposed weight, 16 rows [16, 256] x [70, 256]^T (m
     quant_case("f32", 16, 256, 70, gemm=True, seed=74, kernels={"matvec_k"}))
 case("--weights f32: a product of 17 rows keeps its weight row-major (tiled)")(
     quant_case("f32", 17, 64, 40, seed=75, kernels={"matmul"}))
+
+
+def dynamic_case(fmt, precision_f16=False):
+    """Rows that follow a dim ([1, seq, K], a decoder's product): the weight
+    is stored K-major; runs of up to 4 rows take matvec_k.comp, longer ones
+    the tiled kernel reading the K-major weight (its scales K-major too).
+    precision_f16: --precision f16 without --weights, which stores such a
+    weight as f16 K-major (f16 activations: the bound widens)."""
+    def test(workdir):
+        import test_dynamic
+        r = np.random.default_rng(80)
+        K, N = 96, 40
+        w = (r.standard_normal([K, N]) * 0.5).astype(np.float32)
+        w[:, 0] *= 40
+        wq, _ = dequantized(w, "f16" if precision_f16 else fmt)
+        y = test_dynamic.dyn_yaml(
+            {"seq": "1..40"}, {"x": {"dtype": "f32", "shape": [1, "seq", K]}},
+            [{"name": "y", "op": "matmul", "inputs": ["x", "w"]}], ["y"],
+            {"w": {"dtype": "f32", "shape": [K, N], "file": "w.bin"}})
+        flags = ("--precision", "f16") if precision_f16 else ("--weights", fmt)
+        prog = build_model(workdir, y, {"w.bin": w.tobytes()}, flags=flags)
+        kernels = {"matvec_k", "matmul"}
+        check_kernels(workdir, kernels | {"eltwise"} if precision_f16 else kernels)
+        tol = 2e-3 if precision_f16 else 1e-5
+
+        def ref(x, seq):
+            xs = x.astype(np.float16).astype(np.float64) if precision_f16 else x
+            return [xs.astype(np.float64) @ wq]
+
+        def compare(got, want, what):
+            assert_close(got, want, tol, tol * K ** 0.5 * np.abs(w).max(), what)
+        test_dynamic.run_built(
+            prog, [{"seq": s} for s in (1, 7, 4, 40, 1)],
+            lambda rng, seq: [rng.standard_normal([1, seq, K]).astype(np.float32)], ref,
+            compare=compare)
+    return test
+
+
+for fmt in ["int8", "int4-asym", "fp8-e4m3"]:
+    case(f"--weights {fmt}: rows that follow a dim, weight K-major (matvec_k, and the "
+         "tiled kernel reading it K-major)")(dynamic_case(fmt))
+case("--precision f16: rows that follow a dim, the weight f16 K-major (matvec_k, tiled)")(
+    dynamic_case("f16", precision_f16=True))
