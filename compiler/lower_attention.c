@@ -25,22 +25,45 @@ void attention_strides(Dispatch *d, const AttentionDims *a) {
     }
 }
 
+/* The spans a row's keys split into (attention.comp's SPLITS): few query
+ * rows leave most of a GPU idle, a workgroup per row walking every key
+ * (a decode step: one row a head). Rows that follow the dims count at
+ * their fewest. Spans of at least 64 keys, until about 256 workgroups. */
+static int64_t attention_splits(const Node *n, const AttentionDims *a) {
+    const Tensor *q = n->inputs[0];
+    int64_t sq = q->dynamic ? dim_expr_min(n->graph, &q->extent) * (a->Sq /
+                 q->shape[q->dyn_axis]) : a->Sq;
+    int64_t rows = a->B * a->H * (sq > 0 ? sq : 1), splits = 1;
+    while (rows * splits * 2 <= 256 && a->Sk / (splits * 2) >= 64 && splits < 16)
+        splits *= 2;
+    return splits;
+}
+
+/* The defines attention.comp's two modes share: sizes, strides. */
+static void attention_defines(Dispatch *d, Node *n, const AttentionDims *a) {
+    define_int(d, "B", a->B);
+    define_int(d, "H", a->H);
+    define_int(d, "KVH", a->KVH);
+    define_str(d, "SQ", dyn_count(dyn_of(n->inputs[0]), a->Sq));
+    define_str(d, "SK", dyn_count(dyn_of(n->inputs[1]), a->Sk));
+    define_int(d, "D", a->D);
+    define_int(d, "DV", a->DV);
+    attention_strides(d, a);
+}
+
 void lower_attention(Program *p, Node *n) {
     AttentionDims a;
     attention_dims(n, &a);
     if (a.B * a.H * a.Sq * a.DV == 0)
         return;
+    int64_t splits = attention_splits(n, &a), rows = a.B * a.H * a.Sq;
+    Tensor *part = splits > 1 ? scratch(p, n, "parts", 2,
+                                        (int64_t[]){rows * splits, a.DV + 2}) : NULL;
     Dispatch *d = new_dispatch(p, n, "attention");
-    d->local_size = a.Sk >= 128 ? 128 : 64;
+    d->local_size = a.Sk / splits >= 128 ? 128 : 64;
     define_int(d, "WG", d->local_size);
-    define_int(d, "B", a.B);
-    define_int(d, "H", a.H);
-    define_int(d, "KVH", a.KVH);
-    define_str(d, "SQ", dyn_count(dyn_of(n->inputs[0]), a.Sq));
-    define_str(d, "SK", dyn_count(dyn_of(n->inputs[1]), a.Sk));
-    define_int(d, "D", a.D);
-    define_int(d, "DV", a.DV);
-    attention_strides(d, &a);
+    attention_defines(d, n, &a);
+    define_int(d, "SPLITS", splits);
     double scale = attr_float_or(n, "scale", 1.0 / sqrt((double)a.D));
     double cap = attr_float(n, "softcap");
     define_float(d, "SCALE", scale);
@@ -48,7 +71,7 @@ void lower_attention(Program *p, Node *n) {
     define_float(d, "SOFTCAP", cap > 0 ? cap : 1.0);
     define_int(d, "CAUSAL", attr_int(n, "causal") != 0);
     define_int(d, "WINDOW", attr_int(n, "window"));
-    dispatch_arg(d, n->outputs[0], true);
+    dispatch_arg(d, part ? part : n->outputs[0], true);
     for (int i = 0; i < 3; i++)
         dispatch_arg(d, n->inputs[i], false);
     if (n->ninputs > 3) {
@@ -68,9 +91,23 @@ void lower_attention(Program *p, Node *n) {
         define_int(d, "MS_J", 0);
         dispatch_unused(d, n->inputs[0]); /* the mask slot */
     }
-    d->groups[0] = groups_for(a.B * a.H * a.Sq, 1);
-    dyn_groups(d, 0, dyn_of(n->inputs[0]), a.B * a.H * a.Sq, 1);
+    d->groups[0] = groups_for(rows * splits, 1);
+    dyn_groups(d, 0, dyn_of(n->inputs[0]), rows * splits, 1);
     d->flops = (uint64_t)(a.B * a.H * a.Sq * a.Sk) * (uint64_t)(2 * a.D + 2 * a.DV + 5);
+    if (!part)
+        return;
+    /* the spans' parts weighed into the output, a workgroup per row */
+    Dispatch *c = new_dispatch(p, n, "attention");
+    c->local_size = 64;
+    define_int(c, "WG", 64);
+    define_int(c, "COMBINE", 1);
+    attention_defines(c, n, &a);
+    define_int(c, "SPLITS", splits);
+    dispatch_arg(c, n->outputs[0], true);
+    dispatch_arg(c, part, false);
+    c->groups[0] = groups_for(rows, 1);
+    dyn_groups(c, 0, dyn_of(n->inputs[0]), rows, 1);
+    c->flops = (uint64_t)(rows * splits * a.DV) * 3;
 }
 
 /* rope: for each rotated pair (x1, x2) at position s and frequency j,

@@ -16,10 +16,61 @@
 // else only the WINDOW newest visible keys); HAS_MASK with MS_B, MS_H, MS_I,
 // MS_J (an additive mask, broadcast through zero strides). A query row that
 // sees no key gets zeros.
+//
+// SPLITS > 1 (few query rows, a decode step): the keys of each row are
+// split into SPLITS spans, a workgroup each, and a workgroup writes its
+// span's running maximum, sum and unnormalized DV outputs to o (then a
+// [rows * SPLITS, DV + 2] scratch); COMBINE 1 is the second dispatch, a
+// workgroup per row, which weighs the spans' parts by exp(m - max) into the
+// output.
 #include "common.glsl"
 
 layout(local_size_x = WG) in;
 
+#ifndef SPLITS
+#define SPLITS 1
+#endif
+#ifndef COMBINE
+#define COMBINE 0
+#endif
+
+#if COMBINE
+layout(push_constant) uniform Args {
+    F32 o;
+    F32R part;
+    KILN_DIMS
+} args;
+
+void main() {
+    const uint l = gl_LocalInvocationID.x;
+    const uint span = (SK + SPLITS - 1) / SPLITS;
+    for (uint task = gl_WorkGroupID.x; task < B * H * SQ * SPLITS; task += gl_NumWorkGroups.x) {
+        const uint row = task / SPLITS, sp = task % SPLITS;
+        const uint kbeg = sp * span, kend = min(uint(SK), kbeg + span);
+        const uint i = row % SQ, h = (row / SQ) % H, b = row / (SQ * H);
+        const uint pbase = row * SPLITS * (DV + 2);
+        float m = -1.0 / 0.0;
+        for (uint s = 0; s < SPLITS; ++s)
+            m = max(m, args.part.v[pbase + s * (DV + 2)]);
+        float lsum = 0.0;
+        if (!(isinf(m) && m < 0.0))
+            for (uint s = 0; s < SPLITS; ++s) {
+                const float ms = args.part.v[pbase + s * (DV + 2)];
+                lsum += isinf(ms) ? 0.0 : args.part.v[pbase + s * (DV + 2) + 1] * exp(ms - m);
+            }
+        const uint obase = b * OS_B + h * OS_H + i * OS_S;
+        for (uint d = l; d < DV; d += WG) {
+            float a = 0.0;
+            for (uint s = 0; s < SPLITS && lsum > 0.0; ++s) {
+                const float ms = args.part.v[pbase + s * (DV + 2)];
+                if (!isinf(ms))
+                    a += args.part.v[pbase + s * (DV + 2) + 2 + d] * exp(ms - m);
+            }
+            args.o.v[obase + d] = lsum > 0.0 ? a / lsum : 0.0;
+        }
+    }
+}
+#else
 layout(push_constant) uniform Args {
     F32 o;
     F32R q;
@@ -37,7 +88,10 @@ shared float ps[WG];
 
 void main() {
     const uint l = gl_LocalInvocationID.x;
-    for (uint row = gl_WorkGroupID.x; row < B * H * SQ; row += gl_NumWorkGroups.x) {
+    const uint span = (SK + SPLITS - 1) / SPLITS;
+    for (uint task = gl_WorkGroupID.x; task < B * H * SQ * SPLITS; task += gl_NumWorkGroups.x) {
+        const uint row = task / SPLITS, sp = task % SPLITS;
+        const uint kbeg = sp * span, kend = min(uint(SK), kbeg + span);
         const uint i = row % SQ, h = (row / SQ) % H, b = row / (SQ * H);
         const uint kvh = h / (H / KVH);
         const uint qbase = b * QS_B + h * QS_H + i * QS_S;
@@ -49,10 +103,10 @@ void main() {
         for (int t = 0; t < ACC_N; ++t)
             acc[t] = 0.0;
         const int last = int(i) + (SK - SQ); // the newest key this row may see
-        for (uint c0 = 0; c0 < SK; c0 += WG) {
+        for (uint c0 = kbeg; c0 < kend; c0 += WG) {
             const uint j = c0 + l;
             float s = -1.0 / 0.0;
-            bool visible = j < SK;
+            bool visible = j < kend;
 #if CAUSAL
             visible = visible && int(j) <= last;
 #endif
@@ -79,7 +133,7 @@ void main() {
             ps[l] = p;
             const float corr = exp(m - m_new);
             lsum = lsum * corr + kiln_reduce_sum(p); // its barriers publish ps
-            const uint n = min(uint(WG), SK - c0);
+            const uint n = min(uint(WG), kend - c0);
             for (int t = 0; t < ACC_N; ++t) {
                 const uint d = l + uint(t) * WG;
                 float a = acc[t] * corr;
@@ -91,12 +145,26 @@ void main() {
             barrier();
             m = m_new;
         }
+#if SPLITS > 1
+        const uint pbase = task * (DV + 2); // this span's part: m, sum, outputs
+        if (l == 0) {
+            args.o.v[pbase] = m;
+            args.o.v[pbase + 1] = lsum;
+        }
+        for (int t = 0; t < ACC_N; ++t) {
+            const uint d = l + uint(t) * WG;
+            if (d < DV)
+                args.o.v[pbase + 2 + d] = acc[t];
+        }
+#else
         const uint obase = b * OS_B + h * OS_H + i * OS_S;
         for (int t = 0; t < ACC_N; ++t) {
             const uint d = l + uint(t) * WG;
             if (d < DV)
                 args.o.v[obase + d] = lsum > 0.0 ? acc[t] / lsum : 0.0;
         }
+#endif
         barrier();
     }
 }
+#endif

@@ -21,6 +21,10 @@ ATTENTIONS = [  # layout, B, H, KVH, Sq, Sk, D, DV, attrs, mask shape
     ("bhsd", 2, 2, 2, 4, 6, 8, 8, {"softcap": 5.0, "scale": 1.0}, [2, 1, 1, 6]),
     ("bhsd", 1, 2, 2, 300, 300, 64, 64, {"causal": 1}, [300, 300]),  # long rows
     ("bshd", 1, 2, 1, 1, 40, 32, 32, {}, [1, 40]),  # one query row, decode
+    # few rows, many keys: the keys split into spans (SPLITS), then combined
+    ("bshd", 1, 4, 2, 1, 1000, 32, 16, {}, [1, 1000]),  # 8 spans, a masked span
+    ("bhsd", 1, 2, 1, 3, 700, 16, 16, {"causal": 1, "window": 100}, None),  # empty spans
+    ("bhsd", 2, 2, 2, 1, 260, 8, 8, {"causal": 1, "softcap": 3.0}, None),
 ]
 
 
@@ -36,6 +40,8 @@ def attention_case(i, layout, B, H, KVH, Sq, Sk, D, DV, attrs, mshape):
         ins = [q, k, v]
         if mshape:
             ins.append(values(r, mshape, 2.0))
+            if Sk >= 1000:  # one span of 125 keys (of 8) and one key more masked out
+                ins[3][..., 250:376] = -np.inf
         a = {"layout": layout}
         if layout == "bshd":
             a.update({"heads": H, "kv_heads": KVH})
