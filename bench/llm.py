@@ -181,11 +181,14 @@ def kiln_build(wd, onnx_path, fmt, layers):
     links llm.c with it; returns the program and the compile log line."""
     d = wd / fmt
     d.mkdir(parents=True, exist_ok=True)
+    flags = ["--precision", "f16", *FORMATS[fmt], "--shape", f"seq=1..{ARGS.prompt}",
+             "--shape", f"past=0..{ARGS.prompt + ARGS.new}"]
     t0 = time.monotonic()
     log = sh([BUILD / "kiln", "compile", onnx_path, "--name", "llm", "-o", d / "llm_model.c",
-              "--precision", "f16", *FORMATS[fmt], "--shape", f"seq=1..{ARGS.prompt}",
-              "--shape", f"past=0..{ARGS.prompt + ARGS.new}"], timeout=3000)
+              *flags], timeout=3000)
     secs = time.monotonic() - t0
+    (d / "inspect.json").write_text(sh([BUILD / "kiln", "inspect", onnx_path, "--format",
+                                        "json", *flags], timeout=3000))
     common = ["-O2", "-std=c99", "-D_POSIX_C_SOURCE=199309L", "-I", ROOT / "runtime", "-I", d]
     sh(["cc", *common, "-o", d / "llm", ROOT / "samples" / "llm" / "llm.c", d / "llm_model.c",
         "-L", BUILD, "-lkilnrt", VULKAN_LIB, "-lm"])
@@ -208,9 +211,23 @@ def kiln_profile(d, past):
     m = re.search(r"([\d.]+) us per run", wall)
     g = re.search(r"GPU time ([\d.]+) us over (\d+) dispatches", prof)
     table = prof[prof.index("GPU time"):].strip().splitlines() if g else []
+    # GPU time by kernel family (the inspect listing has the profile's order)
+    disp = json.loads((d / "inspect.json").read_text().split("\n", 1)[-1]
+                      if not (d / "inspect.json").read_text().startswith("{")
+                      else (d / "inspect.json").read_text())["dispatches"]
+    us = [x["us"] for x in json.loads((d / "profile.json").read_text())["dispatches"]]
+    fam = {}
+    for x, t in zip(disp, us):
+        f = fam.setdefault(x["family"], [0, 0.0, 0])
+        f[0] += 1
+        f[1] += t
+        f[2] += t > 0.5
     return {"wall_us": float(m.group(1)) if m else None,
             "gpu_us": float(g.group(1)) if g else None,
-            "dispatches": int(g.group(2)) if g else None, "slowest": table[:12]}
+            "dispatches": int(g.group(2)) if g else None,
+            "barriers": sum(1 for x in disp if x.get("barrier")), "slowest": table[:12],
+            "by_family": {k: {"dispatches": v[0], "us": round(v[1], 1), "ran": v[2]}
+                          for k, v in sorted(fam.items(), key=lambda kv: -kv[1][1])}}
 
 
 def kiln_run(prog, prompt, new, logits_path=None):
@@ -390,8 +407,11 @@ def write_md(res, path):
     for fmt, r in res["kiln"].items():
         st = r.get("step", {})
         lines += [f"**{fmt}**: {st.get('wall_us')} us a run, {st.get('gpu_us')} us of GPU "
-                  f"time in {st.get('dispatches')} dispatches", "", "```",
-                  *st.get("slowest", []), "```", ""]
+                  f"time in {st.get('dispatches')} dispatches ({st.get('barriers')} barriers)",
+                  "", "| kernel | dispatches (ran) | GPU us |", "| --- | --- | --- |"]
+        lines += [f"| {k} | {v['dispatches']} ({v['ran']}) | {v['us']} |"
+                  for k, v in st.get("by_family", {}).items()]
+        lines += ["", "```", *st.get("slowest", []), "```", ""]
     path.write_text("\n".join(lines) + "\n")
 
 
