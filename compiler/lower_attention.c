@@ -28,15 +28,22 @@ void attention_strides(Dispatch *d, const AttentionDims *a) {
 /* The spans a row's keys split into (attention.comp's SPLITS): few query
  * rows leave most of a GPU idle, a workgroup per row walking every key
  * (a decode step: one row a head). Rows that follow the dims count at
- * their fewest. Spans of at least 64 keys, until about 256 workgroups. */
+ * their fewest. Spans of at least 32 keys, until about 512 workgroups. */
 static int64_t attention_splits(const Node *n, const AttentionDims *a) {
     const Tensor *q = n->inputs[0];
     int64_t sq = q->dynamic ? dim_expr_min(n->graph, &q->extent) * (a->Sq /
                  q->shape[q->dyn_axis]) : a->Sq;
     int64_t rows = a->B * a->H * (sq > 0 ? sq : 1), splits = 1;
-    while (rows * splits * 2 <= 256 && a->Sk / (splits * 2) >= 64 && splits < 16)
+    while (rows * splits * 2 <= 512 && a->Sk / (splits * 2) >= 32 && splits < 32)
         splits *= 2;
     return splits;
+}
+
+static bool all_multiples4(int n, const int64_t *v) {
+    for (int i = 0; i < n; i++)
+        if (v[i] % 4)
+            return false;
+    return true;
 }
 
 /* The defines attention.comp's two modes share: sizes, strides. */
@@ -64,6 +71,9 @@ void lower_attention(Program *p, Node *n) {
     define_int(d, "WG", d->local_size);
     attention_defines(d, n, &a);
     define_int(d, "SPLITS", splits);
+    int64_t ks[3] = {a.KVH * a.Sk * a.D, a.bshd ? a.D : a.Sk * a.D,
+                     a.bshd ? a.KVH * a.D : a.D}; /* attention_strides' KS_* */
+    define_int(d, "KVEC4", a.D % 4 == 0 && all_multiples4(3, ks));
     double scale = attr_float_or(n, "scale", 1.0 / sqrt((double)a.D));
     double cap = attr_float(n, "softcap");
     define_float(d, "SCALE", scale);

@@ -17,6 +17,9 @@
 // MS_J (an additive mask, broadcast through zero strides). A query row that
 // sees no key gets zeros.
 //
+// KVEC4: D and the keys' strides multiples of 4, each key's row read as
+// vec4s.
+//
 // SPLITS > 1 (few query rows, a decode step): the keys of each row are
 // split into SPLITS spans, a workgroup each, and a workgroup writes its
 // span's running maximum, sum and unnormalized DV outputs to o (then a
@@ -74,7 +77,11 @@ void main() {
 layout(push_constant) uniform Args {
     F32 o;
     F32R q;
+#if KVEC4
+    V4R k;
+#else
     F32R k;
+#endif
     F32R v;
     F32R mask;
     KILN_DIMS
@@ -114,11 +121,17 @@ void main() {
             visible = visible && int(j) > last - WINDOW;
 #endif
             if (visible) {
-                float dot = 0.0;
+                float qk = 0.0;
                 const uint kr = kbase + j * KS_S;
+#if KVEC4 // the key's row as vec4s (16-byte aligned)
+                for (uint d = 0; d < D; d += 4)
+                    qk += dot(vec4(qs[d], qs[d + 1], qs[d + 2], qs[d + 3]),
+                              args.k.v[(kr + d) / 4]);
+#else
                 for (uint d = 0; d < D; ++d)
-                    dot += qs[d] * args.k.v[kr + d];
-                s = dot * SCALE;
+                    qk += qs[d] * args.k.v[kr + d];
+#endif
+                s = qk * SCALE;
 #if SOFTCAP_ON
                 s = SOFTCAP * kiln_tanh(s / SOFTCAP);
 #endif

@@ -211,9 +211,11 @@ void main() {
         }
 #if KILN_SUBGROUP
         [[unroll]] for (uint o = 0; o < OUTS; ++o) {
-            const float v = subgroupAdd(acc[o / CN][o % CN]);
-            if (subgroupElect())
-                red[o][gl_SubgroupID] = v;
+            if (o / CN < MROWS) { // a run of fewer rows than M sums only its own
+                const float v = subgroupAdd(acc[o / CN][o % CN]);
+                if (subgroupElect())
+                    red[o][gl_SubgroupID] = v;
+            }
         }
         barrier();
         for (uint o = lane; o < OUTS; o += WG) {
@@ -231,7 +233,8 @@ void main() {
         [[unroll]] for (uint h = WG / 2; h > 0; h >>= 1) {
             if (lane < h)
                 [[unroll]] for (uint o = 0; o < OUTS; ++o)
-                    red[o][lane] += red[o][lane + h];
+                    if (o / CN < MROWS)
+                        red[o][lane] += red[o][lane + h];
             barrier();
         }
         for (uint o = lane; o < OUTS; o += WG) {

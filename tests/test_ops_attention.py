@@ -25,6 +25,7 @@ ATTENTIONS = [  # layout, B, H, KVH, Sq, Sk, D, DV, attrs, mask shape
     ("bshd", 1, 4, 2, 1, 1000, 32, 16, {}, [1, 1000]),  # 8 spans, a masked span
     ("bhsd", 1, 2, 1, 3, 700, 16, 16, {"causal": 1, "window": 100}, None),  # empty spans
     ("bhsd", 2, 2, 2, 1, 260, 8, 8, {"causal": 1, "softcap": 3.0}, None),
+    ("bhsd", 1, 2, 2, 4, 70, 6, 6, {}, None),  # D not a multiple of 4: keys read by floats
 ]
 
 

@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""matvec_k_dyn.py: matvec_k.comp's invocations and columns a workgroup
+(KILN_MATVEC_K=WG,CN) on a decoder's products, one row of a dynamic
+[1, seq, K] (seq 1..128: M 4 in the kernel, MROWS 1), each weight format.
+Prints the GPU microseconds of the product (run_model -p, 200 runs) and the
+weight GB/s. Runs where kiln and a Vulkan GPU are; KILN_BUILD, KILN_VULKAN_LIB
+as bench/llm.py.
+
+  bench/experiments/matvec_k_dyn.py [--work DIR]
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = Path(os.environ.get("KILN_BUILD", ROOT / "build"))
+VULKAN_LIB = os.environ.get("KILN_VULKAN_LIB", "-lvulkan")
+SHAPES = [(2048, 2560), (2048, 11264), (5632, 2048), (2048, 32000)]
+FORMATS = {"f16": (["--precision", "f16"], 2.0), "int8": (["--weights", "int8"], 1.125),
+           "int4": (["--weights", "int4"], 0.625)}
+CONFIGS = [None, (256, 4), (128, 4), (64, 4), (128, 8), (64, 8), (32, 8), (64, 16)]
+
+
+def sh(cmd, env=None, cwd=None):
+    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True,
+                       env={**os.environ, **(env or {})}, cwd=cwd)
+    if r.returncode:
+        raise RuntimeError(r.stdout[-1500:] + r.stderr[-1500:])
+    return r.stdout
+
+
+def main():
+    work = Path(sys.argv[sys.argv.index("--work") + 1]) if "--work" in sys.argv else \
+        Path("/tmp/matvec-k")
+    work.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for K, N in SHAPES:
+        model = {"name": "mv", "dims": {"seq": "1..128"},
+                 "inputs": {"x": {"dtype": "f32", "shape": [1, "seq", K]}},
+                 "weights": {"w": {"dtype": "f32", "shape": [K, N],
+                                   "init": {"normal": 0.02, "seed": 1}}},
+                 "nodes": [{"name": "y", "op": "matmul", "inputs": ["x", "w"]}],
+                 "outputs": ["y"]}
+        y = work / "mv.yaml"
+        y.write_text(json.dumps(model))
+        for fmt, (flags, bpw) in FORMATS.items():
+            line = [f"{K}x{N}", fmt]
+            for cfg in CONFIGS:
+                env = {"KILN_MATVEC_K": f"{cfg[0]},{cfg[1]}"} if cfg else {}
+                try:
+                    sh([BUILD / "kiln", "compile", y, "--name", "mv", "-o", work / "mv.c",
+                        *flags], env=env)
+                    sh(["cc", "-O2", "-std=c99", "-D_POSIX_C_SOURCE=199309L", "-I",
+                        ROOT / "runtime", "-DKILN_MODEL=mv", "-include", work / "mv.h", "-o",
+                        work / "mv", ROOT / "samples" / "run_model.c", work / "mv.c", "-L",
+                        BUILD, "-lkilnrt", VULKAN_LIB, "-lm"])
+                    out = sh([work / "mv", "-d", "seq=1", "-n", "200", "-p"], cwd=work)
+                    us = max(float(m.group(1)) for m in
+                             re.finditer(r"^\s+\d+\s+y\s+([\d.]+)", out, re.M))
+                    line.append(f"{us:.1f}")
+                    rows.append({"shape": [K, N], "fmt": fmt, "cfg": cfg, "us": us,
+                                 "gbs": K * N * bpw / us / 1e3})
+                except Exception as e:  # noqa: BLE001
+                    line.append("err")
+                    print(e, file=sys.stderr)
+            print(" ".join(line), flush=True)
+    print("configs:", ["default" if c is None else f"{c[0]},{c[1]}" for c in CONFIGS])
+    (work / "matvec_k_dyn.json").write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
