@@ -270,6 +270,8 @@ def main():
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--new", type=int, default=256)
     ap.add_argument("--formats", default="f16,int8,int4")
+    ap.add_argument("--graph-only", action="store_true",
+                    help="of transformers, time only the CUDA-graph loop")
     ap.add_argument("--work", type=Path, default=Path("/tmp/kiln-llm"))
     ap.add_argument("--out", type=Path, default=ROOT / "bench")
     ARGS = a = ap.parse_args()
@@ -308,7 +310,8 @@ def main():
 
     for key, fn in [("static_cuda_graph", lambda: torch_graph_loop(m16, prompt, a.new)),
                     ("generate_dynamic", lambda: torch_generate(m16, prompt, a.new, False)),
-                    ("generate_static", lambda: torch_generate(m16, prompt, a.new, True))]:
+                    ("generate_static", lambda: torch_generate(m16, prompt, a.new, True))
+                    ][:1 if a.graph_only else 3]:
         try:
             res["torch"][key] = fn()
         except Exception as e:  # noqa: BLE001
