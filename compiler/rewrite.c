@@ -458,6 +458,8 @@ static bool reshape_view(View *v, int rank, const int64_t *shape) {
 /* t followed back through transposes, views and broadcasts to the tensor
  * whose elements it indexes. */
 static bool trace_view(Tensor *t, View *v) {
+    if (tensor_count(t) == 0)
+        return false;
     Node *chain[32];
     int n = 0;
     Tensor *root = t;
