@@ -32,7 +32,8 @@ of weights a token reads over the time per token, against the bandwidth of
 kiln's copy kernel measured in the same run.
 
   bench/llm.py [--layers N] [--prompt P] [--new N] [--formats f16,int8,int4]
-               [--work DIR] [--out DIR]
+               [--graph-only] [--work DIR] [--out DIR]
+  bench/llm.py --from-json llm.json [--out DIR]   (LLM.md again, no GPU)
 """
 import argparse
 import datetime
@@ -274,7 +275,11 @@ def main():
                     help="of transformers, time only the CUDA-graph loop")
     ap.add_argument("--work", type=Path, default=Path("/tmp/kiln-llm"))
     ap.add_argument("--out", type=Path, default=ROOT / "bench")
+    ap.add_argument("--from-json", type=Path)
     ARGS = a = ap.parse_args()
+    if a.from_json:
+        write_md(json.loads(a.from_json.read_text()), a.out / "LLM.md")
+        return
     import torch as torch_
     import transformers as tf_
     torch, tf = torch_, tf_
@@ -282,6 +287,11 @@ def main():
     res = {"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(),
            "torch_version": torch.__version__, "transformers": tf.__version__,
            "host": platform.node(), "layers": a.layers, "prompt": a.prompt, "new": a.new}
+    try:
+        res["kiln_commit"] = os.environ.get("KILN_COMMIT") or sh(
+            ["git", "-C", ROOT, "rev-parse", "--short", "HEAD"]).strip()
+    except Exception:  # noqa: BLE001
+        res["kiln_commit"] = "?"
     try:
         res["driver"] = sh(["nvidia-smi", "--query-gpu=driver_version",
                             "--format=csv,noheader"]).strip()
@@ -367,7 +377,7 @@ def write_md(res, path):
         "included.",
         "",
         f"{res['date']}, {res['gpu']}, driver {res['driver']}, PyTorch {res['torch_version']}, "
-        f"transformers {res['transformers']}.",
+        f"transformers {res['transformers']}; kiln {res.get('kiln_commit', '?')}.",
         "",
         "| decoder | prompt ms | decode tokens/s | speed / CUDA graph | weights GB/s "
         "(share of copy) | logits error | ids as torch |",
