@@ -313,6 +313,52 @@ static Tensor *rope_table(Rewriter *r, const Node *at, OpKind op, Tensor *f, int
     return view->outputs[0];
 }
 
+/* A constant table C (the exporter's folded cos or sin, [..., P, D] with
+ * unit axes) whose two halves are equal in every row: its first halves
+ * as a new [P, h] weight, made once; else NULL. */
+static Tensor *constant_table(Rewriter *r, const Tensor *C, int64_t P) {
+    int64_t D = C->rank ? C->shape[C->rank - 1] : 0, h = D / 2;
+    if (C->kind != T_WEIGHT || !C->data || C->dtype != KILN_DTYPE_F32 || D % 2 ||
+        tensor_count(C) != P * D)
+        return NULL;
+    const char *key = format("half(%s)", C->name);
+    Tensor *t = map_get(&r->tables, key);
+    if (t)
+        return t;
+    const float *c = (const float *)(const void *)C->data;
+    for (int64_t p = 0; p < P; p++)
+        if (memcmp(c + p * D, c + p * D + h, sizeof(float) * (size_t)h) != 0)
+            return NULL;
+    t = graph_tensor(r->g, format("kiln.rope.%s", C->name), T_WEIGHT, C->loc);
+    t->dtype = KILN_DTYPE_F32;
+    t->rank = 2;
+    t->shape[0] = P;
+    t->shape[1] = h;
+    t->data = xcalloc((size_t)(P * h) + 1, sizeof(float));
+    t->src.from = W_VALUES;
+    for (int64_t p = 0; p < P; p++)
+        memcpy(t->data + 4 * p * h, c + p * D, sizeof(float) * (size_t)h);
+    map_put(&r->tables, key, t);
+    return t;
+}
+
+/* rope's [P, h] cos and sin tables for the broadcast C and S: computed
+ * from the source of a doubled table, or the halves of constant ones. */
+static bool rope_tables(Rewriter *r, const Node *at, Tensor *C, Tensor *S, int64_t P,
+                        Tensor **cos_t, Tensor **sin_t) {
+    int64_t h = C->shape[C->rank - 1] / 2;
+    Tensor *f = doubled_table(C, OP_COS);
+    if (f && doubled_table(S, OP_SIN) == f && f->shape[f->rank - 1] == h &&
+        tensor_count(f) == P * h) {
+        *cos_t = rope_table(r, at, OP_COS, f, P);
+        *sin_t = *cos_t ? rope_table(r, at, OP_SIN, f, P) : NULL;
+        return *sin_t != NULL;
+    }
+    *cos_t = constant_table(r, C, P);
+    *sin_t = *cos_t ? constant_table(r, S, P) : NULL;
+    return *sin_t != NULL;
+}
+
 /* The positions axis of x that the broadcast table C ([..., D], its other
  * axes 1) follows, or -1. */
 static int positions_axis(const Tensor *x, const Tensor *C) {
@@ -340,24 +386,19 @@ static void try_rope(Rewriter *r, Node *n) {
             Tensor *x = rotated_half(rot->inputs[j]), *S = rot->inputs[1 - j];
             if (!x || (lin->inputs[0] != x && lin->inputs[1] != x))
                 continue;
-            Tensor *C = other_input(lin, x);
-            Tensor *f = doubled_table(C, OP_COS);
+            Tensor *C = other_input(lin, x), *cos_t, *sin_t;
             int axis = positions_axis(x, C);
-            if (!f || doubled_table(S, OP_SIN) != f || axis < 0 || !same_dims(C, S) ||
-                x->dtype != KILN_DTYPE_F32 || n->outputs[0]->rank != x->rank)
+            if (axis < 0 || !same_dims(C, S) || x->dtype != KILN_DTYPE_F32 ||
+                n->outputs[0]->rank != x->rank ||
+                !rope_tables(r, n, C, S, x->shape[axis], &cos_t, &sin_t))
                 continue;
-            int64_t P = x->shape[axis], h = x->shape[x->rank - 1] / 2;
-            if (f->shape[f->rank - 1] != h || tensor_count(f) != P * h)
-                continue;
-            Tensor *cos_t = rope_table(r, n, OP_COS, f, P);
-            Tensor *sin_t = cos_t ? rope_table(r, n, OP_SIN, f, P) : NULL;
-            if (!sin_t)
-                return;
-            /* x = transpose(y) with a dynamic inner axis: rope on y. */
+            /* x = transpose(y) (heads before positions): rope on y, and
+             * the transpose after it, which attention may then read
+             * through (a dynamic inner axis needs it: rope takes a
+             * prefix layout only). */
             Node *tr = made_by(x, OP_TRANSPOSE);
             int64_t perm[MAX_RANK];
-            bool on_source = x->dyn_axes && !x->dynamic && tr &&
-                             attr_ints(tr, "perm", perm, MAX_RANK) == x->rank &&
+            bool on_source = tr && attr_ints(tr, "perm", perm, MAX_RANK) == x->rank &&
                              perm[x->rank - 1] == x->rank - 1;
             Node saved, *fresh = NULL;
             Tensor saved_out;

@@ -132,7 +132,34 @@ def rope_case(same_halves, heads_first):
     return test
 
 
+def rope_constant_case(same_halves):
+    """The exporter's folded tables: cos and sin as constants [1, 1, S, D]
+    (the same halves, or not)."""
+    def test(workdir):
+        r = rng(4250)
+        B, S, H, D = 1, 5, 2, 8
+        xin = values(r, [B, S, H, D], 1.0)
+        f = values(r, [S, D // 2], 1.0)
+        t = np.concatenate([f, f if same_halves else values(r, [S, D // 2], 1.0)], -1)
+        c, s_ = np.cos(t)[None, None], np.sin(t)[None, None]
+        nodes = [node("x", "transpose", ["xin"], perm=[0, 2, 1, 3]),
+                 node("x1", "slice", ["x"], starts=[0], ends=[D // 2], axes=[3], steps=[1]),
+                 node("x2", "slice", ["x"], starts=[D // 2], ends=[D], axes=[3], steps=[1]),
+                 node("n2", "neg", ["x2"]), node("rot", "concat", ["n2", "x1"], axis=-1),
+                 node("a", "mul", ["x", "c"]), node("b", "mul", ["rot", "s"]),
+                 node("y", "add", ["a", "b"])]
+        y = model_yaml("rope", {"xin": spec(xin)}, nodes, ["y"], weight_specs(c=c, s=s_))
+        xs = xin.astype(np.float64).transpose(0, 2, 1, 3)
+        rot = np.concatenate([-xs[..., D // 2:], xs[..., :D // 2]], -1)
+        want = (xs * c + rot * s_).astype(np.float32)
+        both_ways(workdir, y, [xin], want, {"rope": 1} if same_halves else {})
+    return test
+
+
 case("rewrite rope, positions before heads")(rope_case(True, False))
+case("rewrite rope, constant tables")(rope_constant_case(True))
+case("rewrite rope: constant tables whose halves differ are left alone")(
+    rope_constant_case(False))
 case("rewrite rope, heads before positions (runs before the transpose)")(rope_case(True, True))
 case("rewrite rope: a table whose halves differ is left alone")(rope_case(False, True))
 
