@@ -188,21 +188,23 @@ static bool kmajor_shape(const Node *n, MatmulShape *s) {
 }
 
 /* matvec_k.comp for s (kmajor_shape holds), rows up to mrows: WG
- * invocations along K a workgroup, CN columns. WG: 256, halved down to 64
- * while K has fewer than 4 * WG chunks (each invocation 2 to 5 chunks);
+ * invocations along K a workgroup, CN columns. WG: 256, fewer where K has
+ * fewer than WG / 2 chunks (at least 32); for rows that follow the dims
+ * (M is their most, MATVEC_K_DYN_M: more partial sums a workgroup) halved
+ * down to 64 while K has fewer than 4 * WG chunks (2 to 5 an invocation);
  * CN: 4, fewer where that leaves under 512 workgroups; their M x CN x WG
  * partial sums at most 16 KiB of shared memory. Measured on an H200 at
  * [1, 4096] x [4096, 4096] over WG 32 to 1024 and CN 1 to 8 (us, f32 / f16
  * / int8 / int4): 256 x 4 22.4 / 11.9 / 14.1 / 16.9, 128 x 4 23.6 / 12.4 /
  * 18.5 / 22.4, 512 x 4 23.1 / 14.0 / 14.7 / 20.1, 64 x 1 23.7 / 15.7 / 17.3 /
- * 24.6, 32 x 8 twice those; and on a decoder's products of K 2048 and 5632
- * (bench/experiments/matvec_k_dyn-h200.txt): 64 or 128, not 256, at 2048 x
- * 11264 22.3 against 31.2 us (f16), 17.3 against 29.1 (int8).
+ * 24.6, 32 x 8 twice those; and on a decoder's dynamic products of K 2048
+ * and 5632 (bench/experiments/matvec_k_dyn-h200.txt): 64 or 128, not 256,
+ * at 2048 x 11264 22.3 against 31.2 us (f16), 17.3 against 29.1 (int8).
  * KILN_MATVEC_K=WG,CN overrides them, for tuning (0: matvec_k off). */
 static Dispatch *matvec_k_kernel(Program *p, Node *n, const MatmulShape *s, int64_t mrows) {
     int fmt = b_format(n, s);
     int64_t chunks = s->K / weight_chunk(fmt), wg = 256, cn = 4;
-    while (wg > 64 && chunks < 4 * wg)
+    while (s->dyn ? wg > 64 && chunks < 4 * wg : wg > 32 && chunks < wg / 2)
         wg /= 2;
     while (cn > 1 && groups_for(s->N, cn) * s->batch < 512)
         cn /= 2;
