@@ -46,10 +46,7 @@ layout(push_constant) uniform Args {
 
 void main() {
     const uint l = gl_LocalInvocationID.x;
-    const uint span = (SK + SPLITS - 1) / SPLITS;
-    for (uint task = gl_WorkGroupID.x; task < B * H * SQ * SPLITS; task += gl_NumWorkGroups.x) {
-        const uint row = task / SPLITS, sp = task % SPLITS;
-        const uint kbeg = sp * span, kend = min(uint(SK), kbeg + span);
+    for (uint row = gl_WorkGroupID.x; row < B * H * SQ; row += gl_NumWorkGroups.x) {
         const uint i = row % SQ, h = (row / SQ) % H, b = row / (SQ * H);
         const uint pbase = row * SPLITS * (DV + 2);
         float m = -1.0 / 0.0;
