@@ -561,9 +561,10 @@ static void dynamic_gather(Node *n) {
             mark(n, out, (int)axis + a, &idx->ext[a]);
 }
 
-/* The fused ops below follow their operands' prefix layout only. */
-static void prefix_only(Node *n) {
-    for (int i = 0; i < n->ninputs; i++) {
+/* The fused ops below follow their operands' prefix layout only (the
+ * first count inputs). */
+static void prefix_only(Node *n, int count) {
+    for (int i = 0; i < count; i++) {
         Tensor *t = n->inputs[i];
         if (t->dyn_axes && !t->dynamic)
             unsupported(n, "'%s' %s is dynamic along an inner axis; this op takes a "
@@ -592,12 +593,7 @@ static void dynamic_attention_mask(Node *n, const AttentionDims *a) {
 
 static void dynamic_attention(Node *n) {
     Tensor *x = n->inputs[0];
-    for (int i = 0; i < 3; i++)
-        if (n->inputs[i]->dyn_axes && !n->inputs[i]->dynamic)
-            unsupported(n, "'%s' %s is dynamic along an inner axis; attention takes a "
-                        "dynamic axis only as the outermost one larger than 1",
-                        n->inputs[i]->name,
-                        shape_str(n->inputs[i]->rank, n->inputs[i]->shape));
+    prefix_only(n, 3); /* the mask: dynamic_attention_mask */
     AttentionDims a;
     attention_dims(n, &a);
     int seq = a.bshd ? 1 : 2;
@@ -621,7 +617,7 @@ static void dynamic_attention(Node *n) {
 
 static void dynamic_rope(Node *n) {
     Tensor *x = n->inputs[0];
-    prefix_only(n);
+    prefix_only(n, n->ninputs);
     int64_t axis = attr_int(n, "seq_axis");
     if (axis < 0)
         axis += x->rank;

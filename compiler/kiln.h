@@ -260,6 +260,8 @@ uint64_t tensor_bytes(const Tensor *t);
 /* The bytes a tensor's slot needs (a state's storage, else tensor_bytes). */
 uint64_t slot_bytes(const Tensor *t);
 int64_t tensor_count(const Tensor *t);
+/* The same rank and dims. */
+bool shape_equal(const Tensor *a, const Tensor *b);
 /* The tensor that owns the bytes (follows alias). */
 Tensor *tensor_root(Tensor *t);
 

@@ -68,6 +68,8 @@ uint32_t groups_for(int64_t items, int64_t per_group);
 char *dyn_count(const Tensor *dyn, int64_t items);
 void dyn_groups(Dispatch *d, int axis, const Tensor *dyn, int64_t items,
                 int64_t per_group);
+/* Whether each of the n values is a multiple of `of`. */
+bool all_multiples(int n, const int64_t *v, int64_t of);
 void contiguous_strides(int rank, const int64_t *shape, int64_t *strides);
 Operand whole(Tensor *t);
 Operand broadcast(Tensor *t, int rank, const int64_t *shape);

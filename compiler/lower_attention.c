@@ -9,19 +9,25 @@
 #include <string.h>
 
 
-/* Element strides of (batch, head, position) of q, k, v and the output in
- * either layout: QS_B, QS_H, QS_S, KS_*, VS_*, OS_*. */
+/* Element strides of (batch, head, position) of operand t (0 q, 1 k, 2 v,
+ * 3 the output) in either layout. */
+static void operand_strides(const AttentionDims *a, int t, int64_t st[3]) {
+    int64_t heads = t == 1 || t == 2 ? a->KVH : a->H, seq = t == 1 || t == 2 ? a->Sk : a->Sq;
+    int64_t width = t < 2 ? a->D : a->DV;
+    st[0] = heads * seq * width;
+    st[1] = a->bshd ? width : seq * width;
+    st[2] = a->bshd ? heads * width : width;
+}
+
+/* QS_B, QS_H, QS_S, KS_*, VS_*, OS_*: operand_strides as defines. */
 void attention_strides(Dispatch *d, const AttentionDims *a) {
     const char *names[4] = {"QS", "KS", "VS", "OS"};
-    int64_t heads[4] = {a->H, a->KVH, a->KVH, a->H}, seq[4] = {a->Sq, a->Sk, a->Sk, a->Sq};
-    int64_t width[4] = {a->D, a->D, a->DV, a->DV};
     for (int t = 0; t < 4; t++) {
-        int64_t sb = heads[t] * seq[t] * width[t];
-        int64_t sh = a->bshd ? width[t] : seq[t] * width[t];
-        int64_t ss = a->bshd ? heads[t] * width[t] : width[t];
-        define_int(d, format("%s_B", names[t]), sb);
-        define_int(d, format("%s_H", names[t]), sh);
-        define_int(d, format("%s_S", names[t]), ss);
+        int64_t st[3];
+        operand_strides(a, t, st);
+        define_int(d, format("%s_B", names[t]), st[0]);
+        define_int(d, format("%s_H", names[t]), st[1]);
+        define_int(d, format("%s_S", names[t]), st[2]);
     }
 }
 
@@ -37,13 +43,6 @@ static int64_t attention_splits(const Node *n, const AttentionDims *a) {
     while (rows * splits * 2 <= 512 && a->Sk / (splits * 2) >= 32 && splits < 32)
         splits *= 2;
     return splits;
-}
-
-static bool all_multiples4(int n, const int64_t *v) {
-    for (int i = 0; i < n; i++)
-        if (v[i] % 4)
-            return false;
-    return true;
 }
 
 /* The defines attention.comp's two modes share: sizes, strides. */
@@ -71,9 +70,9 @@ void lower_attention(Program *p, Node *n) {
     define_int(d, "WG", d->local_size);
     attention_defines(d, n, &a);
     define_int(d, "SPLITS", splits);
-    int64_t ks[3] = {a.KVH * a.Sk * a.D, a.bshd ? a.D : a.Sk * a.D,
-                     a.bshd ? a.KVH * a.D : a.D}; /* attention_strides' KS_* */
-    define_int(d, "KVEC4", a.D % 4 == 0 && all_multiples4(3, ks));
+    int64_t ks[3];
+    operand_strides(&a, 1, ks);
+    define_int(d, "KVEC4", a.D % 4 == 0 && all_multiples(3, ks, 4));
     double scale = attr_float_or(n, "scale", 1.0 / sqrt((double)a.D));
     double cap = attr_float(n, "softcap");
     define_float(d, "SCALE", scale);

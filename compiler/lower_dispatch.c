@@ -136,6 +136,13 @@ void dyn_groups(Dispatch *d, int axis, const Tensor *dyn, int64_t items,
     d->work_max = INT64_MAX;
 }
 
+bool all_multiples(int n, const int64_t *v, int64_t of) {
+    for (int i = 0; i < n; i++)
+        if (v[i] % of)
+            return false;
+    return true;
+}
+
 void contiguous_strides(int rank, const int64_t *shape, int64_t *strides) {
     int64_t s = 1;
     for (int i = rank - 1; i >= 0; i--) {

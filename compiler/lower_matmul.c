@@ -35,13 +35,6 @@ static void pick_tile(int64_t extent, int64_t *tile, int64_t *per_thread) {
 #define MATVEC_THREADS 256 /* NCOL x KSPLIT */
 #define MATVEC_PART_FLOATS 3072 /* shared memory for partial sums: 12 KiB */
 
-static bool all_multiples(int n, const int64_t *v, int64_t of) {
-    for (int i = 0; i < n; i++)
-        if (v[i] % of)
-            return false;
-    return true;
-}
-
 typedef struct MatvecShape {
     int64_t ncol, ksplit, vec, avec, mc;
 } MatvecShape;

@@ -90,11 +90,6 @@ static bool all_f32(const Node *n) {
     return true;
 }
 
-static bool same_shape(const Tensor *a, const Tensor *b) {
-    return a->rank == b->rank &&
-           memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->rank) == 0;
-}
-
 static bool is_eltwise(const Node *n) { return op_info[n->op].expr && n->op != OP_CAST; }
 
 static bool is_activation(OpKind op) { return op_info[op].flags & ACTIVATION; }
@@ -124,7 +119,7 @@ static void fuse_epilogues(Graph *g) {
         Tensor *out = m->outputs[0];
         Node *next = sole_reader(g, out);
         if (free_node(next) && next->op == OP_ADD && all_f32(next) &&
-            next->inputs[0] != next->inputs[1] && same_shape(next->outputs[0], out) &&
+            next->inputs[0] != next->inputs[1] && shape_equal(next->outputs[0], out) &&
             ready_before(g, other_input(next, out), m)) {
             Tensor *bias = other_input(next, out);
             /* Per column (any batch), or per element of an unbatched product. */
@@ -212,8 +207,8 @@ static void fuse_conv_epilogues(Graph *g) {
         /* A residual: + r, r of the output's shape (a skip connection). */
         Tensor *out = c->epi_bias ? c->epi_bias->outputs[0] : c->outputs[0];
         if (free_node(next) && next->op == OP_ADD && all_f32(next) &&
-            next->inputs[0] != next->inputs[1] && same_shape(next->inputs[0], out) &&
-            same_shape(next->inputs[1], out) &&
+            next->inputs[0] != next->inputs[1] && shape_equal(next->inputs[0], out) &&
+            shape_equal(next->inputs[1], out) &&
             ready_before(g, other_input(next, out), c)) {
             c->epi_res = next;
             next->fused_into = c;
@@ -301,8 +296,8 @@ static void fuse_residual_norms(Graph *g) {
             continue;
         Node *add = n->inputs[0]->producer;
         if (free_node(add) && add->op == OP_ADD && all_f32(add) &&
-            same_shape(add->inputs[0], add->outputs[0]) &&
-            same_shape(add->inputs[1], add->outputs[0]) &&
+            shape_equal(add->inputs[0], add->outputs[0]) &&
+            shape_equal(add->inputs[1], add->outputs[0]) &&
             !read_before(g, add->outputs[0], i))
             add->fused_into = n;
     }
@@ -315,7 +310,7 @@ static void fuse_eltwise_chains(Graph *g) {
             continue;
         Node *b = sole_reader(g, a->outputs[0]);
         if (!free_node(b) || !is_eltwise(b) || !all_f32(b) ||
-            !same_shape(a->outputs[0], b->outputs[0]))
+            !shape_equal(a->outputs[0], b->outputs[0]))
             continue;
         a->fused_into = b;
         Tensor *leaves[MAX_ARGS];

@@ -76,11 +76,6 @@ static bool is_scalar(const Tensor *t) {
     return scalar_of(t, &v);
 }
 
-static bool same_dims(const Tensor *a, const Tensor *b) {
-    return a->rank == b->rank &&
-           memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->rank) == 0;
-}
-
 static int last_axis(Node *n, const char *key, int rank) {
     int64_t a = attr_int(n, key);
     return (int)(a < 0 ? a + rank : a);
@@ -388,7 +383,7 @@ static void try_rope(Rewriter *r, Node *n) {
                 continue;
             Tensor *C = other_input(lin, x), *cos_t, *sin_t;
             int axis = positions_axis(x, C);
-            if (axis < 0 || !same_dims(C, S) || x->dtype != KILN_DTYPE_F32 ||
+            if (axis < 0 || !shape_equal(C, S) || x->dtype != KILN_DTYPE_F32 ||
                 n->outputs[0]->rank != x->rank ||
                 !rope_tables(r, n, C, S, x->shape[axis], &cos_t, &sin_t))
                 continue;
@@ -639,7 +634,8 @@ static void try_attention(Rewriter *r, Node *n) {
         if (!mask || !guard || mask->dtype != KILN_DTYPE_F32 || mask->rank > 4)
             return; /* a masked row that sees no key must give zeros */
     }
-    if (!(qk = made_by(scores, OP_MATMUL)) || !same_dims(scores, add ? add->outputs[0] : scores))
+    if (!(qk = made_by(scores, OP_MATMUL)) ||
+        !shape_equal(scores, add ? add->outputs[0] : scores))
         return;
     double scale = 1.0;
     Tensor *q = unscaled(qk->inputs[0], &scale), *kt = unscaled(qk->inputs[1], &scale);
@@ -697,7 +693,8 @@ static void try_transposes(Rewriter *r, Node *n) {
     Tensor *y = n->outputs[0];
     Node *first = n->op == OP_TRANSPOSE ? made_by(n->inputs[0], OP_TRANSPOSE) : NULL;
     int64_t p1[MAX_RANK], p2[MAX_RANK];
-    if (!first || y->is_output || y->is_update || attr_ints(first, "perm", p1, MAX_RANK) != y->rank ||
+    if (!first || y->is_output || y->is_update ||
+        attr_ints(first, "perm", p1, MAX_RANK) != y->rank ||
         attr_ints(n, "perm", p2, MAX_RANK) != y->rank)
         return;
     for (int a = 0; a < y->rank; a++)

@@ -431,6 +431,11 @@ uint64_t tensor_bytes(const Tensor *t) {
 
 int64_t tensor_count(const Tensor *t) { return shape_count(t->rank, t->shape); }
 
+bool shape_equal(const Tensor *a, const Tensor *b) {
+    return a->rank == b->rank &&
+           memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->rank) == 0;
+}
+
 uint64_t slot_bytes(const Tensor *t) {
     uint64_t b = tensor_bytes(t);
     return t->kind == T_STATE && t->storage > b ? t->storage : b;

@@ -113,7 +113,8 @@ def all_tests():
     """Every (name, function) of the Python tiers, in the order they run."""
     return (test_ops.TESTS + test_quant.TESTS + test_dynamic.TESTS + test_experts.TESTS +
             test_signal.TESTS + test_backward.TESTS + test_limits.TESTS + test_corpus.TESTS +
-            test_llm.TESTS + test_rewrite.TESTS + test_readme.TESTS + test_golden.TESTS + test_cli.TESTS +
+            test_llm.TESTS + test_rewrite.TESTS + test_readme.TESTS + test_golden.TESTS +
+            test_cli.TESTS +
             test_models.TESTS + test_inspect.TESTS + test_onnx.TESTS + test_onnx_quant.TESTS +
             test_onnx_rnn.TESTS + test_onnx_more.TESTS)
 
