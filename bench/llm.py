@@ -188,8 +188,8 @@ def kiln_build(wd, onnx_path, fmt, layers):
     log = sh([BUILD / "kiln", "compile", onnx_path, "--name", "llm", "-o", d / "llm_model.c",
               *flags], timeout=3000)
     secs = time.monotonic() - t0
-    (d / "inspect.json").write_text(sh([BUILD / "kiln", "inspect", onnx_path, "--format",
-                                        "json", *flags], timeout=3000))
+    sh([BUILD / "kiln", "inspect", onnx_path, "--format", "json", "-o", d / "inspect.json",
+        *flags], timeout=3000)
     common = ["-O2", "-std=c99", "-D_POSIX_C_SOURCE=199309L", "-I", ROOT / "runtime", "-I", d]
     sh(["cc", *common, "-o", d / "llm", ROOT / "samples" / "llm" / "llm.c", d / "llm_model.c",
         "-L", BUILD, "-lkilnrt", VULKAN_LIB, "-lm"])
@@ -213,9 +213,7 @@ def kiln_profile(d, past):
     g = re.search(r"GPU time ([\d.]+) us over (\d+) dispatches", prof)
     table = prof[prof.index("GPU time"):].strip().splitlines() if g else []
     # GPU time by kernel family (the inspect listing has the profile's order)
-    disp = json.loads((d / "inspect.json").read_text().split("\n", 1)[-1]
-                      if not (d / "inspect.json").read_text().startswith("{")
-                      else (d / "inspect.json").read_text())["dispatches"]
+    disp = json.loads((d / "inspect.json").read_text())["dispatches"]
     us = [x["us"] for x in json.loads((d / "profile.json").read_text())["dispatches"]]
     fam = {}
     for x, t in zip(disp, us):
