@@ -72,6 +72,25 @@ static int list_index(const char *const *list, const char *s) {
     return -1;
 }
 
+/* The operands of an elementwise op folded here: a, b (a again for unary
+ * ops) and Where's w (NULL otherwise). False for a variadic Max or Min of
+ * more than two inputs (the mapper takes those); a node with the wrong
+ * number of inputs is an error, never folded with a missing operand. */
+static bool elementwise_operands(Ctx *c, const char *op, Value **a, Value **b, Value **w) {
+    static const char *const unary[] = {"Neg", "Abs", "Not", "Floor", "Ceil", "Sqrt",
+                                        "Reciprocal", "Relu", NULL};
+    bool variadic = strcmp(op, "Max") == 0 || strcmp(op, "Min") == 0;
+    int n = strcmp(op, "Where") == 0 ? 3 : list_index(unary, op) >= 0 ? 1 : 2;
+    if (variadic && nin(c) > 2)
+        return false;
+    if (nin(c) != n && !(variadic && nin(c) == 1))
+        node_fail(c, format("%s takes %d input%s, not %d", op, n, n > 1 ? "s" : "", nin(c)));
+    *a = in(c, 0);
+    *b = nin(c) > 1 ? in(c, 1) : *a;
+    *w = nin(c) > 2 ? in(c, 2) : NULL;
+    return true;
+}
+
 /* Elementwise ops over broadcast constants. */
 static bool fold_elementwise(Ctx *c, const char *op) {
     static const char *const ops[] = {"Add", "Sub", "Mul", "Div", "Equal", "Less", "Greater",
@@ -81,7 +100,9 @@ static bool fold_elementwise(Ctx *c, const char *op) {
     int k = list_index(ops, op);
     if (k < 0)
         return false;
-    Value *a = in(c, 0), *b = nin(c) > 1 ? in(c, 1) : a, *w = nin(c) > 2 ? in(c, 2) : NULL;
+    Value *a, *b, *w;
+    if (!elementwise_operands(c, op, &a, &b, &w))
+        return false;
     int rank;
     int64_t shape[MAX_RANK];
     if (!broadcast_shapes(a->rank, a->shape, b->rank, b->shape, &rank, shape) ||
@@ -690,7 +711,12 @@ static bool sym_arith(Ctx *c, const char *op, const DimExpr *a, const DimExpr *b
 }
 
 static bool fold_sym_arith(Ctx *c, const char *op) {
-    Value *a = in(c, 0), *b = nin(c) > 1 ? in(c, 1) : a, *w = nin(c) > 2 ? in(c, 2) : NULL;
+    static const char *const ops[] = {"Add", "Sub", "Neg", "Mul", "Div", "Max", "Min", "Where",
+                                      NULL};
+    Value *a, *b, *w;
+    if ((list_index(ops, op) < 0 && list_index(sym_comparisons, op) < 0) ||
+        !elementwise_operands(c, op, &a, &b, &w))
+        return false;
     int rank;
     int64_t shape[MAX_RANK];
     if (!broadcast_shapes(a->rank, a->shape, b->rank, b->shape, &rank, shape) ||

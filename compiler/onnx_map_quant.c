@@ -53,6 +53,9 @@ static void check_param(Ctx *c, const Value *x, const Value *p, int axis, int64_
                         const char *what) {
     if (vcount(p) == 1 && p->rank <= 1 && !block)
         return;
+    if (axis < 0 || axis >= x->rank) /* no such axis: a vector operand's rows or columns */
+        node_fail(c, format("%s of shape %s must hold one value for an input of shape %s", what,
+                            shape_str(p->rank, p->shape), shape_str(x->rank, x->shape)));
     if (p->rank == 1 && !block) {
         if (p->shape[0] != x->shape[axis])
             node_fail(c, format("%s has %lld values for a dimension of %lld along axis %d", what,
@@ -321,7 +324,7 @@ static Value *integer_product(Ctx *c, OpKind op, Value *a, Value *b, int a_axis,
                               int64_t chunk, bool as_int, const char *out) {
     int64_t total = a->shape[a_axis];
     Value *acc = NULL;
-    for (int64_t start = 0; start < total; start += chunk) {
+    for (int64_t start = 0; start < total || !acc; start += chunk) { /* once if empty */
         int64_t end = start + chunk < total ? start + chunk : total;
         bool last = end == total;
         Value *ab[2] = {sliced(c, a, a_axis, start, end), sliced(c, b, b_axis, start, end)};
@@ -360,6 +363,10 @@ static Value *matmul_integer(Ctx *c, Value *a, Value *azp, Value *b, Value *bzp,
                              const char *out) {
     if (a->rank < 1 || b->rank < 1)
         node_fail(c, "the operands must have rank 1 or more");
+    int64_t ka = a->shape[a->rank - 1], kb = b->shape[b->rank >= 2 ? b->rank - 2 : 0];
+    if (ka != kb)
+        node_fail(c, format("inner dimensions %lld and %lld differ", (long long)ka,
+                            (long long)kb));
     double ba = max_shifted(a, azp), bb = max_shifted(b, bzp);
     Value *af = shifted(c, a, azp, a->rank >= 2 ? a->rank - 2 : 0, "A");
     Value *bf = shifted(c, b, bzp, b->rank - 1, "B");
@@ -420,12 +427,12 @@ void map_qlinear(Ctx *c, const OnnxOp *op) {
                       : matmul_integer(c, a, azp, b, bzp, false, NULL);
     /* scales: a's per tensor (per row for a matmul), b's per column or per
      * output channel, y's per tensor */
-    int a_axis = conv ? 1 : (a->rank >= 2 ? a->rank - 2 : 0);
+    int a_axis = conv ? 1 : (a->rank >= 2 ? a->rank - 2 : -1); /* a vector: one row */
     if (conv && vcount(as) != 1)
         node_fail(c, "x_scale must be a scalar");
     check_param(c, a, as, a_axis, 0, conv ? "x_scale" : "a_scale");
     Value *sa = broadcast_param(c, a, as, a_axis, 0);
-    int b_axis = conv ? 1 : acc->rank - 1; /* in the result */
+    int b_axis = conv ? 1 : b->rank >= 2 ? acc->rank - 1 : -1; /* in the result */
     check_param(c, acc, bs, b_axis, 0, conv ? "w_scale" : "b_scale");
     Value *sb = broadcast_param(c, acc, bs, b_axis, 0);
     if (vcount(ys) != 1 || (yzp && vcount(yzp) != 1))

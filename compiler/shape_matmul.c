@@ -24,6 +24,8 @@ void shape_gemm(Node *n) {
         node_error(n, "gemm of op(A) [%lld, %lld] and op(B) [%lld, %lld]: "
                    "inner dimensions differ", (long long)M, (long long)K,
                    (long long)Kb, (long long)N);
+    if (K == 0)
+        node_error(n, "unsupported: a product over an empty inner dimension (K = 0)");
     int64_t shape[2] = {M, N};
     if (n->ninputs > 2) {
         Tensor *c = n->inputs[2];
@@ -59,6 +61,8 @@ void shape_matmul(Node *n) {
                    "dimensions %lld and %lld differ",
                    shape_str(a->rank, a->shape), a->name, shape_str(b->rank, b->shape),
                    b->name, (long long)k_a, (long long)k_b);
+    if (k_a == 0)
+        node_error(n, "unsupported: a product over an empty inner dimension (K = 0)");
     int ba = a->rank > 2 ? a->rank - 2 : 0, bb = b->rank > 2 ? b->rank - 2 : 0;
     int rank;
     int64_t shape[MAX_RANK];

@@ -201,6 +201,38 @@ bad_case("a shape computed from a graph input",
          ["node 'rs (Reshape)'", "(input 1, 's') must be a constant",
           "computed from graph input 'n' (--const NAME=FILE"])
 
+# Folded constants (fuzzer finding): an elementwise node with the wrong number
+# of inputs is refused, never folded with an operand missing.
+bad_case("a constant Where of two inputs",
+         model([node("Where", ["c", "a"], ["y"], "w")], [], [value_info("y", [2])],
+               [initializer("c", np.array([1, 0], np.bool_)),
+                initializer("a", np.array([1, 2], np.float32))]),
+         ["node 'w (Where)'", "Where takes 3 inputs, not 2"])
+bad_case("a constant Add of three inputs",
+         model([node("Add", ["a", "a", "a"], ["y"], "s")], [], [value_info("y", [2])],
+               [initializer("a", np.array([1, 2], np.float32))]),
+         ["node 's (Add)'", "Add takes 2 inputs, not 3"])
+
+
+@case("onnx Max and Min of one and of three constants: variadic, every input counts")
+def _(workdir):
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal([2, 3]).astype(np.float32)
+    a, b, c = (rng.standard_normal([2, 3]).astype(np.float32) for _ in range(3))
+    g = model([node("Max", ["a", "b", "c"], ["m3"], "x3"), node("Min", ["a", "b", "c"], ["n3"], "n3"),
+               node("Max", ["b"], ["m1"], "x1"), node("Add", ["m3", "n3"], ["s"], "s1"),
+               node("Add", ["s", "m1"], ["t"], "s2"), node("Add", ["x", "t"], ["y"], "s3")],
+              [value_info("x", [2, 3])], [value_info("y", [2, 3])],
+              [initializer("a", a), initializer("b", b), initializer("c", c)])
+    want = x + np.maximum(np.maximum(a, b), c) + np.minimum(np.minimum(a, b), c) + b
+    run_onnx(workdir, g, [x], [want], ["y"])
+
+
+bad_case("a MatMul over an empty inner dimension",
+         model([node("MatMul", ["a", "b"], ["y"], "mm")],
+               [value_info("a", [2, 0]), value_info("b", [0, 3])], [value_info("y", [2, 3])]),
+         ["node 'mm (MatMul)'", "empty inner dimension (K = 0)"])
+
 
 bad_case("an opset past the newest kiln knows",
          model([node("Relu", ["x"], ["y"], "r")], [value_info("x", [2, 3])],
