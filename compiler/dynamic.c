@@ -23,8 +23,10 @@
  * The common case stays fast: a tensor whose one dynamic axis is the
  * outermost larger than 1 (`dynamic`, the prefix layout) has a run's
  * elements as a prefix of its bytes, and kernels follow its extent (their
- * work shrinks with it); inputs, outputs and states have that layout (the
- * host copies follow it).
+ * work shrinks with it). States have that layout (a state grows along its
+ * dynamic axis); inputs and outputs may be dynamic along any axes, and
+ * kiln_model_run copies a run's extent between the caller's contiguous
+ * buffers and the largest shape's strides in staging.
  */
 #include "kiln.h"
 
@@ -196,7 +198,7 @@ void set_dyn_axis(Tensor *t, int axis, const DimExpr *e) {
     update_prefix(t);
 }
 
-void check_dynamic_input(Tensor *t) {
+void check_dynamic_state(Tensor *t) {
     if (!t->dyn_axes || t->dynamic)
         return;
     int a = 0, b;
@@ -205,14 +207,14 @@ void check_dynamic_input(Tensor *t) {
     for (b = a + 1; b < t->rank && !is_dyn(t, b); b++)
         ;
     if (b < t->rank)
-        error_at(t->loc, "unsupported: '%s' %s has two dynamic axes (%d and %d); an input, "
-                 "output or state has one, the outermost larger than 1", t->name,
+        error_at(t->loc, "unsupported: state '%s' %s has two dynamic axes (%d and %d); a "
+                 "state has one, the outermost larger than 1", t->name,
                  shape_str(t->rank, t->shape), a, b);
     for (int i = 0; i < a; i++)
         if (t->shape[i] != 1)
-            error_at(t->loc, "unsupported: '%s' %s: the dynamic axis of an input, output "
-                     "or state must be its outermost axis larger than 1 (axis %d has size "
-                     "%lld); inside a model any axis may be dynamic", t->name,
+            error_at(t->loc, "unsupported: state '%s' %s: the dynamic axis of a state must be "
+                     "its outermost axis larger than 1 (axis %d has size %lld); inputs, "
+                     "outputs and the tensors inside may be dynamic along any axes", t->name,
                      shape_str(t->rank, t->shape), i, (long long)t->shape[i]);
 }
 
@@ -561,15 +563,33 @@ static void dynamic_gather(Node *n) {
             mark(n, out, (int)axis + a, &idx->ext[a]);
 }
 
-/* The fused ops below follow their operands' prefix layout only (the
- * first count inputs). */
-static void prefix_only(Node *n, int count) {
-    for (int i = 0; i < count; i++) {
+/* rope and attention follow their operands' prefix layout only (the first
+ * count inputs: attention's mask has dynamic_attention_mask). */
+static int prefix_operands(const Node *n) {
+    return n->op == OP_ATTENTION ? 3 : n->ninputs;
+}
+
+/* Operands dynamic along an inner axis are let through inference (the
+ * outputs take x's axes) so that rewrite.c may move the op onto the
+ * tensors they view (a transpose's source, the cache state), whose layout
+ * is the prefix one; whatever is left is refused here when lowering. */
+static bool inner_operands(const Node *n) {
+    for (int i = 0; i < prefix_operands(n); i++)
+        if (n->inputs[i]->dyn_axes && !n->inputs[i]->dynamic)
+            return true;
+    return false;
+}
+
+void check_prefix_operands(Node *n) {
+    if (n->op != OP_ROPE && n->op != OP_ATTENTION)
+        return;
+    for (int i = 0; i < prefix_operands(n); i++) {
         Tensor *t = n->inputs[i];
         if (t->dyn_axes && !t->dynamic)
             unsupported(n, "'%s' %s is dynamic along an inner axis; this op takes a "
-                        "dynamic axis only as the outermost one larger than 1", t->name,
-                        shape_str(t->rank, t->shape));
+                        "dynamic axis only as the outermost one larger than 1 (kiln moves "
+                        "it onto a transpose's source or the cache state when it can)",
+                        t->name, shape_str(t->rank, t->shape));
     }
 }
 
@@ -593,7 +613,10 @@ static void dynamic_attention_mask(Node *n, const AttentionDims *a) {
 
 static void dynamic_attention(Node *n) {
     Tensor *x = n->inputs[0];
-    prefix_only(n, 3); /* the mask: dynamic_attention_mask */
+    if (inner_operands(n)) {
+        same_as(n, x);
+        return;
+    }
     AttentionDims a;
     attention_dims(n, &a);
     int seq = a.bshd ? 1 : 2;
@@ -617,7 +640,10 @@ static void dynamic_attention(Node *n) {
 
 static void dynamic_rope(Node *n) {
     Tensor *x = n->inputs[0];
-    prefix_only(n, n->ninputs);
+    if (inner_operands(n)) {
+        same_as(n, x);
+        return;
+    }
     int64_t axis = attr_int(n, "seq_axis");
     if (axis < 0)
         axis += x->rank;

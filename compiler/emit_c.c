@@ -203,6 +203,19 @@ static char *extent_init(const DimExpr *e) {
 }
 
 static void emit_tensor_table(Str *s, Vec *list, const char *px, const char *what) {
+    for (int i = 0; i < list->len; i++) { /* each dynamic tensor's extents */
+        Tensor *t = list->data[i];
+        if (!t->dyn_axes)
+            continue;
+        str_addf(s, "\nstatic const kiln_extent %s_%s_%d_extents[%d] = {", px, what, i, t->rank);
+        for (int k = 0; k < t->rank; k++) {
+            DimExpr fixed = {.c0 = t->shape[k]};
+            char *e = extent_init(is_dyn(t, k) ? &t->ext[k] : &fixed);
+            str_addf(s, "%s%s", k ? ", " : "", e);
+            xfree(e);
+        }
+        str_add(s, "};\n");
+    }
     str_addf(s, "\nstatic const kiln_tensor_info %s_%s[%d] = {\n", px, what,
              list->len ? list->len : 1);
     for (int i = 0; i < list->len; i++) {
@@ -218,16 +231,20 @@ static void emit_tensor_table(Str *s, Vec *list, const char *px, const char *wha
         }
         if (!t->rank)
             str_add(s, "0");
-        str_addf(s, "}, %lluull, %s, %lluull, %lluull, %d, %s},\n",
+        str_addf(s, "}, %lluull, %s, %lluull, %lluull, 0x%xu, ",
                  (unsigned long long)slot_bytes(t),
                  r->buffer == KILN_BUFFER_WEIGHTS ? "KILN_BUFFER_WEIGHTS"
                                                   : "KILN_BUFFER_ARENA",
                  (unsigned long long)r->offset, (unsigned long long)t->io_offset,
-                 t->dynamic ? t->dyn_axis : -1, extent_init(&t->extent)); /* 0s if fixed */
+                 t->dyn_axes);
+        if (t->dyn_axes)
+            str_addf(s, "%s_%s_%d_extents},\n", px, what, i);
+        else
+            str_add(s, "NULL},\n");
     }
     if (!list->len) /* C99 has no empty arrays; every field named for C++ */
-        str_add(s, "    {\"\", KILN_DTYPE_F32, 0u, {0}, 0ull, KILN_BUFFER_ARENA, 0ull, 0ull, -1, "
-                   "{0ll, {0ll, 0ll, 0ll, 0ll, 0ll, 0ll, 0ll, 0ll}}}\n");
+        str_add(s, "    {\"\", KILN_DTYPE_F32, 0u, {0}, 0ull, KILN_BUFFER_ARENA, 0ull, 0ull, "
+                   "0x0u, NULL}\n");
     str_add(s, "};\n");
 }
 

@@ -112,12 +112,8 @@ static void check_state(Tensor *s) {
 
 void infer_shapes(Graph *g) {
     topo_sort(g);
-    for (int k = 0; k < 2; k++) {
-        Vec *v = k ? &g->states : &g->inputs;
-        for (int i = 0; i < v->len; i++) {
-            check_dynamic_input(v->data[i]);
-        }
-    }
+    for (int i = 0; i < g->states.len; i++)
+        check_dynamic_state(g->states.data[i]);
     /* One pass per node: the ONNX loader infers each node as it maps it
      * (folding and mapping read the shapes), YAML nodes are inferred here. */
     for (int i = 0; i < g->nodes.len; i++) {
@@ -129,6 +125,4 @@ void infer_shapes(Graph *g) {
     }
     for (int i = 0; i < g->states.len; i++)
         check_state(g->states.data[i]);
-    for (int i = 0; i < g->outputs.len; i++)
-        check_dynamic_input(g->outputs.data[i]);
 }

@@ -467,9 +467,12 @@ void infer_dynamic(Graph *g, Node *n);
 void set_dyn_axis(Tensor *t, int axis, const DimExpr *e);
 /* Sets t's prefix fields (dynamic, dyn_axis, extent) from dyn_axes. */
 void update_prefix(Tensor *t);
-/* Checks a declared input's, state's or output's dynamic axes: the host
- * copies need the prefix layout (one dynamic axis, outermost above 1). */
-void check_dynamic_input(Tensor *t);
+/* rope's and attention's operands in the prefix layout (their rules let
+ * inner dynamic axes through for rewrite.c); a located error otherwise. */
+void check_prefix_operands(Node *n);
+/* Checks a state's dynamic axes: a state grows along one axis, the
+ * outermost larger than 1 (the prefix layout). */
+void check_dynamic_state(Tensor *t);
 /* True when axis of t follows the dynamic dimensions. */
 bool is_dyn(const Tensor *t, int axis);
 bool dim_expr_eq(const DimExpr *a, const DimExpr *b);

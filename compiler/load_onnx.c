@@ -337,9 +337,6 @@ static Graph *load(const char *path, const char *raw, size_t size, bool borrow, 
                 Onnx__TensorShapeProto__Dimension *dim = tt->shape->dim[d];
                 DimExpr e;
                 if (dim_param_expr(&c, dim, &e)) {
-                    if (t->dyn_axes && !onnx_is_past(vi->name))
-                        error_at(file, "unsupported: input '%s' has two dynamic dimensions",
-                                 vi->name);
                     t->dyn_axes |= 1u << d;
                     t->ext[d] = e;
                     dims[d] = dim_expr_max(g, &e);
@@ -369,7 +366,6 @@ static Graph *load(const char *path, const char *raw, size_t size, bool borrow, 
         t->rank = rank;
         memcpy(t->shape, dims, sizeof(int64_t) * (size_t)rank);
         update_prefix(t);
-        check_dynamic_input(t);
         if ((double)shape_count(rank, dims) > 4294967295.0)
             error_at(file, "input '%s' has more than 2^32 - 1 elements", vi->name);
         bind_value(&c, vi->name, value_of_tensor(t));

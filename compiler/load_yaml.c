@@ -133,9 +133,9 @@ static void parse_shape(Ctx *c, yaml_node_t *n, Tensor *t) {
         int dim = d->type == YAML_SCALAR_NODE
                       ? find_dim(c->g, (const char *)d->data.scalar.value) : -1;
         if (dim >= 0) {
-            if (t->dyn_axes)
-                error_at(loc_of(c, d), "'%s' has two dynamic dimensions; an input or state "
-                         "takes one", t->name);
+            if (t->dyn_axes && t->kind == T_STATE)
+                error_at(loc_of(c, d), "state '%s' has two dynamic dimensions; a state takes "
+                         "one", t->name);
             if (t->kind == T_WEIGHT)
                 error_at(loc_of(c, d), "weight '%s' cannot have a dynamic dimension",
                          t->name);

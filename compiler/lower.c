@@ -92,8 +92,10 @@ Program *lower(Graph *g) {
     plan_states(g, p);
     for (int i = 0; i < g->nodes.len; i++) {
         Node *n = g->nodes.data[i];
-        if (!n->dead && !n->fused_into)
-            lowerings[n->op](p, n);
+        if (n->dead || n->fused_into)
+            continue;
+        check_prefix_operands(n);
+        lowerings[n->op](p, n);
     }
     bind_dims(g, p);
     return p;

@@ -33,6 +33,7 @@
  */
 #include "kiln.h"
 
+#include <math.h>
 #include <setjmp.h>
 #include <string.h>
 
@@ -120,11 +121,13 @@ static bool settle(Rewriter *r, Node **fresh, int nfresh, Node *anchor, const No
         for (int i = 0; i < nfresh; i++) {
             infer_node(fresh[i]);
             infer_dynamic(r->g, fresh[i]);
+            check_prefix_operands(fresh[i]);
         }
         if (anchor) {
             clear_dynamic(anchor->outputs[0]);
             infer_node(anchor);
             infer_dynamic(r->g, anchor);
+            check_prefix_operands(anchor);
         }
         ok = true;
     }
@@ -372,6 +375,46 @@ static int positions_axis(const Tensor *x, const Tensor *C) {
     return axis;
 }
 
+/* x = transpose(y) keeping the last axis (heads before positions): n
+ * becomes the transpose of a rope on y, which attention may then read
+ * through (a dynamic inner axis needs it: rope takes a prefix layout only).
+ * n_rot and interleaved come from `like` (a rope node) when given. -1 when
+ * x is no such transpose, else whether the rewrite settled. */
+static int rope_on_source(Rewriter *r, Node *n, Tensor *x, Tensor *cos_t, Tensor *sin_t,
+                          int axis, Node *like) {
+    Node *tr = made_by(x, OP_TRANSPOSE);
+    int64_t perm[MAX_RANK];
+    if (!tr || attr_ints(tr, "perm", perm, MAX_RANK) != x->rank ||
+        perm[x->rank - 1] != x->rank - 1)
+        return -1;
+    Node *fresh = new_node(r, OP_ROPE, n, "rope", 3, (Tensor *[]){tr->inputs[0], cos_t, sin_t});
+    node_set_int(fresh, "seq_axis", perm[axis]);
+    if (like) {
+        node_set_int(fresh, "interleaved", attr_int(like, "interleaved"));
+        if (node_attr(like, "n_rot"))
+            node_set_int(fresh, "n_rot", attr_int(like, "n_rot"));
+    }
+    Node saved;
+    Tensor saved_out;
+    become(n, OP_TRANSPOSE, 1, &fresh->outputs[0], &saved, &saved_out);
+    node_set_ints(n, "perm", x->rank, perm);
+    return settle(r, &fresh, 1, n, &saved, &saved_out);
+}
+
+/* A rope node (ONNX RotaryEmbedding 23) of a transpose whose positions are
+ * dynamic along an inner axis: on the transpose's source instead. */
+static void try_rope_source(Rewriter *r, Node *n) {
+    if (n->op != OP_ROPE)
+        return;
+    Tensor *x = n->inputs[0];
+    int axis = (int)attr_int(n, "seq_axis");
+    if (axis < 0)
+        axis += x->rank;
+    if (x->dyn_axes && !x->dynamic &&
+        rope_on_source(r, n, x, n->inputs[1], n->inputs[2], axis, n) > 0)
+        r->rope++;
+}
+
 static void try_rope(Rewriter *r, Node *n) {
     if (n->op != OP_ADD)
         return;
@@ -387,27 +430,15 @@ static void try_rope(Rewriter *r, Node *n) {
                 n->outputs[0]->rank != x->rank ||
                 !rope_tables(r, n, C, S, x->shape[axis], &cos_t, &sin_t))
                 continue;
-            /* x = transpose(y) (heads before positions): rope on y, and
-             * the transpose after it, which attention may then read
-             * through (a dynamic inner axis needs it: rope takes a
-             * prefix layout only). */
-            Node *tr = made_by(x, OP_TRANSPOSE);
-            int64_t perm[MAX_RANK];
-            bool on_source = tr && attr_ints(tr, "perm", perm, MAX_RANK) == x->rank &&
-                             perm[x->rank - 1] == x->rank - 1;
-            Node saved, *fresh = NULL;
-            Tensor saved_out;
-            if (on_source) {
-                fresh = new_node(r, OP_ROPE, n, "rope", 3,
-                                 (Tensor *[]){tr->inputs[0], cos_t, sin_t});
-                node_set_int(fresh, "seq_axis", perm[axis]);
-                become(n, OP_TRANSPOSE, 1, &fresh->outputs[0], &saved, &saved_out);
-                node_set_ints(n, "perm", x->rank, perm);
-            } else {
+            int on_source = rope_on_source(r, n, x, cos_t, sin_t, axis, NULL);
+            if (on_source < 0) {
+                Node saved;
+                Tensor saved_out;
                 become(n, OP_ROPE, 3, (Tensor *[]){x, cos_t, sin_t}, &saved, &saved_out);
                 node_set_int(n, "seq_axis", axis);
+                on_source = settle(r, NULL, 0, n, &saved, &saved_out);
             }
-            r->rope += settle(r, fresh ? &fresh : NULL, fresh ? 1 : 0, n, &saved, &saved_out);
+            r->rope += on_source;
             return;
         }
     }
@@ -607,6 +638,9 @@ static Tensor *unscaled(Tensor *t, double *scale) {
     return t;
 }
 
+static bool traced_attention(Rewriter *r, Node *n, const View *qv, const View *kv,
+                             const View *vv, Tensor *mask, double scale, Node *like);
+
 static void try_attention(Rewriter *r, Node *n) {
     if (n->op != OP_MATMUL || n->outputs[0]->rank != 4)
         return;
@@ -646,16 +680,24 @@ static void try_attention(Rewriter *r, Node *n) {
     int64_t sz = kv.size[2], st = kv.stride[2], dv = kv.div[2];
     kv.size[2] = kv.size[3], kv.stride[2] = kv.stride[3], kv.div[2] = kv.div[3];
     kv.size[3] = sz, kv.stride[3] = st, kv.div[3] = dv;
+    r->attention += traced_attention(r, n, &qv, &kv, &vv, mask, scale, NULL);
+}
+
+/* n's value [B, H, Sq, DV] computed by one attention of Q, K and V read in
+ * place through their views; causal, softcap and window from `like` (an
+ * attention node) when given. Whether the rewrite settled. */
+static bool traced_attention(Rewriter *r, Node *n, const View *qv, const View *kv,
+                             const View *vv, Tensor *mask, double scale, Node *like) {
     Operand4 Q, K, V;
     int layout = -1;
     for (int l = 0; l < 2 && layout < 0; l++)
-        if (as_operand(&qv, &Q, l) && as_operand(&kv, &K, l) && as_operand(&vv, &V, l))
+        if (as_operand(qv, &Q, l) && as_operand(kv, &K, l) && as_operand(vv, &V, l))
             layout = l;
     if (layout < 0 || Q.group != 1 || K.heads != V.heads || K.group != V.group ||
         Q.H != K.H || Q.H != V.H || K.S != V.S || Q.W != K.W || Q.B != K.B || Q.B != V.B ||
         Q.root->dtype != KILN_DTYPE_F32 || K.root->dtype != KILN_DTYPE_F32 ||
         V.root->dtype != KILN_DTYPE_F32)
-        return;
+        return false;
     bool bshd = layout == 1;
     Node *fresh[6];
     int nfresh = 0;
@@ -669,6 +711,12 @@ static void try_attention(Rewriter *r, Node *n) {
         node_set_int(att, "kv_heads", K.heads);
     }
     node_set_float(att, "scale", scale);
+    for (int i = 0; like && i < like->nattrs; i++) {
+        const Attr *a = &like->attrs[i];
+        if (!a->is_list && (strcmp(a->key, "causal") == 0 || strcmp(a->key, "softcap") == 0 ||
+                            strcmp(a->key, "window") == 0))
+            node_set_attr(att, a->key, a->scalar);
+    }
     fresh[nfresh++] = att;
     Node saved;
     Tensor saved_out;
@@ -684,7 +732,30 @@ static void try_attention(Rewriter *r, Node *n) {
         become(n, OP_RESHAPE, 1, &att->outputs[0], &saved, &saved_out);
         node_set_ints(n, "shape", 4, out->shape);
     }
-    r->attention += settle(r, fresh, nfresh, n, &saved, &saved_out);
+    return settle(r, fresh, nfresh, n, &saved, &saved_out);
+}
+
+/* An attention node (ONNX Attention 23) of [B, H, S, D] operands that are
+ * views of other tensors (the heads' transposes, repeated key/value heads
+ * of the cache): read those in place. Operands dynamic along an inner axis
+ * need it; fixed ones save the copies. */
+static void try_attention_operands(Rewriter *r, Node *n) {
+    if (n->op != OP_ATTENTION || n->outputs[0]->rank != 4 ||
+        attr_choice(n, "layout", (const char *const[]){"bhsd", "bshd"}, 2) != 0)
+        return;
+    View qv, kv, vv;
+    bool moved = false;
+    Tensor *in[3] = {n->inputs[0], n->inputs[1], n->inputs[2]};
+    View *views[3] = {&qv, &kv, &vv};
+    for (int i = 0; i < 3; i++) {
+        if (!trace_view(in[i], views[i]))
+            return;
+        moved |= views[i]->root != in[i];
+    }
+    double scale = attr_float_or(n, "scale", 1.0 / sqrt((double)in[0]->shape[3]));
+    if (moved && traced_attention(r, n, &qv, &kv, &vv, n->ninputs > 3 ? n->inputs[3] : NULL,
+                                  scale, n))
+        r->attention++;
 }
 
 /* ---- transposes ----------------------------------------------------------- */
@@ -717,7 +788,9 @@ void rewrite_patterns(Graph *g, const Options *opt) {
         Node *n = g->nodes.data[i];
         try_rms_norm(&r, n);
         try_rope(&r, n);
+        try_rope_source(&r, n);
         try_attention(&r, n);
+        try_attention_operands(&r, n);
         try_transposes(&r, n);
         vec_push(&r.order, n);
     }

@@ -238,6 +238,12 @@ struct kiln_model {
 
 /* model_dims.c */
 int64_t kiln__eval_extent(const kiln_extent *e, const int64_t *dims);
+/* Copies tensor t from src to dst, between its packed layout (contiguous
+ * at the current dims' extents: what kiln_model_run's caller passes) and
+ * its stored one (the largest shape's strides: staging); to_stored: dst is
+ * the stored one. */
+void kiln__copy_extent(const kiln_model *m, const kiln_tensor_info *t, void *dst,
+                       const void *src, int to_stored);
 /* The dynamic-dimension and state tables: counts, ranges and offsets that fit. */
 kiln_status kiln__check_dims(const kiln_model_desc *d);
 /* The dims and every dynamic dispatch's workgroup counts into staging. */

@@ -18,7 +18,7 @@
 extern "C" {
 #endif
 
-#define KILN_ABI_VERSION 7u
+#define KILN_ABI_VERSION 8u
 
 typedef enum kiln_dtype {
     KILN_DTYPE_F32 = 0,
@@ -87,11 +87,15 @@ typedef struct kiln_tensor_info {
     uint32_t buffer;       /* KILN_BUFFER_* */
     uint64_t offset;       /* bytes from the start of that buffer */
     uint64_t io_offset;    /* bytes from the start of the staging buffer */
-    /* The axis whose size follows the dynamic dimensions (always the
-     * outermost axis larger than 1, so a smaller extent is a prefix of the
-     * bytes), or -1 when every axis is fixed; its size is `extent`. */
-    int32_t dyn_axis;
-    kiln_extent extent;
+    /* The axes whose sizes follow the dynamic dimensions: bit a set when
+     * axis a does, its size at a run then extents[a] (kiln_model_tensor_shape
+     * evaluates them; fixed axes are constants there). 0 and NULL when every
+     * axis is fixed. The tensor is stored at its largest shape: a run's
+     * elements keep those strides in the arena and in staging (a prefix of
+     * the bytes when the one dynamic axis is the outermost larger than 1),
+     * and are contiguous in the buffers kiln_model_run takes. */
+    uint32_t dyn_axes;
+    const kiln_extent *extents; /* rank entries */
 } kiln_tensor_info;
 
 typedef struct kiln_kernel {

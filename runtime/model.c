@@ -322,15 +322,15 @@ kiln_status kiln_model_run(kiln_model *m, const void *const *inputs,
         if (d->outputs[i].bytes && !outputs[i])
             return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "output %u (%s) is NULL",
                              i, d->outputs[i].name);
-    /* With dynamic dims a tensor's bytes at this run's extent are a prefix
-     * of its bytes at the largest (the dynamic axis is outermost). */
+    /* With dynamic dims the caller's tensors are contiguous at this run's
+     * extents; staging keeps the largest shape's strides. */
     for (uint32_t i = 0; i < d->input_count; i++)
-        memcpy((char *)m->io.mapped + d->inputs[i].io_offset, inputs[i],
-               (size_t)kiln_model_tensor_bytes(m, &d->inputs[i]));
+        kiln__copy_extent(m, &d->inputs[i], (char *)m->io.mapped + d->inputs[i].io_offset,
+                          inputs[i], 1);
     KILN_RETURN_IF_ERROR(submit_and_wait(m));
     for (uint32_t i = 0; i < d->output_count; i++)
-        memcpy(outputs[i], (const char *)m->io.mapped + d->outputs[i].io_offset,
-               (size_t)kiln_model_tensor_bytes(m, &d->outputs[i]));
+        kiln__copy_extent(m, &d->outputs[i], outputs[i],
+                          (const char *)m->io.mapped + d->outputs[i].io_offset, 0);
     return KILN_OK;
 }
 

@@ -125,20 +125,59 @@ void kiln_model_tensor_shape(const kiln_model *m, const kiln_tensor_info *t,
                              int64_t *shape) {
     if (!t || !shape)
         return;
-    for (uint32_t i = 0; i < t->rank && i < KILN_MAX_RANK; i++)
+    for (uint32_t i = 0; i < t->rank && i < KILN_MAX_RANK; i++) {
         shape[i] = t->shape[i];
-    if (m && t->dyn_axis >= 0 && (uint32_t)t->dyn_axis < t->rank)
-        shape[t->dyn_axis] = kiln__eval_extent(&t->extent, m->dims);
+        if (m && t->extents && (t->dyn_axes >> i) & 1u) {
+            int64_t e = kiln__eval_extent(&t->extents[i], m->dims);
+            if (e >= 0 && e <= t->shape[i]) /* always, within the dims' ranges */
+                shape[i] = e;
+        }
+    }
 }
 
 uint64_t kiln_model_tensor_bytes(const kiln_model *m, const kiln_tensor_info *t) {
     if (!t)
         return 0;
-    if (!m || t->dyn_axis < 0 || (uint32_t)t->dyn_axis >= t->rank ||
-        t->shape[t->dyn_axis] <= 0)
-        return t->bytes;
-    int64_t e = kiln__eval_extent(&t->extent, m->dims);
-    if (e < 0 || e > t->shape[t->dyn_axis])
-        return t->bytes; /* cannot happen within the dims' ranges */
-    return t->bytes / (uint64_t)t->shape[t->dyn_axis] * (uint64_t)e;
+    int64_t shape[KILN_MAX_RANK], largest = 1, now = 1;
+    kiln_model_tensor_shape(m, t, shape);
+    for (uint32_t i = 0; i < t->rank && i < KILN_MAX_RANK; i++) {
+        largest *= t->shape[i];
+        now *= shape[i];
+    }
+    return largest > 0 ? t->bytes / (uint64_t)largest * (uint64_t)now : t->bytes;
+}
+
+void kiln__copy_extent(const kiln_model *m, const kiln_tensor_info *t, void *dst,
+                       const void *src, int to_stored) {
+    int64_t run[KILN_MAX_RANK], count = 1;
+    uint32_t rank = t->rank < KILN_MAX_RANK ? t->rank : KILN_MAX_RANK;
+    kiln_model_tensor_shape(m, t, run);
+    for (uint32_t i = 0; i < rank; i++)
+        count *= t->shape[i];
+    /* Axis a, the innermost whose run size is short of the largest: below
+     * it a run's elements are one block in both layouts. */
+    int a = (int)rank - 1;
+    while (a >= 0 && run[a] == t->shape[a])
+        a--;
+    if (a < 0 || count <= 0) {
+        memcpy(dst, src, (size_t)kiln_model_tensor_bytes(m, t));
+        return;
+    }
+    uint64_t stride = t->bytes / (uint64_t)count; /* bytes of one step along axis a */
+    for (uint32_t i = (uint32_t)a + 1; i < rank; i++)
+        stride *= (uint64_t)t->shape[i];
+    uint64_t block = stride * (uint64_t)run[a];
+    int64_t idx[KILN_MAX_RANK] = {0}, outer = 1;
+    for (int i = 0; i < a; i++)
+        outer *= run[i];
+    for (int64_t k = 0; k < outer && block; k++) {
+        uint64_t at = 0; /* the block's place in the largest layout, in slabs */
+        for (int i = 0; i < a; i++)
+            at = at * (uint64_t)t->shape[i] + (uint64_t)idx[i];
+        uint64_t stored = at * (uint64_t)t->shape[a] * stride, packed = (uint64_t)k * block;
+        memcpy((char *)dst + (to_stored ? stored : packed),
+               (const char *)src + (to_stored ? packed : stored), (size_t)block);
+        for (int i = a - 1; i >= 0 && ++idx[i] == run[i]; i--)
+            idx[i] = 0;
+    }
 }

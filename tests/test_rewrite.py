@@ -233,3 +233,49 @@ case("rewrite attention, grouped-query, a row that sees no key")(
 case("rewrite attention, one query row")(attention_case(2, 2, 1, 9, True, False))
 case("rewrite attention: a mask without the NaN guard is left alone")(
     attention_case(4, 2, 5, 7, False, False))
+
+
+@case("rewrite: rope and attention nodes of the heads' layout [1, heads, seq, d], dynamic "
+      "along that inner axis (RotaryEmbedding and Attention 23), run on the tensors they "
+      "view; refused by name with --no-fuse=patterns")
+def _(workdir):
+    from test_dynamic import dyn_yaml, run_built
+    import reference as ref
+    from harness import VALIDATION  # noqa: F401 (run_built runs with it)
+    H, KVH, D = 4, 2, 8
+    f = {"dtype": "f32"}
+    ins = {"q": {**f, "shape": [1, "seq", H, D]}, "k": {**f, "shape": [1, "seq", KVH, D]},
+           "v": {**f, "shape": [1, "seq", KVH, D]}, "cos": {**f, "shape": ["seq", D // 2]},
+           "sin": {**f, "shape": ["seq", D // 2]}}
+    t = [0, 2, 1, 3]
+    nodes = [node("qt", "transpose", ["q"], perm=t), node("kt", "transpose", ["k"], perm=t),
+             node("vt", "transpose", ["v"], perm=t),
+             node("qr", "rope", ["qt", "cos", "sin"], seq_axis=2),
+             node("kr", "rope", ["kt", "cos", "sin"], seq_axis=2)]
+    for n in ("kr", "vt"):  # repeat_kv: [1, KVH, 1, seq, D] -> [1, KVH, 2, seq, D]
+        nodes += [node(n + "u", "unsqueeze", [n], axes=[2]),
+                  node(n + "e", "expand", [n + "u"], shape=[1, KVH, H // KVH, 1, 1]),
+                  node(n + "h", "reshape", [n + "e"], shape=[1, H, -1, D])]
+    nodes += [node("o", "attention", ["qr", "krh", "vth"], causal=1, scale=0.3),
+              node("y", "transpose", ["o"], perm=t)]
+    y = dyn_yaml({"seq": "1..12"}, ins, nodes, ["y"])
+    wd = Path(workdir)
+    (wd / "model.yaml").write_text(y)
+    r = kiln("compile", wd / "model.yaml", "-o", wd / "refused.c", "--no-fuse=patterns")
+    check(r.returncode == 1 and "node 'qr' (rope)" in r.stderr and "inner axis" in r.stderr,
+          f"expected rope's inner-axis refusal:\n{r.stderr}")
+    got = recognised(wd)
+    check(got["rope"] == 2 and got["attention"] == 1, f"recognised {got}")
+
+    def make(g, seq):
+        ang = g.uniform(-3, 3, (seq, D // 2)).astype(np.float32)
+        return [g.standard_normal((1, seq, H, D)).astype(np.float32),
+                g.standard_normal((1, seq, KVH, D)).astype(np.float32),
+                g.standard_normal((1, seq, KVH, D)).astype(np.float32), np.cos(ang), np.sin(ang)]
+
+    def want(q, k, v, c, s, seq):
+        qr = ref.rope(q.transpose(t), c, s, seq_axis=2)
+        kr = ref.rope(k.transpose(t), c, s, seq_axis=2)
+        return [ref.attention(qr, kr, v.transpose(t), scale=0.3, causal=True).transpose(t)]
+    run_built(build_model(wd, y), [{"seq": s} for s in (1, 12, 5, 2)], make, want,
+              rtol=1e-4, atol=1e-5)
