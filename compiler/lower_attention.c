@@ -72,7 +72,16 @@ void lower_attention(Program *p, Node *n) {
     define_int(d, "SPLITS", splits);
     int64_t ks[3];
     operand_strides(&a, 1, ks);
-    define_int(d, "KVEC4", a.D % 4 == 0 && all_multiples(3, ks, 4));
+    define_int(d, "KVEC4", a.D % 4 == 0 && all_multiples(3, ks, 4) &&
+                           n->inputs[1]->dtype == KILN_DTYPE_F32);
+    bool need[3] = {false, false, false};
+    const char *names[3] = {"Q", "K", "V"};
+    for (int i = 0; i < 3; i++)
+        define_storage(p, d, need, names[i], n->inputs[i], false);
+    define_storage(p, d, need, "O", n->outputs[0], true);
+    if (n->ninputs > 3)
+        define_storage(p, d, need, "MASK", n->inputs[3], false);
+    define_needs(d, need);
     double scale = attr_float_or(n, "scale", 1.0 / sqrt((double)a.D));
     double cap = attr_float(n, "softcap");
     define_float(d, "SCALE", scale);
@@ -111,6 +120,9 @@ void lower_attention(Program *p, Node *n) {
     define_int(c, "WG", 64);
     define_int(c, "COMBINE", 1);
     attention_defines(c, n, &a);
+    bool cneed[3] = {false, false, false};
+    define_storage(p, c, cneed, "O", n->outputs[0], true);
+    define_needs(c, cneed);
     define_int(c, "SPLITS", splits);
     dispatch_arg(c, n->outputs[0], true);
     dispatch_arg(c, part, false);

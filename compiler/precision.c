@@ -7,12 +7,14 @@
  * node that is not fused into another), from the table below:
  *
  *   ANY   elementwise ops (eltwise.comp converts each operand on load and
- *         the result on store), norms and softmax (their data, residual,
- *         result and sum in either dtype; scale and bias f32), pooling and
- *         the reductions whose result stays in its input's range (mean,
- *         max, min; argmax and argmin, whose result is i64): those operands
- *         as they are, every f32 result f16. Sums, products and norms of
- *         many elements stay f32 (their results can leave f16's range);
+ *         the result on store), rope (an elementwise dispatch), norms and
+ *         softmax (their data, residual, result and sum in either dtype;
+ *         scale and bias f32), attention (q, k, v, the mask and the result
+ *         in either dtype, the scores f32), pooling and the reductions
+ *         whose result stays in its input's range (mean, max, min; argmax
+ *         and argmin, whose result is i64): those operands as they are,
+ *         every f32 result f16. Sums, products and norms of many elements
+ *         stay f32 (their results can leave f16's range);
  *   SAME  layout and indexing ops (copies): the result takes the dtype of
  *         the data it moves; f16 data makes it f16;
  *   MATMUL  matmul and gemm: both operands f16 (f32 activations cast, f32
@@ -30,8 +32,10 @@
  *         compute and store f32).
  *
  * The model's inputs, outputs and state keep their declared dtypes: an
- * elementwise op or product that writes an output stores f32 directly, and
- * a copy of f16 data into an output copies from an f32 cast. A cast is one
+ * elementwise op or product that writes an output stores f32 directly, as
+ * does a group whose result is only copied into such a tensor (a decoder's
+ * keys and values appended to the f32 cache state, through views), and a
+ * copy of f16 data into an output copies from an f32 cast. A cast is one
  * eltwise dispatch per tensor and dtype, shared by every reader, placed
  * before the first.
  */
@@ -59,7 +63,7 @@ static Rule op_rule(OpKind op) {
     case OP_SOFTMAX: case OP_LOG_SOFTMAX:
     case OP_MAX_POOL: case OP_AVG_POOL: case OP_GLOBAL_AVG_POOL: case OP_GLOBAL_MAX_POOL:
     case OP_REDUCE_MEAN: case OP_REDUCE_MAX: case OP_REDUCE_MIN: case OP_ARGMAX:
-    case OP_ARGMIN:
+    case OP_ARGMIN: case OP_ROPE: case OP_ATTENTION:
         return R_ANY;
     default:
         return op_info[op].expr ? R_ANY : R_F32;
@@ -200,12 +204,42 @@ static bool kept(const Pass *p, Node **members, int nm) {
     return false;
 }
 
-/* Every float result of the group f16, but the model's own tensors. */
-static void store_f16(Node **members, int nm) {
+static bool is_view_op(OpKind op) {
+    return op == OP_RESHAPE || op == OP_SQUEEZE || op == OP_UNSQUEEZE || op == OP_FLATTEN;
+}
+
+/* Whether t is read, and only as the data of copies into the model's own
+ * tensors (through views): an f16 t would be cast back to f32 for them. */
+static bool only_copied_out(const Graph *g, const Tensor *t, int depth) {
+    bool read = false;
+    for (int i = 0; i < g->nodes.len; i++) {
+        Node *m = g->nodes.data[i];
+        for (int k = 0; k < m->ninputs && !m->dead; k++) {
+            if (m->inputs[k] != t)
+                continue;
+            read = true;
+            if (m->fused_into || op_rule(m->op) != R_SAME || !data_input(m, k))
+                return false;
+            if (!pinned(m->outputs[0]) &&
+                !(is_view_op(m->op) && depth < 8 && only_copied_out(g, m->outputs[0], depth + 1)))
+                return false;
+        }
+    }
+    return read;
+}
+
+/* A result stored f32: the model's own tensors and those only copied
+ * into them. */
+static bool keeps_f32(const Graph *g, const Tensor *t) {
+    return pinned(t) || only_copied_out(g, t, 0);
+}
+
+/* Every float result of the group f16, but those that keep f32. */
+static void store_f16(const Graph *g, Node **members, int nm) {
     for (int j = 0; j < nm; j++)
         for (int k = 0; k < members[j]->noutputs; k++) {
             Tensor *t = members[j]->outputs[k];
-            if (t->dtype == KILN_DTYPE_F32 && !pinned(t))
+            if (t->dtype == KILN_DTYPE_F32 && !keeps_f32(g, t))
                 t->dtype = KILN_DTYPE_F16;
         }
 }
@@ -274,11 +308,11 @@ static void cast_inputs(Pass *p, Rule r, Node *h, Node **members, int nm) {
         }
 }
 
-/* Whether a result of the group is the model's: a product's results share
- * one dtype (a QKV split writes three), f32 when one of them is. */
-static bool any_pinned(Node **members, int nm) {
+/* Whether a result of the group keeps f32: a product's results share one
+ * dtype (a QKV split writes three), f32 when one of them is. */
+static bool any_f32(const Graph *g, Node **members, int nm) {
     for (int j = 0; j < nm; j++)
-        if (pinned(members[j]->outputs[0]))
+        if (keeps_f32(g, members[j]->outputs[0]))
             return true;
     return false;
 }
@@ -316,8 +350,8 @@ void apply_precision(Graph *g, const Options *opt) {
                     conv_weights(&p, n);
                 cast_inputs(&p, r, n, members, nm);
             }
-            if (r == R_ANY || ((r == R_MATMUL || r == R_CONV) && !any_pinned(members, nm)))
-                store_f16(members, nm);
+            if (r == R_ANY || ((r == R_MATMUL || r == R_CONV) && !any_f32(g, members, nm)))
+                store_f16(g, members, nm);
         }
         vec_push(&p.order, n);
     }

@@ -18,7 +18,11 @@
 // sees no key gets zeros.
 //
 // KVEC4: D and the keys' strides multiples of 4, each key's row read as
-// vec4s.
+// vec4s (f32 keys).
+//
+// q, k, v, the mask and o are f32 or f16 (the compiler defines Q_BUF,
+// K_BUF, V_BUF, MASK_BUF, O_BUF, their buffer types, and O_T, o's element
+// type); arithmetic, the scores and the spans' parts are f32.
 //
 // SPLITS > 1 (few query rows, a decode step): the keys of each row are
 // split into SPLITS spans, a workgroup each, and a workgroup writes its
@@ -37,9 +41,20 @@ layout(local_size_x = WG) in;
 #define COMBINE 0
 #endif
 
+#ifndef O_BUF // f32 throughout
+#define O_BUF F32
+#define O_T float
+#define Q_BUF F32R
+#define K_BUF F32R
+#define V_BUF F32R
+#endif
+#ifndef MASK_BUF
+#define MASK_BUF F32R
+#endif
+
 #if COMBINE
 layout(push_constant) uniform Args {
-    F32 o;
+    O_BUF o;
     F32R part;
     KILN_DIMS
 } args;
@@ -66,21 +81,25 @@ void main() {
                 if (!isinf(ms))
                     a += args.part.v[pbase + s * (DV + 2) + 2 + d] * exp(ms - m);
             }
-            args.o.v[obase + d] = lsum > 0.0 ? a / lsum : 0.0;
+            args.o.v[obase + d] = O_T(lsum > 0.0 ? a / lsum : 0.0);
         }
     }
 }
 #else
 layout(push_constant) uniform Args {
-    F32 o;
-    F32R q;
+#if SPLITS > 1
+    F32 o; // the spans' parts
+#else
+    O_BUF o;
+#endif
+    Q_BUF q;
 #if KVEC4
     V4R k;
 #else
-    F32R k;
+    K_BUF k;
 #endif
-    F32R v;
-    F32R mask;
+    V_BUF v;
+    MASK_BUF mask;
     KILN_DIMS
 } args;
 
@@ -101,7 +120,7 @@ void main() {
         const uint qbase = b * QS_B + h * QS_H + i * QS_S;
         const uint kbase = b * KS_B + kvh * KS_H, vbase = b * VS_B + kvh * VS_H;
         for (uint d = l; d < D; d += WG)
-            qs[d] = args.q.v[qbase + d];
+            qs[d] = float(args.q.v[qbase + d]);
         barrier();
         float m = -1.0 / 0.0, lsum = 0.0, acc[ACC_N];
         for (int t = 0; t < ACC_N; ++t)
@@ -126,14 +145,14 @@ void main() {
                               args.k.v[(kr + d) / 4]);
 #else
                 for (uint d = 0; d < D; ++d)
-                    qk += qs[d] * args.k.v[kr + d];
+                    qk += qs[d] * float(args.k.v[kr + d]);
 #endif
                 s = qk * SCALE;
 #if SOFTCAP_ON
                 s = SOFTCAP * kiln_tanh(s / SOFTCAP);
 #endif
 #if HAS_MASK
-                s += args.mask.v[b * MS_B + h * MS_H + i * MS_I + j * MS_J];
+                s += float(args.mask.v[b * MS_B + h * MS_H + i * MS_I + j * MS_J]);
 #endif
             }
             const float m_new = max(m, kiln_reduce_max(s));
@@ -149,7 +168,7 @@ void main() {
                 float a = acc[t] * corr;
                 if (d < DV)
                     for (uint jj = 0; jj < n; ++jj)
-                        a += ps[jj] * args.v.v[vbase + (c0 + jj) * VS_S + d];
+                        a += ps[jj] * float(args.v.v[vbase + (c0 + jj) * VS_S + d]);
                 acc[t] = a;
             }
             barrier();
@@ -171,7 +190,7 @@ void main() {
         for (int t = 0; t < ACC_N; ++t) {
             const uint d = l + uint(t) * WG;
             if (d < DV)
-                args.o.v[obase + d] = lsum > 0.0 ? acc[t] / lsum : 0.0;
+                args.o.v[obase + d] = O_T(lsum > 0.0 ? acc[t] / lsum : 0.0);
         }
 #endif
         barrier();

@@ -500,7 +500,7 @@ OP_ERRORS = [
         "nodes:\n  - {name: n, op: attention, inputs: [q, k, k]}\noutputs: [n]\n",
         6, ["4 query heads do not divide into 3"])),
     ("attention mask that does not broadcast", node_error(
-        "op: attention, inputs: [x, x, x, i]", ["needs f32 inputs"])),
+        "op: attention, inputs: [x, x, x, i]", ["needs f32 or f16 inputs"])),
     ("grouped_matmul with weights not [E, K, N]", (
         "name: t\ninputs:\n  x: {dtype: f32, shape: [4, 8]}\n"
         "  w: {dtype: f32, shape: [3, 6, 5]}\n  e: {dtype: i32, shape: [4]}\n"

@@ -79,3 +79,44 @@ def rope_case(i, shape, attrs):
 
 for i, (shape, attrs) in enumerate(ROPES):
     case(f"op rope {shape} {attrs}")(rope_case(i, shape, attrs))
+
+
+# f16 storage (--precision f16 stores them so): q, k, v, the mask and the
+# result f16, the arithmetic f32; one row a head with spans, and a prefill.
+ATTENTIONS_F16 = [("bshd", 1, 4, 2, 1, 300, 32, 32, [1, 300]),
+                  ("bhsd", 1, 2, 1, 9, 9, 16, 16, [9, 9])]
+
+
+def attention_f16_case(i, layout, B, H, KVH, Sq, Sk, D, DV, mshape):
+    def test(workdir):
+        r = rng(2500 + i)
+        if layout == "bhsd":
+            shapes = [[B, H, Sq, D], [B, KVH, Sk, D], [B, KVH, Sk, DV]]
+        else:
+            shapes = [[B, Sq, H * D], [B, Sk, KVH * D], [B, Sk, KVH * DV]]
+        ins = [values(r, s, 1).astype(np.float16) for s in shapes]
+        mask = values(r, mshape, 2.0).astype(np.float16)
+        mask[..., Sk // 3] = -np.inf
+        a = {"layout": layout, "causal": 1}
+        if layout == "bshd":
+            a.update({"heads": H, "kv_heads": KVH})
+        want = ref.attention(*ins, mask, layout, H if layout == "bshd" else None,
+                             KVH if layout == "bshd" else None, None, 0, 1, 0)
+        one_op(workdir, "attention", ins + [mask], want.astype(np.float16), a, 2e-3, 2e-3,
+               names=["q", "k", "v", "m"])
+    return test
+
+
+for i, c in enumerate(ATTENTIONS_F16):
+    case(f"op attention f16 storage {c[0]} H={c[2]} KVH={c[3]} Sq={c[4]} Sk={c[5]}")(
+        attention_f16_case(i, *c))
+
+
+@case("op rope f16 storage [1, 5, 2, 16] seq_axis 1: x and the result f16, f32 tables")
+def _(workdir):
+    r = rng(2450)
+    x = values(r, [1, 5, 2, 16]).astype(np.float16)
+    ang = r.uniform(-3, 3, (5, 8))
+    cos, sin = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+    want = ref.rope(x, cos, sin, 0, None, 1).astype(np.float16)
+    one_op(workdir, "rope", [x, cos, sin], want, {"seq_axis": 1}, 2e-3, 2e-3)
