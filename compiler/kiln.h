@@ -245,6 +245,8 @@ typedef struct Tensor {
     int first, last;    /* live range in dispatch indices (plan_memory) */
     uint64_t io_offset; /* staging offset of inputs and outputs */
     int uses;           /* inputs of live nodes that read it (optimize) */
+    bool appended;      /* its producer wrote it into the state that its one
+                         * reader, a concat, appends it to (lower) */
     /* state: the tensor whose value it takes after each run (or NULL), and
      * its bytes on the device (the larger of its own and the update's). */
     struct Tensor *update;

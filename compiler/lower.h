@@ -72,6 +72,11 @@ void dyn_groups(Dispatch *d, int axis, const Tensor *dyn, int64_t items,
 bool all_multiples(int n, const int64_t *v, int64_t of);
 void contiguous_strides(int rank, const int64_t *shape, int64_t *strides);
 Operand whole(Tensor *t);
+/* The region of a state that piece is appended to, when piece's producer
+ * may write it there itself (read once, by a concat appending it in
+ * place, with the state's strides): piece is then marked `appended` and
+ * the concat copies nothing (lower_layout.c). */
+bool append_region(Program *p, Tensor *piece, Operand *o);
 Operand broadcast(Tensor *t, int rank, const int64_t *shape);
 int collapse(int rank, int64_t *shape, int nops, Operand *ops);
 void operand_extent(const Graph *g, const Operand *op, int rank,

@@ -170,6 +170,15 @@ void lower_rope(Program *p, Node *n) {
     partner.base = ps;
     y = self;
     y.t = out;
+    /* a decoder's keys: written straight into the cache state */
+    Operand region;
+    bool appended = n->op == OP_ROPE && append_region(p, out, &region);
+    if (appended) {
+        y.t = region.t;
+        y.base = region.base;
+        y.dyn_base = region.dyn_base;
+        y.base_expr = region.base_expr;
+    }
     c.strides[pa] = 0;
     c.strides[ja] = 1;
     Operand s = c;
@@ -179,8 +188,10 @@ void lower_rope(Program *p, Node *n) {
     eltwise_dispatch(p, n, rank + 1, shape, y, 5, in, "float", "a * c + e * b * d",
                      dyn_of(x));
     if (R < D) {
-        Operand tail_in = whole(x), tail_out = whole(out);
-        tail_in.base = tail_out.base = R;
+        Operand tail_in = whole(x), tail_out = appended ? region : whole(out);
+        tail_in.base = R;
+        tail_out.base += R;
+        tail_out.base_expr.c0 += R;
         memcpy(shape, x->shape, sizeof(int64_t) * (size_t)rank);
         shape[rank - 1] = D - R;
         copy(p, n, rank, shape, tail_out, tail_in, dyn_of(x));

@@ -51,36 +51,71 @@ void lower_slice(Program *p, Node *n) {
     copy(p, n, out->rank, out->shape, whole(out), in, dyn_of(out));
 }
 
-/* Each input (or output) a region of the concatenation along axis. */
-void lower_concat(Program *p, Node *n) {
+/* Where piece k of concat n lands in its output: the output's strides
+ * from the piece's start along the axis, which follows the dynamic
+ * dimensions after a dynamic piece along a dynamic axis. The pieces go in
+ * order: a piece computed at its largest shape writes don't-care rows past
+ * its extent, where the next piece then lands (the schedule orders writes
+ * that overlap). */
+static Operand concat_region(Node *n, int k) {
     Tensor *out = n->outputs[0];
     int axis = (int)attr_int(n, "axis");
     if (axis < 0)
         axis += out->rank;
-    /* Where the next piece starts along axis; it follows the dynamic
-     * dimensions after a dynamic piece along a dynamic axis. */
     DimExpr at = {0, {0}};
     bool dyn_at = false;
-    for (int k = 0; k < n->ninputs; k++) {
-        Tensor *x = n->inputs[k];
-        Operand o = whole(out);
-        o.base = at.c0 * o.strides[axis];
-        bool in_place = k == 0 && tensor_root(x) == tensor_root(out); /* a state's append */
-        if (dyn_at) {
-            o.dyn_base = true;
-            o.base_expr = dim_expr_scale(&at, o.strides[axis]);
-        }
-        if (!in_place)
-            copy(p, n, x->rank, x->shape, o, whole(x), dyn_of(x));
+    for (int j = 0; j < k; j++) {
+        Tensor *x = n->inputs[j];
         if (is_dyn(x, axis)) {
-            /* The pieces go in order: a piece computed at its largest
-             * shape writes don't-care rows past its extent, where the next
-             * piece then lands (the schedule orders writes that overlap). */
             at = dim_expr_add(&at, &x->ext[axis]);
             dyn_at = true;
         } else {
             at.c0 += x->shape[axis];
         }
+    }
+    Operand o = whole(out);
+    o.base = at.c0 * o.strides[axis];
+    if (dyn_at) {
+        o.dyn_base = true;
+        o.base_expr = dim_expr_scale(&at, o.strides[axis]);
+    }
+    return o;
+}
+
+/* Whether concat n appends to a state in place (its first piece is the
+ * state, which its output shares). */
+static bool appends_in_place(const Node *n) {
+    return n->op == OP_CONCAT && tensor_root(n->inputs[0]) == tensor_root(n->outputs[0]);
+}
+
+bool append_region(Program *p, Tensor *piece, Operand *o) {
+    if (p->debug_tensors || piece->uses != 1 || piece->is_output || piece->is_update)
+        return false;
+    Graph *g = p->graph;
+    for (int i = 0; i < g->nodes.len; i++) {
+        Node *n = g->nodes.data[i];
+        if (n->dead || n->ninputs != 2 || n->inputs[1] != piece || !appends_in_place(n) ||
+            n->outputs[0]->dtype != piece->dtype)
+            continue;
+        Operand region = concat_region(n, 1), own = whole(piece);
+        for (int a = 0; a < piece->rank; a++)
+            if (piece->shape[a] > 1 && own.strides[a] != region.strides[a])
+                return false;
+        *o = region;
+        piece->appended = true;
+        return true;
+    }
+    return false;
+}
+
+/* Each input (or output) a region of the concatenation along axis. */
+void lower_concat(Program *p, Node *n) {
+    for (int k = 0; k < n->ninputs; k++) {
+        Tensor *x = n->inputs[k];
+        /* a state's own bytes, or a piece its producer wrote in place */
+        if ((k == 0 && appends_in_place(n)) || x->appended)
+            continue;
+        copy(p, n, x->rank, x->shape, concat_region(n, k), whole(x), dyn_of(x));
     }
 }
 

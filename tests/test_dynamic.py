@@ -446,6 +446,39 @@ def test_state_append(workdir):
     assert_close(got.reshape(9, 3)[:7], np.concatenate(cache), 0, 0, "the cache")
 
 
+@case("state: keys roped straight into the cache (a partial rotation, n_rot < D), no "
+      "copy for the append, across runs of varying extent")
+def test_rope_append(workdir):
+    workdir = Path(workdir)
+    y = dyn_yaml({"seq": "1..3", "past": "0..6"},
+                 {"x": {**W, "shape": [1, "seq", 2, 8]}, "cos": {**W, "shape": ["seq", 3]},
+                  "sin": {**W, "shape": ["seq", 3]}},
+                 [{"name": "r", "op": "rope", "inputs": ["x", "cos", "sin"], "seq_axis": 1,
+                   "n_rot": 6},
+                  {"name": "all", "op": "concat", "inputs": ["c", "r"], "axis": 1},
+                  {"name": "y", "op": "exp", "inputs": ["all"]}], ["y"])
+    doc = json.loads(y)
+    doc["state"] = {"c": {**W, "shape": [1, "past", 2, 8], "update": "all"}}
+    steps = [{"seq": 2, "past": 0}, {"seq": 1, "past": 2}, {"seq": 3, "past": 3},
+             {"seq": 1, "past": 6}]
+    cache = []
+
+    def make(rng, seq, past):
+        ang = rng.uniform(-3, 3, (seq, 3))
+        return [normal(rng, 1, seq, 2, 8), np.cos(ang).astype(np.float32),
+                np.sin(ang).astype(np.float32)]
+
+    def want(x, c, s, seq, past):
+        cache.append(ref.rope(x, c, s, False, 6, 1))
+        return [np.exp(np.concatenate(cache, 1))]
+    run_steps(workdir, json.dumps(doc), steps, make, want, rtol=1e-5, atol=1e-5)
+    r = kiln("inspect", workdir / "model.yaml", "--format", "json")
+    check(r.returncode == 0, r.stderr)
+    nodes = [d["node"] for d in json.loads(r.stdout)["dispatches"]]
+    check("all" not in nodes and nodes.count("r") == 2,
+          f"expected the rope (and its tail) writing the state, no concat copy: {nodes}")
+
+
 @case("dynamic: ONNX --shape DIM=MIN..MAX makes a symbolic dimension dynamic; Shape of "
       "it folds as an expression of the dims; a Range it cannot follow and an unused DIM "
       "are errors")
