@@ -494,11 +494,15 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
     int64_t nt = tile_invocations(tiles);
     bool a4 = matmul_a4(n, s) && bm * bk / 4 % nt == 0;
     bool b4 = matmul_b4(n, s) && bn * bk / 4 % nt == 0;
+    /* B K-major (a decoder's weights, a transposed operand) read one
+     * element at a time: like a scalar A, in runs of 8 along K */
+    bool bkm = !b4 && !s->conv.in[0] && s->b_sk == 1 && s->b_sn > 1 && bk % 8 == 0;
     bool vec4 = !matvec && matmul_f32_shape(n, s) && tm % 4 == 0 && tn % 4 == 0 &&
                 bm * bk % nt == 0 && bn * bk % nt == 0 && (a4 || bk % 8 == 0) &&
                 /* two stages of shared memory: 48 KiB for wide tiles (the
                  * device's need), else 32 */
-                2 * bk * (bm + (a4 ? 0 : 4) + bn) * 4 <= (wide ? 49152 : 32768);
+                2 * bk * (bm + (a4 ? 0 : 4) + bn + (bkm ? 4 : 0)) * 4 <=
+                    (wide ? 49152 : 32768);
     MatvecShape mv = {0};
     if (matvec)
         mv = matvec_shape(n, s, mrows);
@@ -531,6 +535,8 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
             define_int(d, "A_SCALAR", 1);
         if (vec4 && !b4)
             define_int(d, "B_SCALAR", 1);
+        if (bkm || (!vec4 && !s->conv.in[0] && s->b_sk == 1 && s->b_sn > 1))
+            define_int(d, "B_KMAJOR", 1);
         define_conv(d, s, kchunk != 0);
         if (kchunk) {
             define_int(d, "SPLITK", splits);

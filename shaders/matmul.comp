@@ -34,7 +34,11 @@
 // B_SCALAR: then one element at a time (a convolution's input, gathered
 // through conv_at, is always B_SCALAR). A's scalar loads go 8 along K and 4
 // down M a warp (32-byte runs of each row), its stage rows padded by one
-// vec4 so that those stores hit 32 banks.
+// vec4 so that those stores hit 32 banks; B_KMAJOR (B_SCALAR, B_SK 1: a
+// decoder's K-major weights, a transposed operand) loads B the same way,
+// 8 along K and 4 across N. Without VEC4 (f16 or quantized operands) the
+// tiles load one element at a time: A along k, and B along n or, with
+// B_KMAJOR, along k.
 //
 // CIMG (a convolution over several images, VEC4 or not): the images fold
 // into N, image i's OH * OW = CIMG positions at columns i * CIMG on, its
@@ -75,6 +79,9 @@ layout(local_size_x = NTX, local_size_y = NTY) in;
 #endif
 #ifndef B_SCALAR
 #define B_SCALAR 0
+#endif
+#ifndef B_KMAJOR
+#define B_KMAJOR 0
 #endif
 #if VEC4 && !A_SCALAR
 #define AT V4R
@@ -152,7 +159,11 @@ shared vec4 As[2][BK][BM4];
 #define B_LOADS (BN4 * BK / NT)
 #define B_REG vec4
 #endif
+#if B_KMAJOR
+shared vec4 Bs[2][BK][BN4 + 1];
+#else
 shared vec4 Bs[2][BK][BN4];
+#endif
 
 // A's row and k of its load l (scalar: 8 along k by 4 rows a warp).
 void a_at(uint tid, uint l, out uint r, out uint kk) {
@@ -164,6 +175,20 @@ void a_at(uint tid, uint l, out uint r, out uint kk) {
 #else
     r = v % BM;
     kk = 4 * (v / BM);
+#endif
+}
+
+// B's k and column of its load l (scalar): n fastest, or (B_KMAJOR) 8 along
+// k by 4 columns a warp.
+void b_at(uint tid, uint l, out uint kk, out uint c) {
+    uint v = tid + l * NT;
+#if B_KMAJOR
+    uint w = v / 32, lane = v % 32;
+    c = w % (BN / 4) * 4 + lane / 8;
+    kk = w / (BN / 4) * 8 + lane % 8;
+#else
+    kk = v / BN;
+    c = v % BN;
 #endif
 }
 
@@ -188,15 +213,17 @@ void load_step(uint ca, uint cb, uint m0, uint n0, uint k0, uint tid,
 #endif
     }
     [[unroll]] for (uint l = 0; l < B_LOADS; ++l) {
-        uint v = tid + l * NT;
 #if B_SCALAR
-        uint gk = k0 + v / BN, gn = n0 + v % BN;
+        uint kk, c;
+        b_at(tid, l, kk, c);
+        uint gk = k0 + kk, gn = n0 + c;
 #if CONV_ONE_COL
         rb[l] = gk < K && gn < N ? conv_at(bcol, gk) : 0.0;
 #else
         rb[l] = gk < K && gn < N ? LOAD_B_AT(cb, gk, gn) : 0.0;
 #endif
 #else
+        uint v = tid + l * NT;
         uint gk = k0 + v / BN4, gn = n0 + 4 * (v % BN4);
         rb[l] = gk < K && gn < N ? args.b.v[B_INDEX(cb, gk, gn) / 4] : vec4(0.0);
 #endif
@@ -217,10 +244,12 @@ void store_step(uint buf, uint tid, A_REG ra[A_LOADS], B_REG rb[B_LOADS]) {
 #endif
     }
     [[unroll]] for (uint l = 0; l < B_LOADS; ++l) {
-        uint v = tid + l * NT;
 #if B_SCALAR
-        Bs[buf][v / BN][v % BN / 4][v % 4] = rb[l];
+        uint kk, c;
+        b_at(tid, l, kk, c);
+        Bs[buf][kk][c / 4][c % 4] = rb[l];
 #else
+        uint v = tid + l * NT;
         Bs[buf][v / BN4][v % BN4] = rb[l];
 #endif
     }
@@ -310,8 +339,14 @@ void main() {
 #endif
 }
 #else
-shared float As[BK][BM];
+// Loads go along k for A (row-major) and, with B_KMAJOR, for B: rows padded
+// by one float so that a warp's stores down a column hit distinct banks.
+shared float As[BK][BM + 1];
+#if B_KMAJOR
+shared float Bs[BK][BN + 1];
+#else
 shared float Bs[BK][BN];
+#endif
 
 void main() {
     const uint tx = gl_LocalInvocationID.x, ty = gl_LocalInvocationID.y;
@@ -334,7 +369,11 @@ void main() {
                         As[kk][r] = (gm < M && gk < kend) ? LOAD_A_AT(ca, gm, gk) : 0.0;
                     }
                     for (uint e = tid; e < BK * BN; e += NT) {
+#if B_KMAJOR
+                        uint kk = e % BK, cn = e / BK;
+#else
                         uint kk = e / BN, cn = e % BN;
+#endif
                         uint gk = k0 + kk, gn = n0 + cn;
                         Bs[kk][cn] = (gk < kend && gn < N) ? LOAD_B_AT(cb, gk, gn)
                                                         : 0.0;
