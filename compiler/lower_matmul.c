@@ -201,11 +201,13 @@ static Dispatch *matvec_k_kernel(Program *p, Node *n, const MatmulShape *s, int6
         wg /= 2;
     while (cn > 1 && groups_for(s->N, cn) * s->batch < 512)
         cn /= 2;
+    /* KILN_MATVEC_K=WG,CN[,UNROLL], for tuning (bench/experiments) */
     const char *tune = getenv("KILN_MATVEC_K");
-    long t[2];
-    if (tune && sscanf(tune, "%ld,%ld", &t[0], &t[1]) == 2 && t[0] >= 1 && t[0] <= 1024 &&
-        (t[0] & (t[0] - 1)) == 0 && t[1] >= 1 && t[1] <= 16)
-        wg = t[0], cn = t[1];
+    long t[3] = {0, 0, 1}, unroll = 1;
+    int nt = tune ? sscanf(tune, "%ld,%ld,%ld", &t[0], &t[1], &t[2]) : 0;
+    if (nt >= 2 && t[0] >= 1 && t[0] <= 1024 && (t[0] & (t[0] - 1)) == 0 && t[1] >= 1 &&
+        t[1] <= 16 && t[2] >= 1 && t[2] <= 8)
+        wg = t[0], cn = t[1], unroll = t[2];
     while (mrows * cn * wg > 4096 && wg > 1)
         wg /= 2;
     while (mrows * cn * wg > 4096)
@@ -218,6 +220,8 @@ static Dispatch *matvec_k_kernel(Program *p, Node *n, const MatmulShape *s, int6
     define_operand_types(p, d, s);
     define_int(d, "WG", wg);
     define_int(d, "CN", cn);
+    if (unroll > 1)
+        define_int(d, "UNROLL", unroll);
     define_int(d, "W_FORMAT", fmt);
     if (fmt >= WF_INT8) {
         define_int(d, "QBLOCK", QUANT_BLOCK);

@@ -19,6 +19,10 @@
 //
 // Quantized B (weights.glsl's formats): element (k, n) is code n * B_SN + k
 // and its scale (and zero point) index n * NBLK + k / QBLOCK.
+//
+// UNROLL U (default 1): each pass of an invocation's loop loads U chunks of
+// every column before it multiplies any, U * CN loads of 16 bytes in
+// flight (for tuning: KILN_MATVEC_K=WG,CN,U).
 #extension GL_EXT_control_flow_attributes : enable
 #include "common.glsl"
 #include "weights.glsl"
@@ -158,6 +162,64 @@ vec4 kiln_w4(RAW raw, uint p, vec4 zo) {
 
 shared float red[OUTS][WG];
 
+#ifndef UNROLL
+#define UNROLL 1
+#endif
+
+// Chunk ch of the workgroup's CN columns: the raw 16 bytes of each, its
+// scale and its offsets (kiln_w4's zo).
+struct Chunk {
+    RAW raw[CN];
+    float s[CN];
+    vec4 zo[CN];
+};
+
+Chunk load_chunk(uint cb, uint n0, uint ch) {
+    Chunk q;
+    const uint k = ch * KV;
+    [[unroll]] for (uint c = 0; c < CN; ++c) {
+        const uint col = min(n0 + c, N - 1); // a ragged last group reads column N - 1 again
+        q.raw[c] = args.b.v[(cb + col * B_SN + k) / KV];
+#if W_FORMAT >= 2
+        q.s[c] = args.bscale.v[col * NBLK + k / QBLOCK] * FP8_UNIT;
+#else
+        q.s[c] = 1.0;
+#endif
+#if W_FORMAT == 3 || W_FORMAT == 5
+        q.zo[c] = kiln_offsets(float(kiln_byte(args.bzero, col * NBLK + k / QBLOCK)));
+#elif defined(ZERO)
+        q.zo[c] = kiln_offsets(ZERO);
+#else
+        q.zo[c] = vec4(0.0);
+#endif
+    }
+    return q;
+}
+
+// Chunk ch's products with A's rows, scaled once, into acc.
+void add_chunk(uint ca, uint ch, Chunk q, inout float acc[M][CN]) {
+    const uint k = ch * KV;
+    float d[M][CN]; // this chunk's sums of weights (codes) times A
+    [[unroll]] for (uint m = 0; m < M; ++m)
+        [[unroll]] for (uint c = 0; c < CN; ++c)
+            d[m][c] = 0.0;
+    [[unroll]] for (uint p = 0; p < KV / 4; ++p) {
+        vec4 w[CN];
+        [[unroll]] for (uint c = 0; c < CN; ++c)
+            w[c] = kiln_w4(q.raw[c], p, q.zo[c]);
+        [[unroll]] for (uint m = 0; m < M; ++m) {
+            if (m < MROWS) {
+                const vec4 av = LOAD_A4(ca + m * A_SM + k + 4 * p);
+                [[unroll]] for (uint c = 0; c < CN; ++c)
+                    d[m][c] += dot(av, w[c]);
+            }
+        }
+    }
+    [[unroll]] for (uint m = 0; m < M; ++m)
+        [[unroll]] for (uint c = 0; c < CN; ++c)
+            acc[m][c] = fma(q.s[c], d[m][c], acc[m][c]);
+}
+
 void main() {
     const uint lane = gl_LocalInvocationID.x;
     const uint n0 = gl_WorkGroupID.x * CN;
@@ -168,46 +230,13 @@ void main() {
         [[unroll]] for (uint m = 0; m < M; ++m)
             [[unroll]] for (uint c = 0; c < CN; ++c)
                 acc[m][c] = 0.0;
-        for (uint ch = lane; ch < CHUNKS; ch += WG) {
-            const uint k = ch * KV;
-            RAW raw[CN];
-            float s[CN];
-            vec4 zo[CN];
-            [[unroll]] for (uint c = 0; c < CN; ++c) {
-                const uint col = min(n0 + c, N - 1); // a ragged last group reads column N - 1 again
-                raw[c] = args.b.v[(cb + col * B_SN + k) / KV];
-#if W_FORMAT >= 2
-                s[c] = args.bscale.v[col * NBLK + k / QBLOCK] * FP8_UNIT;
-#else
-                s[c] = 1.0;
-#endif
-#if W_FORMAT == 3 || W_FORMAT == 5
-                zo[c] = kiln_offsets(float(kiln_byte(args.bzero, col * NBLK + k / QBLOCK)));
-#elif defined(ZERO)
-                zo[c] = kiln_offsets(ZERO);
-#else
-                zo[c] = vec4(0.0);
-#endif
-            }
-            float d[M][CN]; // this chunk's sums of weights (codes) times A
-            [[unroll]] for (uint m = 0; m < M; ++m)
-                [[unroll]] for (uint c = 0; c < CN; ++c)
-                    d[m][c] = 0.0;
-            [[unroll]] for (uint p = 0; p < KV / 4; ++p) {
-                vec4 w[CN];
-                [[unroll]] for (uint c = 0; c < CN; ++c)
-                    w[c] = kiln_w4(raw[c], p, zo[c]);
-                [[unroll]] for (uint m = 0; m < M; ++m) {
-                    if (m < MROWS) {
-                        const vec4 av = LOAD_A4(ca + m * A_SM + k + 4 * p);
-                        [[unroll]] for (uint c = 0; c < CN; ++c)
-                            d[m][c] += dot(av, w[c]);
-                    }
-                }
-            }
-            [[unroll]] for (uint m = 0; m < M; ++m)
-                [[unroll]] for (uint c = 0; c < CN; ++c)
-                    acc[m][c] = fma(s[c], d[m][c], acc[m][c]);
+        for (uint ch0 = lane; ch0 < CHUNKS; ch0 += WG * UNROLL) {
+            Chunk q[UNROLL]; // loaded first, all of them in flight
+            [[unroll]] for (uint u = 0; u < UNROLL; ++u)
+                q[u] = load_chunk(cb, n0, min(ch0 + u * WG, CHUNKS - 1));
+            [[unroll]] for (uint u = 0; u < UNROLL; ++u)
+                if (ch0 + u * WG < CHUNKS)
+                    add_chunk(ca, ch0 + u * WG, q[u], acc);
         }
 #if KILN_SUBGROUP
         [[unroll]] for (uint o = 0; o < OUTS; ++o) {

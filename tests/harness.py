@@ -84,9 +84,9 @@ def run(cmd, cwd=None, env=None, timeout=300):
                           timeout=timeout)
 
 
-def kiln(*args, cwd=None):
+def kiln(*args, cwd=None, env=None):
     # The compiler frees nothing by design: no leak report for it.
-    return run([KILN, *args], cwd=cwd, env={"ASAN_OPTIONS": "detect_leaks=0"})
+    return run([KILN, *args], cwd=cwd, env={"ASAN_OPTIONS": "detect_leaks=0", **(env or {})})
 
 
 def model_yaml(name, inputs, nodes, outputs, weights=None):
@@ -100,17 +100,18 @@ def model_yaml(name, inputs, nodes, outputs, weights=None):
     return json.dumps(doc, indent=1)
 
 
-def build_model(workdir, yaml_text, extra_files=None, flags=(), guard=True):
+def build_model(workdir, yaml_text, extra_files=None, flags=(), guard=True, env=None):
     """Writes model.yaml (and extra files), compiles it (with extra kiln
-    flags) and builds it; returns the program's path. With guard (the
-    default), kiln --guard puts a band after every arena slot that each run
-    checks: a kernel writing out of bounds fails the test."""
+    flags, and env added to the compiler's environment) and builds it;
+    returns the program's path. With guard (the default), kiln --guard puts
+    a band after every arena slot that each run checks: a kernel writing out
+    of bounds fails the test."""
     workdir = Path(workdir)
     (workdir / "model.yaml").write_text(yaml_text)
     for name, data in (extra_files or {}).items():
         (workdir / name).write_bytes(data)
     r = kiln("compile", workdir / "model.yaml", "--name", "model",
-             "-o", workdir / "model.c", *(("--guard",) if guard else ()), *flags)
+             "-o", workdir / "model.c", *(("--guard",) if guard else ()), *flags, env=env)
     check(r.returncode == 0, f"kiln compile failed:\n{r.stderr}")
     return link_model(workdir)
 

@@ -95,9 +95,9 @@ def weight_bytes(header):
 
 
 def quant_case(fmt, M, K, N, gemm=False, shared=False, other_use=False, seed=0, kernels=None,
-               env=None):
+               env=None, compile_env=None):
     """kernels: the kernel families the model must run (a set); env: the
-    program's environment (program_env)."""
+    program's environment (program_env); compile_env: the compiler's."""
     def test(workdir):
         r = np.random.default_rng(seed)
         x = r.standard_normal([M, K]).astype(np.float32)
@@ -129,7 +129,11 @@ def quant_case(fmt, M, K, N, gemm=False, shared=False, other_use=False, seed=0, 
             ins["x2"] = {"dtype": "f32", "shape": [3, K]}
             inputs.append(x2)
         y = model_yaml("q", ins, nodes, outs, weights=weights)
-        prog = build_model(workdir, y, {"w.bin": stored.tobytes()}, flags=("--weights", fmt))
+        prog = build_model(workdir, y, {"w.bin": stored.tobytes()}, flags=("--weights", fmt),
+                           env=compile_env)
+        if compile_env:
+            check("UNROLL 3" in (Path(workdir) / "model.c").read_text(),
+                  "KILN_MATVEC_K's unroll did not reach the kernel")
         if kernels:
             check_kernels(workdir, kernels)
         x64 = x.astype(np.float64)
@@ -199,6 +203,13 @@ for fmt, most in (("f32", 2), ("int4", 8)):
                    env={"KILN_SUBGROUP": "0"}))
 case("--weights f32: gemm, transposed weight, 16 rows [16, 256] x [70, 256]^T (matvec_k)")(
     quant_case("f32", 16, 256, 70, gemm=True, seed=74, kernels={"matvec_k"}))
+# matvec_k's unrolled loop (KILN_MATVEC_K=WG,CN,UNROLL, a tuning hook): 3
+# chunks loaded before any is used, a last pass with some past K.
+for _fmt, _k in (("int4", 640), ("f16", 328)):
+    case(f"--weights {_fmt}: K-major matvec unrolled by 3 (KILN_MATVEC_K=32,2,3) "
+         f"[2, {_k}] x [{_k}, 37] (matvec_k)")(
+        quant_case(_fmt, 2, _k, 37, seed=76, kernels={"matvec_k"},
+                   compile_env={"KILN_MATVEC_K": "32,2,3"}))
 case("--weights f32: a product of 17 rows keeps its weight row-major (tiled)")(
     quant_case("f32", 17, 64, 40, seed=75, kernels={"matmul"}))
 

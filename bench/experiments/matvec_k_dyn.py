@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""matvec_k_dyn.py: matvec_k.comp's invocations and columns a workgroup
-(KILN_MATVEC_K=WG,CN) on a decoder's products, one row of a dynamic
-[1, seq, K] (seq 1..128: M 4 in the kernel, MROWS 1), each weight format.
-Prints the GPU microseconds of the product (run_model -p, 200 runs) and the
-weight GB/s. Runs where kiln and a Vulkan GPU are; KILN_BUILD, KILN_VULKAN_LIB
-as bench/llm.py.
+"""matvec_k_dyn.py: matvec_k.comp's invocations and columns a workgroup,
+and the chunks each loads before it multiplies (KILN_MATVEC_K=WG,CN,UNROLL)
+on a decoder's products, one row of a dynamic [1, seq, K] (seq 1..128: M 4
+in the kernel, MROWS 1), each weight format. Prints the GPU microseconds of
+the product (run_model -p, 200 runs) and the weight GB/s. Runs where kiln
+and a Vulkan GPU are; KILN_BUILD, KILN_VULKAN_LIB as bench/llm.py. Each
+point compiles and links a model (about 7 s on the GPU machine): --quick
+takes the first two shapes and f16 and int4 only.
 
-  bench/experiments/matvec_k_dyn.py [--work DIR]
+  bench/experiments/matvec_k_dyn.py [--work DIR] [--quick]
 """
 import json
 import os
@@ -21,7 +23,8 @@ VULKAN_LIB = os.environ.get("KILN_VULKAN_LIB", "-lvulkan")
 SHAPES = [(2048, 2560), (2048, 11264), (5632, 2048), (2048, 32000)]
 FORMATS = {"f16": (["--precision", "f16"], 2.0), "int8": (["--weights", "int8"], 1.125),
            "int4": (["--weights", "int4"], 0.625)}
-CONFIGS = [None, (256, 4), (128, 4), (64, 4), (128, 8), (64, 8), (32, 8), (64, 16)]
+CONFIGS = [None, (64, 4, 1), (64, 4, 2), (64, 4, 4), (128, 4, 2), (32, 8, 4), (64, 8, 2),
+           (128, 2, 4)]
 
 
 def sh(cmd, env=None, cwd=None):
@@ -37,7 +40,8 @@ def main():
         Path("/tmp/matvec-k")
     work.mkdir(parents=True, exist_ok=True)
     rows = []
-    for K, N in SHAPES:
+    quick = "--quick" in sys.argv
+    for K, N in SHAPES[:2] if quick else SHAPES:
         model = {"name": "mv", "dims": {"seq": "1..128"},
                  "inputs": {"x": {"dtype": "f32", "shape": [1, "seq", K]}},
                  "weights": {"w": {"dtype": "f32", "shape": [K, N],
@@ -47,9 +51,11 @@ def main():
         y = work / "mv.yaml"
         y.write_text(json.dumps(model))
         for fmt, (flags, bpw) in FORMATS.items():
+            if quick and fmt == "int8":
+                continue
             line = [f"{K}x{N}", fmt]
             for cfg in CONFIGS:
-                env = {"KILN_MATVEC_K": f"{cfg[0]},{cfg[1]}"} if cfg else {}
+                env = {"KILN_MATVEC_K": ",".join(map(str, cfg))} if cfg else {}
                 try:
                     sh([BUILD / "kiln", "compile", y, "--name", "mv", "-o", work / "mv.c",
                         *flags], env=env)
@@ -67,7 +73,7 @@ def main():
                     line.append("err")
                     print(e, file=sys.stderr)
             print(" ".join(line), flush=True)
-    print("configs:", ["default" if c is None else f"{c[0]},{c[1]}" for c in CONFIGS])
+    print("configs:", ["default" if c is None else ",".join(map(str, c)) for c in CONFIGS])
     (work / "matvec_k_dyn.json").write_text(json.dumps(rows, indent=1))
 
 
