@@ -74,8 +74,9 @@ void contiguous_strides(int rank, const int64_t *shape, int64_t *strides);
 Operand whole(Tensor *t);
 /* The region of a state that piece is appended to, when piece's producer
  * may write it there itself (read once, by a concat appending it in
- * place, with the state's strides): piece is then marked `appended` and
- * the concat copies nothing (lower_layout.c). */
+ * place, with the state's strides; or read once by a view of it that is):
+ * the concat's piece is then marked `appended` and the concat copies
+ * nothing (lower_layout.c). */
 bool append_region(Program *p, Tensor *piece, Operand *o);
 Operand broadcast(Tensor *t, int rank, const int64_t *shape);
 int collapse(int rank, int64_t *shape, int nops, Operand *ops);

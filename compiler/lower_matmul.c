@@ -757,8 +757,10 @@ void bind_bias(Dispatch *d, Tensor *bias, Operand bo, double beta, Tensor *a) {
  * the next N1 its first sibling's, the rest its second's; each a row-major
  * [M, width] tensor (B is one 2-D weight, so the batch folded into M). The
  * kernels take the siblings' outputs after the scale and zero-point slots
- * (bind_weight_scales). */
-static void bind_split(Dispatch *d, Node *n, const MatmulShape *s) {
+ * (bind_weight_scales). A sibling's output that a decoder appends to its
+ * cache state (a view of it; append_region) is written there directly,
+ * SPLIT_BASE1 or 2 elements in. */
+static void bind_split(Program *p, Dispatch *d, Node *n, const MatmulShape *s) {
     if (s->batch != 1)
         internal_error("node '%s': a split product with %lld batches", n->name,
                        (long long)s->batch);
@@ -767,10 +769,18 @@ static void bind_split(Dispatch *d, Node *n, const MatmulShape *s) {
     int64_t n1 = n->siblings[0]->outputs[0]->shape[n->siblings[0]->outputs[0]->rank - 1];
     define_int(d, "SPLIT_N0", n0);
     define_int(d, "SPLIT_N1", n->nsiblings > 1 ? n1 : s->N - n0);
-    dispatch_arg(d, n->siblings[0]->outputs[0], true);
-    if (n->nsiblings > 1)
-        dispatch_arg(d, n->siblings[1]->outputs[0], true);
-    else
+    for (int k = 0; k < n->nsiblings; k++) {
+        Tensor *t = n->siblings[k]->outputs[0];
+        Operand region;
+        if (append_region(p, t, &region)) {
+            define_str(d, format("SPLIT_BASE%d", k + 1),
+                       region.dyn_base ? format("uint(%s)", dim_expr_glsl(&region.base_expr, 1))
+                                       : format("%lldu", (long long)region.base));
+            t = region.t;
+        }
+        dispatch_arg(d, t, true);
+    }
+    if (n->nsiblings < 2)
         dispatch_unused(d, a);
 }
 
@@ -840,7 +850,7 @@ void lower_matmul(Program *p, Node *n) {
         bind_bias(d, bias, bo, 1.0, a);
         bind_weight_scales(d, n, n->nsiblings != 0);
         if (n->nsiblings)
-            bind_split(d, n, &s);
+            bind_split(p, d, n, &s);
     }
 }
 

@@ -479,6 +479,44 @@ def test_rope_append(workdir):
           f"expected the rope (and its tail) writing the state, no concat copy: {nodes}")
 
 
+@case("state: a QKV product writes its keys and values straight into the caches (views "
+      "of them appended), no copy for the appends, across runs of varying extent")
+def test_qkv_append(workdir):
+    workdir = Path(workdir)
+    y = dyn_yaml({"seq": "1..3", "past": "0..6"}, {"x": {**W, "shape": [1, "seq", 16]}},
+                 [{"name": "q", "op": "matmul", "inputs": ["x", "wq"]},
+                  {"name": "k", "op": "matmul", "inputs": ["x", "wk"]},
+                  {"name": "v", "op": "matmul", "inputs": ["x", "wv"]},
+                  {"name": "k4", "op": "reshape", "inputs": ["k"], "shape": [1, -1, 2, 4]},
+                  {"name": "v4", "op": "reshape", "inputs": ["v"], "shape": [1, -1, 2, 4]},
+                  {"name": "ka", "op": "concat", "inputs": ["ck", "k4"], "axis": 1},
+                  {"name": "va", "op": "concat", "inputs": ["cv", "v4"], "axis": 1},
+                  {"name": "ke", "op": "exp", "inputs": ["ka"]},
+                  {"name": "vn", "op": "neg", "inputs": ["va"]}], ["q", "ke", "vn"],
+                 {"wq": weight([16, 16], 21), "wk": weight([16, 8], 22),
+                  "wv": weight([16, 8], 23)})
+    doc = json.loads(y)
+    doc["state"] = {"ck": {**W, "shape": [1, "past", 2, 4], "update": "ka"},
+                    "cv": {**W, "shape": [1, "past", 2, 4], "update": "va"}}
+    steps = [{"seq": 2, "past": 0}, {"seq": 1, "past": 2}, {"seq": 3, "past": 3},
+             {"seq": 1, "past": 6}]
+    wq, wk, wv = w_of([16, 16], 21), w_of([16, 8], 22), w_of([16, 8], 23)
+    ks, vs = [], []
+
+    def want(x, seq, past):
+        x64 = ref.f64(x)
+        ks.append((x64 @ wk).reshape(1, seq, 2, 4))
+        vs.append((x64 @ wv).reshape(1, seq, 2, 4))
+        return [x64 @ wq, np.exp(np.concatenate(ks, 1)), -np.concatenate(vs, 1)]
+    run_steps(workdir, json.dumps(doc), steps, lambda rng, seq, past: [normal(rng, 1, seq, 16)],
+              want, rtol=1e-5, atol=1e-5)
+    r = kiln("inspect", workdir / "model.yaml", "--format", "json")
+    check(r.returncode == 0, r.stderr)
+    nodes = [d["node"] for d in json.loads(r.stdout)["dispatches"]]
+    check(not {"ka", "va"} & set(nodes) and sum("q" in n and "k" in n for n in nodes) == 1,
+          f"expected one QKV product writing both caches and no concat copy: {nodes}")
+
+
 @case("dynamic: ONNX --shape DIM=MIN..MAX makes a symbolic dimension dynamic; Shape of "
       "it folds as an expression of the dims; a Range it cannot follow and an unused DIM "
       "are errors")
