@@ -186,6 +186,9 @@ void kiln__buffer_destroy(kiln_device *dev, kiln__buffer *buf);
 /* The dynamic dims' values as the kernels read them: KILN_MAX_DIMS int32. */
 #define KILN__DIMS_BYTES (4u * KILN_MAX_DIMS)
 
+/* Recordings of a dynamic model without its idle dispatches, at most. */
+#define KILN__RECORDINGS 4
+
 struct kiln_model {
     kiln_device *device;
     const kiln_allocator *host; /* the device's allocator (it outlives m) */
@@ -200,7 +203,17 @@ struct kiln_model {
     size_t pipeline_cache_bytes;
     VkPipeline *pipelines; /* desc->kernel_count */
     VkCommandPool pool;
-    VkCommandBuffer cmd;
+    VkCommandBuffer cmd; /* every dispatch this device runs, recorded at create */
+    /* model_record.c: recordings that leave out the dispatches a run's dims
+     * give no workgroups (a product's variant for other row counts), one
+     * per set of them, made the first time a run's dims give that set; idle
+     * is the scratch for the current run's set (dispatch_count flags). */
+    struct kiln__recording {
+        VkCommandBuffer cmd;
+        uint8_t *idle;
+    } recordings[KILN__RECORDINGS];
+    uint32_t recording_count;
+    uint8_t *idle;
     VkFence fence;
     VkQueryPool timestamps; /* dispatch_count + 1 queries, when profiling */
     /* Not KILN_OK once a run failed after its submit (the device was lost,
@@ -238,6 +251,9 @@ struct kiln_model {
 
 /* model_dims.c */
 int64_t kiln__eval_extent(const kiln_extent *e, const int64_t *dims);
+/* Sets idle[i] for each dispatch the current dims give no workgroups;
+ * returns how many. */
+uint32_t kiln__idle_dispatches(const kiln_model *m, uint8_t *idle);
 /* Copies tensor t from src to dst, between its packed layout (contiguous
  * at the current dims' extents: what kiln_model_run's caller passes) and
  * its stored one (the largest shape's strides: staging); to_stored: dst is
@@ -289,6 +305,11 @@ kiln_status kiln__check_guards(const kiln_model *m);
 void kiln__fill_staging_gaps(kiln_model *m);
 
 /* model_record.c */
+/* The command buffer for a run at the current dims: a recording without
+ * the dispatches they leave idle (made here the first time; cmd when none
+ * is idle, when KILN__RECORDINGS are made already, or when recording one
+ * fails: cmd is always right, its idle dispatches run no workgroups). */
+VkCommandBuffer kiln__recording(kiln_model *m);
 /* Whether this device records dispatch x (kiln_dispatch.needs, .unless). */
 int kiln__dispatch_active(const kiln_device *dev, const kiln_dispatch *x);
 void kiln__memory_barrier(VkCommandBuffer cmd, VkPipelineStageFlags src_stage,

@@ -277,8 +277,9 @@ static kiln_status submit_and_wait(kiln_model *m) {
     VkSubmitInfo si;
     memset(&si, 0, sizeof si);
     si.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO;
+    VkCommandBuffer cmd = kiln__recording(m);
     si.commandBufferCount = 1;
-    si.pCommandBuffers = &m->cmd;
+    si.pCommandBuffers = &cmd;
     VkResult r = vkQueueSubmit(m->device->queue, 1, &si, m->fence);
     VkResult submitted = r;
     /* Small models finish in microseconds, and a blocking wait can cost tens
@@ -378,6 +379,9 @@ void kiln_model_destroy(kiln_model *m) {
     kiln__free(m->host, m->sets);
     kiln__free(m->host, m->direct);
     kiln__free(m->host, m->gaps);
+    kiln__free(m->host, m->idle);
+    for (uint32_t k = 0; k < m->recording_count; k++)
+        kiln__free(m->host, m->recordings[k].idle);
     if (m->owns_device)
         kiln_device_destroy(dev);
     kiln__free(m->host, m);

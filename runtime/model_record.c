@@ -1,11 +1,17 @@
 /*
- * model_record.c: the one command buffer a run submits, recorded once at
+ * model_record.c: the command buffer a run submits, recorded once at
  * create:
  *   copy the inputs that are not direct (and the dynamic dims and indirect
  *   commands) staging -> arena; barrier (if anything was copied);
  *   every dispatch (a barrier before it where the compiler put one);
  *   barrier, state updates, copy the outputs that are not direct
  *   arena -> staging (if any); barrier to host.
+ * A model with dynamic dims runs dispatches whose work follows them through
+ * indirect counts, 0 when a run leaves one nothing to do (a product's
+ * variant for other row counts: a decode step's tiled products). Those
+ * still cost the GPU a few microseconds each, so a run whose dims leave
+ * some idle submits a recording without them, made the first time its set
+ * of idle dispatches comes up (kiln__recording).
  */
 #include "internal.h"
 
@@ -38,10 +44,12 @@ static void copy_bytes(VkCommandBuffer cmd, VkBuffer src, uint64_t from, VkBuffe
     vkCmdCopyBuffer(cmd, src, dst, 1, &c);
 }
 
-kiln_status kiln__record(kiln_model *m) {
+/* Records the run into *out, without the dispatches idle flags (NULL: all
+ * of them). */
+static kiln_status record(kiln_model *m, const uint8_t *idle, VkCommandBuffer *out) {
     const kiln_model_desc *d = m->desc;
-    KILN_RETURN_IF_ERROR(kiln__begin_commands(m, 0, &m->cmd));
-    VkCommandBuffer cmd = m->cmd;
+    KILN_RETURN_IF_ERROR(kiln__begin_commands(m, 0, out));
+    VkCommandBuffer cmd = *out;
     if (m->timestamps)
         vkCmdResetQueryPool(cmd, m->timestamps, 0, d->dispatch_count + 1);
 
@@ -83,7 +91,7 @@ kiln_status kiln__record(kiln_model *m) {
     uint32_t pending_barrier = 0; /* of dispatches this device skips */
     for (uint32_t i = 0; i < d->dispatch_count; i++) {
         const kiln_dispatch *x = &d->dispatches[i];
-        if (!kiln__dispatch_active(m->device, x)) {
+        if (!kiln__dispatch_active(m->device, x) || (idle && idle[i])) {
             pending_barrier |= x->barrier;
             indirect += x->dyn_axis != KILN_AXIS_FIXED;
             if (m->timestamps) /* its time is 0 */
@@ -156,4 +164,38 @@ kiln_status kiln__record(kiln_model *m) {
                    VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
     KILN_VK_RETURN(vkEndCommandBuffer(cmd));
     return KILN_OK;
+}
+
+kiln_status kiln__record(kiln_model *m) {
+    const kiln_model_desc *d = m->desc;
+    if (d->indirect_count) {
+        m->idle = kiln__calloc(m->host, d->dispatch_count, 1);
+        if (!m->idle)
+            return KILN_FAIL(KILN_ERROR_OUT_OF_HOST_MEMORY, "model %s: no memory for %u flags",
+                             d->name, d->dispatch_count);
+    }
+    return record(m, NULL, &m->cmd);
+}
+
+VkCommandBuffer kiln__recording(kiln_model *m) {
+    const kiln_model_desc *d = m->desc;
+    if (!m->idle || !kiln__idle_dispatches(m, m->idle))
+        return m->cmd;
+    for (uint32_t k = 0; k < m->recording_count; k++)
+        if (memcmp(m->recordings[k].idle, m->idle, d->dispatch_count) == 0)
+            return m->recordings[k].cmd;
+    if (m->recording_count == KILN__RECORDINGS)
+        return m->cmd;
+    struct kiln__recording *r = &m->recordings[m->recording_count];
+    r->idle = kiln__calloc(m->host, d->dispatch_count, 1);
+    if (!r->idle)
+        return m->cmd;
+    memcpy(r->idle, m->idle, d->dispatch_count);
+    if (record(m, r->idle, &r->cmd) != KILN_OK) { /* the pool frees what it made */
+        kiln__free(m->host, r->idle);
+        r->idle = NULL;
+        return m->cmd;
+    }
+    m->recording_count++;
+    return r->cmd;
 }
