@@ -563,34 +563,27 @@ static void dynamic_gather(Node *n) {
             mark(n, out, (int)axis + a, &idx->ext[a]);
 }
 
-/* rope and attention follow their operands' prefix layout only (the first
- * count inputs: attention's mask has dynamic_attention_mask). */
-static int prefix_operands(const Node *n) {
-    return n->op == OP_ATTENTION ? 3 : n->ninputs;
-}
-
-/* Operands dynamic along an inner axis are let through inference (the
- * outputs take x's axes) so that rewrite.c may move the op onto the
- * tensors they view (a transpose's source, the cache state), whose layout
- * is the prefix one; whatever is left is refused here when lowering. */
-static bool inner_operands(const Node *n) {
-    for (int i = 0; i < prefix_operands(n); i++)
+/* rope and attention follow their operands' prefix layout only (all of
+ * rope's; attention's first three: its mask has dynamic_attention_mask).
+ * The first operand dynamic along an inner axis, or NULL. Such operands
+ * are let through inference (the outputs take x's axes) so that rewrite.c
+ * may move the op onto the tensors they view (a transpose's source, the
+ * cache state), whose layout is the prefix one; whatever is left is
+ * refused when lowering (check_prefix_operands). */
+static Tensor *inner_operand(const Node *n) {
+    for (int i = 0; i < (n->op == OP_ATTENTION ? 3 : n->ninputs); i++)
         if (n->inputs[i]->dyn_axes && !n->inputs[i]->dynamic)
-            return true;
-    return false;
+            return n->inputs[i];
+    return NULL;
 }
 
 void check_prefix_operands(Node *n) {
-    if (n->op != OP_ROPE && n->op != OP_ATTENTION)
-        return;
-    for (int i = 0; i < prefix_operands(n); i++) {
-        Tensor *t = n->inputs[i];
-        if (t->dyn_axes && !t->dynamic)
-            unsupported(n, "'%s' %s is dynamic along an inner axis; this op takes a "
-                        "dynamic axis only as the outermost one larger than 1 (kiln moves "
-                        "it onto a transpose's source or the cache state when it can)",
-                        t->name, shape_str(t->rank, t->shape));
-    }
+    Tensor *t = n->op == OP_ROPE || n->op == OP_ATTENTION ? inner_operand(n) : NULL;
+    if (t)
+        unsupported(n, "'%s' %s is dynamic along an inner axis; this op takes a dynamic "
+                    "axis only as the outermost one larger than 1 (kiln moves it onto a "
+                    "transpose's source or the cache state when it can)", t->name,
+                    shape_str(t->rank, t->shape));
 }
 
 /* An additive mask is read at its largest shape's strides: its query and
@@ -613,7 +606,7 @@ static void dynamic_attention_mask(Node *n, const AttentionDims *a) {
 
 static void dynamic_attention(Node *n) {
     Tensor *x = n->inputs[0];
-    if (inner_operands(n)) {
+    if (inner_operand(n)) {
         same_as(n, x);
         return;
     }
@@ -640,7 +633,7 @@ static void dynamic_attention(Node *n) {
 
 static void dynamic_rope(Node *n) {
     Tensor *x = n->inputs[0];
-    if (inner_operands(n)) {
+    if (inner_operand(n)) {
         same_as(n, x);
         return;
     }

@@ -158,6 +158,9 @@ OpKind op_lookup(const char *name);
 int activation_lookup(const char *name);
 /* "none relu sigmoid ...": the names activation_lookup knows. */
 const char *activation_names(void);
+/* reshape, squeeze, unsqueeze, flatten: the same elements in order under
+ * another shape (a view; lower_view). */
+bool is_view_op(OpKind op);
 /* NULL when op takes n inputs, else why not ("takes 2 inputs, got 3"). */
 const char *op_arity_error(OpKind op, int n);
 /* The default of an op's attribute ("" when it has none), or NULL when the

@@ -88,18 +88,13 @@ static bool appends_in_place(const Node *n) {
     return n->op == OP_CONCAT && tensor_root(n->inputs[0]) == tensor_root(n->outputs[0]);
 }
 
-static bool is_view(const Node *n) {
-    return n->op == OP_RESHAPE || n->op == OP_SQUEEZE || n->op == OP_UNSQUEEZE ||
-           n->op == OP_FLATTEN;
-}
-
 bool append_region(Program *p, Tensor *piece, Operand *o) {
     if (p->debug_tensors || piece->uses != 1 || piece->is_output || piece->is_update)
         return false;
     Graph *g = p->graph;
     for (int i = 0; i < g->nodes.len; i++) {
         Node *n = g->nodes.data[i];
-        if (n->dead || n->ninputs < 1 || n->inputs[0] != piece || !is_view(n))
+        if (n->dead || n->ninputs < 1 || n->inputs[0] != piece || !is_view_op(n->op))
             continue;
         return append_region(p, n->outputs[0], o); /* the same elements in order */
     }

@@ -498,9 +498,11 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
     int64_t nt = tile_invocations(tiles);
     bool a4 = matmul_a4(n, s) && bm * bk / 4 % nt == 0;
     bool b4 = matmul_b4(n, s) && bn * bk / 4 % nt == 0;
-    /* B K-major (a decoder's weights, a transposed operand) read one
-     * element at a time: like a scalar A, in runs of 8 along K */
-    bool bkm = !b4 && !s->conv.in[0] && s->b_sk == 1 && s->b_sn > 1 && bk % 8 == 0;
+    /* B K-major (a decoder's weights, a transposed operand): its tiles
+     * load along K (B_KMAJOR); on the VEC4 path like a scalar A, in runs of
+     * 8 along K, its stage rows padded by a vec4 */
+    bool kmajor_b = !s->conv.in[0] && s->b_sk == 1 && s->b_sn > 1;
+    bool bkm = kmajor_b && !b4 && bk % 8 == 0;
     bool vec4 = !matvec && matmul_f32_shape(n, s) && tm % 4 == 0 && tn % 4 == 0 &&
                 bm * bk % nt == 0 && bn * bk % nt == 0 && (a4 || bk % 8 == 0) &&
                 /* two stages of shared memory: 48 KiB for wide tiles (the
@@ -539,7 +541,7 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
             define_int(d, "A_SCALAR", 1);
         if (vec4 && !b4)
             define_int(d, "B_SCALAR", 1);
-        if (bkm || (!vec4 && !s->conv.in[0] && s->b_sk == 1 && s->b_sn > 1))
+        if (vec4 ? bkm : kmajor_b)
             define_int(d, "B_KMAJOR", 1);
         define_conv(d, s, kchunk != 0);
         if (kchunk) {

@@ -26,6 +26,10 @@ int activation_lookup(const char *name) {
     return op != OP_COUNT && (op_info[op].flags & ACTIVATION) ? (int)op : -1;
 }
 
+bool is_view_op(OpKind op) {
+    return op == OP_RESHAPE || op == OP_SQUEEZE || op == OP_UNSQUEEZE || op == OP_FLATTEN;
+}
+
 const char *activation_names(void) {
     Str s = {0};
     str_add(&s, "none");

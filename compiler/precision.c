@@ -204,10 +204,6 @@ static bool kept(const Pass *p, Node **members, int nm) {
     return false;
 }
 
-static bool is_view_op(OpKind op) {
-    return op == OP_RESHAPE || op == OP_SQUEEZE || op == OP_UNSQUEEZE || op == OP_FLATTEN;
-}
-
 /* Whether t is read, and only as the data of copies into the model's own
  * tensors (through views): an f16 t would be cast back to f32 for them. */
 static bool only_copied_out(const Graph *g, const Tensor *t, int depth) {

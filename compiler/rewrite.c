@@ -231,10 +231,7 @@ static void try_rms_norm(Rewriter *r, Node *n) {
 
 /* ---- rope ----------------------------------------------------------------- */
 
-static bool is_view(const Node *n) {
-    return n && (n->op == OP_RESHAPE || n->op == OP_UNSQUEEZE || n->op == OP_SQUEEZE ||
-                 n->op == OP_FLATTEN);
-}
+static bool is_view(const Node *n) { return n && is_view_op(n->op); }
 
 /* The sizes other than 1, in order; returns their count. */
 static int big_dims(const Tensor *t, int64_t *out) {
@@ -407,9 +404,7 @@ static void try_rope_source(Rewriter *r, Node *n) {
     if (n->op != OP_ROPE)
         return;
     Tensor *x = n->inputs[0];
-    int axis = (int)attr_int(n, "seq_axis");
-    if (axis < 0)
-        axis += x->rank;
+    int axis = last_axis(n, "seq_axis", x->rank);
     if (x->dyn_axes && !x->dynamic &&
         rope_on_source(r, n, x, n->inputs[1], n->inputs[2], axis, n) > 0)
         r->rope++;

@@ -44,6 +44,8 @@ void same_dtype(Node *n, int first, int last);
 int broadcast_inputs(Node *n, int first, int64_t *shape);
 kiln_dtype attr_dtype(Node *n, const char *key);
 void require_f32(Node *n);
+/* Every input f32 or f16 (kernels that convert on load: f32 arithmetic). */
+void require_float(Node *n);
 void check_channel_param(Node *n, int i, int64_t c);
 void check_index_extent(Node *n, const Tensor *x, const Tensor *idx);
 void same_shape(Node *n, int i, const Tensor *like, const char *what);

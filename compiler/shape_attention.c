@@ -17,9 +17,7 @@ static void attention_output_shape(const Tensor *q, const AttentionDims *a, int6
 }
 
 void shape_attention(Node *n) {
-    for (int i = 0; i < n->ninputs; i++) /* f32 arithmetic */
-        require(n, i, n->inputs[i]->dtype == KILN_DTYPE_F32 ||
-                          n->inputs[i]->dtype == KILN_DTYPE_F16, "f32 or f16");
+    require_float(n);
     AttentionDims a;
     attention_dims(n, &a);
     Tensor *q = n->inputs[0];
@@ -46,9 +44,7 @@ void shape_attention(Node *n) {
  * cos and sin [S, R/2], R = n_rot (default D, even, <= D). */
 void shape_rope(Node *n) {
     Tensor *x = n->inputs[0], *c = n->inputs[1], *s = n->inputs[2];
-    for (int i = 0; i < 3; i++) /* an elementwise dispatch: f32 arithmetic */
-        require(n, i, n->inputs[i]->dtype == KILN_DTYPE_F32 ||
-                          n->inputs[i]->dtype == KILN_DTYPE_F16, "f32 or f16");
+    require_float(n); /* an elementwise dispatch */
     if (x->rank < 2)
         node_error(n, "rope needs [..., S, ..., D], got %s",
                    shape_str(x->rank, x->shape));

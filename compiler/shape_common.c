@@ -75,6 +75,11 @@ void require_f32(Node *n) {
         require(n, i, n->inputs[i]->dtype == KILN_DTYPE_F32, "f32");
 }
 
+void require_float(Node *n) {
+    for (int i = 0; i < n->ninputs; i++)
+        require(n, i, is_float(n->inputs[i]->dtype), "f32 or f16");
+}
+
 void check_channel_param(Node *n, int i, int64_t c) {
     Tensor *p = n->inputs[i];
     if (p->rank != 1 || p->shape[0] != c)

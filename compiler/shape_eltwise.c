@@ -54,8 +54,7 @@ void shape_shift(Node *n) {
 }
 
 void shape_arith_float(Node *n) {
-    for (int i = 0; i < n->ninputs; i++)
-        require(n, i, is_float(n->inputs[i]->dtype), "f32 or f16");
+    require_float(n);
     shape_arith(n);
 }
 

@@ -207,13 +207,15 @@ struct kiln_model {
     /* model_record.c: recordings that leave out the dispatches a run's dims
      * give no workgroups (a product's variant for other row counts), one
      * per set of them, made the first time a run's dims give that set; idle
-     * is the scratch for the current run's set (dispatch_count flags). */
+     * flags the current dims' set (dispatch_count flags, idle_count of them
+     * set: kiln__write_dims), for a model with dynamic dispatches. */
     struct kiln__recording {
         VkCommandBuffer cmd;
         uint8_t *idle;
     } recordings[KILN__RECORDINGS];
     uint32_t recording_count;
     uint8_t *idle;
+    uint32_t idle_count;
     VkFence fence;
     VkQueryPool timestamps; /* dispatch_count + 1 queries, when profiling */
     /* Not KILN_OK once a run failed after its submit (the device was lost,
@@ -251,9 +253,6 @@ struct kiln_model {
 
 /* model_dims.c */
 int64_t kiln__eval_extent(const kiln_extent *e, const int64_t *dims);
-/* Sets idle[i] for each dispatch the current dims give no workgroups;
- * returns how many. */
-uint32_t kiln__idle_dispatches(const kiln_model *m, uint8_t *idle);
 /* Copies tensor t from src to dst, between its packed layout (contiguous
  * at the current dims' extents: what kiln_model_run's caller passes) and
  * its stored one (the largest shape's strides: staging); to_stored: dst is
@@ -262,7 +261,8 @@ void kiln__copy_extent(const kiln_model *m, const kiln_tensor_info *t, void *dst
                        const void *src, int to_stored);
 /* The dynamic-dimension and state tables: counts, ranges and offsets that fit. */
 kiln_status kiln__check_dims(const kiln_model_desc *d);
-/* The dims and every dynamic dispatch's workgroup counts into staging. */
+/* The dims and every dynamic dispatch's workgroup counts into staging; the
+ * dispatches they leave idle flagged (m->idle). */
 void kiln__write_dims(kiln_model *m);
 
 /* model_pipeline_cache.c: option is kiln_model_options.pipeline_cache

@@ -175,6 +175,12 @@ static kiln_status create_objects(kiln_model *m, int staged) {
         KILN_OK)
         KILN_RETURN_IF_ERROR(kiln__buffer_create(dev, d->io_bytes, transfer,
                                                  KILN__MEMORY_STAGING, &m->io));
+    if (d->indirect_count) { /* kiln__write_dims marks the idle ones */
+        m->idle = kiln__calloc(m->host, d->dispatch_count, 1);
+        if (!m->idle)
+            return KILN_FAIL(KILN_ERROR_OUT_OF_HOST_MEMORY, "model %s: no memory for %u flags",
+                             d->name, d->dispatch_count);
+    }
     for (uint32_t i = 0; i < d->dim_count; i++)
         m->dims[i] = d->dims[i].max;
     kiln__write_dims(m);

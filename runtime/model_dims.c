@@ -58,21 +58,9 @@ kiln_status kiln__check_dims(const kiln_model_desc *d) {
     return KILN_OK;
 }
 
-/* Dynamic dispatch x's workgroup counts at dims. */
-static void groups_at(const kiln_dispatch *x, const int64_t *dims, uint32_t g[3]) {
-    memcpy(g, x->groups, 3 * sizeof *g);
-    int64_t w = kiln__eval_extent(&x->work, dims) * (int64_t)x->scale;
-    if (w < 0 || (uint64_t)w < x->work_min || (uint64_t)w > x->work_max) {
-        g[x->dyn_axis] = 0;
-    } else {
-        uint64_t need = ((uint64_t)w + x->per_group - 1) / x->per_group;
-        if (need < g[x->dyn_axis])
-            g[x->dyn_axis] = (uint32_t)need;
-    }
-}
-
 /* Writes the dims and every dynamic dispatch's workgroup counts into
- * staging, where the next submit's copies pick them up. */
+ * staging, where the next submit's copies pick them up, and marks the
+ * dispatches they leave idle (m->idle, m->idle_count). */
 void kiln__write_dims(kiln_model *m) {
     const kiln_model_desc *d = m->desc;
     if (!d->dim_count)
@@ -82,28 +70,26 @@ void kiln__write_dims(kiln_model *m) {
         v[i] = (int32_t)m->dims[i];
     memcpy((char *)m->io.mapped + d->dims_io_offset, v, sizeof v);
     uint32_t *cmd = (uint32_t *)(void *)((char *)m->io.mapped + d->indirect_io_offset);
+    m->idle_count = 0;
     for (uint32_t i = 0, k = 0; i < d->dispatch_count; i++) {
         const kiln_dispatch *x = &d->dispatches[i];
         if (x->dyn_axis == KILN_AXIS_FIXED)
             continue;
-        uint32_t g[3];
-        groups_at(x, m->dims, g);
+        uint32_t g[3] = {x->groups[0], x->groups[1], x->groups[2]};
+        int64_t w = kiln__eval_extent(&x->work, m->dims) * (int64_t)x->scale;
+        if (w < 0 || (uint64_t)w < x->work_min || (uint64_t)w > x->work_max) {
+            g[x->dyn_axis] = 0;
+        } else {
+            uint64_t need = ((uint64_t)w + x->per_group - 1) / x->per_group;
+            if (need < g[x->dyn_axis])
+                g[x->dyn_axis] = (uint32_t)need;
+        }
         memcpy(cmd + 3 * k++, g, sizeof g);
+        if (m->idle) {
+            m->idle[i] = g[x->dyn_axis] == 0;
+            m->idle_count += m->idle[i];
+        }
     }
-}
-
-uint32_t kiln__idle_dispatches(const kiln_model *m, uint8_t *idle) {
-    const kiln_model_desc *d = m->desc;
-    uint32_t count = 0;
-    for (uint32_t i = 0; i < d->dispatch_count; i++) {
-        const kiln_dispatch *x = &d->dispatches[i];
-        uint32_t g[3] = {1, 1, 1};
-        if (x->dyn_axis != KILN_AXIS_FIXED)
-            groups_at(x, m->dims, g);
-        idle[i] = g[0] == 0 || g[1] == 0 || g[2] == 0;
-        count += idle[i];
-    }
-    return count;
 }
 
 kiln_status kiln_model_set_dims(kiln_model *m, const int64_t *values, uint32_t count) {

@@ -166,20 +166,11 @@ static kiln_status record(kiln_model *m, const uint8_t *idle, VkCommandBuffer *o
     return KILN_OK;
 }
 
-kiln_status kiln__record(kiln_model *m) {
-    const kiln_model_desc *d = m->desc;
-    if (d->indirect_count) {
-        m->idle = kiln__calloc(m->host, d->dispatch_count, 1);
-        if (!m->idle)
-            return KILN_FAIL(KILN_ERROR_OUT_OF_HOST_MEMORY, "model %s: no memory for %u flags",
-                             d->name, d->dispatch_count);
-    }
-    return record(m, NULL, &m->cmd);
-}
+kiln_status kiln__record(kiln_model *m) { return record(m, NULL, &m->cmd); }
 
 VkCommandBuffer kiln__recording(kiln_model *m) {
     const kiln_model_desc *d = m->desc;
-    if (!m->idle || !kiln__idle_dispatches(m, m->idle))
+    if (!m->idle_count)
         return m->cmd;
     for (uint32_t k = 0; k < m->recording_count; k++)
         if (memcmp(m->recordings[k].idle, m->idle, d->dispatch_count) == 0)

@@ -29,9 +29,12 @@ ATTENTIONS = [  # layout, B, H, KVH, Sq, Sk, D, DV, attrs, mask shape
 ]
 
 
-def attention_case(i, layout, B, H, KVH, Sq, Sk, D, DV, attrs, mshape):
+def attention_case(i, layout, B, H, KVH, Sq, Sk, D, DV, attrs, mshape, f16=False):
+    """f16: q, k, v, the mask and the result stored f16 (as --precision f16
+    stores them), the arithmetic f32; a third of the way in, one key masked
+    out."""
     def test(workdir):
-        r = rng(2300 + i)
+        r = rng((2500 if f16 else 2300) + i)
         if layout == "bhsd":
             q, k, v = values(r, [B, H, Sq, D], 1), values(r, [B, KVH, Sk, D], 1), \
                 values(r, [B, KVH, Sk, DV], 1)
@@ -43,6 +46,9 @@ def attention_case(i, layout, B, H, KVH, Sq, Sk, D, DV, attrs, mshape):
             ins.append(values(r, mshape, 2.0))
             if Sk >= 1000:  # one span of 125 keys (of 8) and one key more masked out
                 ins[3][..., 250:376] = -np.inf
+        if f16:
+            ins = [x.astype(np.float16) for x in ins]
+            ins[3][..., Sk // 3] = -np.inf
         a = {"layout": layout}
         if layout == "bshd":
             a.update({"heads": H, "kv_heads": KVH})
@@ -51,7 +57,11 @@ def attention_case(i, layout, B, H, KVH, Sq, Sk, D, DV, attrs, mshape):
                              H if layout == "bshd" else None, KVH if layout == "bshd" else None,
                              attrs.get("scale"), attrs.get("softcap", 0),
                              attrs.get("causal", 0), attrs.get("window", 0))
-        one_op(workdir, "attention", ins, want, a, 1e-4, 1e-5, names=["q", "k", "v", "m"])
+        if f16:
+            one_op(workdir, "attention", ins, want.astype(np.float16), a, 2e-3, 2e-3,
+                   names=["q", "k", "v", "m"])
+        else:
+            one_op(workdir, "attention", ins, want, a, 1e-4, 1e-5, names=["q", "k", "v", "m"])
     return test
 
 
@@ -81,35 +91,12 @@ for i, (shape, attrs) in enumerate(ROPES):
     case(f"op rope {shape} {attrs}")(rope_case(i, shape, attrs))
 
 
-# f16 storage (--precision f16 stores them so): q, k, v, the mask and the
-# result f16, the arithmetic f32; one row a head with spans, and a prefill.
-ATTENTIONS_F16 = [("bshd", 1, 4, 2, 1, 300, 32, 32, [1, 300]),
-                  ("bhsd", 1, 2, 1, 9, 9, 16, 16, [9, 9])]
-
-
-def attention_f16_case(i, layout, B, H, KVH, Sq, Sk, D, DV, mshape):
-    def test(workdir):
-        r = rng(2500 + i)
-        if layout == "bhsd":
-            shapes = [[B, H, Sq, D], [B, KVH, Sk, D], [B, KVH, Sk, DV]]
-        else:
-            shapes = [[B, Sq, H * D], [B, Sk, KVH * D], [B, Sk, KVH * DV]]
-        ins = [values(r, s, 1).astype(np.float16) for s in shapes]
-        mask = values(r, mshape, 2.0).astype(np.float16)
-        mask[..., Sk // 3] = -np.inf
-        a = {"layout": layout, "causal": 1}
-        if layout == "bshd":
-            a.update({"heads": H, "kv_heads": KVH})
-        want = ref.attention(*ins, mask, layout, H if layout == "bshd" else None,
-                             KVH if layout == "bshd" else None, None, 0, 1, 0)
-        one_op(workdir, "attention", ins + [mask], want.astype(np.float16), a, 2e-3, 2e-3,
-               names=["q", "k", "v", "m"])
-    return test
-
-
+# f16 storage: one row a head with spans, and a prefill.
+ATTENTIONS_F16 = [("bshd", 1, 4, 2, 1, 300, 32, 32, {"causal": 1}, [1, 300]),
+                  ("bhsd", 1, 2, 1, 9, 9, 16, 16, {"causal": 1}, [9, 9])]
 for i, c in enumerate(ATTENTIONS_F16):
     case(f"op attention f16 storage {c[0]} H={c[2]} KVH={c[3]} Sq={c[4]} Sk={c[5]}")(
-        attention_f16_case(i, *c))
+        attention_case(i, *c, f16=True))
 
 
 @case("op rope f16 storage [1, 5, 2, 16] seq_axis 1: x and the result f16, f32 tables")
