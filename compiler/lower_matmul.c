@@ -220,6 +220,8 @@ static Dispatch *matvec_k_kernel(Program *p, Node *n, const MatmulShape *s, int6
     define_operand_types(p, d, s);
     define_int(d, "WG", wg);
     define_int(d, "CN", cn);
+    /* A four elements a load (A's rows and batches in whole vectors) */
+    define_int(d, "A_VEC", s->a_sm % 4 == 0 && all_multiples(s->brank, s->ops[1].strides, 4));
     if (unroll > 1)
         define_int(d, "UNROLL", unroll);
     define_int(d, "W_FORMAT", fmt);
@@ -755,6 +757,134 @@ void bind_bias(Dispatch *d, Tensor *bias, Operand bo, double beta, Tensor *a) {
 }
 
 
+/* Slot i of d bound to t instead (the whole tensor, read). */
+static void rebind_arg(Dispatch *d, int i, Tensor *t) {
+    d->args[i] = t;
+    d->arg_begin[i] = 0;
+    d->arg_end[i] = tensor_bytes(t);
+}
+
+/* Whether t can stand in for A (elementwise, index for index): A's shape,
+ * f32 or f16. */
+static bool like_a(const Tensor *t, const Tensor *a) {
+    return t && shape_equal(t, a) &&
+           (t->dtype == KILN_DTYPE_F32 || t->dtype == KILN_DTYPE_F16);
+}
+
+/* A prologue operand's buffer type (NAME_BUF) in matvec_k.comp, and its
+ * load of four elements (NAME_X4). */
+static void define_x4(Dispatch *d, const char *name, const Tensor *t) {
+    bool f16 = t->dtype == KILN_DTYPE_F16;
+    define_str(d, format("%s_BUF", name), f16 ? "U2R" : "V4R");
+    define_str(d, format("%s_X4", name), f16 ? "kiln_h4" : "kiln_f4");
+}
+
+/* A's prologue (Node.prologue, optimize.c) in v, the matvec_k variant of a
+ * decode step's product (matmul_dispatch): v computes A's elements from
+ * the inputs of the node that makes A (matvec_k.comp, PRO_NORM or PRO_N)
+ * and that node's one dispatch runs only for the rows of v's tiled
+ * variant. Called after every other argument of v is bound; where anything
+ * does not fit, nothing changes. */
+static void bind_prologue(Program *p, Dispatch *v, Node *n, const MatmulShape *s) {
+    Node *pro = n->prologue;
+    Tensor *a = s->ops[1].t;
+    if (!pro || a->producer != pro || strcmp(v->family, "matvec_k") != 0 ||
+        s->batch != 1 || s->a_sk != 1 || s->a_sm != s->K || a->shape[a->rank - 1] != s->K)
+        return;
+    int at = -1; /* the group's one dispatch */
+    for (int i = 0; i < p->ndispatches; i++) {
+        if (p->dispatches[i]->node != pro)
+            continue;
+        if (at >= 0)
+            return;
+        at = i;
+    }
+    Dispatch *pd = at >= 0 ? p->dispatches[at] : NULL;
+    if (!pd || pd->variant ||
+        (v->variant && (!v->dynamic || !pd->dynamic || pd->work_min != 0 ||
+                        pd->work_max != INT64_MAX || !dim_expr_eq(&pd->work, &v->work))))
+        return;
+    bool any_f16 = a->dtype == KILN_DTYPE_F16 || s->ops[0].t->dtype == KILN_DTYPE_F16;
+    /* matvec_k.comp's slots before the prologue's: c, a, b, bias, the
+     * weights' scales and zero points, the split's two outputs */
+    int first = n->nsiblings ? 8 : 6;
+    if (v->nargs > first)
+        internal_error("node '%s': %d arguments before the prologue's", n->name, v->nargs);
+    Tensor *ops[6] = {0};
+    int nops;
+    if (pro->op == OP_RMS_NORM) {
+        Tensor *x = pro->inputs[0], *res = NULL, *sum = NULL;
+        Tensor *gamma = pro->ninputs > 1 ? pro->inputs[1] : NULL;
+        Node *add = x->producer && x->producer->fused_into == pro ? x->producer : NULL;
+        if (add) {
+            x = add->inputs[0];
+            res = add->inputs[1];
+            if (add->outputs[0]->is_output || add->outputs[0]->uses > 1)
+                sum = add->outputs[0];
+        }
+        /* the sum is stored one half at a time: 16-bit storage, which A or
+         * C already asks for */
+        if (!like_a(x, a) || (res && !like_a(res, a)) || (sum && !like_a(sum, a)) ||
+            (sum && sum->dtype == KILN_DTYPE_F16 && !any_f16) ||
+            (gamma && (gamma->rank != 1 || gamma->shape[0] != s->K ||
+                       (gamma->dtype != KILN_DTYPE_F32 && gamma->dtype != KILN_DTYPE_F16))))
+            return;
+        define_int(v, "PRO_NORM", 1);
+        define_float(v, "EPS", attr_float(pro, "eps"));
+        define_int(v, "PRO_RES", res != NULL);
+        define_int(v, "PRO_GAMMA", gamma != NULL);
+        define_int(v, "PRO_SUM", sum != NULL);
+        define_x4(v, "PA", x);
+        define_x4(v, "PRES", res ? res : x);
+        define_x4(v, "PG", gamma ? gamma : x);
+        bool sum16 = sum && sum->dtype == KILN_DTYPE_F16;
+        define_str(v, "PSUM_BUF", sum16 ? "F16" : "F32");
+        define_str(v, "PSUM_T", sum16 ? "float16_t" : "float");
+        rebind_arg(v, 1, x);
+        while (v->nargs < first)
+            dispatch_unused(v, x);
+        if (res)
+            dispatch_arg(v, res, false);
+        else
+            dispatch_unused(v, x);
+        if (gamma)
+            dispatch_arg(v, gamma, false);
+        else
+            dispatch_unused(v, x);
+        if (sum)
+            dispatch_arg(v, sum, true);
+        else
+            dispatch_unused(v, x);
+    } else {
+        char *expr = fused_expr(pro, "float", ops, &nops, 6);
+        if (!expr)
+            return;
+        for (int k = 0; k < nops; k++)
+            if (!like_a(ops[k], a))
+                return;
+        define_int(v, "PRO_N", nops);
+        define_str(v, "PRO", format("(%s)", expr));
+        for (int k = 0; k < 6; k++)
+            define_x4(v, k ? format("P%d", k) : "PA", ops[k < nops ? k : 0]);
+        rebind_arg(v, 1, ops[0]);
+        while (v->nargs < first)
+            dispatch_unused(v, ops[0]);
+        for (int k = 1; k < 6; k++) {
+            if (k < nops)
+                dispatch_arg(v, ops[k], false);
+            else
+                dispatch_unused(v, ops[0]);
+        }
+    }
+    if (v->variant) { /* the group runs where v does not: more units than v's most */
+        pd->work_min = (v->work_max / v->scale + 1) * pd->scale;
+    } else { /* v takes every run: the group's dispatch goes */
+        memmove(p->dispatches + at, p->dispatches + at + 1,
+                sizeof(Dispatch *) * (size_t)(p->ndispatches - at - 1));
+        p->ndispatches--;
+    }
+}
+
 /* QKV split (optimize.c): the product's columns [0, N0) are n's output,
  * the next N1 its first sibling's, the rest its second's; each a row-major
  * [M, width] tensor (B is one 2-D weight, so the batch folded into M). The
@@ -853,6 +983,7 @@ void lower_matmul(Program *p, Node *n) {
         bind_weight_scales(d, n, n->nsiblings != 0);
         if (n->nsiblings)
             bind_split(p, d, n, &s);
+        bind_prologue(p, d, n, &s);
     }
 }
 

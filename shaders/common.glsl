@@ -6,8 +6,8 @@
 // Within one dispatch an output never shares bytes with an input (the memory
 // planner guarantees it), so inputs are restrict and readonly.
 //
-// Buffer types by dtype: F32 I32 always (and V4, U4: vec4 and uvec4 views); F16 with NEED_F16 (16-bit storage),
-// I64 with NEED_I64 (int64), U8 and I8 with NEED_8BIT (8-bit storage; bool
+// Buffer types by dtype: F32 I32 always (and V4, U4, U2: vec4, uvec4 and
+// uvec2 views); F16 with NEED_F16 (16-bit storage), I64 with NEED_I64 (int64), U8 and I8 with NEED_8BIT (8-bit storage; bool
 // is U8 holding 0 or 1). The compiler defines the NEED_* a kernel uses and
 // records the device features they require.
 #extension GL_EXT_buffer_reference : require
@@ -32,6 +32,7 @@ KILN_BUFFER(V4, vec4, 16)
 KILN_BUFFER(I32, int, 4)
 KILN_BUFFER(U32, uint, 4)
 KILN_BUFFER(U4, uvec4, 16)
+KILN_BUFFER(U2, uvec2, 8)
 #if defined(NEED_F16) && NEED_F16
 #extension GL_EXT_shader_16bit_storage : require
 KILN_BUFFER(F16, float16_t, 2)

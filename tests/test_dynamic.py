@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 
 import reference as ref
-from harness import (VALIDATION, assert_close, build_model, check, kiln, link_model,
-                     model_yaml, registry, run)
+from harness import (F16_TOLERANCE, VALIDATION, assert_close, assert_relative, build_model,
+                     check, kiln, link_model, model_yaml, registry, run)
 
 TESTS, case = registry()
 
@@ -477,6 +477,72 @@ def test_rope_append(workdir):
     nodes = [d["node"] for d in json.loads(r.stdout)["dispatches"]]
     check("all" not in nodes and nodes.count("r") == 2,
           f"expected the rope (and its tail) writing the state, no concat copy: {nodes}")
+
+
+@case("dynamic: a decode step's product computes its A itself: rms_norm with the residual "
+      "add, and silu(g) * u; the norm's own dispatch gone (rows up to 16) or idle for the "
+      "matrix-vector runs (up to 64), f32 and f16")
+def test_prologue(workdir):
+    K, F, N = 64, 96, 40
+    doc = json.loads(dyn_yaml(
+        {"seq": "1..16"}, {"x": {**W, "shape": [1, "seq", K]}, "r": {**W, "shape": [1, "seq", K]}},
+        [{"name": "s", "op": "add", "inputs": ["x", "r"]},
+         {"name": "n", "op": "rms_norm", "inputs": ["s", "g"], "eps": 1e-3},
+         {"name": "gu", "op": "matmul", "inputs": ["n", "wg"]},
+         {"name": "up", "op": "matmul", "inputs": ["n", "wu"]},
+         {"name": "sg", "op": "sigmoid", "inputs": ["gu"]},
+         {"name": "si", "op": "mul", "inputs": ["gu", "sg"]},
+         {"name": "m", "op": "mul", "inputs": ["si", "up"]},
+         {"name": "d", "op": "matmul", "inputs": ["m", "wd"]},
+         {"name": "o", "op": "add", "inputs": ["d", "s"]},
+         {"name": "n2", "op": "rms_norm", "inputs": ["o"]},
+         {"name": "h", "op": "matmul", "inputs": ["n2", "wh"]}],
+        ["h", "o"], {"g": weight([K], 6), "wg": weight([K, F], 7), "wu": weight([K, F], 8),
+                     "wd": weight([F, K], 9), "wh": weight([K, N], 10)}))
+    g, wg, wu = w_of([K], 6), w_of([K, F], 7), w_of([K, F], 8)
+    wd, wh = w_of([F, K], 9), w_of([K, N], 10)
+
+    def want(x, r, seq):
+        s = ref.f64(x) + r
+        n = ref.norm(s, -1, g, rms=True, eps=1e-3)
+        gu = n @ wg
+        o = (gu / (1 + np.exp(-gu)) * (n @ wu)) @ wd + s
+        return [ref.norm(o, -1, rms=True) @ wh, o]
+
+    def inputs(rng, seq):
+        return [normal(rng, 1, seq, K), normal(rng, 1, seq, K)]
+
+    def f16_close(got, w, what):
+        assert_relative(got, w, F16_TOLERANCE, what)
+    for hi, precision in ((16, "f32"), (64, "f32"), (64, "f16")):
+        sub = Path(workdir) / f"{precision}_{hi}"
+        sub.mkdir()
+        doc["dims"] = {"seq": f"1..{hi}"}
+        prog = build_model(sub, json.dumps(doc), flags=("--precision", precision))
+        run_built(prog, seq_steps([v for v in SEQ if v <= hi] + [hi]), inputs, want,
+                  rtol=1e-4, atol=1e-4, compare=f16_close if precision == "f16" else None)
+        r = kiln("inspect", sub / "model.yaml", "--precision", precision, "--format", "json")
+        check(r.returncode == 0, r.stderr)
+        ds = json.loads(r.stdout)["dispatches"]
+        fams = [d["family"] for d in ds]
+        # the products' matvec_k kernels (gate and up are one), and the
+        # tiled ones above 4 rows
+        check(fams.count("matvec_k") == 3, f"expected 3 matrix-vector products: {fams}")
+        # rows up to 16 are the matrix-vector kernel's alone: no norm and no
+        # silu(g) * u of their own; up to 64 those run for the tiled rows
+        want_own = 0 if hi == 16 else 1
+        check(fams.count("norm") == 2 * want_own and fams.count("eltwise") == want_own,
+              f"seq 1..{hi}: expected {2 * want_own} norm and {want_own} elementwise "
+              f"dispatches: {fams}")
+    # --no-fuse=prologue keeps them
+    sub = Path(workdir) / "off"
+    sub.mkdir()
+    doc["dims"] = {"seq": "1..16"}
+    prog = build_model(sub, json.dumps(doc), flags=("--no-fuse=prologue",))
+    run_built(prog, seq_steps([1, 16, 3]), inputs, want, rtol=1e-4, atol=1e-4)
+    r = kiln("inspect", sub / "model.yaml", "--no-fuse=prologue", "--format", "json")
+    fams = [d["family"] for d in json.loads(r.stdout)["dispatches"]]
+    check(fams.count("norm") == 2, f"--no-fuse=prologue: expected two norms: {fams}")
 
 
 @case("state: a QKV product writes its keys and values straight into the caches (views "
