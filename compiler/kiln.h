@@ -314,13 +314,6 @@ struct Node {
      * element (k, n) at n * K + k, scales and zero points at
      * n * ceil(K / QUANT_BLOCK) + k / QUANT_BLOCK. wformat may be WF_F32. */
     bool wkmajor;
-    /* A matmul whose A is made by this node (optimize.c, mark_prologues):
-     * an rms_norm over the last axis or an elementwise group, read by this
-     * product alone. Where the product runs as a decode step's matvec_k
-     * variant, that kernel computes A itself as it loads it, and the
-     * node's dispatch runs only for the tiled variant's rows
-     * (lower_matmul.c, bind_prologue). */
-    struct Node *prologue;
 };
 
 typedef struct Graph {
@@ -540,7 +533,6 @@ struct Options {
     bool no_fuse_norm;      /* --no-fuse=norm */
     bool no_fuse_qkv;       /* --no-fuse=qkv */
     bool no_fuse_patterns;  /* --no-fuse=patterns */
-    bool no_fuse_prologue;  /* --no-fuse=prologue */
     int weights_format;     /* --weights: a WeightFormat */
     kiln_dtype precision;   /* --precision: KILN_DTYPE_F32 or KILN_DTYPE_F16 */
     const char **keep_f32;  /* --keep-f32: node names */

@@ -685,11 +685,29 @@ static Dispatch *splitk_sum(Program *p, Node *n, const MatmulShape *s, Tensor *p
     return r;
 }
 
+/* The matrix-vector kernel of s for runs of lo to hi rows (multiples of
+ * per, the rows a unit of the dims adds): all its column groups then, none
+ * otherwise. */
+static Dispatch *matvec_variant(Program *p, Node *n, MatmulShape *s, int64_t per, int64_t hi,
+                                int64_t lo) {
+    Dispatch *v = matmul_kernel(p, n, s, true, hi, false, 0);
+    uint32_t cols = v->groups[0];
+    v->dynamic = true;
+    v->dyn_axis = 0;
+    v->work = s->dyn->extent;
+    v->scale = per * cols;
+    v->per_group = 1;
+    v->work_min = lo * cols;
+    v->work_max = hi * cols;
+    return v;
+}
+
 /* The kernel by the rows: matrix-vector up to MATVEC_MAX_M, else tiled.
  * Dynamic rows that can be either get both, recorded one after the other:
  * each run gives one of them its groups and the other none (work_min and
- * work_max over the run's rows), and no barrier separates them. Returns the
- * first; d->variant is the second. */
+ * work_max over the run's rows), and no barrier separates them; a decode
+ * step's product has a third, the matrix-vector kernel for exactly one
+ * row, first. Returns the first; d->variant is the next. */
 Dispatch *matmul_dispatch(Program *p, Node *n, MatmulShape *s) {
     if (s->M * s->N * s->batch == 0)
         return NULL;
@@ -700,6 +718,12 @@ Dispatch *matmul_dispatch(Program *p, Node *n, MatmulShape *s) {
         cm->variant = matmul_kernel(p, n, s, false, 0, false, 0);
         cm->variant->unless = KILN_FEATURE_COOPMAT;
         return cm;
+    }
+    if (s->M <= MATVEC_MAX_M && s->M > 1 && s->dyn && n->wkmajor &&
+        s->M / s->dyn->shape[s->dyn->dyn_axis] == 1) { /* one row, then 2 to M (see below) */
+        Dispatch *one = matvec_variant(p, n, s, 1, 1, 1);
+        one->variant = matvec_variant(p, n, s, 1, s->M, 2);
+        return one;
     }
     if (s->M <= MATVEC_MAX_M)
         return matmul_kernel(p, n, s, true, s->M, false, 0);
@@ -721,24 +745,30 @@ Dispatch *matmul_dispatch(Program *p, Node *n, MatmulShape *s) {
     if (kchunk)
         return split_product(p, n, s, kchunk);
     int64_t per = s->dyn ? s->M / s->dyn->shape[s->dyn->dyn_axis] : 0; /* rows per unit */
-    /* a K-major weight: matvec_k.comp up to MATVEC_K_DYN_M rows */
+    /* a K-major weight: matvec_k.comp up to MATVEC_K_DYN_M rows
+     * (KILN_MATVEC_K_M=R, 1 to that, fewer: for tuning) */
     int64_t most = n->wkmajor ? MATVEC_K_DYN_M : MATVEC_MAX_M;
+    const char *tune_m = getenv("KILN_MATVEC_K_M");
+    if (n->wkmajor && tune_m && atoi(tune_m) >= 1 && atoi(tune_m) <= MATVEC_K_DYN_M)
+        most = atoi(tune_m);
     if (!s->dyn || per > most)
         return matmul_kernel(p, n, s, false, 0, false, 0);
     int64_t small = most / per * per; /* the most rows the matvec one takes */
-    Dispatch *v = matmul_kernel(p, n, s, true, small, false, 0);
-    uint32_t cols = v->groups[0];
-    v->dynamic = true; /* all its column groups, while the rows are 1..small */
-    v->dyn_axis = 0;
-    v->work = s->dyn->extent;
-    v->scale = per * cols;
-    v->per_group = 1;
-    v->work_min = cols;
-    v->work_max = small * cols;
+    /* A decoding step's one row on a kernel built for one (as above): its
+     * arrays and the partial sums it reduces are the rows' (bench/
+     * experiments/matvec_k_dyn-h200.txt: 2048 x 2560 f16 8.6 -> 6.0 us on
+     * the H200, 2048 x 11264 int4 17.0 -> 15.5). Recorded first: the
+     * variants go in the order of their rows. */
+    Dispatch *one = n->wkmajor && per == 1 && small > 1 ? matvec_variant(p, n, s, 1, 1, 1)
+                                                        : NULL;
+    Dispatch *v = matvec_variant(p, n, s, per, small, one ? 2 : 1);
     Dispatch *t = matmul_kernel(p, n, s, false, 0, false, 0);
     t->work_min = small + 1;
     v->variant = t;
-    return v;
+    if (!one)
+        return v;
+    one->variant = v;
+    return one;
 }
 
 /* The bias slot of a matmul kernel: bias read at BIAS_SM * m + BIAS_SN * n
@@ -756,134 +786,6 @@ void bind_bias(Dispatch *d, Tensor *bias, Operand bo, double beta, Tensor *a) {
     dispatch_arg(d, bias, false);
 }
 
-
-/* Slot i of d bound to t instead (the whole tensor, read). */
-static void rebind_arg(Dispatch *d, int i, Tensor *t) {
-    d->args[i] = t;
-    d->arg_begin[i] = 0;
-    d->arg_end[i] = tensor_bytes(t);
-}
-
-/* Whether t can stand in for A (elementwise, index for index): A's shape,
- * f32 or f16. */
-static bool like_a(const Tensor *t, const Tensor *a) {
-    return t && shape_equal(t, a) &&
-           (t->dtype == KILN_DTYPE_F32 || t->dtype == KILN_DTYPE_F16);
-}
-
-/* A prologue operand's buffer type (NAME_BUF) in matvec_k.comp, and its
- * load of four elements (NAME_X4). */
-static void define_x4(Dispatch *d, const char *name, const Tensor *t) {
-    bool f16 = t->dtype == KILN_DTYPE_F16;
-    define_str(d, format("%s_BUF", name), f16 ? "U2R" : "V4R");
-    define_str(d, format("%s_X4", name), f16 ? "kiln_h4" : "kiln_f4");
-}
-
-/* A's prologue (Node.prologue, optimize.c) in v, the matvec_k variant of a
- * decode step's product (matmul_dispatch): v computes A's elements from
- * the inputs of the node that makes A (matvec_k.comp, PRO_NORM or PRO_N)
- * and that node's one dispatch runs only for the rows of v's tiled
- * variant. Called after every other argument of v is bound; where anything
- * does not fit, nothing changes. */
-static void bind_prologue(Program *p, Dispatch *v, Node *n, const MatmulShape *s) {
-    Node *pro = n->prologue;
-    Tensor *a = s->ops[1].t;
-    if (!pro || a->producer != pro || strcmp(v->family, "matvec_k") != 0 ||
-        s->batch != 1 || s->a_sk != 1 || s->a_sm != s->K || a->shape[a->rank - 1] != s->K)
-        return;
-    int at = -1; /* the group's one dispatch */
-    for (int i = 0; i < p->ndispatches; i++) {
-        if (p->dispatches[i]->node != pro)
-            continue;
-        if (at >= 0)
-            return;
-        at = i;
-    }
-    Dispatch *pd = at >= 0 ? p->dispatches[at] : NULL;
-    if (!pd || pd->variant ||
-        (v->variant && (!v->dynamic || !pd->dynamic || pd->work_min != 0 ||
-                        pd->work_max != INT64_MAX || !dim_expr_eq(&pd->work, &v->work))))
-        return;
-    bool any_f16 = a->dtype == KILN_DTYPE_F16 || s->ops[0].t->dtype == KILN_DTYPE_F16;
-    /* matvec_k.comp's slots before the prologue's: c, a, b, bias, the
-     * weights' scales and zero points, the split's two outputs */
-    int first = n->nsiblings ? 8 : 6;
-    if (v->nargs > first)
-        internal_error("node '%s': %d arguments before the prologue's", n->name, v->nargs);
-    Tensor *ops[6] = {0};
-    int nops;
-    if (pro->op == OP_RMS_NORM) {
-        Tensor *x = pro->inputs[0], *res = NULL, *sum = NULL;
-        Tensor *gamma = pro->ninputs > 1 ? pro->inputs[1] : NULL;
-        Node *add = x->producer && x->producer->fused_into == pro ? x->producer : NULL;
-        if (add) {
-            x = add->inputs[0];
-            res = add->inputs[1];
-            if (add->outputs[0]->is_output || add->outputs[0]->uses > 1)
-                sum = add->outputs[0];
-        }
-        /* the sum is stored one half at a time: 16-bit storage, which A or
-         * C already asks for */
-        if (!like_a(x, a) || (res && !like_a(res, a)) || (sum && !like_a(sum, a)) ||
-            (sum && sum->dtype == KILN_DTYPE_F16 && !any_f16) ||
-            (gamma && (gamma->rank != 1 || gamma->shape[0] != s->K ||
-                       (gamma->dtype != KILN_DTYPE_F32 && gamma->dtype != KILN_DTYPE_F16))))
-            return;
-        define_int(v, "PRO_NORM", 1);
-        define_float(v, "EPS", attr_float(pro, "eps"));
-        define_int(v, "PRO_RES", res != NULL);
-        define_int(v, "PRO_GAMMA", gamma != NULL);
-        define_int(v, "PRO_SUM", sum != NULL);
-        define_x4(v, "PA", x);
-        define_x4(v, "PRES", res ? res : x);
-        define_x4(v, "PG", gamma ? gamma : x);
-        bool sum16 = sum && sum->dtype == KILN_DTYPE_F16;
-        define_str(v, "PSUM_BUF", sum16 ? "F16" : "F32");
-        define_str(v, "PSUM_T", sum16 ? "float16_t" : "float");
-        rebind_arg(v, 1, x);
-        while (v->nargs < first)
-            dispatch_unused(v, x);
-        if (res)
-            dispatch_arg(v, res, false);
-        else
-            dispatch_unused(v, x);
-        if (gamma)
-            dispatch_arg(v, gamma, false);
-        else
-            dispatch_unused(v, x);
-        if (sum)
-            dispatch_arg(v, sum, true);
-        else
-            dispatch_unused(v, x);
-    } else {
-        char *expr = fused_expr(pro, "float", ops, &nops, 6);
-        if (!expr)
-            return;
-        for (int k = 0; k < nops; k++)
-            if (!like_a(ops[k], a))
-                return;
-        define_int(v, "PRO_N", nops);
-        define_str(v, "PRO", format("(%s)", expr));
-        for (int k = 0; k < 6; k++)
-            define_x4(v, k ? format("P%d", k) : "PA", ops[k < nops ? k : 0]);
-        rebind_arg(v, 1, ops[0]);
-        while (v->nargs < first)
-            dispatch_unused(v, ops[0]);
-        for (int k = 1; k < 6; k++) {
-            if (k < nops)
-                dispatch_arg(v, ops[k], false);
-            else
-                dispatch_unused(v, ops[0]);
-        }
-    }
-    if (v->variant) { /* the group runs where v does not: more units than v's most */
-        pd->work_min = (v->work_max / v->scale + 1) * pd->scale;
-    } else { /* v takes every run: the group's dispatch goes */
-        memmove(p->dispatches + at, p->dispatches + at + 1,
-                sizeof(Dispatch *) * (size_t)(p->ndispatches - at - 1));
-        p->ndispatches--;
-    }
-}
 
 /* QKV split (optimize.c): the product's columns [0, N0) are n's output,
  * the next N1 its first sibling's, the rest its second's; each a row-major
@@ -983,7 +885,6 @@ void lower_matmul(Program *p, Node *n) {
         bind_weight_scales(d, n, n->nsiblings != 0);
         if (n->nsiblings)
             bind_split(p, d, n, &s);
-        bind_prologue(p, d, n, &s);
     }
 }
 

@@ -53,9 +53,8 @@ static const char *const usage[] = {
     "                   descriptors, so that Vulkan's synchronization validation\n"
     "                   (KILN_VALIDATION=1) checks every barrier\n"
     "  --no-fuse[=LIST] turn fusions off: eltwise, epilogue, norm, qkv, patterns\n"
-    "                   (rms_norm, rope and attention written out in pieces),\n"
-    "                   prologue (a decode step's product computing its input's\n"
-    "                   rms_norm or elementwise group; default: all)\n"
+    "                   (rms_norm, rope and attention written out in pieces;\n"
+    "                   default: all)\n"
     "  --weights FMT    store matmul and gemm weights as f16, int8, int8-asym,\n"
     "                   int4, int4-asym, fp8-e4m3 or fp8-e5m2 (blocks of 32 along\n"
     "                   K with an f32 scale), dequantized inside the matmul;\n"
@@ -180,7 +179,7 @@ static void parse_args(int argc, char **argv, bool inspect, Args *a) {
         } else if (strcmp(arg, "--time") == 0) {
             a->opt.time_stages = true;
         } else if (strncmp(arg, "--no-fuse", 9) == 0 && (arg[9] == 0 || arg[9] == '=')) {
-            const char *which = arg[9] ? arg + 10 : "eltwise,epilogue,norm,qkv,patterns,prologue";
+            const char *which = arg[9] ? arg + 10 : "eltwise,epilogue,norm,qkv,patterns";
             for (const char *w = which; *w;) {
                 const char *e = strchr(w, ',');
                 size_t len = e ? (size_t)(e - w) : strlen(w);
@@ -194,11 +193,9 @@ static void parse_args(int argc, char **argv, bool inspect, Args *a) {
                     a->opt.no_fuse_qkv = true;
                 else if (len == 8 && strncmp(w, "patterns", 8) == 0)
                     a->opt.no_fuse_patterns = true;
-                else if (len == 8 && strncmp(w, "prologue", 8) == 0)
-                    a->opt.no_fuse_prologue = true;
                 else
                     fatal("--no-fuse: unknown fusion '%.*s' (eltwise, epilogue, norm, qkv, "
-                          "patterns, prologue)",
+                          "patterns)",
                           (int)len, w);
                 w += len + (e ? 1 : 0);
             }

@@ -21,11 +21,6 @@
  *    - qkv: two or three plain matmuls of one input by weights with the
  *      same K (a transformer's query, key and value projections) become one
  *      product by the weights side by side, writing three outputs.
- *    - prologue: a matmul with rows that follow the dims notes the rms_norm
- *      or elementwise group that makes its A, when nothing else reads that:
- *      a decode step's matrix-vector kernel computes A as it loads it, and
- *      the group's own dispatch runs only for the prompt's rows
- *      (lower_matmul.c, bind_prologue).
  * --debug-tensors turns fusion off, so every intermediate exists.
  */
 #include "kiln.h"
@@ -325,46 +320,6 @@ static void fuse_eltwise_chains(Graph *g) {
     }
 }
 
-/* Whether every live reader of t is n or fused into n (a QKV sibling). */
-static bool read_by_only(Graph *g, const Tensor *t, const Node *n) {
-    for (int i = 0; i < g->nodes.len; i++) {
-        Node *m = g->nodes.data[i];
-        if (m->dead || m == n || m->fused_into == n)
-            continue;
-        for (int k = 0; k < m->ninputs; k++)
-            if (m->inputs[k] == t)
-                return false;
-    }
-    return true;
-}
-
-/* A matmul with rows that follow the dims reading the output of an rms_norm
- * over the last axis (gamma at most, a residual add fused into it or not)
- * or of an elementwise group (at most six operands), and nothing else
- * reading that: lowering may compute A in the decode-step kernel
- * (Node.prologue; lower_matmul.c checks the rest). */
-static void mark_prologues(Graph *g) {
-    for (int i = 0; i < g->nodes.len; i++) {
-        Node *n = g->nodes.data[i];
-        if (!free_node(n) || n->op != OP_MATMUL || n->ninputs != 2 ||
-            !n->inputs[0]->dynamic || n->inputs[1]->kind != T_WEIGHT ||
-            n->inputs[1]->rank != 2)
-            continue;
-        Tensor *a = n->inputs[0];
-        Node *pro = a->producer;
-        if (!free_node(pro) || a->is_output || a->is_update || !read_by_only(g, a, n))
-            continue;
-        int64_t axis = pro && pro->op == OP_RMS_NORM ? attr_int(pro, "axis") : 0;
-        bool norm = pro && pro->op == OP_RMS_NORM && pro->ninputs <= 2 &&
-                    pro->noutputs == 1 && axis + (axis < 0 ? a->rank : 0) == a->rank - 1 &&
-                    (pro->ninputs < 2 || pro->inputs[1]->rank == 1);
-        Tensor *leaves[MAX_ARGS];
-        int nleaves = 0;
-        if (norm || (is_eltwise(pro) && fused_expr(pro, "float", leaves, &nleaves, 6)))
-            n->prologue = pro;
-    }
-}
-
 void optimize(Graph *g, const Options *opt) {
     remove_dead_nodes(g, opt);
     count_uses(g);
@@ -380,6 +335,4 @@ void optimize(Graph *g, const Options *opt) {
         fuse_residual_norms(g);
     if (!opt->no_fuse_eltwise)
         fuse_eltwise_chains(g);
-    if (!opt->no_fuse_prologue)
-        mark_prologues(g);
 }

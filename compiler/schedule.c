@@ -7,7 +7,7 @@
  * read (write after read: memory reuse makes this happen) or writes bytes one
  * of them wrote (write after write) gets a barrier before it, which orders it
  * after everything earlier; the pending set then starts over. Independent
- * dispatches run with no barrier between them, as do two variants of one
+ * dispatches run with no barrier between them, as do the variants of one
  * matmul of which each run gives only one work (lower_matmul.c; with
  * --sync-check those get a barrier too). Each barrier records the
  * dispatch and tensor that made it necessary, for `kiln inspect`.
@@ -31,6 +31,15 @@ static bool overlap(const Access *a, const Access *b) {
     return a->buffer == b->buffer && a->begin < b->end && b->begin < a->end;
 }
 
+/* Whether d is a later variant of w (w->variant, its variant, ...): of a
+ * product's kernels for different rows, a run gives work to one only. */
+static bool later_variant(const Dispatch *w, const Dispatch *d) {
+    for (const Dispatch *v = w->variant; v; v = v->variant)
+        if (v == d)
+            return true;
+    return false;
+}
+
 void schedule(Graph *g, Program *p) {
     (void)g;
     Access *pending = NULL;
@@ -52,12 +61,12 @@ void schedule(Graph *g, Program *p) {
                 continue;
             for (int j = 0; j < npending; j++) {
                 Access *a = &pending[j];
-                /* Two variants never both work in one run; --sync-check
+                /* Variants never both work in one run; --sync-check
                  * orders those a run chooses between (dynamic ones) all the
                  * same, since the validation layer cannot tell that one of
                  * them gets no workgroups. */
                 if (!(a->write || mine[k].write) || !overlap(a, &mine[k]) ||
-                    (p->dispatches[a->dispatch]->variant == d &&
+                    (later_variant(p->dispatches[a->dispatch], d) &&
                      !(p->sync_check && d->dynamic)))
                     continue;
                 Dispatch *w = p->dispatches[a->dispatch];

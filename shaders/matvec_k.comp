@@ -23,21 +23,6 @@
 // UNROLL U (default 1): each pass of an invocation's loop loads U chunks of
 // every column before it multiplies any, U * CN loads of 16 bytes in
 // flight (for tuning: KILN_MATVEC_K=WG,CN,U).
-//
-// A's prologue (a decode step's product, lower_matmul.c, bind_prologue):
-// the node that computes A runs only for the prompt's rows, and this kernel
-// computes A's elements itself as it loads them, from that node's inputs:
-// - PRO_N leaves (an elementwise group, the gated MLP's silu(g) * u): the
-//   element is PRO, an expression of the leaves' elements a, b, ... at the
-//   same index (args.a is leaf a, args.p1 to args.p5 the others, each of
-//   A's shape; PA_BUF, P1_BUF, ... U2R for f16, V4R for f32, and their
-//   loads PA_X4, P1_X4, ...);
-// - PRO_NORM (rms_norm over K, a residual add fused into it): A's element
-//   is h * gamma / rms(h), h = x + res (args.a is x, args.pres res where
-//   PRO_RES, args.pgamma gamma where PRO_GAMMA; U2R or V4R as above). Each invocation adds up
-//   h^2 of its chunks with the products; the sums meet with them, and the
-//   row's 1 / rms scales its results before the epilogue. Workgroup 0 also
-//   stores h (args.psum, where PRO_SUM: the residual stream).
 #extension GL_EXT_control_flow_attributes : enable
 #include "common.glsl"
 #include "weights.glsl"
@@ -63,18 +48,10 @@ layout(local_size_x = WG) in;
 #define RAW uvec4
 #endif
 
-#ifndef PRO_NORM
-#define PRO_NORM 0
-#endif
-#ifndef PRO_N
-#define PRO_N 0
-#endif
-// A (and the prologue's operands) four elements a load where A_VEC: an
-// 8-byte uvec2 of halves (U2R) or a vec4 of f32 (V4R); else (f16 rows not
-// in whole vectors) one half at a time.
-#if PRO_NORM || PRO_N // args.a is the prologue's first operand
-#define A_BUF PA_BUF
-#elif A_VEC && A_F16
+// A four elements a load where A_VEC (its rows and batches in whole
+// vectors): an 8-byte uvec2 of halves (U2R) or a vec4 of f32 (V4R); else
+// (f16 rows not in whole vectors) one half at a time.
+#if A_VEC && A_F16
 #define A_BUF U2R
 #define LOAD_A4(e) kiln_h4(args.a, e)
 #elif A_VEC
@@ -94,8 +71,7 @@ layout(local_size_x = WG) in;
 #endif
 
 // Elements e to e + 3 (e a multiple of 4) of a float tensor as f32: halves
-// in a uvec2 (kiln_h4), f32 in a vec4 (kiln_f4). The compiler names each
-// prologue operand's (PA_X4, PRES_X4, PG_X4, P1_X4, ...).
+// in a uvec2 (kiln_h4), f32 in a vec4 (kiln_f4).
 vec4 kiln_h4(U2R b, uint e) {
     const uvec2 u = b.v[e / 4];
     return vec4(unpackHalf2x16(u.x), unpackHalf2x16(u.y));
@@ -110,17 +86,6 @@ layout(push_constant) uniform Args {
     F32R bscale; // quantized B only
     U32R bzero;
     KILN_SPLIT_OUTPUTS(C_BUF) // QKV split (common.glsl)
-#if PRO_NORM
-    PRES_BUF pres;
-    PG_BUF pgamma;
-    PSUM_BUF psum;
-#elif PRO_N
-    P1_BUF p1; // leaves b to f (unused ones: any address)
-    P2_BUF p2;
-    P3_BUF p3;
-    P4_BUF p4;
-    P5_BUF p5;
-#endif
     KILN_DIMS
 } args;
 
@@ -130,75 +95,6 @@ layout(push_constant) uniform Args {
 #endif
 const uint CHUNKS = K / KV;
 const uint OUTS = M * CN;
-// the reduced sums: the products, then (PRO_NORM) each row's sum of h^2
-const uint SUMS = OUTS + (PRO_NORM != 0 ? M : 0);
-
-#if PRO_N
-// A's elements e to e + 3 from the leaves' (PRO names them a to f)
-vec4 pro4(uint i) {
-    const vec4 a4 = PA_X4(args.a, i);
-#if PRO_N > 1
-    const vec4 b4 = P1_X4(args.p1, i);
-#endif
-#if PRO_N > 2
-    const vec4 c4 = P2_X4(args.p2, i);
-#endif
-#if PRO_N > 3
-    const vec4 d4 = P3_X4(args.p3, i);
-#endif
-#if PRO_N > 4
-    const vec4 e4 = P4_X4(args.p4, i);
-#endif
-#if PRO_N > 5
-    const vec4 f4 = P5_X4(args.p5, i);
-#endif
-    vec4 r;
-    [[unroll]] for (uint j = 0; j < 4; ++j) {
-        const float a = a4[j];
-#if PRO_N > 1
-        const float b = b4[j];
-#endif
-#if PRO_N > 2
-        const float c = c4[j];
-#endif
-#if PRO_N > 3
-        const float d = d4[j];
-#endif
-#if PRO_N > 4
-        const float e = e4[j];
-#endif
-#if PRO_N > 5
-        const float f = f4[j];
-#endif
-        r[j] = PRO;
-    }
-    return r;
-}
-#define LOAD_A4(e) pro4(e)
-#elif PRO_NORM
-// h = x + res at elements e to e + 3 (stored by workgroup 0 where PRO_SUM)
-vec4 pro_h(uint e) {
-    vec4 h = PA_X4(args.a, e);
-#if PRO_RES
-    h += PRES_X4(args.pres, e);
-#endif
-#if PRO_SUM
-    if (gl_WorkGroupID.x == 0)
-        [[unroll]] for (uint j = 0; j < 4; ++j)
-            args.psum.v[e + j] = PSUM_T(h[j]);
-#endif
-    return h;
-}
-#define LOAD_A4(e) pro_h(e)
-// gamma at k to k + 3 of a row
-vec4 pro_gamma(uint k) {
-#if PRO_GAMMA
-    return PG_X4(args.pgamma, k);
-#else
-    return vec4(1.0);
-#endif
-}
-#endif
 
 // Four weights, piece p (k 4p to 4p + 3) of a chunk, as f32. Quantized
 // formats give their codes less the zero point (integers, exactly); the
@@ -278,7 +174,7 @@ vec4 kiln_w4(RAW raw, uint p, vec4 zo) {
 #endif
 }
 
-shared float red[SUMS][WG];
+shared float red[OUTS][WG];
 
 #ifndef UNROLL
 #define UNROLL 1
@@ -314,9 +210,8 @@ Chunk load_chunk(uint cb, uint n0, uint ch) {
     return q;
 }
 
-// Chunk ch's products with A's rows, scaled once, into acc; with PRO_NORM
-// the rows' h^2 into ss.
-void add_chunk(uint ca, uint ch, Chunk q, inout float acc[M][CN], inout float ss[M]) {
+// Chunk ch's products with A's rows, scaled once, into acc.
+void add_chunk(uint ca, uint ch, Chunk q, inout float acc[M][CN]) {
     const uint k = ch * KV;
     float d[M][CN]; // this chunk's sums of weights (codes) times A
     [[unroll]] for (uint m = 0; m < M; ++m)
@@ -328,13 +223,7 @@ void add_chunk(uint ca, uint ch, Chunk q, inout float acc[M][CN], inout float ss
             w[c] = kiln_w4(q.raw[c], p, q.zo[c]);
         [[unroll]] for (uint m = 0; m < M; ++m) {
             if (m < MROWS) {
-#if PRO_NORM
-                const vec4 h = LOAD_A4(ca + m * A_SM + k + 4 * p);
-                ss[m] += dot(h, h);
-                const vec4 av = h * pro_gamma(k + 4 * p);
-#else
                 const vec4 av = LOAD_A4(ca + m * A_SM + k + 4 * p);
-#endif
                 [[unroll]] for (uint c = 0; c < CN; ++c)
                     d[m][c] += dot(av, w[c]);
             }
@@ -345,72 +234,58 @@ void add_chunk(uint ca, uint ch, Chunk q, inout float acc[M][CN], inout float ss
             acc[m][c] = fma(q.s[c], d[m][c], acc[m][c]);
 }
 
-// The row of reduced sum o (a product's, or a row's h^2).
-uint sum_row(uint o) { return o < OUTS ? o / CN : o - OUTS; }
-
-// What row m's products are multiplied by before the epilogue (after the
-// reduction): 1 / rms(h) for PRO_NORM.
-float row_scale(uint m) {
-#if PRO_NORM
-    return inversesqrt(red[OUTS + m][0] / float(K) + EPS);
-#else
-    return 1.0;
-#endif
-}
-
 void main() {
     const uint lane = gl_LocalInvocationID.x;
     const uint n0 = gl_WorkGroupID.x * CN;
     for (uint bz = gl_WorkGroupID.z; bz < BATCH; bz += gl_NumWorkGroups.z) {
         uint ca, cb, cc;
         kiln_batch_offsets(bz, ca, cb, cc);
-        float acc[M][CN], ss[M];
-        [[unroll]] for (uint m = 0; m < M; ++m) {
-            ss[m] = 0.0;
+        float acc[M][CN];
+        [[unroll]] for (uint m = 0; m < M; ++m)
             [[unroll]] for (uint c = 0; c < CN; ++c)
                 acc[m][c] = 0.0;
-        }
         for (uint ch0 = lane; ch0 < CHUNKS; ch0 += WG * UNROLL) {
             Chunk q[UNROLL]; // loaded first, all of them in flight
             [[unroll]] for (uint u = 0; u < UNROLL; ++u)
                 q[u] = load_chunk(cb, n0, min(ch0 + u * WG, CHUNKS - 1));
             [[unroll]] for (uint u = 0; u < UNROLL; ++u)
                 if (ch0 + u * WG < CHUNKS)
-                    add_chunk(ca, ch0 + u * WG, q[u], acc, ss);
+                    add_chunk(ca, ch0 + u * WG, q[u], acc);
         }
 #if KILN_SUBGROUP
-        [[unroll]] for (uint o = 0; o < SUMS; ++o) {
-            if (sum_row(o) < MROWS) { // a run of fewer rows than M sums only its own
-                const float v = subgroupAdd(o < OUTS ? acc[o / CN][o % CN] : ss[o - OUTS]);
+        [[unroll]] for (uint o = 0; o < OUTS; ++o) {
+            if (o / CN < MROWS) { // a run of fewer rows than M sums only its own
+                const float v = subgroupAdd(acc[o / CN][o % CN]);
                 if (subgroupElect())
                     red[o][gl_SubgroupID] = v;
             }
         }
         barrier();
-        for (uint o = lane; o < SUMS; o += WG) { // the subgroups' sums into red[o][0]
-            float v = red[o][0];
-            for (uint i = 1; i < gl_NumSubgroups; ++i)
+        for (uint o = lane; o < OUTS; o += WG) {
+            float v = 0.0;
+            for (uint i = 0; i < gl_NumSubgroups; ++i)
                 v += red[o][i];
-            red[o][0] = v;
+            const uint m = o / CN, col = n0 + o % CN;
+            if (m < MROWS && col < N)
+                store_c(cc, m, col, v);
         }
-        barrier();
 #else
-        [[unroll]] for (uint o = 0; o < SUMS; ++o)
-            red[o][lane] = o < OUTS ? acc[o / CN][o % CN] : ss[o - OUTS];
+        [[unroll]] for (uint o = 0; o < OUTS; ++o)
+            red[o][lane] = acc[o / CN][o % CN];
         barrier();
         [[unroll]] for (uint h = WG / 2; h > 0; h >>= 1) {
             if (lane < h)
-                [[unroll]] for (uint o = 0; o < SUMS; ++o)
-                    if (sum_row(o) < MROWS)
+                [[unroll]] for (uint o = 0; o < OUTS; ++o)
+                    if (o / CN < MROWS)
                         red[o][lane] += red[o][lane + h];
             barrier();
         }
-#endif
         for (uint o = lane; o < OUTS; o += WG) {
             const uint m = o / CN, col = n0 + o % CN;
             if (m < MROWS && col < N)
-                store_c(cc, m, col, red[o][0] * row_scale(m));
+                store_c(cc, m, col, red[o][0]);
         }
+#endif
         barrier(); // red is written again by the next batch
     }
 }

@@ -8,7 +8,11 @@ and a Vulkan GPU are; KILN_BUILD, KILN_VULKAN_LIB as bench/llm.py. Each
 point compiles and links a model (about 7 s on the GPU machine): --quick
 takes the first two shapes and f16 and int4 only.
 
-  bench/experiments/matvec_k_dyn.py [--work DIR] [--quick]
+  bench/experiments/matvec_k_dyn.py [--work DIR] [--quick] [--formats f16,int4]
+                                    [--configs WG,CN,U;...]
+
+Environment passed to kiln compile as it is (KILN_MATVEC_K_M=1: the
+matrix-vector kernel sized for one row, M 1, the tiled one from 2 rows).
 """
 import json
 import os
@@ -41,6 +45,12 @@ def main():
     work.mkdir(parents=True, exist_ok=True)
     rows = []
     quick = "--quick" in sys.argv
+    fmts = sys.argv[sys.argv.index("--formats") + 1].split(",") if "--formats" in sys.argv \
+        else list(FORMATS)
+    configs = CONFIGS
+    if "--configs" in sys.argv:
+        configs = [None] + [tuple(int(v) for v in c.split(","))
+                            for c in sys.argv[sys.argv.index("--configs") + 1].split(";")]
     for K, N in SHAPES[:2] if quick else SHAPES:
         model = {"name": "mv", "dims": {"seq": "1..128"},
                  "inputs": {"x": {"dtype": "f32", "shape": [1, "seq", K]}},
@@ -51,10 +61,10 @@ def main():
         y = work / "mv.yaml"
         y.write_text(json.dumps(model))
         for fmt, (flags, bpw) in FORMATS.items():
-            if quick and fmt == "int8":
+            if (quick and fmt == "int8") or fmt not in fmts:
                 continue
             line = [f"{K}x{N}", fmt]
-            for cfg in CONFIGS:
+            for cfg in configs:
                 env = {"KILN_MATVEC_K": ",".join(map(str, cfg))} if cfg else {}
                 try:
                     sh([BUILD / "kiln", "compile", y, "--name", "mv", "-o", work / "mv.c",
@@ -73,7 +83,7 @@ def main():
                     line.append("err")
                     print(e, file=sys.stderr)
             print(" ".join(line), flush=True)
-    print("configs:", ["default" if c is None else ",".join(map(str, c)) for c in CONFIGS])
+    print("configs:", ["default" if c is None else ",".join(map(str, c)) for c in configs])
     (work / "matvec_k_dyn.json").write_text(json.dumps(rows, indent=1))
 
 
