@@ -626,6 +626,7 @@ typedef struct Dispatch {
      * run gives groups to one of the two only (lower_matmul.c, matmul_dispatch),
      * or a device records one of the two only (needs, unless). */
     struct Dispatch *variant;
+    bool one_row;           /* a product's variant for runs of exactly one row */
     /* KILN_FEATURE_* a device must have for this dispatch to be recorded
      * (needs), or must lack one of (unless): kiln_dispatch's fields. */
     uint32_t needs, unless;
@@ -648,6 +649,9 @@ typedef struct Program {
     Graph *graph;
     Dispatch **dispatches;
     int ndispatches, cap;
+    /* u32 counters of dispatches whose last workgroup does more (lower_
+     * matmul.c, norm_after_product): a weight, zero in the image */
+    Tensor *counters;
     Module *modules;
     int nmodules;
     uint64_t arena_bytes;    /* planned */

@@ -109,6 +109,13 @@ Tensor *scratch(Program *p, Node *n, const char *suffix, int rank,
 /* ---- lower_matmul.c ---------------------------------------------------- */
 
 Dispatch *matmul_dispatch(Program *p, Node *n, MatmulShape *s);
+/* The norm nd of node n (layer_norm or rms_norm of one row of o + res, y
+ * out, sum = o + res too when not NULL), done for runs of one row by the
+ * last workgroup of the product that writes o, when that is a decode
+ * step's one-row variant: nd then runs only for more rows. Returns whether
+ * it did. */
+bool norm_after_product(Program *p, Node *n, Dispatch *nd, Tensor *o, Tensor *res,
+                        Tensor *y, Tensor *sum, Tensor *gamma, Tensor *beta, bool rms);
 MatmulShape matrix_product(Tensor *c, Tensor *a, Tensor *b, int64_t M, int64_t N,
                            int64_t K, bool ta, bool tb);
 void bind_bias(Dispatch *d, Tensor *bias, Operand bo, double beta, Tensor *a);

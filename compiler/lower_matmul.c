@@ -699,6 +699,7 @@ static Dispatch *matvec_variant(Program *p, Node *n, MatmulShape *s, int64_t per
     v->per_group = 1;
     v->work_min = lo * cols;
     v->work_max = hi * cols;
+    v->one_row = hi == 1;
     return v;
 }
 
@@ -786,6 +787,90 @@ void bind_bias(Dispatch *d, Tensor *bias, Operand bo, double beta, Tensor *a) {
     dispatch_arg(d, bias, false);
 }
 
+
+/* A new counter for a dispatch whose last workgroup does more: its index
+ * in p->counters, a u32 weight that is zero in the weights' image; every
+ * workgroup bumps it and the last sets it back to zero. Each model has its
+ * own weights buffer, so no other model's runs share it. */
+static int new_counter(Program *p) {
+    Tensor *t = p->counters;
+    if (!t) {
+        t = p->counters = graph_tensor(p->graph, "kiln.counters", T_WEIGHT,
+                                       (Loc){NULL, 0, 0});
+        t->dtype = KILN_DTYPE_I32;
+        t->rank = 1;
+    }
+    int at = (int)t->shape[0]++;
+    t->data = xrealloc(t->data, (size_t)tensor_bytes(t));
+    memset(t->data + 4 * at, 0, 4);
+    return at;
+}
+
+bool norm_after_product(Program *p, Node *n, Dispatch *nd, Tensor *o, Tensor *res,
+                        Tensor *y, Tensor *sum, Tensor *gamma, Tensor *beta, bool rms) {
+    Node *prod = o->producer;
+    if (!prod || prod->fused_into || o->uses != 1 || o->is_output || !nd || !nd->dynamic ||
+        nd->variant || nd->work_min != 0 || nd->work_max != INT64_MAX ||
+        !shape_equal(o, res) || (sum && !shape_equal(sum, o)) || !shape_equal(y, o))
+        return false;
+    Dispatch *one = NULL;
+    for (int i = p->ndispatches - 1; i >= 0 && !one; i--)
+        if (p->dispatches[i]->node == prod && p->dispatches[i]->one_row)
+            one = p->dispatches[i];
+    const kiln_dtype floats[2] = {KILN_DTYPE_F32, KILN_DTYPE_F16};
+    Tensor *all[6] = {o, res, y, sum, gamma, beta};
+    for (int k = 0; k < 6; k++)
+        if (all[k] && all[k]->dtype != floats[0] && all[k]->dtype != floats[1])
+            return false;
+    int64_t N = o->shape[o->rank - 1];
+    /* C is o's whole row, the norm over it; gamma and beta per element */
+    if (!one || one->args[0] != o || strcmp(one->family, "matvec_k") != 0 ||
+        !dim_expr_eq(&nd->work, &one->work) || (gamma && tensor_count(gamma) != N) ||
+        (beta && tensor_count(beta) != N) || strstr(one->defines.buf, "SPLIT_N0"))
+        return false;
+    /* 16-bit storage where a half is read or written: the kernel's needs
+     * are defined already (define_operand_types), from A and C */
+    bool f16 = strstr(one->defines.buf, "NEED_F16 1") != NULL;
+    for (int k = 0; k < 6; k++)
+        if (all[k] && all[k]->dtype == KILN_DTYPE_F16 && !f16)
+            return false;
+    define_int(one, "LAST_NORM", 1);
+    define_int(one, "NORM_RMS", rms);
+    define_int(one, "NORM_GAMMA", gamma != NULL);
+    define_int(one, "NORM_BETA", beta != NULL);
+    define_int(one, "NORM_SUM", sum != NULL);
+    define_float(one, "EPS", attr_float(n, "eps"));
+    bool need[3] = {false, false, false}; /* recorded already (f16) */
+    define_storage(p, one, need, "NRES", res, false);
+    define_storage(p, one, need, "NG", gamma ? gamma : res, false);
+    define_storage(p, one, need, "NB", beta ? beta : res, false);
+    define_storage(p, one, need, "NY", y, true);
+    define_storage(p, one, need, "NSUM", sum ? sum : y, true);
+    while (one->nargs < 8) /* c, a, b, bias, scales, zero points, the split's two */
+        dispatch_unused(one, o);
+    int at = new_counter(p);
+    define_int(one, "COUNT_AT", at);
+    dispatch_arg(one, p->counters, true);
+    one->arg_begin[one->nargs - 1] = 4 * (uint64_t)at; /* its own counter only */
+    one->arg_end[one->nargs - 1] = 4 * (uint64_t)at + 4;
+    dispatch_arg(one, res, false);
+    if (gamma)
+        dispatch_arg(one, gamma, false);
+    else
+        dispatch_unused(one, res);
+    if (beta)
+        dispatch_arg(one, beta, false);
+    else
+        dispatch_unused(one, res);
+    dispatch_arg(one, y, true);
+    if (sum)
+        dispatch_arg(one, sum, true);
+    else
+        dispatch_unused(one, y);
+    /* the norm's own dispatch: runs of two rows or more */
+    nd->work_min = 2 * nd->scale;
+    return true;
+}
 
 /* QKV split (optimize.c): the product's columns [0, N0) are n's output,
  * the next N1 its first sibling's, the rest its second's; each a row-major

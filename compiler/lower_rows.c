@@ -108,6 +108,18 @@ void lower_norm(Program *p, Node *n) {
         dispatch_unused(d, x);
     if (write_sum)
         dispatch_arg(d, sum, true);
+    /* A decoding step's row after a product (o + res, the residual add
+     * fused here): the product's last workgroup normalizes it */
+    if (add && n->noutputs == 1 && (n->op == OP_RMS_NORM || n->op == OP_LAYER_NORM) &&
+        len == n->outputs[0]->shape[n->outputs[0]->rank - 1]) {
+        Tensor *gamma = nparams > 0 ? n->inputs[first_param] : NULL;
+        Tensor *beta = nparams > 1 ? n->inputs[first_param + 1] : NULL;
+        Tensor *o = add->inputs[0], *other = add->inputs[1];
+        if (!norm_after_product(p, n, d, o, other, n->outputs[0], write_sum ? sum : NULL,
+                                gamma, beta, rms))
+            norm_after_product(p, n, d, other, o, n->outputs[0], write_sum ? sum : NULL, gamma,
+                               beta, rms);
+    }
 }
 
 /* batch_norm is elementwise: (x - mean) / sqrt(var + eps) * scale + bias,

@@ -23,6 +23,11 @@
 // UNROLL U (default 1): each pass of an invocation's loop loads U chunks of
 // every column before it multiplies any, U * CN loads of 16 bytes in
 // flight (for tuning: KILN_MATVEC_K=WG,CN,U).
+//
+// LAST_NORM (a decoding step's one row, lower_matmul.c, norm_after_product):
+// a layer_norm or rms_norm of C plus a residual follows in the same kernel,
+// done by the workgroup that finishes last (last_norm); the norm's own
+// dispatch then runs only for more rows.
 #extension GL_EXT_control_flow_attributes : enable
 #include "common.glsl"
 #include "weights.glsl"
@@ -69,6 +74,24 @@ layout(local_size_x = WG) in;
 #define C_BUF F32
 #define C_T float
 #endif
+#ifndef LAST_NORM
+#define LAST_NORM 0
+#endif
+#if LAST_NORM // C read back by the last workgroup: coherent (bypasses caches)
+#if C_F16
+#define C_ALIGN 2
+#else
+#define C_ALIGN 4
+#endif
+layout(buffer_reference, std430, buffer_reference_align = C_ALIGN) coherent buffer CCoherent {
+    C_T v[];
+};
+layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer Counter {
+    uint v[];
+};
+#undef C_BUF
+#define C_BUF CCoherent
+#endif
 
 // Elements e to e + 3 (e a multiple of 4) of a float tensor as f32: halves
 // in a uvec2 (kiln_h4), f32 in a vec4 (kiln_f4).
@@ -86,6 +109,17 @@ layout(push_constant) uniform Args {
     F32R bscale; // quantized B only
     U32R bzero;
     KILN_SPLIT_OUTPUTS(C_BUF) // QKV split (common.glsl)
+#if LAST_NORM
+#ifndef SPLIT_N0
+    F32R pad6, pad7; // the split's slots
+#endif
+    Counter count;
+    NRES_BUF nres;
+    NG_BUF ngamma;
+    NB_BUF nbeta;
+    NY_BUF ny;
+    NSUM_BUF nsum;
+#endif
     KILN_DIMS
 } args;
 
@@ -234,6 +268,51 @@ void add_chunk(uint ca, uint ch, Chunk q, inout float acc[M][CN]) {
             acc[m][c] = fma(q.s[c], d[m][c], acc[m][c]);
 }
 
+#if LAST_NORM
+#include "reduce.glsl"
+shared bool last_s;
+
+// Element n of the row's h = C + res (the norm's input; one row).
+float last_h(uint n) { return float(args.c.v[n]) + float(args.nres.v[n]); }
+
+// LAST_NORM: a layer_norm or rms_norm (NORM_RMS) of h over its N elements
+// after the product, done by its last workgroup once every workgroup's
+// columns are in C (a count in memory, COUNT_AT, that each workgroup bumps
+// and the last sets back to 0): y = (h - mean) / sqrt(var + EPS) * gamma +
+// beta (mean 0 and var the mean square for rms), h stored too where
+// NORM_SUM (the residual stream). The run has one row (M 1).
+void last_norm() {
+    const uint lane = gl_LocalInvocationID.x;
+    float mean = 0.0;
+#if !NORM_RMS
+    float s1 = 0.0;
+    for (uint n = lane; n < N; n += WG)
+        s1 += last_h(n);
+    mean = kiln_reduce_sum(s1) / float(N);
+#endif
+    float s2 = 0.0;
+    for (uint n = lane; n < N; n += WG) {
+        const float d = last_h(n) - mean;
+        s2 += d * d;
+    }
+    const float r = inversesqrt(kiln_reduce_sum(s2) / float(N) + EPS);
+    for (uint n = lane; n < N; n += WG) {
+        const float h = last_h(n);
+        float y = (h - mean) * r;
+#if NORM_GAMMA
+        y *= float(args.ngamma.v[n]);
+#endif
+#if NORM_BETA
+        y += float(args.nbeta.v[n]);
+#endif
+        args.ny.v[n] = NY_T(y);
+#if NORM_SUM
+        args.nsum.v[n] = NSUM_T(h);
+#endif
+    }
+}
+#endif
+
 void main() {
     const uint lane = gl_LocalInvocationID.x;
     const uint n0 = gl_WorkGroupID.x * CN;
@@ -284,6 +363,20 @@ void main() {
             const uint m = o / CN, col = n0 + o % CN;
             if (m < MROWS && col < N)
                 store_c(cc, m, col, red[o][0]);
+        }
+#endif
+#if LAST_NORM
+        // the last workgroup to finish normalizes the row (all of C)
+        memoryBarrierBuffer(); // this workgroup's C before its count
+        barrier();
+        if (lane == 0)
+            last_s = atomicAdd(args.count.v[COUNT_AT], 1u) == gl_NumWorkGroups.x - 1u;
+        barrier();
+        if (last_s) { // uniform: a shared value
+            memoryBarrierBuffer();
+            last_norm();
+            if (lane == 0)
+                args.count.v[COUNT_AT] = 0u; // for the next run
         }
 #endif
         barrier(); // red is written again by the next batch

@@ -179,6 +179,45 @@ def test_matvec_variants(workdir):
                   lambda x, seq: [np.tanh(ref.f64(x) @ w)], compare=compare)
 
 
+@case("dynamic: a norm after a decode step's product (its residual add fused) done by the "
+      "product's last workgroup at one row, its own dispatch for more rows: rms_norm and "
+      "layer_norm, f32 and f16, many one-row runs in a row (the counter set back)")
+def test_norm_after_product(workdir):
+    K, N = 96, 40
+    w, g, b = w_of([K, N], 3), w_of([N], 4), w_of([N], 5)
+    for norm, flags in (("rms_norm", ()), ("layer_norm", ()), ("rms_norm", ("--precision", "f16")),
+                        ("layer_norm", ("--precision", "f16"))):
+        sub = Path(workdir) / f"{norm}{''.join(flags)}"
+        sub.mkdir()
+        params = ["g"] if norm == "rms_norm" else ["g", "b"]
+        y = dyn_yaml({"seq": "1..64"}, {"x": {**W, "shape": [1, "seq", K]},
+                                        "r": {**W, "shape": [1, "seq", N]}},
+                     [{"name": "h", "op": "matmul", "inputs": ["x", "w"]},
+                      {"name": "s", "op": "add", "inputs": ["r", "h"]},
+                      {"name": "n", "op": norm, "inputs": ["s", *params], "eps": 1e-3}],
+                     ["n", "s"], {"w": weight([K, N], 3), "g": weight([N], 4),
+                                  "b": weight([N], 5)})
+        prog = build_model(sub, y, flags=flags)
+        r = kiln("inspect", sub / "model.yaml", "--format", "json", *flags)
+        check(r.returncode == 0, r.stderr)
+        ds = json.loads(r.stdout)["dispatches"]
+        first = [d for d in ds if d["node"] == "h"][0]
+        written = {a["tensor"] for a in first["args"] if a["access"] == "write"}
+        check({"n", "s", "kiln.counters"} <= written,
+              f"{norm} {flags}: the one-row product does not write the norm: {written}")
+
+        def want(x, r, seq, norm=norm):
+            s = ref.f64(x) @ w + r
+            return [ref.norm(s, -1, g, b if norm == "layer_norm" else None,
+                             rms=norm == "rms_norm", eps=1e-3), s]
+
+        def compare(got, want, what, tol=F16_TOLERANCE if flags else 1e-4):
+            assert_relative(got, want, tol, what)
+        run_built(prog, seq_steps([1, 1, 1, 3, 1, 64, 1, 1, 2, 1]),
+                  lambda rng, seq: [normal(rng, 1, seq, K), normal(rng, 1, seq, N)], want,
+                  compare=compare)
+
+
 @case("dynamic: layer_norm, rms_norm and a residual add fused into a norm")
 def test_norms(workdir):
     y = dyn_yaml({"seq": "1..64"}, {"x": {**W, "shape": ["seq", 48]},
