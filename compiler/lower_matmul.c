@@ -826,7 +826,9 @@ bool norm_after_product(Program *p, Node *n, Dispatch *nd, Tensor *o, Tensor *re
     /* C is o's whole row, the norm over it; gamma and beta per element */
     if (!one || one->args[0] != o || strcmp(one->family, "matvec_k") != 0 ||
         !dim_expr_eq(&nd->work, &one->work) || (gamma && tensor_count(gamma) != N) ||
-        (beta && tensor_count(beta) != N) || strstr(one->defines.buf, "SPLIT_N0"))
+        (beta && tensor_count(beta) != N) || strstr(one->defines.buf, "SPLIT_N0") ||
+        /* each invocation holds its N / WG elements in registers */
+        (N + one->local_size - 1) / one->local_size > 64)
         return false;
     /* 16-bit storage where a half is read or written: the kernel's needs
      * are defined already (define_operand_types), from A and C */
@@ -848,10 +850,10 @@ bool norm_after_product(Program *p, Node *n, Dispatch *nd, Tensor *o, Tensor *re
     define_storage(p, one, need, "NSUM", sum ? sum : y, true);
     while (one->nargs < 8) /* c, a, b, bias, scales, zero points, the split's two */
         dispatch_unused(one, o);
+    /* its own counter, at the address it is given (kernels stay shared) */
     int at = new_counter(p);
-    define_int(one, "COUNT_AT", at);
     dispatch_arg(one, p->counters, true);
-    one->arg_begin[one->nargs - 1] = 4 * (uint64_t)at; /* its own counter only */
+    one->arg_offset[one->nargs - 1] = one->arg_begin[one->nargs - 1] = 4 * (uint64_t)at;
     one->arg_end[one->nargs - 1] = 4 * (uint64_t)at + 4;
     dispatch_arg(one, res, false);
     if (gamma)

@@ -277,28 +277,37 @@ float last_h(uint n) { return float(args.c.v[n]) + float(args.nres.v[n]); }
 
 // LAST_NORM: a layer_norm or rms_norm (NORM_RMS) of h over its N elements
 // after the product, done by its last workgroup once every workgroup's
-// columns are in C (a count in memory, COUNT_AT, that each workgroup bumps
-// and the last sets back to 0): y = (h - mean) / sqrt(var + EPS) * gamma +
-// beta (mean 0 and var the mean square for rms), h stored too where
-// NORM_SUM (the residual stream). The run has one row (M 1).
+// columns are in C (a count in memory that each workgroup bumps and the
+// last sets back to 0): y = (h - mean) / sqrt(var + EPS) * gamma + beta
+// (mean 0 and var the mean square for rms), h stored too where NORM_SUM
+// (the residual stream). The run has one row (M 1). Each invocation holds
+// its NPER elements of h in registers, all loaded at once.
+const uint NPER = (N + WG - 1) / WG;
 void last_norm() {
     const uint lane = gl_LocalInvocationID.x;
+    float h[NPER];
+    [[unroll]] for (uint i = 0; i < NPER; ++i) {
+        const uint n = lane + i * WG;
+        h[i] = n < N ? last_h(n) : 0.0;
+    }
     float mean = 0.0;
 #if !NORM_RMS
     float s1 = 0.0;
-    for (uint n = lane; n < N; n += WG)
-        s1 += last_h(n);
+    [[unroll]] for (uint i = 0; i < NPER; ++i)
+        s1 += h[i];
     mean = kiln_reduce_sum(s1) / float(N);
 #endif
     float s2 = 0.0;
-    for (uint n = lane; n < N; n += WG) {
-        const float d = last_h(n) - mean;
+    [[unroll]] for (uint i = 0; i < NPER; ++i) {
+        const float d = lane + i * WG < N ? h[i] - mean : 0.0;
         s2 += d * d;
     }
     const float r = inversesqrt(kiln_reduce_sum(s2) / float(N) + EPS);
-    for (uint n = lane; n < N; n += WG) {
-        const float h = last_h(n);
-        float y = (h - mean) * r;
+    [[unroll]] for (uint i = 0; i < NPER; ++i) {
+        const uint n = lane + i * WG;
+        if (n >= N)
+            continue;
+        float y = (h[i] - mean) * r;
 #if NORM_GAMMA
         y *= float(args.ngamma.v[n]);
 #endif
@@ -307,7 +316,7 @@ void last_norm() {
 #endif
         args.ny.v[n] = NY_T(y);
 #if NORM_SUM
-        args.nsum.v[n] = NSUM_T(h);
+        args.nsum.v[n] = NSUM_T(h[i]);
 #endif
     }
 }
@@ -370,13 +379,13 @@ void main() {
         memoryBarrierBuffer(); // this workgroup's C before its count
         barrier();
         if (lane == 0)
-            last_s = atomicAdd(args.count.v[COUNT_AT], 1u) == gl_NumWorkGroups.x - 1u;
+            last_s = atomicAdd(args.count.v[0], 1u) == gl_NumWorkGroups.x - 1u;
         barrier();
         if (last_s) { // uniform: a shared value
             memoryBarrierBuffer();
             last_norm();
             if (lane == 0)
-                args.count.v[COUNT_AT] = 0u; // for the next run
+                args.count.v[0] = 0u; // for the next run
         }
 #endif
         barrier(); // red is written again by the next batch
