@@ -563,6 +563,25 @@ static void dynamic_gather(Node *n) {
             mark(n, out, (int)axis + a, &idx->ext[a]);
 }
 
+/* gather_nd: the output follows the indices' axes but their last (the
+ * tuples' length). The data's rows are found at its largest shape's
+ * strides, which its bytes keep (an indexed axis may follow the dims; an
+ * index past the run's extent reads what is there, one past the largest
+ * gives zeros); its axes after the tuple's, the rows' own, may not. */
+static void dynamic_gather_nd(Node *n) {
+    Tensor *data = n->inputs[0], *idx = n->inputs[1], *out = n->outputs[0];
+    int64_t lead = attr_int(n, "batch_dims") + idx->shape[idx->rank - 1];
+    for (int a = (int)lead; a < data->rank; a++)
+        if (is_dyn(data, a))
+            unsupported(n, "data '%s' whose axis %d, after the index tuples' axes, follows "
+                        "the dims", data->name, a);
+    if (is_dyn(idx, idx->rank - 1))
+        unsupported(n, "index tuples whose length follows the dims");
+    for (int a = 0; a < idx->rank - 1; a++)
+        if (is_dyn(idx, a))
+            mark(n, out, a, &idx->ext[a]);
+}
+
 /* rope and attention follow their operands' prefix layout only (all of
  * rope's; attention's first three: its mask has dynamic_attention_mask).
  * The first operand dynamic along an inner axis, or NULL. Such operands

@@ -1,5 +1,5 @@
 /*
- * lower_index.c: gather, gather_elements, one_hot, trilu, pad (index.comp)
+ * lower_index.c: gather, gather_nd, gather_elements, one_hot, trilu, pad (index.comp)
  * and scatter (scatter.comp), and gather's gradient.
  */
 #include "lower.h"
@@ -54,6 +54,24 @@ void lower_gather(Program *p, Node *n) {
     define_int(d, "NIDX", tensor_count(idx));
     define_int(d, "AXIS_LEN", x->shape[axis]);
     define_int(d, "INNER", shape_count(x->rank - axis - 1, x->shape + axis + 1));
+}
+
+/* gather_nd: y[t, e] = x[row(t), e], x seen as [rows, REST] (its first
+ * batch_dims + k axes the rows), row(t) the batch's first row plus tuple
+ * t's indices times the rows' strides (index.comp, MODE_GATHER_ND). */
+void lower_gather_nd(Program *p, Node *n) {
+    Tensor *x = n->inputs[0], *idx = n->inputs[1];
+    int64_t b = attr_int(n, "batch_dims"), k = idx->shape[idx->rank - 1];
+    Dispatch *d = index_dispatch(p, n, "MODE_GATHER_ND", n->outputs[0], x, idx);
+    if (!d)
+        return;
+    int64_t tuples = tensor_count(idx) / k;
+    int64_t batches = shape_count((int)b, x->shape);
+    define_int(d, "TUPLE", k);
+    define_list(d, "TDIMS", (int)k, x->shape + b);
+    define_int(d, "REST", shape_count(x->rank - (int)(b + k), x->shape + b + k));
+    define_int(d, "BATCH_ROWS", shape_count((int)k, x->shape + b));
+    define_int(d, "BATCH_TUPLES", batches ? tuples / batches : 1);
 }
 
 int attr_axis(Node *n, int rank) {

@@ -7,17 +7,18 @@
  * every tuple's row number:
  *
  *  - GatherND is a Gather along axis 0 of that view, with the row numbers
- *    shaped as indices without its last axis;
+ *    shaped as indices without its last axis (indices known only at run
+ *    time: kiln's gather_nd, which finds the rows in its kernel);
  *  - ScatterND is a ScatterElements along axis 0 of that view, each update
  *    row going to its row number (every element of the row), with the
  *    reduction ONNX names (none, add, mul, max, min).
  *
  * When the data (and updates) are constants too, both are computed here on
  * the CPU instead (exporters build masks this way from shapes alone: Swin's
- * shifted windows). Indices computed at run time get their row numbers on
- * the GPU, in i64 elementwise ops (row_numbers_gpu); a tuple with an index
- * outside its dimension names no row (the gather gives zeros there, the
- * scatter skips it: ONNX leaves such indices undefined).
+ * shifted windows). ScatterND's indices computed at run time get their row
+ * numbers on the GPU, in i64 elementwise ops (row_numbers_gpu); a tuple with
+ * an index outside its dimension names no row (the gather gives zeros
+ * there, the scatter skips it: ONNX leaves such indices undefined).
  */
 #include "onnx.h"
 
@@ -123,8 +124,15 @@ void map_gather_nd(Ctx *c, const OnnxOp *op) {
     Value *data = in(c, 0), *idx = in(c, 1);
     int64_t rows, rest;
     int batch_dims = (int)oattr_int(c, "batch_dims", 0);
-    Value *r = idx->data ? row_numbers(c, data, idx, batch_dims, &rows, &rest)
-                         : row_numbers_gpu(c, data, idx, batch_dims, &rows, &rest);
+    if (!idx->data) { /* indices at run time: kiln's gather_nd, one kernel */
+        nd_view(c, data, idx, batch_dims, &rows, &rest);
+        Value *gi[2] = {data, idx};
+        Node *g = emit(c, OP_GATHER_ND, 2, gi, out_name(c, 0));
+        node_set_int(g, "batch_dims", batch_dims);
+        finish(c, g);
+        return;
+    }
+    Value *r = row_numbers(c, data, idx, batch_dims, &rows, &rest);
     int first_kept = batch_dims + (int)idx->shape[idx->rank - 1];
     int64_t shape[MAX_RANK];
     int n = 0;

@@ -36,6 +36,39 @@ void shape_gather(Node *n) {
     set_output(n, x->dtype, rank, shape);
 }
 
+/* gather_nd(data, indices, batch_dims): ONNX GatherND. The last axis of
+ * indices holds tuples of k indices into data's axes batch_dims to
+ * batch_dims + k - 1 (the first batch_dims axes shared by both); y is
+ * indices' shape without its last axis, then data's axes after the tuple's. */
+void shape_gather_nd(Node *n) {
+    Tensor *x = n->inputs[0], *idx = n->inputs[1];
+    require(n, 1, is_index(idx->dtype), "i32 or i64 index");
+    int64_t b = attr_int(n, "batch_dims");
+    if (x->rank < 1 || idx->rank < 1)
+        node_error(n, "data and indices must have rank 1 or more");
+    if (b < 0 || b >= idx->rank || b >= x->rank)
+        node_error(n, "batch_dims %lld is out of range for indices of rank %d and data of "
+                      "rank %d", (long long)b, idx->rank, x->rank);
+    int64_t k = idx->shape[idx->rank - 1];
+    if (k < 1 || b + k > x->rank)
+        node_error_at(n, n->input_locs[1], "index tuples of %lld for data of rank %d with "
+                      "%lld batch dimensions", (long long)k, x->rank, (long long)b);
+    for (int d = 0; d < b; d++)
+        if (idx->shape[d] != x->shape[d])
+            node_error(n, "batch dimension %d is %lld in the indices and %lld in the data", d,
+                       (long long)idx->shape[d], (long long)x->shape[d]);
+    int rank = idx->rank - 1 + x->rank - (int)(b + k);
+    if (rank > MAX_RANK)
+        node_error(n, "the result would have rank %d", rank);
+    int64_t shape[MAX_RANK];
+    int r = 0;
+    for (int i = 0; i < idx->rank - 1; i++)
+        shape[r++] = idx->shape[i];
+    for (int i = (int)(b + k); i < x->rank; i++)
+        shape[r++] = x->shape[i];
+    set_output(n, x->dtype, rank, shape);
+}
+
 /* gather_elements(data, indices, axis): indices has data's rank; y has its
  * shape. */
 void shape_gather_elements(Node *n) {

@@ -3,6 +3,11 @@
 // index tensors. One invocation per output element (striding past 65535
 // groups). MODE:
 //   MODE_GATHER          y[o, p, i] = x[o, idx[p], i]: OUTER, NIDX, AXIS_LEN, INNER
+//   MODE_GATHER_ND       y[t, e] = x[row(t), e], x as [rows, REST]: row(t) is
+//                        tuple t's TUPLE indices (idx[t, j], into TDIMS) in
+//                        row-major order plus its batch's first row (BATCH_ROWS
+//                        rows and BATCH_TUPLES tuples a batch); 0 where an index
+//                        is outside its dimension
 //   MODE_GATHER_ELEMENTS y[c] = x[c with c[AXIS] = idx[c]]: RANK, SHAPE (of y and
 //                        idx), XSTRIDES, AXIS, AXIS_LEN
 //   MODE_ONE_HOT         y[o, d, i] = idx[o, i] == d ? ON : OFF: DEPTH, INNER
@@ -24,6 +29,7 @@ layout(local_size_x = WG) in;
 #define MODE_ONE_HOT 2
 #define MODE_TRILU 3
 #define MODE_PAD 4
+#define MODE_GATHER_ND 5
 
 #ifndef TIDX
 #define TIDX I32R
@@ -44,6 +50,9 @@ layout(push_constant) uniform Args {
 #if MODE == MODE_GATHER_ELEMENTS || MODE == MODE_PAD
 const uint SHAPE_[RANK] = uint[RANK](SHAPE);
 const uint XSTR[RANK] = uint[RANK](XSTRIDES);
+#endif
+#if MODE == MODE_GATHER_ND
+const uint TDIMS_[TUPLE] = uint[TUPLE](TDIMS);
 #endif
 #if MODE == MODE_PAD
 const uint XSHAPE_[RANK] = uint[RANK](XSHAPE);
@@ -86,6 +95,17 @@ void main() {
         uint inner = o % INNER, p = (o / INNER) % NIDX, outer = o / (INNER * NIDX);
         int i = index_at(p, AXIS_LEN);
         PUT(o, i >= 0, args.x.v[(outer * AXIS_LEN + uint(i)) * INNER + inner], CONV(0.0));
+#elif MODE == MODE_GATHER_ND
+        const uint t = o / REST, e = o % REST;
+        uint row = 0;
+        bool ok = true;
+        for (uint j = 0; j < TUPLE; ++j) {
+            const int i = index_at(t * TUPLE + j, TDIMS_[j]);
+            ok = ok && i >= 0;
+            row = row * TDIMS_[j] + uint(max(i, 0));
+        }
+        row += t / BATCH_TUPLES * BATCH_ROWS;
+        PUT(o, ok, args.x.v[row * REST + e], CONV(0.0));
 #elif MODE == MODE_GATHER_ELEMENTS
         uint rem = o, src = 0;
         bool ok = true;

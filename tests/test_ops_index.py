@@ -1,4 +1,4 @@
-"""test_ops_index.py: indexing: gather, embedding, gather_elements, scatter,
+"""test_ops_index.py: indexing: gather, gather_nd, embedding, gather_elements, scatter,
 one_hot, trilu, pad (shaders/index.comp, scatter.comp), on Vulkan against
 the CPU reference (ops_common.py says how).
 """
@@ -66,6 +66,44 @@ def _(workdir):
                np.take_along_axis(x, np.where(e < 0, e + 4, e), 1), {"axis": 1})
         one_op(sub("trilu"), "trilu", [x], np.triu(x, 1), {"upper": 1, "k": 1})
         one_op(sub("pad"), "pad", [x], np.pad(x, [(1, 0), (0, 2)]), {"pads": [1, 0, 0, 2]})
+
+
+def gather_nd_want(x, idx, b):
+    """ONNX GatherND (numpy, one tuple at a time): zeros for a tuple with an
+    index outside its dimension (kiln's choice; ONNX leaves it undefined)."""
+    k = idx.shape[-1]
+    lead = idx.shape[:-1]
+    out = np.zeros(lead + x.shape[b + k:], x.dtype)
+    for t in np.ndindex(*lead):
+        tup = idx[t]
+        dims = x.shape[b:b + k]
+        if any(not -d <= int(i) < d for i, d in zip(tup, dims)):
+            continue
+        src = x[t[:b]] if b else x
+        out[t] = src[tuple(int(i) % d for i, d in zip(tup, dims))]
+    return out
+
+
+GATHER_NDS = [([5, 4, 3], [6, 2], 0, np.int64), ([5, 4, 3], [2, 3, 1], 0, np.int32),
+              ([4, 6], [7, 2], 0, np.int64), ([2, 5, 3, 2], [2, 4, 2], 1, np.int64),
+              ([3, 4], [3, 1], 1, np.int32)]
+
+
+def gather_nd_case(i, shape, ishape, b, idt):
+    def test(workdir):
+        r = rng(2230 + i)
+        x = values(r, shape)
+        k = ishape[-1]
+        dims = np.array(shape[b:b + k])
+        # in range, negative, and (every few) outside: zeros
+        idx = r.integers(-dims - 1, dims + 1, size=ishape).astype(idt)
+        one_op(workdir, "gather_nd", [x, idx], gather_nd_want(x, idx, b), {"batch_dims": b})
+    return test
+
+
+for i, g in enumerate(GATHER_NDS):
+    case(f"op gather_nd data={g[0]} indices={g[1]} batch_dims={g[2]} "
+         f"{np.dtype(g[3]).name}")(gather_nd_case(i, *g))
 
 
 @case("op embedding ids [2, 5] table [11, 8]")
