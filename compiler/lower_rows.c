@@ -111,7 +111,7 @@ void lower_norm(Program *p, Node *n) {
     /* A decoding step's row after a product (o + res, the residual add
      * fused here): the product's last workgroup normalizes it */
     if (add && n->noutputs == 1 && (n->op == OP_RMS_NORM || n->op == OP_LAYER_NORM) &&
-        len == n->outputs[0]->shape[n->outputs[0]->rank - 1]) {
+        n->outputs[0]->rank >= 1 && len == n->outputs[0]->shape[n->outputs[0]->rank - 1]) {
         Tensor *gamma = nparams > 0 ? n->inputs[first_param] : NULL;
         Tensor *beta = nparams > 1 ? n->inputs[first_param + 1] : NULL;
         Tensor *o = add->inputs[0], *other = add->inputs[1];
