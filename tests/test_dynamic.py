@@ -38,9 +38,10 @@ def run_steps(workdir, yaml_text, steps, make_inputs, reference, rtol=1e-5, atol
 
 
 def run_built(prog, steps, make_inputs, reference, rtol=1e-5, atol=1e-5, extra_args=(),
-              compare=None):
+              compare=None, env=None):
     """run_steps on a model program already built (in its directory);
-    compare(got, want, what) replaces assert_close when given."""
+    compare(got, want, what) replaces assert_close when given; env adds to
+    the program's environment."""
     workdir = Path(prog).parent
     rng = np.random.default_rng(7)
     wanted = []
@@ -55,7 +56,8 @@ def run_built(prog, steps, make_inputs, reference, rtol=1e-5, atol=1e-5, extra_a
         args += ["-d", f"{name}=" + ",".join(str(d[name]) for d in steps)]
     args += [a for i in range(nin) for a in ("-i", workdir / f"in{i}_%d.bin")]
     args += [a for i in range(len(wanted[0])) for a in ("-o", workdir / f"out{i}_%d.bin")]
-    r = run(args + list(extra_args), cwd=workdir, env={"KILN_VALIDATION": VALIDATION})
+    r = run(args + list(extra_args), cwd=workdir,
+            env={"KILN_VALIDATION": VALIDATION, **(env or {})})
     check(r.returncode != 3, f"Vulkan validation messages:\n{r.stderr[-3000:]}")
     check(r.returncode == 0, f"the model program failed ({r.returncode}):\n{r.stderr}")
     for s, (dims, want) in enumerate(zip(steps, wanted)):
@@ -185,9 +187,13 @@ def test_matvec_variants(workdir):
 def test_norm_after_product(workdir):
     K, N = 96, 40
     w, g, b = w_of([K, N], 3), w_of([N], 4), w_of([N], 5)
-    for norm, flags in (("rms_norm", ()), ("layer_norm", ()), ("rms_norm", ("--precision", "f16")),
-                        ("layer_norm", ("--precision", "f16"))):
-        sub = Path(workdir) / f"{norm}{''.join(flags)}"
+    # (the last: the kernels built without subgroup arithmetic, whose
+    # reductions go through shared memory)
+    for norm, flags, env in (("rms_norm", (), {}), ("layer_norm", (), {}),
+                             ("rms_norm", ("--precision", "f16"), {}),
+                             ("layer_norm", ("--precision", "f16"), {}),
+                             ("layer_norm", (), {"KILN_SUBGROUP": "0"})):
+        sub = Path(workdir) / f"{norm}{''.join(flags)}{''.join(env)}"
         sub.mkdir()
         params = ["g"] if norm == "rms_norm" else ["g", "b"]
         y = dyn_yaml({"seq": "1..64"}, {"x": {**W, "shape": [1, "seq", K]},
@@ -215,7 +221,7 @@ def test_norm_after_product(workdir):
             assert_relative(got, want, tol, what)
         run_built(prog, seq_steps([1, 1, 1, 3, 1, 64, 1, 1, 2, 1]),
                   lambda rng, seq: [normal(rng, 1, seq, K), normal(rng, 1, seq, N)], want,
-                  compare=compare)
+                  compare=compare, env=env)
 
 
 @case("dynamic: layer_norm, rms_norm and a residual add fused into a norm")
