@@ -7,7 +7,8 @@
 // planner guarantees it), so inputs are restrict and readonly.
 //
 // Buffer types by dtype: F32 I32 always (and V4, U4, U2: vec4, uvec4 and
-// uvec2 views); F16 with NEED_F16 (16-bit storage), I64 with NEED_I64 (int64), U8 and I8 with NEED_8BIT (8-bit storage; bool
+// uvec2 views); F16 with NEED_F16 (16-bit storage), I64 with NEED_I64
+// (int64), U8 and I8 with NEED_8BIT (8-bit storage; bool
 // is U8 holding 0 or 1). The compiler defines the NEED_* a kernel uses and
 // records the device features they require.
 #extension GL_EXT_buffer_reference : require
@@ -94,6 +95,25 @@ KILN_BUFFER(I8, int8_t, 1)
 #define KILN_RES_ARG F32R res;
 #else
 #define KILN_RES_ARG
+#endif
+
+// An index tensor's element v into an axis of len: made non-negative
+// (negative ones count from the end), -1 outside [-len, len); kiln_slot: -1
+// outside [0, len), no counting from the end. i64 indices are compared
+// before they narrow (2^32 + 1 is outside, not 1).
+int kiln_index(int v, uint len) {
+    if (v < 0)
+        v += int(len);
+    return (v < 0 || v >= int(len)) ? -1 : v;
+}
+int kiln_slot(int v, uint len) { return (v < 0 || v >= int(len)) ? -1 : v; }
+#if defined(NEED_I64) && NEED_I64
+int kiln_index(int64_t v, uint len) {
+    if (v < 0)
+        v += int64_t(len);
+    return (v < 0 || v >= int64_t(len)) ? -1 : int(v);
+}
+int kiln_slot(int64_t v, uint len) { return (v < 0 || v >= int64_t(len)) ? -1 : int(v); }
 #endif
 
 const float KILN_PI = 3.14159265358979323846;

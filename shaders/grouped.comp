@@ -39,8 +39,7 @@ void main() {
         int e[RB];
         for (uint r = 0; r < RB; ++r) {
             const uint m = blk * RB + r;
-            int x = m < M ? int(args.idx.v[m]) : -1;
-            e[r] = (x < 0 || x >= E) ? -1 : x;
+            e[r] = m < M ? kiln_slot(args.idx.v[m], E) : -1;
         }
         for (uint tile = gl_WorkGroupID.x; tile < TILES_N; tile += gl_NumWorkGroups.x) {
             const uint n = tile * NCOL + lc;

@@ -60,12 +60,7 @@ const int BEGIN_[RANK] = int[RANK](BEGIN);
 #endif
 
 // The index at position p, made non-negative against len; -1 when outside.
-int index_at(uint p, uint len) {
-    int i = int(args.idx.v[p]);
-    if (i < 0)
-        i += int(len);
-    return (i < 0 || i >= int(len)) ? -1 : i;
-}
+int index_at(uint p, uint len) { return kiln_index(args.idx.v[p], len); }
 
 #if MODE == MODE_PAD
 // Maps a padded coordinate to the source's, or -1 for the constant.

@@ -49,10 +49,8 @@ void main() {
             uint c = rem % SHAPE_[d];
             rem /= SHAPE_[d];
             if (d == AXIS) {
-                int i = int(args.idx.v[IDX_AT(o)]);
-                if (i < 0)
-                    i += AXIS_LEN;
-                ok = i >= 0 && i < AXIS_LEN;
+                const int i = kiln_index(args.idx.v[IDX_AT(o)], AXIS_LEN);
+                ok = i >= 0;
                 c = uint(max(i, 0));
             }
             dst += c * YSTR[d];

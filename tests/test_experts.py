@@ -33,6 +33,8 @@ def grouped_case(i, shape, E, N, idt, bias, dropped):
             flat = idx.reshape(-1)
             flat[::5] = -1
             flat[1::7] = E
+            if idt == np.int64:  # past 2^32 too, not taken as its low bits
+                flat[2::9] = 2 ** 32 + 1
         ins = [x, w, idx]
         if bias:
             ins.append(values(r, [E, N]))

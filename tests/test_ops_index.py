@@ -147,6 +147,43 @@ def scatter_case(op, reduction, i):
     return test
 
 
+@case("op gather, gather_nd, gather_elements, one_hot and scatter_elements with i64 indices "
+      "past 2^31 and 2^32: outside, never taken as their low 32 bits")
+def _(workdir):
+    r = rng(2240)
+    x = values(r, [5, 4])
+    big = [2 ** 32 + 1, -(2 ** 32) + 2, 2 ** 31, -(2 ** 31) - 1]
+    idx = np.array([1] + big + [-1], np.int64)
+
+    def sub(op):
+        d = Path(workdir) / op
+        d.mkdir()
+        return d
+    want = np.zeros([len(idx), 4], np.float32)
+    want[0], want[-1] = x[1], x[-1]
+    one_op(sub("gather"), "gather", [x, idx], want, {"axis": 0})
+    nd = np.stack([idx, np.ones_like(idx)], 1)  # tuples (i, 1)
+    want_nd = np.zeros([len(idx)], np.float32)
+    want_nd[0], want_nd[-1] = x[1, 1], x[-1, 1]
+    one_op(sub("gather_nd"), "gather_nd", [x, nd], want_nd)
+    e = np.array([[0, 2 ** 32 + 1, 3, -(2 ** 32) + 1]] * 5, np.int64)
+    want_e = np.zeros([5, 4], np.float32)
+    want_e[:, 0], want_e[:, 2] = x[:, 0], x[:, 3]
+    one_op(sub("gather_elements"), "gather_elements", [x, e], want_e, {"axis": 1})
+    oh = np.array([2, 2 ** 32 + 2], np.int64)
+    want_oh = np.zeros([2, 5], np.float32)
+    want_oh[0, 2] = 1
+    one_op(sub("one_hot"), "one_hot", [oh], want_oh, {"depth": 5, "axis": -1})
+    s_idx = np.array([[2 ** 32 + 1, 1, 2, 3], [0, 2 ** 32, 4, -(2 ** 32) + 1]], np.int64)
+    u = values(r, [2, 4], 1.0)
+    want_s = np.array(x, np.float64)
+    for (a, b), v in np.ndenumerate(u):
+        i = int(s_idx[a, b])
+        if -5 <= i < 5:
+            want_s[i, b] = v
+    one_op(sub("scatter"), "scatter_elements", [x, s_idx, u], want_s, {"axis": 0}, 1e-6, 1e-6)
+
+
 for i, red in enumerate(["none", "add", "mul", "max", "min"]):
     case(f"op scatter_elements reduction={red}")(scatter_case("scatter_elements", red, i))
 case("op scatter_add with repeated indices")(scatter_case("scatter_add", "add", 9))
