@@ -817,24 +817,23 @@ bool norm_after_product(Program *p, Node *n, Dispatch *nd, Tensor *o, Tensor *re
     for (int i = p->ndispatches - 1; i >= 0 && !one; i--)
         if (p->dispatches[i]->node == prod && p->dispatches[i]->one_row)
             one = p->dispatches[i];
-    const kiln_dtype floats[2] = {KILN_DTYPE_F32, KILN_DTYPE_F16};
-    Tensor *all[6] = {o, res, y, sum, gamma, beta};
-    for (int k = 0; k < 6; k++)
-        if (all[k] && all[k]->dtype != floats[0] && all[k]->dtype != floats[1])
-            return false;
     int64_t N = o->shape[o->rank - 1];
-    /* C is o's whole row, the norm over it; gamma and beta per element */
+    /* C is o's whole row, the norm over it; gamma and beta per element; not
+     * a QKV split's product */
     if (!one || one->args[0] != o || strcmp(one->family, "matvec_k") != 0 ||
-        !dim_expr_eq(&nd->work, &one->work) || (gamma && tensor_count(gamma) != N) ||
-        (beta && tensor_count(beta) != N) || strstr(one->defines.buf, "SPLIT_N0") ||
+        prod->nsiblings || !dim_expr_eq(&nd->work, &one->work) ||
+        (gamma && tensor_count(gamma) != N) || (beta && tensor_count(beta) != N) ||
         /* each invocation holds its N / WG elements in registers */
         (N + one->local_size - 1) / one->local_size > 64)
         return false;
-    /* 16-bit storage where a half is read or written: the kernel's needs
-     * are defined already (define_operand_types), from A and C */
-    bool f16 = strstr(one->defines.buf, "NEED_F16 1") != NULL;
+    /* f32 or f16; 16-bit storage where a half is read or written: the
+     * kernel's needs are defined already (define_operand_types), from its
+     * A and C */
+    bool f16 = o->dtype == KILN_DTYPE_F16 || one->args[1]->dtype == KILN_DTYPE_F16;
+    Tensor *all[6] = {o, res, y, sum, gamma, beta};
     for (int k = 0; k < 6; k++)
-        if (all[k] && all[k]->dtype == KILN_DTYPE_F16 && !f16)
+        if (all[k] && all[k]->dtype != KILN_DTYPE_F32 &&
+            (all[k]->dtype != KILN_DTYPE_F16 || !f16))
             return false;
     define_int(one, "LAST_NORM", 1);
     define_int(one, "NORM_RMS", rms);

@@ -124,8 +124,8 @@ void map_gather_nd(Ctx *c, const OnnxOp *op) {
     Value *data = in(c, 0), *idx = in(c, 1);
     int64_t rows, rest;
     int batch_dims = (int)oattr_int(c, "batch_dims", 0);
-    if (!idx->data) { /* indices at run time: kiln's gather_nd, one kernel */
-        nd_view(c, data, idx, batch_dims, &rows, &rest);
+    if (!idx->data) { /* indices at run time: kiln's gather_nd, one kernel (its
+                        * shape rule checks them against the data) */
         Value *gi[2] = {data, idx};
         Node *g = emit(c, OP_GATHER_ND, 2, gi, out_name(c, 0));
         node_set_int(g, "batch_dims", batch_dims);
