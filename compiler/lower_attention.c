@@ -1,10 +1,12 @@
 /*
- * lower_attention.c: attention (attention.comp), rope (one elementwise
- * dispatch), and attention's gradient (grad.comp).
+ * lower_attention.c: attention (flash.comp for many query rows, else
+ * attention.comp), rope (one elementwise dispatch), and attention's
+ * gradient (grad.comp).
  */
 #include "lower.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,11 +59,103 @@ static void attention_defines(Dispatch *d, Node *n, const AttentionDims *a) {
     attention_strides(d, a);
 }
 
+/* What attention.comp and flash.comp share: the storage types of q, k, v,
+ * the mask and the output, the score's scale, softcap, causal and window,
+ * and the arguments o (out: the output or the spans' parts), q, k, v and
+ * the mask (its strides broadcast to [B, H, Sq, Sk]). */
+static void attention_scores(Program *p, Dispatch *d, Node *n, const AttentionDims *a,
+                             Tensor *out) {
+    bool need[3] = {false, false, false};
+    const char *names[3] = {"Q", "K", "V"};
+    for (int i = 0; i < 3; i++)
+        define_storage(p, d, need, names[i], n->inputs[i], false);
+    define_storage(p, d, need, "O", n->outputs[0], true);
+    if (n->ninputs > 3)
+        define_storage(p, d, need, "MASK", n->inputs[3], false);
+    define_needs(d, need);
+    double scale = attr_float_or(n, "scale", 1.0 / sqrt((double)a->D));
+    double cap = attr_float(n, "softcap");
+    define_float(d, "SCALE", scale);
+    define_int(d, "SOFTCAP_ON", cap > 0);
+    define_float(d, "SOFTCAP", cap > 0 ? cap : 1.0);
+    define_int(d, "CAUSAL", attr_int(n, "causal") != 0);
+    define_int(d, "WINDOW", attr_int(n, "window"));
+    dispatch_arg(d, out, true);
+    for (int i = 0; i < 3; i++)
+        dispatch_arg(d, n->inputs[i], false);
+    int64_t ms[4] = {0, 0, 0, 0};
+    if (n->ninputs > 3) {
+        int64_t full[4] = {a->B, a->H, a->Sq, a->Sk};
+        Operand m = broadcast(n->inputs[3], 4, full);
+        memcpy(ms, m.strides, sizeof ms);
+        dispatch_arg(d, n->inputs[3], false);
+    } else {
+        dispatch_unused(d, n->inputs[0]); /* the mask slot */
+    }
+    define_int(d, "HAS_MASK", n->ninputs > 3);
+    define_int(d, "MS_B", ms[0]);
+    define_int(d, "MS_H", ms[1]);
+    define_int(d, "MS_I", ms[2]);
+    define_int(d, "MS_J", ms[3]);
+    d->flops = (uint64_t)(a->B * a->H * a->Sq * a->Sk) * (uint64_t)(2 * a->D + 2 * a->DV + 5);
+}
+
+/* flash.comp's blocks: BQ query rows sharing each chunk of BK keys, TPR
+ * invocations a row. */
+typedef struct FlashTile {
+    int64_t bq, bk, tpr;
+} FlashTile;
+
+static int64_t flash_shared_bytes(const AttentionDims *a, FlashTile f) {
+    return 4 * (f.bq * (a->D + 1) + f.bk * (a->D + 1) + f.bk * a->DV + f.bq * (f.bk + 1) +
+                f.bq * f.tpr);
+}
+
+/* Whether attention takes flash.comp, and its blocks: for 8 or more query
+ * rows, a fixed count of them and of keys (a decoder's dynamic prompt keeps
+ * attention.comp), blocks of 16 rows when that leaves at least 128
+ * workgroups, else 8, and the longest chunk of keys (64 down to 8) that
+ * fits 32 KiB of shared memory. KILN_FLASH=BQ,BK overrides the blocks (for
+ * tuning; BQ * 8 invocations), KILN_FLASH=0 keeps attention.comp. */
+static bool flash_tile(const Node *n, const AttentionDims *a, FlashTile *f) {
+    if (n->inputs[0]->dynamic || n->inputs[1]->dynamic || a->Sq < 8)
+        return false;
+    f->tpr = 8;
+    f->bq = a->B * a->H * ((a->Sq + 15) / 16) >= 128 ? 16 : 8;
+    const char *tune = getenv("KILN_FLASH");
+    long v[2] = {0, 0};
+    if (tune && strcmp(tune, "0") == 0)
+        return false;
+    if (tune && sscanf(tune, "%ld,%ld", &v[0], &v[1]) == 2 && v[0] > 0 && v[0] * 8 <= 1024 &&
+        v[1] >= 8 && v[1] % 8 == 0) {
+        f->bq = v[0];
+        f->bk = v[1];
+        return flash_shared_bytes(a, *f) <= 32768;
+    }
+    for (f->bk = 64; f->bk >= 8; f->bk /= 2)
+        if (flash_shared_bytes(a, *f) <= 32768)
+            return true;
+    return false;
+}
+
 void lower_attention(Program *p, Node *n) {
     AttentionDims a;
     attention_dims(n, &a);
     if (a.B * a.H * a.Sq * a.DV == 0)
         return;
+    FlashTile f;
+    if (flash_tile(n, &a, &f)) {
+        Dispatch *d = new_dispatch(p, n, "flash");
+        d->local_size = (uint32_t)(f.bq * f.tpr);
+        define_int(d, "WG", d->local_size);
+        define_int(d, "BQ", f.bq);
+        define_int(d, "BK", f.bk);
+        define_int(d, "TPR", f.tpr);
+        attention_defines(d, n, &a);
+        attention_scores(p, d, n, &a, n->outputs[0]);
+        d->groups[0] = groups_for(a.B * a.H * ((a.Sq + f.bq - 1) / f.bq), 1);
+        return;
+    }
     int64_t splits = attention_splits(n, &a), rows = a.B * a.H * a.Sq;
     Tensor *part = splits > 1 ? scratch(p, n, "parts", 2,
                                         (int64_t[]){rows * splits, a.DV + 2}) : NULL;
@@ -74,44 +168,9 @@ void lower_attention(Program *p, Node *n) {
     operand_strides(&a, 1, ks);
     define_int(d, "KVEC4", a.D % 4 == 0 && all_multiples(3, ks, 4) &&
                            n->inputs[1]->dtype == KILN_DTYPE_F32);
-    bool need[3] = {false, false, false};
-    const char *names[3] = {"Q", "K", "V"};
-    for (int i = 0; i < 3; i++)
-        define_storage(p, d, need, names[i], n->inputs[i], false);
-    define_storage(p, d, need, "O", n->outputs[0], true);
-    if (n->ninputs > 3)
-        define_storage(p, d, need, "MASK", n->inputs[3], false);
-    define_needs(d, need);
-    double scale = attr_float_or(n, "scale", 1.0 / sqrt((double)a.D));
-    double cap = attr_float(n, "softcap");
-    define_float(d, "SCALE", scale);
-    define_int(d, "SOFTCAP_ON", cap > 0);
-    define_float(d, "SOFTCAP", cap > 0 ? cap : 1.0);
-    define_int(d, "CAUSAL", attr_int(n, "causal") != 0);
-    define_int(d, "WINDOW", attr_int(n, "window"));
-    dispatch_arg(d, part ? part : n->outputs[0], true);
-    for (int i = 0; i < 3; i++)
-        dispatch_arg(d, n->inputs[i], false);
-    if (n->ninputs > 3) {
-        int64_t full[4] = {a.B, a.H, a.Sq, a.Sk};
-        Operand m = broadcast(n->inputs[3], 4, full);
-        define_int(d, "HAS_MASK", 1);
-        define_int(d, "MS_B", m.strides[0]);
-        define_int(d, "MS_H", m.strides[1]);
-        define_int(d, "MS_I", m.strides[2]);
-        define_int(d, "MS_J", m.strides[3]);
-        dispatch_arg(d, n->inputs[3], false);
-    } else {
-        define_int(d, "HAS_MASK", 0);
-        define_int(d, "MS_B", 0);
-        define_int(d, "MS_H", 0);
-        define_int(d, "MS_I", 0);
-        define_int(d, "MS_J", 0);
-        dispatch_unused(d, n->inputs[0]); /* the mask slot */
-    }
+    attention_scores(p, d, n, &a, part ? part : n->outputs[0]);
     d->groups[0] = groups_for(rows * splits, 1);
     dyn_groups(d, 0, dyn_of(n->inputs[0]), rows * splits, 1);
-    d->flops = (uint64_t)(a.B * a.H * a.Sq * a.Sk) * (uint64_t)(2 * a.D + 2 * a.DV + 5);
     if (!part)
         return;
     /* the spans' parts weighed into the output, a workgroup per row */

@@ -44,7 +44,8 @@ typedef struct MatvecShape {
  * generated C names those that were set (emit_c.c). */
 const char *const tuning_variables[] = {"KILN_MATMUL_TILE", "KILN_MATMUL_SPLITK",
                                         "KILN_COOPMAT_TILE", "KILN_MATVEC_NCOL",
-                                        "KILN_MATVEC_K", "KILN_DIRECT_CONV", NULL};
+                                        "KILN_MATVEC_K", "KILN_DIRECT_CONV", "KILN_FLASH",
+                                        NULL};
 
 /* matvec.comp's layout for s: vec4 columns when B is f32 with 16-byte
  * aligned rows, vec4 rows of A likewise. Column lanes per workgroup (4 to

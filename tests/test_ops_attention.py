@@ -1,10 +1,14 @@
-"""test_ops_attention.py: attention and rope (shaders/attention.comp), on
-Vulkan against the CPU reference (ops_common.py says how).
+"""test_ops_attention.py: attention (shaders/attention.comp, and
+shaders/flash.comp for 8 or more query rows) and rope, on Vulkan against the
+CPU reference (ops_common.py says how).
 """
+import json
+from pathlib import Path
+
 import numpy as np
 
 import reference as ref
-from harness import registry
+from harness import check, kiln, registry
 from ops_common import one_op, rng, values
 
 TESTS, case = registry()
@@ -29,12 +33,14 @@ ATTENTIONS = [  # layout, B, H, KVH, Sq, Sk, D, DV, attrs, mask shape
 ]
 
 
-def attention_case(i, layout, B, H, KVH, Sq, Sk, D, DV, attrs, mshape, f16=False):
+def attention_case(i, layout, B, H, KVH, Sq, Sk, D, DV, attrs, mshape, f16=False,
+                   kernel=None, seed=2300):
     """f16: q, k, v, the mask and the result stored f16 (as --precision f16
     stores them), the arithmetic f32; a third of the way in, one key masked
-    out."""
+    out. kernel: the family the dispatch must take (flash, attention), and
+    flash's blocks (BQ, BK) as a (define, value) list."""
     def test(workdir):
-        r = rng((2500 if f16 else 2300) + i)
+        r = rng((2500 if f16 else seed) + i)
         if layout == "bhsd":
             q, k, v = values(r, [B, H, Sq, D], 1), values(r, [B, KVH, Sk, D], 1), \
                 values(r, [B, KVH, Sk, DV], 1)
@@ -62,12 +68,48 @@ def attention_case(i, layout, B, H, KVH, Sq, Sk, D, DV, attrs, mshape, f16=False
                    names=["q", "k", "v", "m"])
         else:
             one_op(workdir, "attention", ins, want, a, 1e-4, 1e-5, names=["q", "k", "v", "m"])
+        if kernel:
+            check_kernel(workdir, *kernel)
     return test
+
+
+def check_kernel(workdir, family, defines=()):
+    """The model's one attention dispatch is of family, its kernel built
+    with defines (the kernel's comment in the generated C lists them)."""
+    workdir = Path(workdir)
+    r = kiln("inspect", workdir / "model.yaml", "--format", "json")
+    check(r.returncode == 0, f"kiln inspect failed:\n{r.stderr}")
+    d, = json.loads(r.stdout)["dispatches"]
+    check(d["family"] == family, f"attention took {d['family']}, expected {family}")
+    text = (workdir / "model.c").read_text()
+    for name, value in defines:
+        check(f" *   {name} {value}\n" in text, f"{family} not built with {name} {value}")
 
 
 for i, c in enumerate(ATTENTIONS):
     case(f"op attention {c[0]} B={c[1]} H={c[2]} KVH={c[3]} Sq={c[4]} Sk={c[5]} D={c[6]} "
          f"DV={c[7]} {c[8]} mask={c[9]}")(attention_case(i, *c))
+
+# flash.comp (8 or more query rows; lower_attention.c flash_tile): ragged
+# blocks, 16-row blocks, grouped queries, fewer queries than keys (causal
+# from an offset), more queries than keys (rows that see nothing), D != DV,
+# a window with softcap, D = 128 in chunks of 16 keys; and past what fits
+# 32 KiB of shared memory, attention.comp again.
+FLASH = [  # the ATTENTIONS fields, then kernel
+    (("bhsd", 1, 3, 3, 37, 37, 64, 64, {}, None), ("flash", [("BQ", 8), ("BK", 32)])),
+    (("bhsd", 1, 16, 4, 129, 129, 16, 16, {"causal": 1}, None),
+     ("flash", [("BQ", 16), ("BK", 64)])),
+    (("bshd", 2, 4, 2, 20, 29, 16, 24, {"causal": 1}, [2, 1, 20, 29]), ("flash", [("BQ", 8)])),
+    (("bhsd", 1, 2, 2, 40, 24, 8, 8, {"causal": 1}, None), ("flash", [])),
+    (("bhsd", 1, 2, 1, 50, 50, 12, 12, {"causal": 1, "window": 7, "softcap": 4.0},
+      [50, 50]), ("flash", [])),
+    (("bhsd", 1, 2, 2, 16, 70, 128, 128, {}, None), ("flash", [("BK", 16)])),
+    (("bhsd", 1, 1, 1, 8, 9, 512, 16, {}, None), ("attention", [])),
+]
+for i, (c, kernel) in enumerate(FLASH):
+    case(f"op attention (flash) {c[0]} B={c[1]} H={c[2]} KVH={c[3]} Sq={c[4]} Sk={c[5]} "
+         f"D={c[6]} DV={c[7]} {c[8]} mask={c[9]}")(
+        attention_case(i, *c, kernel=kernel, seed=2600))
 
 ROPES = [([2, 3, 6, 8], {}), ([2, 3, 6, 8], {"interleaved": 1}),
          ([1, 5, 2, 16], {"n_rot": 8, "seq_axis": 1}),
@@ -91,9 +133,10 @@ for i, (shape, attrs) in enumerate(ROPES):
     case(f"op rope {shape} {attrs}")(rope_case(i, shape, attrs))
 
 
-# f16 storage: one row a head with spans, and a prefill.
+# f16 storage: one row a head with spans, and prefills (flash.comp).
 ATTENTIONS_F16 = [("bshd", 1, 4, 2, 1, 300, 32, 32, {"causal": 1}, [1, 300]),
-                  ("bhsd", 1, 2, 1, 9, 9, 16, 16, {"causal": 1}, [9, 9])]
+                  ("bhsd", 1, 2, 1, 9, 9, 16, 16, {"causal": 1}, [9, 9]),
+                  ("bshd", 1, 4, 2, 33, 40, 64, 64, {"causal": 1}, [33, 40])]
 for i, c in enumerate(ATTENTIONS_F16):
     case(f"op attention f16 storage {c[0]} H={c[2]} KVH={c[3]} Sq={c[4]} Sk={c[5]}")(
         attention_case(i, *c, f16=True))

@@ -9,6 +9,10 @@ and the mean GPU microseconds they take; with --inspect DIR it also writes
 `kiln inspect`'s text schedule of each build there.
 
   bench/experiments/family_profile.py [--models A,B] [--f16] [--inspect DIR]
+                                      [--configs "default;K=V&K=V;..."]
+
+Each configuration (environment variables for the compiler, such as
+KILN_FLASH=BQ,BK) is a build of its own, the model exported once.
 
 Runs where bench/models.py runs (PyTorch, transformers, onnxruntime, kiln
 built or carried).
@@ -16,6 +20,7 @@ built or carried).
 import argparse
 import collections
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -27,12 +32,18 @@ sys.path.insert(0, str(ROOT / "bench"))
 import models  # noqa: E402  (bench/models.py: the models, kiln's build of them)
 
 
-def profile(wd, onnx_path, inputs, ort_outs, flags, inspect_dir, tag):
+def profile(wd, onnx_path, inputs, ort_outs, flags, inspect_dir, tag, cfg):
     wd.mkdir()
-    _, _, insp = models.kiln_build(wd, onnx_path, flags=flags)
+    env = dict(os.environ)
+    if cfg != "default":
+        for kv in cfg.split("&"):
+            k, v = kv.split("=", 1)
+            env[k] = v
+        tag += " " + cfg
+    _, _, insp = models.kiln_build(wd, onnx_path, env=env, flags=flags)
     if inspect_dir:
-        text = models.sh([models.BUILD / "kiln", "inspect", onnx_path, *flags])
-        (Path(inspect_dir) / f"{tag}.txt").write_text(text)
+        text = models.sh([models.BUILD / "kiln", "inspect", onnx_path, *flags], env=env)
+        (Path(inspect_dir) / f"{tag.replace(' ', '_')}.txt").write_text(text)
     for i, x in enumerate(inputs):
         np.ascontiguousarray(x).tofile(wd / f"in{i}.bin")
     args = [wd / "run_model", "-q", "-n", "50", "-p", wd / "prof.json"]
@@ -64,6 +75,7 @@ def main():
     ap.add_argument("--models", default="bert-base,gpt2,vit-b16,llama-1024,convnext_tiny")
     ap.add_argument("--f16", action="store_true")
     ap.add_argument("--inspect")
+    ap.add_argument("--configs", default="default")
     a = ap.parse_args()
     import torch  # noqa: F401
     import export
@@ -75,10 +87,12 @@ def main():
             onnx_path = wd / "model.onnx"
             kw = dict(dynamo=True, opset_version=20, external_data=False)
             ort_outs, _ = export.export(module, inputs, onnx_path, kw)
-            profile(wd / "f32", onnx_path, inputs, ort_outs, (), a.inspect, name)
-            if a.f16:
-                profile(wd / "f16", onnx_path, inputs, ort_outs, ("--precision", "f16"),
-                        a.inspect, name + "-f16")
+            for ci, cfg in enumerate(a.configs.split(";")):
+                profile(wd / f"f32-{ci}", onnx_path, inputs, ort_outs, (), a.inspect, name,
+                        cfg)
+                if a.f16:
+                    profile(wd / f"f16-{ci}", onnx_path, inputs, ort_outs,
+                            ("--precision", "f16"), a.inspect, name + "-f16", cfg)
     return 0
 
 
