@@ -14,7 +14,10 @@
 // TPR, ... of its row in registers. A causal block stops at the newest key
 // its last row sees, a windowed one starts at the oldest its first row sees.
 //
-// Shared rows are padded by one float (KP, PP) so that the TPR lanes reading
+// Each chunk's keys and values are read into registers (KL and VL of them
+// an invocation) while the one before is computed, then stored to shared
+// memory: the loads' latency is paid once, not once a chunk. Shared rows
+// are padded by one float (KP, PP) so that the TPR lanes reading
 // keys t, t + TPR, ... at one d, and the rows of a subgroup, fall in
 // different banks.
 //
@@ -52,11 +55,32 @@ layout(push_constant) uniform Args {
 #define ACC_N ((DV + TPR - 1) / TPR)    // output components an invocation keeps
 #define NBLK ((SQ + BQ - 1) / BQ)
 
+#define KL ((BK * D + WG - 1) / WG)     // key elements an invocation loads a chunk
+#define VL ((BK * DV + WG - 1) / WG)
+
 shared float qs[BQ * KP];
 shared float ks[BK * KP];
 shared float vs[BK * DV];
 shared float ps[BQ * PP];
 shared float red[WG];
+
+float kreg[KL], vreg[VL];
+
+// Chunk [c0, c0 + n) of the keys and values into kreg, vreg (zeros past n).
+void fetch(uint l, uint kbase, uint vbase, uint c0, uint n) {
+    for (int u = 0; u < KL; ++u) {
+        const uint e = l + uint(u) * WG, jj = e / D, d = e % D;
+        kreg[u] = 0.0;
+        if (jj < n)
+            kreg[u] = float(args.k.v[kbase + (c0 + jj) * KS_S + d]);
+    }
+    for (int u = 0; u < VL; ++u) {
+        const uint e = l + uint(u) * WG, jj = e / DV, d = e % DV;
+        vreg[u] = 0.0;
+        if (jj < n)
+            vreg[u] = float(args.v.v[vbase + (c0 + jj) * VS_S + d]);
+    }
+}
 
 void main() {
     const uint l = gl_LocalInvocationID.x, r = l / TPR, t = l % TPR;
@@ -66,11 +90,6 @@ void main() {
         const uint q0 = blk * BQ, i = q0 + r;
         const bool row_ok = i < SQ;
         const uint kbase = b * KS_B + kvh * KS_H, vbase = b * VS_B + kvh * VS_H;
-        for (uint e = l; e < BQ * D; e += WG) {
-            const uint rr = e / D, d = e % D;
-            qs[rr * KP + d] = q0 + rr < SQ
-                ? float(args.q.v[b * QS_B + h * QS_H + (q0 + rr) * QS_S + d]) : 0.0;
-        }
         // the keys some row of the block sees: [kbeg, kend)
         const int shift = int(SK) - int(SQ); // row i's newest key: i + shift
         int kend = int(SK), kbeg = 0;
@@ -80,21 +99,39 @@ void main() {
 #if WINDOW > 0
         kbeg = clamp(int(q0) + shift - WINDOW + 1, 0, int(SK));
 #endif
+        if (kbeg < kend)
+            fetch(l, kbase, vbase, uint(kbeg), min(uint(BK), uint(kend - kbeg)));
+        float qreg[(BQ * D + WG - 1) / WG];
+        for (int u = 0; u < (BQ * D + WG - 1) / WG; ++u) {
+            const uint e = l + uint(u) * WG, rr = e / D, d = e % D;
+            qreg[u] = 0.0;
+            if (rr < BQ && q0 + rr < SQ)
+                qreg[u] = float(args.q.v[b * QS_B + h * QS_H + (q0 + rr) * QS_S + d]);
+        }
+        for (int u = 0; u < (BQ * D + WG - 1) / WG; ++u) {
+            const uint e = l + uint(u) * WG;
+            if (e < BQ * D)
+                qs[e / D * KP + e % D] = qreg[u];
+        }
         const int last = int(i) + shift;
         float m = -1.0 / 0.0, lpart = 0.0, acc[ACC_N];
         for (int c = 0; c < ACC_N; ++c)
             acc[c] = 0.0;
         for (uint c0 = uint(kbeg); int(c0) < kend; c0 += BK) {
             const uint n = min(uint(BK), uint(kend) - c0);
-            for (uint e = l; e < BK * D; e += WG) {
-                const uint jj = e / D, d = e % D;
-                ks[jj * KP + d] = jj < n ? float(args.k.v[kbase + (c0 + jj) * KS_S + d]) : 0.0;
+            for (int u = 0; u < KL; ++u) {
+                const uint e = l + uint(u) * WG;
+                if (e < BK * D)
+                    ks[e / D * KP + e % D] = kreg[u];
             }
-            for (uint e = l; e < BK * DV; e += WG) {
-                const uint jj = e / DV, d = e % DV;
-                vs[e] = jj < n ? float(args.v.v[vbase + (c0 + jj) * VS_S + d]) : 0.0;
+            for (int u = 0; u < VL; ++u) {
+                const uint e = l + uint(u) * WG;
+                if (e < BK * DV)
+                    vs[e] = vreg[u];
             }
             barrier();
+            if (int(c0 + BK) < kend) // the next chunk's loads, under this one's work
+                fetch(l, kbase, vbase, c0 + BK, min(uint(BK), uint(kend) - c0 - BK));
             float s[SN];
             for (int kk = 0; kk < SN; ++kk)
                 s[kk] = 0.0;
@@ -140,13 +177,12 @@ void main() {
             lpart = lpart * corr + psum;
             m = m_new;
             barrier();
-            for (int c = 0; c < ACC_N; ++c) {
-                const uint d = t + uint(c) * TPR;
-                float a = acc[c] * corr;
-                if (d < DV)
-                    for (uint jj = 0; jj < n; ++jj)
-                        a += ps[r * PP + jj] * vs[jj * DV + d];
-                acc[c] = a;
+            for (int c = 0; c < ACC_N; ++c)
+                acc[c] *= corr;
+            for (uint jj = 0; jj < n; ++jj) {
+                const float pj = ps[r * PP + jj];
+                for (int c = 0; c < ACC_N; ++c)
+                    acc[c] += pj * vs[jj * DV + min(t + uint(c) * TPR, DV - 1)];
             }
             barrier(); // the next chunk overwrites ks, vs, ps and red
         }
