@@ -106,22 +106,27 @@ typedef struct FlashTile {
     int64_t bq, bk, tpr;
 } FlashTile;
 
+/* flash.comp's shared memory: the queries' and a chunk's keys' rows in
+ * vec4s padded by one, its values' in vec4s, the probabilities' rows padded
+ * by one float, and a float an invocation. */
 static int64_t flash_shared_bytes(const AttentionDims *a, FlashTile f) {
-    return 4 * (f.bq * (a->D + 1) + f.bk * (a->D + 1) + f.bk * a->DV + f.bq * (f.bk + 1) +
-                f.bq * f.tpr);
+    int64_t d4 = (a->D + 3) / 4, dv4 = (a->DV + 3) / 4;
+    return 16 * ((f.bq + f.bk) * (d4 + 1) + f.bk * dv4) + 4 * (f.bq * (f.bk + 1) + f.bq * f.tpr);
 }
 
 /* Whether attention takes flash.comp, and its blocks: for 8 or more query
  * rows, a fixed count of them and of keys (a decoder's dynamic prompt keeps
- * attention.comp), blocks of 16 rows when that leaves at least 128
- * workgroups, else 8, and the longest chunk of keys (64 down to 8) that
- * fits 32 KiB of shared memory. KILN_FLASH=BQ,BK overrides the blocks (for
- * tuning; BQ * 8 invocations), KILN_FLASH=0 keeps attention.comp. */
+ * attention.comp): blocks of 16 rows, and the longest chunk of keys (64
+ * down to 8) that fits 32 KiB of shared memory (32 for D = 64; measured on
+ * an H200 in BERT-base, ViT-B/16 and a Llama: 16 rows in chunks of 32 were
+ * fastest, bench/experiments/flash-h200.txt). KILN_FLASH=BQ,BK overrides
+ * the blocks (for tuning; BQ * 8 invocations), KILN_FLASH=0 keeps
+ * attention.comp. */
 static bool flash_tile(const Node *n, const AttentionDims *a, FlashTile *f) {
     if (n->inputs[0]->dynamic || n->inputs[1]->dynamic || a->Sq < 8)
         return false;
     f->tpr = 8;
-    f->bq = a->B * a->H * ((a->Sq + 15) / 16) >= 128 ? 16 : 8;
+    f->bq = 16;
     const char *tune = getenv("KILN_FLASH");
     long v[2] = {0, 0};
     if (tune && strcmp(tune, "0") == 0)

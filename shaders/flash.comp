@@ -14,12 +14,17 @@
 // TPR, ... of its row in registers. A causal block stops at the newest key
 // its last row sees, a windowed one starts at the oldest its first row sees.
 //
+// Shared memory holds rows as vec4s (D and DV rounded up to D4 and DV4
+// vec4s, zeros past them), so that a score takes a vec4 of the query and
+// of the key for four multiply-adds, and the value product a vec4 of four
+// output components (invocation lane t keeps vec4s t, t + TPR, ...).
+//
 // Each chunk's keys and values are read into registers (KL and VL of them
 // an invocation) while the one before is computed, then stored to shared
-// memory: the loads' latency is paid once, not once a chunk. Shared rows
-// are padded by one float (KP, PP) so that the TPR lanes reading
-// keys t, t + TPR, ... at one d, and the rows of a subgroup, fall in
-// different banks.
+// memory: the loads' latency is paid once, not once a chunk. Query and key
+// rows are padded by one vec4 (KP4), the probabilities' rows by one float
+// (PP), so that the TPR lanes reading keys t, t + TPR, ... at one d, and the
+// rows of a subgroup, fall in different banks.
 //
 // Defines: as attention.comp (B, H, KVH, SQ, SK, D, DV, the strides QS_*,
 // KS_*, VS_*, OS_*, SCALE, SOFTCAP_ON, SOFTCAP, CAUSAL, WINDOW, HAS_MASK and
@@ -49,36 +54,41 @@ layout(push_constant) uniform Args {
     MASK_BUF mask;
 } args;
 
-#define KP (D + 1)                      // a query or key row in shared memory
+#define D4 ((D + 3) / 4)
+#define DV4 ((DV + 3) / 4)
+#define KP4 (D4 + 1)                    // a query or key row in shared memory, in vec4s
 #define PP (BK + 1)                     // a row of the chunk's probabilities
 #define SN (BK / TPR)                   // keys an invocation scores a chunk
-#define ACC_N ((DV + TPR - 1) / TPR)    // output components an invocation keeps
+#define ACC4 ((DV4 + TPR - 1) / TPR)    // output vec4s an invocation keeps
 #define NBLK ((SQ + BQ - 1) / BQ)
+#define QL ((BQ * D4 + WG - 1) / WG)    // vec4s an invocation loads: of the queries,
+#define KL ((BK * D4 + WG - 1) / WG)    // of a chunk's keys
+#define VL ((BK * DV4 + WG - 1) / WG)   // and of its values
 
-#define KL ((BK * D + WG - 1) / WG)     // key elements an invocation loads a chunk
-#define VL ((BK * DV + WG - 1) / WG)
-
-shared float qs[BQ * KP];
-shared float ks[BK * KP];
-shared float vs[BK * DV];
+shared vec4 qs[BQ * KP4];
+shared vec4 ks[BK * KP4];
+shared vec4 vs[BK * DV4];
 shared float ps[BQ * PP];
 shared float red[WG];
 
-float kreg[KL], vreg[VL];
+vec4 kreg[KL], vreg[VL];
 
-// Chunk [c0, c0 + n) of the keys and values into kreg, vreg (zeros past n).
+// Chunk [c0, c0 + n) of the keys and values into kreg, vreg (zeros past n,
+// and past D, DV in a row).
 void fetch(uint l, uint kbase, uint vbase, uint c0, uint n) {
     for (int u = 0; u < KL; ++u) {
-        const uint e = l + uint(u) * WG, jj = e / D, d = e % D;
-        kreg[u] = 0.0;
+        const uint e = l + uint(u) * WG, jj = e / D4, d = e % D4 * 4;
+        kreg[u] = vec4(0.0);
         if (jj < n)
-            kreg[u] = float(args.k.v[kbase + (c0 + jj) * KS_S + d]);
+            for (uint c = 0; c < 4 && d + c < D; ++c)
+                kreg[u][c] = float(args.k.v[kbase + (c0 + jj) * KS_S + d + c]);
     }
     for (int u = 0; u < VL; ++u) {
-        const uint e = l + uint(u) * WG, jj = e / DV, d = e % DV;
-        vreg[u] = 0.0;
+        const uint e = l + uint(u) * WG, jj = e / DV4, d = e % DV4 * 4;
+        vreg[u] = vec4(0.0);
         if (jj < n)
-            vreg[u] = float(args.v.v[vbase + (c0 + jj) * VS_S + d]);
+            for (uint c = 0; c < 4 && d + c < DV; ++c)
+                vreg[u][c] = float(args.v.v[vbase + (c0 + jj) * VS_S + d + c]);
     }
 }
 
@@ -101,32 +111,34 @@ void main() {
 #endif
         if (kbeg < kend)
             fetch(l, kbase, vbase, uint(kbeg), min(uint(BK), uint(kend - kbeg)));
-        float qreg[(BQ * D + WG - 1) / WG];
-        for (int u = 0; u < (BQ * D + WG - 1) / WG; ++u) {
-            const uint e = l + uint(u) * WG, rr = e / D, d = e % D;
-            qreg[u] = 0.0;
+        vec4 qreg[QL];
+        for (int u = 0; u < QL; ++u) {
+            const uint e = l + uint(u) * WG, rr = e / D4, d = e % D4 * 4;
+            qreg[u] = vec4(0.0);
             if (rr < BQ && q0 + rr < SQ)
-                qreg[u] = float(args.q.v[b * QS_B + h * QS_H + (q0 + rr) * QS_S + d]);
+                for (uint c = 0; c < 4 && d + c < D; ++c)
+                    qreg[u][c] = float(args.q.v[b * QS_B + h * QS_H + (q0 + rr) * QS_S + d + c]);
         }
-        for (int u = 0; u < (BQ * D + WG - 1) / WG; ++u) {
+        for (int u = 0; u < QL; ++u) {
             const uint e = l + uint(u) * WG;
-            if (e < BQ * D)
-                qs[e / D * KP + e % D] = qreg[u];
+            if (e < BQ * D4)
+                qs[e / D4 * KP4 + e % D4] = qreg[u];
         }
         const int last = int(i) + shift;
-        float m = -1.0 / 0.0, lpart = 0.0, acc[ACC_N];
-        for (int c = 0; c < ACC_N; ++c)
-            acc[c] = 0.0;
+        float m = -1.0 / 0.0, lpart = 0.0;
+        vec4 acc[ACC4];
+        for (int c = 0; c < ACC4; ++c)
+            acc[c] = vec4(0.0);
         for (uint c0 = uint(kbeg); int(c0) < kend; c0 += BK) {
             const uint n = min(uint(BK), uint(kend) - c0);
             for (int u = 0; u < KL; ++u) {
                 const uint e = l + uint(u) * WG;
-                if (e < BK * D)
-                    ks[e / D * KP + e % D] = kreg[u];
+                if (e < BK * D4)
+                    ks[e / D4 * KP4 + e % D4] = kreg[u];
             }
             for (int u = 0; u < VL; ++u) {
                 const uint e = l + uint(u) * WG;
-                if (e < BK * DV)
+                if (e < BK * DV4)
                     vs[e] = vreg[u];
             }
             barrier();
@@ -135,10 +147,10 @@ void main() {
             float s[SN];
             for (int kk = 0; kk < SN; ++kk)
                 s[kk] = 0.0;
-            for (uint d = 0; d < D; ++d) {
-                const float qd = qs[r * KP + d];
+            for (uint d = 0; d < D4; ++d) {
+                const vec4 qd = qs[r * KP4 + d];
                 for (int kk = 0; kk < SN; ++kk)
-                    s[kk] += qd * ks[(t + uint(kk) * TPR) * KP + d];
+                    s[kk] += dot(qd, ks[(t + uint(kk) * TPR) * KP4 + d]);
             }
             float cmax = -1.0 / 0.0;
             for (int kk = 0; kk < SN; ++kk) {
@@ -177,12 +189,12 @@ void main() {
             lpart = lpart * corr + psum;
             m = m_new;
             barrier();
-            for (int c = 0; c < ACC_N; ++c)
+            for (int c = 0; c < ACC4; ++c)
                 acc[c] *= corr;
             for (uint jj = 0; jj < n; ++jj) {
                 const float pj = ps[r * PP + jj];
-                for (int c = 0; c < ACC_N; ++c)
-                    acc[c] += pj * vs[jj * DV + min(t + uint(c) * TPR, DV - 1)];
+                for (int c = 0; c < ACC4; ++c)
+                    acc[c] += pj * vs[jj * DV4 + min(t + uint(c) * TPR, DV4 - 1)];
             }
             barrier(); // the next chunk overwrites ks, vs, ps and red
         }
@@ -193,10 +205,11 @@ void main() {
             lsum += red[r * TPR + u];
         if (row_ok) {
             const uint obase = b * OS_B + h * OS_H + i * OS_S;
-            for (int c = 0; c < ACC_N; ++c) {
-                const uint d = t + uint(c) * TPR;
-                if (d < DV)
-                    args.o.v[obase + d] = O_T(lsum > 0.0 ? acc[c] / lsum : 0.0);
+            for (int c = 0; c < ACC4; ++c) {
+                const uint d = (t + uint(c) * TPR) * 4;
+                for (uint e = 0; e < 4; ++e)
+                    if (d + e < DV)
+                        args.o.v[obase + d + e] = O_T(lsum > 0.0 ? acc[c][e] / lsum : 0.0);
             }
         }
         barrier(); // the next task overwrites qs and red

@@ -91,17 +91,18 @@ for i, c in enumerate(ATTENTIONS):
          f"DV={c[7]} {c[8]} mask={c[9]}")(attention_case(i, *c))
 
 # flash.comp (8 or more query rows; lower_attention.c flash_tile): ragged
-# blocks, 16-row blocks, grouped queries, fewer queries than keys (causal
-# from an offset), more queries than keys (rows that see nothing), D != DV,
-# a window with softcap, D = 128 in chunks of 16 keys; and past what fits
+# blocks, many blocks, grouped queries, fewer queries than keys (causal
+# from an offset), more queries than keys (rows that see nothing), D != DV
+# and neither a multiple of 4 (rows padded to vec4s), a window with softcap,
+# D = 128 in chunks of 16 keys; and past what fits
 # 32 KiB of shared memory, attention.comp again.
 FLASH = [  # the ATTENTIONS fields, then kernel
-    (("bhsd", 1, 3, 3, 37, 37, 64, 64, {}, None), ("flash", [("BQ", 8), ("BK", 32)])),
+    (("bhsd", 1, 3, 3, 37, 37, 64, 64, {}, None), ("flash", [("BQ", 16), ("BK", 32)])),
     (("bhsd", 1, 16, 4, 129, 129, 16, 16, {"causal": 1}, None),
      ("flash", [("BQ", 16), ("BK", 64)])),
-    (("bshd", 2, 4, 2, 20, 29, 16, 24, {"causal": 1}, [2, 1, 20, 29]), ("flash", [("BQ", 8)])),
+    (("bshd", 2, 4, 2, 20, 29, 16, 24, {"causal": 1}, [2, 1, 20, 29]), ("flash", [("BK", 64)])),
     (("bhsd", 1, 2, 2, 40, 24, 8, 8, {"causal": 1}, None), ("flash", [])),
-    (("bhsd", 1, 2, 1, 50, 50, 12, 12, {"causal": 1, "window": 7, "softcap": 4.0},
+    (("bhsd", 1, 2, 1, 50, 50, 10, 13, {"causal": 1, "window": 7, "softcap": 4.0},
       [50, 50]), ("flash", [])),
     (("bhsd", 1, 2, 2, 16, 70, 128, 128, {}, None), ("flash", [("BK", 16)])),
     (("bhsd", 1, 1, 1, 8, 9, 512, 16, {}, None), ("attention", [])),
