@@ -119,22 +119,23 @@ static int64_t flash_shared_bytes(const AttentionDims *a, FlashTile f) {
  * attention.comp): blocks of 16 rows, and the longest chunk of keys (64
  * down to 8) that fits 32 KiB of shared memory (32 for D = 64; measured on
  * an H200 in BERT-base, ViT-B/16 and a Llama: 16 rows in chunks of 32 were
- * fastest, bench/experiments/flash-h200.txt). KILN_FLASH=BQ,BK overrides
- * the blocks (for tuning; BQ * 8 invocations), KILN_FLASH=0 keeps
- * attention.comp. */
+ * fastest, bench/experiments/flash-h200.txt). KILN_FLASH=BQ,BK[,TPR]
+ * overrides the blocks (for tuning; TPR invocations a row, default 8, a
+ * divisor of BK), KILN_FLASH=0 keeps attention.comp. */
 static bool flash_tile(const Node *n, const AttentionDims *a, FlashTile *f) {
     if (n->inputs[0]->dynamic || n->inputs[1]->dynamic || a->Sq < 8)
         return false;
     f->tpr = 8;
     f->bq = 16;
     const char *tune = getenv("KILN_FLASH");
-    long v[2] = {0, 0};
+    long v[3] = {0, 0, 8};
     if (tune && strcmp(tune, "0") == 0)
         return false;
-    if (tune && sscanf(tune, "%ld,%ld", &v[0], &v[1]) == 2 && v[0] > 0 && v[0] * 8 <= 1024 &&
-        v[1] >= 8 && v[1] % 8 == 0) {
+    if (tune && sscanf(tune, "%ld,%ld,%ld", &v[0], &v[1], &v[2]) >= 2 && v[0] > 0 &&
+        v[2] > 0 && v[0] * v[2] <= 1024 && v[1] >= v[2] && v[1] % v[2] == 0) {
         f->bq = v[0];
         f->bk = v[1];
+        f->tpr = v[2];
         return flash_shared_bytes(a, *f) <= 32768;
     }
     for (f->bk = 64; f->bk >= 8; f->bk /= 2)

@@ -191,7 +191,7 @@ void main() {
             barrier();
             for (int c = 0; c < ACC4; ++c)
                 acc[c] *= corr;
-            for (uint jj = 0; jj < n; ++jj) {
+            for (uint jj = 0; jj < BK; ++jj) { // past n: p and the values are 0
                 const float pj = ps[r * PP + jj];
                 for (int c = 0; c < ACC4; ++c)
                     acc[c] += pj * vs[jj * DV4 + min(t + uint(c) * TPR, DV4 - 1)];
