@@ -107,7 +107,7 @@ static void define_product(Dispatch *d, const MatmulShape *s) {
 /* A convolution's defines (product.glsl): its im2col matrix (CONV) and
  * images (CIMG; C_IMG where the kernel writes C, not a split's partial
  * products). */
-static void define_conv(Dispatch *d, const MatmulShape *s, bool partial) {
+static void define_conv(Dispatch *d, const MatmulShape *s) {
     if (s->conv.in[0]) {
         define_int(d, "CONV", 1);
         define_int(d, "CIH", s->conv.in[0]);
@@ -129,8 +129,7 @@ static void define_conv(Dispatch *d, const MatmulShape *s, bool partial) {
     if (s->conv.images) {
         define_int(d, "CIMG", s->conv.positions);
         define_int(d, "CIN_IMG", s->conv.in_img);
-        if (!partial) /* else splitk.comp writes C */
-            define_int(d, "C_IMG", s->conv.positions);
+        define_int(d, "C_IMG", s->conv.positions);
     }
 }
 
@@ -240,8 +239,8 @@ static Dispatch *matvec_k_kernel(Program *p, Node *n, const MatmulShape *s, int6
     return d;
 }
 
-static Dispatch *splitk_sum(Program *p, Node *n, const MatmulShape *s, Tensor *partial,
-                            int64_t splits);
+static void bind_split_last(Program *p, Dispatch *d, Tensor *partial, int64_t tiles);
+static void bind_counters(Program *p, Dispatch *d, int64_t count);
 
 /* coopmat.comp for s, when it applies: an f16 A (its rows contiguous), B
  * f16 as given (not re-encoded; its rows contiguous along N) or a
@@ -257,9 +256,9 @@ static Dispatch *splitk_sum(Program *p, Node *n, const MatmulShape *s, Tensor *p
  * else 64 x 64 of 4. A product of one batch whose tiles leave fewer than
  * COOPMAT_GROUPS workgroups splits K into chunks of at least 4 steps until
  * they do (BERT-base's [128, 3072] x [3072, 768]: 24 tiles of 64 x 64, 11
- * chunks), coopmat.comp writing the chunks' partial products and
- * splitk.comp adding them up with the epilogue; KILN_COOPMAT_SPLITK=S
- * sets the chunks, for tuning. Returns the dispatch that writes C. */
+ * chunks), coopmat.comp writing the chunks' partial products and each
+ * tile's last workgroup adding them up with the epilogue (split_last);
+ * KILN_COOPMAT_SPLITK=S sets the chunks, for tuning. */
 #define COOPMAT_GROUPS 264 /* two workgroups per multiprocessor of an H200 */
 static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
     const Tensor *c = s->ops[0].t, *a = s->ops[1].t, *b = s->ops[2].t;
@@ -312,11 +311,11 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
     define_int(d, "M", s->M);
     define_product(d, s);
     bool need[3] = {false, false, false};
-    need_dtype(p, need, partial ? KILN_DTYPE_F32 : c->dtype);
+    need_dtype(p, need, c->dtype);
     define_res_type(p, d, need, s);
     need_dtype(p, need, KILN_DTYPE_F16); /* a gathered A or B (F16R) */
     define_needs(d, need);
-    define_int(d, "C_F16", !partial && c->dtype == KILN_DTYPE_F16);
+    define_int(d, "C_F16", c->dtype == KILN_DTYPE_F16);
     bool epilogue = !partial && (n->epi_bias || n->epi_act || n->nsiblings ||
                                  n->op == OP_GEMM || conv);
     define_int(d, "EPILOGUE", epilogue);
@@ -330,7 +329,7 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
         define_int(d, "B_GATHER", 1);
         define_int(d, "B_F32", b->dtype == KILN_DTYPE_F32);
     }
-    define_conv(d, s, partial != NULL);
+    define_conv(d, s);
     if (partial) {
         define_int(d, "KCHUNK", kchunk);
         define_int(d, "SPLITS", splits);
@@ -340,18 +339,16 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
     define_int(d, "WM", wm);
     define_int(d, "WN", wn);
     define_int(d, "BK", bk);
-    dispatch_arg(d, partial ? partial : s->ops[0].t, true);
+    dispatch_arg(d, s->ops[0].t, true);
     dispatch_arg(d, s->ops[1].t, false);
     dispatch_arg(d, s->ops[2].t, false);
     d->flops = 2ull * (uint64_t)(s->M * s->N) * (uint64_t)s->K * (uint64_t)s->batch;
     d->groups[0] = groups_for(s->N, bn);
     d->groups[1] = groups_for(s->M, bm);
     d->groups[2] = groups_for(partial ? splits : s->batch, 1);
-    if (!partial)
-        return d;
-    Dispatch *r = splitk_sum(p, n, s, partial, splits);
-    r->needs = KILN_FEATURE_COOPMAT;
-    return r;
+    if (partial)
+        bind_split_last(p, d, partial, (int64_t)d->groups[0] * d->groups[1]);
+    return d;
 }
 
 /* Whether matmul.comp's VEC4 path (two stages of K in shared memory) can
@@ -384,13 +381,12 @@ static bool matmul_vec4_shape(const Node *n, const MatmulShape *s) {
     return matmul_a4(n, s) && matmul_b4(n, s);
 }
 
-/* After the bias slot: the scales and zero points of a quantized B, where
- * d reads B (splitk.comp does not), and unused slots in their place where
- * a later slot follows (later: the QKV split's outputs, a convolution's
- * residual). */
+/* After the bias slot: the scales and zero points of a quantized B, and
+ * unused slots in their place where a later slot follows (later: the QKV
+ * split's outputs, a convolution's residual). */
 void bind_weight_scales(Dispatch *d, Node *n, bool later) {
     Tensor *a = n->inputs[0];
-    bool scales = n->wscale && strcmp(d->family, "splitk") != 0;
+    bool scales = n->wscale != NULL;
     if (scales)
         dispatch_arg(d, n->wscale, false);
     else if (later)
@@ -546,7 +542,7 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
             define_int(d, "B_SCALAR", 1);
         if (vec4 ? bkm : kmajor_b)
             define_int(d, "B_KMAJOR", 1);
-        define_conv(d, s, kchunk != 0);
+        define_conv(d, s);
         if (kchunk) {
             define_int(d, "SPLITK", splits);
             define_int(d, "KCHUNK", kchunk);
@@ -587,15 +583,17 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
  * [128, 3072] x [3072, 768]) has fewer tiles than a large GPU has
  * multiprocessors: 24 of 64 x 64 on the H200's 132. Split along K, its
  * workgroups each take one chunk of K for one tile and write a partial
- * product; a second dispatch adds them up and applies the epilogue.
+ * product; the last of a tile's workgroups to finish adds them up and
+ * applies the epilogue (product.glsl's split_last).
  *
  * The split count minimises a cost model of the target: SPLIT_SLOTS
  * workgroups of 256 invocations run at once (a large GPU, one per
  * multiprocessor; twice as many of 128), each takes SPLIT_STEP_NS per K
  * step of a 64 x 64 tile (scaled by its tile's area), the workgroups run
- * in waves of those slots, and a split adds a dispatch
- * (SPLIT_FIXED_NS with its barrier) that reads the partial products and
- * writes C at SPLIT_BYTES_PER_NS. Constants measured on an H200 (bench/
+ * in waves of those slots, and a split adds SPLIT_FIXED_NS (measured as
+ * a second dispatch with its barrier, before the sum moved into the last
+ * workgroups) and the reading of the partial products and writing of C at
+ * SPLIT_BYTES_PER_NS. Constants measured on an H200 (bench/
  * experiments/splitk-h200.txt; the slots of 128-invocation workgroups from
  * tiles-in-models-h200.txt: ResNet-50's last stage, N = 49, 97 -> 56 us a
  * convolution on 16 splits instead of 8). KILN_MATMUL_SPLITK=S overrides
@@ -645,45 +643,25 @@ static int64_t split_chunk(const MatmulShape *s, Tiles t) {
 }
 
 /* s split along K in chunks of kchunk: matmul.comp's partial products into
- * a [splits, M, N] scratch, then splitk.comp, which adds them up and
- * applies the epilogue. It takes matmul.comp's argument slots (C, the
- * scratch in A's, none in B's), so that its callers bind the bias, scales
- * and split outputs as for any product kernel. Returns the second. */
+ * a [splits, M, N] scratch, added up with the epilogue by each tile's last
+ * workgroup (split_last). Its callers bind the bias, scales and split
+ * outputs as for any product kernel. */
 static Dispatch *split_product(Program *p, Node *n, MatmulShape *s, int64_t kchunk) {
     int64_t splits = (s->K + kchunk - 1) / kchunk;
-    MatmulShape part = *s;
     Tensor *partial = scratch(p, n, "splitk", 3, (int64_t[]){splits, s->M, s->N});
-    part.ops[0].t = partial;
-    Dispatch *d = matmul_kernel(p, n, &part, false, 0, false, kchunk);
-    if (n->wscale) {
-        dispatch_unused(d, n->inputs[0]); /* the bias slot: no epilogue here */
-        bind_weight_scales(d, n, false);
-    }
-    return splitk_sum(p, n, s, partial, splits);
+    Dispatch *d = matmul_kernel(p, n, s, false, 0, false, kchunk);
+    bind_split_last(p, d, partial, (int64_t)d->groups[0] * d->groups[1]);
+    return d;
 }
 
-/* splitk.comp: C from the [splits, M, N] partial products of s, with the
- * epilogue its callers bind. */
-static Dispatch *splitk_sum(Program *p, Node *n, const MatmulShape *s, Tensor *partial,
-                            int64_t splits) {
-    Dispatch *r = new_dispatch(p, n, "splitk");
-    r->local_size = 256;
-    define_int(r, "WG", r->local_size);
-    define_int(r, "M", s->M);
-    define_product(r, s);
-    define_int(r, "SPLITK", splits);
-    bool need[3] = {false, false, false};
-    need_dtype(p, need, s->ops[0].t->dtype);
-    define_res_type(p, r, need, s);
-    define_needs(r, need);
-    define_int(r, "C_F16", s->ops[0].t->dtype == KILN_DTYPE_F16);
-    if (s->conv.images)
-        define_int(r, "C_IMG", s->conv.positions);
-    dispatch_arg(r, s->ops[0].t, true);
-    dispatch_arg(r, partial, false);
-    dispatch_unused(r, partial);
-    r->groups[0] = groups_for(s->M * s->N, r->local_size);
-    return r;
+/* A split product's dispatch d (matmul.comp or coopmat.comp, SPLITK
+ * chunks of K): its partial products in the scratch `partial`, and a
+ * counter for each of its `tiles` tiles, in the argument slots after A and
+ * B (before the bias's, which its callers bind). */
+static void bind_split_last(Program *p, Dispatch *d, Tensor *partial, int64_t tiles) {
+    define_int(d, "SPLIT_LAST", 1);
+    dispatch_arg(d, partial, true);
+    bind_counters(p, d, tiles);
 }
 
 /* The matrix-vector kernel of s for runs of lo to hi rows (multiples of
@@ -789,11 +767,12 @@ void bind_bias(Dispatch *d, Tensor *bias, Operand bo, double beta, Tensor *a) {
 }
 
 
-/* A new counter for a dispatch whose last workgroup does more: its index
- * in p->counters, a u32 weight that is zero in the weights' image; every
- * workgroup bumps it and the last sets it back to zero. Each model has its
- * own weights buffer, so no other model's runs share it. */
-static int new_counter(Program *p) {
+/* Counters for a dispatch whose last workgroups do more (LAST_NORM,
+ * SPLIT_LAST): `count` u32s of p->counters, a weight that is zero in the
+ * weights' image, bound as d's next argument at the first of them; every
+ * workgroup bumps its own and the last sets it back to zero. Each model has
+ * its own weights buffer, so no other model's runs share them. */
+static void bind_counters(Program *p, Dispatch *d, int64_t count) {
     Tensor *t = p->counters;
     if (!t) {
         t = p->counters = graph_tensor(p->graph, "kiln.counters", T_WEIGHT,
@@ -801,10 +780,14 @@ static int new_counter(Program *p) {
         t->dtype = KILN_DTYPE_I32;
         t->rank = 1;
     }
-    int at = (int)t->shape[0]++;
+    int64_t at = t->shape[0];
+    t->shape[0] += count;
     t->data = xrealloc(t->data, (size_t)tensor_bytes(t));
-    memset(t->data + 4 * at, 0, 4);
-    return at;
+    memset(t->data + 4 * at, 0, 4 * (size_t)count);
+    /* at its own offset (kernels stay shared) */
+    dispatch_arg(d, t, true);
+    d->arg_offset[d->nargs - 1] = d->arg_begin[d->nargs - 1] = 4 * (uint64_t)at;
+    d->arg_end[d->nargs - 1] = 4 * (uint64_t)(at + count);
 }
 
 bool norm_after_product(Program *p, Node *n, Dispatch *nd, Tensor *o, Tensor *res,
@@ -850,11 +833,7 @@ bool norm_after_product(Program *p, Node *n, Dispatch *nd, Tensor *o, Tensor *re
     define_storage(p, one, need, "NSUM", sum ? sum : y, true);
     while (one->nargs < 8) /* c, a, b, bias, scales, zero points, the split's two */
         dispatch_unused(one, o);
-    /* its own counter, at the address it is given (kernels stay shared) */
-    int at = new_counter(p);
-    dispatch_arg(one, p->counters, true);
-    one->arg_offset[one->nargs - 1] = one->arg_begin[one->nargs - 1] = 4 * (uint64_t)at;
-    one->arg_end[one->nargs - 1] = 4 * (uint64_t)at + 4;
+    bind_counters(p, one, 1);
     dispatch_arg(one, res, false);
     if (gamma)
         dispatch_arg(one, gamma, false);

@@ -87,6 +87,21 @@ KILN_BUFFER(I8, int8_t, 1)
 #define KILN_SPLIT_OUTPUTS(T)
 #endif
 
+// What the last workgroup of a dispatch to finish reads back (LAST_NORM in
+// matvec_k.comp, SPLIT_LAST in matmul.comp and coopmat.comp): u32 counters
+// (in the model's weights buffer; each workgroup bumps its own with
+// atomicAdd, the last sets it back to zero) and f32 partial results, both
+// coherent, so that the stores a workgroup makes before its
+// memoryBarrierBuffer() and count are seen by the last one.
+#if defined(SPLIT_LAST) && SPLIT_LAST || defined(LAST_NORM) && LAST_NORM
+layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer KilnCounter {
+    uint v[];
+};
+layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer F32C {
+    float v[];
+};
+#endif
+
 // A product kernel's residual (a convolution's skip connection, HAS_RES),
 // read as f16 where RES_F16 (declared after the split outputs).
 #if defined(HAS_RES) && HAS_RES && defined(RES_F16) && RES_F16

@@ -43,10 +43,11 @@
 // product.glsl's store_c): every tile goes through the staging area, and
 // store_c (store_c8 with STORE8) writes each element.
 //
-// KCHUNK (a product of one batch split along K, with few tiles): workgroup
-// z computes the partial product of K's chunk z, [z * KCHUNK, (z + 1) *
-// KCHUNK), into c as [SPLITS, M, N] f32 (splitk.comp then adds the chunks
-// and applies the epilogue).
+// KCHUNK (a product of one batch split along K, with few tiles; SPLIT_LAST):
+// workgroup z computes the partial product of K's chunk z, [z * KCHUNK, (z
+// + 1) * KCHUNK), into args.part as [SPLITS, M, N] f32, and the last of a
+// tile's SPLITS workgroups to finish adds the chunks up and applies the
+// epilogue (product.glsl's split_last).
 #extension GL_NV_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
@@ -92,12 +93,25 @@ layout(push_constant) uniform Args {
     C_BUF c;
     A_ARG a;
     B_ARG b;
+#ifdef KCHUNK
+    F32C part;
+    KilnCounter count;
+#endif
     F32R bias;
     F32R bscale_; // matmul.comp's slots, unused here
     U32R bzero_;
     KILN_SPLIT_OUTPUTS(C_BUF) // QKV split (common.glsl)
     KILN_RES_ARG
 } args;
+
+#ifdef KCHUNK
+#define SPLITK SPLITS
+#define P_OUT args.part.v // the partial products, f32
+#define P_T float
+#else
+#define P_OUT args.c.v
+#define P_T C_T
+#endif
 
 #define CONV_B(i) args.b.v[i]
 #include "product.glsl"
@@ -291,12 +305,12 @@ void main() {
                     [[unroll]] for (uint j = 0; j < FN; ++j) {
                         const uint r0 = m0 + wm * TM + i * 16, c0 = n0 + wn * TN + j * 16;
                         if (whole) {
-#if C_F16
+#if C_F16 && !defined(KCHUNK)
                             fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> h =
                                 fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>(acc[i][j]);
                             coopMatStoreNV(h, args.c.v, cc + r0 * N + c0, N, false);
 #else
-                            coopMatStoreNV(acc[i][j], args.c.v, cc + r0 * N + c0, N, false);
+                            coopMatStoreNV(acc[i][j], P_OUT, cc + r0 * N + c0, N, false);
 #endif
                         } else {
                             coopMatStoreNV(acc[i][j], Cs[sg], 0, 16, false);
@@ -317,7 +331,7 @@ void main() {
 #if EPILOGUE
                                     store_c(cc, gm, gn, Cs[sg][e]);
 #else
-                                    args.c.v[cc + gm * N + gn] = C_T(Cs[sg][e]);
+                                    P_OUT[cc + gm * N + gn] = P_T(Cs[sg][e]);
 #endif
                             }
 #endif
@@ -325,6 +339,9 @@ void main() {
                         }
                     }
                 }
+#ifdef KCHUNK
+                split_last(tm * TILES_N + tn, m0, n0, tid);
+#endif
             }
         }
     }

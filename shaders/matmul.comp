@@ -19,11 +19,12 @@
 // offset; A is the weights [OC, C * CKH * CKW]. HAS_RES adds res[cc + m * N
 // + n] before the activation (a skip connection; product.glsl).
 //
-// Split K (SPLITK > 1, one batch): workgroup z takes the KCHUNK values of k
-// from z * KCHUNK (a multiple of BK) and writes its partial product, without
-// an epilogue, to C at z * M * N: C is then a [SPLITK, M, N] scratch that
-// splitk.comp adds up, applying the epilogue. Products with few rows and
-// long rows (BERT's FFN output: 24 tiles of 64 x 64 on a GPU of 132
+// Split K (SPLITK > 1, one batch, SPLIT_LAST): workgroup z takes the KCHUNK
+// values of k from z * KCHUNK (a multiple of BK) and writes its partial
+// product to args.part at z * M * N, a [SPLITK, M, N] scratch; the last of
+// a tile's SPLITK workgroups to finish adds them up and applies the
+// epilogue (product.glsl's split_last). Products with few rows and long
+// rows (BERT's FFN output: 24 tiles of 64 x 64 on a GPU of 132
 // multiprocessors) fill the GPU that way.
 //
 // VEC4 (TM and TN multiples of 4): the next K step is read into registers
@@ -98,6 +99,10 @@ layout(push_constant) uniform Args {
     C_BUF c;
     AT a;
     BT b;
+#if SPLIT_LAST
+    F32C part;
+    KilnCounter count;
+#endif
     F32R bias;
     F32R bscale; // quantized B only (weights.glsl)
     U32R bzero;
@@ -113,9 +118,17 @@ layout(push_constant) uniform Args {
 #define SPLITK 1
 #define KCHUNK ((K + BK - 1) / BK * BK)
 #endif
+#ifndef SPLIT_LAST
+#define SPLIT_LAST 0
+#endif
 
 #define CONV_B(i) LOAD_B(i, 0u, 0u) // a convolution's input: f32 or f16 (W_FORMAT 1)
 #include "product.glsl"
+#if SPLIT_LAST // a partial product: split_last applies the epilogue
+#define STORE_TILE(cc, gm, gn, v) store_part(cc, gm, gn, v)
+#else
+#define STORE_TILE(cc, gm, gn, v) store_c(cc, gm, gn, v)
+#endif
 #define TILES_M ((uint(M) + BM - 1) / BM) // M may follow the dynamic dims
 #define TILES_N ((N + BN - 1) / BN)
 #define TILES_Z (BATCH * SPLITK) // workgroup z: batch, or split of K
@@ -314,9 +327,12 @@ void tile(uint ca, uint cb, uint cc, uint m0, uint n0, uint k0, uint tid, uint t
         [[unroll]] for (uint j = 0; j < TN; ++j) {
             uint gn = n0 + 4 * ((j / 4) * NTX + tx) + j % 4;
             if (gm < M && gn < N)
-                store_c(cc, gm, gn, acc[i][j]);
+                STORE_TILE(cc, gm, gn, acc[i][j]);
         }
     }
+#if SPLIT_LAST
+    split_last(m0 / BM * TILES_N + n0 / BN, m0, n0, tid);
+#endif
 }
 
 void main() {
@@ -396,9 +412,12 @@ void main() {
                     for (uint j = 0; j < TN; ++j) {
                         uint gn = n0 + tx + j * NTX;
                         if (gm < M && gn < N)
-                            store_c(cc, gm, gn, acc[i][j]);
+                            STORE_TILE(cc, gm, gn, acc[i][j]);
                     }
                 }
+#if SPLIT_LAST
+                split_last(tm * TILES_N + tn, m0, n0, tid);
+#endif
             }
         }
     }

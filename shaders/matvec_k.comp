@@ -86,9 +86,6 @@ layout(local_size_x = WG) in;
 layout(buffer_reference, std430, buffer_reference_align = C_ALIGN) coherent buffer CCoherent {
     C_T v[];
 };
-layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer Counter {
-    uint v[];
-};
 #undef C_BUF
 #define C_BUF CCoherent
 #endif
@@ -113,7 +110,7 @@ layout(push_constant) uniform Args {
 #ifndef SPLIT_N0
     F32R pad6, pad7; // the split's slots
 #endif
-    Counter count;
+    KilnCounter count;
     NRES_BUF nres;
     NG_BUF ngamma;
     NB_BUF nbeta;

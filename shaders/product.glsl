@@ -130,3 +130,37 @@ void store_c8(uint cc, uint gm, uint gn, const float acc[8]) {
         args.c.v[at + j] = C_T(epilogue_value(gm, gn + j, at + j, acc[j]));
 }
 #endif
+
+#if defined(SPLIT_LAST) && SPLIT_LAST
+// Split K with the sum in the same dispatch (matmul.comp, coopmat.comp):
+// the SPLITK workgroups of a BM x BN tile each store their partial product
+// to args.part ([SPLITK, M, N] f32) and count themselves on the tile's
+// counter (args.count[tile]); the last to finish adds the partials up and
+// stores C through the epilogue (store_c), then sets the counter back to
+// zero for the next run. Every invocation of the workgroup calls it.
+shared bool kiln_last;
+
+void store_part(uint cc, uint gm, uint gn, float v) { args.part.v[cc + gm * N + gn] = v; }
+
+void split_last(uint tile, uint m0, uint n0, uint tid) {
+    memoryBarrierBuffer(); // this workgroup's partial product before its count
+    barrier();
+    if (tid == 0)
+        kiln_last = atomicAdd(args.count.v[tile], 1u) == SPLITK - 1u;
+    barrier();
+    if (!kiln_last)
+        return;
+    memoryBarrierBuffer();
+    for (uint e = tid; e < BM * BN; e += NT) {
+        const uint gm = m0 + e / BN, gn = n0 + e % BN;
+        if (gm < M && gn < N) {
+            float sum = 0.0;
+            for (uint s = 0; s < SPLITK; ++s)
+                sum += args.part.v[(s * uint(M) + gm) * N + gn];
+            store_c(0u, gm, gn, sum);
+        }
+    }
+    if (tid == 0)
+        args.count.v[tile] = 0u;
+}
+#endif

@@ -183,6 +183,39 @@ def run_model(workdir, yaml_text, inputs, expected, extra_files=None):
     return run_program(prog, inputs, expected)
 
 
+def run_steps(prog, steps, expected):
+    """Runs a built model once per entry of `steps` (each a list of inputs,
+    as run_program takes them) in one program (run_model --steps): what a
+    run leaves for the next (the counters of a split product's last
+    workgroups, its partial products) must not change the next one's
+    outputs. Returns each step's outputs, read as `expected` (one step's
+    arrays) gives them."""
+    workdir = Path(prog).parent
+    args = [prog, "-q", "--steps", str(len(steps))]
+    for i in range(len(steps[0])):
+        for s, ins in enumerate(steps):
+            np.ascontiguousarray(ins[i]).tofile(workdir / f"in{i}_{s}.bin")
+        args += ["-i", workdir / f"in{i}_%d.bin"]
+    for i in range(len(expected)):
+        args += ["-o", workdir / f"out{i}_%d.bin"]
+    r = run(args, cwd=workdir, env={"KILN_VALIDATION": VALIDATION,
+                                    **getattr(_thread, "env", {})})
+    check(r.returncode != 3, f"Vulkan validation messages:\n{r.stderr[-3000:]}")
+    check(r.returncode == 0, f"the model program failed ({r.returncode}):\n{r.stderr}")
+    outs = []
+    for s in range(len(steps)):
+        step = []
+        for i, e in enumerate(expected):
+            e = np.asarray(e)
+            raw = np.fromfile(workdir / f"out{i}_{s}.bin",
+                              dtype=e.dtype if e.dtype != np.float64 else np.float32)
+            check(raw.size == e.size, f"step {s}: output {i} has {raw.size} elements, "
+                  f"expected {e.size}")
+            step.append(raw.reshape(e.shape))
+        outs.append(step)
+    return outs
+
+
 # The documented bound of kiln compile --precision f16 against the f32
 # reference: max |error| <= F16_TOLERANCE * max |reference| (docs/cli.md).
 F16_TOLERANCE = 1e-2

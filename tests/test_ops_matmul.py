@@ -8,7 +8,7 @@ import numpy as np
 
 import reference as ref
 from harness import (assert_close, build_model, check, check_defines, check_kernels,
-                     kernel_defines, model_yaml, registry, run_model, run_program)
+                     kernel_defines, model_yaml, registry, run_model, run_program, run_steps)
 from ops_common import half, one_op, rng, spec, values, weight_specs
 
 TESTS, case = registry()
@@ -186,7 +186,7 @@ for i, (xs, ws, fl, tol) in enumerate([
         ([4, 32], [16, 8, 24], ("--no-fuse=qkv",), 1e-5)]):
     case(f"op matmul QKV split {xs} x {ws} {' '.join(fl)}".rstrip())(qkv_case(i, xs, ws, fl, tol))
 
-# ---- split K: matmul.comp's partial products, splitk.comp's sum ----
+# ---- split K: matmul.comp's partial products, each tile's last workgroup's sum ----
 
 SPLIT_PRODUCTS = [  # a shape, b shape, dtype: few tiles and a long K, which the cost model splits
     ([40, 1000], [1000, 64], np.float32),   # vec4, the last chunk of K ragged
@@ -202,14 +202,21 @@ def split_case(i, sa, sb, dt):
         want = ref.matmul(a.astype(np.float64), b.astype(np.float64))
         y = model_yaml("mm", {"a": spec(a), "b": spec(b)},
                        [{"name": "y", "op": "matmul", "inputs": ["a", "b"]}], ["y"])
-        got, = run_model(workdir, y, [a, b], [want.astype(dt)])
+        # two runs of other inputs (run_steps): the counters and partial
+        # products the first leaves must not reach the second's result
+        a2 = values(r, sa, 1.0).astype(dt)
+        want2 = ref.matmul(a2.astype(np.float64), b.astype(np.float64))
+        got, got2 = run_steps(build_model(workdir, y), [[a, b], [a2, b]], [want.astype(dt)])
+        got, got2 = got[0], got2[0]
         check(got.dtype == dt, f"output dtype {got.dtype}")
         k = sa[-1]
-        assert_close(got, want, 2 ** -10 if dt == np.float16 else 1e-5,
-                     2e-6 * k ** 0.5 * 4)
+        for g, w in ((got, want), (got2, want2)):
+            assert_close(g, w, 2 ** -10 if dt == np.float16 else 1e-5, 2e-6 * k ** 0.5 * 4)
         # an f16 product also has its cooperative-matrix variant (A and B
         # gathered where K or N is not a multiple of 8), for devices with them
-        check_kernels(workdir, {"matmul", "splitk"} | ({"coopmat"} if dt == np.float16 else set()))
+        check_kernels(workdir, {"matmul"} | ({"coopmat"} if dt == np.float16 else set()))
+        check(any(d.get("SPLIT_LAST") == "1" for d in kernel_defines(workdir)),
+              f"not split: {kernel_defines(workdir)}")
     return test
 
 
@@ -217,7 +224,7 @@ for i, (sa, sb, dt) in enumerate(SPLIT_PRODUCTS):
     case(f"op matmul split along K {sa} x {sb} {np.dtype(dt).name}")(split_case(i, sa, sb, dt))
 
 
-@case("op gemm split along K: transposes, bias [M, N], alpha, beta, gelu in splitk.comp")
+@case("op gemm split along K: transposes, bias [M, N], alpha, beta, gelu by the last workgroups")
 def _(workdir):
     r = rng(370)
     M, K, N = 24, 1500, 40
@@ -226,12 +233,13 @@ def _(workdir):
     one_op(workdir, "gemm", [a, b, c], want, {"alpha": 0.5, "beta": 2.0, "trans_a": 1,
                                                 "trans_b": 1, "activation": "gelu"},
            1e-5, 2e-6 * K ** 0.5 * 4)
-    check_kernels(workdir, {"matmul", "splitk"})
+    check_kernels(workdir, {"matmul"})
+    check_defines(workdir, {"SPLIT_LAST": "1", "HAS_BIAS": "1"})
 
 
 def split_qkv_case(flags, rtol, atol):
-    """A QKV split product split along K too: splitk.comp writes the three
-    outputs; with int8 weights the partial products read their scales (the
+    """A QKV split product split along K too: each tile's last workgroup
+    writes the three outputs; with int8 weights the partial products read their scales (the
     products' elements are about 32 in size; int8's rounding adds up to
     about 1 over K = 1024, a lost or doubled chunk of K about 30)."""
     def test(workdir):
@@ -247,7 +255,8 @@ def split_qkv_case(flags, rtol, atol):
             assert_close(g, w, rtol, atol)
         c = (Path(workdir) / "model.c").read_text()
         check("q + k + v (matmul)" in c, "the products are not one")
-        check_kernels(workdir, {"matmul", "splitk"})
+        check_kernels(workdir, {"matmul"})
+        check_defines(workdir, {"SPLIT_LAST": "1"})
     return test
 
 
@@ -341,12 +350,10 @@ def f16_product_case(qkv, K=64):
         prog = build_model(workdir, model_yaml("f16mm", {"x": spec(x)}, nodes, outs, weights),
                            flags=("--precision", "f16"))
         defs = [d for d in kernel_defines(workdir) if "WM" in d]
-        if K > 256:  # few tiles, a long K: split, splitk.comp's epilogue
-            check(defs and defs[0].get("KCHUNK") == "128" and defs[0].get("SPLITS") == "4",
+        if K > 256:  # few tiles, a long K: split, the epilogue by each tile's last workgroup
+            check(defs and defs[0].get("KCHUNK") == "128" and defs[0].get("SPLITS") == "4" and
+                  defs[0].get("SPLIT_LAST") == "1" and defs[0].get("C_F16") == "1",
                   f"no split cooperative-matrix kernel: {kernel_defines(workdir)}")
-            check(any(d.get("SPLITK") == "4" and d.get("HAS_BIAS") == "1"
-                      for d in kernel_defines(workdir)), "no splitk.comp epilogue")
-            defs = [d for d in kernel_defines(workdir) if "SPLITK" in d]
         else:
             check(defs and defs[0].get("EPILOGUE") == "1" and defs[0].get("C_F16") == "1",
                   f"no cooperative-matrix kernel with an epilogue: {kernel_defines(workdir)}")
@@ -365,7 +372,8 @@ case("op matmul --precision f16: [128, 64] x [64, 96] + bias, gelu (coopmat epil
 case("op matmul --precision f16: a QKV split of three [64, 96] weights (coopmat "
      "epilogue where the device has cooperative matrices)")(f16_product_case(True))
 case("op matmul --precision f16: [128, 512] x [512, 96] + bias, gelu (coopmat split along "
-     "K in 4 chunks, splitk.comp's epilogue, where the device has cooperative matrices)")(
+     "K in 4 chunks, the epilogue by each tile's last workgroup, where the device has "
+     "cooperative matrices)")(
     f16_product_case(False, K=512))
 
 
