@@ -116,19 +116,20 @@ static int64_t flash_shared_bytes(const AttentionDims *a, FlashTile f) {
 
 /* Whether attention takes flash.comp, and its blocks: for 8 or more query
  * rows, a fixed count of them and of keys (a decoder's dynamic prompt keeps
- * attention.comp): blocks of 16 rows, and the longest chunk of keys (64
- * down to 8) that fits 32 KiB of shared memory (32 for D = 64; measured on
- * an H200 in BERT-base, ViT-B/16 and a Llama: 16 rows in chunks of 32 were
- * fastest, bench/experiments/flash-h200.txt). KILN_FLASH=BQ,BK[,TPR]
- * overrides the blocks (for tuning; TPR invocations a row, default 8, a
+ * attention.comp): blocks of 16 rows, 16 invocations a row, and the
+ * longest chunk of keys (64 down to 16) that fits 32 KiB of shared memory
+ * (32 for D = 64; measured on an H200 in BERT-base, GPT-2, ViT-B/16 and a
+ * Llama: 16 rows of 16 invocations in chunks of 32 were fastest but for
+ * ViT's f32, bench/experiments/flash-h200.txt). KILN_FLASH=BQ,BK[,TPR]
+ * overrides the blocks (for tuning; TPR invocations a row, default 16, a
  * divisor of BK), KILN_FLASH=0 keeps attention.comp. */
 static bool flash_tile(const Node *n, const AttentionDims *a, FlashTile *f) {
     if (n->inputs[0]->dynamic || n->inputs[1]->dynamic || a->Sq < 8)
         return false;
-    f->tpr = 8;
+    f->tpr = 16;
     f->bq = 16;
     const char *tune = getenv("KILN_FLASH");
-    long v[3] = {0, 0, 8};
+    long v[3] = {0, 0, 16};
     if (tune && strcmp(tune, "0") == 0)
         return false;
     if (tune && sscanf(tune, "%ld,%ld,%ld", &v[0], &v[1], &v[2]) >= 2 && v[0] > 0 &&
@@ -138,7 +139,7 @@ static bool flash_tile(const Node *n, const AttentionDims *a, FlashTile *f) {
         f->tpr = v[2];
         return flash_shared_bytes(a, *f) <= 32768;
     }
-    for (f->bk = 64; f->bk >= 8; f->bk /= 2)
+    for (f->bk = 64; f->bk >= f->tpr; f->bk /= 2)
         if (flash_shared_bytes(a, *f) <= 32768)
             return true;
     return false;

@@ -100,6 +100,9 @@ layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer Kil
 layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer F32C {
     float v[];
 };
+layout(buffer_reference, std430, buffer_reference_align = 16) coherent buffer V4C {
+    vec4 v[];
+};
 #endif
 
 // A product kernel's residual (a convolution's skip connection, HAS_RES),

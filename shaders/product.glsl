@@ -142,6 +142,21 @@ shared bool kiln_last;
 
 void store_part(uint cc, uint gm, uint gn, float v) { args.part.v[cc + gm * N + gn] = v; }
 
+// The sum of the SPLITK partial products at element e of [M, N] (four
+// from e, a multiple of 4, with PART4), their loads issued together.
+#define PART4 (N % 4 == 0)
+vec4 part_sum(uint e) {
+    vec4 sum = vec4(0.0);
+#if PART4
+    [[unroll]] for (uint s = 0; s < SPLITK; ++s)
+        sum += V4C(args.part).v[(s * uint(M) * N + e) / 4];
+#else
+    [[unroll]] for (uint s = 0; s < SPLITK; ++s)
+        sum.x += args.part.v[s * uint(M) * N + e];
+#endif
+    return sum;
+}
+
 void split_last(uint tile, uint m0, uint n0, uint tid) {
     memoryBarrierBuffer(); // this workgroup's partial product before its count
     barrier();
@@ -151,13 +166,20 @@ void split_last(uint tile, uint m0, uint n0, uint tid) {
     if (!kiln_last)
         return;
     memoryBarrierBuffer();
-    for (uint e = tid; e < BM * BN; e += NT) {
-        const uint gm = m0 + e / BN, gn = n0 + e % BN;
-        if (gm < M && gn < N) {
-            float sum = 0.0;
-            for (uint s = 0; s < SPLITK; ++s)
-                sum += args.part.v[(s * uint(M) + gm) * N + gn];
-            store_c(0u, gm, gn, sum);
+    // the tile in runs of W columns (4 with PART4), U runs an invocation
+    // at a time, every run's loads before any of its sums is used
+    const uint W = PART4 ? 4 : 1, RUNS = BM * BN / W, U = 4;
+    for (uint e0 = tid; e0 < RUNS; e0 += U * NT) {
+        vec4 sum[U];
+        [[unroll]] for (uint u = 0; u < U; ++u) {
+            const uint e = e0 + u * NT, gm = m0 + e / (BN / W), gn = n0 + e % (BN / W) * W;
+            sum[u] = e < RUNS && gm < M && gn < N ? part_sum(gm * N + gn) : vec4(0.0);
+        }
+        [[unroll]] for (uint u = 0; u < U; ++u) {
+            const uint e = e0 + u * NT, gm = m0 + e / (BN / W), gn = n0 + e % (BN / W) * W;
+            [[unroll]] for (uint w = 0; w < W; ++w)
+                if (e < RUNS && gm < M && gn + w < N)
+                    store_c(0u, gm, gn + w, sum[u][w]);
         }
     }
     if (tid == 0)
