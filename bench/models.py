@@ -37,7 +37,9 @@ NAMEs: mobilenet_v3_large, efficientnet_b0, resnet50, convnext_tiny,
 vit-b16, bert-base, gpt2, llama-1024, resnet50@32 (batch 32). With --out,
 models.json and MODELS.md go to DIR (else bench/). --from-json writes
 MODELS.md from the models.json of runs split across calls (same GPU and
-driver; needs no torch).
+driver; needs no torch): a later file's row of a model replaces an earlier
+one's, and MODELS.md says which kiln commit and date each row measured
+(each run records its commit: $KILN_COMMIT, else git's).
 """
 import argparse
 import datetime
@@ -234,8 +236,31 @@ def bench_one(name, runs, compile_too, wd, f16=False):
     return row
 
 
+def kiln_commit():
+    """The kiln commit measured: $KILN_COMMIT (a copy of the tree without
+    its history), else git's."""
+    if os.environ.get("KILN_COMMIT"):
+        return os.environ["KILN_COMMIT"]
+    r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                       cwd=ROOT)
+    return r.stdout.strip() or "unknown"
+
+
 def ms(us):
     return f"{us / 1000:.2f}" if us else "-"
+
+
+def runs_line(rows, env):
+    """Which kiln commit and date each row measured, where they differ."""
+    groups = {}
+    for r in rows:
+        groups.setdefault((r.get("kiln", env.get("kiln", "unrecorded")),
+                           r.get("date", env["date"])), []).append(r["model"])
+    if len(groups) < 2:
+        k = next(iter(groups))[0] if groups else env.get("kiln", "unrecorded")
+        return [f"kiln {k}.", ""]
+    return ["Rows by run: " + "; ".join(f"kiln {k} on {d}: {', '.join(m)}"
+                                        for (k, d), m in groups.items()) + ".", ""]
 
 
 def write_md(rows, out, env):
@@ -255,6 +280,7 @@ def write_md(rows, out, env):
                                        "on one machine, one after the other."
                                        if env.get("calls", 1) > 1 else "."),
         "",
+        *runs_line(rows, env),
         "| model | dispatches (barriers) | max \\|kiln - ort\\| | kiln ms | kiln GPU ms | "
         "torch eager ms | torch CUDA graph ms | kiln speed / graph |"
         + (" torch.compile ms |" if any("compiled_us" in r for r in rows) else ""),
@@ -340,7 +366,15 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     if a.from_json:
         runs = [json.loads(Path(p).read_text()) for p in a.from_json]
-        env, rows = runs[0]["env"], [r for run in runs for r in run["rows"]]
+        # a later run's row of a model replaces an earlier one's; each row
+        # keeps the kiln commit and date of its run
+        by_model = {}
+        for run in runs:
+            for r in run["rows"]:
+                r.setdefault("kiln", run["env"].get("kiln", "unrecorded"))
+                r.setdefault("date", run["env"]["date"])
+                by_model[r["model"]] = r
+        env, rows = dict(runs[-1]["env"]), list(by_model.values())
         env["calls"] = len(runs)
         order = {m: i for i, m in enumerate(MODELS)}
         rows.sort(key=lambda r: order.get(r["model"], len(order)))
@@ -356,7 +390,8 @@ def main():
     gpu, driver = [s.strip() for s in smi.strip().splitlines()[0].split(",")]
     import onnxruntime
     env = {"date": datetime.date.today().isoformat(), "gpu": gpu, "driver": driver,
-           "torch": torch.__version__, "ort": onnxruntime.__version__, "runs": a.runs}
+           "torch": torch.__version__, "ort": onnxruntime.__version__, "runs": a.runs,
+           "kiln": kiln_commit()}
     rows = []
     for name in a.only.split(","):
         with tempfile.TemporaryDirectory() as wd:
