@@ -369,10 +369,10 @@ def main():
         # a later run's row of a model replaces an earlier one's; each row
         # keeps the kiln commit and date of its run
         by_model = {}
-        for run in runs:
-            for r in run["rows"]:
-                r.setdefault("kiln", run["env"].get("kiln", "unrecorded"))
-                r.setdefault("date", run["env"]["date"])
+        for rec in runs:
+            for r in rec["rows"]:
+                r.setdefault("kiln", rec["env"].get("kiln", "unrecorded"))
+                r.setdefault("date", rec["env"]["date"])
                 by_model[r["model"]] = r
         env, rows = dict(runs[-1]["env"]), list(by_model.values())
         env["calls"] = len(runs)
