@@ -45,7 +45,7 @@ typedef struct MatvecShape {
 const char *const tuning_variables[] = {"KILN_MATMUL_TILE", "KILN_MATMUL_SPLITK",
                                         "KILN_COOPMAT_TILE", "KILN_MATVEC_NCOL",
                                         "KILN_MATVEC_K", "KILN_DIRECT_CONV", "KILN_FLASH",
-                                        NULL};
+                                        "KILN_SPLIT_LAST", NULL};
 
 /* matvec.comp's layout for s: vec4 columns when B is f32 with 16-byte
  * aligned rows, vec4 rows of A likewise. Column lanes per workgroup (4 to
@@ -107,7 +107,7 @@ static void define_product(Dispatch *d, const MatmulShape *s) {
 /* A convolution's defines (product.glsl): its im2col matrix (CONV) and
  * images (CIMG; C_IMG where the kernel writes C, not a split's partial
  * products). */
-static void define_conv(Dispatch *d, const MatmulShape *s) {
+static void define_conv(Dispatch *d, const MatmulShape *s, bool partial) {
     if (s->conv.in[0]) {
         define_int(d, "CONV", 1);
         define_int(d, "CIH", s->conv.in[0]);
@@ -129,7 +129,8 @@ static void define_conv(Dispatch *d, const MatmulShape *s) {
     if (s->conv.images) {
         define_int(d, "CIMG", s->conv.positions);
         define_int(d, "CIN_IMG", s->conv.in_img);
-        define_int(d, "C_IMG", s->conv.positions);
+        if (!partial) /* else splitk.comp writes C */
+            define_int(d, "C_IMG", s->conv.positions);
     }
 }
 
@@ -241,6 +242,22 @@ static Dispatch *matvec_k_kernel(Program *p, Node *n, const MatmulShape *s, int6
 
 static void bind_split_last(Program *p, Dispatch *d, Tensor *partial, int64_t tiles);
 static void bind_counters(Program *p, Dispatch *d, int64_t count);
+static Dispatch *splitk_sum(Program *p, Node *n, const MatmulShape *s, Tensor *partial,
+                            int64_t splits);
+
+/* Whether a product split along K has each tile's last workgroup add the
+ * chunks up (split_last: no second dispatch, no barrier before it), or
+ * splitk.comp after it: the last workgroups for every product but a
+ * convolution's. Measured on an H200 (bench/MODELS.md, 2026-11-27): in
+ * BERT-base, GPT-2, ViT-B/16 and a Llama the products' GPU time as with
+ * splitk.comp, 72 dispatches and barriers fewer in BERT; in ResNet-50 at f16
+ * (convolutions split 8 to 32 ways, the last workgroup summing them alone)
+ * 0.75 -> 0.94 ms. KILN_SPLIT_LAST=0 takes splitk.comp for all (to measure
+ * one against the other). */
+static bool split_in_last(const Node *n) {
+    const char *tune = getenv("KILN_SPLIT_LAST");
+    return n->op != OP_CONV && !(tune && strcmp(tune, "0") == 0);
+}
 
 /* coopmat.comp for s, when it applies: an f16 A (its rows contiguous), B
  * f16 as given (not re-encoded; its rows contiguous along N) or a
@@ -257,8 +274,9 @@ static void bind_counters(Program *p, Dispatch *d, int64_t count);
  * COOPMAT_GROUPS workgroups splits K into chunks of at least 4 steps until
  * they do (BERT-base's [128, 3072] x [3072, 768]: 24 tiles of 64 x 64, 11
  * chunks), coopmat.comp writing the chunks' partial products and each
- * tile's last workgroup adding them up with the epilogue (split_last);
- * KILN_COOPMAT_SPLITK=S sets the chunks, for tuning. */
+ * tile's last workgroup (split_in_last) or splitk.comp adding them up with
+ * the epilogue; KILN_COOPMAT_SPLITK=S sets the chunks, for tuning. Returns
+ * the dispatch that writes C. */
 #define COOPMAT_GROUPS 264 /* two workgroups per multiprocessor of an H200 */
 static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
     const Tensor *c = s->ops[0].t, *a = s->ops[1].t, *b = s->ops[2].t;
@@ -310,12 +328,15 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
     d->local_size = (uint32_t)(32 * wm * wn);
     define_int(d, "M", s->M);
     define_product(d, s);
+    /* split along K: C the partial products, or (last) C itself, the
+     * partial products in their own slot */
+    bool last = partial && split_in_last(n);
     bool need[3] = {false, false, false};
-    need_dtype(p, need, c->dtype);
+    need_dtype(p, need, partial && !last ? KILN_DTYPE_F32 : c->dtype);
     define_res_type(p, d, need, s);
     need_dtype(p, need, KILN_DTYPE_F16); /* a gathered A or B (F16R) */
     define_needs(d, need);
-    define_int(d, "C_F16", c->dtype == KILN_DTYPE_F16);
+    define_int(d, "C_F16", (!partial || last) && c->dtype == KILN_DTYPE_F16);
     bool epilogue = !partial && (n->epi_bias || n->epi_act || n->nsiblings ||
                                  n->op == OP_GEMM || conv);
     define_int(d, "EPILOGUE", epilogue);
@@ -329,7 +350,7 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
         define_int(d, "B_GATHER", 1);
         define_int(d, "B_F32", b->dtype == KILN_DTYPE_F32);
     }
-    define_conv(d, s);
+    define_conv(d, s, partial && !last);
     if (partial) {
         define_int(d, "KCHUNK", kchunk);
         define_int(d, "SPLITS", splits);
@@ -339,16 +360,20 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
     define_int(d, "WM", wm);
     define_int(d, "WN", wn);
     define_int(d, "BK", bk);
-    dispatch_arg(d, s->ops[0].t, true);
+    dispatch_arg(d, partial && !last ? partial : s->ops[0].t, true);
     dispatch_arg(d, s->ops[1].t, false);
     dispatch_arg(d, s->ops[2].t, false);
     d->flops = 2ull * (uint64_t)(s->M * s->N) * (uint64_t)s->K * (uint64_t)s->batch;
     d->groups[0] = groups_for(s->N, bn);
     d->groups[1] = groups_for(s->M, bm);
     d->groups[2] = groups_for(partial ? splits : s->batch, 1);
-    if (partial)
+    if (last)
         bind_split_last(p, d, partial, (int64_t)d->groups[0] * d->groups[1]);
-    return d;
+    if (!partial || last)
+        return d;
+    Dispatch *r = splitk_sum(p, n, s, partial, splits);
+    r->needs = KILN_FEATURE_COOPMAT;
+    return r;
 }
 
 /* Whether matmul.comp's VEC4 path (two stages of K in shared memory) can
@@ -381,12 +406,13 @@ static bool matmul_vec4_shape(const Node *n, const MatmulShape *s) {
     return matmul_a4(n, s) && matmul_b4(n, s);
 }
 
-/* After the bias slot: the scales and zero points of a quantized B, and
- * unused slots in their place where a later slot follows (later: the QKV
- * split's outputs, a convolution's residual). */
+/* After the bias slot: the scales and zero points of a quantized B, where
+ * d reads B (splitk.comp does not), and unused slots in their place where
+ * a later slot follows (later: the QKV split's outputs, a convolution's
+ * residual). */
 void bind_weight_scales(Dispatch *d, Node *n, bool later) {
     Tensor *a = n->inputs[0];
-    bool scales = n->wscale != NULL;
+    bool scales = n->wscale && strcmp(d->family, "splitk") != 0;
     if (scales)
         dispatch_arg(d, n->wscale, false);
     else if (later)
@@ -542,7 +568,7 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
             define_int(d, "B_SCALAR", 1);
         if (vec4 ? bkm : kmajor_b)
             define_int(d, "B_KMAJOR", 1);
-        define_conv(d, s);
+        define_conv(d, s, kchunk && !split_in_last(n));
         if (kchunk) {
             define_int(d, "SPLITK", splits);
             define_int(d, "KCHUNK", kchunk);
@@ -584,7 +610,8 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
  * multiprocessors: 24 of 64 x 64 on the H200's 132. Split along K, its
  * workgroups each take one chunk of K for one tile and write a partial
  * product; the last of a tile's workgroups to finish adds them up and
- * applies the epilogue (product.glsl's split_last).
+ * applies the epilogue (product.glsl's split_last), or for a convolution
+ * a second dispatch (splitk.comp; split_in_last says why).
  *
  * The split count minimises a cost model of the target: SPLIT_SLOTS
  * workgroups of 256 invocations run at once (a large GPU, one per
@@ -644,14 +671,50 @@ static int64_t split_chunk(const MatmulShape *s, Tiles t) {
 
 /* s split along K in chunks of kchunk: matmul.comp's partial products into
  * a [splits, M, N] scratch, added up with the epilogue by each tile's last
- * workgroup (split_last). Its callers bind the bias, scales and split
- * outputs as for any product kernel. */
+ * workgroup (split_in_last) or by splitk.comp, which takes matmul.comp's
+ * argument slots (C, the scratch in A's, none in B's). Either way its
+ * callers bind the bias, scales and split outputs as for any product
+ * kernel. Returns the dispatch that writes C. */
 static Dispatch *split_product(Program *p, Node *n, MatmulShape *s, int64_t kchunk) {
     int64_t splits = (s->K + kchunk - 1) / kchunk;
     Tensor *partial = scratch(p, n, "splitk", 3, (int64_t[]){splits, s->M, s->N});
-    Dispatch *d = matmul_kernel(p, n, s, false, 0, false, kchunk);
-    bind_split_last(p, d, partial, (int64_t)d->groups[0] * d->groups[1]);
-    return d;
+    if (split_in_last(n)) {
+        Dispatch *d = matmul_kernel(p, n, s, false, 0, false, kchunk);
+        bind_split_last(p, d, partial, (int64_t)d->groups[0] * d->groups[1]);
+        return d;
+    }
+    MatmulShape part = *s;
+    part.ops[0].t = partial;
+    Dispatch *d = matmul_kernel(p, n, &part, false, 0, false, kchunk);
+    if (n->wscale) {
+        dispatch_unused(d, n->inputs[0]); /* the bias slot: no epilogue here */
+        bind_weight_scales(d, n, false);
+    }
+    return splitk_sum(p, n, s, partial, splits);
+}
+
+/* splitk.comp: C from the [splits, M, N] partial products of s, with the
+ * epilogue its callers bind. */
+static Dispatch *splitk_sum(Program *p, Node *n, const MatmulShape *s, Tensor *partial,
+                            int64_t splits) {
+    Dispatch *r = new_dispatch(p, n, "splitk");
+    r->local_size = 256;
+    define_int(r, "WG", r->local_size);
+    define_int(r, "M", s->M);
+    define_product(r, s);
+    define_int(r, "SPLITK", splits);
+    bool need[3] = {false, false, false};
+    need_dtype(p, need, s->ops[0].t->dtype);
+    define_res_type(p, r, need, s);
+    define_needs(r, need);
+    define_int(r, "C_F16", s->ops[0].t->dtype == KILN_DTYPE_F16);
+    if (s->conv.images)
+        define_int(r, "C_IMG", s->conv.positions);
+    dispatch_arg(r, s->ops[0].t, true);
+    dispatch_arg(r, partial, false);
+    dispatch_unused(r, partial);
+    r->groups[0] = groups_for(s->M * s->N, r->local_size);
+    return r;
 }
 
 /* A split product's dispatch d (matmul.comp or coopmat.comp, SPLITK

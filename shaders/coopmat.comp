@@ -43,11 +43,12 @@
 // product.glsl's store_c): every tile goes through the staging area, and
 // store_c (store_c8 with STORE8) writes each element.
 //
-// KCHUNK (a product of one batch split along K, with few tiles; SPLIT_LAST):
-// workgroup z computes the partial product of K's chunk z, [z * KCHUNK, (z
-// + 1) * KCHUNK), into args.part as [SPLITS, M, N] f32, and the last of a
-// tile's SPLITS workgroups to finish adds the chunks up and applies the
-// epilogue (product.glsl's split_last).
+// KCHUNK (a product of one batch split along K, with few tiles): workgroup
+// z computes the partial product of K's chunk z, [z * KCHUNK, (z + 1) *
+// KCHUNK), as [SPLITS, M, N] f32: with SPLIT_LAST into args.part, and the
+// last of a tile's SPLITS workgroups to finish adds the chunks up and
+// applies the epilogue (product.glsl's split_last); else into c, and
+// splitk.comp does that in a second dispatch (a convolution's split).
 #extension GL_NV_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
@@ -73,6 +74,9 @@ layout(local_size_x = NT) in;
 #ifndef A_GATHER
 #define A_GATHER 0
 #endif
+#ifndef SPLIT_LAST
+#define SPLIT_LAST 0
+#endif
 #ifndef B_GATHER
 #define B_GATHER 0
 #endif
@@ -93,7 +97,7 @@ layout(push_constant) uniform Args {
     C_BUF c;
     A_ARG a;
     B_ARG b;
-#ifdef KCHUNK
+#if SPLIT_LAST
     F32C part;
     KilnCounter count;
 #endif
@@ -106,6 +110,8 @@ layout(push_constant) uniform Args {
 
 #ifdef KCHUNK
 #define SPLITK SPLITS
+#endif
+#if SPLIT_LAST
 #define P_OUT args.part.v // the partial products, f32
 #define P_T float
 #else
@@ -305,7 +311,7 @@ void main() {
                     [[unroll]] for (uint j = 0; j < FN; ++j) {
                         const uint r0 = m0 + wm * TM + i * 16, c0 = n0 + wn * TN + j * 16;
                         if (whole) {
-#if C_F16 && !defined(KCHUNK)
+#if C_F16 && !SPLIT_LAST
                             fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> h =
                                 fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>(acc[i][j]);
                             coopMatStoreNV(h, args.c.v, cc + r0 * N + c0, N, false);
@@ -339,7 +345,7 @@ void main() {
                         }
                     }
                 }
-#ifdef KCHUNK
+#if SPLIT_LAST
                 split_last(tm * TILES_N + tn, m0, n0, tid);
 #endif
             }

@@ -19,13 +19,14 @@
 // offset; A is the weights [OC, C * CKH * CKW]. HAS_RES adds res[cc + m * N
 // + n] before the activation (a skip connection; product.glsl).
 //
-// Split K (SPLITK > 1, one batch, SPLIT_LAST): workgroup z takes the KCHUNK
-// values of k from z * KCHUNK (a multiple of BK) and writes its partial
-// product to args.part at z * M * N, a [SPLITK, M, N] scratch; the last of
-// a tile's SPLITK workgroups to finish adds them up and applies the
-// epilogue (product.glsl's split_last). Products with few rows and long
-// rows (BERT's FFN output: 24 tiles of 64 x 64 on a GPU of 132
-// multiprocessors) fill the GPU that way.
+// Split K (SPLITK > 1, one batch): workgroup z takes the KCHUNK values of k
+// from z * KCHUNK (a multiple of BK) and writes its partial product, a
+// [SPLITK, M, N] scratch at z * M * N: with SPLIT_LAST to args.part, and the
+// last of a tile's SPLITK workgroups to finish adds them up and applies the
+// epilogue (product.glsl's split_last); else to C, without an epilogue,
+// and splitk.comp does that in a second dispatch (a convolution's split).
+// Products with few rows and long rows (BERT's FFN output: 24 tiles of 64
+// x 64 on a GPU of 132 multiprocessors) fill the GPU that way.
 //
 // VEC4 (TM and TN multiples of 4): the next K step is read into registers
 // while this one multiplies, and shared memory holds two stages of vec4s;

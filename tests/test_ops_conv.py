@@ -82,8 +82,8 @@ for i, c in enumerate(CONVS):
 # 1 x 1 kernels on one image as a plain matrix (vec4 where H * W is a
 # multiple of 4, over several images too), several images folded into the
 # product's columns (CIMG),
-# and long K split along it (SPLIT_LAST: each tile's last workgroup adds
-# the chunks up). Each checks that its dispatch is
+# and long K split along it (splitk.comp adds a convolution's chunks up).
+# Each checks that its dispatch is
 # the product kernel, not conv.comp, and the later ones the path they take
 # (the first matmul kernel's defines).
 CONV_PRODUCTS = [  # x shape, w shape, attrs, bias, kernels the dispatches use[, defines]
@@ -97,9 +97,8 @@ CONV_PRODUCTS = [  # x shape, w shape, attrs, bias, kernels the dispatches use[,
     ([1, 12, 7, 7], [24, 12, 1, 1], {}, False, {"matmul"}),                  # 1 x 1, H * W odd
     ([1, 8, 9, 9], [17, 8, 1, 1], {"strides": [2, 2]}, True, {"matmul"}),   # 1 x 1, strided
     ([1, 3, 7, 6], [17, 3, 3, 3], {"auto_pad": "same_upper"}, True, {"matmul"}),
-    ([1, 256, 7, 7], [32, 256, 3, 3], {"pads": [1, 1, 1, 1]}, True, {"matmul"},
-     {"SPLIT_LAST": "1"}),
-    ([1, 1024, 7, 7], [64, 1024, 1, 1], {}, True, {"matmul"}, {"SPLIT_LAST": "1"}),  # 1 x 1
+    ([1, 256, 7, 7], [32, 256, 3, 3], {"pads": [1, 1, 1, 1]}, True, {"matmul", "splitk"}),
+    ([1, 1024, 7, 7], [64, 1024, 1, 1], {}, True, {"matmul", "splitk"}),    # split, 1 x 1
     # the two-stage (VEC4) path: a stem of K 147 (A read one by one), four
     # images of 90 positions; 64 x 128 tiles over four images; 128 x 128;
     # 1 x 1 on three images of 49 (B gathered, not vec4); three images of
@@ -112,13 +111,13 @@ CONV_PRODUCTS = [  # x shape, w shape, attrs, bias, kernels the dispatches use[,
      {"VEC4": "1", "BM": "128", "BN": "128", "A_SCALAR": "1"}),
     ([3, 12, 7, 7], [32, 12, 1, 1], {}, True, {"matmul"},
      {"VEC4": "1", "B_SCALAR": "1", "CIMG": "49", "C_IMG": "49"}),
-    ([3, 256, 5, 5], [32, 256, 3, 3], {"pads": [1, 1, 1, 1]}, True, {"matmul"},
-     {"VEC4": "1", "CIMG": "25", "C_IMG": "25", "SPLIT_LAST": "1"}),
+    ([3, 256, 5, 5], [32, 256, 3, 3], {"pads": [1, 1, 1, 1]}, True, {"matmul", "splitk"},
+     {"VEC4": "1", "CIMG": "25", "C_IMG": None, "SPLIT_LAST": None}),
     # pick_tiles' convolution rules: 128 x 128 tiles in K steps of 8 from
     # 32 tiles (96 channels, K 288, split); a 1 x 1 of K 16 in steps of 8 on 64 x
     # 128 tiles, too few vec4s of A a step for 256 invocations (A_SCALAR)
-    ([4, 32, 32, 32], [96, 32, 3, 3], {"pads": [1, 1, 1, 1]}, True, {"matmul"},
-     {"VEC4": "1", "BM": "128", "BN": "128", "BK": "8", "CIMG": "1024", "SPLIT_LAST": "1"}),
+    ([4, 32, 32, 32], [96, 32, 3, 3], {"pads": [1, 1, 1, 1]}, True, {"matmul", "splitk"},
+     {"VEC4": "1", "BM": "128", "BN": "128", "BK": "8", "CIMG": "1024"}),
     ([4, 16, 64, 64], [64, 16, 1, 1], {}, False, {"matmul"},
      {"VEC4": "1", "BM": "64", "BN": "128", "BK": "8", "A_SCALAR": "1"}),
 ]
@@ -141,8 +140,8 @@ for i, c in enumerate(CONV_PRODUCTS):
 
 def conv_product_epilogue_case(xs, ws, kernels, split=False):
     """Conv + residual add + relu in the product's epilogue (with split,
-    applied by each tile's last workgroup to the sum of the chunks of a
-    long K)."""
+    in splitk.comp's, over the chunks of a long K; run twice on other
+    inputs)."""
     def test(workdir):
         r = rng(2545)
         x, w, b = values(r, xs, 1.0), values(r, ws, 1.0), values(r, [ws[0]], 1.0)
@@ -168,17 +167,15 @@ def conv_product_epilogue_case(xs, ws, kernels, split=False):
         check("c + s + y (conv)" in (Path(workdir) / "model.c").read_text(),
               "the residual and relu are not in the product's epilogue")
         check_kernels(workdir, kernels)
-        if split:
-            check_defines(workdir, {"SPLIT_LAST": "1", "HAS_RES": "1"})
     return test
 
 
 case("op conv as a product + residual + relu, two images")(
     conv_product_epilogue_case([2, 4, 8, 8], [20, 4, 3, 3], {"matmul"}))
 case("op conv as a product + residual + relu, split along K")(
-    conv_product_epilogue_case([1, 128, 6, 6], [24, 128, 3, 3], {"matmul"}, True))
+    conv_product_epilogue_case([1, 128, 6, 6], [24, 128, 3, 3], {"matmul", "splitk"}, True))
 case("op conv as a product + residual + relu, three images split along K")(
-    conv_product_epilogue_case([3, 128, 5, 5], [32, 128, 3, 3], {"matmul"}, True))
+    conv_product_epilogue_case([3, 128, 5, 5], [32, 128, 3, 3], {"matmul", "splitk"}, True))
 case("op conv as a product + residual + relu, three images on two stages")(
     conv_product_epilogue_case([3, 8, 9, 9], [32, 8, 3, 3], {"matmul"}))
 
@@ -280,12 +277,10 @@ F16_CONVS = [  # x shape, w shape, attrs, input: "f16" (made by a node) or "f32"
     ([2, 8, 13, 11], [20, 8, 3, 2],
      {"strides": [2, 3], "pads": [1, 0, 2, 1], "dilations": [2, 1]}, "f16", False,
      {"CONV": "1", "B_GATHER": "1"}, {"eltwise", "coopmat", "matmul"}),
-    # a long K over two images: split in chunks, the epilogue applied by
-    # each tile's last workgroup
+    # a long K over two images: split in chunks, splitk.comp's epilogue
     ([2, 256, 5, 5], [32, 256, 3, 3], {"pads": [1, 1, 1, 1]}, "f16", True,
-     {"CONV": "1", "KCHUNK": "128", "C_IMG": "25", "CONV_KLAST": "1", "SPLIT_LAST": "1",
-      "HAS_RES": "1"},
-     {"eltwise", "coopmat", "matmul"}),
+     {"CONV": "1", "KCHUNK": "128", "C_IMG": None, "CONV_KLAST": "1", "SPLIT_LAST": None},
+     {"eltwise", "coopmat", "matmul", "splitk"}),
     # depthwise: conv.comp with f16 storage
     ([1, 8, 7, 6], [8, 1, 3, 3], {"group": 8, "pads": [1, 1, 1, 1]}, "f16", True, None,
      {"eltwise", "conv"}),

@@ -224,6 +224,19 @@ for i, (sa, sb, dt) in enumerate(SPLIT_PRODUCTS):
     case(f"op matmul split along K {sa} x {sb} {np.dtype(dt).name}")(split_case(i, sa, sb, dt))
 
 
+@case("op matmul split along K, KILN_SPLIT_LAST=0: splitk.comp adds the chunks up, two runs")
+def _(workdir):
+    r = rng(365)
+    a, b, a2 = values(r, [40, 1000], 1.0), values(r, [1000, 64], 1.0), values(r, [40, 1000], 1.0)
+    y = model_yaml("mm", {"a": spec(a), "b": spec(b)},
+                   [{"name": "y", "op": "matmul", "inputs": ["a", "b"]}], ["y"])
+    prog = build_model(workdir, y, env={"KILN_SPLIT_LAST": "0"})
+    got, got2 = run_steps(prog, [[a, b], [a2, b]], [np.zeros([40, 64], np.float32)])
+    for g, x in ((got[0], a), (got2[0], a2)):
+        assert_close(g, ref.matmul(x, b), 1e-5, 2e-6 * 1000 ** 0.5 * 4)
+    check_kernels(workdir, {"matmul", "splitk"})
+
+
 @case("op gemm split along K: transposes, bias [M, N], alpha, beta, gelu by the last workgroups")
 def _(workdir):
     r = rng(370)
