@@ -102,6 +102,7 @@ static void attention_scores(Program *p, Dispatch *d, Node *n, const AttentionDi
 
 /* flash.comp's blocks: BQ query rows sharing each chunk of BK keys, TPR
  * invocations a row. */
+#define FLASH_MIN_ROWS 8
 typedef struct FlashTile {
     int64_t bq, bk, tpr;
 } FlashTile;
@@ -114,9 +115,10 @@ static int64_t flash_shared_bytes(const AttentionDims *a, FlashTile f) {
     return 16 * ((f.bq + f.bk) * (d4 + 1) + f.bk * dv4) + 4 * (f.bq * (f.bk + 1) + f.bq * f.tpr);
 }
 
-/* Whether attention takes flash.comp, and its blocks: for 8 or more query
- * rows, a fixed count of them and of keys (a decoder's dynamic prompt keeps
- * attention.comp): blocks of 16 rows, 16 invocations a row, and the
+/* Whether attention takes flash.comp, and its blocks: for FLASH_MIN_ROWS
+ * or more query rows (dynamic ones: the most; a run of fewer takes
+ * attention.comp, lower_attention): blocks of 16 rows, 16 invocations a
+ * row, and the
  * longest chunk of keys (64 down to 16) that fits 32 KiB of shared memory
  * (32 for D = 64; measured on an H200 in BERT-base, GPT-2, ViT-B/16 and a
  * Llama: 16 rows of 16 invocations in chunks of 32 were fastest but for
@@ -124,7 +126,8 @@ static int64_t flash_shared_bytes(const AttentionDims *a, FlashTile f) {
  * overrides the blocks (for tuning; TPR invocations a row, default 16, a
  * divisor of BK), KILN_FLASH=0 keeps attention.comp. */
 static bool flash_tile(const Node *n, const AttentionDims *a, FlashTile *f) {
-    if (n->inputs[0]->dynamic || n->inputs[1]->dynamic || a->Sq < 8)
+    (void)n;
+    if (a->Sq < FLASH_MIN_ROWS)
         return false;
     f->tpr = 16;
     f->bq = 16;
@@ -145,22 +148,22 @@ static bool flash_tile(const Node *n, const AttentionDims *a, FlashTile *f) {
     return false;
 }
 
+static Dispatch *attention_combine(Program *p, Node *n, const AttentionDims *a, Tensor *part,
+                                   int64_t splits);
+static Dispatch *flash_dispatch(Program *p, Node *n, const AttentionDims *a, FlashTile f);
+
 void lower_attention(Program *p, Node *n) {
     AttentionDims a;
     attention_dims(n, &a);
     if (a.B * a.H * a.Sq * a.DV == 0)
         return;
     FlashTile f;
-    if (flash_tile(n, &a, &f)) {
-        Dispatch *d = new_dispatch(p, n, "flash");
-        d->local_size = (uint32_t)(f.bq * f.tpr);
-        define_int(d, "WG", d->local_size);
-        define_int(d, "BQ", f.bq);
-        define_int(d, "BK", f.bk);
-        define_int(d, "TPR", f.tpr);
-        attention_defines(d, n, &a);
-        attention_scores(p, d, n, &a, n->outputs[0]);
-        d->groups[0] = groups_for(a.B * a.H * ((a.Sq + f.bq - 1) / f.bq), 1);
+    bool flash = flash_tile(n, &a, &f);
+    /* q dynamic: along its positions (attention_dims refuses others) */
+    const Tensor *rows_dyn = dyn_of(n->inputs[0]);
+    if (flash && (!rows_dyn || dim_expr_min(n->graph, &rows_dyn->extent) >= FLASH_MIN_ROWS)) {
+        Dispatch *fl = flash_dispatch(p, n, &a, f);
+        dyn_groups(fl, 0, rows_dyn, a.B * a.H * a.Sq, f.bq);
         return;
     }
     int64_t splits = attention_splits(n, &a), rows = a.B * a.H * a.Sq;
@@ -178,14 +181,33 @@ void lower_attention(Program *p, Node *n) {
     attention_scores(p, d, n, &a, part ? part : n->outputs[0]);
     d->groups[0] = groups_for(rows * splits, 1);
     dyn_groups(d, 0, dyn_of(n->inputs[0]), rows * splits, 1);
-    if (!part)
+    Dispatch *c = part ? attention_combine(p, n, &a, part, splits) : NULL;
+    if (!flash)
         return;
-    /* the spans' parts weighed into the output, a workgroup per row */
+    /* Dynamic rows up to at least FLASH_MIN_ROWS (a decoder's prompt and
+     * its steps): attention.comp (and its combining pass) for runs of
+     * fewer, flash.comp for the rest; a run gives workgroups to one of
+     * them (work_min, work_max over the run's rows) and no barrier
+     * separates the variants (schedule.c). */
+    d->work_max = (FLASH_MIN_ROWS - 1) * d->scale;
+    if (c)
+        c->work_max = (FLASH_MIN_ROWS - 1) * c->scale;
+    Dispatch *fl = flash_dispatch(p, n, &a, f);
+    dyn_groups(fl, 0, rows_dyn, rows, f.bq); /* scale: B * H rows a position */
+    fl->work_min = FLASH_MIN_ROWS * fl->scale;
+    (c ? c : d)->variant = fl;
+}
+
+/* attention.comp's second pass (COMBINE): the spans' parts weighed into
+ * the output, a workgroup per row. */
+static Dispatch *attention_combine(Program *p, Node *n, const AttentionDims *a, Tensor *part,
+                                   int64_t splits) {
+    int64_t rows = a->B * a->H * a->Sq;
     Dispatch *c = new_dispatch(p, n, "attention");
     c->local_size = 64;
     define_int(c, "WG", 64);
     define_int(c, "COMBINE", 1);
-    attention_defines(c, n, &a);
+    attention_defines(c, n, a);
     bool cneed[3] = {false, false, false};
     define_storage(p, c, cneed, "O", n->outputs[0], true);
     define_needs(c, cneed);
@@ -194,7 +216,23 @@ void lower_attention(Program *p, Node *n) {
     dispatch_arg(c, part, false);
     c->groups[0] = groups_for(rows, 1);
     dyn_groups(c, 0, dyn_of(n->inputs[0]), rows, 1);
-    c->flops = (uint64_t)(rows * splits * a.DV) * 3;
+    c->flops = (uint64_t)(rows * splits * a->DV) * 3;
+    return c;
+}
+
+/* flash.comp over all of a's query rows, in blocks f (their count follows
+ * the dims where the rows do: the caller's dyn_groups). */
+static Dispatch *flash_dispatch(Program *p, Node *n, const AttentionDims *a, FlashTile f) {
+    Dispatch *d = new_dispatch(p, n, "flash");
+    d->local_size = (uint32_t)(f.bq * f.tpr);
+    define_int(d, "WG", d->local_size);
+    define_int(d, "BQ", f.bq);
+    define_int(d, "BK", f.bk);
+    define_int(d, "TPR", f.tpr);
+    attention_defines(d, n, a);
+    attention_scores(p, d, n, a, n->outputs[0]);
+    d->groups[0] = groups_for(a->B * a->H * ((a->Sq + f.bq - 1) / f.bq), 1);
+    return d;
 }
 
 /* rope: for each rotated pair (x1, x2) at position s and frequency j,

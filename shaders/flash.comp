@@ -29,8 +29,9 @@
 // Defines: as attention.comp (B, H, KVH, SQ, SK, D, DV, the strides QS_*,
 // KS_*, VS_*, OS_*, SCALE, SOFTCAP_ON, SOFTCAP, CAUSAL, WINDOW, HAS_MASK and
 // MS_*, the buffer types Q_BUF, K_BUF, V_BUF, MASK_BUF, O_BUF and O_T), and
-// BQ, BK, TPR (BK a multiple of TPR), WG = BQ * TPR. Storage f32 or f16;
-// arithmetic, scores and sums f32.
+// BQ, BK, TPR (BK a multiple of TPR), WG = BQ * TPR. SQ and SK may follow
+// the dynamic dims (a decoder's prompt; the workgroups then loop over the
+// blocks). Storage f32 or f16; arithmetic, scores and sums f32.
 #include "common.glsl"
 
 layout(local_size_x = WG) in;
@@ -52,6 +53,7 @@ layout(push_constant) uniform Args {
     K_BUF k;
     V_BUF v;
     MASK_BUF mask;
+    KILN_DIMS
 } args;
 
 #define D4 ((D + 3) / 4)

@@ -341,6 +341,36 @@ def test_attention(workdir):
     run_steps(workdir, y, steps, inputs, want, rtol=1e-4, atol=1e-5)
 
 
+@case("dynamic: attention with up to 40 dynamic queries: attention.comp for runs of fewer "
+      "than 8 rows, flash.comp for the rest, both variants in one schedule")
+def test_attention_flash(workdir):
+    y = dyn_yaml({"seq": "1..40", "past": "0..100"},
+                 {"q": {**W, "shape": [1, "seq", 64]},
+                  "kp": {**W, "shape": [1, "past", 32]},
+                  "kn": {**W, "shape": [1, "seq", 32]},
+                  "vp": {**W, "shape": [1, "past", 32]},
+                  "vn": {**W, "shape": [1, "seq", 32]}},
+                 [{"name": "k", "op": "concat", "inputs": ["kp", "kn"], "axis": 1},
+                  {"name": "v", "op": "concat", "inputs": ["vp", "vn"], "axis": 1},
+                  {"name": "o", "op": "attention", "inputs": ["q", "k", "v"],
+                   "layout": "bshd", "heads": 4, "kv_heads": 2, "causal": 1}],
+                 ["o"])
+    steps = [{"seq": s, "past": p} for s, p in
+             ((1, 0), (8, 0), (40, 0), (7, 5), (9, 90), (33, 60), (1, 100), (16, 16))]
+
+    def inputs(rng, seq, past):
+        return [normal(rng, 1, seq, 64), normal(rng, 1, past, 32), normal(rng, 1, seq, 32),
+                normal(rng, 1, past, 32), normal(rng, 1, seq, 32)]
+
+    def want(q, kp, kn, vp, vn, seq, past):
+        k, v = np.concatenate([kp, kn], 1), np.concatenate([vp, vn], 1)
+        return [ref.attention(q, k, v, layout="bshd", heads=4, kv_heads=2, causal=1)]
+    run_steps(workdir, y, steps, inputs, want, rtol=1e-4, atol=1e-5)
+    fams = {d["family"] for d in json.loads(kiln("inspect", Path(workdir) / "model.yaml",
+                                                 "--format", "json").stdout)["dispatches"]}
+    check({"attention", "flash"} <= fams, f"kernels {sorted(fams)}")
+
+
 @case("dynamic: attention written out with the dynamic axes inside: [heads, seq, past + seq] "
       "scores, softmax over keys, a product contracting them, concat of inner pieces")
 def test_inner_axes(workdir):
