@@ -537,6 +537,7 @@ struct Options {
     kiln_dtype precision;   /* --precision: KILN_DTYPE_F32 or KILN_DTYPE_F16 */
     const char **keep_f32;  /* --keep-f32: node names */
     int nkeep_f32;
+    bool io_f16;            /* --io f16: f32 inputs and outputs stored f16 */
     const char *kernel_cache; /* --kernel-cache DIR, NULL: none */
 };
 

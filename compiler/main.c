@@ -20,7 +20,7 @@ static const char *const usage[] = {
     "                          [--debug-tensors] [--guard] [--sync-check]\n"
     "                          [--no-fuse[=LIST]] [--report] [--time] [-v]\n"
     "                          [--weights FORMAT] [--precision f32|f16]\n"
-    "                          [--keep-f32 NODE,...]\n"
+    "                          [--keep-f32 NODE,...] [--io f32|f16]\n"
     "                          [--weights-file FILE | --embed-weights]\n"
     "                          [--kernel-cache DIR | --no-kernel-cache]\n"
     "       kiln inspect MODEL [--format text|json|dot] [--html REPORT.html]\n"
@@ -65,6 +65,9 @@ static const char *const usage[] = {
     "                   their dtypes (default f32)\n"
     "  --keep-f32 LIST  with --precision f16: these nodes (comma-separated names)\n"
     "                   read and write f32\n"
+    "  --io T           with --precision f16: f16 stores the model's f32 inputs and\n"
+    "                   outputs (not its state) as f16, no casts at the edges\n"
+    "                   (default f32: as the model declares them)\n"
     "  --kernel-cache DIR  keep compiled kernels in DIR and reuse them (default:\n"
     "                   $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else\n"
     "                   ~/.cache/kiln; KILN_CACHE_DIR= turns it off)\n"
@@ -216,6 +219,11 @@ static void parse_args(int argc, char **argv, bool inspect, Args *a) {
                 a->opt.precision = KILN_DTYPE_F16;
             else
                 fatal("--precision: unknown precision '%s' (f32, f16)", v);
+        } else if (strcmp(arg, "--io") == 0 && has_value) {
+            const char *v = argv[++i];
+            if (strcmp(v, "f32") != 0 && strcmp(v, "f16") != 0)
+                fatal("--io: unknown type '%s' (f32: as the model declares, f16)", v);
+            a->opt.io_f16 = strcmp(v, "f16") == 0;
         } else if (strcmp(arg, "--keep-f32") == 0 && has_value) {
             for (char *w = xstrdup(argv[++i]), *e; *w; w = e) {
                 e = w + strcspn(w, ",");
@@ -269,6 +277,8 @@ static void parse_args(int argc, char **argv, bool inspect, Args *a) {
         fatal("--weights-file and --embed-weights contradict each other");
     if (a->opt.nkeep_f32 && a->opt.precision != KILN_DTYPE_F16)
         fatal("--keep-f32 is for --precision f16");
+    if (a->opt.io_f16 && a->opt.precision != KILN_DTYPE_F16)
+        fatal("--io f16 is for --precision f16");
 }
 
 /* Stops with a clear message when `path` cannot be written because of

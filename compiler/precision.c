@@ -38,6 +38,12 @@
  * copy of f16 data into an output copies from an f32 cast. A cast is one
  * eltwise dispatch per tensor and dtype, shared by every reader, placed
  * before the first.
+ *
+ * --io f16: the model's f32 inputs and outputs (not its state, nor an
+ * output that updates it) are f16 instead; the rules above then read and
+ * write them as any f16 tensor, a copy into an f16 output casts f32 data to
+ * f16 first, and a group of rule F32 that writes one writes an f32 tensor
+ * that a cast after it stores in the output.
  */
 #include "kiln.h"
 
@@ -107,16 +113,26 @@ typedef struct Pass {
     Graph *g;
     const Options *opt;
     Vec order;           /* the new node order */
+    Vec after;           /* casts of the group's outputs, after it (--io f16) */
+    bool *io;            /* by tensor id: made f16 by --io f16 */
+    int nio;             /* entries in io (the tensors before the pass) */
     Tensor **cast[2];    /* by tensor id: its f32 and f16 casts */
     Tensor **half;       /* by tensor id: a weight's f16 copy */
     int cap;             /* entries in those tables */
     int ncasts, nweights;
 } Pass;
 
-/* A tensor the model's user sees: its dtype stays as declared. */
+/* A tensor the model's user sees: its dtype stays as declared (or as
+ * --io f16 made it). */
 static bool pinned(const Tensor *t) {
     return t->is_output || t->kind == T_STATE || t->is_update || t->kind == T_INPUT;
 }
+
+/* One that stays f32: an f16 one (--io f16) is written as any f16 tensor. */
+static bool pinned_f32(const Tensor *t) {
+    return pinned(t) && t->dtype == KILN_DTYPE_F32;
+}
+
 
 /* The by-id tables as long as the graph's tensors (the pass adds some). */
 static void grow(Pass *p) {
@@ -216,7 +232,7 @@ static bool only_copied_out(const Graph *g, const Tensor *t, int depth) {
             read = true;
             if (m->fused_into || op_rule(m->op) != R_SAME || !data_input(m, k))
                 return false;
-            if (!pinned(m->outputs[0]) &&
+            if (!pinned_f32(m->outputs[0]) &&
                 !(is_view_op(m->op) && depth < 8 && only_copied_out(g, m->outputs[0], depth + 1)))
                 return false;
         }
@@ -227,7 +243,7 @@ static bool only_copied_out(const Graph *g, const Tensor *t, int depth) {
 /* A result stored f32: the model's own tensors and those only copied
  * into them. */
 static bool keeps_f32(const Graph *g, const Tensor *t) {
-    return pinned(t) || only_copied_out(g, t, 0);
+    return pinned_f32(t) || only_copied_out(g, t, 0);
 }
 
 /* Every float result of the group f16, but those that keep f32. */
@@ -268,17 +284,27 @@ static void conv_weights(Pass *p, Node *h) {
         replace_input(h, 1, half_weight(p, w));
 }
 
-/* A copy's group: f16 data stays f16 unless the copy writes a model
- * tensor or mixes f16 with f32 (concat): then the f16 data is cast. */
+/* A copy's group: f16 data stays f16 unless the copy writes an f32 model
+ * tensor or mixes f16 with f32 (concat): then the f16 data is cast. A copy
+ * into an f16 model tensor (--io f16) casts f32 data to f16. */
 static void copy_group(Pass *p, Node *h) {
-    bool f16 = false, f32 = false, out = false;
+    bool f16 = false, f32 = false, out = false, out16 = false;
     for (int k = 0; k < h->ninputs; k++)
         if (data_input(h, k)) {
             f16 |= h->inputs[k]->dtype == KILN_DTYPE_F16;
             f32 |= h->inputs[k]->dtype == KILN_DTYPE_F32;
         }
-    for (int k = 0; k < h->noutputs; k++)
-        out |= pinned(h->outputs[k]);
+    for (int k = 0; k < h->noutputs; k++) {
+        out |= pinned_f32(h->outputs[k]);
+        out16 |= pinned(h->outputs[k]) && h->outputs[k]->dtype == KILN_DTYPE_F16;
+    }
+    if (out16 && !out && f32) {
+        for (int k = 0; k < h->ninputs; k++)
+            if (data_input(h, k) && h->inputs[k]->dtype == KILN_DTYPE_F32)
+                replace_input(h, k, cast_to(p, h->inputs[k], KILN_DTYPE_F16));
+        f16 = true;
+        f32 = false;
+    }
     if (!f16)
         return;
     if (f32 || out) {
@@ -304,6 +330,36 @@ static void cast_inputs(Pass *p, Rule r, Node *h, Node **members, int nm) {
         }
 }
 
+/* --io f16: an f16 model output that a member of a group of rule F32
+ * writes: the member writes an f32 tensor instead, and a cast node (pushed
+ * to the order after the group) stores it in the output. */
+static void cast_outputs(Pass *p, Node **members, int nm) {
+    for (int j = 0; j < nm; j++)
+        for (int k = 0; k < members[j]->noutputs; k++) {
+            Tensor *t = members[j]->outputs[k];
+            if (!t->is_output || t->id >= p->nio || !p->io[t->id])
+                continue;
+            Tensor *w = graph_tensor(p->g, format("%s.f32", t->name), T_VALUE, t->loc);
+            w->dtype = KILN_DTYPE_F32;
+            w->rank = t->rank;
+            memcpy(w->shape, t->shape, sizeof w->shape);
+            w->dyn_axes = t->dyn_axes;
+            memcpy(w->ext, t->ext, sizeof w->ext);
+            w->dynamic = t->dynamic;
+            w->dyn_axis = t->dyn_axis;
+            w->extent = t->extent;
+            w->producer = members[j];
+            w->uses = 1;
+            members[j]->outputs[k] = w;
+            Node *c = graph_node(p->g, OP_CAST, format("%s/to_f16", t->name), t->loc);
+            node_add_input(c, w);
+            node_set_attr(c, "to", kiln_dtype_name(KILN_DTYPE_F16));
+            node_add_output(c, t);
+            vec_push(&p->after, c);
+            p->ncasts++;
+        }
+}
+
 /* Whether a result of the group keeps f32: a product's results share one
  * dtype (a QKV split writes three), f32 when one of them is. */
 static bool any_f32(const Graph *g, Node **members, int nm) {
@@ -323,7 +379,19 @@ void apply_precision(Graph *g, const Options *opt) {
     }
     if (opt->precision != KILN_DTYPE_F16)
         return;
-    Pass p = {g, opt, {0}, {NULL, NULL}, NULL, 0, 0, 0};
+    Pass p = {g, opt, {0}, {0}, NULL, 0, {NULL, NULL}, NULL, 0, 0, 0};
+    /* --io f16: the f32 inputs and outputs that the user reads and writes
+     * as f16 (not the state, nor the outputs that update it) */
+    p.nio = g->tensors.len;
+    p.io = xcalloc((size_t)p.nio + 1, sizeof *p.io);
+    for (int i = 0; i < g->tensors.len && opt->io_f16; i++) {
+        Tensor *t = g->tensors.data[i];
+        if ((t->kind == T_INPUT || t->is_output) && t->dtype == KILN_DTYPE_F32 &&
+            t->kind != T_STATE && !t->is_update) {
+            t->dtype = KILN_DTYPE_F16;
+            p.io[t->id] = true;
+        }
+    }
     int nnodes = g->nodes.len;
     Node **nodes = xcalloc((size_t)nnodes + 1, sizeof *nodes);
     memcpy(nodes, g->nodes.data, sizeof *nodes * (size_t)nnodes);
@@ -348,8 +416,13 @@ void apply_precision(Graph *g, const Options *opt) {
             }
             if (r == R_ANY || ((r == R_MATMUL || r == R_CONV) && !any_f32(g, members, nm)))
                 store_f16(g, members, nm);
+            if (r == R_F32)
+                cast_outputs(&p, members, nm);
         }
         vec_push(&p.order, n);
+        for (int j = 0; j < p.after.len; j++)
+            vec_push(&p.order, p.after.data[j]);
+        p.after.len = 0;
     }
     g->nodes = p.order;
     for (int i = 0; i < g->nodes.len; i++)
@@ -359,4 +432,5 @@ void apply_precision(Graph *g, const Options *opt) {
                 p.ncasts, p.nweights);
     xfree(nodes);
     xfree(members);
+    xfree(p.io);
 }

@@ -222,6 +222,10 @@ def test_usage(workdir):
     check(r.returncode == 1 and "--precision: unknown precision 'f8'" in r.stderr, r.stderr)
     r = kiln("compile", "m.yaml", "--keep-f32", "h")
     check(r.returncode == 1 and "--keep-f32 is for --precision f16" in r.stderr, r.stderr)
+    r = kiln("compile", "m.yaml", "--io", "f16")
+    check(r.returncode == 1 and "--io f16 is for --precision f16" in r.stderr, r.stderr)
+    r = kiln("compile", "m.yaml", "--precision", "f16", "--io", "bf16")
+    check(r.returncode == 1 and "--io: unknown type 'bf16'" in r.stderr, r.stderr)
     r = kiln("compile", ROOT / "samples" / "mlp.yaml", "--precision", "f16", "--keep-f32",
              "h,nosuch", "-o", Path(workdir) / "m.c")
     check(r.returncode == 1 and "--keep-f32: the model has no node named 'nosuch'" in r.stderr,

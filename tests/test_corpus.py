@@ -11,8 +11,11 @@ shapes in the generated header must be the ones onnxruntime gave.
 Each model is also compiled with --precision f16 (activations and matmul
 weights stored in f16) and compared with the same outputs within
 F16_TOLERANCE of the largest reference value: every element, max |error| /
-max |reference| of its output (docs/cli.md, "Precision").
+max |reference| of its output (docs/cli.md, "Precision"); the dynamo
+exporter's opset-20 files also with --io f16 (the f32 inputs given and the
+outputs read as f16, the header declaring them so).
 """
+import re
 import json
 from pathlib import Path
 
@@ -26,7 +29,7 @@ TESTS, case = registry()
 MODELS = ROOT / "tests" / "models"
 
 
-def corpus_case(d, precision="f32"):
+def corpus_case(d, precision="f32", io="f32"):
     def test(workdir):
         wd = Path(workdir)
         meta = json.loads((d / "meta.json").read_text())
@@ -34,12 +37,23 @@ def corpus_case(d, precision="f32"):
         want = [np.load(p) for p in sorted(d.glob("ort_*.npy"))]
         check(inputs and want, f"{d}: no inputs or no reference outputs")
         r = kiln("compile", d / "model.onnx", "--name", "model", "-o", wd / "model.c", "--guard",
-                 "--precision", precision)
+                 "--precision", precision, *(("--io", io) if io != "f32" else ()))
         check(r.returncode == 0, f"kiln compile failed ({meta['exporter']} exporter, opset "
               f"{meta['opset']}):\n{r.stderr}")
         names = list(declared_outputs(wd / "model.h"))
         check_outputs(wd, names, want)
-        got = run_program(link_model(wd), inputs, want)
+        if io == "f16":  # f32 inputs and outputs f16, as the header says
+            dts = declared_dtypes(wd / "model.h")
+            was = [x.dtype for x in inputs] + [w.dtype for w in want]
+            check(dts == ["f16" if w == np.float32 else np.dtype(w).name for w in was],
+                  f"declared dtypes {dts}, the reference's {[str(w) for w in was]}")
+            inputs = [x.astype(np.float16) if x.dtype == np.float32 else x for x in inputs]
+            got = run_program(link_model(wd), inputs,
+                              [w.astype(np.float16) if w.dtype == np.float32 else w
+                               for w in want])
+            got = [g.astype(np.float32) if g.dtype == np.float16 else g for g in got]
+        else:
+            got = run_program(link_model(wd), inputs, want)
         for i, (g, w) in enumerate(zip(got, want)):
             if precision == "f16":
                 assert_relative(g, w, F16_TOLERANCE, f"output {i} ({names[i]})")
@@ -48,6 +62,18 @@ def corpus_case(d, precision="f32"):
     return test
 
 
+def declared_dtypes(header):
+    """Each input's, then each output's dtype as the header declares it
+    ("f16", "i64", ...), with numpy's names for the others ("int64")."""
+    text = Path(header).read_text()
+    part = text[text.index(" * Inputs:"):text.index("*/")]
+    names = {"f32": "float32", "i64": "int64", "i32": "int32", "u8": "uint8", "i8": "int8",
+             "bool": "bool"}
+    return [names.get(d, d) for d in re.findall(r"\[\d+\] \S+: (\w+) \[", part)]
+
+
 for _d in sorted(p.parent for p in MODELS.glob("*/model.onnx")):
     case(f"corpus: {_d.name}")(corpus_case(_d))
     case(f"corpus f16: {_d.name}")(corpus_case(_d, "f16"))
+    if _d.name.endswith("_dynamo20"):
+        case(f"corpus f16 --io f16: {_d.name}")(corpus_case(_d, "f16", "f16"))

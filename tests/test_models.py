@@ -263,6 +263,40 @@ for _name, _inputs in [
     case(f"model samples/{_name}.yaml --precision f16 against the f32 CPU reference")(
         sample_case(_name, _inputs, None, None, flags=("--precision", "f16")))
 
+@case("model --precision f16 --io f16: f16 inputs and outputs written by each kind of kernel "
+      "(elementwise, a cumsum and a sum computed in f32 then cast, a copy of f32 data, a "
+      "product, a gather of f16 rows), the header declaring them f16")
+def _(workdir):
+    r = np.random.default_rng(41)
+    x = r.standard_normal([6, 16]).astype(np.float32)
+    w = (r.standard_normal([16, 8]) * 0.3).astype(np.float32)
+    idx = np.array([3, 0, 5, 5], np.int64)
+    ins = {"x": {"dtype": "f32", "shape": [6, 16]}, "i": {"dtype": "i64", "shape": [4]}}
+    nodes = [{"name": "a", "op": "relu", "inputs": ["x"]},
+             {"name": "c", "op": "cumsum", "inputs": ["x"], "axis": 1},
+             {"name": "s", "op": "reduce_sum", "inputs": ["x"], "axes": [1]},
+             {"name": "e", "op": "exp", "inputs": ["x"]},
+             {"name": "t", "op": "transpose", "inputs": ["s"], "perm": [1, 0]},
+             {"name": "p", "op": "matmul", "inputs": ["x", "w"]},
+             {"name": "g", "op": "gather", "inputs": ["e", "i"], "axis": 0}]
+    y = model_yaml("io", ins, nodes, ["a", "c", "s", "t", "p", "g"],
+                   {"w": {"dtype": "f32", "shape": [16, 8], "values": w.ravel().tolist()}})
+    prog = build_model(workdir, y, flags=("--precision", "f16", "--io", "f16"))
+    h = (Path(workdir) / "model.h").read_text()
+    decl = re.findall(r"\[\d+\] (\w+): (\w+) \[", h[h.index(" * Inputs:"):h.index("*/")])
+    check(decl == [("x", "f16"), ("i", "i64")] + [(n, "f16") for n in "acstpg"],
+          f"declared {decl}")
+    hx = x.astype(np.float16)
+    xs = hx.astype(np.float32)
+    s = xs.sum(1, keepdims=True)
+    want = [np.maximum(xs, 0), np.cumsum(xs, 1), s, s.T,
+            xs @ w.astype(np.float16).astype(np.float32), np.exp(xs)[idx]]
+    got = run_program(prog, [hx, idx], [v.astype(np.float16) for v in want])
+    for n, g, v in zip("acstpg", got, want):
+        check(g.dtype == np.float16, f"{n}: {g.dtype}")
+        assert_relative(g, v, F16_TOLERANCE, f"output {n}")
+
+
 def io_states(prog, n_inputs, env):
     """run_model's io line (inputs in.bin files written already): name ->
     'direct' or 'copied'."""
