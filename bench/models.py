@@ -29,8 +29,12 @@ onnxruntime are (the GPU machine), with kiln built there or carried
    bound (max |error| <= 1e-2 max |reference|, docs/cli.md "Precision"),
    against torch with the module and its float inputs in f16 (eager and a
    CUDA graph, host to host as above). bench/MODELS.md gets a second table.
+   With --io-f16, kiln is compiled with --io f16 too and takes the float
+   inputs and gives the outputs in f16, as the torch module does (its
+   rows are marked so).
 
-  bench/models.py [--only NAME[,NAME...]] [--runs N] [--compile] [--f16] [--out DIR]
+  bench/models.py [--only NAME[,NAME...]] [--runs N] [--compile] [--f16 [--io-f16]]
+                  [--out DIR]
   bench/models.py --from-json A.json [B.json...] [--out DIR]
 
 NAMEs: mobilenet_v3_large, efficientnet_b0, resnet50, convnext_tiny,
@@ -106,7 +110,7 @@ def kiln_build(wd, onnx_path, env=None, flags=()):
     return (summary or [""])[-1], compile_s, inspect
 
 
-def kiln_time(wd, inputs, outs_like, runs):
+def kiln_time(wd, inputs, outs_like, runs, out_dtype=np.float32):
     args = [wd / "bench", "-w", 3, "-W", 300, "-n", runs]
     for i, x in enumerate(inputs):
         np.ascontiguousarray(x).tofile(wd / f"in{i}.bin")
@@ -114,7 +118,7 @@ def kiln_time(wd, inputs, outs_like, runs):
     for i in range(len(outs_like)):
         args += ["-o", wd / f"out{i}.bin"]
     res = json.loads(sh(args, cwd=wd).strip().splitlines()[-1])
-    outs = [np.fromfile(wd / f"out{i}.bin", np.float32).reshape(o.shape)
+    outs = [np.fromfile(wd / f"out{i}.bin", out_dtype).reshape(o.shape).astype(np.float32)
             for i, o in enumerate(outs_like)]
     return res, outs
 
@@ -174,12 +178,17 @@ def torch_times(module, inputs, runs, compile_too):
 F16_BOUND = 1e-2
 
 
-def bench_f16(row, module, inputs, ort_outs, runs, wd, onnx_path):
+def bench_f16(row, module, inputs, ort_outs, runs, wd, onnx_path, io_f16=False):
     """The f16 columns: kiln --precision f16 checked against onnxruntime's
-    f32 outputs, then timed against torch's f16 module."""
+    f32 outputs, then timed against torch's f16 module; with io_f16, kiln
+    --io f16 takes the float inputs and gives the outputs in f16, as the
+    torch module does."""
     wd.mkdir()
-    summary, _, inspect = kiln_build(wd, onnx_path, flags=("--precision", "f16"))
-    res, got = kiln_time(wd, inputs, ort_outs, runs)
+    flags = ("--precision", "f16") + (("--io", "f16") if io_f16 else ())
+    summary, _, inspect = kiln_build(wd, onnx_path, flags=flags)
+    feed = [x.astype(np.float16) if io_f16 and x.dtype == np.float32 else x for x in inputs]
+    res, got = kiln_time(wd, feed, ort_outs, runs, np.float16 if io_f16 else np.float32)
+    row["f16_io"] = io_f16
     err = max(float(np.abs(g - a).max() / max(np.abs(a).max(), 1e-30))
               for g, a in zip(got, ort_outs))
     row.update(f16_dispatches=inspect["summary"]["dispatches"],
@@ -188,7 +197,7 @@ def bench_f16(row, module, inputs, ort_outs, runs, wd, onnx_path):
     if not row["f16_checked"]:
         return
     row.update(kiln_f16_wall_us=res["wall_us"], kiln_f16_gpu_us=res["gpu_us"])
-    total, top = slowest(wd, inspect, inputs)
+    total, top = slowest(wd, inspect, feed)
     row["f16_profile_total_us"] = total
     row["f16_slowest"] = [{"us": round(u, 1), "node": n, "family": f, "tflops": round(t, 2),
                            "gbs": round(b, 1)} for u, n, f, t, b in top]
@@ -198,7 +207,7 @@ def bench_f16(row, module, inputs, ort_outs, runs, wd, onnx_path):
                kiln_f16_vs_graph=t["graph_us"] / res["wall_us"])
 
 
-def bench_one(name, runs, compile_too, wd, f16=False):
+def bench_one(name, runs, compile_too, wd, f16=False, io_f16=False):
     module, inputs = model_and_inputs(name)
     onnx_path = wd / "model.onnx"
     t0 = time.monotonic()
@@ -232,7 +241,7 @@ def bench_one(name, runs, compile_too, wd, f16=False):
     row["kiln_vs_graph"] = row["graph_us"] / row["kiln_wall_us"]
     row["kiln_vs_eager"] = row["eager_us"] / row["kiln_wall_us"]
     if f16:
-        bench_f16(row, module, inputs, ort_outs, runs, wd / "f16", onnx_path)
+        bench_f16(row, module, inputs, ort_outs, runs, wd / "f16", onnx_path, io_f16)
     return row
 
 
@@ -315,7 +324,8 @@ def write_md(rows, out, env):
                   "| kiln f16 speed / f16 graph |",
                   "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for r in f16:
-            head = (f"| {r['model']} | {r['f16_dispatches']} ({r['f16_barriers']}) | "
+            head = (f"| {r['model']}{' (--io f16)' if r.get('f16_io') else ''} | "
+                    f"{r['f16_dispatches']} ({r['f16_barriers']}) | "
                     f"{r['f16_rel_err']:.2g}")
             if not r["f16_checked"]:
                 lines.append(head + " OFF | not timed | | | | | |")
@@ -359,6 +369,8 @@ def main():
     ap.add_argument("--compile", action="store_true", help="also time torch.compile")
     ap.add_argument("--f16", action="store_true",
                     help="also kiln --precision f16 against torch in f16")
+    ap.add_argument("--io-f16", action="store_true",
+                    help="with --f16: kiln --io f16 (inputs and outputs in f16, as torch's)")
     ap.add_argument("--out", default=str(ROOT / "bench"))
     ap.add_argument("--from-json", nargs="+", metavar="JSON")
     a = ap.parse_args()
@@ -396,7 +408,7 @@ def main():
     for name in a.only.split(","):
         with tempfile.TemporaryDirectory() as wd:
             try:
-                row = bench_one(name, a.runs, a.compile, Path(wd), a.f16)
+                row = bench_one(name, a.runs, a.compile, Path(wd), a.f16, a.io_f16)
             except Exception as e:  # reported in the table, the run goes on
                 row = {"model": name, "error": f"{type(e).__name__}: {e}"}
         rows.append(row)
