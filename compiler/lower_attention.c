@@ -118,15 +118,13 @@ static int64_t flash_shared_bytes(const AttentionDims *a, FlashTile f) {
 /* Whether attention takes flash.comp, and its blocks: for FLASH_MIN_ROWS
  * or more query rows (dynamic ones: the most; a run of fewer takes
  * attention.comp, lower_attention): blocks of 16 rows, 16 invocations a
- * row, and the
- * longest chunk of keys (64 down to 16) that fits 32 KiB of shared memory
- * (32 for D = 64; measured on an H200 in BERT-base, GPT-2, ViT-B/16 and a
- * Llama: 16 rows of 16 invocations in chunks of 32 were fastest but for
- * ViT's f32, bench/experiments/flash-h200.txt). KILN_FLASH=BQ,BK[,TPR]
- * overrides the blocks (for tuning; TPR invocations a row, default 16, a
- * divisor of BK), KILN_FLASH=0 keeps attention.comp. */
-static bool flash_tile(const Node *n, const AttentionDims *a, FlashTile *f) {
-    (void)n;
+ * row, and the longest chunk of keys (64 down to 16) that fits 32 KiB of
+ * shared memory (32 for D = 64; measured on an H200 in BERT-base, GPT-2,
+ * ViT-B/16 and a Llama: 16 rows of 16 invocations in chunks of 32 were
+ * fastest but for ViT's f32, bench/experiments/flash-h200.txt).
+ * KILN_FLASH=BQ,BK[,TPR] overrides the blocks (for tuning; TPR invocations
+ * a row, default 16, a divisor of BK), KILN_FLASH=0 keeps attention.comp. */
+static bool flash_tile(const AttentionDims *a, FlashTile *f) {
     if (a->Sq < FLASH_MIN_ROWS)
         return false;
     f->tpr = 16;
@@ -158,7 +156,7 @@ void lower_attention(Program *p, Node *n) {
     if (a.B * a.H * a.Sq * a.DV == 0)
         return;
     FlashTile f;
-    bool flash = flash_tile(n, &a, &f);
+    bool flash = flash_tile(&a, &f);
     /* q dynamic: along its positions (attention_dims refuses others) */
     const Tensor *rows_dyn = dyn_of(n->inputs[0]);
     if (flash && (!rows_dyn || dim_expr_min(n->graph, &rows_dyn->extent) >= FLASH_MIN_ROWS)) {

@@ -263,6 +263,7 @@ for _name, _inputs in [
     case(f"model samples/{_name}.yaml --precision f16 against the f32 CPU reference")(
         sample_case(_name, _inputs, None, None, flags=("--precision", "f16")))
 
+
 @case("model --precision f16 --io f16: f16 inputs and outputs written by each kind of kernel "
       "(elementwise, a cumsum and a sum computed in f32 then cast, a copy of f32 data, a "
       "product, a gather of f16 rows), the header declaring them f16")
