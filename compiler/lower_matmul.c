@@ -1059,18 +1059,22 @@ MatmulShape matrix_product(Tensor *c, Tensor *a, Tensor *b, int64_t M, int64_t N
 }
 
 /* gemm: Y = act(alpha * op(A) op(B) + beta * C), op a transpose when asked;
- * the transposes are strides, bias and activation the matmul's epilogue. */
+ * the transposes are strides, bias and activation the matmul's epilogue
+ * (the activation its own, or one fused after it: epi_act, optimize.c). */
 void lower_gemm(Program *p, Node *n) {
-    Tensor *a = n->inputs[0], *b = n->inputs[1], *out = n->outputs[0];
+    Tensor *a = n->inputs[0], *b = n->inputs[1], *y = n->outputs[0];
+    Tensor *out = n->epi_act ? n->epi_act->outputs[0] : y;
     bool ta = attr_int(n, "trans_a") != 0, tb = attr_int(n, "trans_b") != 0;
-    MatmulShape s = matrix_product(out, a, b, out->shape[0], out->shape[1],
+    MatmulShape s = matrix_product(out, a, b, y->shape[0], y->shape[1],
                                    ta ? a->shape[0] : a->shape[1], ta, tb);
+    Attr *act = node_attr(n, "activation");
+    const char *act_name = n->epi_act ? op_info[n->epi_act->op].name
+                                      : act ? act->scalar : "none";
     for (Dispatch *d = matmul_dispatch(p, n, &s); d; d = d->variant) {
         define_float(d, "ALPHA", attr_float(n, "alpha"));
-        Attr *act = node_attr(n, "activation");
-        define_str(d, "ACT(x)", activation_expr(act ? act->scalar : "none"));
+        define_str(d, "ACT(x)", activation_expr(act_name));
         Tensor *c = n->ninputs > 2 ? n->inputs[2] : NULL;
-        bind_bias(d, c, c ? broadcast(c, 2, out->shape) : whole(a),
+        bind_bias(d, c, c ? broadcast(c, 2, y->shape) : whole(a),
                   attr_float(n, "beta"), a);
         bind_weight_scales(d, n, false);
     }

@@ -111,14 +111,53 @@ static bool ready_before(Graph *g, const Tensor *t, const Node *n) {
     return false;
 }
 
+/* out -> view (a reshape) -> activation, each the only reader of the
+ * last: the activation moved before the view (out -> activation -> view,
+ * the view then making the tensor the activation made), so that the
+ * product that makes out can take it into its epilogue (GPT-2's gemm,
+ * reshaped, then its GELU). */
+static void activation_before_view(Graph *g, Tensor *out) {
+    Node *view = sole_reader(g, out);
+    if (!free_node(view) || !is_view_op(view->op) || view->inputs[0] != out)
+        return;
+    Node *act = sole_reader(g, view->outputs[0]);
+    if (!free_node(act) || !is_activation(act->op) || !all_f32(act) || out->dynamic ||
+        out->dyn_axes || view->outputs[0]->dyn_axes)
+        return;
+    Tensor *v = view->outputs[0], *y = act->outputs[0];
+    Tensor *ya = graph_tensor(g, format("%s.%s", out->name, act->name), T_VALUE, y->loc);
+    ya->dtype = y->dtype;
+    ya->rank = out->rank;
+    memcpy(ya->shape, out->shape, sizeof ya->shape);
+    act->inputs[0] = out;
+    act->outputs[0] = ya;
+    ya->producer = act;
+    ya->uses = 1;
+    view->inputs[0] = ya;
+    view->outputs[0] = y;
+    y->producer = view;
+    v->producer = NULL;
+    v->uses = 0;
+}
+
+/* A matmul's epilogue: the add of a bias after it (per column, or per
+ * element of an unbatched product) and an activation after that; a gemm's
+ * (whose bias is its own C): an activation after it, or after a reshape
+ * of its result (activation_before_view). */
 static void fuse_epilogues(Graph *g) {
     for (int i = 0; i < g->nodes.len; i++) {
         Node *m = g->nodes.data[i];
-        if (m->op != OP_MATMUL || !free_node(m) || !all_f32(m) || m->inputs[0]->rank < 2)
+        /* a gemm (its bias its own C) without an activation of its own */
+        Attr *own = m->op == OP_GEMM ? node_attr(m, "activation") : NULL;
+        bool gemm = m->op == OP_GEMM && (!own || strcmp(own->scalar, "none") == 0);
+        if ((m->op != OP_MATMUL && !gemm) || !free_node(m) || !all_f32(m) ||
+            m->inputs[0]->rank < 2)
             continue;
+        if (gemm)
+            activation_before_view(g, m->outputs[0]);
         Tensor *out = m->outputs[0];
         Node *next = sole_reader(g, out);
-        if (free_node(next) && next->op == OP_ADD && all_f32(next) &&
+        if (!gemm && free_node(next) && next->op == OP_ADD && all_f32(next) &&
             next->inputs[0] != next->inputs[1] && shape_equal(next->outputs[0], out) &&
             ready_before(g, other_input(next, out), m)) {
             Tensor *bias = other_input(next, out);

@@ -30,6 +30,10 @@
  *   never stores the scores. The mask, if any, is its additive input.
  * - transposes: a transpose of a transpose that permute nothing together
  *   is its readers reading the original.
+ * - gelu_tanh: 0.5 x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 pow(x, 3))))
+ *   (GPT-2's and others' "new" GELU), each product and sum in either
+ *   order: kiln's gelu_tanh, which a product before it then takes into its
+ *   epilogue (optimize.c).
  */
 #include "kiln.h"
 
@@ -41,7 +45,7 @@ typedef struct Rewriter {
     Graph *g;
     Vec order;  /* the nodes in their new order */
     Map tables; /* rope's [positions, h] cos and sin tables, by source */
-    int rms, rope, attention, transposes;
+    int rms, rope, attention, transposes, gelu;
 } Rewriter;
 
 /* t's producer when it is an op node, else NULL. */
@@ -225,6 +229,65 @@ static void try_rms_norm(Rewriter *r, Node *n) {
         node_set_int(n, "axis", -1);
         node_set_float(n, "eps", eps);
         r->rms += settle(r, NULL, 0, n, &saved, &saved_out);
+        return;
+    }
+}
+
+/* ---- gelu_tanh ------------------------------------------------------------ */
+
+/* Whether t is a one-element f32 weight of value c (within f32 rounding). */
+static bool constant_is(const Tensor *t, double c) {
+    double v;
+    return scalar_of(t, &v) && fabs(v - c) <= 1e-6 * fabs(c);
+}
+
+/* t = c * m or m * c for the constant c: m. */
+static Tensor *scaled_by(Tensor *t, double c) {
+    Node *m = made_by(t, OP_MUL);
+    for (int i = 0; m && i < 2; i++)
+        if (constant_is(m->inputs[i], c))
+            return m->inputs[1 - i];
+    return NULL;
+}
+
+/* t = x + 0.044715 pow(x, 3): x. */
+static Tensor *cubic_sum(Tensor *t) {
+    Node *a = made_by(t, OP_ADD);
+    for (int i = 0; a && i < 2; i++) {
+        Tensor *cube = scaled_by(a->inputs[1 - i], 0.044715);
+        Node *pw = cube ? made_by(cube, OP_POW) : NULL;
+        if (pw && pw->inputs[0] == a->inputs[i] && constant_is(pw->inputs[1], 3.0))
+            return a->inputs[i];
+    }
+    return NULL;
+}
+
+/* t = 1 + tanh(sqrt(2 / pi) * cubic_sum(x)): x. */
+static Tensor *one_plus_tanh(Tensor *t) {
+    Node *a = made_by(t, OP_ADD);
+    for (int i = 0; a && i < 2; i++) {
+        Node *th = made_by(a->inputs[i], OP_TANH);
+        Tensor *s = th && constant_is(a->inputs[1 - i], 1.0)
+                        ? scaled_by(th->inputs[0], 0.7978845608028654) : NULL;
+        if (s)
+            return cubic_sum(s);
+    }
+    return NULL;
+}
+
+/* n = (0.5 x) * one_plus_tanh(x), of x's shape: gelu_tanh(x). */
+static void try_gelu_tanh(Rewriter *r, Node *n) {
+    if (n->op != OP_MUL)
+        return;
+    for (int i = 0; i < 2; i++) {
+        Tensor *x = scaled_by(n->inputs[i], 0.5);
+        if (!x || one_plus_tanh(n->inputs[1 - i]) != x || x->dtype != KILN_DTYPE_F32 ||
+            !shape_equal(x, n->outputs[0]))
+            continue;
+        Node saved;
+        Tensor saved_out;
+        become(n, OP_GELU_TANH, 1, &x, &saved, &saved_out);
+        r->gelu += settle(r, NULL, 0, n, &saved, &saved_out);
         return;
     }
 }
@@ -777,7 +840,7 @@ static void try_transposes(Rewriter *r, Node *n) {
 }
 
 void rewrite_patterns(Graph *g, const Options *opt) {
-    Rewriter r = {g, {0}, {0}, 0, 0, 0, 0};
+    Rewriter r = {g, {0}, {0}, 0, 0, 0, 0, 0};
     int count = g->nodes.len;
     for (int i = 0; i < count; i++) {
         Node *n = g->nodes.data[i];
@@ -787,12 +850,14 @@ void rewrite_patterns(Graph *g, const Options *opt) {
         try_attention(&r, n);
         try_attention_operands(&r, n);
         try_transposes(&r, n);
+        try_gelu_tanh(&r, n);
         vec_push(&r.order, n);
     }
     g->nodes = r.order;
     for (int i = 0; i < g->nodes.len; i++)
         ((Node *)g->nodes.data[i])->id = i;
-    if (opt->verbose && r.rms + r.rope + r.attention + r.transposes)
-        fprintf(stderr, "kiln: recognised %d rms_norm, %d rope, %d attention; %d transpose "
-                "pairs cancelled\n", r.rms, r.rope, r.attention, r.transposes);
+    if (opt->verbose && r.rms + r.rope + r.attention + r.transposes + r.gelu)
+        fprintf(stderr, "kiln: recognised %d rms_norm, %d rope, %d attention, %d gelu_tanh; "
+                "%d transpose pairs cancelled\n", r.rms, r.rope, r.attention, r.gelu,
+                r.transposes);
 }

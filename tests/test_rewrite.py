@@ -1,6 +1,6 @@
 """test_rewrite.py: the ops exporters write out in pieces (compiler/rewrite.c).
 
-Each graph is rms_norm, rope or attention decomposed the way
+Each graph is rms_norm, rope, attention or the tanh GELU decomposed the way
 torch.onnx.export writes them (test_llm.py runs the exported decoders
 themselves); each is compiled with the rewrites and with --no-fuse=patterns
 and run on Vulkan against numpy, every element, and `kiln compile -v` must
@@ -20,14 +20,19 @@ TESTS, case = registry()
 
 
 def recognised(workdir, flags=()):
-    """kiln compile -v's counts: {'rms_norm': n, 'rope': n, 'attention': n}."""
+    """kiln compile -v's counts: {'rms_norm': n, 'rope': n, 'attention': n,
+    'gelu_tanh': n}."""
     workdir = Path(workdir)
     r = kiln("compile", workdir / "model.yaml", "--name", "model", "-o",
              workdir / "check.c", "-v", *flags)
     check(r.returncode == 0, f"kiln compile failed:\n{r.stderr}")
-    m = re.search(r"recognised (\d+) rms_norm, (\d+) rope, (\d+) attention", r.stderr)
-    n = [int(g) for g in m.groups()] if m else [0, 0, 0]
-    return dict(zip(["rms_norm", "rope", "attention"], n))
+    m = re.search(r"recognised (\d+) rms_norm, (\d+) rope, (\d+) attention, (\d+) gelu_tanh",
+                  r.stderr)
+    n = [int(g) for g in m.groups()] if m else [0, 0, 0, 0]
+    return dict(zip(PATTERNS, n))
+
+
+PATTERNS = ["rms_norm", "rope", "attention", "gelu_tanh"]
 
 
 def both_ways(workdir, yaml_text, inputs, want, found, rtol=1e-4, atol=1e-5):
@@ -36,7 +41,7 @@ def both_ways(workdir, yaml_text, inputs, want, found, rtol=1e-4, atol=1e-5):
     for flags, expect in [((), found), (("--no-fuse=patterns",), {})]:
         prog = build_model(workdir, yaml_text, flags=flags)
         got = recognised(workdir, flags)
-        for k in ("rms_norm", "rope", "attention"):
+        for k in PATTERNS:
             check(got[k] == expect.get(k, 0), f"{flags or 'default'}: recognised {got}, "
                   f"expected {expect or 'none'}")
         out, = run_program(prog, inputs, [want])
@@ -233,6 +238,46 @@ case("rewrite attention, grouped-query, a row that sees no key")(
 case("rewrite attention, one query row")(attention_case(2, 2, 1, 9, True, False))
 case("rewrite attention: a mask without the NaN guard is left alone")(
     attention_case(4, 2, 5, 7, False, False))
+
+
+# ---- gelu_tanh ----
+
+def gelu_tanh_case(c3):
+    """GPT-2's GELU, 0.5 x (1 + tanh(sqrt(2/pi) (x + c3 x^3))), on a gemm's
+    result seen through a reshape (as its Conv1D writes it): with c3 =
+    0.044715 a gelu_tanh that the gemm takes into its epilogue (one
+    dispatch); another c3 is left alone."""
+    def test(workdir):
+        r = rng(4300)
+        x, w, b = values(r, [8, 16], 1.0), values(r, [16, 24], 0.5), values(r, [24], 1.0)
+        ws = weight_specs(w=w, b=b, half=np.float32(0.5), one=np.float32(1.0),
+                          three=np.float32(3.0), c3=np.float32(c3),
+                          k=np.float32(0.7978845608028654))
+        nodes = [node("mm", "gemm", ["x", "w", "b"]),
+                 node("v", "reshape", ["mm"], shape=[1, 8, 24]),
+                 node("hx", "mul", ["v", "half"]), node("p3", "pow", ["v", "three"]),
+                 node("cp", "mul", ["p3", "c3"]), node("inner", "add", ["v", "cp"]),
+                 node("sc", "mul", ["inner", "k"]), node("th", "tanh", ["sc"]),
+                 node("op", "add", ["th", "one"]), node("y", "mul", ["hx", "op"])]
+        y = model_yaml("gelu", {"x": spec(x)}, nodes, ["y"], ws)
+        h = (x.astype(np.float64) @ w + b).reshape(1, 8, 24)
+        want = 0.5 * h * (1 + np.tanh(0.7978845608028654 * (h + c3 * h ** 3)))
+        found = {"gelu_tanh": 1} if c3 == 0.044715 else {}
+        both_ways(workdir, y, [x], want.astype(np.float32), found)
+        prog = build_model(workdir, y)
+        c = (Path(workdir) / "model.c").read_text()
+        fused = "mm + y (gemm)" in c
+        check(fused == bool(found) and c.count(" eltwise ") == (0 if found else 1),
+              "the gemm's epilogue does not hold the gelu" if found else
+              "a near miss was fused")
+        out, = run_program(prog, [x], [want.astype(np.float32)])
+        check(np.abs(out - want).max() <= 1e-5 + 1e-4 * np.abs(want).max(), "fused result")
+    return test
+
+
+case("rewrite gelu_tanh after a gemm and a reshape (GPT-2's), in the gemm's epilogue")(
+    gelu_tanh_case(0.044715))
+case("rewrite gelu_tanh: another cubic coefficient is left alone")(gelu_tanh_case(0.05))
 
 
 @case("rewrite: rope and attention nodes of the heads' layout [1, heads, seq, d], dynamic "
