@@ -306,6 +306,10 @@ struct Node {
      * by side, and the siblings are fused_into it). */
     struct Node *siblings[2];
     int nsiblings;
+    /* A gemm whose result (through a reshape) a Split along its columns
+     * cuts into two or three: the Split (fused_into it, its outputs written
+     * by the gemm's dispatch as a QKV split's are; optimize.c). */
+    struct Node *split_out;
     /* --weights (quantize.c): a matmul or gemm whose B is stored in another
      * format; lowering binds these instead of inputs[1]. */
     int wformat;                     /* WeightFormat; WF_F32: none */

@@ -28,6 +28,8 @@ char *fused_label(Node *n) {
             str_addf(&s, " + %s", epi[k]->name);
     for (int k = 0; k < n->nsiblings; k++)
         str_addf(&s, " + %s", n->siblings[k]->name);
+    if (n->split_out)
+        str_addf(&s, " + %s", n->split_out->name);
     return s.buf;
 }
 

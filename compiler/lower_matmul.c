@@ -337,12 +337,12 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
     need_dtype(p, need, KILN_DTYPE_F16); /* a gathered A or B (F16R) */
     define_needs(d, need);
     define_int(d, "C_F16", (!partial || last) && c->dtype == KILN_DTYPE_F16);
-    bool epilogue = !partial && (n->epi_bias || n->epi_act || n->nsiblings ||
+    bool epilogue = !partial && (n->epi_bias || n->epi_act || n->nsiblings || n->split_out ||
                                  n->op == OP_GEMM || conv);
     define_int(d, "EPILOGUE", epilogue);
     define_int(d, "C_DIRECT", !epilogue && (partial ? s->N % 8 == 0
                                                       : c_rows8 && !s->conv.images));
-    define_int(d, "STORE8", epilogue && !n->nsiblings && c_rows8 &&
+    define_int(d, "STORE8", epilogue && !n->nsiblings && !n->split_out && c_rows8 &&
                                 (!s->conv.images || s->conv.positions % 8 == 0));
     if (!a_vec)
         define_int(d, "A_GATHER", 1);
@@ -928,12 +928,22 @@ static void bind_split(Program *p, Dispatch *d, Node *n, const MatmulShape *s) {
         internal_error("node '%s': a split product with %lld batches", n->name,
                        (long long)s->batch);
     Tensor *a = n->inputs[0];
-    int64_t n0 = n->outputs[0]->shape[n->outputs[0]->rank - 1];
-    int64_t n1 = n->siblings[0]->outputs[0]->shape[n->siblings[0]->outputs[0]->rank - 1];
+    /* the parts: n's output and its siblings', or a gemm's Split's outputs */
+    Tensor *part[3] = {n->outputs[0], NULL, NULL};
+    int nparts = 1 + n->nsiblings;
+    for (int k = 0; k < n->nsiblings; k++)
+        part[k + 1] = n->siblings[k]->outputs[0];
+    if (n->split_out) {
+        nparts = n->split_out->noutputs;
+        for (int k = 0; k < nparts; k++)
+            part[k] = n->split_out->outputs[k];
+    }
+    int64_t n0 = part[0]->shape[part[0]->rank - 1];
+    int64_t n1 = part[1]->shape[part[1]->rank - 1];
     define_int(d, "SPLIT_N0", n0);
-    define_int(d, "SPLIT_N1", n->nsiblings > 1 ? n1 : s->N - n0);
-    for (int k = 0; k < n->nsiblings; k++) {
-        Tensor *t = n->siblings[k]->outputs[0];
+    define_int(d, "SPLIT_N1", nparts > 2 ? n1 : s->N - n0);
+    for (int k = 0; k + 1 < nparts; k++) {
+        Tensor *t = part[k + 1];
         Operand region;
         if (append_region(p, t, &region)) {
             define_str(d, format("SPLIT_BASE%d", k + 1),
@@ -943,7 +953,7 @@ static void bind_split(Program *p, Dispatch *d, Node *n, const MatmulShape *s) {
         }
         dispatch_arg(d, t, true);
     }
-    if (n->nsiblings < 2)
+    if (nparts < 3)
         dispatch_unused(d, a);
 }
 
@@ -1063,7 +1073,8 @@ MatmulShape matrix_product(Tensor *c, Tensor *a, Tensor *b, int64_t M, int64_t N
  * (the activation its own, or one fused after it: epi_act, optimize.c). */
 void lower_gemm(Program *p, Node *n) {
     Tensor *a = n->inputs[0], *b = n->inputs[1], *y = n->outputs[0];
-    Tensor *out = n->epi_act ? n->epi_act->outputs[0] : y;
+    Tensor *out = n->epi_act ? n->epi_act->outputs[0]
+                  : n->split_out ? n->split_out->outputs[0] : y;
     bool ta = attr_int(n, "trans_a") != 0, tb = attr_int(n, "trans_b") != 0;
     MatmulShape s = matrix_product(out, a, b, y->shape[0], y->shape[1],
                                    ta ? a->shape[0] : a->shape[1], ta, tb);
@@ -1076,7 +1087,9 @@ void lower_gemm(Program *p, Node *n) {
         Tensor *c = n->ninputs > 2 ? n->inputs[2] : NULL;
         bind_bias(d, c, c ? broadcast(c, 2, y->shape) : whole(a),
                   attr_float(n, "beta"), a);
-        bind_weight_scales(d, n, false);
+        bind_weight_scales(d, n, n->split_out != NULL);
+        if (n->split_out)
+            bind_split(p, d, n, &s);
     }
 }
 

@@ -359,6 +359,40 @@ static void fuse_eltwise_chains(Graph *g) {
     }
 }
 
+/* gemm -> [reshape] -> Split along the last axis into two or three parts
+ * (GPT-2's attention projection cut into q, k, v), each the only reader of
+ * the last: the gemm's dispatch writes the parts as a QKV split writes its
+ * products (its columns [0, N0) to the first, ...), no copies. */
+static void fuse_gemm_split(Graph *g) {
+    for (int i = 0; i < g->nodes.len; i++) {
+        Node *m = g->nodes.data[i];
+        if (m->op != OP_GEMM || !free_node(m) || !all_f32(m) || m->epi_act ||
+            m->outputs[0]->dyn_axes)
+            continue;
+        Tensor *out = m->outputs[0];
+        Node *view = sole_reader(g, out), *split = view;
+        if (free_node(view) && is_view_op(view->op))
+            split = sole_reader(g, view->outputs[0]);
+        else
+            view = NULL;
+        if (!free_node(split) || split->op != OP_SPLIT || split->noutputs < 2 ||
+            split->noutputs > 3 || !all_f32(split))
+            continue;
+        Tensor *x = split->inputs[0];
+        int axis;
+        split_sizes(split, &axis);
+        bool ok = axis == x->rank - 1 && x->shape[axis] == out->shape[1] && !x->dyn_axes;
+        for (int k = 0; k < split->noutputs; k++)
+            ok &= !split->outputs[k]->is_output && !split->outputs[k]->is_update;
+        if (!ok)
+            continue;
+        m->split_out = split;
+        split->fused_into = m;
+        if (view)
+            view->fused_into = m;
+    }
+}
+
 void optimize(Graph *g, const Options *opt) {
     remove_dead_nodes(g, opt);
     count_uses(g);
@@ -368,8 +402,10 @@ void optimize(Graph *g, const Options *opt) {
         fuse_epilogues(g);
         fuse_conv_epilogues(g);
     }
-    if (!opt->no_fuse_qkv)
+    if (!opt->no_fuse_qkv) {
         fuse_qkv(g);
+        fuse_gemm_split(g);
+    }
     if (!opt->no_fuse_norm)
         fuse_residual_norms(g);
     if (!opt->no_fuse_eltwise)

@@ -7,8 +7,9 @@ from pathlib import Path
 import numpy as np
 
 import reference as ref
-from harness import (assert_close, build_model, check, check_defines, check_kernels,
-                     kernel_defines, model_yaml, registry, run_model, run_program, run_steps)
+from harness import (F16_TOLERANCE, assert_close, assert_relative, build_model, check,
+                     check_defines, check_kernels, kernel_defines, model_yaml, registry,
+                     run_model, run_program, run_steps)
 from ops_common import half, one_op, rng, spec, values, weight_specs
 
 TESTS, case = registry()
@@ -185,6 +186,54 @@ for i, (xs, ws, fl, tol) in enumerate([
         ([4, 32], [16, 8, 24], ("--weights", "int8"), 0.1),  # int8 B: its scales bound
         ([4, 32], [16, 8, 24], ("--no-fuse=qkv",), 1e-5)]):
     case(f"op matmul QKV split {xs} x {ws} {' '.join(fl)}".rstrip())(qkv_case(i, xs, ws, fl, tol))
+
+# ---- a gemm cut by a Split (GPT-2's attention projection) ----
+
+def gemm_split_case(i, M, K, parts, flags=()):
+    """gemm(x, w, b) -> reshape [1, M, N] -> Split along the last axis into
+    `parts` (widths): the gemm's dispatch writes the parts (optimize.c
+    fuse_gemm_split), no copies; against float64, every part, each part
+    also read by a node after it (as attention reads q, k, v). With
+    --no-fuse=qkv the Split runs on its own."""
+    def test(workdir):
+        r = rng(380 + i)
+        N = sum(parts)
+        x, w, b = values(r, [M, K], 1.0), values(r, [K, N], 0.3), values(r, [N], 1.0)
+        nodes = [{"name": "g", "op": "gemm", "inputs": ["x", "w", "b"]},
+                 {"name": "v", "op": "reshape", "inputs": ["g"], "shape": [1, M, N]},
+                 {"name": "s", "op": "split", "inputs": ["v"], "axis": 2,
+                  "sizes": list(parts), "outputs": [f"p{k}" for k in range(len(parts))]}]
+        nodes += [{"name": f"y{k}", "op": "neg", "inputs": [f"p{k}"]} for k in range(len(parts))]
+        y = model_yaml("gs", {"x": spec(x)}, nodes, [f"y{k}" for k in range(len(parts))],
+                       weight_specs(w=w, b=b))
+        h = (x.astype(np.float64) @ w + b).reshape(1, M, N)
+        cuts = np.cumsum(parts)[:-1]
+        want = [-p for p in np.split(h, cuts, axis=2)]
+        f16 = "--precision" in flags
+        prog = build_model(workdir, y, flags=list(flags))
+        got = run_steps(prog, [[x], [values(r, [M, K], 1.0)]],
+                        [np.zeros_like(v, np.float32) for v in want])[0]
+        for k, (g, v) in enumerate(zip(got, want)):
+            if f16:
+                assert_relative(g, v, F16_TOLERANCE, f"part {k}")
+            else:
+                assert_close(g, v, 1e-5, 2e-6 * K ** 0.5 * 4, f"part {k}")
+        c = (Path(workdir) / "model.c").read_text()
+        fused = "g + s (gemm)" in c
+        check(fused == ("--no-fuse=qkv" not in flags), f"fused: {fused}")
+    return test
+
+
+for i, (M, K, parts, fl) in enumerate([
+        (8, 16, (16, 16, 16), ()),                 # matvec, three equal parts
+        (40, 64, (24, 8, 40), ()),                 # tiled, three unequal parts
+        (8, 32, (20, 12), ()),                     # two parts
+        (40, 1000, (16, 16, 32), ()),              # split along K too (the last workgroups)
+        (40, 64, (32, 32, 32), ("--precision", "f16")),
+        (8, 16, (16, 16, 16), ("--no-fuse=qkv",))]):
+    case(f"op gemm + reshape + split into {list(parts)}: the gemm writes the parts, "
+         f"M={M} K={K} {' '.join(fl)}".rstrip())(gemm_split_case(i, M, K, parts, fl))
+
 
 # ---- split K: matmul.comp's partial products, each tile's last workgroup's sum ----
 
