@@ -366,8 +366,9 @@ static void fuse_eltwise_chains(Graph *g) {
 static void fuse_gemm_split(Graph *g) {
     for (int i = 0; i < g->nodes.len; i++) {
         Node *m = g->nodes.data[i];
+        /* fixed rows, or rows that follow the dims (a prefix of the bytes) */
         if (m->op != OP_GEMM || !free_node(m) || !all_f32(m) || m->epi_act ||
-            m->outputs[0]->dyn_axes)
+            (m->outputs[0]->dyn_axes && !m->outputs[0]->dynamic))
             continue;
         Tensor *out = m->outputs[0];
         Node *view = sole_reader(g, out), *split = view;
@@ -381,7 +382,8 @@ static void fuse_gemm_split(Graph *g) {
         Tensor *x = split->inputs[0];
         int axis;
         split_sizes(split, &axis);
-        bool ok = axis == x->rank - 1 && x->shape[axis] == out->shape[1] && !x->dyn_axes;
+        bool ok = axis == x->rank - 1 && x->shape[axis] == out->shape[1] &&
+                  (!x->dyn_axes || x->dynamic) && x->dyn_axis != axis;
         for (int k = 0; k < split->noutputs; k++)
             ok &= !split->outputs[k]->is_output && !split->outputs[k]->is_update;
         if (!ok)

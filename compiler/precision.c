@@ -361,11 +361,13 @@ static void cast_outputs(Pass *p, Node **members, int nm) {
 }
 
 /* Whether a result of the group keeps f32: a product's results share one
- * dtype (a QKV split writes three), f32 when one of them is. */
+ * dtype (a QKV split writes three, a gemm its Split's parts), f32 when one
+ * of them is. */
 static bool any_f32(const Graph *g, Node **members, int nm) {
     for (int j = 0; j < nm; j++)
-        if (keeps_f32(g, members[j]->outputs[0]))
-            return true;
+        for (int k = 0; k < members[j]->noutputs; k++)
+            if (keeps_f32(g, members[j]->outputs[k]))
+                return true;
     return false;
 }
 
