@@ -240,7 +240,7 @@ static Dispatch *matvec_k_kernel(Program *p, Node *n, const MatmulShape *s, int6
     return d;
 }
 
-static void bind_split_last(Program *p, Dispatch *d, Tensor *partial, int64_t tiles);
+static void bind_split_last(Program *p, Dispatch *d, Tensor *partial);
 static void bind_counters(Program *p, Dispatch *d, int64_t count);
 static Dispatch *splitk_sum(Program *p, Node *n, const MatmulShape *s, Tensor *partial,
                             int64_t splits);
@@ -368,7 +368,7 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
     d->groups[1] = groups_for(s->M, bm);
     d->groups[2] = groups_for(partial ? splits : s->batch, 1);
     if (last)
-        bind_split_last(p, d, partial, (int64_t)d->groups[0] * d->groups[1]);
+        bind_split_last(p, d, partial);
     if (!partial || last)
         return d;
     Dispatch *r = splitk_sum(p, n, s, partial, splits);
@@ -680,7 +680,7 @@ static Dispatch *split_product(Program *p, Node *n, MatmulShape *s, int64_t kchu
     Tensor *partial = scratch(p, n, "splitk", 3, (int64_t[]){splits, s->M, s->N});
     if (split_in_last(n)) {
         Dispatch *d = matmul_kernel(p, n, s, false, 0, false, kchunk);
-        bind_split_last(p, d, partial, (int64_t)d->groups[0] * d->groups[1]);
+        bind_split_last(p, d, partial);
         return d;
     }
     MatmulShape part = *s;
@@ -718,13 +718,16 @@ static Dispatch *splitk_sum(Program *p, Node *n, const MatmulShape *s, Tensor *p
 }
 
 /* A split product's dispatch d (matmul.comp or coopmat.comp, SPLITK
- * chunks of K): its partial products in the scratch `partial`, and a
- * counter for each of its `tiles` tiles, in the argument slots after A and
- * B (before the bias's, which its callers bind). */
-static void bind_split_last(Program *p, Dispatch *d, Tensor *partial, int64_t tiles) {
+ * chunks of K, a workgroup a tile in x and y): its partial products in the
+ * scratch `partial`, and a counter for each tile, in the argument slots
+ * after A and B (before the bias's, which its callers bind). */
+static void bind_split_last(Program *p, Dispatch *d, Tensor *partial) {
+    if (d->groups[0] == MAX_GROUPS || d->groups[1] == MAX_GROUPS)
+        internal_error("a product split along K with %u x %u tiles", d->groups[0],
+                       d->groups[1]);
     define_int(d, "SPLIT_LAST", 1);
     dispatch_arg(d, partial, true);
-    bind_counters(p, d, tiles);
+    bind_counters(p, d, (int64_t)d->groups[0] * d->groups[1]);
 }
 
 /* The matrix-vector kernel of s for runs of lo to hi rows (multiples of

@@ -121,8 +121,8 @@ static void activation_before_view(Graph *g, Tensor *out) {
     if (!free_node(view) || !is_view_op(view->op) || view->inputs[0] != out)
         return;
     Node *act = sole_reader(g, view->outputs[0]);
-    if (!free_node(act) || !is_activation(act->op) || !all_f32(act) || out->dynamic ||
-        out->dyn_axes || view->outputs[0]->dyn_axes)
+    if (!free_node(act) || !is_activation(act->op) || !all_f32(act) || out->dyn_axes ||
+        view->outputs[0]->dyn_axes)
         return;
     Tensor *v = view->outputs[0], *y = act->outputs[0];
     Tensor *ya = graph_tensor(g, format("%s.%s", out->name, act->name), T_VALUE, y->loc);

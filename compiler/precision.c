@@ -113,7 +113,6 @@ typedef struct Pass {
     Graph *g;
     const Options *opt;
     Vec order;           /* the new node order */
-    Vec after;           /* casts of the group's outputs, after it (--io f16) */
     bool *io;            /* by tensor id: made f16 by --io f16 */
     int nio;             /* entries in io (the tensors before the pass) */
     Tensor **cast[2];    /* by tensor id: its f32 and f16 casts */
@@ -132,7 +131,6 @@ static bool pinned(const Tensor *t) {
 static bool pinned_f32(const Tensor *t) {
     return pinned(t) && t->dtype == KILN_DTYPE_F32;
 }
-
 
 /* The by-id tables as long as the graph's tensors (the pass adds some). */
 static void grow(Pass *p) {
@@ -332,7 +330,7 @@ static void cast_inputs(Pass *p, Rule r, Node *h, Node **members, int nm) {
 
 /* --io f16: an f16 model output that a member of a group of rule F32
  * writes: the member writes an f32 tensor instead, and a cast node (pushed
- * to the order after the group) stores it in the output. */
+ * to the order, after the group's head) stores it in the output. */
 static void cast_outputs(Pass *p, Node **members, int nm) {
     for (int j = 0; j < nm; j++)
         for (int k = 0; k < members[j]->noutputs; k++) {
@@ -355,7 +353,7 @@ static void cast_outputs(Pass *p, Node **members, int nm) {
             node_add_input(c, w);
             node_set_attr(c, "to", kiln_dtype_name(KILN_DTYPE_F16));
             node_add_output(c, t);
-            vec_push(&p->after, c);
+            vec_push(&p->order, c);
             p->ncasts++;
         }
 }
@@ -381,7 +379,7 @@ void apply_precision(Graph *g, const Options *opt) {
     }
     if (opt->precision != KILN_DTYPE_F16)
         return;
-    Pass p = {g, opt, {0}, {0}, NULL, 0, {NULL, NULL}, NULL, 0, 0, 0};
+    Pass p = {g, opt, {0}, NULL, 0, {NULL, NULL}, NULL, 0, 0, 0};
     /* --io f16: the f32 inputs and outputs that the user reads and writes
      * as f16 (not the state, nor the outputs that update it) */
     p.nio = g->tensors.len;
@@ -400,8 +398,9 @@ void apply_precision(Graph *g, const Options *opt) {
     Node **members = xcalloc((size_t)nnodes + 1, sizeof *members);
     for (int i = 0; i < nnodes; i++) {
         Node *n = nodes[i];
+        int nm = 0;
+        bool f32_head = false; /* its outputs' casts follow it (cast_outputs) */
         if (!n->dead && !n->fused_into) {
-            int nm = 0;
             for (int j = 0; j < nnodes; j++)
                 if (!nodes[j]->dead && head_of(nodes[j]) == n)
                     members[nm++] = nodes[j];
@@ -418,13 +417,11 @@ void apply_precision(Graph *g, const Options *opt) {
             }
             if (r == R_ANY || ((r == R_MATMUL || r == R_CONV) && !any_f32(g, members, nm)))
                 store_f16(g, members, nm);
-            if (r == R_F32)
-                cast_outputs(&p, members, nm);
+            f32_head = r == R_F32;
         }
         vec_push(&p.order, n);
-        for (int j = 0; j < p.after.len; j++)
-            vec_push(&p.order, p.after.data[j]);
-        p.after.len = 0;
+        if (f32_head)
+            cast_outputs(&p, members, nm);
     }
     g->nodes = p.order;
     for (int i = 0; i < g->nodes.len; i++)

@@ -243,11 +243,9 @@ static bool constant_is(const Tensor *t, double c) {
 
 /* t = c * m or m * c for the constant c: m. */
 static Tensor *scaled_by(Tensor *t, double c) {
-    Node *m = made_by(t, OP_MUL);
-    for (int i = 0; m && i < 2; i++)
-        if (constant_is(m->inputs[i], c))
-            return m->inputs[1 - i];
-    return NULL;
+    Node *mul = made_by(t, OP_MUL);
+    Tensor *k, *m;
+    return mul && pick(mul, is_scalar, &k, &m) && constant_is(k, c) ? m : NULL;
 }
 
 /* t = x + 0.044715 pow(x, 3): x. */
@@ -264,15 +262,12 @@ static Tensor *cubic_sum(Tensor *t) {
 
 /* t = 1 + tanh(sqrt(2 / pi) * cubic_sum(x)): x. */
 static Tensor *one_plus_tanh(Tensor *t) {
-    Node *a = made_by(t, OP_ADD);
-    for (int i = 0; a && i < 2; i++) {
-        Node *th = made_by(a->inputs[i], OP_TANH);
-        Tensor *s = th && constant_is(a->inputs[1 - i], 1.0)
-                        ? scaled_by(th->inputs[0], 0.7978845608028654) : NULL;
-        if (s)
-            return cubic_sum(s);
-    }
-    return NULL;
+    Node *a = made_by(t, OP_ADD), *th;
+    Tensor *one, *u, *s;
+    if (!a || !pick(a, is_scalar, &one, &u) || !constant_is(one, 1.0) ||
+        !(th = made_by(u, OP_TANH)) || !(s = scaled_by(th->inputs[0], 0.7978845608028654)))
+        return NULL;
+    return cubic_sum(s);
 }
 
 /* n = (0.5 x) * one_plus_tanh(x), of x's shape: gelu_tanh(x). */
