@@ -253,7 +253,7 @@ static void fuse_conv_epilogues(Graph *g) {
             next->fused_into = c;
             next = sole_reader(g, next->outputs[0]);
         }
-        if (free_node(next) && (next->op == OP_RELU || next->op == OP_SILU) && all_f32(next)) {
+        if (free_node(next) && is_activation(next->op) && all_f32(next)) {
             c->epi_act = next;
             next->fused_into = c;
         }

@@ -34,6 +34,11 @@
  *   (GPT-2's and others' "new" GELU), each product and sum in either
  *   order: kiln's gelu_tanh, which a product before it then takes into its
  *   epilogue (optimize.c).
+ * - silu: x * sigmoid(x), either order (the exporter's SiLU and Swish):
+ *   kiln's silu, which a convolution or product before it takes into its
+ *   epilogue (EfficientNet's every convolution) and which a decoder's
+ *   gated MLP, silu(gate) * up, hands to its product (lower_matmul.c,
+ *   glu_after_product).
  */
 #include "kiln.h"
 
@@ -45,7 +50,7 @@ typedef struct Rewriter {
     Graph *g;
     Vec order;  /* the nodes in their new order */
     Map tables; /* rope's [positions, h] cos and sin tables, by source */
-    int rms, rope, attention, transposes, gelu;
+    int rms, rope, attention, transposes, gelu, silu;
 } Rewriter;
 
 /* t's producer when it is an op node, else NULL. */
@@ -283,6 +288,26 @@ static void try_gelu_tanh(Rewriter *r, Node *n) {
         Tensor saved_out;
         become(n, OP_GELU_TANH, 1, &x, &saved, &saved_out);
         r->gelu += settle(r, NULL, 0, n, &saved, &saved_out);
+        return;
+    }
+}
+
+/* ---- silu ----------------------------------------------------------------- */
+
+/* n = x * sigmoid(x) (either order), of x's shape: silu(x). */
+static void try_silu(Rewriter *r, Node *n) {
+    if (n->op != OP_MUL)
+        return;
+    for (int i = 0; i < 2; i++) {
+        Tensor *x = n->inputs[i];
+        Node *sg = made_by(n->inputs[1 - i], OP_SIGMOID);
+        if (!sg || sg->inputs[0] != x || x->dtype != KILN_DTYPE_F32 ||
+            !shape_equal(x, n->outputs[0]))
+            continue;
+        Node saved;
+        Tensor saved_out;
+        become(n, OP_SILU, 1, &x, &saved, &saved_out);
+        r->silu += settle(r, NULL, 0, n, &saved, &saved_out);
         return;
     }
 }
@@ -835,7 +860,7 @@ static void try_transposes(Rewriter *r, Node *n) {
 }
 
 void rewrite_patterns(Graph *g, const Options *opt) {
-    Rewriter r = {g, {0}, {0}, 0, 0, 0, 0, 0};
+    Rewriter r = {g, {0}, {0}, 0, 0, 0, 0, 0, 0};
     int count = g->nodes.len;
     for (int i = 0; i < count; i++) {
         Node *n = g->nodes.data[i];
@@ -846,13 +871,14 @@ void rewrite_patterns(Graph *g, const Options *opt) {
         try_attention_operands(&r, n);
         try_transposes(&r, n);
         try_gelu_tanh(&r, n);
+        try_silu(&r, n);
         vec_push(&r.order, n);
     }
     g->nodes = r.order;
     for (int i = 0; i < g->nodes.len; i++)
         ((Node *)g->nodes.data[i])->id = i;
-    if (opt->verbose && r.rms + r.rope + r.attention + r.transposes + r.gelu)
-        fprintf(stderr, "kiln: recognised %d rms_norm, %d rope, %d attention, %d gelu_tanh; "
-                "%d transpose pairs cancelled\n", r.rms, r.rope, r.attention, r.gelu,
-                r.transposes);
+    if (opt->verbose && r.rms + r.rope + r.attention + r.transposes + r.gelu + r.silu)
+        fprintf(stderr, "kiln: recognised %d rms_norm, %d rope, %d attention, %d gelu_tanh, "
+                "%d silu; %d transpose pairs cancelled\n", r.rms, r.rope, r.attention, r.gelu,
+                r.silu, r.transposes);
 }

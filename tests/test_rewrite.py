@@ -1,6 +1,6 @@
 """test_rewrite.py: the ops exporters write out in pieces (compiler/rewrite.c).
 
-Each graph is rms_norm, rope, attention or the tanh GELU decomposed the way
+Each graph is rms_norm, rope, attention, the tanh GELU or SiLU decomposed the way
 torch.onnx.export writes them (test_llm.py runs the exported decoders
 themselves); each is compiled with the rewrites and with --no-fuse=patterns
 and run on Vulkan against numpy, every element, and `kiln compile -v` must
@@ -21,18 +21,18 @@ TESTS, case = registry()
 
 def recognised(workdir, flags=()):
     """kiln compile -v's counts: {'rms_norm': n, 'rope': n, 'attention': n,
-    'gelu_tanh': n}."""
+    'gelu_tanh': n, 'silu': n}."""
     workdir = Path(workdir)
     r = kiln("compile", workdir / "model.yaml", "--name", "model", "-o",
              workdir / "check.c", "-v", *flags)
     check(r.returncode == 0, f"kiln compile failed:\n{r.stderr}")
-    m = re.search(r"recognised (\d+) rms_norm, (\d+) rope, (\d+) attention, (\d+) gelu_tanh",
-                  r.stderr)
-    n = [int(g) for g in m.groups()] if m else [0, 0, 0, 0]
+    m = re.search(r"recognised (\d+) rms_norm, (\d+) rope, (\d+) attention, (\d+) gelu_tanh, "
+                  r"(\d+) silu", r.stderr)
+    n = [int(g) for g in m.groups()] if m else [0] * len(PATTERNS)
     return dict(zip(PATTERNS, n))
 
 
-PATTERNS = ["rms_norm", "rope", "attention", "gelu_tanh"]
+PATTERNS = ["rms_norm", "rope", "attention", "gelu_tanh", "silu"]
 
 
 def both_ways(workdir, yaml_text, inputs, want, found, rtol=1e-4, atol=1e-5):
@@ -278,6 +278,55 @@ def gelu_tanh_case(c3):
 case("rewrite gelu_tanh after a gemm and a reshape (GPT-2's), in the gemm's epilogue")(
     gelu_tanh_case(0.044715))
 case("rewrite gelu_tanh: another cubic coefficient is left alone")(gelu_tanh_case(0.05))
+
+
+# ---- silu ----
+
+def conv_act_case(form):
+    """A convolution (batch norm folded: a bias) then SiLU written as x *
+    sigmoid(x) or sigmoid(x) * x (torch's), a hard_swish, or a near miss
+    (x * sigmoid(y)): the activation in the convolution's epilogue, one
+    dispatch; the near miss left as it is."""
+    def test(workdir):
+        r = rng(4400)
+        x, w, b = values(r, [2, 3, 9, 9], 1.0), values(r, [8, 3, 3, 3], 0.5), values(r, [8], 1.0)
+        ys = values(r, [2, 8, 9, 9], 1.0)
+        ws = weight_specs(w=w, b=b, ys=ys)
+        nodes = [node("c", "conv", ["x", "w", "b"], pads=[1, 1, 1, 1])]
+        if form == "hard_swish":
+            nodes.append(node("y", "hard_swish", ["c"]))
+        else:
+            nodes.append(node("s", "sigmoid", ["ys" if form == "near miss" else "c"]))
+            nodes.append(node("y", "mul", ["s", "c"] if form == "sigmoid first" else ["c", "s"]))
+        y = model_yaml("silu", {"x": spec(x)}, nodes, ["y"], ws)
+        x64 = x.astype(np.float64)
+        h = np.zeros((2, 8, 9, 9))
+        xp = np.pad(x64, ((0, 0), (0, 0), (1, 1), (1, 1)))
+        for i in range(3):
+            for j in range(3):
+                h += np.einsum("nchw,oc->nohw", xp[:, :, i:i + 9, j:j + 9], w[:, :, i, j])
+        h += b[None, :, None, None]
+        if form == "hard_swish":
+            want = h * np.clip(h / 6 + 0.5, 0, 1)
+        elif form == "near miss":
+            want = h / (1 + np.exp(-ys.astype(np.float64)))
+        else:
+            want = h / (1 + np.exp(-h))
+        found = {} if form in ("near miss", "hard_swish") else {"silu": 1}
+        both_ways(workdir, y, [x], want.astype(np.float32), found)
+        build_model(workdir, y)
+        c = (Path(workdir) / "model.c").read_text()
+        fused = form != "near miss"
+        check((c.count(" eltwise ") == 0) == fused,
+              "the convolution's epilogue does not hold the activation" if fused else
+              "a near miss was fused")
+    return test
+
+
+for form in ["x first", "sigmoid first", "hard_swish", "near miss"]:
+    case(f"rewrite silu: a convolution then {form if form != 'hard_swish' else 'hard_swish'}"
+         + (" (left alone)" if form == "near miss" else ", in its epilogue"))(
+        conv_act_case(form))
 
 
 @case("rewrite: rope and attention nodes of the heads' layout [1, heads, seq, d], dynamic "
