@@ -105,6 +105,22 @@ Tensor *table_weight(Program *p, Node *n, const char *name, int rank,
                      const int64_t *shape, const float *values);
 Tensor *scratch(Program *p, Node *n, const char *suffix, int rank,
                 const int64_t *shape);
+/* Counters for a dispatch whose last workgroups do more (LAST_NORM,
+ * SPLIT_LAST, attention's COMBINE_LAST): `count` u32s of p->counters, a
+ * weight that is zero in the weights' image, bound as d's next argument at
+ * the first of them; every workgroup bumps its own and the last sets it
+ * back to zero. Each model has its own weights buffer, so no other model's
+ * runs share them. */
+void bind_counters(Program *p, Dispatch *d, int64_t count);
+/* The integer value of define `name` in d (0 when it has none). */
+int64_t define_value(const Dispatch *d, const char *name);
+/* The one-row matvec_k variant among the dispatches of product node prod
+ * whose work is nd's (a decode step's row), or NULL. */
+Dispatch *one_row_of(Program *p, const Node *prod, const Dispatch *nd);
+/* Whether nd is a dynamic dispatch that runs for every run (no variant,
+ * no range of work): one that a product's last workgroups may stand in for
+ * at one row. */
+bool every_run(const Dispatch *nd);
 
 /* ---- lower_matmul.c ---------------------------------------------------- */
 
@@ -125,6 +141,12 @@ const char *activation_expr(const char *name);
  * (sub returns NULL: the identifier stays). */
 char *rewrite_identifiers(const char *e, const char *(*sub)(void *ctx, const char *ident),
                           void *ctx);
+/* (lower_eltwise.c) The elementwise dispatch nd of node n, silu(gate) * up
+ * where gate and up are the two parts of one product (a gated MLP's
+ * projections side by side), done for runs of one row by that product
+ * when it is a decode step's one-row variant on matvec_k.comp: nd then
+ * runs only for more rows. Returns whether it did. */
+bool glu_after_product(Program *p, Node *n, Dispatch *nd);
 
 /* ---- lower_index.c ----------------------------------------------------- */
 

@@ -179,7 +179,17 @@ void lower_attention(Program *p, Node *n) {
     attention_scores(p, d, n, &a, part ? part : n->outputs[0]);
     d->groups[0] = groups_for(rows * splits, 1);
     dyn_groups(d, 0, dyn_of(n->inputs[0]), rows * splits, 1);
-    Dispatch *c = part ? attention_combine(p, n, &a, part, splits) : NULL;
+    /* the spans' parts combined by each row's last span workgroup, or
+     * (KILN_SPLIT_LAST=0, for comparison) by a second dispatch */
+    const char *tune = getenv("KILN_SPLIT_LAST");
+    bool last = part && !(tune && strcmp(tune, "0") == 0);
+    if (last) {
+        define_int(d, "COMBINE_LAST", 1);
+        dispatch_arg(d, n->outputs[0], true);
+        bind_counters(p, d, rows);
+        d->flops += (uint64_t)(rows * splits * a.DV) * 3;
+    }
+    Dispatch *c = part && !last ? attention_combine(p, n, &a, part, splits) : NULL;
     if (!flash)
         return;
     /* Dynamic rows up to at least FLASH_MIN_ROWS (a decoder's prompt and

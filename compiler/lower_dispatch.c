@@ -487,3 +487,47 @@ Tensor *scratch(Program *p, Node *n, const char *suffix, int rank,
     t->producer = n;
     return t;
 }
+
+int64_t define_value(const Dispatch *d, const char *name) {
+    size_t len = strlen(name);
+    for (const char *l = d->defines.buf; l && *l;) {
+        if (strncmp(l, name, len) == 0 && l[len] == ' ')
+            return strtoll(l + len + 1, NULL, 10);
+        const char *e = strchr(l, '\n');
+        l = e ? e + 1 : NULL;
+    }
+    return 0;
+}
+
+Dispatch *one_row_of(Program *p, const Node *prod, const Dispatch *nd) {
+    for (int i = p->ndispatches - 1; i >= 0; i--) {
+        Dispatch *d = p->dispatches[i];
+        if (d->node == prod && d->one_row)
+            return strcmp(d->family, "matvec_k") == 0 && dim_expr_eq(&nd->work, &d->work)
+                       ? d : NULL;
+    }
+    return NULL;
+}
+
+bool every_run(const Dispatch *nd) {
+    return nd && nd->dynamic && !nd->variant && nd->work_min == 0 &&
+           nd->work_max == INT64_MAX;
+}
+
+void bind_counters(Program *p, Dispatch *d, int64_t count) {
+    Tensor *t = p->counters;
+    if (!t) {
+        t = p->counters = graph_tensor(p->graph, "kiln.counters", T_WEIGHT,
+                                       (Loc){NULL, 0, 0});
+        t->dtype = KILN_DTYPE_I32;
+        t->rank = 1;
+    }
+    int64_t at = t->shape[0];
+    t->shape[0] += count;
+    t->data = xrealloc(t->data, (size_t)tensor_bytes(t));
+    memset(t->data + 4 * at, 0, 4 * (size_t)count);
+    /* at its own offset (kernels stay shared) */
+    dispatch_arg(d, t, true);
+    d->arg_offset[d->nargs - 1] = d->arg_begin[d->nargs - 1] = 4 * (uint64_t)at;
+    d->arg_end[d->nargs - 1] = 4 * (uint64_t)(at + count);
+}

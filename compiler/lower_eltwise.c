@@ -140,6 +140,51 @@ void lower_eltwise(Program *p, Node *n) {
     Operand in[MAX_OPS];
     for (int k = 0; k < nleaves; k++)
         in[k] = broadcast(leaves[k], out->rank, out->shape);
-    eltwise_dispatch(p, n, out->rank, out->shape, whole(out), nleaves, in, ct, expr,
-                     dyn_of(out));
+    Dispatch *d = eltwise_dispatch(p, n, out->rank, out->shape, whole(out), nleaves, in, ct,
+                                   expr, dyn_of(out));
+    /* a gated MLP's silu(gate) * up at a decoding step's one row: in the
+     * product of gate and up (their one-row variant) */
+    glu_after_product(p, n, d);
+}
+
+bool glu_after_product(Program *p, Node *n, Dispatch *nd) {
+    Tensor *y = n->outputs[0];
+    if (n->op != OP_MUL || !every_run(nd) || n->ninputs != 2)
+        return false;
+    for (int i = 0; i < 2; i++) {
+        Node *act = n->inputs[i]->producer;
+        if (!act || act->op != OP_SILU || act->fused_into != n)
+            continue;
+        Tensor *gate = act->inputs[0], *up = n->inputs[1 - i];
+        Node *prod = gate->producer;
+        if (prod && prod->fused_into)
+            prod = prod->fused_into;
+        if (!prod || prod->nsiblings != 1 || prod->split_out)
+            return false;
+        Tensor *first = prod->outputs[0], *second = prod->siblings[0]->outputs[0];
+        bool gate_first = gate == first;
+        if (!(gate_first ? up == second : gate == second && up == first) ||
+            gate->uses != 1 || up->uses != 1 || gate->is_output || up->is_output ||
+            !shape_equal(gate, up) || !shape_equal(gate, y))
+            return false;
+        Dispatch *one = one_row_of(p, prod, nd);
+        /* a workgroup takes CN / 2 columns of each part */
+        if (!one || define_value(one, "CN") < 2 || one->nargs != 8 || one->groups[2] != 1)
+            return false;
+        /* y f32, or f16 where the kernel has 16-bit storage already (its A
+         * or C f16: define_operand_types defined its needs) */
+        bool f16 = gate->dtype == KILN_DTYPE_F16 || one->args[1]->dtype == KILN_DTYPE_F16;
+        if (y->dtype != KILN_DTYPE_F32 && (y->dtype != KILN_DTYPE_F16 || !f16))
+            return false;
+        define_int(one, "GLU", 1);
+        define_int(one, "GLU_N", gate->shape[gate->rank - 1]);
+        define_int(one, "GLU_SILU_FIRST", gate_first);
+        bool need[3] = {false, false, false}; /* recorded already */
+        define_storage(p, one, need, "GLU", y, true);
+        dispatch_arg(one, y, true);
+        /* the elementwise dispatch: runs of two rows or more */
+        nd->work_min = 2 * nd->scale;
+        return true;
+    }
+    return false;
 }

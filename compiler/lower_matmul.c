@@ -200,7 +200,11 @@ static Dispatch *matvec_k_kernel(Program *p, Node *n, const MatmulShape *s, int6
     int64_t chunks = s->K / weight_chunk(fmt), wg = 256, cn = 4;
     while (s->dyn ? wg > 64 && chunks < 4 * wg : wg > 32 && chunks < wg / 2)
         wg /= 2;
-    while (cn > 1 && groups_for(s->N, cn) * s->batch < 512)
+    /* two parts of one width (a gated MLP's gate and up): CN 2 at least,
+     * a column of each a workgroup for glu_after_product */
+    int64_t least = n->nsiblings == 1 && !n->split_out &&
+                    shape_equal(n->outputs[0], n->siblings[0]->outputs[0]) ? 2 : 1;
+    while (cn > least && groups_for(s->N, cn) * s->batch < 512)
         cn /= 2;
     /* KILN_MATVEC_K=WG,CN[,UNROLL], for tuning (bench/experiments) */
     const char *tune = getenv("KILN_MATVEC_K");
@@ -241,7 +245,6 @@ static Dispatch *matvec_k_kernel(Program *p, Node *n, const MatmulShape *s, int6
 }
 
 static void bind_split_last(Program *p, Dispatch *d, Tensor *partial);
-static void bind_counters(Program *p, Dispatch *d, int64_t count);
 static Dispatch *splitk_sum(Program *p, Node *n, const MatmulShape *s, Tensor *partial,
                             int64_t splits);
 
@@ -833,45 +836,17 @@ void bind_bias(Dispatch *d, Tensor *bias, Operand bo, double beta, Tensor *a) {
 }
 
 
-/* Counters for a dispatch whose last workgroups do more (LAST_NORM,
- * SPLIT_LAST): `count` u32s of p->counters, a weight that is zero in the
- * weights' image, bound as d's next argument at the first of them; every
- * workgroup bumps its own and the last sets it back to zero. Each model has
- * its own weights buffer, so no other model's runs share them. */
-static void bind_counters(Program *p, Dispatch *d, int64_t count) {
-    Tensor *t = p->counters;
-    if (!t) {
-        t = p->counters = graph_tensor(p->graph, "kiln.counters", T_WEIGHT,
-                                       (Loc){NULL, 0, 0});
-        t->dtype = KILN_DTYPE_I32;
-        t->rank = 1;
-    }
-    int64_t at = t->shape[0];
-    t->shape[0] += count;
-    t->data = xrealloc(t->data, (size_t)tensor_bytes(t));
-    memset(t->data + 4 * at, 0, 4 * (size_t)count);
-    /* at its own offset (kernels stay shared) */
-    dispatch_arg(d, t, true);
-    d->arg_offset[d->nargs - 1] = d->arg_begin[d->nargs - 1] = 4 * (uint64_t)at;
-    d->arg_end[d->nargs - 1] = 4 * (uint64_t)(at + count);
-}
-
 bool norm_after_product(Program *p, Node *n, Dispatch *nd, Tensor *o, Tensor *res,
                         Tensor *y, Tensor *sum, Tensor *gamma, Tensor *beta, bool rms) {
     Node *prod = o->producer;
-    if (!prod || prod->fused_into || o->uses != 1 || o->is_output || !nd || !nd->dynamic ||
-        nd->variant || nd->work_min != 0 || nd->work_max != INT64_MAX ||
+    if (!prod || prod->fused_into || o->uses != 1 || o->is_output || !every_run(nd) ||
         !shape_equal(o, res) || (sum && !shape_equal(sum, o)) || !shape_equal(y, o))
         return false;
-    Dispatch *one = NULL;
-    for (int i = p->ndispatches - 1; i >= 0 && !one; i--)
-        if (p->dispatches[i]->node == prod && p->dispatches[i]->one_row)
-            one = p->dispatches[i];
+    Dispatch *one = one_row_of(p, prod, nd);
     int64_t N = o->shape[o->rank - 1];
     /* C is o's whole row, the norm over it; gamma and beta per element; not
      * a QKV split's product */
-    if (!one || one->args[0] != o || strcmp(one->family, "matvec_k") != 0 ||
-        prod->nsiblings || !dim_expr_eq(&nd->work, &one->work) ||
+    if (!one || one->args[0] != o || prod->nsiblings ||
         (gamma && tensor_count(gamma) != N) || (beta && tensor_count(beta) != N) ||
         /* each invocation holds its N / WG elements in registers */
         (N + one->local_size - 1) / one->local_size > 64)

@@ -140,11 +140,26 @@ static void activation_before_view(Graph *g, Tensor *out) {
     v->uses = 0;
 }
 
+/* Whether matmul m, silu act after it, is a gated MLP's gate: silu(x @
+ * wg) * (x @ wu). Its SiLU stays out of its epilogue, so that the QKV
+ * grouping makes the two products one (a dispatch fewer), whose one-row
+ * variant at a decoding step computes the SiLU and the product too
+ * (lower_matmul.c, glu_after_product). */
+static bool gated_gate(Graph *g, const Node *m, const Node *act) {
+    Node *mul = act->op == OP_SILU ? sole_reader(g, act->outputs[0]) : NULL;
+    if (!free_node(mul) || mul->op != OP_MUL || mul->inputs[0] == mul->inputs[1])
+        return false;
+    const Node *up = other_input(mul, act->outputs[0])->producer;
+    return up && up != m && up->op == OP_MATMUL && up->ninputs == 2 && m->ninputs == 2 &&
+           up->inputs[0] == m->inputs[0] && shape_equal(up->outputs[0], m->outputs[0]);
+}
+
 /* A matmul's epilogue: the add of a bias after it (per column, or per
  * element of an unbatched product) and an activation after that; a gemm's
  * (whose bias is its own C): an activation after it, or after a reshape
- * of its result (activation_before_view). */
-static void fuse_epilogues(Graph *g) {
+ * of its result (activation_before_view). With the QKV grouping on
+ * (gated), a gated MLP's gate keeps its SiLU out (gated_gate). */
+static void fuse_epilogues(Graph *g, bool gated) {
     for (int i = 0; i < g->nodes.len; i++) {
         Node *m = g->nodes.data[i];
         /* a gemm (its bias its own C) without an activation of its own */
@@ -172,7 +187,8 @@ static void fuse_epilogues(Graph *g) {
                 next = sole_reader(g, out);
             }
         }
-        if (free_node(next) && is_activation(next->op) && all_f32(next)) {
+        if (free_node(next) && is_activation(next->op) && all_f32(next) &&
+            !(gated && !m->epi_bias && gated_gate(g, m, next))) {
             m->epi_act = next;
             next->fused_into = m;
         }
@@ -401,7 +417,7 @@ void optimize(Graph *g, const Options *opt) {
     if (opt->debug_tensors)
         return;
     if (!opt->no_fuse_epilogue) {
-        fuse_epilogues(g);
+        fuse_epilogues(g, !opt->no_fuse_qkv);
         fuse_conv_epilogues(g);
     }
     if (!opt->no_fuse_qkv) {

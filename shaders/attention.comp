@@ -29,7 +29,13 @@
 // span's running maximum, sum and unnormalized DV outputs to o (then a
 // [rows * SPLITS, DV + 2] scratch); COMBINE 1 is the second dispatch, a
 // workgroup per row, which weighs the spans' parts by exp(m - max) into the
-// output.
+// output. COMBINE_LAST (SPLITS > 1): no second dispatch; the last of a
+// row's span workgroups to finish (a u32 counter a row, args.count, that
+// each bumps and the last sets back to zero) combines the row's parts,
+// read back coherent, into args.dst.
+#ifndef COMBINE_LAST
+#define COMBINE_LAST 0
+#endif
 #include "common.glsl"
 
 layout(local_size_x = WG) in;
@@ -52,6 +58,33 @@ layout(local_size_x = WG) in;
 #define MASK_BUF F32R
 #endif
 
+// Row `row`'s output from its SPLITS parts (PART(i): element i of the
+// parts; DST: the output's buffer), invocation l of WG.
+#define COMBINE_ROW(PART, DST)                                                     \
+    void combine_row(uint row, uint l) {                                           \
+        const uint i = row % SQ, h = (row / SQ) % H, b = row / (SQ * H);           \
+        const uint pbase = row * SPLITS * (DV + 2);                                \
+        float m = -1.0 / 0.0;                                                      \
+        for (uint s = 0; s < SPLITS; ++s)                                          \
+            m = max(m, PART(pbase + s * (DV + 2)));                                \
+        float lsum = 0.0;                                                          \
+        if (!(isinf(m) && m < 0.0))                                                \
+            for (uint s = 0; s < SPLITS; ++s) {                                    \
+                const float ms = PART(pbase + s * (DV + 2));                       \
+                lsum += isinf(ms) ? 0.0 : PART(pbase + s * (DV + 2) + 1) * exp(ms - m); \
+            }                                                                      \
+        const uint obase = b * OS_B + h * OS_H + i * OS_S;                         \
+        for (uint d = l; d < DV; d += WG) {                                        \
+            float a = 0.0;                                                         \
+            for (uint s = 0; s < SPLITS && lsum > 0.0; ++s) {                      \
+                const float ms = PART(pbase + s * (DV + 2));                       \
+                if (!isinf(ms))                                                    \
+                    a += PART(pbase + s * (DV + 2) + 2 + d) * exp(ms - m);         \
+            }                                                                      \
+            DST.v[obase + d] = O_T(lsum > 0.0 ? a / lsum : 0.0);                   \
+        }                                                                          \
+    }
+
 #if COMBINE
 layout(push_constant) uniform Args {
     O_BUF o;
@@ -59,35 +92,18 @@ layout(push_constant) uniform Args {
     KILN_DIMS
 } args;
 
+#define PART_AT(i) args.part.v[i]
+COMBINE_ROW(PART_AT, args.o)
+
 void main() {
-    const uint l = gl_LocalInvocationID.x;
-    for (uint row = gl_WorkGroupID.x; row < B * H * SQ; row += gl_NumWorkGroups.x) {
-        const uint i = row % SQ, h = (row / SQ) % H, b = row / (SQ * H);
-        const uint pbase = row * SPLITS * (DV + 2);
-        float m = -1.0 / 0.0;
-        for (uint s = 0; s < SPLITS; ++s)
-            m = max(m, args.part.v[pbase + s * (DV + 2)]);
-        float lsum = 0.0;
-        if (!(isinf(m) && m < 0.0))
-            for (uint s = 0; s < SPLITS; ++s) {
-                const float ms = args.part.v[pbase + s * (DV + 2)];
-                lsum += isinf(ms) ? 0.0 : args.part.v[pbase + s * (DV + 2) + 1] * exp(ms - m);
-            }
-        const uint obase = b * OS_B + h * OS_H + i * OS_S;
-        for (uint d = l; d < DV; d += WG) {
-            float a = 0.0;
-            for (uint s = 0; s < SPLITS && lsum > 0.0; ++s) {
-                const float ms = args.part.v[pbase + s * (DV + 2)];
-                if (!isinf(ms))
-                    a += args.part.v[pbase + s * (DV + 2) + 2 + d] * exp(ms - m);
-            }
-            args.o.v[obase + d] = O_T(lsum > 0.0 ? a / lsum : 0.0);
-        }
-    }
+    for (uint row = gl_WorkGroupID.x; row < B * H * SQ; row += gl_NumWorkGroups.x)
+        combine_row(row, gl_LocalInvocationID.x);
 }
 #else
 layout(push_constant) uniform Args {
-#if SPLITS > 1
+#if SPLITS > 1 && COMBINE_LAST
+    F32C o; // the spans' parts, read back by a row's last workgroup
+#elif SPLITS > 1
     F32 o; // the spans' parts
 #else
     O_BUF o;
@@ -100,10 +116,19 @@ layout(push_constant) uniform Args {
 #endif
     V_BUF v;
     MASK_BUF mask;
+#if COMBINE_LAST
+    O_BUF dst; // the output
+    KilnCounter count; // a row's span workgroups that are done
+#endif
     KILN_DIMS
 } args;
 
 #include "reduce.glsl"
+#if COMBINE_LAST
+#define PART_AT(i) args.o.v[i]
+COMBINE_ROW(PART_AT, args.dst)
+shared bool last_s;
+#endif
 
 #define ACC_N ((DV + WG - 1) / WG)
 shared float qs[D];
@@ -185,6 +210,19 @@ void main() {
             if (d < DV)
                 args.o.v[pbase + 2 + d] = acc[t];
         }
+#if COMBINE_LAST // the row's last span to finish combines the parts
+        memoryBarrierBuffer(); // this span's part before its count
+        barrier();
+        if (l == 0)
+            last_s = atomicAdd(args.count.v[row], 1u) == SPLITS - 1u;
+        barrier();
+        if (last_s) { // uniform: a shared value
+            memoryBarrierBuffer();
+            combine_row(row, l);
+            if (l == 0)
+                args.count.v[row] = 0u; // for the next run
+        }
+#endif
 #else
         const uint obase = b * OS_B + h * OS_H + i * OS_S;
         for (int t = 0; t < ACC_N; ++t) {

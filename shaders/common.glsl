@@ -88,12 +88,14 @@ KILN_BUFFER(I8, int8_t, 1)
 #endif
 
 // What the last workgroup of a dispatch to finish reads back (LAST_NORM in
-// matvec_k.comp, SPLIT_LAST in matmul.comp and coopmat.comp): u32 counters
+// matvec_k.comp, SPLIT_LAST in matmul.comp and coopmat.comp, COMBINE_LAST
+// in attention.comp): u32 counters
 // (in the model's weights buffer; each workgroup bumps its own with
 // atomicAdd, the last sets it back to zero) and f32 partial results, both
 // coherent, so that the stores a workgroup makes before its
 // memoryBarrierBuffer() and count are seen by the last one.
-#if defined(SPLIT_LAST) && SPLIT_LAST || defined(LAST_NORM) && LAST_NORM
+#if defined(SPLIT_LAST) && SPLIT_LAST || defined(LAST_NORM) && LAST_NORM || \
+    defined(COMBINE_LAST) && COMBINE_LAST
 layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer KilnCounter {
     uint v[];
 };

@@ -28,6 +28,14 @@
 // a layer_norm or rms_norm of C plus a residual follows in the same kernel,
 // done by the workgroup that finishes last (last_norm); the norm's own
 // dispatch then runs only for more rows.
+//
+// GLU (a decoding step's one row, lower_matmul.c, glu_after_product): the
+// product is a gated MLP's gate and up projections side by side (a QKV
+// split of two parts of GLU_N columns each) and a SiLU of one times the
+// other follows; a workgroup computes CN / 2 columns of each part, the
+// same ones, and stores silu(gate) * up (GLU_SILU_FIRST: the gate is the
+// first part) to args.glu, [M, GLU_N]: the elementwise dispatch then runs
+// only for more rows, the parts themselves are not stored.
 #extension GL_EXT_control_flow_attributes : enable
 #include "common.glsl"
 #include "weights.glsl"
@@ -77,6 +85,9 @@ layout(local_size_x = WG) in;
 #ifndef LAST_NORM
 #define LAST_NORM 0
 #endif
+#ifndef GLU
+#define GLU 0
+#endif
 #if LAST_NORM // C read back by the last workgroup: coherent (bypasses caches)
 #if C_F16
 #define C_ALIGN 2
@@ -106,6 +117,9 @@ layout(push_constant) uniform Args {
     F32R bscale; // quantized B only
     U32R bzero;
     KILN_SPLIT_OUTPUTS(C_BUF) // QKV split (common.glsl)
+#if GLU
+    GLU_BUF glu;
+#endif
 #if LAST_NORM
 #ifndef SPLIT_N0
     F32R pad6, pad7; // the split's slots
@@ -126,6 +140,20 @@ layout(push_constant) uniform Args {
 #endif
 const uint CHUNKS = K / KV;
 const uint OUTS = M * CN;
+
+// The column that a workgroup's column c (0 to CN - 1) computes, n0 the
+// workgroup's first: a ragged last workgroup reads the last column again.
+// GLU: c < CN / 2 the first part's column n0 + c, the rest the second
+// part's of the same index.
+#if GLU
+const uint CH = CN / 2; // columns of each part a workgroup
+uint column(uint n0, uint c) {
+    return min(n0 + c % CH, GLU_N - 1) + (c < CH ? 0 : GLU_N);
+}
+#else
+const uint CH = CN;
+uint column(uint n0, uint c) { return min(n0 + c, N - 1); }
+#endif
 
 // Four weights, piece p (k 4p to 4p + 3) of a chunk, as f32. Quantized
 // formats give their codes less the zero point (integers, exactly); the
@@ -223,7 +251,7 @@ Chunk load_chunk(uint cb, uint n0, uint ch) {
     Chunk q;
     const uint k = ch * KV;
     [[unroll]] for (uint c = 0; c < CN; ++c) {
-        const uint col = min(n0 + c, N - 1); // a ragged last group reads column N - 1 again
+        const uint col = column(n0, c);
         q.raw[c] = args.b.v[(cb + col * B_SN + k) / KV];
 #if W_FORMAT >= 2
         q.s[c] = args.bscale.v[col * NBLK + k / QBLOCK] * FP8_UNIT;
@@ -264,6 +292,29 @@ void add_chunk(uint ca, uint ch, Chunk q, inout float acc[M][CN]) {
         [[unroll]] for (uint c = 0; c < CN; ++c)
             acc[m][c] = fma(q.s[c], d[m][c], acc[m][c]);
 }
+
+// Stores the workgroup's output o (0 to M * CN - 1, row-major over M x CN)
+// whose sum v is, of the batch at cc of C; GLU (one batch): output o (0 to M * CH - 1) of row m, whose parts'
+// sums are v and w.
+void store(uint cc, uint n0, uint o, float v) {
+    const uint m = o / CN, col = n0 + o % CN;
+    if (m < MROWS && col < N)
+        store_c(cc, m, col, v);
+}
+#if GLU
+void store_glu(uint n0, uint o, float v, float w) {
+    const uint m = o / CH, col = n0 + o % CH;
+    if (m >= MROWS || col >= GLU_N)
+        return;
+    const float a = epilogue_value(m, col, 0u, v), b = epilogue_value(m, GLU_N + col, 0u, w);
+#if GLU_SILU_FIRST
+    const float y = a * kiln_sigmoid(a) * b;
+#else
+    const float y = a * b * kiln_sigmoid(b);
+#endif
+    args.glu.v[m * GLU_N + col] = GLU_T(y);
+}
+#endif
 
 #if LAST_NORM
 #include "reduce.glsl"
@@ -321,7 +372,7 @@ void last_norm() {
 
 void main() {
     const uint lane = gl_LocalInvocationID.x;
-    const uint n0 = gl_WorkGroupID.x * CN;
+    const uint n0 = gl_WorkGroupID.x * CH;
     for (uint bz = gl_WorkGroupID.z; bz < BATCH; bz += gl_NumWorkGroups.z) {
         uint ca, cb, cc;
         kiln_batch_offsets(bz, ca, cb, cc);
@@ -346,14 +397,24 @@ void main() {
             }
         }
         barrier();
+#if GLU
+        for (uint o = lane; o < M * CH; o += WG) {
+            const uint e = o / CH * CN + o % CH; // the first part's output
+            float v = 0.0, w = 0.0;
+            for (uint i = 0; i < gl_NumSubgroups; ++i) {
+                v += red[e][i];
+                w += red[e + CH][i];
+            }
+            store_glu(n0, o, v, w);
+        }
+#else
         for (uint o = lane; o < OUTS; o += WG) {
             float v = 0.0;
             for (uint i = 0; i < gl_NumSubgroups; ++i)
                 v += red[o][i];
-            const uint m = o / CN, col = n0 + o % CN;
-            if (m < MROWS && col < N)
-                store_c(cc, m, col, v);
+            store(cc, n0, o, v);
         }
+#endif
 #else
         [[unroll]] for (uint o = 0; o < OUTS; ++o)
             red[o][lane] = acc[o / CN][o % CN];
@@ -365,11 +426,15 @@ void main() {
                         red[o][lane] += red[o][lane + h];
             barrier();
         }
-        for (uint o = lane; o < OUTS; o += WG) {
-            const uint m = o / CN, col = n0 + o % CN;
-            if (m < MROWS && col < N)
-                store_c(cc, m, col, red[o][0]);
+#if GLU
+        for (uint o = lane; o < M * CH; o += WG) {
+            const uint e = o / CH * CN + o % CH;
+            store_glu(n0, o, red[e][0], red[e + CH][0]);
         }
+#else
+        for (uint o = lane; o < OUTS; o += WG)
+            store(cc, n0, o, red[o][0]);
+#endif
 #endif
 #if LAST_NORM
         // the last workgroup to finish normalizes the row (all of C)

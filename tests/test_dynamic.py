@@ -17,6 +17,7 @@ import numpy as np
 import reference as ref
 from harness import (F16_TOLERANCE, VALIDATION, assert_close, assert_relative, build_model,
                      check, kiln, link_model, model_yaml, registry, run)
+from test_quant import dequantized
 
 TESTS, case = registry()
 
@@ -222,6 +223,52 @@ def test_norm_after_product(workdir):
         run_built(prog, seq_steps([1, 1, 1, 3, 1, 64, 1, 1, 2, 1]),
                   lambda rng, seq: [normal(rng, 1, seq, K), normal(rng, 1, seq, N)], want,
                   compare=compare, env=env)
+
+
+@case("dynamic: a gated MLP's silu(gate) * up after a decode step's gate and up products "
+      "(one product, two parts) done by that product at one row, its own dispatch for more "
+      "rows: the gate first or second, f32, f16, int4 weights, ragged columns, without "
+      "subgroup arithmetic, one-row runs in a row")
+def test_glu_after_product(workdir):
+    K = 96
+    for N, gate_first, flags, env in ((40, True, (), {}), (37, False, (), {}),
+                                      (40, True, ("--precision", "f16"), {}),
+                                      (37, True, ("--weights", "int4"), {}),
+                                      (40, False, (), {"KILN_SUBGROUP": "0"})):
+        sub = Path(workdir) / f"n{N}{gate_first}{''.join(flags)}{''.join(env)}"
+        sub.mkdir()
+        prods = [{"name": "g", "op": "matmul", "inputs": ["x", "wg"]},
+                 {"name": "u", "op": "matmul", "inputs": ["x", "wu"]}]
+        # torch's SiLU: x * sigmoid(x) (rewrite.c makes it silu)
+        y = dyn_yaml({"seq": "1..64"}, {"x": {**W, "shape": [1, "seq", K]}},
+                     (prods if gate_first else prods[::-1]) +
+                     [{"name": "sg", "op": "sigmoid", "inputs": ["g"]},
+                      {"name": "sl", "op": "mul", "inputs": ["g", "sg"]},
+                      {"name": "y", "op": "mul", "inputs": ["u", "sl"]}],
+                     ["y"], {"wg": weight([K, N], 3), "wu": weight([K, N], 4)})
+        prog = build_model(sub, y, flags=flags)
+        r = kiln("inspect", sub / "model.yaml", "--format", "json", *flags)
+        check(r.returncode == 0, r.stderr)
+        ds = json.loads(r.stdout)["dispatches"]
+        first = [d for d in ds if d["family"] == "matvec_k"][0]  # the one-row variant
+        written = {a["tensor"] for a in first["args"] if a["access"] == "write"}
+        check(" + " in first["node"] and "y" in written,
+              f"N {N} {flags}: the one-row product does not write silu(g) * u: "
+              f"{first['node']} {first['family']} {written}")
+        wg, wu = w_of([K, N], 3), w_of([K, N], 4)
+        if "int4" in flags:  # the weights as the format stores them
+            wg, wu = dequantized(wg, "int4")[0], dequantized(wu, "int4")[0]
+
+        def want(x, seq, wg=wg, wu=wu):
+            g, u = ref.f64(x) @ wg, ref.f64(x) @ wu
+            return [g / (1 + np.exp(-g)) * u]
+
+        tol = F16_TOLERANCE if "f16" in flags else 1e-4
+
+        def compare(got, want, what, tol=tol):
+            assert_relative(got, want, tol, what)
+        run_built(prog, seq_steps([1, 1, 3, 1, 64, 1, 1, 2, 1]),
+                  lambda rng, seq: [normal(rng, 1, seq, K)], want, compare=compare, env=env)
 
 
 @case("dynamic: layer_norm, rms_norm and a residual add fused into a norm")

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 
 import reference as ref
-from harness import check, kiln, registry
-from ops_common import one_op, rng, values
+from harness import assert_close, build_model, check, kiln, model_yaml, registry, run_steps
+from ops_common import one_op, rng, spec, values
 
 TESTS, case = registry()
 
@@ -111,6 +111,41 @@ for i, (c, kernel) in enumerate(FLASH):
     case(f"op attention (flash) {c[0]} B={c[1]} H={c[2]} KVH={c[3]} Sq={c[4]} Sk={c[5]} "
          f"D={c[6]} DV={c[7]} {c[8]} mask={c[9]}")(
         attention_case(i, *c, kernel=kernel, seed=2600))
+
+
+def spans_case(split_last):
+    """Few query rows, many keys: each row's keys in spans, whose parts the
+    row's last span workgroup combines (COMBINE_LAST: one dispatch), or
+    with KILN_SPLIT_LAST=0 a second dispatch; three runs of other inputs in
+    one program (the counters set back, no stale parts)."""
+    def test(workdir):
+        r = rng(2700)
+        B, H, KVH, Sq, Sk, D = 1, 4, 2, 1, 900, 32
+        steps = [[values(r, [B, H, Sq, D], 1), values(r, [B, KVH, Sk, D], 1),
+                  values(r, [B, KVH, Sk, D], 1)] for _ in range(3)]
+        y = model_yaml("attn", {n: spec(x) for n, x in zip("qkv", steps[0])},
+                       [{"name": "y", "op": "attention", "inputs": ["q", "k", "v"],
+                         "layout": "bhsd"}], ["y"])
+        env = {} if split_last else {"KILN_SPLIT_LAST": "0"}
+        prog = build_model(workdir, y, env=env)
+        r = kiln("inspect", Path(workdir) / "model.yaml", "--format", "json", env=env)
+        check(r.returncode == 0, f"kiln inspect failed:\n{r.stderr}")
+        fams = [d["family"] for d in json.loads(r.stdout)["dispatches"]]
+        check(fams == ["attention"] * (1 if split_last else 2),
+              f"dispatches {fams}, expected {'one' if split_last else 'two'}")
+        text = (Path(workdir) / "model.c").read_text()
+        check((" *   COMBINE_LAST 1\n" in text) == split_last, "COMBINE_LAST")
+        wants = [ref.attention(q, k, v, None, "bhsd", None, None, None, 0, 0, 0)
+                 for q, k, v in steps]
+        for s, (got, want) in enumerate(zip(run_steps(prog, steps, [wants[0]]), wants)):
+            assert_close(got[0], want, 1e-4, 1e-5, f"run {s}")
+    return test
+
+
+case("op attention spans (one query row, 900 keys) combined by each row's last span "
+     "workgroup, three runs")(spans_case(True))
+case("op attention spans with KILN_SPLIT_LAST=0: the combining pass, three runs")(
+    spans_case(False))
 
 ROPES = [([2, 3, 6, 8], {}), ([2, 3, 6, 8], {"interleaved": 1}),
          ([1, 5, 2, 16], {"n_rot": 8, "seq_axis": 1}),
