@@ -285,8 +285,8 @@ def write_md(rows, out, env):
         "(above 1: kiln faster). f32, TF32 off in torch.",
         "",
         f"{env['date']}, {env['gpu']}, driver {env['driver']}, PyTorch {env['torch']}, "
-        f"onnxruntime {env['ort']}" + (f"; the models in {env['calls']} runs of the script "
-                                       "on one machine, one after the other."
+        f"onnxruntime {env['ort']}" + (f"; the models in {env['calls']} runs of the script, "
+                                       "each on a machine of this GPU and driver."
                                        if env.get("calls", 1) > 1 else "."),
         "",
         *runs_line(rows, env),
@@ -387,7 +387,7 @@ def main():
                 r.setdefault("date", rec["env"]["date"])
                 by_model[r["model"]] = r
         env, rows = dict(runs[-1]["env"]), list(by_model.values())
-        env["calls"] = len(runs)
+        env["calls"] = len({(r["kiln"], r["date"]) for r in rows})  # the runs rows remain of
         order = {m: i for i, m in enumerate(MODELS)}
         rows.sort(key=lambda r: order.get(r["model"], len(order)))
         (out / "models.json").write_text(json.dumps({"env": env, "rows": rows}, indent=1) + "\n")
