@@ -170,6 +170,18 @@ static void become(Node *anchor, OpKind op, int nin, Tensor *const *in, Node *sa
         node_add_input(anchor, in[i]);
 }
 
+/* n (a binary elementwise node of x and another operand) made the unary
+ * op `op` of x, when x is f32 of n's shape; counted in *count when it
+ * infers. */
+static void become_unary(Rewriter *r, Node *n, OpKind op, Tensor *x, int *count) {
+    if (x->dtype != KILN_DTYPE_F32 || !shape_equal(x, n->outputs[0]))
+        return;
+    Node saved;
+    Tensor saved_out;
+    become(n, op, 1, &x, &saved, &saved_out);
+    *count += settle(r, NULL, 0, n, &saved, &saved_out);
+}
+
 /* ---- rms_norm ------------------------------------------------------------- */
 
 /* a = mean(x^2 over the last axis) + eps: x, and eps. */
@@ -281,14 +293,10 @@ static void try_gelu_tanh(Rewriter *r, Node *n) {
         return;
     for (int i = 0; i < 2; i++) {
         Tensor *x = scaled_by(n->inputs[i], 0.5);
-        if (!x || one_plus_tanh(n->inputs[1 - i]) != x || x->dtype != KILN_DTYPE_F32 ||
-            !shape_equal(x, n->outputs[0]))
-            continue;
-        Node saved;
-        Tensor saved_out;
-        become(n, OP_GELU_TANH, 1, &x, &saved, &saved_out);
-        r->gelu += settle(r, NULL, 0, n, &saved, &saved_out);
-        return;
+        if (x && one_plus_tanh(n->inputs[1 - i]) == x) {
+            become_unary(r, n, OP_GELU_TANH, x, &r->gelu);
+            return;
+        }
     }
 }
 
@@ -301,14 +309,10 @@ static void try_silu(Rewriter *r, Node *n) {
     for (int i = 0; i < 2; i++) {
         Tensor *x = n->inputs[i];
         Node *sg = made_by(n->inputs[1 - i], OP_SIGMOID);
-        if (!sg || sg->inputs[0] != x || x->dtype != KILN_DTYPE_F32 ||
-            !shape_equal(x, n->outputs[0]))
-            continue;
-        Node saved;
-        Tensor saved_out;
-        become(n, OP_SILU, 1, &x, &saved, &saved_out);
-        r->silu += settle(r, NULL, 0, n, &saved, &saved_out);
-        return;
+        if (sg && sg->inputs[0] == x) {
+            become_unary(r, n, OP_SILU, x, &r->silu);
+            return;
+        }
     }
 }
 
