@@ -703,6 +703,8 @@ void define_list(Dispatch *d, const char *name, int n, const int64_t *v);
 void dispatch_arg(Dispatch *d, Tensor *t, bool written);
 /* Fills a push-constant slot the kernel does not touch (with t's address). */
 void dispatch_unused(Dispatch *d, Tensor *t);
+/* Argument i becomes the whole of t (written or read), no longer unused. */
+void dispatch_rebind(Dispatch *d, int i, Tensor *t, bool written);
 /* Bytes a dispatch reads and writes (from its arguments' ranges). */
 uint64_t dispatch_bytes_read(const Dispatch *d);
 uint64_t dispatch_bytes_written(const Dispatch *d);

@@ -251,6 +251,79 @@ static Dispatch *flash_dispatch(Program *p, Node *n, const AttentionDims *a, Fla
  * partner read at a negative stride and sign a table (-1, 1); and a copy of
  * the unrotated tail when n_rot < D. (Two dispatches, one per half, would
  * write interleaved bytes of one tensor: a barrier between them.) */
+/* Whether a dispatch after `at` writes t (or what t views). */
+static bool written_after(const Program *p, int at, Tensor *t) {
+    for (int i = at + 1; i < p->ndispatches; i++)
+        for (int k = 0; k < p->dispatches[i]->nargs; k++)
+            if (tensor_root(p->dispatches[i]->args[k]) == tensor_root(t) &&
+                (p->dispatches[i]->writes >> k & 1u))
+                return true;
+    return false;
+}
+
+/* A decoding step's one row: rope node n (its dispatch d) of a part of a
+ * QKV product (the first two parts; n's input the part or a view of it,
+ * read by n alone) done by that product's one-row matvec_k variant as it
+ * stores the part (matvec_k.comp's ROPE_D: its workgroups then take pairs
+ * of a head's columns), into y (region: where a decoder's keys go in the
+ * cache state); d then runs only for more rows. Rotate-half over whole
+ * heads, tables made before the product. Returns whether it did. */
+static bool rope_after_product(Program *p, Node *n, Dispatch *d, Tensor *y,
+                               const Operand *region) {
+    Tensor *x = n->inputs[0], *cs = n->inputs[1], *sn = n->inputs[2], *part = x;
+    int64_t D = x->shape[x->rank - 1];
+    if (n->op != OP_ROPE || !every_run(d) || attr_int(n, "interleaved") ||
+        attr_int_or(n, "n_rot", D) != D || D % 2 || x->uses != 1)
+        return false;
+    while (part->producer && is_view_op(part->producer->op) && part->uses == 1)
+        part = part->producer->inputs[0];
+    Node *root = part->producer;
+    if (root && root->fused_into)
+        root = root->fused_into;
+    if (!root || root->nsiblings < 1 || root->split_out || part->uses != 1 || part->is_output)
+        return false;
+    int which = part == root->outputs[0] ? 0 : part == root->siblings[0]->outputs[0] ? 1 : -1;
+    Dispatch *one = one_row_of(p, root, d);
+    int at = 0;
+    while (at < p->ndispatches && p->dispatches[at] != one)
+        at++;
+    int64_t N = one ? define_value(one, "N") : 0, n0 = one ? define_value(one, "SPLIT_N0") : 0,
+            n1 = one ? define_value(one, "SPLIT_N1") : 0, have = one ? define_value(one, "ROPE_D") : 0;
+    if (which < 0 || (which == 0 && region) || !one || define_value(one, "CN") < 2 ||
+        define_value(one, "GLU") || (have && have != D) || n0 % D || n1 % D ||
+        (N - n0 - n1) % D || (N / 2) % (D / 2) || written_after(p, at, cs) ||
+        written_after(p, at, sn) || (have && (one->args[10] != cs || one->args[11] != sn)) ||
+        define_value(one, which ? "ROPE1" : "ROPE0"))
+        return false;
+    /* f32, or f16 where the kernel has 16-bit storage (its A or C f16) */
+    bool f16 = one->args[0]->dtype == KILN_DTYPE_F16 || one->args[1]->dtype == KILN_DTYPE_F16;
+    const Tensor *all[3] = {y, cs, sn};
+    for (int k = 0; k < 3; k++)
+        if (all[k]->dtype != KILN_DTYPE_F32 && (all[k]->dtype != KILN_DTYPE_F16 || !f16))
+            return false;
+    bool need[3] = {false, false, false}; /* recorded already */
+    if (!have) {
+        if (one->nargs != 8)
+            return false;
+        define_int(one, "ROPE_D", D);
+        define_storage(p, one, need, "RC", cs, false);
+        define_storage(p, one, need, "RS", sn, false);
+        dispatch_unused(one, part); /* r0 */
+        dispatch_unused(one, part); /* r1 */
+        dispatch_arg(one, cs, false);
+        dispatch_arg(one, sn, false);
+    }
+    define_int(one, which ? "ROPE1" : "ROPE0", 1);
+    define_storage(p, one, need, which ? "R1" : "R0", y, true);
+    if (region)
+        define_str(one, "ROPE1_BASE",
+                   region->dyn_base ? format("uint(%s)", dim_expr_glsl(&region->base_expr, 1))
+                                    : format("%lldu", (long long)region->base));
+    dispatch_rebind(one, 8 + which, y, true);
+    d->work_min = 2 * d->scale;
+    return true;
+}
+
 void lower_rope(Program *p, Node *n) {
     Tensor *x = n->inputs[0], *out = n->outputs[0];
     int rank = x->rank;
@@ -297,8 +370,11 @@ void lower_rope(Program *p, Node *n) {
     s.t = n->inputs[2];
     sg.strides[pa] = 1;
     Operand in[5] = {self, partner, c, s, sg};
-    eltwise_dispatch(p, n, rank + 1, shape, y, 5, in, "float", "a * c + e * b * d",
-                     dyn_of(x));
+    Dispatch *d = eltwise_dispatch(p, n, rank + 1, shape, y, 5, in, "float",
+                                   "a * c + e * b * d", dyn_of(x));
+    /* at a decoding step's one row, in the QKV product before it */
+    if (R == D)
+        rope_after_product(p, n, d, y.t, appended ? &region : NULL);
     if (R < D) {
         Operand tail_in = whole(x), tail_out = appended ? region : whole(out);
         tail_in.base = R;

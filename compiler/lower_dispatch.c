@@ -87,6 +87,14 @@ void dispatch_arg(Dispatch *d, Tensor *t, bool written) {
     d->args[d->nargs++] = t;
 }
 
+void dispatch_rebind(Dispatch *d, int i, Tensor *t, bool written) {
+    d->args[i] = t;
+    d->arg_begin[i] = 0;
+    d->arg_end[i] = tensor_bytes(t);
+    d->unused &= ~(1u << i);
+    d->writes = written ? d->writes | 1u << i : d->writes & ~(1u << i);
+}
+
 void dispatch_unused(Dispatch *d, Tensor *t) {
     dispatch_arg(d, t, false);
     d->arg_end[d->nargs - 1] = 0; /* an empty range: no bytes, no hazards */

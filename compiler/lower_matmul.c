@@ -200,10 +200,10 @@ static Dispatch *matvec_k_kernel(Program *p, Node *n, const MatmulShape *s, int6
     int64_t chunks = s->K / weight_chunk(fmt), wg = 256, cn = 4;
     while (s->dyn ? wg > 64 && chunks < 4 * wg : wg > 32 && chunks < wg / 2)
         wg /= 2;
-    /* two parts of one width (a gated MLP's gate and up): CN 2 at least,
-     * a column of each a workgroup for glu_after_product */
-    int64_t least = n->nsiblings == 1 && !n->split_out &&
-                    shape_equal(n->outputs[0], n->siblings[0]->outputs[0]) ? 2 : 1;
+    /* a QKV split's product: CN 2 at least, a workgroup's columns pairs
+     * for glu_after_product (a gated MLP's gate and up) and
+     * rope_after_product (a head's columns c and c + D / 2) */
+    int64_t least = n->nsiblings && !n->split_out && s->N % 2 == 0 ? 2 : 1;
     while (cn > least && groups_for(s->N, cn) * s->batch < 512)
         cn /= 2;
     /* KILN_MATVEC_K=WG,CN[,UNROLL], for tuning (bench/experiments) */

@@ -36,6 +36,16 @@
 // same ones, and stores silu(gate) * up (GLU_SILU_FIRST: the gate is the
 // first part) to args.glu, [M, GLU_N]: the elementwise dispatch then runs
 // only for more rows, the parts themselves are not stored.
+//
+// ROPE_D (a decoding step's one row, lower_attention.c, rope_after_product):
+// the product's parts are heads of ROPE_D columns (a QKV product), and the
+// rotary embedding of the first part (ROPE0) and/or the second (ROPE1)
+// follows: a workgroup computes CH = CN / 2 pairs (c, c + ROPE_D / 2) of one
+// head, and stores a rotated part's pair as y1 = x1 cos[j] - x2 sin[j], y2 =
+// x2 cos[j] + x1 sin[j] (j = c % ROPE_D, the first row of the tables
+// args.rc and args.rs) to args.r0 (args.r1 at ROPE1_BASE: a decoder's key
+// cache), the other parts as a QKV split stores them; the rope's own
+// dispatch then runs only for more rows.
 #extension GL_EXT_control_flow_attributes : enable
 #include "common.glsl"
 #include "weights.glsl"
@@ -88,6 +98,18 @@ layout(local_size_x = WG) in;
 #ifndef GLU
 #define GLU 0
 #endif
+#ifndef ROPE_D
+#define ROPE_D 0
+#endif
+#define PAIRS (GLU || ROPE_D > 0) // a workgroup's columns as CH pairs
+#ifndef R0_BUF // a part not rotated: its slot unused
+#define R0_BUF F32
+#define R0_T float
+#endif
+#ifndef R1_BUF
+#define R1_BUF F32
+#define R1_T float
+#endif
 #if LAST_NORM // C read back by the last workgroup: coherent (bypasses caches)
 #if C_F16
 #define C_ALIGN 2
@@ -120,6 +142,12 @@ layout(push_constant) uniform Args {
 #if GLU
     GLU_BUF glu;
 #endif
+#if ROPE_D
+    R0_BUF r0;
+    R1_BUF r1;
+    RC_BUF rc;
+    RS_BUF rs;
+#endif
 #if LAST_NORM
 #ifndef SPLIT_N0
     F32R pad6, pad7; // the split's slots
@@ -144,11 +172,18 @@ const uint OUTS = M * CN;
 // The column that a workgroup's column c (0 to CN - 1) computes, n0 the
 // workgroup's first: a ragged last workgroup reads the last column again.
 // GLU: c < CN / 2 the first part's column n0 + c, the rest the second
-// part's of the same index.
+// part's of the same index. ROPE_D: n0 + c % CH a pair of a head's columns
+// (c, c + ROPE_D / 2), the first of them for c < CN / 2.
 #if GLU
 const uint CH = CN / 2; // columns of each part a workgroup
 uint column(uint n0, uint c) {
     return min(n0 + c % CH, GLU_N - 1) + (c < CH ? 0 : GLU_N);
+}
+#elif ROPE_D
+const uint CH = CN / 2, HALF = ROPE_D / 2, NPAIRS = N / 2;
+uint pair_column(uint u) { return u / HALF * ROPE_D + u % HALF; }
+uint column(uint n0, uint c) {
+    return pair_column(min(n0 + c % CH, NPAIRS - 1)) + (c < CH ? 0 : HALF);
 }
 #else
 const uint CH = CN;
@@ -314,6 +349,41 @@ void store_glu(uint n0, uint o, float v, float w) {
 #endif
     args.glu.v[m * GLU_N + col] = GLU_T(y);
 }
+void store_pair(uint cc, uint n0, uint o, float v, float w) { store_glu(n0, o, v, w); }
+#elif ROPE_D
+#ifndef ROPE0
+#define ROPE0 0
+#endif
+#ifndef ROPE1
+#define ROPE1 0
+#endif
+#ifndef ROPE1_BASE
+#define ROPE1_BASE 0u
+#endif
+// Pair o (0 to M * CH - 1, row-major over M x CH) of row m, its columns'
+// sums v and w: rotated where its part is (one batch), else stored.
+void store_pair(uint cc, uint n0, uint o, float v, float w) {
+    const uint m = o / CH, u = n0 + o % CH;
+    if (m >= MROWS || u >= NPAIRS)
+        return;
+    const uint c1 = pair_column(u), c2 = c1 + HALF, j = u % HALF;
+    const uint part = c1 < SPLIT_N0 ? 0u : c1 < SPLIT_N0 + SPLIT_N1 ? 1u : 2u;
+    if ((part == 0u && ROPE0 != 0) || (part == 1u && ROPE1 != 0)) {
+        const float x1 = epilogue_value(m, c1, 0u, v), x2 = epilogue_value(m, c2, 0u, w);
+        const float cs = float(args.rc.v[j]), sn = float(args.rs.v[j]);
+        const float y1 = x1 * cs - x2 * sn, y2 = x2 * cs + x1 * sn;
+        if (part == 0u) {
+            args.r0.v[m * SPLIT_N0 + c1] = R0_T(y1);
+            args.r0.v[m * SPLIT_N0 + c2] = R0_T(y2);
+        } else {
+            args.r1.v[ROPE1_BASE + m * SPLIT_N1 + c1 - SPLIT_N0] = R1_T(y1);
+            args.r1.v[ROPE1_BASE + m * SPLIT_N1 + c2 - SPLIT_N0] = R1_T(y2);
+        }
+    } else {
+        store_c(cc, m, c1, v);
+        store_c(cc, m, c2, w);
+    }
+}
 #endif
 
 #if LAST_NORM
@@ -397,15 +467,15 @@ void main() {
             }
         }
         barrier();
-#if GLU
+#if PAIRS
         for (uint o = lane; o < M * CH; o += WG) {
-            const uint e = o / CH * CN + o % CH; // the first part's output
+            const uint e = o / CH * CN + o % CH; // the pair's first column
             float v = 0.0, w = 0.0;
             for (uint i = 0; i < gl_NumSubgroups; ++i) {
                 v += red[e][i];
                 w += red[e + CH][i];
             }
-            store_glu(n0, o, v, w);
+            store_pair(cc, n0, o, v, w);
         }
 #else
         for (uint o = lane; o < OUTS; o += WG) {
@@ -426,10 +496,10 @@ void main() {
                         red[o][lane] += red[o][lane + h];
             barrier();
         }
-#if GLU
+#if PAIRS
         for (uint o = lane; o < M * CH; o += WG) {
             const uint e = o / CH * CN + o % CH;
-            store_glu(n0, o, red[e][0], red[e + CH][0]);
+            store_pair(cc, n0, o, red[e][0], red[e + CH][0]);
         }
 #else
         for (uint o = lane; o < OUTS; o += WG)

@@ -271,6 +271,60 @@ def test_glu_after_product(workdir):
                   lambda rng, seq: [normal(rng, 1, seq, K)], want, compare=compare, env=env)
 
 
+@case("dynamic: the rotary embedding of a decode step's query and key products (one QKV "
+      "product) done by that product at one row, its pairs of head columns rotated as it "
+      "stores them, the rope's own dispatches for more rows: f32, f16, int4 weights, "
+      "without subgroup arithmetic, an interleaved rope left to its dispatch")
+def test_rope_after_product(workdir):
+    K, H, KVH, D = 64, 3, 1, 8
+    for flags, env, inter in (((), {}, 0), (("--precision", "f16"), {}, 0),
+                              (("--weights", "int4"), {}, 0), ((), {"KILN_SUBGROUP": "0"}, 0),
+                              ((), {}, 1)):
+        sub = Path(workdir) / f"{''.join(flags)}{''.join(env)}{inter}"
+        sub.mkdir()
+        nodes = [{"name": "q", "op": "matmul", "inputs": ["x", "wq"]},
+                 {"name": "k", "op": "matmul", "inputs": ["x", "wk"]},
+                 {"name": "v", "op": "matmul", "inputs": ["x", "wv"]},
+                 {"name": "q4", "op": "reshape", "inputs": ["q"], "shape": [1, -1, H, D]},
+                 {"name": "k4", "op": "reshape", "inputs": ["k"], "shape": [1, -1, KVH, D]},
+                 {"name": "rq", "op": "rope", "inputs": ["q4", "c", "s"], "seq_axis": 1,
+                  "interleaved": inter},
+                 {"name": "rk", "op": "rope", "inputs": ["k4", "c", "s"], "seq_axis": 1,
+                  "interleaved": inter}]
+        y = dyn_yaml({"seq": "1..64"}, {"x": {**W, "shape": [1, "seq", K]},
+                                        "c": {**W, "shape": ["seq", D // 2]},
+                                        "s": {**W, "shape": ["seq", D // 2]}},
+                     nodes, ["rq", "rk", "v"],
+                     {"wq": weight([K, H * D], 3), "wk": weight([K, KVH * D], 4),
+                      "wv": weight([K, KVH * D], 5)})
+        prog = build_model(sub, y, flags=flags)
+        r = kiln("inspect", sub / "model.yaml", "--format", "json", *flags)
+        check(r.returncode == 0, r.stderr)
+        first = [d for d in json.loads(r.stdout)["dispatches"] if d["family"] == "matvec_k"][0]
+        written = {a["tensor"] for a in first["args"] if a["access"] == "write"}
+        check(({"rq", "rk"} <= written) == (not inter),
+              f"{flags} {env} interleaved {inter}: the one-row QKV product writes {written}")
+        wq, wk, wv = w_of([K, H * D], 3), w_of([K, KVH * D], 4), w_of([K, KVH * D], 5)
+        if "int4" in flags:  # the weights as the format stores them
+            wq, wk, wv = (dequantized(w, "int4")[0] for w in (wq, wk, wv))
+
+        def want(x, c, s, seq, wq=wq, wk=wk, wv=wv, inter=inter):
+            q = (ref.f64(x) @ wq).reshape(1, seq, H, D)
+            k = (ref.f64(x) @ wk).reshape(1, seq, KVH, D)
+            return [ref.rope(q, c, s, inter, seq_axis=1), ref.rope(k, c, s, inter, seq_axis=1),
+                    ref.f64(x) @ wv]
+
+        def angles(rng, seq):
+            a = rng.uniform(0, 6.3, (seq, D // 2))
+            return np.cos(a).astype(np.float32), np.sin(a).astype(np.float32)
+
+        def compare(got, want, what, tol=F16_TOLERANCE if "f16" in flags else 1e-4):
+            assert_relative(got, want, tol, what)
+        run_built(prog, seq_steps([1, 1, 3, 1, 64, 1, 2, 1]),
+                  lambda rng, seq: [normal(rng, 1, seq, K), *angles(rng, seq)], want,
+                  compare=compare, env=env)
+
+
 @case("dynamic: layer_norm, rms_norm and a residual add fused into a norm")
 def test_norms(workdir):
     y = dyn_yaml({"seq": "1..64"}, {"x": {**W, "shape": ["seq", 48]},
