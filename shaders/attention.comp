@@ -36,6 +36,7 @@
 #ifndef COMBINE_LAST
 #define COMBINE_LAST 0
 #endif
+#extension GL_EXT_control_flow_attributes : enable
 #include "common.glsl"
 
 layout(local_size_x = WG) in;
@@ -59,28 +60,30 @@ layout(local_size_x = WG) in;
 #endif
 
 // Row `row`'s output from its SPLITS parts (PART(i): element i of the
-// parts; DST: the output's buffer), invocation l of WG.
+// parts; DST: the output's buffer), invocation l of WG: each span's maximum
+// and sum loaded together, then each output component's SPLITS parts.
 #define COMBINE_ROW(PART, DST)                                                     \
     void combine_row(uint row, uint l) {                                           \
         const uint i = row % SQ, h = (row / SQ) % H, b = row / (SQ * H);           \
         const uint pbase = row * SPLITS * (DV + 2);                                \
+        float ms[SPLITS], wt[SPLITS];                                              \
+        [[unroll]] for (uint s = 0; s < SPLITS; ++s) {                             \
+            ms[s] = PART(pbase + s * (DV + 2));                                    \
+            wt[s] = PART(pbase + s * (DV + 2) + 1);                                \
+        }                                                                          \
         float m = -1.0 / 0.0;                                                      \
-        for (uint s = 0; s < SPLITS; ++s)                                          \
-            m = max(m, PART(pbase + s * (DV + 2)));                                \
-        float lsum = 0.0;                                                          \
-        if (!(isinf(m) && m < 0.0))                                                \
-            for (uint s = 0; s < SPLITS; ++s) {                                    \
-                const float ms = PART(pbase + s * (DV + 2));                       \
-                lsum += isinf(ms) ? 0.0 : PART(pbase + s * (DV + 2) + 1) * exp(ms - m); \
-            }                                                                      \
+        [[unroll]] for (uint s = 0; s < SPLITS; ++s)                               \
+            m = max(m, ms[s]);                                                     \
+        float lsum = 0.0; /* a span that saw no key weighs 0 */                    \
+        [[unroll]] for (uint s = 0; s < SPLITS; ++s) {                             \
+            wt[s] = isinf(ms[s]) ? 0.0 : exp(ms[s] - m);                            \
+            lsum += wt[s] * PART(pbase + s * (DV + 2) + 1);                        \
+        }                                                                          \
         const uint obase = b * OS_B + h * OS_H + i * OS_S;                         \
         for (uint d = l; d < DV; d += WG) {                                        \
             float a = 0.0;                                                         \
-            for (uint s = 0; s < SPLITS && lsum > 0.0; ++s) {                      \
-                const float ms = PART(pbase + s * (DV + 2));                       \
-                if (!isinf(ms))                                                    \
-                    a += PART(pbase + s * (DV + 2) + 2 + d) * exp(ms - m);         \
-            }                                                                      \
+            [[unroll]] for (uint s = 0; s < SPLITS; ++s)                           \
+                a += wt[s] * PART(pbase + s * (DV + 2) + 2 + d);                   \
             DST.v[obase + d] = O_T(lsum > 0.0 ? a / lsum : 0.0);                   \
         }                                                                          \
     }
@@ -192,8 +195,15 @@ void main() {
                 const uint d = l + uint(t) * WG;
                 float a = acc[t] * corr;
                 if (d < DV)
-                    for (uint jj = 0; jj < n; ++jj)
-                        a += ps[jj] * float(args.v.v[vbase + (c0 + jj) * VS_S + d]);
+                    // eight keys' values loaded together (past the chunk's
+                    // last key: that key again, weighed 0)
+                    for (uint j0 = 0; j0 < n; j0 += 8) {
+                        float vv[8];
+                        [[unroll]] for (uint u = 0; u < 8; ++u)
+                            vv[u] = float(args.v.v[vbase + min(c0 + j0 + u, kend - 1) * VS_S + d]);
+                        [[unroll]] for (uint u = 0; u < 8; ++u)
+                            a += j0 + u < n ? ps[j0 + u] * vv[u] : 0.0;
+                    }
                 acc[t] = a;
             }
             barrier();
