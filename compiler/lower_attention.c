@@ -36,7 +36,12 @@ void attention_strides(Dispatch *d, const AttentionDims *a) {
 /* The spans a row's keys split into (attention.comp's SPLITS): few query
  * rows leave most of a GPU idle, a workgroup per row walking every key
  * (a decode step: one row a head). Rows that follow the dims count at
- * their fewest. Spans of at least 32 keys, until about 512 workgroups. */
+ * their fewest. Spans of at least 32 keys, until about 512 workgroups; 64
+ * invocations, 128 for spans of 128 keys or more. KILN_ATTN_SPLITS=S[,WG]
+ * overrides them: alone at a 1.1B Llama's decoding step 8 spans of 128
+ * invocations were faster (13.8 against 16.7 us at 384 keys), in the
+ * model slower (attention 245 -> 259 us a step;
+ * bench/experiments/attn_decode-h200.txt). */
 static int64_t attention_splits(const Node *n, const AttentionDims *a) {
     const Tensor *q = n->inputs[0];
     int64_t sq = q->dynamic ? dim_expr_min(n->graph, &q->extent) * (a->Sq /
@@ -165,10 +170,20 @@ void lower_attention(Program *p, Node *n) {
         return;
     }
     int64_t splits = attention_splits(n, &a), rows = a.B * a.H * a.Sq;
+    uint32_t wg = a.Sk / splits >= 128 ? 128 : 64;
+    /* KILN_ATTN_SPLITS=S[,WG]: the spans and invocations, for tuning
+     * (bench/experiments/attn_decode.py) */
+    const char *tune_s = getenv("KILN_ATTN_SPLITS");
+    long ts[2] = {0, 0};
+    int nts = tune_s ? sscanf(tune_s, "%ld,%ld", &ts[0], &ts[1]) : 0;
+    if (nts >= 1 && ts[0] >= 1 && ts[0] <= 64)
+        splits = ts[0];
+    if (nts == 2 && (ts[1] == 32 || ts[1] == 64 || ts[1] == 128 || ts[1] == 256))
+        wg = (uint32_t)ts[1];
     Tensor *part = splits > 1 ? scratch(p, n, "parts", 2,
                                         (int64_t[]){rows * splits, a.DV + 2}) : NULL;
     Dispatch *d = new_dispatch(p, n, "attention");
-    d->local_size = a.Sk / splits >= 128 ? 128 : 64;
+    d->local_size = wg;
     define_int(d, "WG", d->local_size);
     attention_defines(d, n, &a);
     define_int(d, "SPLITS", splits);
