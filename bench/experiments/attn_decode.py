@@ -10,24 +10,13 @@ KILN_BUILD, KILN_VULKAN_LIB as bench/llm.py.
   bench/experiments/attn_decode.py [--work DIR] [--sk 128,256,384] [--configs S,WG;...]
 """
 import json
-import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-BUILD = Path(os.environ.get("KILN_BUILD", ROOT / "build"))
-VULKAN_LIB = os.environ.get("KILN_VULKAN_LIB", "-lvulkan")
+from matvec_k_dyn import BUILD, ROOT, VULKAN_LIB, sh  # the same helpers
+
 H, KVH, D = 32, 4, 128
-
-
-def sh(cmd, env=None, cwd=None):
-    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True,
-                       env={**os.environ, **(env or {})}, cwd=cwd)
-    if r.returncode:
-        raise RuntimeError(r.stdout[-1500:] + r.stderr[-1500:])
-    return r.stdout
 
 
 def arg(name, default):
