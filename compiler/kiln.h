@@ -306,6 +306,9 @@ struct Node {
      * by side, and the siblings are fused_into it). */
     struct Node *siblings[2];
     int nsiblings;
+    /* QKV split of products with biases (each sibling's epi_bias a
+     * per-column constant): the biases side by side, [N0 + N1 + N2] */
+    struct Tensor *qkv_bias;
     /* A gemm whose result (through a reshape) a Split along its columns
      * cuts into two or three: the Split (fused_into it, its outputs written
      * by the gemm's dispatch as a QKV split's are; optimize.c). */

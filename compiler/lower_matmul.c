@@ -907,10 +907,13 @@ static void bind_split(Program *p, Dispatch *d, Node *n, const MatmulShape *s) {
                        (long long)s->batch);
     Tensor *a = n->inputs[0];
     /* the parts: n's output and its siblings', or a gemm's Split's outputs */
-    Tensor *part[3] = {n->outputs[0], NULL, NULL};
+    /* each product's last tensor: its bias add's where it has one */
+    Tensor *part[3] = {n->epi_bias ? n->epi_bias->outputs[0] : n->outputs[0], NULL, NULL};
     int nparts = 1 + n->nsiblings;
-    for (int k = 0; k < n->nsiblings; k++)
-        part[k + 1] = n->siblings[k]->outputs[0];
+    for (int k = 0; k < n->nsiblings; k++) {
+        Node *sib = n->siblings[k];
+        part[k + 1] = sib->epi_bias ? sib->epi_bias->outputs[0] : sib->outputs[0];
+    }
     if (n->split_out) {
         nparts = n->split_out->noutputs;
         for (int k = 0; k < nparts; k++)
@@ -992,7 +995,10 @@ void lower_matmul(Program *p, Node *n) {
             define_str(d, "ACT(x)", activation_expr(op_info[n->epi_act->op].name));
         Tensor *bias = NULL;
         Operand bo = whole(a);
-        if (n->epi_bias) {
+        if (n->qkv_bias) { /* a QKV split's biases side by side */
+            bias = n->qkv_bias;
+            bo = broadcast(bias, 2, (int64_t[]){s.M, s.N});
+        } else if (n->epi_bias) {
             bias = other_input(n->epi_bias, out);
             bo = broadcast(bias, 2, (int64_t[]){s.M, s.N});
             if (bias->rank >= 2 && bias->shape[bias->rank - 2] != 1)

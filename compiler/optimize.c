@@ -276,13 +276,28 @@ static void fuse_conv_epilogues(Graph *g) {
     }
 }
 
-/* Whether m can share its dispatch with other products of its A: a plain
- * f32 matmul (no epilogue) by a 2-D weight with its values. */
+/* The per-column constant bias of m's epilogue ([N], or [1, ..., N]: f32
+ * values), or NULL. */
+static Tensor *column_bias(const Node *m) {
+    if (!m->epi_bias)
+        return NULL;
+    Tensor *b = other_input(m->epi_bias, m->outputs[0]);
+    int64_t N = m->outputs[0]->shape[m->outputs[0]->rank - 1];
+    if (b->kind != T_WEIGHT || !b->data || b->dtype != KILN_DTYPE_F32 || b->rank < 1 ||
+        tensor_count(b) != N || b->shape[b->rank - 1] != N)
+        return NULL;
+    return b;
+}
+
+/* Whether m can share its dispatch with other products of its A: an f32
+ * matmul by a 2-D weight with its values, with no epilogue or a
+ * per-column constant bias only (the group's members all with one or all
+ * without: fuse_qkv). */
 static bool qkv_candidate(const Node *m) {
     const Tensor *b = m->op == OP_MATMUL && m->ninputs == 2 ? m->inputs[1] : NULL;
-    return b && free_node(m) && all_f32(m) && !m->epi_bias && !m->epi_act &&
-           m->nsiblings == 0 && b->kind == T_WEIGHT && b->rank == 2 && b->data &&
-           m->inputs[0]->rank >= 1 && m->inputs[0] != b;
+    return b && free_node(m) && all_f32(m) && (!m->epi_bias || column_bias(m)) &&
+           !m->epi_act && m->nsiblings == 0 && b->kind == T_WEIGHT && b->rank == 2 &&
+           b->data && m->inputs[0]->rank >= 1 && m->inputs[0] != b;
 }
 
 /* QKV split: up to three matmuls of one A by weights of the same K become
@@ -298,7 +313,8 @@ static void fuse_qkv(Graph *g) {
         for (int j = i + 1; j < g->nodes.len && n < 3; j++) {
             Node *o = g->nodes.data[j];
             if (qkv_candidate(o) && o->inputs[0] == m->inputs[0] &&
-                o->inputs[1]->shape[0] == m->inputs[1]->shape[0])
+                o->inputs[1]->shape[0] == m->inputs[1]->shape[0] &&
+                !o->epi_bias == !m->epi_bias)
                 group[n++] = o;
         }
         if (n < 2)
@@ -321,6 +337,20 @@ static void fuse_qkv(Graph *g) {
                 col += bn;
             }
         m->inputs[1] = w;
+        if (m->epi_bias) { /* the biases side by side too */
+            Tensor *bias = graph_tensor(g, format("kiln.qkv_bias.%s", m->name), T_WEIGHT,
+                                        m->loc);
+            bias->dtype = KILN_DTYPE_F32;
+            bias->rank = 1;
+            bias->shape[0] = N;
+            bias->data = xcalloc((size_t)N * 4 + 4, 1);
+            for (int k = 0, col = 0; k < n; k++) {
+                const Tensor *b = column_bias(group[k]);
+                memcpy(bias->data + (size_t)col * 4, b->data, (size_t)tensor_count(b) * 4);
+                col += (int)tensor_count(b);
+            }
+            m->qkv_bias = bias;
+        }
         for (int k = 1; k < n; k++) {
             m->siblings[m->nsiblings++] = group[k];
             group[k]->fused_into = m;

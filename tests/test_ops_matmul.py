@@ -187,6 +187,53 @@ for i, (xs, ws, fl, tol) in enumerate([
         ([4, 32], [16, 8, 24], ("--no-fuse=qkv",), 1e-5)]):
     case(f"op matmul QKV split {xs} x {ws} {' '.join(fl)}".rstrip())(qkv_case(i, xs, ws, fl, tol))
 
+def qkv_bias_case(xshape, widths, flags=(), tol=1e-5):
+    """Matmuls of one input by weights of the same K, each followed by the
+    add of its own bias (BERT's and ViT's Q, K and V projections): one
+    dispatch, the biases side by side; without biases on all of them (one
+    product lacks one) they stay apart."""
+    def test(workdir):
+        r = rng(360)
+        k = xshape[-1]
+        x = values(r, xshape, 1.0)
+        ws = [values(r, [k, w], 1.0) for w in widths]
+        bs = [values(r, [w], 1.0) for w in widths]
+        all_bias = "mixed" not in flags
+        nodes, names, want = [], [], []
+        for j, (w, b) in enumerate(zip(ws, bs)):
+            biased = all_bias or j > 0
+            nodes.append({"name": f"p{j}", "op": "matmul", "inputs": ["x", f"w{j}"]})
+            if biased:
+                nodes.append({"name": f"y{j}", "op": "add", "inputs": [f"p{j}", f"b{j}"]})
+            names.append(f"y{j}" if biased else f"p{j}")
+            want.append(ref.matmul(x, w) + (b if biased else 0))
+        weights = {f"w{j}": {"dtype": "f32", "shape": list(w.shape),
+                             "values": [float(v) for v in w.reshape(-1)]}
+                   for j, w in enumerate(ws)}
+        weights.update({f"b{j}": {"dtype": "f32", "shape": list(b.shape),
+                                  "values": [float(v) for v in b]} for j, b in enumerate(bs)})
+        y = model_yaml("qkvb", {"x": spec(x)}, nodes, names, weights=weights)
+        kflags = [f for f in flags if f != "mixed"]
+        prog = build_model(workdir, y, flags=kflags)
+        c = (Path(workdir) / "model.c").read_text()  # the group's label
+        check(("p0 + y0 + p1 + p2 (matmul)" in c) == all_bias,
+              "the biased products are not one dispatch" if all_bias else
+              "products with and without a bias were grouped")
+        got = run_program(prog, [x], [w.astype(np.float32) for w in want])
+        for g, w in zip(got, want):
+            if "--precision" in kflags:
+                assert_relative(g, w, F16_TOLERANCE, "f16")
+            else:
+                assert_close(g, w, tol, 2e-6 * k ** 0.5 * 4 + tol)
+    return test
+
+
+for xs, ws, fl in [([4, 32], [16, 8, 24], ()), ([1, 40, 36], [20, 12, 12], ()),
+                   ([1, 40, 36], [20, 12, 12], ("--precision", "f16")),
+                   ([4, 32], [16, 8, 24], ("mixed",))]:
+    case(f"op matmul QKV split with biases {xs} x {ws} {' '.join(fl)}".rstrip())(
+        qkv_bias_case(xs, ws, fl))
+
 # ---- a gemm cut by a Split (GPT-2's attention projection) ----
 
 def gemm_split_case(i, M, K, parts, flags=()):
