@@ -121,6 +121,10 @@ Dispatch *one_row_of(Program *p, const Node *prod, const Dispatch *nd);
  * no range of work): one that a product's last workgroups may stand in for
  * at one row. */
 bool every_run(const Dispatch *nd);
+/* KILN_SPLIT_LAST=0: every split's sum by a second dispatch (splitk.comp,
+ * attention's combining pass), none by its last workgroups; for
+ * comparison. */
+bool split_last_off(void);
 
 /* ---- lower_matmul.c ---------------------------------------------------- */
 

@@ -170,7 +170,6 @@ void lower_attention(Program *p, Node *n) {
         return;
     }
     int64_t splits = attention_splits(n, &a), rows = a.B * a.H * a.Sq;
-    uint32_t wg = a.Sk / splits >= 128 ? 128 : 64;
     /* KILN_ATTN_SPLITS=S[,WG]: the spans and invocations, for tuning
      * (bench/experiments/attn_decode.py) */
     const char *tune_s = getenv("KILN_ATTN_SPLITS");
@@ -178,6 +177,7 @@ void lower_attention(Program *p, Node *n) {
     int nts = tune_s ? sscanf(tune_s, "%ld,%ld", &ts[0], &ts[1]) : 0;
     if (nts >= 1 && ts[0] >= 1 && ts[0] <= 64)
         splits = ts[0];
+    uint32_t wg = a.Sk / splits >= 128 ? 128 : 64; /* of the spans in effect */
     if (nts == 2 && (ts[1] == 32 || ts[1] == 64 || ts[1] == 128 || ts[1] == 256))
         wg = (uint32_t)ts[1];
     Tensor *part = splits > 1 ? scratch(p, n, "parts", 2,
@@ -196,8 +196,7 @@ void lower_attention(Program *p, Node *n) {
     dyn_groups(d, 0, dyn_of(n->inputs[0]), rows * splits, 1);
     /* the spans' parts combined by each row's last span workgroup, or
      * (KILN_SPLIT_LAST=0, for comparison) by a second dispatch */
-    const char *tune = getenv("KILN_SPLIT_LAST");
-    bool last = part && !(tune && strcmp(tune, "0") == 0);
+    bool last = part && !split_last_off();
     if (last) {
         define_int(d, "COMBINE_LAST", 1);
         dispatch_arg(d, n->outputs[0], true);
@@ -258,14 +257,6 @@ static Dispatch *flash_dispatch(Program *p, Node *n, const AttentionDims *a, Fla
     return d;
 }
 
-/* rope: for each rotated pair (x1, x2) at position s and frequency j,
- *   y1 = x1 cos[s, j] - x2 sin[s, j],   y2 = x2 cos[s, j] + x1 sin[s, j];
- * pairs are (j, j + R/2) (rotate-half) or (2j, 2j + 1) (interleaved). One
- * elementwise dispatch over the rotated part seen as [..., 2, R/2] (p, j;
- * interleaved: [..., R/2, 2]): y[p] = x[p] cos + sign[p] x[1 - p] sin, the
- * partner read at a negative stride and sign a table (-1, 1); and a copy of
- * the unrotated tail when n_rot < D. (Two dispatches, one per half, would
- * write interleaved bytes of one tensor: a barrier between them.) */
 /* Whether a dispatch after `at` writes t (or what t views). */
 static bool written_after(const Program *p, int at, Tensor *t) {
     for (int i = at + 1; i < p->ndispatches; i++)
@@ -303,7 +294,8 @@ static bool rope_after_product(Program *p, Node *n, Dispatch *d, Tensor *y,
     while (at < p->ndispatches && p->dispatches[at] != one)
         at++;
     int64_t N = one ? define_value(one, "N") : 0, n0 = one ? define_value(one, "SPLIT_N0") : 0,
-            n1 = one ? define_value(one, "SPLIT_N1") : 0, have = one ? define_value(one, "ROPE_D") : 0;
+            n1 = one ? define_value(one, "SPLIT_N1") : 0,
+            have = one ? define_value(one, "ROPE_D") : 0;
     if (which < 0 || (which == 0 && region) || !one || define_value(one, "CN") < 2 ||
         define_value(one, "GLU") || (have && have != D) || n0 % D || n1 % D ||
         (N - n0 - n1) % D || (N / 2) % (D / 2) || written_after(p, at, cs) ||
@@ -339,6 +331,14 @@ static bool rope_after_product(Program *p, Node *n, Dispatch *d, Tensor *y,
     return true;
 }
 
+/* rope: for each rotated pair (x1, x2) at position s and frequency j,
+ *   y1 = x1 cos[s, j] - x2 sin[s, j],   y2 = x2 cos[s, j] + x1 sin[s, j];
+ * pairs are (j, j + R/2) (rotate-half) or (2j, 2j + 1) (interleaved). One
+ * elementwise dispatch over the rotated part seen as [..., 2, R/2] (p, j;
+ * interleaved: [..., R/2, 2]): y[p] = x[p] cos + sign[p] x[1 - p] sin, the
+ * partner read at a negative stride and sign a table (-1, 1); and a copy of
+ * the unrotated tail when n_rot < D. (Two dispatches, one per half, would
+ * write interleaved bytes of one tensor: a barrier between them.) */
 void lower_rope(Program *p, Node *n) {
     Tensor *x = n->inputs[0], *out = n->outputs[0];
     int rank = x->rank;

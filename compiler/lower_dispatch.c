@@ -517,6 +517,11 @@ Dispatch *one_row_of(Program *p, const Node *prod, const Dispatch *nd) {
     return NULL;
 }
 
+bool split_last_off(void) {
+    const char *v = getenv("KILN_SPLIT_LAST");
+    return v && strcmp(v, "0") == 0;
+}
+
 bool every_run(const Dispatch *nd) {
     return nd && nd->dynamic && !nd->variant && nd->work_min == 0 &&
            nd->work_max == INT64_MAX;

@@ -258,8 +258,7 @@ static Dispatch *splitk_sum(Program *p, Node *n, const MatmulShape *s, Tensor *p
  * 0.75 -> 0.94 ms. KILN_SPLIT_LAST=0 takes splitk.comp for all (to measure
  * one against the other). */
 static bool split_in_last(const Node *n) {
-    const char *tune = getenv("KILN_SPLIT_LAST");
-    return n->op != OP_CONV && !(tune && strcmp(tune, "0") == 0);
+    return n->op != OP_CONV && !split_last_off();
 }
 
 /* coopmat.comp for s, when it applies: an f16 A (its rows contiguous), B
@@ -906,8 +905,8 @@ static void bind_split(Program *p, Dispatch *d, Node *n, const MatmulShape *s) {
         internal_error("node '%s': a split product with %lld batches", n->name,
                        (long long)s->batch);
     Tensor *a = n->inputs[0];
-    /* the parts: n's output and its siblings', or a gemm's Split's outputs */
-    /* each product's last tensor: its bias add's where it has one */
+    /* the parts: n's output and its siblings' (each product's last tensor,
+     * its bias add's where it has one), or a gemm's Split's outputs */
     Tensor *part[3] = {n->epi_bias ? n->epi_bias->outputs[0] : n->outputs[0], NULL, NULL};
     int nparts = 1 + n->nsiblings;
     for (int k = 0; k < n->nsiblings; k++) {

@@ -61,7 +61,8 @@ layout(local_size_x = WG) in;
 
 // Row `row`'s output from its SPLITS parts (PART(i): element i of the
 // parts; DST: the output's buffer), invocation l of WG: each span's maximum
-// and sum loaded together, then each output component's SPLITS parts.
+// and sum loaded together (wt holds the sum, then the span's weight), then
+// each output component's SPLITS parts.
 #define COMBINE_ROW(PART, DST)                                                     \
     void combine_row(uint row, uint l) {                                           \
         const uint i = row % SQ, h = (row / SQ) % H, b = row / (SQ * H);           \
@@ -76,8 +77,9 @@ layout(local_size_x = WG) in;
             m = max(m, ms[s]);                                                     \
         float lsum = 0.0; /* a span that saw no key weighs 0 */                    \
         [[unroll]] for (uint s = 0; s < SPLITS; ++s) {                             \
+            const float sum = wt[s];                                               \
             wt[s] = isinf(ms[s]) ? 0.0 : exp(ms[s] - m);                            \
-            lsum += wt[s] * PART(pbase + s * (DV + 2) + 1);                        \
+            lsum += wt[s] * sum;                                                   \
         }                                                                          \
         const uint obase = b * OS_B + h * OS_H + i * OS_S;                         \
         for (uint d = l; d < DV; d += WG) {                                        \
