@@ -194,7 +194,8 @@ static bool kmajor_shape(const Node *n, MatmulShape *s) {
  * 24.6, 32 x 8 twice those; and on a decoder's dynamic products of K 2048
  * and 5632 (bench/experiments/matvec_k_dyn-h200.txt): 64 or 128, not 256,
  * at 2048 x 11264 22.3 against 31.2 us (f16), 17.3 against 29.1 (int8).
- * KILN_MATVEC_K=WG,CN overrides them, for tuning (0: matvec_k off). */
+ * KILN_MATVEC_K=WG,CN[,UNROLL,TEAMS,A_SHARED] overrides them, for tuning
+ * (0: matvec_k off). */
 static Dispatch *matvec_k_kernel(Program *p, Node *n, const MatmulShape *s, int64_t mrows) {
     int fmt = b_format(n, s);
     int64_t chunks = s->K / weight_chunk(fmt), wg = 256, cn = 4;
@@ -206,17 +207,38 @@ static Dispatch *matvec_k_kernel(Program *p, Node *n, const MatmulShape *s, int6
     int64_t least = n->nsiblings && !n->split_out && s->N % 2 == 0 ? 2 : 1;
     while (cn > least && groups_for(s->N, cn) * s->batch < 512)
         cn /= 2;
-    /* KILN_MATVEC_K=WG,CN[,UNROLL], for tuning (bench/experiments) */
+    /* Fixed-shape int4 B where A's rows fit in shared memory (as f32, a
+     * chunk's run of A padded by a vec4 where it is two or more: stage_a
+     * in matvec_k.comp; at most 32 KiB): 256 invocations in 8 teams of
+     * 32, A in shared memory, the teams halved (each larger) down to 2
+     * while they leave fewer than 256 workgroups. Measured on an H200
+     * (bench/experiments/matvec_k_teams-h200.txt, us at one row): 4096 x
+     * 16384 38.6 -> 27.4 (8 teams), 4096 x 4096 17.2 -> 12.7 (4); not int8
+     * (33.5 -> 33.0, 13.9 -> 14.7) nor a decoder's dynamic products (f16
+     * and int4 at K 2048 and 5632: 5 to 75% slower). */
+    int64_t seg = weight_chunk(fmt) / 4;
+    bool a_fits = mrows * s->K / 4 / seg * (seg + (seg >= 2)) * 16 <= 32768;
+    long teams = 1, ashared = 0;
+    if (!s->dyn && (fmt == WF_INT4 || fmt == WF_INT4_ASYM) && a_fits) {
+        wg = 256, teams = 8, ashared = 1;
+        while (teams > 2 && groups_for(s->N, cn * teams) * s->batch < 256)
+            teams /= 2;
+    }
+    /* KILN_MATVEC_K=WG,CN[,UNROLL[,TEAMS[,A_SHARED]]], for tuning
+     * (bench/experiments) */
     const char *tune = getenv("KILN_MATVEC_K");
-    long t[3] = {0, 0, 1}, unroll = 1;
-    int nt = tune ? sscanf(tune, "%ld,%ld,%ld", &t[0], &t[1], &t[2]) : 0;
+    long t[5] = {0, 0, 1, 1, 0}, unroll = 1;
+    int nt = tune ? sscanf(tune, "%ld,%ld,%ld,%ld,%ld", &t[0], &t[1], &t[2], &t[3], &t[4]) : 0;
     if (nt >= 2 && t[0] >= 1 && t[0] <= 1024 && (t[0] & (t[0] - 1)) == 0 && t[1] >= 1 &&
-        t[1] <= 16 && t[2] >= 1 && t[2] <= 8)
-        wg = t[0], cn = t[1], unroll = t[2];
-    while (mrows * cn * wg > 4096 && wg > 1)
+        t[1] <= 16 && t[2] >= 1 && t[2] <= 8 && t[3] >= 1 && t[3] <= t[0] &&
+        (t[3] & (t[3] - 1)) == 0)
+        wg = t[0], cn = t[1], unroll = t[2], teams = t[3], ashared = t[4] != 0;
+    while (mrows * cn * wg > 4096 && wg > teams)
         wg /= 2;
     while (mrows * cn * wg > 4096)
         cn /= 2;
+    if (!a_fits)
+        ashared = 0;
     Dispatch *d = new_dispatch(p, n, "matvec_k");
     d->local_size = (uint32_t)wg;
     define_int(d, "M", mrows);
@@ -229,6 +251,10 @@ static Dispatch *matvec_k_kernel(Program *p, Node *n, const MatmulShape *s, int6
     define_int(d, "A_VEC", s->a_sm % 4 == 0 && all_multiples(s->brank, s->ops[1].strides, 4));
     if (unroll > 1)
         define_int(d, "UNROLL", unroll);
+    if (teams > 1)
+        define_int(d, "TEAMS", teams);
+    if (ashared)
+        define_int(d, "A_SHARED", 1);
     define_int(d, "W_FORMAT", fmt);
     if (fmt >= WF_INT8) {
         define_int(d, "QBLOCK", QUANT_BLOCK);
@@ -238,7 +264,7 @@ static Dispatch *matvec_k_kernel(Program *p, Node *n, const MatmulShape *s, int6
     dispatch_arg(d, s->ops[1].t, false);
     dispatch_arg(d, n->wq ? n->wq : s->ops[2].t, false);
     d->flops = 2ull * (uint64_t)(mrows * s->N) * (uint64_t)s->K * (uint64_t)s->batch;
-    d->groups[0] = groups_for(s->N, cn);
+    d->groups[0] = groups_for(s->N, cn * teams);
     d->groups[1] = 1;
     d->groups[2] = groups_for(s->batch, 1);
     return d;

@@ -24,6 +24,17 @@
 // every column before it multiplies any, U * CN loads of 16 bytes in
 // flight (for tuning: KILN_MATVEC_K=WG,CN,U).
 //
+// TEAMS T (default 1): the workgroup is T teams of TL = WG / T invocations,
+// each team its own CN columns (the workgroup's T * CN), K split over its
+// TL invocations: more chunks an invocation, fewer workgroups. A_SHARED:
+// the workgroup first copies A's rows (all M x K, as f32) into shared
+// memory with whole-vector loads, and its invocations read their chunks'
+// k from there (one read of A from memory a workgroup, not a strided one
+// an invocation; each chunk's run of A padded by one vec4 where it is two
+// or more, so that the invocations of a quarter subgroup, which read
+// chunks KV apart, meet different banks). The first chunks' loads of B are
+// issued before the copy.
+//
 // LAST_NORM (a decoding step's one row, lower_matmul.c, norm_after_product):
 // a layer_norm or rms_norm of C plus a residual follows in the same kernel,
 // done by the workgroup that finishes last (last_norm); the norm's own
@@ -268,8 +279,6 @@ vec4 kiln_w4(RAW raw, uint p, vec4 zo) {
 #endif
 }
 
-shared float red[OUTS][WG];
-
 #ifndef UNROLL
 #define UNROLL 1
 #endif
@@ -304,6 +313,31 @@ Chunk load_chunk(uint cb, uint n0, uint ch) {
     return q;
 }
 
+#ifndef TEAMS
+#define TEAMS 1
+#endif
+#ifndef A_SHARED
+#define A_SHARED 0
+#endif
+const uint TL = WG / TEAMS; // a team's invocations
+#if A_SHARED
+// A's rows in shared memory: vec4 u of a row (elements 4u to 4u + 3) at
+// a_slot(u), a chunk's SEG vec4s followed by PADU unused.
+const uint SEG = KV / 4, PADU = SEG >= 2 ? 1 : 0, ROWU = K / 4 / SEG * (SEG + PADU);
+shared vec4 sa[M * ROWU];
+uint a_slot(uint u) { return u / SEG * (SEG + PADU) + u % SEG; }
+// Copies the run's rows of A (batch at ca) into sa.
+void stage_a(uint ca) {
+    for (uint u = gl_LocalInvocationID.x; u < MROWS * (K / 4); u += WG) {
+        const uint m = u / (K / 4), v = u % (K / 4);
+        sa[m * ROWU + a_slot(v)] = LOAD_A4(ca + m * A_SM + 4 * v);
+    }
+}
+#define A4(ca, m, e) sa[(m) * ROWU + a_slot((e) / 4)]
+#else
+#define A4(ca, m, e) LOAD_A4((ca) + (m) * A_SM + (e))
+#endif
+
 // Chunk ch's products with A's rows, scaled once, into acc.
 void add_chunk(uint ca, uint ch, Chunk q, inout float acc[M][CN]) {
     const uint k = ch * KV;
@@ -317,7 +351,7 @@ void add_chunk(uint ca, uint ch, Chunk q, inout float acc[M][CN]) {
             w[c] = kiln_w4(q.raw[c], p, q.zo[c]);
         [[unroll]] for (uint m = 0; m < M; ++m) {
             if (m < MROWS) {
-                const vec4 av = LOAD_A4(ca + m * A_SM + k + 4 * p);
+                const vec4 av = A4(ca, m, k + 4 * p);
                 [[unroll]] for (uint c = 0; c < CN; ++c)
                     d[m][c] += dot(av, w[c]);
             }
@@ -440,9 +474,17 @@ void last_norm() {
 }
 #endif
 
+// Each team's partial sums: red[t * OUTS + o][i] for output o of team t,
+// i its invocations (KILN_SUBGROUP: its subgroups, where they lie within
+// a team).
+shared float red[TEAMS * OUTS][TL];
+
 void main() {
     const uint lane = gl_LocalInvocationID.x;
-    const uint n0 = gl_WorkGroupID.x * CH;
+    const uint team = TEAMS == 1 ? 0 : lane / TL; // the invocation's team
+    const uint lt = TEAMS == 1 ? lane : lane % TL; // and its place in it
+    const uint n0 = (gl_WorkGroupID.x * TEAMS + team) * CH;
+    const uint r0 = team * OUTS; // the team's rows of red
     for (uint bz = gl_WorkGroupID.z; bz < BATCH; bz += gl_NumWorkGroups.z) {
         uint ca, cb, cc;
         kiln_batch_offsets(bz, ca, cb, cc);
@@ -450,61 +492,71 @@ void main() {
         [[unroll]] for (uint m = 0; m < M; ++m)
             [[unroll]] for (uint c = 0; c < CN; ++c)
                 acc[m][c] = 0.0;
-        for (uint ch0 = lane; ch0 < CHUNKS; ch0 += WG * UNROLL) {
-            Chunk q[UNROLL]; // loaded first, all of them in flight
+        Chunk q[UNROLL]; // loaded first, all of them in flight
+#if A_SHARED // the first chunks' loads issued before A's copy
+        [[unroll]] for (uint u = 0; u < UNROLL; ++u)
+            q[u] = load_chunk(cb, n0, min(lt + u * TL, CHUNKS - 1));
+        stage_a(ca);
+        barrier();
+#endif
+        for (uint ch0 = lt; ch0 < CHUNKS; ch0 += TL * UNROLL) {
+#if A_SHARED
+            if (ch0 != lt)
+#endif
+                [[unroll]] for (uint u = 0; u < UNROLL; ++u)
+                    q[u] = load_chunk(cb, n0, min(ch0 + u * TL, CHUNKS - 1));
             [[unroll]] for (uint u = 0; u < UNROLL; ++u)
-                q[u] = load_chunk(cb, n0, min(ch0 + u * WG, CHUNKS - 1));
-            [[unroll]] for (uint u = 0; u < UNROLL; ++u)
-                if (ch0 + u * WG < CHUNKS)
-                    add_chunk(ca, ch0 + u * WG, q[u], acc);
+                if (ch0 + u * TL < CHUNKS)
+                    add_chunk(ca, ch0 + u * TL, q[u], acc);
         }
+        uint parts = TL; // the partial sums of each output in red
 #if KILN_SUBGROUP
-        [[unroll]] for (uint o = 0; o < OUTS; ++o) {
-            if (o / CN < MROWS) { // a run of fewer rows than M sums only its own
-                const float v = subgroupAdd(acc[o / CN][o % CN]);
-                if (subgroupElect())
-                    red[o][gl_SubgroupID] = v;
+        // subgroups within a team (one team: the workgroup's subgroups)
+        if (TEAMS == 1 || gl_SubgroupSize <= TL) { // uniform
+            parts = TEAMS == 1 ? gl_NumSubgroups : TL / gl_SubgroupSize;
+            [[unroll]] for (uint o = 0; o < OUTS; ++o) {
+                if (o / CN < MROWS) { // a run of fewer rows than M sums only its own
+                    const float v = subgroupAdd(acc[o / CN][o % CN]);
+                    if (subgroupElect())
+                        red[r0 + o][TEAMS == 1 ? gl_SubgroupID : gl_SubgroupID % parts] = v;
+                }
             }
+        } else
+#endif
+        {
+            [[unroll]] for (uint o = 0; o < OUTS; ++o)
+                red[r0 + o][lt] = acc[o / CN][o % CN];
         }
         barrier();
+#if !KILN_SUBGROUP
+        // a tree over each team's invocations
+        [[unroll]] for (uint h = TL / 2; h > 0; h >>= 1) {
+            if (lt < h)
+                [[unroll]] for (uint o = 0; o < OUTS; ++o)
+                    if (o / CN < MROWS)
+                        red[r0 + o][lt] += red[r0 + o][lt + h];
+            barrier();
+        }
+        parts = 1;
+#endif
 #if PAIRS
-        for (uint o = lane; o < M * CH; o += WG) {
-            const uint e = o / CH * CN + o % CH; // the pair's first column
+        for (uint o = lane; o < TEAMS * M * CH; o += WG) {
+            const uint t = o / (M * CH), ot = o % (M * CH);
+            const uint e = t * OUTS + ot / CH * CN + ot % CH; // the pair's first column
             float v = 0.0, w = 0.0;
-            for (uint i = 0; i < gl_NumSubgroups; ++i) {
+            for (uint i = 0; i < parts; ++i) {
                 v += red[e][i];
                 w += red[e + CH][i];
             }
-            store_pair(cc, n0, o, v, w);
+            store_pair(cc, (gl_WorkGroupID.x * TEAMS + t) * CH, ot, v, w);
         }
 #else
-        for (uint o = lane; o < OUTS; o += WG) {
+        for (uint o = lane; o < TEAMS * OUTS; o += WG) {
             float v = 0.0;
-            for (uint i = 0; i < gl_NumSubgroups; ++i)
+            for (uint i = 0; i < parts; ++i)
                 v += red[o][i];
-            store(cc, n0, o, v);
+            store(cc, (gl_WorkGroupID.x * TEAMS + o / OUTS) * CH, o % OUTS, v);
         }
-#endif
-#else
-        [[unroll]] for (uint o = 0; o < OUTS; ++o)
-            red[o][lane] = acc[o / CN][o % CN];
-        barrier();
-        [[unroll]] for (uint h = WG / 2; h > 0; h >>= 1) {
-            if (lane < h)
-                [[unroll]] for (uint o = 0; o < OUTS; ++o)
-                    if (o / CN < MROWS)
-                        red[o][lane] += red[o][lane + h];
-            barrier();
-        }
-#if PAIRS
-        for (uint o = lane; o < M * CH; o += WG) {
-            const uint e = o / CH * CN + o % CH;
-            store_pair(cc, n0, o, red[e][0], red[e + CH][0]);
-        }
-#else
-        for (uint o = lane; o < OUTS; o += WG)
-            store(cc, n0, o, red[o][0]);
-#endif
 #endif
 #if LAST_NORM
         // the last workgroup to finish normalizes the row (all of C)
@@ -520,6 +572,6 @@ void main() {
                 args.count.v[0] = 0u; // for the next run
         }
 #endif
-        barrier(); // red is written again by the next batch
+        barrier(); // red (and sa) are written again by the next batch
     }
 }

@@ -29,6 +29,17 @@ def dyn_yaml(dims, inputs, nodes, outputs, weights=None):
     return json.dumps({"name": doc.pop("name"), "dims": dims, **doc}, indent=1)
 
 
+# matvec_k in 4 teams of 32 with A in shared memory (a tuning hook; the
+# default for fixed-shape int4 products only)
+TEAMS = {"KILN_MATVEC_K": "128,4,1,4,1"}
+
+
+def tuning(env):
+    """The compiler's share of a case's environment: its tuning hooks
+    (KILN_MATVEC_K: matvec_k's teams and A in shared memory)."""
+    return {k: v for k, v in env.items() if k.startswith("KILN_MATVEC")}
+
+
 def run_steps(workdir, yaml_text, steps, make_inputs, reference, rtol=1e-5, atol=1e-5,
               flags=(), extra_args=()):
     """steps: a list of {dim: value}; make_inputs(rng, **dims) -> arrays;
@@ -184,7 +195,8 @@ def test_matvec_variants(workdir):
 
 @case("dynamic: a norm after a decode step's product (its residual add fused) done by the "
       "product's last workgroup at one row, its own dispatch for more rows: rms_norm and "
-      "layer_norm, f32 and f16, many one-row runs in a row (the counter set back)")
+      "layer_norm, f32 and f16, many one-row runs in a row (the counter set back), the "
+      "product in teams (KILN_MATVEC_K)")
 def test_norm_after_product(workdir):
     K, N = 96, 40
     w, g, b = w_of([K, N], 3), w_of([N], 4), w_of([N], 5)
@@ -193,7 +205,8 @@ def test_norm_after_product(workdir):
     for norm, flags, env in (("rms_norm", (), {}), ("layer_norm", (), {}),
                              ("rms_norm", ("--precision", "f16"), {}),
                              ("layer_norm", ("--precision", "f16"), {}),
-                             ("layer_norm", (), {"KILN_SUBGROUP": "0"})):
+                             ("layer_norm", (), {"KILN_SUBGROUP": "0"}),
+                             ("rms_norm", ("--precision", "f16"), TEAMS)):
         sub = Path(workdir) / f"{norm}{''.join(flags)}{''.join(env)}"
         sub.mkdir()
         params = ["g"] if norm == "rms_norm" else ["g", "b"]
@@ -204,7 +217,9 @@ def test_norm_after_product(workdir):
                       {"name": "n", "op": norm, "inputs": ["s", *params], "eps": 1e-3}],
                      ["n", "s"], {"w": weight([K, N], 3), "g": weight([N], 4),
                                   "b": weight([N], 5)})
-        prog = build_model(sub, y, flags=flags)
+        prog = build_model(sub, y, flags=flags, env=tuning(env))
+        check(not tuning(env) or "TEAMS 4" in (sub / "model.c").read_text(),
+              "KILN_MATVEC_K's teams did not reach the kernel")
         r = kiln("inspect", sub / "model.yaml", "--format", "json", *flags)
         check(r.returncode == 0, r.stderr)
         ds = json.loads(r.stdout)["dispatches"]
@@ -228,13 +243,14 @@ def test_norm_after_product(workdir):
 @case("dynamic: a gated MLP's silu(gate) * up after a decode step's gate and up products "
       "(one product, two parts) done by that product at one row, its own dispatch for more "
       "rows: the gate first or second, f32, f16, int4 weights, ragged columns, without "
-      "subgroup arithmetic, one-row runs in a row")
+      "subgroup arithmetic, one-row runs in a row, the product in teams (KILN_MATVEC_K)")
 def test_glu_after_product(workdir):
     K = 96
     for N, gate_first, flags, env in ((40, True, (), {}), (37, False, (), {}),
                                       (40, True, ("--precision", "f16"), {}),
                                       (37, True, ("--weights", "int4"), {}),
-                                      (40, False, (), {"KILN_SUBGROUP": "0"})):
+                                      (40, False, (), {"KILN_SUBGROUP": "0"}),
+                                      (37, True, ("--weights", "int4"), TEAMS)):
         sub = Path(workdir) / f"n{N}{gate_first}{''.join(flags)}{''.join(env)}"
         sub.mkdir()
         prods = [{"name": "g", "op": "matmul", "inputs": ["x", "wg"]},
@@ -246,7 +262,9 @@ def test_glu_after_product(workdir):
                       {"name": "sl", "op": "mul", "inputs": ["g", "sg"]},
                       {"name": "y", "op": "mul", "inputs": ["u", "sl"]}],
                      ["y"], {"wg": weight([K, N], 3), "wu": weight([K, N], 4)})
-        prog = build_model(sub, y, flags=flags)
+        prog = build_model(sub, y, flags=flags, env=tuning(env))
+        check(not tuning(env) or "TEAMS 4" in (sub / "model.c").read_text(),
+              "KILN_MATVEC_K's teams did not reach the kernel")
         r = kiln("inspect", sub / "model.yaml", "--format", "json", *flags)
         check(r.returncode == 0, r.stderr)
         ds = json.loads(r.stdout)["dispatches"]
@@ -274,12 +292,13 @@ def test_glu_after_product(workdir):
 @case("dynamic: the rotary embedding of a decode step's query and key products (one QKV "
       "product) done by that product at one row, its pairs of head columns rotated as it "
       "stores them, the rope's own dispatches for more rows: f32, f16, int4 weights, "
-      "without subgroup arithmetic, an interleaved rope left to its dispatch")
+      "without subgroup arithmetic, an interleaved rope left to its dispatch, the product in "
+      "teams (KILN_MATVEC_K)")
 def test_rope_after_product(workdir):
     K, H, KVH, D = 64, 3, 1, 8
     for flags, env, inter in (((), {}, 0), (("--precision", "f16"), {}, 0),
                               (("--weights", "int4"), {}, 0), ((), {"KILN_SUBGROUP": "0"}, 0),
-                              ((), {}, 1)):
+                              ((), {}, 1), (("--precision", "f16"), TEAMS, 0)):
         sub = Path(workdir) / f"{''.join(flags)}{''.join(env)}{inter}"
         sub.mkdir()
         nodes = [{"name": "q", "op": "matmul", "inputs": ["x", "wq"]},
@@ -297,7 +316,9 @@ def test_rope_after_product(workdir):
                      nodes, ["rq", "rk", "v"],
                      {"wq": weight([K, H * D], 3), "wk": weight([K, KVH * D], 4),
                       "wv": weight([K, KVH * D], 5)})
-        prog = build_model(sub, y, flags=flags)
+        prog = build_model(sub, y, flags=flags, env=tuning(env))
+        check(not tuning(env) or "TEAMS 4" in (sub / "model.c").read_text(),
+              "KILN_MATVEC_K's teams did not reach the kernel")
         r = kiln("inspect", sub / "model.yaml", "--format", "json", *flags)
         check(r.returncode == 0, r.stderr)
         first = [d for d in json.loads(r.stdout)["dispatches"] if d["family"] == "matvec_k"][0]

@@ -131,9 +131,13 @@ def quant_case(fmt, M, K, N, gemm=False, shared=False, other_use=False, seed=0, 
         y = model_yaml("q", ins, nodes, outs, weights=weights)
         prog = build_model(workdir, y, {"w.bin": stored.tobytes()}, flags=("--weights", fmt),
                            env=compile_env)
-        if compile_env:
-            check("UNROLL 3" in (Path(workdir) / "model.c").read_text(),
-                  "KILN_MATVEC_K's unroll did not reach the kernel")
+        if compile_env:  # KILN_MATVEC_K=WG,CN,UNROLL[,TEAMS,A_SHARED] reached the kernel
+            t = [int(v) for v in compile_env["KILN_MATVEC_K"].split(",")]
+            t += [0, 0, 1, 1, 0][len(t):]
+            src = (Path(workdir) / "model.c").read_text()
+            for name, v in (("UNROLL", t[2]), ("TEAMS", t[3]), ("A_SHARED", t[4])):
+                check((f"{name} {v}" in src) == (v > 1 or (name == "A_SHARED" and v > 0)),
+                      f"KILN_MATVEC_K's {name} {v} did not reach the kernel")
         if kernels:
             check_kernels(workdir, kernels)
         x64 = x.astype(np.float64)
@@ -210,6 +214,29 @@ for _fmt, _k in (("int4", 640), ("f16", 328)):
          f"[2, {_k}] x [{_k}, 37] (matvec_k)")(
         quant_case(_fmt, 2, _k, 37, seed=76, kernels={"matvec_k"},
                    compile_env={"KILN_MATVEC_K": "32,2,3"}))
+# Fixed-shape int4 products whose A fits in shared memory run matvec_k in
+# teams (TEAMS: each team its own columns) with A staged in shared memory
+# (A_SHARED): 8 teams, 4 and 2 by the columns, ragged last workgroups, 3
+# rows, the shared-memory reduction; and through the tuning hook
+# (KILN_MATVEC_K=WG,CN,UNROLL,TEAMS,A_SHARED) the other formats' paths:
+# teams without A shared, unrolled with the first loads issued before A's
+# copy, and teams smaller than lavapipe's subgroups (partial sums summed
+# without subgroup arithmetic).
+for _fmt, _m, _k, _n, _env, _cenv in (
+        ("int4", 1, 512, 8200, None, None),
+        ("int4-asym", 1, 1024, 4100, None, None),
+        ("int4", 3, 256, 2100, None, None),
+        ("int4", 1, 512, 8200, {"KILN_SUBGROUP": "0"}, None),
+        ("f16", 2, 328, 300, None, {"KILN_MATVEC_K": "128,4,1,4,1"}),
+        ("int8", 1, 640, 301, None, {"KILN_MATVEC_K": "64,2,2,4,1"}),
+        ("fp8-e4m3", 2, 256, 150, None, {"KILN_MATVEC_K": "32,4,1,8,1"}),
+        ("f32", 2, 256, 150, None, {"KILN_MATVEC_K": "128,4,1,4,0"}),
+        ("f32", 1, 264, 150, None, {"KILN_MATVEC_K": "128,2,1,2,1"})):
+    _how = ", ".join(f"{k}={v}" for k, v in {**(_env or {}), **(_cenv or {})}.items())
+    case(f"--weights {_fmt}: K-major matvec in teams [{_m}, {_k}] x [{_k}, {_n}]"
+         f"{' (' + _how + ')' if _how else ''} (matvec_k)")(
+        quant_case(_fmt, _m, _k, _n, seed=77, kernels={"matvec_k"}, env=_env,
+                   compile_env=_cenv))
 case("--weights f32: a product of 17 rows keeps its weight row-major (tiled)")(
     quant_case("f32", 17, 64, 40, seed=75, kernels={"matmul"}))
 
