@@ -155,6 +155,64 @@ static Dispatch *attention_combine(Program *p, Node *n, const AttentionDims *a, 
                                    int64_t splits);
 static Dispatch *flash_dispatch(Program *p, Node *n, const AttentionDims *a, FlashTile f);
 
+/* flash_cm.comp's shared memory for nsg subgroups: the block's queries
+ * and, a subgroup, a chunk's keys and values (or its output at the end),
+ * its scores, its p and its rows' sums (rows padded by a vector). */
+static int64_t flash_cm_shared_bytes(const AttentionDims *a, int64_t nsg) {
+    int64_t krs = a->D / 8 + 1, vrs = a->DV / 8 + 1, ors = a->DV / 4 + 1;
+    int64_t area = 16 * (krs + vrs) > 16 * ors ? 16 * (krs + vrs) : 16 * ors;
+    return 16 * (16 * krs + nsg * (area + 16 * 5 + 16 * 3)) + 4 * nsg * 16;
+}
+
+/* flash.comp on the matrix units (flash_cm.comp), for devices with
+ * cooperative matrices, where it applies: q, k and v f16 (read as vectors
+ * of eight halves: D and DV multiples of 16 make every stride a multiple of
+ * 8), D and DV at most 256; blocks of 16 query rows, 4 subgroups a block
+ * sharing its keys (fewer where their shared memory would pass 32 KiB).
+ * NULL where it does not apply, or with KILN_FLASH_CM=0 (for comparison);
+ * the caller records flash.comp as its variant for the other devices. */
+static Dispatch *flash_cm_dispatch(Program *p, Node *n, const AttentionDims *a) {
+    const char *off = getenv("KILN_FLASH_CM");
+    if ((off && strcmp(off, "0") == 0) || a->D % 16 || a->DV % 16 || a->D > 256 ||
+        a->DV > 256)
+        return NULL;
+    for (int i = 0; i < 3; i++)
+        if (n->inputs[i]->dtype != KILN_DTYPE_F16)
+            return NULL;
+    int64_t nsg = 4;
+    while (nsg > 1 && flash_cm_shared_bytes(a, nsg) > 32768)
+        nsg /= 2;
+    if (flash_cm_shared_bytes(a, nsg) > 32768)
+        return NULL;
+    Dispatch *d = new_dispatch(p, n, "flash_cm");
+    d->needs = KILN_FEATURE_COOPMAT;
+    d->local_size = (uint32_t)(32 * nsg);
+    define_int(d, "NSG", nsg);
+    attention_defines(d, n, a);
+    attention_scores(p, d, n, a, n->outputs[0]);
+    d->groups[0] = groups_for(a->B * a->H * ((a->Sq + 15) / 16), 1);
+    return d;
+}
+
+/* Flash attention over a's rows: flash_cm.comp where it applies, with
+ * flash.comp as its variant for devices without cooperative matrices, else
+ * flash.comp; their workgroups follow the rows where they do (rows_dyn).
+ * Returns the first; its variant (if any) the other. */
+static Dispatch *flash_dispatches(Program *p, Node *n, const AttentionDims *a, FlashTile f,
+                                  const Tensor *rows_dyn) {
+    int64_t rows = a->B * a->H * a->Sq;
+    Dispatch *cm = flash_cm_dispatch(p, n, a);
+    if (cm)
+        dyn_groups(cm, 0, rows_dyn, rows, 16);
+    Dispatch *fl = flash_dispatch(p, n, a, f);
+    dyn_groups(fl, 0, rows_dyn, rows, f.bq);
+    if (!cm)
+        return fl;
+    fl->unless = KILN_FEATURE_COOPMAT;
+    cm->variant = fl;
+    return cm;
+}
+
 void lower_attention(Program *p, Node *n) {
     AttentionDims a;
     attention_dims(n, &a);
@@ -165,8 +223,7 @@ void lower_attention(Program *p, Node *n) {
     /* q dynamic: along its positions (attention_dims refuses others) */
     const Tensor *rows_dyn = dyn_of(n->inputs[0]);
     if (flash && (!rows_dyn || dim_expr_min(n->graph, &rows_dyn->extent) >= FLASH_MIN_ROWS)) {
-        Dispatch *fl = flash_dispatch(p, n, &a, f);
-        dyn_groups(fl, 0, rows_dyn, a.B * a.H * a.Sq, f.bq);
+        flash_dispatches(p, n, &a, f, rows_dyn);
         return;
     }
     int64_t splits = attention_splits(n, &a), rows = a.B * a.H * a.Sq;
@@ -214,9 +271,9 @@ void lower_attention(Program *p, Node *n) {
     d->work_max = (FLASH_MIN_ROWS - 1) * d->scale;
     if (c)
         c->work_max = (FLASH_MIN_ROWS - 1) * c->scale;
-    Dispatch *fl = flash_dispatch(p, n, &a, f);
-    dyn_groups(fl, 0, rows_dyn, rows, f.bq); /* scale: B * H rows a position */
-    fl->work_min = FLASH_MIN_ROWS * fl->scale;
+    Dispatch *fl = flash_dispatches(p, n, &a, f, rows_dyn); /* scale: B * H rows a position */
+    for (Dispatch *v = fl; v; v = v->variant)
+        v->work_min = FLASH_MIN_ROWS * v->scale;
     (c ? c : d)->variant = fl;
 }
 

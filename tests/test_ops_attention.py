@@ -36,8 +36,8 @@ ATTENTIONS = [  # layout, B, H, KVH, Sq, Sk, D, DV, attrs, mask shape
 def attention_case(i, layout, B, H, KVH, Sq, Sk, D, DV, attrs, mshape, f16=False,
                    kernel=None, seed=2300):
     """f16: q, k, v, the mask and the result stored f16 (as --precision f16
-    stores them), the arithmetic f32; a third of the way in, one key masked
-    out. kernel: the family the dispatch must take (flash, attention), and
+    stores them), the arithmetic f32; with a mask, a third of the way in,
+    one key masked out. kernel: the family the dispatch must take (flash, attention), and
     flash's blocks (BQ, BK) as a (define, value) list."""
     def test(workdir):
         r = rng((2500 if f16 else seed) + i)
@@ -54,7 +54,8 @@ def attention_case(i, layout, B, H, KVH, Sq, Sk, D, DV, attrs, mshape, f16=False
                 ins[3][..., 250:376] = -np.inf
         if f16:
             ins = [x.astype(np.float16) for x in ins]
-            ins[3][..., Sk // 3] = -np.inf
+            if mshape:
+                ins[3][..., Sk // 3] = -np.inf
         a = {"layout": layout}
         if layout == "bshd":
             a.update({"heads": H, "kv_heads": KVH})
@@ -176,6 +177,49 @@ ATTENTIONS_F16 = [("bshd", 1, 4, 2, 1, 300, 32, 32, {"causal": 1}, [1, 300]),
 for i, c in enumerate(ATTENTIONS_F16):
     case(f"op attention f16 storage {c[0]} H={c[2]} KVH={c[3]} Sq={c[4]} Sk={c[5]}")(
         attention_case(i, *c, f16=True))
+
+
+def check_flash_cm(workdir, nsg):
+    """The model's attention is flash_cm.comp (built with NSG nsg) for
+    devices with cooperative matrices, flash.comp its variant for the
+    others (lavapipe runs that one; a GPU with them the first)."""
+    r = kiln("inspect", Path(workdir) / "model.yaml", "--format", "json")
+    check(r.returncode == 0, f"kiln inspect failed:\n{r.stderr}")
+    fams = [d["family"] for d in json.loads(r.stdout)["dispatches"]]
+    check(fams == ["flash_cm", "flash"], f"dispatches {fams}, expected flash_cm, flash")
+    check(f" *   NSG {nsg}\n" in (Path(workdir) / "model.c").read_text(),
+          f"flash_cm not built with NSG {nsg}")
+
+
+# f16 prefills whose D and DV are multiples of 16 compile to flash_cm.comp
+# (the matrix units) as well: ragged blocks and chunks of keys, grouped
+# queries, two batches in the bshd layout with D != DV and a mask, fewer
+# queries than keys (causal from an offset), rows that see no key, a window
+# with softcap, D = 128 (2 subgroups a block) and DV = 256 (1).
+FLASH_CM = [
+    (("bhsd", 1, 3, 3, 37, 37, 64, 64, {}, None), 4),
+    (("bhsd", 1, 16, 4, 129, 129, 16, 16, {"causal": 1}, None), 4),
+    (("bshd", 2, 4, 2, 20, 29, 16, 32, {"causal": 1}, [2, 1, 20, 29]), 4),
+    (("bhsd", 1, 2, 2, 40, 24, 32, 32, {"causal": 1}, None), 4),
+    (("bhsd", 1, 2, 1, 50, 50, 16, 48, {"causal": 1, "window": 7, "softcap": 4.0}, [50, 50]),
+     4),
+    (("bhsd", 1, 2, 2, 16, 70, 128, 128, {}, None), 2),
+    (("bhsd", 1, 1, 1, 20, 33, 16, 256, {}, [20, 33]), 1),
+]
+
+
+def flash_cm_case(i, c, nsg):
+    run = attention_case(i + 10, *c, f16=True)
+
+    def test(workdir):
+        run(workdir)
+        check_flash_cm(workdir, nsg)
+    return test
+
+
+for i, (c, nsg) in enumerate(FLASH_CM):
+    case(f"op attention f16 storage (flash_cm) {c[0]} B={c[1]} H={c[2]} KVH={c[3]} Sq={c[4]} "
+         f"Sk={c[5]} D={c[6]} DV={c[7]} {c[8]} mask={c[9]}")(flash_cm_case(i, c, nsg))
 
 
 @case("op rope f16 storage [1, 5, 2, 16] seq_axis 1: x and the result f16, f32 tables")
