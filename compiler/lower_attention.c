@@ -169,8 +169,9 @@ static int64_t flash_cm_shared_bytes(const AttentionDims *a, int64_t nsg) {
  * of eight halves: D and DV multiples of 16 make every stride a multiple of
  * 8), D and DV at most 256; blocks of 16 query rows, 4 subgroups a block
  * sharing its keys (fewer where their shared memory would pass 32 KiB).
- * NULL where it does not apply, or with KILN_FLASH_CM=0 (for comparison);
- * the caller records flash.comp as its variant for the other devices. */
+ * NULL where it does not apply, or with KILN_FLASH_CM=0 (for comparison;
+ * KILN_FLASH_CM=1, 2, 4 or 8 sets the subgroups, for tuning); the caller
+ * records flash.comp as its variant for the other devices. */
 static Dispatch *flash_cm_dispatch(Program *p, Node *n, const AttentionDims *a) {
     const char *off = getenv("KILN_FLASH_CM");
     if ((off && strcmp(off, "0") == 0) || a->D % 16 || a->DV % 16 || a->D > 256 ||
@@ -180,6 +181,9 @@ static Dispatch *flash_cm_dispatch(Program *p, Node *n, const AttentionDims *a) 
         if (n->inputs[i]->dtype != KILN_DTYPE_F16)
             return NULL;
     int64_t nsg = 4;
+    if (off && (strcmp(off, "1") == 0 || strcmp(off, "2") == 0 || strcmp(off, "4") == 0 ||
+                strcmp(off, "8") == 0))
+        nsg = atoi(off); /* KILN_FLASH_CM=NSG, for tuning */
     while (nsg > 1 && flash_cm_shared_bytes(a, nsg) > 32768)
         nsg /= 2;
     if (flash_cm_shared_bytes(a, nsg) > 32768)

@@ -22,9 +22,11 @@
 // layout p v's fragment loads.
 //
 // Each chunk's keys (and, in the second pass, values) are loaded into
-// registers while the chunk before is computed, 16-byte vectors of eight
-// halves (every stride and D, DV multiples of 8: the compiler's condition),
-// then stored to shared memory in rows padded by one vector.
+// registers while the chunk before is computed (the first pass's first
+// while the queries load, the second's while the maxima meet), 16-byte
+// vectors of eight halves (every stride and D, DV multiples of 8: the
+// compiler's condition), then stored to shared memory in rows padded by
+// one vector.
 //
 // Defines: as flash.comp (B, H, KVH, SQ, SK, D, DV multiples of 16, the
 // strides, SCALE, SOFTCAP_ON, SOFTCAP, CAUSAL, WINDOW, HAS_MASK, MS_*,
@@ -170,6 +172,8 @@ void main() {
         const uint kbeg = uint(kbeg_i), kend = uint(max(kend_i, kbeg_i));
         const uint chunks = (kend - kbeg + 15) / 16;
         const int last = int(i) + shift;
+        if (g < chunks) // the first chunk's keys, loading with the queries
+            fetch(s, kbase, vbase, kbeg + 16 * g, kend, false);
         for (uint e = l; e < 16 * DQ; e += WG) {
             const uint rr = e / DQ;
             qs[rr * KRS + e % DQ] = q0 + rr < SQ ? args.q.v[(qbase + (q0 + rr) * QS_S) / 8 + e % DQ]
@@ -182,8 +186,6 @@ void main() {
 
         // Pass 1: each row's maximum score.
         float mx = -1.0 / 0.0;
-        if (g < chunks)
-            fetch(s, kbase, vbase, kbeg + 16 * g, kend, false);
         for (uint c = g; c < chunks; c += NSG) {
             put(s, a, false);
             sync_subgroup();
@@ -197,6 +199,8 @@ void main() {
                 mx = max(mx, x[e]);
             sync_subgroup(); // the next chunk overwrites the area and the scores
         }
+        if (g < chunks) // pass 2's first chunk, loading while the maxima meet
+            fetch(s, kbase, vbase, kbeg + 16 * g, kend, true);
         mx = max(mx, subgroupShuffleXor(mx, 1));
         if (hf == 0)
             red[g * 16 + r] = mx;
@@ -212,8 +216,6 @@ void main() {
         FRAG32 oacc[FV];
         [[unroll]] for (uint j = 0; j < FV; ++j)
             oacc[j] = FRAG32(0.0);
-        if (g < chunks)
-            fetch(s, kbase, vbase, kbeg + 16 * g, kend, true);
         for (uint c = g; c < chunks; c += NSG) {
             put(s, a, true);
             sync_subgroup();
