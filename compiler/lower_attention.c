@@ -156,19 +156,21 @@ static Dispatch *attention_combine(Program *p, Node *n, const AttentionDims *a, 
 static Dispatch *flash_dispatch(Program *p, Node *n, const AttentionDims *a, FlashTile f);
 
 /* flash_cm.comp's shared memory for nsg subgroups: the block's queries
- * and, a subgroup, a chunk's keys and values (or its output at the end),
- * its scores, its p and its rows' sums (rows padded by a vector). */
+ * and, a subgroup, a chunk's keys (or its scores, its p) and values (or
+ * its output at the end), and its rows' sums (rows padded by a vector). */
 static int64_t flash_cm_shared_bytes(const AttentionDims *a, int64_t nsg) {
     int64_t krs = a->D / 8 + 1, vrs = a->DV / 8 + 1, ors = a->DV / 4 + 1;
-    int64_t area = 16 * (krs + vrs) > 16 * ors ? 16 * (krs + vrs) : 16 * ors;
-    return 16 * (16 * krs + nsg * (area + 16 * 5 + 16 * 3)) + 4 * nsg * 16;
+    int64_t kreg = 16 * (krs > 5 ? krs : 5);
+    int64_t area = kreg + 16 * vrs > 16 * ors ? kreg + 16 * vrs : 16 * ors;
+    return 16 * (16 * krs + nsg * area) + 4 * nsg * 16;
 }
 
 /* flash.comp on the matrix units (flash_cm.comp), for devices with
  * cooperative matrices, where it applies: q, k and v f16 (read as vectors
  * of eight halves: D and DV multiples of 16 make every stride a multiple of
  * 8), D and DV at most 256; blocks of 16 query rows, 4 subgroups a block
- * sharing its keys (fewer where their shared memory would pass 32 KiB).
+ * sharing its keys (fewer where their shared memory would pass 48 KiB;
+ * past 32 KiB the dispatch needs KILN_FEATURE_SHARED48K too).
  * NULL where it does not apply, or with KILN_FLASH_CM=0 (for comparison;
  * KILN_FLASH_CM=1, 2, 4 or 8 sets the subgroups, for tuning); the caller
  * records flash.comp as its variant for the other devices. */
@@ -184,12 +186,14 @@ static Dispatch *flash_cm_dispatch(Program *p, Node *n, const AttentionDims *a) 
     if (off && (strcmp(off, "1") == 0 || strcmp(off, "2") == 0 || strcmp(off, "4") == 0 ||
                 strcmp(off, "8") == 0))
         nsg = atoi(off); /* KILN_FLASH_CM=NSG, for tuning */
-    while (nsg > 1 && flash_cm_shared_bytes(a, nsg) > 32768)
+    while (nsg > 1 && flash_cm_shared_bytes(a, nsg) > 49152)
         nsg /= 2;
-    if (flash_cm_shared_bytes(a, nsg) > 32768)
+    if (flash_cm_shared_bytes(a, nsg) > 49152)
         return NULL;
     Dispatch *d = new_dispatch(p, n, "flash_cm");
     d->needs = KILN_FEATURE_COOPMAT;
+    if (flash_cm_shared_bytes(a, nsg) > 32768) /* past what every device has */
+        d->needs |= KILN_FEATURE_SHARED48K;
     d->local_size = (uint32_t)(32 * nsg);
     define_int(d, "NSG", nsg);
     attention_defines(d, n, a);
@@ -212,7 +216,7 @@ static Dispatch *flash_dispatches(Program *p, Node *n, const AttentionDims *a, F
     dyn_groups(fl, 0, rows_dyn, rows, f.bq);
     if (!cm)
         return fl;
-    fl->unless = KILN_FEATURE_COOPMAT;
+    fl->unless = cm->needs; /* devices that lack one of them */
     cm->variant = fl;
     return cm;
 }

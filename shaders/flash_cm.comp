@@ -66,17 +66,17 @@ layout(push_constant) uniform Args {
 #define SRS 5        // a row of scores in shared memory: 16 f32 and 4 unused
 #define PRS 3        // a row of p: 16 halves and 8 unused
 #define ORS (DV / 4 + 1) // a row of a subgroup's output: DV f32 and 4 unused
-// A subgroup's area: its chunk's keys (16 x KRS) and values (16 x VRS),
-// then at the end its output (16 x ORS).
-#define AREA (16 * (KRS + VRS) > 16 * ORS ? 16 * (KRS + VRS) : 16 * ORS)
+// A subgroup's area: its chunk's keys (16 x KRS), whose place its scores
+// (16 x SRS) and then its p (16 x PRS) take once the keys are multiplied,
+// and its values (16 x VRS); at the end its output (16 x ORS).
+#define KREG (KRS > SRS ? 16 * KRS : 16 * SRS)
+#define AREA (KREG + 16 * VRS > 16 * ORS ? KREG + 16 * VRS : 16 * ORS)
 #define NBLK ((SQ + 15) / 16)
 #define FRAG16 fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
 #define FRAG32 fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
 
 shared uvec4 qs[16 * KRS];
 shared uvec4 kv[NSG * AREA];
-shared uvec4 ss[NSG * 16 * SRS];
-shared uvec4 ps[NSG * 16 * PRS];
 shared float red[NSG * 16];
 
 uvec4 kreg[KL], vreg[VL];
@@ -105,7 +105,7 @@ void put(uint s, uint a, bool values) {
     if (values)
         [[unroll]] for (uint u = 0; u < VL; ++u) {
             const uint e = s + u * 32;
-            kv[a + 16 * KRS + e / DVQ * VRS + e % DVQ] = vreg[u];
+            kv[a + KREG + e / DVQ * VRS + e % DVQ] = vreg[u];
         }
 }
 
@@ -114,22 +114,23 @@ void sync_subgroup() {
     subgroupBarrier();
 }
 
-// The chunk's scores (q k^T, f32) into the subgroup's rows of ss at sa.
-void scores(const FRAG16 qf[FD], uint a, uint sa) {
+// The chunk's scores (q k^T, f32) in place of its keys, at a.
+void scores(const FRAG16 qf[FD], uint a) {
     FRAG32 acc = FRAG32(0.0);
     [[unroll]] for (uint f = 0; f < FD; ++f) {
         FRAG16 kf; // 16 d x 16 keys: the keys' rows read by columns
         coopMatLoadNV(kf, kv, a + f * 2, KRS, true);
         acc = coopMatMulAddNV(qf[f], kf, acc);
     }
-    coopMatStoreNV(acc, ss, sa, SRS, false);
+    sync_subgroup(); // every fragment of the keys loaded
+    coopMatStoreNV(acc, kv, a, SRS, false);
 }
 
 // The invocation's eight scores of its row at chunk c0 (keys c0 + 8 hf to
 // c0 + 8 hf + 7), scaled, capped and masked; -inf where not visible.
-void row_scores(uint sa, uint r, uint hf, uint c0, uint i, int last, uint kend, uint b,
+void row_scores(uint a, uint r, uint hf, uint c0, uint i, int last, uint kend, uint b,
                 uint h, out float x[8]) {
-    const uvec4 lo = ss[sa + r * SRS + 2 * hf], hi = ss[sa + r * SRS + 2 * hf + 1];
+    const uvec4 lo = kv[a + r * SRS + 2 * hf], hi = kv[a + r * SRS + 2 * hf + 1];
     [[unroll]] for (uint e = 0; e < 8; ++e) {
         const uint j = c0 + 8 * hf + e;
         float y = uintBitsToFloat(e < 4 ? lo[e] : hi[e - 4]) * SCALE;
@@ -154,7 +155,7 @@ void row_scores(uint sa, uint r, uint hf, uint c0, uint i, int last, uint kend, 
 void main() {
     const uint l = gl_LocalInvocationID.x, g = l / 32, s = l % 32;
     const uint r = s / 2, hf = s % 2; // the invocation's row and half of a chunk
-    const uint a = g * AREA, sa = g * 16 * SRS, pa = g * 16 * PRS;
+    const uint a = g * AREA; // the subgroup's area
     for (uint task = gl_WorkGroupID.x; task < B * H * NBLK; task += gl_NumWorkGroups.x) {
         const uint blk = task % NBLK, h = (task / NBLK) % H, b = task / (NBLK * H);
         const uint kvh = h / (H / KVH), q0 = blk * 16, i = q0 + r;
@@ -191,10 +192,10 @@ void main() {
             sync_subgroup();
             if (c + NSG < chunks)
                 fetch(s, kbase, vbase, kbeg + 16 * (c + NSG), kend, false);
-            scores(qf, a, sa);
+            scores(qf, a);
             sync_subgroup();
             float x[8];
-            row_scores(sa, r, hf, kbeg + 16 * c, i, last, kend, b, h, x);
+            row_scores(a, r, hf, kbeg + 16 * c, i, last, kend, b, h, x);
             [[unroll]] for (uint e = 0; e < 8; ++e)
                 mx = max(mx, x[e]);
             sync_subgroup(); // the next chunk overwrites the area and the scores
@@ -221,10 +222,11 @@ void main() {
             sync_subgroup();
             if (c + NSG < chunks)
                 fetch(s, kbase, vbase, kbeg + 16 * (c + NSG), kend, true);
-            scores(qf, a, sa);
+            scores(qf, a);
             sync_subgroup();
             float x[8];
-            row_scores(sa, r, hf, kbeg + 16 * c, i, last, kend, b, h, x);
+            row_scores(a, r, hf, kbeg + 16 * c, i, last, kend, b, h, x);
+            sync_subgroup(); // every score read: p takes their place
             uvec4 pk;
             [[unroll]] for (uint e = 0; e < 4; ++e) {
                 const float p0 = none ? 0.0 : exp(x[2 * e] - m);
@@ -232,13 +234,13 @@ void main() {
                 lsum += p0 + p1;
                 pk[e] = packHalf2x16(vec2(p0, p1));
             }
-            ps[pa + r * PRS + hf] = pk;
+            kv[a + r * PRS + hf] = pk;
             sync_subgroup();
             FRAG16 pf;
-            coopMatLoadNV(pf, ps, pa, PRS, false);
+            coopMatLoadNV(pf, kv, a, PRS, false);
             [[unroll]] for (uint j = 0; j < FV; ++j) {
                 FRAG16 vf; // 16 keys x 16 of the values' d
-                coopMatLoadNV(vf, kv, a + 16 * KRS + j * 2, VRS, false);
+                coopMatLoadNV(vf, kv, a + KREG + j * 2, VRS, false);
                 oacc[j] = coopMatMulAddNV(pf, vf, oacc[j]);
             }
             sync_subgroup();
