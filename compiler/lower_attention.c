@@ -168,9 +168,13 @@ static int64_t flash_cm_shared_bytes(const AttentionDims *a, int64_t nsg) {
 /* flash.comp on the matrix units (flash_cm.comp), for devices with
  * cooperative matrices, where it applies: q, k and v f16 (read as vectors
  * of eight halves: D and DV multiples of 16 make every stride a multiple of
- * 8), D and DV at most 256; blocks of 16 query rows, 4 subgroups a block
+ * 8), D and DV at most 256; blocks of 16 query rows, 8 subgroups a block
  * sharing its keys (fewer where their shared memory would pass 48 KiB;
- * past 32 KiB the dispatch needs KILN_FEATURE_SHARED48K too).
+ * past 32 KiB the dispatch needs KILN_FEATURE_SHARED48K too). Measured on
+ * an H200 inside BERT-base, GPT-2, ViT-B/16 and a Llama (D 64; us an
+ * attention, 8 / 4 / 2 subgroups): 10.1 / 11.3 / 15.2, 10.0 / 11.1 / 15.2,
+ * 16.3 / 21.0 / 18.9, 10.3 / 11.6 / 15.9; flash.comp 13.3 in GPT-2, 29.2
+ * in ViT-B/16 (bench/experiments/flash-h200.txt).
  * NULL where it does not apply, or with KILN_FLASH_CM=0 (for comparison;
  * KILN_FLASH_CM=1, 2, 4 or 8 sets the subgroups, for tuning); the caller
  * records flash.comp as its variant for the other devices. */
@@ -182,7 +186,7 @@ static Dispatch *flash_cm_dispatch(Program *p, Node *n, const AttentionDims *a) 
     for (int i = 0; i < 3; i++)
         if (n->inputs[i]->dtype != KILN_DTYPE_F16)
             return NULL;
-    int64_t nsg = 4;
+    int64_t nsg = 8;
     if (off && (strcmp(off, "1") == 0 || strcmp(off, "2") == 0 || strcmp(off, "4") == 0 ||
                 strcmp(off, "8") == 0))
         nsg = atoi(off); /* KILN_FLASH_CM=NSG, for tuning */

@@ -195,15 +195,15 @@ def check_flash_cm(workdir, nsg):
 # (the matrix units) as well: ragged blocks and chunks of keys, grouped
 # queries, two batches in the bshd layout with D != DV and a mask, fewer
 # queries than keys (causal from an offset), rows that see no key, a window
-# with softcap, D = 128 (4 subgroups a block, 39 KiB of shared memory: the
-# dispatch needs 48 KiB) and DV = 256 (2).
+# with softcap (8 subgroups a block; at D = 64 40 KiB of shared memory, the
+# dispatch needing 48 KiB), D = 128 (4) and DV = 256 (2).
 FLASH_CM = [
-    (("bhsd", 1, 3, 3, 37, 37, 64, 64, {}, None), 4),
-    (("bhsd", 1, 16, 4, 129, 129, 16, 16, {"causal": 1}, None), 4),
-    (("bshd", 2, 4, 2, 20, 29, 16, 32, {"causal": 1}, [2, 1, 20, 29]), 4),
-    (("bhsd", 1, 2, 2, 40, 24, 32, 32, {"causal": 1}, None), 4),
+    (("bhsd", 1, 3, 3, 37, 37, 64, 64, {}, None), 8),
+    (("bhsd", 1, 16, 4, 129, 129, 16, 16, {"causal": 1}, None), 8),
+    (("bshd", 2, 4, 2, 20, 29, 16, 32, {"causal": 1}, [2, 1, 20, 29]), 8),
+    (("bhsd", 1, 2, 2, 40, 24, 32, 32, {"causal": 1}, None), 8),
     (("bhsd", 1, 2, 1, 50, 50, 16, 48, {"causal": 1, "window": 7, "softcap": 4.0}, [50, 50]),
-     4),
+     8),
     (("bhsd", 1, 2, 2, 16, 70, 128, 128, {}, None), 4),
     (("bhsd", 1, 1, 1, 20, 33, 16, 256, {}, [20, 33]), 2),
 ]
