@@ -288,9 +288,11 @@ static bool split_in_last(const Node *n) {
 }
 
 /* coopmat.comp for s, when it applies: an f16 A (its rows contiguous), B
- * f16 as given (not re-encoded; its rows contiguous along N) or a
- * convolution's input (f16 or f32), more rows than matvec takes, fixed
- * shapes. Operands in whole 16-byte-aligned vectors of eight halves (K, N
+ * f16 as given (not re-encoded; its rows contiguous along N), f16 stored
+ * K-major for a decoder (n->wkmajor, B_KVEC) or a convolution's input (f16
+ * or f32), more rows than matvec takes; rows that follow the dims (one
+ * batch; not split along K) take their tiles' workgroups from the run's
+ * rows. Operands in whole 16-byte-aligned vectors of eight halves (K, N
  * and every row and batch stride multiples of 8; a 1 x 1 convolution's
  * images of a multiple of 8 positions) load as vectors; others, and every
  * convolution's windows, are gathered element by element (A_GATHER,
@@ -307,10 +309,19 @@ static bool split_in_last(const Node *n) {
  * the dispatch that writes C. */
 #define COOPMAT_GROUPS 264 /* two workgroups per multiprocessor of an H200 */
 static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
-    const Tensor *c = s->ops[0].t, *a = s->ops[1].t, *b = s->ops[2].t;
+    /* a decoder's weight stored f16 K-major (quantize.c): B is that copy */
+    bool f16_kmajor = n->wkmajor && n->wq && n->wformat == WF_F16;
+    const Tensor *c = s->ops[0].t, *a = s->ops[1].t, *b = f16_kmajor ? n->wq : s->ops[2].t;
     bool conv = n->op == OP_CONV;
-    if (a->dtype != KILN_DTYPE_F16 || n->wq || s->dyn || s->M <= MATVEC_MAX_M ||
-        s->a_sk != 1 || (b->dtype != KILN_DTYPE_F16 && !conv) || (s->b_sn != 1 && !conv))
+    if (n->wkmajor) { /* as the tiled variant reads it: column n at n * K */
+        s->b_sk = 1;
+        s->b_sn = s->K;
+    }
+    bool kvec = f16_kmajor && s->K % 8 == 0 && all_multiples(s->brank, s->ops[2].strides, 8);
+    if (a->dtype != KILN_DTYPE_F16 || (n->wq && !f16_kmajor) || s->dyn_k ||
+        (s->dyn && s->batch != 1) ||
+        s->M <= MATVEC_MAX_M || s->a_sk != 1 || (b->dtype != KILN_DTYPE_F16 && !conv) ||
+        (s->b_sn != 1 && !conv && !f16_kmajor))
         return NULL;
     bool a_vec = s->a_sm % 8 == 0 && s->K % 8 == 0 &&
                  all_multiples(s->brank, s->ops[1].strides, 8);
@@ -339,12 +350,12 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
     }
     int64_t tiles = groups_for(s->M, bm) * groups_for(s->N, bn) * s->batch;
     int64_t steps = (s->K + bk - 1) / bk, splits = 1;
-    if (s->batch == 1 && tiles < COOPMAT_GROUPS)
+    if (s->batch == 1 && tiles < COOPMAT_GROUPS && !s->dyn)
         splits = (COOPMAT_GROUPS + tiles - 1) / tiles;
     if (splits > steps / 4)
         splits = steps / 4;
     const char *tune_split = getenv("KILN_COOPMAT_SPLITK");
-    if (tune_split && s->batch == 1)
+    if (tune_split && s->batch == 1 && !s->dyn)
         splits = strtol(tune_split, NULL, 10);
     splits = splits < 1 ? 1 : splits > steps ? steps : splits;
     int64_t kchunk = (steps + splits - 1) / splits * bk;
@@ -354,7 +365,7 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
     Dispatch *d = new_dispatch(p, n, "coopmat");
     d->needs = KILN_FEATURE_COOPMAT;
     d->local_size = (uint32_t)(32 * wm * wn);
-    define_int(d, "M", s->M);
+    define_str(d, "M", dyn_count(s->dyn, s->M));
     define_product(d, s);
     /* split along K: C the partial products, or (last) C itself, the
      * partial products in their own slot */
@@ -377,6 +388,8 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
     if (!b_vec) {
         define_int(d, "B_GATHER", 1);
         define_int(d, "B_F32", b->dtype == KILN_DTYPE_F32);
+        if (kvec)
+            define_int(d, "B_KVEC", 1);
     }
     define_conv(d, s, partial && !last);
     if (partial) {
@@ -390,11 +403,12 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
     define_int(d, "BK", bk);
     dispatch_arg(d, partial && !last ? partial : s->ops[0].t, true);
     dispatch_arg(d, s->ops[1].t, false);
-    dispatch_arg(d, s->ops[2].t, false);
+    dispatch_arg(d, f16_kmajor ? n->wq : s->ops[2].t, false);
     d->flops = 2ull * (uint64_t)(s->M * s->N) * (uint64_t)s->K * (uint64_t)s->batch;
     d->groups[0] = groups_for(s->N, bn);
     d->groups[1] = groups_for(s->M, bm);
     d->groups[2] = groups_for(partial ? splits : s->batch, 1);
+    dyn_groups(d, 1, s->dyn, s->M, bm);
     if (last)
         bind_split_last(p, d, partial);
     if (!partial || last)
@@ -782,12 +796,28 @@ static Dispatch *matvec_variant(Program *p, Node *n, MatmulShape *s, int64_t per
  * work_max over the run's rows), and no barrier separates them; a decode
  * step's product has a third, the matrix-vector kernel for exactly one
  * row, first. Returns the first; d->variant is the next. */
+/* The tiled kernel for rows that follow the dims, or coopmat.comp where it
+ * applies (a decoder's prompt in f16) with the tiled kernel as its variant
+ * for devices without cooperative matrices; runs of fewer than `least`
+ * rows give neither workgroups. Returns the first. */
+static Dispatch *dyn_tiled_dispatch(Program *p, Node *n, MatmulShape *s, int64_t least) {
+    Dispatch *cm = coopmat_kernel(p, n, s);
+    Dispatch *t = matmul_kernel(p, n, s, false, 0, false, 0);
+    if (cm) {
+        t->unless = KILN_FEATURE_COOPMAT;
+        cm->variant = t;
+    }
+    for (Dispatch *v = cm ? cm : t; v; v = v->variant)
+        v->work_min = least;
+    return cm ? cm : t;
+}
+
 Dispatch *matmul_dispatch(Program *p, Node *n, MatmulShape *s) {
     if (s->M * s->N * s->batch == 0)
         return NULL;
     if (s->dyn_k) /* a dynamic contracted axis: the tiled kernel, K at run time */
         return matmul_kernel(p, n, s, false, 0, false, 0);
-    Dispatch *cm = coopmat_kernel(p, n, s);
+    Dispatch *cm = s->dyn ? NULL : coopmat_kernel(p, n, s);
     if (cm) { /* devices without cooperative matrices run the tiled kernel */
         cm->variant = matmul_kernel(p, n, s, false, 0, false, 0);
         cm->variant->unless = KILN_FEATURE_COOPMAT;
@@ -825,8 +855,10 @@ Dispatch *matmul_dispatch(Program *p, Node *n, MatmulShape *s) {
     const char *tune_m = getenv("KILN_MATVEC_K_M");
     if (n->wkmajor && tune_m && atoi(tune_m) >= 1 && atoi(tune_m) <= MATVEC_K_DYN_M)
         most = atoi(tune_m);
-    if (!s->dyn || per > most)
+    if (!s->dyn)
         return matmul_kernel(p, n, s, false, 0, false, 0);
+    if (per > most)
+        return dyn_tiled_dispatch(p, n, s, 0);
     int64_t small = most / per * per; /* the most rows the matvec one takes */
     /* A decoding step's one row on a kernel built for one (as above): its
      * arrays and the partial sums it reduces are the rows' (bench/
@@ -836,9 +868,7 @@ Dispatch *matmul_dispatch(Program *p, Node *n, MatmulShape *s) {
     Dispatch *one = n->wkmajor && per == 1 && small > 1 ? matvec_variant(p, n, s, 1, 1, 1)
                                                         : NULL;
     Dispatch *v = matvec_variant(p, n, s, per, small, one ? 2 : 1);
-    Dispatch *t = matmul_kernel(p, n, s, false, 0, false, 0);
-    t->work_min = small + 1;
-    v->variant = t;
+    v->variant = dyn_tiled_dispatch(p, n, s, small + 1);
     if (!one)
         return v;
     one->variant = v;

@@ -26,13 +26,17 @@
 //
 // A_GATHER (A's rows not in whole aligned vectors: K or A_SM not a multiple
 // of 8, a convolution's stem of K 147) and B_GATHER (B not in whole aligned
-// vectors along N, or a convolution's input: CONV and CIMG as in
+// vectors along N, a K-major B, or a convolution's input: CONV and CIMG as in
 // product.glsl) load their tiles one element at a time, eight to a vector,
 // and store them into shared memory as vectors (a gathered B by columns,
 // [n][k] like A's tile, eight consecutive k of one column to a vector:
 // consecutive invocations read consecutive columns); a gathered B is f32
 // where B_F32 (converted to f16 as loaded). A convolution's B in
 // vectors: a 1 x 1 kernel's images (CIMG) of a multiple of 8 positions.
+// B_KVEC: a K-major f16 B (B_SK 1; K, B_SN and its batch strides
+// multiples of 8: a decoder's weight stored for matvec_k.comp) gathered by
+// columns, each vector of eight k one 16-byte load. M may follow the
+// dynamic dims (a decoder's prompt; the row tiles' workgroups then too).
 // C_DIRECT: tiles wholly inside C are stored straight from the fragments
 // (no epilogue, C aligned); otherwise every tile goes through the staging
 // area, and out of it, with STORE8 (an epilogue without a QKV split, N and
@@ -85,7 +89,10 @@ layout(local_size_x = NT) in;
 #else
 #define A_ARG U4R
 #endif
-#if !B_GATHER
+#ifndef B_KVEC
+#define B_KVEC 0
+#endif
+#if !B_GATHER || B_KVEC
 #define B_ARG U4R
 #elif B_F32
 #define B_ARG F32R
@@ -106,6 +113,7 @@ layout(push_constant) uniform Args {
     U32R bzero_;
     KILN_SPLIT_OUTPUTS(C_BUF) // QKV split (common.glsl)
     KILN_RES_ARG
+    KILN_DIMS
 } args;
 
 #ifdef KCHUNK
@@ -162,8 +170,11 @@ float b_at(BCol c, uint gk) { return conv_at(c, gk); }
 #else
 #define BCol uint
 BCol b_col(uint cb, uint gn) { return B_INDEX(cb, 0u, gn); }
+#if !B_KVEC
 float b_at(BCol c, uint gk) { return float(args.b.v[c + gk * B_SK]); }
 #endif
+#endif
+#if !B_KVEC
 // A half of B (converted where B is f32).
 float16_t b_half(uint i) { return float16_t(args.b.v[i]); }
 
@@ -174,13 +185,17 @@ uvec4 b_halves(uint at, uint stride) {
                  packFloat2x16(f16vec2(b_half(at + 4 * stride), b_half(at + 5 * stride))),
                  packFloat2x16(f16vec2(b_half(at + 6 * stride), b_half(at + 7 * stride))));
 }
+#endif
 
 // B_WHOLE: the vector of eight k from gk of column c at once, the index
 // math done once: a convolution whose K runs over channels last
 // (CONV_KLAST, channels a multiple of 8: eight channels at one kernel
 // offset, one bounds check, loads a plane apart), or a plain B whose K is
 // a multiple of 8.
-#if CONV && CONV_KLAST && CIC % 8 == 0
+#if B_KVEC // a K-major f16 B (a decoder's weight): eight k of a column are one vector
+#define B_WHOLE 1
+uvec4 b_vec(BCol c, uint gk) { return args.b.v[(c + gk) / 8]; }
+#elif CONV && CONV_KLAST && CIC % 8 == 0
 #define B_WHOLE 1
 uvec4 b_vec(BCol c, uint gk) {
     const uint khw = gk / CIC, ci = gk % CIC, kh = khw / CKW, kw = khw % CKW;

@@ -165,8 +165,9 @@ def test_matmul(workdir):
 
 
 @case("dynamic: a decode step's product on its kernel variants by rows: matrix-vector for "
-      "one row, for the next few, and tiled above (K-major weights, f32 and f16; "
-      "test_quant runs the weight formats)")
+      "one row, for the next few, and tiled above (K-major weights, f32 and f16; in f16 "
+      "coopmat.comp for devices with cooperative matrices; test_quant runs the weight "
+      "formats)")
 def test_matvec_variants(workdir):
     K, N = 96, 40
     w = w_of([K, N], 3)
@@ -182,8 +183,11 @@ def test_matvec_variants(workdir):
         check(r.returncode == 0, r.stderr)
         fams = [d["family"] for d in json.loads(r.stdout)["dispatches"]
                 if d["node"].split(" + ")[0] == "h"]
-        # up to 16 rows: matvec_k for 2..16; more: for 2..4, then tiled
-        want_fams = ["matvec_k", "matvec_k"] + (["matmul"] if hi > 16 else [])
+        # up to 16 rows: matvec_k for 2..16; more: for 2..4, then tiled (in
+        # f16 coopmat.comp first, reading the K-major f16 weight, for devices
+        # with cooperative matrices; the tiled kernel its variant)
+        want_fams = ["matvec_k", "matvec_k"] + (
+            (["coopmat"] if flags else []) + ["matmul"] if hi > 16 else [])
         check(fams == want_fams, f"seq 1..{hi} {flags}: expected {want_fams}, got {fams}")
 
         def compare(got, want, what, tol=F16_TOLERANCE if flags else 1e-5):
