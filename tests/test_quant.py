@@ -246,7 +246,8 @@ def dynamic_case(fmt, precision_f16=False):
     is stored K-major; runs of up to 4 rows take matvec_k.comp, longer ones
     the tiled kernel reading the K-major weight (its scales K-major too).
     precision_f16: --precision f16 without --weights, which stores such a
-    weight as f16 K-major (f16 activations: the bound widens)."""
+    weight as f16 K-major (f16 activations: the bound widens; longer runs
+    on coopmat.comp where the device has cooperative matrices)."""
     def test(workdir):
         import test_dynamic
         r = np.random.default_rng(80)
@@ -261,7 +262,9 @@ def dynamic_case(fmt, precision_f16=False):
         flags = ("--precision", "f16") if precision_f16 else ("--weights", fmt)
         prog = build_model(workdir, y, {"w.bin": w.tobytes()}, flags=flags)
         kernels = {"matvec_k", "matmul"}
-        check_kernels(workdir, kernels | {"eltwise"} if precision_f16 else kernels)
+        # f16: coopmat.comp too (the tiled kernel its variant on devices
+        # without cooperative matrices: lavapipe runs that)
+        check_kernels(workdir, kernels | {"eltwise", "coopmat"} if precision_f16 else kernels)
         tol = 2e-3 if precision_f16 else 1e-5
 
         def ref(x, seq):
@@ -280,5 +283,6 @@ def dynamic_case(fmt, precision_f16=False):
 for fmt in ["int8", "int4-asym", "fp8-e4m3"]:
     case(f"--weights {fmt}: rows that follow a dim, weight K-major (matvec_k, and the "
          "tiled kernel reading it K-major)")(dynamic_case(fmt))
-case("--precision f16: rows that follow a dim, the weight f16 K-major (matvec_k, tiled)")(
+case("--precision f16: rows that follow a dim, the weight f16 K-major (matvec_k, coopmat or "
+     "tiled)")(
     dynamic_case("f16", precision_f16=True))
