@@ -287,6 +287,8 @@ static bool split_in_last(const Node *n) {
     return n->op != OP_CONV && !split_last_off();
 }
 
+#define COOPMAT_GROUPS 264 /* two workgroups per multiprocessor of an H200 */
+
 /* coopmat.comp for s, when it applies: an f16 A (its rows contiguous), B
  * f16 as given (not re-encoded; its rows contiguous along N), f16 stored
  * K-major for a decoder (n->wkmajor, B_KVEC) or a convolution's input (f16
@@ -299,15 +301,17 @@ static bool split_in_last(const Node *n) {
  * B_GATHER). The dispatch needs KILN_FEATURE_COOPMAT; NULL when it does
  * not apply. Tiles (measured on an H200, bench/): 128 x 256 of 8 subgroups
  * (64 x 64 each)
- * when they leave 128 workgroups, else 128 x 128 of 4 when those leave 64,
- * else 64 x 64 of 4. A product of one batch whose tiles leave fewer than
+ * when they leave 128 workgroups, else 128 x 128 of 4 when those leave 64
+ * (COOPMAT_GROUPS where K has 256 or fewer: 8 steps or fewer leave a large
+ * tile little to pipeline; H200, bench/experiments/coopmat-tiles-h200.txt:
+ * ConvNeXt-tiny's [3136, 96] x [96, 384] 39.5 -> 19.5 us, ResNet-50's stem
+ * 51.5 -> 34.1 on 64 x 64), else 64 x 64 of 4. A product of one batch whose tiles leave fewer than
  * COOPMAT_GROUPS workgroups splits K into chunks of at least 4 steps until
  * they do (BERT-base's [128, 3072] x [3072, 768]: 24 tiles of 64 x 64, 11
  * chunks), coopmat.comp writing the chunks' partial products and each
  * tile's last workgroup (split_in_last) or splitk.comp adding them up with
  * the epilogue; KILN_COOPMAT_SPLITK=S sets the chunks, for tuning. Returns
  * the dispatch that writes C. */
-#define COOPMAT_GROUPS 264 /* two workgroups per multiprocessor of an H200 */
 static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
     /* a decoder's weight stored f16 K-major (quantize.c): B is that copy */
     bool f16_kmajor = n->wkmajor && n->wq && n->wformat == WF_F16;
@@ -336,7 +340,8 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
     if (groups_for(s->M, 128) * groups_for(s->N, 256) * s->batch < 128) {
         bn = 128;
         wn = 2;
-        if (groups_for(s->M, 128) * groups_for(s->N, 128) * s->batch < 64)
+        if (groups_for(s->M, 128) * groups_for(s->N, 128) * s->batch <
+            (s->K > 256 ? 64 : COOPMAT_GROUPS))
             bm = bn = 64;
     }
     /* KILN_COOPMAT_TILE=BM,BN,WM,WN,BK overrides the tiles, for tuning

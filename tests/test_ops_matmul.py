@@ -127,6 +127,28 @@ for i, (sa, sb) in enumerate(MATMUL_F16_SHAPES):
     case(f"op matmul f16 {sa} {sb}")(matmul_f16_case(i, sa, sb))
 
 
+def coopmat_tile_case(K, bm):
+    """[1024, K] x [K, 1024] in f16: 64 tiles of 128 x 128, which
+    coopmat.comp takes for K over 256 and not for fewer steps of K (64 x 64
+    then); compiled only (lavapipe runs the tiled variant, which the f16
+    cases above check)."""
+    def test(workdir):
+        y = model_yaml("mm", {"a": {"dtype": "f16", "shape": [1024, K]},
+                              "b": {"dtype": "f16", "shape": [K, 1024]}},
+                       [{"name": "y", "op": "matmul", "inputs": ["a", "b"]}], ["y"])
+        build_model(workdir, y)
+        cm = [d for d in kernel_defines(workdir) if "WM" in d]
+        check(len(cm) == 1 and cm[0].get("BM") == str(bm) and cm[0].get("BN") == str(bm),
+              f"K {K}: coopmat tiles {[(d.get('BM'), d.get('BN')) for d in cm]}, "
+              f"expected {bm} x {bm}")
+    return test
+
+
+for _k, _bm in ((96, 64), (512, 128)):
+    case(f"op matmul f16 coopmat tiles [1024, {_k}] x [{_k}, 1024]: {_bm} x {_bm}")(
+        coopmat_tile_case(_k, _bm))
+
+
 def matmul_weights_case(workdir):
     """[B, S, D] x a weight [D, E] from inline values."""
     r = rng(330)

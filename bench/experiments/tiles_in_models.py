@@ -14,7 +14,7 @@ many dispatches share them), the mean GPU microseconds under each
 configuration, with that configuration's grid.
 
   bench/experiments/tiles_in_models.py [--models A,B] [--configs "default;K=V&K=V;..."]
-                                       [--out FILE.json]
+                                       [--out FILE.json] [--f16]
   bench/experiments/tiles_in_models.py --report FILE.json
 
 Runs where bench/models.py runs (PyTorch, transformers, onnxruntime, kiln
@@ -37,14 +37,15 @@ import models  # noqa: E402  (bench/models.py: the models, kiln's build of them)
 PRODUCTS = ("matmul", "splitk", "matvec", "matvec_k", "coopmat")
 
 
-def measure(wd, inputs, ort_outs, cfg):
-    """{total_us, err, nodes: {node: {us, flops, groups}}} under cfg."""
+def measure(wd, inputs, ort_outs, cfg, flags=()):
+    """{total_us, err, nodes: {node: {us, flops, groups}}} under cfg (and
+    kiln compile's flags)."""
     env = dict(os.environ)
     if cfg != "default":
         for kv in cfg.split("&"):
             k, v = kv.split("=", 1)
             env[k] = v
-    _, _, insp = models.kiln_build(wd, wd / "m.onnx", env)
+    _, _, insp = models.kiln_build(wd, wd / "m.onnx", env, flags)
     args = [wd / "run_model", "-q", "-n", "300", "-p", wd / "prof.json"]
     for i in range(len(inputs)):
         args += ["-i", wd / f"in{i}.bin"]
@@ -93,6 +94,8 @@ def main():
     ap.add_argument("--configs", default="default;KILN_MATMUL_SPLITK=1")
     ap.add_argument("--out", default="tiles_in_models.json")
     ap.add_argument("--report", help="only print the report of a stored JSON")
+    ap.add_argument("--f16", action="store_true",
+                    help="compile with --precision f16 (the outputs stay f32)")
     a = ap.parse_args()
     if a.report:
         report(json.loads(Path(a.report).read_text()))
@@ -113,7 +116,8 @@ def main():
         results[name] = {}
         for cfg in a.configs.split(";"):
             try:
-                results[name][cfg.replace("KILN_MATMUL_", "")] = measure(wd, inputs, ort_outs, cfg)
+                results[name][cfg.replace("KILN_MATMUL_", "")] = measure(
+                    wd, inputs, ort_outs, cfg, ("--precision", "f16") if a.f16 else ())
             except RuntimeError as e:
                 print(f"  {cfg}: failed: {str(e)[-300:]}", flush=True)
         Path(a.out).write_text(json.dumps(results))
