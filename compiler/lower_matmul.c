@@ -305,8 +305,8 @@ static bool split_in_last(const Node *n) {
  * (COOPMAT_GROUPS where K has 256 or fewer: 8 steps or fewer leave a large
  * tile little to pipeline; H200, bench/experiments/coopmat-tiles-h200.txt:
  * ConvNeXt-tiny's [3136, 96] x [96, 384] 39.5 -> 19.5 us, ResNet-50's stem
- * 51.5 -> 34.1 on 64 x 64), else 64 x 64 of 4. A product of one batch whose tiles leave fewer than
- * COOPMAT_GROUPS workgroups splits K into chunks of at least 4 steps until
+ * 51.5 -> 34.1 on 64 x 64), else 64 x 64 of 4. A product of one batch
+ * whose tiles leave fewer than COOPMAT_GROUPS workgroups splits K into chunks of at least 4 steps until
  * they do (BERT-base's [128, 3072] x [3072, 768]: 24 tiles of 64 x 64, 11
  * chunks), coopmat.comp writing the chunks' partial products and each
  * tile's last workgroup (split_in_last) or splitk.comp adding them up with

@@ -299,8 +299,9 @@ static kiln_status choose_device(kiln_device *dev, int32_t index,
     return st;
 }
 
-/* 1 when pd has VK_NV_cooperative_matrix as coopmat.comp uses it: the
- * extension and its feature, subgroups of 32, and (given an instance to
+/* 1 when pd has VK_NV_cooperative_matrix as coopmat.comp and flash_cm.comp
+ * use it: the extension and its feature, subgroups of 32 with shuffles,
+ * and (given an instance to
  * query it through) 16 x 16 x 16 fragments of f16 x f16 + f32 at subgroup
  * scope; c holds pd's features (f16 arithmetic, 16-bit storage and the
  * Vulkan memory model with device scope are needed too: its SPIR-V declares
@@ -335,7 +336,9 @@ static int coopmat_usable(VkInstance instance, VkPhysicalDevice pd, const Featur
     memset(&sub, 0, sizeof sub);
     sub.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES;
     properties_chain(pd, &sub);
-    if (!cm.cooperativeMatrix || sub.subgroupSize != 32)
+    /* flash_cm.comp pairs a subgroup's invocations by shuffles */
+    if (!cm.cooperativeMatrix || sub.subgroupSize != 32 ||
+        !(sub.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT))
         return 0;
     if (!instance)
         return 1;

@@ -362,9 +362,10 @@ void add_chunk(uint ca, uint ch, Chunk q, inout float acc[M][CN]) {
             acc[m][c] = fma(q.s[c], d[m][c], acc[m][c]);
 }
 
-// Stores the workgroup's output o (0 to M * CN - 1, row-major over M x CN)
-// whose sum v is, of the batch at cc of C; GLU (one batch): output o (0 to M * CH - 1) of row m, whose parts'
-// sums are v and w.
+// Stores output o (0 to M * CN - 1, row-major over M x CN) of a team's
+// columns from n0, whose sum v is, of the batch at cc of C; GLU (one
+// batch): output o (0 to M * CH - 1) of row m, whose parts' sums are v
+// and w.
 void store(uint cc, uint n0, uint o, float v) {
     const uint m = o / CN, col = n0 + o % CN;
     if (m < MROWS && col < N)
