@@ -179,17 +179,15 @@ static int64_t flash_cm_shared_bytes(const AttentionDims *a, int64_t nsg) {
  * KILN_FLASH_CM=1, 2, 4 or 8 sets the subgroups, for tuning); the caller
  * records flash.comp as its variant for the other devices. */
 static Dispatch *flash_cm_dispatch(Program *p, Node *n, const AttentionDims *a) {
-    const char *off = getenv("KILN_FLASH_CM");
-    if ((off && strcmp(off, "0") == 0) || a->D % 16 || a->DV % 16 || a->D > 256 ||
+    const char *tune = getenv("KILN_FLASH_CM");
+    long want = tune ? strtol(tune, NULL, 10) : 8; /* 0: off; 1, 2, 4, 8: NSG */
+    if ((tune && strcmp(tune, "0") == 0) || a->D % 16 || a->DV % 16 || a->D > 256 ||
         a->DV > 256)
         return NULL;
     for (int i = 0; i < 3; i++)
         if (n->inputs[i]->dtype != KILN_DTYPE_F16)
             return NULL;
-    int64_t nsg = 8;
-    if (off && (strcmp(off, "1") == 0 || strcmp(off, "2") == 0 || strcmp(off, "4") == 0 ||
-                strcmp(off, "8") == 0))
-        nsg = atoi(off); /* KILN_FLASH_CM=NSG, for tuning */
+    int64_t nsg = want == 1 || want == 2 || want == 4 ? want : 8;
     while (nsg > 1 && flash_cm_shared_bytes(a, nsg) > 49152)
         nsg /= 2;
     if (flash_cm_shared_bytes(a, nsg) > 49152)

@@ -160,8 +160,8 @@ static int b_format(const Node *n, const MatmulShape *s) {
 }
 
 /* Whether matvec_k.comp can compute s: B K-major (encoded so by quantize.c,
- * or given with B_SK 1) in whole 16-byte chunks along K, A contiguous along
- * K (f32 in vec4s or f16). A K-major encoded weight sets s's B strides. */
+ * its strides set so by matmul_dispatch, or given with B_SK 1) in whole
+ * 16-byte chunks along K, A contiguous along K (f32 in vec4s or f16). */
 static bool kmajor_shape(const Node *n, MatmulShape *s) {
     const Tensor *a = s->ops[1].t, *b = s->ops[2].t;
     int64_t kv = weight_chunk(b_format(n, s));
@@ -172,8 +172,6 @@ static bool kmajor_shape(const Node *n, MatmulShape *s) {
         if (!a_ok || s->K % kv || s->conv.in[0])
             internal_error("node '%s': a K-major weight where matvec_k.comp does not apply",
                            n->name);
-        s->b_sk = 1;
-        s->b_sn = s->K;
         return true;
     }
     return a_ok && !matvec_k_off() && !n->wq && !s->conv.in[0] && s->b_sk == 1 &&
@@ -300,13 +298,13 @@ static bool split_in_last(const Node *n) {
  * convolution's windows, are gathered element by element (A_GATHER,
  * B_GATHER). The dispatch needs KILN_FEATURE_COOPMAT; NULL when it does
  * not apply. Tiles (measured on an H200, bench/): 128 x 256 of 8 subgroups
- * (64 x 64 each)
- * when they leave 128 workgroups, else 128 x 128 of 4 when those leave 64
- * (COOPMAT_GROUPS where K has 256 or fewer: 8 steps or fewer leave a large
- * tile little to pipeline; H200, bench/experiments/coopmat-tiles-h200.txt:
- * ConvNeXt-tiny's [3136, 96] x [96, 384] 39.5 -> 19.5 us, ResNet-50's stem
- * 51.5 -> 34.1 on 64 x 64), else 64 x 64 of 4. A product of one batch
- * whose tiles leave fewer than COOPMAT_GROUPS workgroups splits K into chunks of at least 4 steps until
+ * (64 x 64 each) when they leave 128 workgroups, else 128 x 128 of 4 when
+ * those leave 64 (COOPMAT_GROUPS where K has 256 or fewer: 8 steps or fewer
+ * leave a large tile little to pipeline; H200,
+ * bench/experiments/coopmat-tiles-h200.txt: ConvNeXt-tiny's [3136, 96] x
+ * [96, 384] 39.5 -> 19.5 us, ResNet-50's stem 51.5 -> 34.1 on 64 x 64), else
+ * 64 x 64 of 4. A product of one batch whose tiles leave fewer than
+ * COOPMAT_GROUPS workgroups splits K into chunks of at least 4 steps until
  * they do (BERT-base's [128, 3072] x [3072, 768]: 24 tiles of 64 x 64, 11
  * chunks), coopmat.comp writing the chunks' partial products and each
  * tile's last workgroup (split_in_last) or splitk.comp adding them up with
@@ -317,10 +315,6 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
     bool f16_kmajor = n->wkmajor && n->wq && n->wformat == WF_F16;
     const Tensor *c = s->ops[0].t, *a = s->ops[1].t, *b = f16_kmajor ? n->wq : s->ops[2].t;
     bool conv = n->op == OP_CONV;
-    if (n->wkmajor) { /* as the tiled variant reads it: column n at n * K */
-        s->b_sk = 1;
-        s->b_sn = s->K;
-    }
     bool kvec = f16_kmajor && s->K % 8 == 0 && all_multiples(s->brank, s->ops[2].strides, 8);
     if (a->dtype != KILN_DTYPE_F16 || (n->wq && !f16_kmajor) || s->dyn_k ||
         (s->dyn && s->batch != 1) ||
@@ -552,12 +546,8 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
                        (long long)s->batch);
     if (matvec && kmajor_shape(n, s))
         return matvec_k_kernel(p, n, s, mrows);
-    if (n->wkmajor) { /* the tiled variant of a dynamic decode product */
-        if (!s->dyn)
-            internal_error("node '%s': a K-major weight on the tiled kernel", n->name);
-        s->b_sk = 1;
-        s->b_sn = s->K;
-    }
+    if (n->wkmajor && !s->dyn) /* only a dynamic decode product's tiled variant */
+        internal_error("node '%s': a K-major weight on the tiled kernel", n->name);
     Tiles tiles = pick_tiles(n, s, wide);
     int64_t splits = kchunk ? (s->K + kchunk - 1) / kchunk : 1;
     int64_t bm = tiles.bm, bn = tiles.bn, tm = tiles.tm, tn = tiles.tn, bk = tiles.bk;
@@ -795,39 +785,45 @@ static Dispatch *matvec_variant(Program *p, Node *n, MatmulShape *s, int64_t per
     return v;
 }
 
+/* coopmat.comp's dispatch cm, with the tiled kernel recorded after it as
+ * its variant for devices without cooperative matrices. Returns cm. */
+static Dispatch *with_tiled_variant(Program *p, Node *n, MatmulShape *s, Dispatch *cm) {
+    cm->variant = matmul_kernel(p, n, s, false, 0, false, 0);
+    cm->variant->unless = KILN_FEATURE_COOPMAT;
+    return cm;
+}
+
+/* The tiled kernel for rows that follow the dims, or coopmat.comp where it
+ * applies (a decoder's prompt in f16) with the tiled kernel as its variant;
+ * runs of fewer than `least` rows give neither workgroups. Returns the
+ * first. */
+static Dispatch *dyn_tiled_dispatch(Program *p, Node *n, MatmulShape *s, int64_t least) {
+    Dispatch *cm = coopmat_kernel(p, n, s);
+    Dispatch *first = cm ? with_tiled_variant(p, n, s, cm)
+                         : matmul_kernel(p, n, s, false, 0, false, 0);
+    for (Dispatch *v = first; v; v = v->variant)
+        v->work_min = least;
+    return first;
+}
+
 /* The kernel by the rows: matrix-vector up to MATVEC_MAX_M, else tiled.
  * Dynamic rows that can be either get both, recorded one after the other:
  * each run gives one of them its groups and the other none (work_min and
  * work_max over the run's rows), and no barrier separates them; a decode
  * step's product has a third, the matrix-vector kernel for exactly one
  * row, first. Returns the first; d->variant is the next. */
-/* The tiled kernel for rows that follow the dims, or coopmat.comp where it
- * applies (a decoder's prompt in f16) with the tiled kernel as its variant
- * for devices without cooperative matrices; runs of fewer than `least`
- * rows give neither workgroups. Returns the first. */
-static Dispatch *dyn_tiled_dispatch(Program *p, Node *n, MatmulShape *s, int64_t least) {
-    Dispatch *cm = coopmat_kernel(p, n, s);
-    Dispatch *t = matmul_kernel(p, n, s, false, 0, false, 0);
-    if (cm) {
-        t->unless = KILN_FEATURE_COOPMAT;
-        cm->variant = t;
-    }
-    for (Dispatch *v = cm ? cm : t; v; v = v->variant)
-        v->work_min = least;
-    return cm ? cm : t;
-}
-
 Dispatch *matmul_dispatch(Program *p, Node *n, MatmulShape *s) {
     if (s->M * s->N * s->batch == 0)
         return NULL;
     if (s->dyn_k) /* a dynamic contracted axis: the tiled kernel, K at run time */
         return matmul_kernel(p, n, s, false, 0, false, 0);
-    Dispatch *cm = s->dyn ? NULL : coopmat_kernel(p, n, s);
-    if (cm) { /* devices without cooperative matrices run the tiled kernel */
-        cm->variant = matmul_kernel(p, n, s, false, 0, false, 0);
-        cm->variant->unless = KILN_FEATURE_COOPMAT;
-        return cm;
+    if (n->wkmajor) { /* its weight encoded K-major (quantize.c): column n at n * K */
+        s->b_sk = 1;
+        s->b_sn = s->K;
     }
+    Dispatch *cm = s->dyn ? NULL : coopmat_kernel(p, n, s);
+    if (cm) /* devices without cooperative matrices run the tiled kernel */
+        return with_tiled_variant(p, n, s, cm);
     if (s->M <= MATVEC_MAX_M && s->M > 1 && s->dyn && n->wkmajor &&
         s->M / s->dyn->shape[s->dyn->dyn_axis] == 1) { /* one row, then 2 to M (see below) */
         Dispatch *one = matvec_variant(p, n, s, 1, 1, 1);

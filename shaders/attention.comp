@@ -129,6 +129,7 @@ layout(push_constant) uniform Args {
 } args;
 
 #include "reduce.glsl"
+#include "scores.glsl"
 #if COMBINE_LAST
 #define PART_AT(i) args.o.v[i]
 COMBINE_ROW(PART_AT, args.dst)
@@ -159,14 +160,7 @@ void main() {
         for (uint c0 = kbeg; c0 < kend; c0 += WG) {
             const uint j = c0 + l;
             float s = -1.0 / 0.0;
-            bool visible = j < kend;
-#if CAUSAL
-            visible = visible && int(j) <= last;
-#endif
-#if WINDOW > 0
-            visible = visible && int(j) > last - WINDOW;
-#endif
-            if (visible) {
+            if (j < kend && kiln_key_visible(j, last)) {
                 float qk = 0.0;
                 const uint kr = kbase + j * KS_S;
 #if KVEC4 // the key's row as vec4s (16-byte aligned)
@@ -177,13 +171,7 @@ void main() {
                 for (uint d = 0; d < D; ++d)
                     qk += qs[d] * float(args.k.v[kr + d]);
 #endif
-                s = qk * SCALE;
-#if SOFTCAP_ON
-                s = SOFTCAP * kiln_tanh(s / SOFTCAP);
-#endif
-#if HAS_MASK
-                s += float(args.mask.v[b * MS_B + h * MS_H + i * MS_I + j * MS_J]);
-#endif
+                s = kiln_score(qk, b, h, i, j);
             }
             const float m_new = max(m, kiln_reduce_max(s));
             if (isinf(m_new) && m_new < 0.0)

@@ -56,6 +56,8 @@ layout(push_constant) uniform Args {
     KILN_DIMS
 } args;
 
+#include "scores.glsl"
+
 #define D4 ((D + 3) / 4)
 #define DV4 ((DV + 3) / 4)
 #define KP4 (D4 + 1)                    // a query or key row in shared memory, in vec4s
@@ -157,22 +159,10 @@ void main() {
             float cmax = -1.0 / 0.0;
             for (int kk = 0; kk < SN; ++kk) {
                 const uint jj = t + uint(kk) * TPR, j = c0 + jj;
-                bool visible = row_ok && jj < n;
-#if CAUSAL
-                visible = visible && int(j) <= last;
-#endif
-#if WINDOW > 0
-                visible = visible && int(j) > last - WINDOW;
-#endif
-                float x = s[kk] * SCALE;
-#if SOFTCAP_ON
-                x = SOFTCAP * kiln_tanh(x / SOFTCAP);
-#endif
-#if HAS_MASK
-                if (visible)
-                    x += float(args.mask.v[b * MS_B + h * MS_H + i * MS_I + j * MS_J]);
-#endif
-                s[kk] = visible ? x : -1.0 / 0.0;
+                float x = -1.0 / 0.0;
+                if (row_ok && jj < n && kiln_key_visible(j, last))
+                    x = kiln_score(s[kk], b, h, i, j);
+                s[kk] = x;
                 cmax = max(cmax, s[kk]);
             }
             red[l] = cmax;

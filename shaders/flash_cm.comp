@@ -55,6 +55,8 @@ layout(push_constant) uniform Args {
     KILN_DIMS
 } args;
 
+#include "scores.glsl"
+
 #define DQ (D / 8)   // a query or key row in vectors of eight halves
 #define DVQ (DV / 8) // a value row
 #define KRS (DQ + 1) // rows in shared memory, padded by a vector
@@ -127,28 +129,16 @@ void scores(const FRAG16 qf[FD], uint a) {
 }
 
 // The invocation's eight scores of its row at chunk c0 (keys c0 + 8 hf to
-// c0 + 8 hf + 7), scaled, capped and masked; -inf where not visible.
+// c0 + 8 hf + 7), scaled, capped and masked (scores.glsl); -inf where not
+// visible.
 void row_scores(uint a, uint r, uint hf, uint c0, uint i, int last, uint kend, uint b,
                 uint h, out float x[8]) {
     const uvec4 lo = kv[a + r * SRS + 2 * hf], hi = kv[a + r * SRS + 2 * hf + 1];
     [[unroll]] for (uint e = 0; e < 8; ++e) {
         const uint j = c0 + 8 * hf + e;
-        float y = uintBitsToFloat(e < 4 ? lo[e] : hi[e - 4]) * SCALE;
-        bool visible = i < SQ && j < kend;
-#if CAUSAL
-        visible = visible && int(j) <= last;
-#endif
-#if WINDOW > 0
-        visible = visible && int(j) > last - WINDOW;
-#endif
-#if SOFTCAP_ON
-        y = SOFTCAP * kiln_tanh(y / SOFTCAP);
-#endif
-#if HAS_MASK
-        if (visible)
-            y += float(args.mask.v[b * MS_B + h * MS_H + i * MS_I + j * MS_J]);
-#endif
-        x[e] = visible ? y : -1.0 / 0.0;
+        x[e] = -1.0 / 0.0;
+        if (i < SQ && j < kend && kiln_key_visible(j, last))
+            x[e] = kiln_score(uintBitsToFloat(e < 4 ? lo[e] : hi[e - 4]), b, h, i, j);
     }
 }
 

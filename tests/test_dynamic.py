@@ -34,10 +34,15 @@ def dyn_yaml(dims, inputs, nodes, outputs, weights=None):
 TEAMS = {"KILN_MATVEC_K": "128,4,1,4,1"}
 
 
-def tuning(env):
-    """The compiler's share of a case's environment: its tuning hooks
-    (KILN_MATVEC_K: matvec_k's teams and A in shared memory)."""
-    return {k: v for k, v in env.items() if k.startswith("KILN_MATVEC")}
+def build_tuned(sub, y, flags, env):
+    """build_model with the compiler's share of a case's environment (its
+    tuning hooks: KILN_MATVEC_K, matvec_k's teams and A in shared memory),
+    which must reach the kernel."""
+    tuning = {k: v for k, v in env.items() if k.startswith("KILN_MATVEC")}
+    prog = build_model(sub, y, flags=flags, env=tuning)
+    check(not tuning or "TEAMS 4" in (sub / "model.c").read_text(),
+          "KILN_MATVEC_K's teams did not reach the kernel")
+    return prog
 
 
 def run_steps(workdir, yaml_text, steps, make_inputs, reference, rtol=1e-5, atol=1e-5,
@@ -221,9 +226,7 @@ def test_norm_after_product(workdir):
                       {"name": "n", "op": norm, "inputs": ["s", *params], "eps": 1e-3}],
                      ["n", "s"], {"w": weight([K, N], 3), "g": weight([N], 4),
                                   "b": weight([N], 5)})
-        prog = build_model(sub, y, flags=flags, env=tuning(env))
-        check(not tuning(env) or "TEAMS 4" in (sub / "model.c").read_text(),
-              "KILN_MATVEC_K's teams did not reach the kernel")
+        prog = build_tuned(sub, y, flags, env)
         r = kiln("inspect", sub / "model.yaml", "--format", "json", *flags)
         check(r.returncode == 0, r.stderr)
         ds = json.loads(r.stdout)["dispatches"]
@@ -266,9 +269,7 @@ def test_glu_after_product(workdir):
                       {"name": "sl", "op": "mul", "inputs": ["g", "sg"]},
                       {"name": "y", "op": "mul", "inputs": ["u", "sl"]}],
                      ["y"], {"wg": weight([K, N], 3), "wu": weight([K, N], 4)})
-        prog = build_model(sub, y, flags=flags, env=tuning(env))
-        check(not tuning(env) or "TEAMS 4" in (sub / "model.c").read_text(),
-              "KILN_MATVEC_K's teams did not reach the kernel")
+        prog = build_tuned(sub, y, flags, env)
         r = kiln("inspect", sub / "model.yaml", "--format", "json", *flags)
         check(r.returncode == 0, r.stderr)
         ds = json.loads(r.stdout)["dispatches"]
@@ -320,9 +321,7 @@ def test_rope_after_product(workdir):
                      nodes, ["rq", "rk", "v"],
                      {"wq": weight([K, H * D], 3), "wk": weight([K, KVH * D], 4),
                       "wv": weight([K, KVH * D], 5)})
-        prog = build_model(sub, y, flags=flags, env=tuning(env))
-        check(not tuning(env) or "TEAMS 4" in (sub / "model.c").read_text(),
-              "KILN_MATVEC_K's teams did not reach the kernel")
+        prog = build_tuned(sub, y, flags, env)
         r = kiln("inspect", sub / "model.yaml", "--format", "json", *flags)
         check(r.returncode == 0, r.stderr)
         first = [d for d in json.loads(r.stdout)["dispatches"] if d["family"] == "matvec_k"][0]
