@@ -23,10 +23,12 @@
  * The common case stays fast: a tensor whose one dynamic axis is the
  * outermost larger than 1 (`dynamic`, the prefix layout) has a run's
  * elements as a prefix of its bytes, and kernels follow its extent (their
- * work shrinks with it). States have that layout (a state grows along its
- * dynamic axis); inputs and outputs may be dynamic along any axes, and
- * kiln_model_run copies a run's extent between the caller's contiguous
- * buffers and the largest shape's strides in staging.
+ * work shrinks with it). Elementwise dispatches, rope and attention also
+ * follow one dynamic axis inside (its size read at run time). States have
+ * the prefix layout (a state grows along its dynamic axis); inputs and
+ * outputs may be dynamic along any axes, and kiln_model_run copies a run's
+ * extent between the caller's contiguous buffers and the largest shape's
+ * strides in staging.
  */
 #include "kiln.h"
 
@@ -582,29 +584,6 @@ static void dynamic_gather_nd(Node *n) {
             mark(n, out, a, &idx->ext[a]);
 }
 
-/* rope and attention follow their operands' prefix layout only (all of
- * rope's; attention's first three: its mask has dynamic_attention_mask).
- * The first operand dynamic along an inner axis, or NULL. Such operands
- * are let through inference (the outputs take x's axes) so that rewrite.c
- * may move the op onto the tensors they view (a transpose's source, the
- * cache state), whose layout is the prefix one; whatever is left is
- * refused when lowering (check_prefix_operands). */
-static Tensor *inner_operand(const Node *n) {
-    for (int i = 0; i < (n->op == OP_ATTENTION ? 3 : n->ninputs); i++)
-        if (n->inputs[i]->dyn_axes && !n->inputs[i]->dynamic)
-            return n->inputs[i];
-    return NULL;
-}
-
-void check_prefix_operands(Node *n) {
-    Tensor *t = n->op == OP_ROPE || n->op == OP_ATTENTION ? inner_operand(n) : NULL;
-    if (t)
-        unsupported(n, "'%s' %s is dynamic along an inner axis; this op takes a dynamic "
-                    "axis only as the outermost one larger than 1 (kiln moves it onto a "
-                    "transpose's source or the cache state when it can)", t->name,
-                    shape_str(t->rank, t->shape));
-}
-
 /* An additive mask is read at its largest shape's strides: its query and
  * key axes may follow q's and k's extents (a decoder's causal and padding
  * mask over [seq, past + seq]). */
@@ -616,46 +595,46 @@ static void dynamic_attention_mask(Node *n, const AttentionDims *a) {
             continue;
         int full = ax + 4 - m->rank; /* of [B, H, Sq, Sk] */
         Tensor *ref = full == 2 ? n->inputs[0] : full == 3 ? n->inputs[1] : NULL;
-        if (!ref || !ref->dynamic || ref->dyn_axis != seq ||
-            !dim_expr_eq(&m->ext[ax], &ref->extent))
+        if (!ref || !is_dyn(ref, seq) || !dim_expr_eq(&m->ext[ax], &ref->ext[seq]))
             unsupported(n, "the mask '%s' is dynamic along axis %d, which is not the "
                         "queries' or keys' dynamic positions with their extent", m->name, ax);
     }
 }
 
+/* Attention's q, k and v may follow the dims along their positions (axis
+ * 1 of bshd, 2 of bhsd), whichever axes come before: the kernels read them
+ * at their largest shape's strides and walk the run's extents (SQ, SK). */
 static void dynamic_attention(Node *n) {
-    Tensor *x = n->inputs[0];
-    if (inner_operand(n)) {
-        same_as(n, x);
-        return;
-    }
     AttentionDims a;
     attention_dims(n, &a);
     int seq = a.bshd ? 1 : 2;
     for (int i = 0; i < 3; i++) {
         Tensor *t = n->inputs[i];
-        if (t->dynamic && t->dyn_axis != seq)
-            unsupported(n, "'%s' is dynamic along axis %d; attention takes dynamic "
-                        "positions (axis %d of layout %s) only", t->name, t->dyn_axis,
-                        seq, a.bshd ? "bshd" : "bhsd");
+        for (int ax = 0; ax < t->rank; ax++)
+            if (is_dyn(t, ax) && ax != seq)
+                unsupported(n, "'%s' is dynamic along axis %d; attention takes dynamic "
+                            "positions (axis %d of layout %s) only", t->name, ax, seq,
+                            a.bshd ? "bshd" : "bhsd");
     }
     if (n->ninputs > 3 && n->inputs[3]->dyn_axes)
         dynamic_attention_mask(n, &a);
-    Tensor *k = n->inputs[1], *v = n->inputs[2];
-    if (k->dynamic != v->dynamic ||
-        (k->dynamic && !dim_expr_eq(&k->extent, &v->extent)))
+    Tensor *q = n->inputs[0], *k = n->inputs[1], *v = n->inputs[2];
+    if (is_dyn(k, seq) != is_dyn(v, seq) ||
+        (is_dyn(k, seq) && !dim_expr_eq(&k->ext[seq], &v->ext[seq])))
         unsupported(n, "keys '%s' and values '%s' must have the same dynamic extent",
                     k->name, v->name);
-    if (x->dynamic)
-        mark(n, n->outputs[0], seq, &x->extent);
+    if (is_dyn(q, seq))
+        mark(n, n->outputs[0], seq, &q->ext[seq]);
 }
 
+/* rope: the output follows x. cos and sin ([positions, R / 2]) follow the
+ * dims together, along their positions, exactly where x follows them along
+ * seq_axis (a table of fixed positions would rotate a run's positions as
+ * if they started at 0: a decoder gathers its tables by position). An
+ * inner dynamic axis of x runs the rotation over x's largest shape, as
+ * other elementwise ops. */
 static void dynamic_rope(Node *n) {
     Tensor *x = n->inputs[0];
-    if (inner_operand(n)) {
-        same_as(n, x);
-        return;
-    }
     int64_t axis = attr_int(n, "seq_axis");
     if (axis < 0)
         axis += x->rank;
@@ -664,11 +643,12 @@ static void dynamic_rope(Node *n) {
         (c->dynamic && !dim_expr_eq(&c->extent, &s->extent)))
         unsupported(n, "cos '%s' and sin '%s' must have the same dynamic extent",
                     c->name, s->name);
-    if (c->dynamic && (!x->dynamic || x->dyn_axis != axis ||
-                       !dim_expr_eq(&c->extent, &x->extent)))
+    if ((c->dyn_axes && !c->dynamic) || (s->dyn_axes && !s->dynamic))
+        unsupported(n, "cos and sin may follow the dims along their positions only");
+    if (c->dynamic && (!is_dyn(x, (int)axis) || !dim_expr_eq(&c->extent, &x->ext[axis])))
         unsupported(n, "cos and sin are dynamic, so '%s' must be dynamic along "
                     "seq_axis %lld with the same extent", x->name, (long long)axis);
-    if (x->dynamic && x->dyn_axis == axis && !c->dynamic)
+    if (is_dyn(x, (int)axis) && !c->dynamic)
         unsupported(n, "'%s' is dynamic along seq_axis, so cos and sin must be too "
                     "(gather them by position)", x->name);
     same_as(n, x);

@@ -479,9 +479,6 @@ void infer_dynamic(Graph *g, Node *n);
 void set_dyn_axis(Tensor *t, int axis, const DimExpr *e);
 /* Sets t's prefix fields (dynamic, dyn_axis, extent) from dyn_axes. */
 void update_prefix(Tensor *t);
-/* rope's and attention's operands in the prefix layout (their rules let
- * inner dynamic axes through for rewrite.c); a located error otherwise. */
-void check_prefix_operands(Node *n);
 /* Checks a state's dynamic axes: a state grows along one axis, the
  * outermost larger than 1 (the prefix layout). */
 void check_dynamic_state(Tensor *t);

@@ -94,7 +94,6 @@ Program *lower(Graph *g) {
         Node *n = g->nodes.data[i];
         if (n->dead || n->fused_into)
             continue;
-        check_prefix_operands(n);
         lowerings[n->op](p, n);
     }
     bind_dims(g, p);

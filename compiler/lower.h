@@ -60,6 +60,18 @@ typedef struct MatmulShape {
 
 /* t when its size follows the dynamic dimensions, else NULL. */
 static inline const Tensor *dyn_of(const Tensor *t) { return t->dynamic ? t : NULL; }
+/* t when its size follows the dims along one axis, in the prefix layout or
+ * inside (an elementwise dispatch follows either), else NULL. */
+static inline const Tensor *dyn_one(const Tensor *t) {
+    return t->dyn_axes && !(t->dyn_axes & (t->dyn_axes - 1)) ? t : NULL;
+}
+/* The one dynamic axis of such a tensor. */
+static inline int dyn_axis_of(const Tensor *t) {
+    int a = 0;
+    while (!((t->dyn_axes >> a) & 1u))
+        a++;
+    return a;
+}
 
 /* ---- lower_dispatch.c -------------------------------------------------- */
 
@@ -68,6 +80,8 @@ uint32_t groups_for(int64_t items, int64_t per_group);
 char *dyn_count(const Tensor *dyn, int64_t items);
 void dyn_groups(Dispatch *d, int axis, const Tensor *dyn, int64_t items,
                 int64_t per_group);
+void dyn_groups_along(Dispatch *d, int axis, const DimExpr *extent, int64_t scale,
+                      int64_t per_group);
 /* Whether each of the n values is a multiple of `of`. */
 bool all_multiples(int n, const int64_t *v, int64_t of);
 void contiguous_strides(int rank, const int64_t *shape, int64_t *strides);
@@ -80,6 +94,7 @@ Operand whole(Tensor *t);
 bool append_region(Program *p, Tensor *piece, Operand *o);
 Operand broadcast(Tensor *t, int rank, const int64_t *shape);
 int collapse(int rank, int64_t *shape, int nops, Operand *ops);
+int collapse_keeping(int rank, int64_t *shape, int nops, Operand *ops, int *keep);
 void operand_extent(const Graph *g, const Operand *op, int rank,
                     const int64_t *shape, int64_t *lo, int64_t *hi);
 const char *buffer_type(kiln_dtype dt, bool readonly);

@@ -33,6 +33,14 @@ void attention_strides(Dispatch *d, const AttentionDims *a) {
     }
 }
 
+/* The run's positions of operand i (q, k or v) where they follow the dims
+ * (along axis 1 of bshd, 2 of bhsd), else NULL. */
+static const DimExpr *positions(const Node *n, const AttentionDims *a, int i) {
+    const Tensor *t = n->inputs[i];
+    int seq = a->bshd ? 1 : 2;
+    return is_dyn(t, seq) ? &t->ext[seq] : NULL;
+}
+
 /* The spans a row's keys split into (attention.comp's SPLITS): few query
  * rows leave most of a GPU idle, a workgroup per row walking every key
  * (a decode step: one row a head). Rows that follow the dims count at
@@ -43,22 +51,24 @@ void attention_strides(Dispatch *d, const AttentionDims *a) {
  * model slower (attention 245 -> 259 us a step;
  * bench/experiments/attn_decode-h200.txt). */
 static int64_t attention_splits(const Node *n, const AttentionDims *a) {
-    const Tensor *q = n->inputs[0];
-    int64_t sq = q->dynamic ? dim_expr_min(n->graph, &q->extent) * (a->Sq /
-                 q->shape[q->dyn_axis]) : a->Sq;
+    const DimExpr *qpos = positions(n, a, 0);
+    int64_t sq = qpos ? dim_expr_min(n->graph, qpos) : a->Sq;
     int64_t rows = a->B * a->H * (sq > 0 ? sq : 1), splits = 1;
     while (rows * splits * 2 <= 512 && a->Sk / (splits * 2) >= 32 && splits < 32)
         splits *= 2;
     return splits;
 }
 
-/* The defines attention.comp's two modes share: sizes, strides. */
+/* The defines attention.comp's two modes share: sizes, strides (of the
+ * largest shapes: a run's positions, SQ and SK, may be fewer along any
+ * layout's axis). */
 static void attention_defines(Dispatch *d, Node *n, const AttentionDims *a) {
     define_int(d, "B", a->B);
     define_int(d, "H", a->H);
     define_int(d, "KVH", a->KVH);
-    define_str(d, "SQ", dyn_count(dyn_of(n->inputs[0]), a->Sq));
-    define_str(d, "SK", dyn_count(dyn_of(n->inputs[1]), a->Sk));
+    const DimExpr *qpos = positions(n, a, 0), *kpos = positions(n, a, 1);
+    define_str(d, "SQ", qpos ? dim_expr_glsl(qpos, 1) : format("%lld", (long long)a->Sq));
+    define_str(d, "SK", kpos ? dim_expr_glsl(kpos, 1) : format("%lld", (long long)a->Sk));
     define_int(d, "D", a->D);
     define_int(d, "DV", a->DV);
     attention_strides(d, a);
@@ -206,16 +216,17 @@ static Dispatch *flash_cm_dispatch(Program *p, Node *n, const AttentionDims *a) 
 
 /* Flash attention over a's rows: flash_cm.comp where it applies, with
  * flash.comp as its variant for devices without cooperative matrices, else
- * flash.comp; their workgroups follow the rows where they do (rows_dyn).
- * Returns the first; its variant (if any) the other. */
+ * flash.comp; their workgroups follow the query positions where they do
+ * (qpos: B * H rows each). Returns the first; its variant (if any) the
+ * other. */
 static Dispatch *flash_dispatches(Program *p, Node *n, const AttentionDims *a, FlashTile f,
-                                  const Tensor *rows_dyn) {
-    int64_t rows = a->B * a->H * a->Sq;
+                                  const DimExpr *qpos) {
     Dispatch *cm = flash_cm_dispatch(p, n, a);
-    if (cm)
-        dyn_groups(cm, 0, rows_dyn, rows, 16);
+    if (cm && qpos)
+        dyn_groups_along(cm, 0, qpos, a->B * a->H, 16);
     Dispatch *fl = flash_dispatch(p, n, a, f);
-    dyn_groups(fl, 0, rows_dyn, rows, f.bq);
+    if (qpos)
+        dyn_groups_along(fl, 0, qpos, a->B * a->H, f.bq);
     if (!cm)
         return fl;
     fl->unless = cm->needs; /* devices that lack one of them */
@@ -230,10 +241,10 @@ void lower_attention(Program *p, Node *n) {
         return;
     FlashTile f;
     bool flash = flash_tile(&a, &f);
-    /* q dynamic: along its positions (attention_dims refuses others) */
-    const Tensor *rows_dyn = dyn_of(n->inputs[0]);
-    if (flash && (!rows_dyn || dim_expr_min(n->graph, &rows_dyn->extent) >= FLASH_MIN_ROWS)) {
-        flash_dispatches(p, n, &a, f, rows_dyn);
+    /* q dynamic: along its positions (dynamic.c refuses others) */
+    const DimExpr *qpos = positions(n, &a, 0);
+    if (flash && (!qpos || dim_expr_min(n->graph, qpos) >= FLASH_MIN_ROWS)) {
+        flash_dispatches(p, n, &a, f, qpos);
         return;
     }
     int64_t splits = attention_splits(n, &a), rows = a.B * a.H * a.Sq;
@@ -260,7 +271,8 @@ void lower_attention(Program *p, Node *n) {
                            n->inputs[1]->dtype == KILN_DTYPE_F32);
     attention_scores(p, d, n, &a, part ? part : n->outputs[0]);
     d->groups[0] = groups_for(rows * splits, 1);
-    dyn_groups(d, 0, dyn_of(n->inputs[0]), rows * splits, 1);
+    if (qpos)
+        dyn_groups_along(d, 0, qpos, a.B * a.H * splits, 1);
     /* the spans' parts combined by each row's last span workgroup, or
      * (KILN_SPLIT_LAST=0, for comparison) by a second dispatch */
     bool last = part && !split_last_off();
@@ -281,7 +293,7 @@ void lower_attention(Program *p, Node *n) {
     d->work_max = (FLASH_MIN_ROWS - 1) * d->scale;
     if (c)
         c->work_max = (FLASH_MIN_ROWS - 1) * c->scale;
-    Dispatch *fl = flash_dispatches(p, n, &a, f, rows_dyn); /* scale: B * H rows a position */
+    Dispatch *fl = flash_dispatches(p, n, &a, f, qpos); /* scale: B * H rows a position */
     for (Dispatch *v = fl; v; v = v->variant)
         v->work_min = FLASH_MIN_ROWS * v->scale;
     (c ? c : d)->variant = fl;
@@ -304,7 +316,9 @@ static Dispatch *attention_combine(Program *p, Node *n, const AttentionDims *a, 
     dispatch_arg(c, n->outputs[0], true);
     dispatch_arg(c, part, false);
     c->groups[0] = groups_for(rows, 1);
-    dyn_groups(c, 0, dyn_of(n->inputs[0]), rows, 1);
+    const DimExpr *qpos = positions(n, a, 0);
+    if (qpos)
+        dyn_groups_along(c, 0, qpos, a->B * a->H, 1);
     c->flops = (uint64_t)(rows * splits * a->DV) * 3;
     return c;
 }
@@ -453,7 +467,7 @@ void lower_rope(Program *p, Node *n) {
     sg.strides[pa] = 1;
     Operand in[5] = {self, partner, c, s, sg};
     Dispatch *d = eltwise_dispatch(p, n, rank + 1, shape, y, 5, in, "float",
-                                   "a * c + e * b * d", dyn_of(x));
+                                   "a * c + e * b * d", dyn_one(x));
     /* at a decoding step's one row, in the QKV product before it */
     if (R == D)
         rope_after_product(p, n, d, y.t, appended ? &region : NULL);
@@ -464,7 +478,7 @@ void lower_rope(Program *p, Node *n) {
         tail_out.base_expr.c0 += R;
         memcpy(shape, x->shape, sizeof(int64_t) * (size_t)rank);
         shape[rank - 1] = D - R;
-        copy(p, n, rank, shape, tail_out, tail_in, dyn_of(x));
+        copy(p, n, rank, shape, tail_out, tail_in, dyn_one(x));
     }
 }
 

@@ -135,12 +135,18 @@ char *dyn_count(const Tensor *dyn, int64_t items) {
  * dyn_count), per_group items a group, at run time. */
 void dyn_groups(Dispatch *d, int axis, const Tensor *dyn, int64_t items,
                 int64_t per_group) {
-    if (!dyn)
-        return;
+    if (dyn)
+        dyn_groups_along(d, axis, &dyn->extent, items / dyn->shape[dyn->dyn_axis], per_group);
+}
+
+/* groups[axis] of d follows scale items for each of the run's `extent`,
+ * per_group items a group. */
+void dyn_groups_along(Dispatch *d, int axis, const DimExpr *extent, int64_t scale,
+                      int64_t per_group) {
     d->dynamic = true;
     d->dyn_axis = axis;
-    d->work = dyn->extent;
-    d->scale = items / dyn->shape[dyn->dyn_axis];
+    d->work = *extent;
+    d->scale = scale;
     d->per_group = per_group;
     d->work_min = 0;
     d->work_max = INT64_MAX;
@@ -184,10 +190,19 @@ Operand broadcast(Tensor *t, int rank, const int64_t *shape) {
  * linearly, so kernels index with as few divisions as possible. Returns the
  * new rank (at least 1). */
 int collapse(int rank, int64_t *shape, int nops, Operand *ops) {
-    int r = 0;
+    return collapse_keeping(rank, shape, nops, ops, NULL);
+}
+
+/* collapse, where axis *keep (larger than 1; when keep is not NULL) follows
+ * a run's extent: it takes the fixed axes after it that merge into it, never
+ * merges into the axis before it, and *keep becomes its new index. */
+int collapse_keeping(int rank, int64_t *shape, int nops, Operand *ops, int *keep) {
+    int r = 0, kept = -1;
     for (int i = 0; i < rank; i++) {
-        if (shape[i] == 1)
+        if (shape[i] == 1 && !(keep && i == *keep))
             continue;
+        if (keep && i == *keep)
+            kept = r;
         shape[r] = shape[i];
         for (int k = 0; k < nops; k++)
             ops[k].strides[r] = ops[k].strides[i];
@@ -195,9 +210,11 @@ int collapse(int rank, int64_t *shape, int nops, Operand *ops) {
     }
     int w = 0;
     for (int i = 0; i < r; i++) {
-        bool merge = w > 0;
+        bool merge = w > 0 && i != kept;
         for (int k = 0; merge && k < nops; k++)
             merge = ops[k].strides[w - 1] == ops[k].strides[i] * shape[i];
+        if (i == kept)
+            *keep = w;
         if (merge) {
             shape[w - 1] *= shape[i];
             for (int k = 0; k < nops; k++)
@@ -311,8 +328,10 @@ void operand_extent(const Graph *g, const Operand *op, int rank,
 
 /* One elementwise dispatch: out[o(i)] = expr(a..f) for every element i of
  * the iteration shape. ct is the compute type ("float", "int", "int64_t").
- * dyn: the tensor whose dynamic extent the iteration follows (its dynamic
- * axis is the iteration's outermost), or NULL. */
+ * dyn: the tensor whose dynamic extent the iteration follows, or NULL: its
+ * one dynamic axis is the iteration's axis of the same index (the
+ * iteration's outermost where dyn has the prefix layout; an inner one is
+ * walked with its run-time size, every operand through its strides). */
 Dispatch *eltwise_dispatch(Program *p, Node *n, int rank, const int64_t *shape_in,
                            Operand out, int nin, const Operand *in,
                            const char *ct, const char *expr, const Tensor *dyn) {
@@ -327,7 +346,18 @@ Dispatch *eltwise_dispatch(Program *p, Node *n, int rank, const int64_t *shape_i
     for (int k = 0; k < nin; k++)
         ops[k + 1] = in[k];
     memcpy(shape, shape_in, sizeof(int64_t) * (size_t)rank);
-    rank = collapse(rank, shape, nin + 1, ops);
+    /* an inner dynamic axis: its index in the collapsed iteration */
+    int inner = -1;
+    if (dyn && !dyn->dynamic) {
+        int a = dyn_axis_of(dyn);
+        if (a < rank && shape[a] == dyn->shape[a])
+            inner = a;
+        else
+            dyn = NULL; /* not the iteration's axis: the largest shape */
+    }
+    int64_t dyn_size = inner >= 0 ? dyn->shape[inner] : 0;
+    rank = inner >= 0 ? collapse_keeping(rank, shape, nin + 1, ops, &inner)
+                      : collapse(rank, shape, nin + 1, ops);
     int64_t cs[ITER_RANK];
     contiguous_strides(rank, shape, cs);
 
@@ -337,16 +367,32 @@ Dispatch *eltwise_dispatch(Program *p, Node *n, int rank, const int64_t *shape_i
         need_dtype(p, need, KILN_DTYPE_I64);
     d->local_size = 256;
     define_int(d, "WG", d->local_size);
-    define_str(d, "COUNT", dyn_count(dyn, count));
-    define_int(d, "RANK", rank);
-    define_list(d, "SHAPE", rank, shape);
+    if (inner >= 0) {
+        /* the axis's size (with the fixed axes merged into it) at run time */
+        const DimExpr *e = &dyn->ext[dyn_axis_of(dyn)];
+        define_str(d, "COUNT", dim_expr_glsl(e, count / dyn_size));
+        define_int(d, "RANK", rank);
+        Str sh = {0};
+        for (int i = 0; i < rank; i++) {
+            if (i == inner)
+                str_addf(&sh, "%suint(%s)", i ? ", " : "", dim_expr_glsl(e, shape[i] / dyn_size));
+            else
+                str_addf(&sh, "%s%lld", i ? ", " : "", (long long)shape[i]);
+        }
+        define_str(d, "SHAPE", sh.buf);
+        define_int(d, "SHAPE_DYN", 1);
+    } else {
+        define_str(d, "COUNT", dyn_count(dyn, count));
+        define_int(d, "RANK", rank);
+        define_list(d, "SHAPE", rank, shape);
+    }
     define_int(d, "NOPS", nin + 1);
     /* All operands contiguous f32 (and a multiple of 4 elements at every
      * extent): vec4s. */
-    bool vec4 = count % 4 == 0 && strcmp(ct, "float") == 0 &&
+    bool vec4 = count % 4 == 0 && strcmp(ct, "float") == 0 && inner < 0 &&
                 (!dyn || (count / dyn->shape[dyn->dyn_axis]) % 4 == 0);
     for (int k = 0; k <= nin; k++) {
-        bool same = ops[k].base == 0 && !ops[k].dyn_base;
+        bool same = ops[k].base == 0 && !ops[k].dyn_base && inner < 0;
         for (int i = 0; i < rank; i++)
             same &= ops[k].strides[i] == cs[i];
         vec4 &= same && ops[k].t->dtype == KILN_DTYPE_F32;
@@ -355,7 +401,8 @@ Dispatch *eltwise_dispatch(Program *p, Node *n, int rank, const int64_t *shape_i
     bool strided = false;
     for (int k = 0; k <= nin; k++) {
         Operand *o = &ops[k];
-        bool same = o->base == 0 && !o->dyn_base, scalar = !o->dyn_base;
+        /* with an inner dynamic axis a run's element i is not at i */
+        bool same = o->base == 0 && !o->dyn_base && inner < 0, scalar = !o->dyn_base;
         for (int i = 0; i < rank; i++) {
             same &= o->strides[i] == cs[i];
             scalar &= o->strides[i] == 0;
@@ -402,7 +449,11 @@ Dispatch *eltwise_dispatch(Program *p, Node *n, int rank, const int64_t *shape_i
     define_str(d, "EXPR", format("(%s)", expr));
     if (!vec4) {
         d->groups[0] = groups_for(count, d->local_size);
-        dyn_groups(d, 0, dyn, count, d->local_size);
+        if (inner >= 0)
+            dyn_groups_along(d, 0, &dyn->ext[dyn_axis_of(dyn)], count / dyn_size,
+                             d->local_size);
+        else
+            dyn_groups(d, 0, dyn, count, d->local_size);
     }
     /* A copy computes nothing; otherwise about one operation per operand. */
     d->flops = strcmp(expr, "a") == 0 ? 0 : (uint64_t)count * (uint64_t)(nin > 1 ? nin - 1 : 1);

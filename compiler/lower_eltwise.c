@@ -141,7 +141,7 @@ void lower_eltwise(Program *p, Node *n) {
     for (int k = 0; k < nleaves; k++)
         in[k] = broadcast(leaves[k], out->rank, out->shape);
     Dispatch *d = eltwise_dispatch(p, n, out->rank, out->shape, whole(out), nleaves, in, ct,
-                                   expr, dyn_of(out));
+                                   expr, dyn_one(out));
     /* a gated MLP's silu(gate) * up at a decoding step's one row: in the
      * product of gate and up (their one-row variant) */
     glu_after_product(p, n, d);

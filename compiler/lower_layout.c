@@ -21,7 +21,7 @@ static void permuted_copy(Program *p, Node *n, Tensor *x, int rank, const int64_
     Operand out = {n->outputs[0], {0}, 0, false, {0, {0}}};
     contiguous_strides(rank, shape, out.strides);
     eltwise_dispatch(p, n, rank, shape, out, 1, &in, compute_type(x->dtype), "a",
-                     dyn_of(out.t));
+                     dyn_one(out.t));
 }
 
 void lower_transpose(Program *p, Node *n) {
@@ -48,7 +48,7 @@ void lower_slice(Program *p, Node *n) {
         in.base += start[i] * in.strides[i];
         in.strides[i] *= step[i];
     }
-    copy(p, n, out->rank, out->shape, whole(out), in, dyn_of(out));
+    copy(p, n, out->rank, out->shape, whole(out), in, dyn_one(out));
 }
 
 /* Where piece k of concat n lands in its output: the output's strides
@@ -89,7 +89,10 @@ static bool appends_in_place(const Node *n) {
 }
 
 bool append_region(Program *p, Tensor *piece, Operand *o) {
-    if (p->debug_tensors || piece->uses != 1 || piece->is_output || piece->is_update)
+    /* a piece dynamic along an inner axis is computed at its largest
+     * shape: past the state's end */
+    if (p->debug_tensors || piece->uses != 1 || piece->is_output || piece->is_update ||
+        (piece->dyn_axes && !piece->dynamic))
         return false;
     Graph *g = p->graph;
     for (int i = 0; i < g->nodes.len; i++) {
@@ -121,7 +124,7 @@ void lower_concat(Program *p, Node *n) {
         /* a state's own bytes, or a piece its producer wrote in place */
         if ((k == 0 && appends_in_place(n)) || x->appended)
             continue;
-        copy(p, n, x->rank, x->shape, concat_region(n, k), whole(x), dyn_of(x));
+        copy(p, n, x->rank, x->shape, concat_region(n, k), whole(x), dyn_one(x));
     }
 }
 
@@ -134,7 +137,7 @@ void lower_split(Program *p, Node *n) {
         Tensor *t = n->outputs[k];
         Operand in = whole(x);
         in.base = at * in.strides[axis];
-        copy(p, n, t->rank, t->shape, whole(t), in, dyn_of(t));
+        copy(p, n, t->rank, t->shape, whole(t), in, dyn_one(t));
         at += sizes[k];
     }
 }
@@ -142,7 +145,7 @@ void lower_split(Program *p, Node *n) {
 void lower_expand(Program *p, Node *n) {
     Tensor *out = n->outputs[0];
     copy(p, n, out->rank, out->shape, whole(out),
-         broadcast(n->inputs[0], out->rank, out->shape), dyn_of(out));
+         broadcast(n->inputs[0], out->rank, out->shape), dyn_one(out));
 }
 
 /* tile: iterate over [rep0, d0, rep1, d1, ...]; the input repeats with

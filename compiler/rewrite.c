@@ -130,13 +130,11 @@ static bool settle(Rewriter *r, Node **fresh, int nfresh, Node *anchor, const No
         for (int i = 0; i < nfresh; i++) {
             infer_node(fresh[i]);
             infer_dynamic(r->g, fresh[i]);
-            check_prefix_operands(fresh[i]);
         }
         if (anchor) {
             clear_dynamic(anchor->outputs[0]);
             infer_node(anchor);
             infer_dynamic(r->g, anchor);
-            check_prefix_operands(anchor);
         }
         ok = true;
     }
@@ -461,7 +459,8 @@ static int positions_axis(const Tensor *x, const Tensor *C) {
 
 /* x = transpose(y) keeping the last axis (heads before positions): n
  * becomes the transpose of a rope on y, which attention may then read
- * through (a dynamic inner axis needs it: rope takes a prefix layout only).
+ * through (no copy of the heads' layout; a dynamic inner axis of x is then
+ * y's outermost, whose kernels run for its extent).
  * n_rot and interleaved come from `like` (a rope node) when given. -1 when
  * x is no such transpose, else whether the rewrite settled. */
 static int rope_on_source(Rewriter *r, Node *n, Tensor *x, Tensor *cos_t, Tensor *sin_t,
@@ -486,7 +485,8 @@ static int rope_on_source(Rewriter *r, Node *n, Tensor *x, Tensor *cos_t, Tensor
 }
 
 /* A rope node (ONNX RotaryEmbedding 23) of a transpose whose positions are
- * dynamic along an inner axis: on the transpose's source instead. */
+ * dynamic along an inner axis: on the transpose's source instead (attention
+ * then reads it in place). */
 static void try_rope_source(Rewriter *r, Node *n) {
     if (n->op != OP_ROPE)
         return;
@@ -819,8 +819,7 @@ static bool traced_attention(Rewriter *r, Node *n, const View *qv, const View *k
 
 /* An attention node (ONNX Attention 23) of [B, H, S, D] operands that are
  * views of other tensors (the heads' transposes, repeated key/value heads
- * of the cache): read those in place. Operands dynamic along an inner axis
- * need it; fixed ones save the copies. */
+ * of the cache): read those in place, saving the copies. */
 static void try_attention_operands(Rewriter *r, Node *n) {
     if (n->op != OP_ATTENTION || n->outputs[0]->rank != 4 ||
         attr_choice(n, "layout", (const char *const[]){"bhsd", "bshd"}, 2) != 0)

@@ -11,6 +11,9 @@
 // TOUT and T0..T5 (buffer types); CT (the compute type); OUT_IDX and the
 // loads A..F (each `CT(...args.inK.v[index])`, the index `i`, `0u` or
 // `off[k]`); STORE(x) (conversion to the output's dtype); EXPR (over a..f).
+// SHAPE_DYN: one axis of SHAPE (and COUNT) follows the dynamic dims, an
+// inner axis of a tensor stored at its largest shape: every operand is then
+// found through STRIDES.
 // Invocations stride over the elements, so any COUNT runs with at most
 // 65535 groups.
 #include "common.glsl"
@@ -47,8 +50,13 @@ layout(push_constant) uniform Args {
     KILN_DIMS
 } args;
 
+#ifndef SHAPE_DYN
+#define SHAPE_DYN 0
+#endif
 #if STRIDED
+#if !SHAPE_DYN
 const uint SHAPE_[RANK] = uint[RANK](SHAPE);
+#endif
 const uint STR[NOPS * RANK] = uint[NOPS * RANK](STRIDES);
 #endif
 
@@ -93,6 +101,9 @@ void main() {
     const uint step = gl_NumWorkGroups.x * WG;
 #if STRIDED
     const uint BASE[NOPS] = uint[NOPS](BASES); // may follow the dynamic dims
+#if SHAPE_DYN // an inner axis's size follows them
+    const uint SHAPE_[RANK] = uint[RANK](SHAPE);
+#endif
 #endif
     for (uint i = gl_GlobalInvocationID.x; i < COUNT;) {
 #if STRIDED

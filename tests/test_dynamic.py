@@ -496,6 +496,80 @@ def test_attention_flash(workdir):
     check({"attention", "flash"} <= fams, f"kernels {sorted(fams)}")
 
 
+def heads_layout_case(layout, dtype):
+    """q, k, v dynamic along the positions, an inner axis: [2, heads, seq, d]
+    (bhsd) or [2, seq, heads * d] (bshd), batch 2 before it; keys roped and
+    appended to a past along that axis; causal, grouped queries; up to 40
+    query rows (attention.comp for fewer than 8, flash.comp or, on f16 with
+    cooperative matrices, flash_cm.comp for the rest)."""
+    def test(workdir):
+        B, H, KVH, D = 2, 4, 2, 16
+        f = {"dtype": dtype}
+        if layout == "bhsd":
+            shp = lambda h, s: [B, h, s, D]  # noqa: E731
+            ax, attrs = 2, {}
+        else:
+            shp = lambda h, s: [B, s, h * D]  # noqa: E731
+            ax, attrs = 1, {"layout": "bshd", "heads": H, "kv_heads": KVH}
+        ins = {"q": {**f, "shape": shp(H, "seq")}, "kp": {**f, "shape": shp(KVH, "past")},
+               "kn": {**f, "shape": shp(KVH, "seq")}, "vp": {**f, "shape": shp(KVH, "past")},
+               "vn": {**f, "shape": shp(KVH, "seq")},
+               "cos": {**W, "shape": ["seq", D // 2]}, "sin": {**W, "shape": ["seq", D // 2]}}
+        nodes = [{"name": "k", "op": "concat", "inputs": ["kp", "kr"], "axis": ax},
+                 {"name": "v", "op": "concat", "inputs": ["vp", "vn"], "axis": ax},
+                 {"name": "o", "op": "attention", "inputs": ["qr", "k", "v"], "causal": 1,
+                  **attrs}]
+        if layout == "bhsd":
+            nodes = [{"name": "qr", "op": "rope", "inputs": ["q", "cos", "sin"], "seq_axis": 2},
+                     {"name": "kr", "op": "rope", "inputs": ["kn", "cos", "sin"],
+                      "seq_axis": 2}] + nodes
+        else:  # rope on [2, seq, heads, d] views
+            nodes = [{"name": n + "4", "op": "reshape", "inputs": [n], "shape": [B, -1, h, D]}
+                     for n, h in (("q", H), ("kn", KVH))] + \
+                    [{"name": n + "r4", "op": "rope", "inputs": [n + "4", "cos", "sin"],
+                      "seq_axis": 1} for n in ("q", "kn")] + \
+                    [{"name": n[0] + "r", "op": "reshape", "inputs": [n + "r4"],
+                      "shape": [B, -1, h * D]} for n, h in (("q", H), ("kn", KVH))] + nodes
+        y = dyn_yaml({"seq": "1..40", "past": "0..60"}, ins, nodes, ["o", "k"])
+        npt = np.float16 if dtype == "f16" else np.float32
+
+        def inputs(rng, seq, past):
+            def t(h, s):
+                return normal(rng, *(shp(h, s))).astype(npt)
+            ang = rng.uniform(-3, 3, (seq, D // 2)).astype(np.float32)
+            return [t(H, seq), t(KVH, past), t(KVH, seq), t(KVH, past), t(KVH, seq),
+                    np.cos(ang), np.sin(ang)]
+
+        def want(q, kp, kn, vp, vn, c, s, seq, past):
+            if layout == "bhsd":
+                qr, kr = ref.rope(q, c, s, seq_axis=2), ref.rope(kn, c, s, seq_axis=2)
+            else:
+                qr, kr = (ref.rope(x.reshape(B, seq, -1, D), c, s, seq_axis=1).reshape(B, seq, -1)
+                          for x in (q, kn))
+            k, v = np.concatenate([kp, kr], ax), np.concatenate([vp, vn], ax)
+            return [np.asarray(w).astype(npt) for w in
+                    (ref.attention(qr, k, v, layout=layout, heads=H, kv_heads=KVH, causal=1), k)]
+        steps = [{"seq": s, "past": p} for s, p in
+                 ((1, 0), (8, 0), (40, 60), (7, 5), (1, 60), (33, 20), (16, 16))]
+        if dtype == "f16":
+            def compare(g, w, what):
+                assert_relative(g, w, F16_TOLERANCE, what)
+            run_built(build_model(workdir, y), steps, inputs, want, compare=compare)
+        else:
+            run_steps(workdir, y, steps, inputs, want, rtol=1e-4, atol=1e-5)
+        fams = {d["family"] for d in json.loads(kiln("inspect", Path(workdir) / "model.yaml",
+                                                     "--format", "json").stdout)["dispatches"]}
+        want_fams = {"attention", "flash"} | ({"flash_cm"} if dtype == "f16" and D % 16 == 0
+                                             and layout == "bhsd" else set())
+        check(want_fams <= fams, f"kernels {sorted(fams)}")
+    return test
+
+
+for _lay, _dt in (("bhsd", "f32"), ("bhsd", "f16"), ("bshd", "f32")):
+    case(f"dynamic: rope and attention on {_lay} with batch 2, dynamic along the positions "
+         f"(an inner axis), past + seq keys, {_dt}")(heads_layout_case(_lay, _dt))
+
+
 @case("dynamic: attention written out with the dynamic axes inside: [heads, seq, past + seq] "
       "scores, softmax over keys, a product contracting them, concat of inner pieces")
 def test_inner_axes(workdir):

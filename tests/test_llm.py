@@ -82,14 +82,14 @@ def step_inputs(d, step):
             for n in ("input_ids", "attention_mask", "position_ids")]
 
 
-def dynamic_steps_case(d, precision):
+def dynamic_steps_case(d, precision, flags=()):
     """The prompt (seq 8, past 0) then one token (seq 1, past 8) in one
     process, the cache kept on the GPU between them: every logit against
     onnxruntime's."""
     def test(workdir):
         wd = Path(workdir)
         r = kiln("compile", d / "model.onnx", "--name", "model", "-o", wd / "model.c",
-                 "--precision", precision, *DYN_SHAPES)
+                 "--precision", precision, *DYN_SHAPES, *flags)
         check(r.returncode == 0, f"kiln compile failed:\n{r.stderr}")
         inputs = {(8, 0): step_inputs(d, 0), (1, 8): step_inputs(d, 1)}
         logits = {(8, 0): np.load(d / "step0_out_logits.npy"),
@@ -142,3 +142,7 @@ for _d in DECODERS:
         dynamic_steps_case(_d, "f16"))
     case(f"llm {_d.name}: samples/llm decodes 64 tokens identical to transformers' "
          f"generate()")(decode_case(_d))
+    if _d.name.endswith("opset23"):  # rope and attention on [1, heads, seq, d] themselves
+        case(f"llm {_d.name}: prompt and decoding steps, --no-fuse=patterns (RotaryEmbedding "
+             f"and Attention dynamic along an inner axis)")(
+            dynamic_steps_case(_d, "f32", ("--no-fuse=patterns",)))
