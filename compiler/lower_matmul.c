@@ -42,10 +42,11 @@ typedef struct MatvecShape {
 /* The environment variables that override the matmul kernels' tiles and
  * splits, or keep convolutions off them (lower_conv.c), for tuning: the
  * generated C names those that were set (emit_c.c). */
-const char *const tuning_variables[] = {"KILN_MATMUL_TILE", "KILN_MATMUL_SPLITK",
-                                        "KILN_COOPMAT_TILE", "KILN_MATVEC_NCOL",
-                                        "KILN_MATVEC_K", "KILN_DIRECT_CONV", "KILN_FLASH",
-                                        "KILN_SPLIT_LAST", NULL};
+const char *const tuning_variables[] = {
+    "KILN_MATMUL_TILE", "KILN_MATMUL_SPLITK", "KILN_COOPMAT_TILE", "KILN_COOPMAT_SPLITK",
+    "KILN_COOPMAT_PIPE", "KILN_MATVEC_NCOL", "KILN_MATVEC_K", "KILN_MATVEC_K_M",
+    "KILN_DIRECT_CONV", "KILN_FLASH", "KILN_FLASH_CM", "KILN_ATTN_SPLITS", "KILN_SPLIT_LAST",
+    NULL};
 
 /* matvec.comp's layout for s: vec4 columns when B is f32 with 16-byte
  * aligned rows, vec4 rows of A likewise. Column lanes per workgroup (4 to
@@ -287,6 +288,15 @@ static bool split_in_last(const Node *n) {
 
 #define COOPMAT_GROUPS 264 /* two workgroups per multiprocessor of an H200 */
 
+/* coopmat.comp's shared memory: ns stages of the A tile (bm rows of bk
+ * halves) and the B tile (bn columns or bk rows, padded by a vector), and
+ * a 16 x 16 f32 staging area a subgroup. */
+static int64_t coopmat_shared_bytes(int64_t bm, int64_t bn, int64_t bk, int64_t subgroups,
+                                    int64_t ns, bool b_cols) {
+    int64_t a = bm * (bk / 8 + 1), b = b_cols ? bn * (bk / 8 + 1) : bk * (bn / 8 + 1);
+    return 16 * ns * (a + b) + 1024 * subgroups;
+}
+
 /* coopmat.comp for s, when it applies: an f16 A (its rows contiguous), B
  * f16 as given (not re-encoded; its rows contiguous along N), f16 stored
  * K-major for a decoder (n->wkmajor, B_KVEC) or a convolution's input (f16
@@ -347,6 +357,19 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
         t[1] % (16 * t[3]) == 0 && (t[4] == 16 || t[4] == 32 || t[4] == 64)) {
         bm = t[0], bn = t[1], wm = t[2], wn = t[3], bk = t[4];
     }
+    /* KILN_COOPMAT_PIPE=PF,NS: steps loaded ahead (registers) and shared
+     * stages, 1 or 2 each, for tuning; two stages only where they fit
+     * 48 KiB */
+    int64_t pf = 1, ns = 1;
+    const char *tune_pipe = getenv("KILN_COOPMAT_PIPE");
+    long tp[2];
+    if (tune_pipe && sscanf(tune_pipe, "%ld,%ld", &tp[0], &tp[1]) == 2 &&
+        (tp[0] == 1 || tp[0] == 2) && (tp[1] == 1 || tp[1] == 2)) {
+        pf = tp[0];
+        ns = tp[1];
+    }
+    if (coopmat_shared_bytes(bm, bn, bk, wm * wn, ns, !b_vec) > 49152)
+        ns = 1;
     int64_t tiles = groups_for(s->M, bm) * groups_for(s->N, bn) * s->batch;
     int64_t steps = (s->K + bk - 1) / bk, splits = 1;
     if (s->batch == 1 && tiles < COOPMAT_GROUPS && !s->dyn)
@@ -400,6 +423,10 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
     define_int(d, "WM", wm);
     define_int(d, "WN", wn);
     define_int(d, "BK", bk);
+    if (pf != 1)
+        define_int(d, "PF", pf);
+    if (ns != 1)
+        define_int(d, "NS", ns);
     dispatch_arg(d, partial && !last ? partial : s->ops[0].t, true);
     dispatch_arg(d, s->ops[1].t, false);
     dispatch_arg(d, f16_kmajor ? n->wq : s->ops[2].t, false);

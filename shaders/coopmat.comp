@@ -13,8 +13,12 @@
 // shared memory as 16-byte vectors of
 // eight halves, rows padded by one vector against bank conflicts; the next
 // step's vectors are loaded into registers while this step's fragments
-// multiply. Tiles wholly inside C are stored straight from the fragments;
-// edge tiles (and every tile without C_DIRECT) go through a per-subgroup
+// multiply: PF (1 or 2) steps ahead, each in its own registers (PF 2: the
+// loads of two steps in flight while one multiplies), and through NS (1
+// or 2) shared stages (NS 2: the next step's tiles go to the other stage,
+// one barrier a step instead of two; KILN_COOPMAT_PIPE, measured in
+// bench/experiments/coopmat-pipe-h200.txt). Tiles wholly inside C are
+// stored straight from the fragments; edge tiles (and every tile without C_DIRECT) go through a per-subgroup
 // 16 x 16 staging area, element by element with bounds checks.
 //
 // Defines: M, N, K; A_SM and B_SK (row strides; A_SK and B_SN are 1),
@@ -145,11 +149,18 @@ const uint B_ROWS = BK, B_ROWVECS = BN / 8;
 const uint B_VECS = BK * BN / 8;
 const uint LA = (A_VECS + NT - 1) / NT, LB = (B_VECS + NT - 1) / NT;
 
-shared uvec4 As[BM * AS_STRIDE];
-shared uvec4 Bs[B_ROWS * BS_STRIDE];
+#ifndef PF
+#define PF 1
+#endif
+#ifndef NS
+#define NS 1
+#endif
+const uint A_STAGE = BM * AS_STRIDE, B_STAGE = B_ROWS * BS_STRIDE;
+shared uvec4 As[NS * A_STAGE];
+shared uvec4 Bs[NS * B_STAGE];
 shared float Cs[WM * WN][256];
 
-uvec4 ra[LA], rb[LB];
+uvec4 ra[PF][LA], rb[PF][LB];
 uint k_end = K; // the end of this workgroup's K (its chunk's, with KCHUNK)
 
 // Eight floats as a vector of eight halves.
@@ -216,8 +227,8 @@ BCol bcol;
 #endif
 #endif
 
-// The vectors of step k0 from memory into ra and rb (zeros outside).
-void load_tiles(uint ca, uint cb, uint m0, uint n0, uint k0, uint tid) {
+// The vectors of step k0 from memory into ra[r] and rb[r] (zeros outside).
+void load_tiles(uint r, uint ca, uint cb, uint m0, uint n0, uint k0, uint tid) {
     [[unroll]] for (uint i = 0; i < LA; ++i) {
         const uint e = tid + i * NT, row = e / (BK / 8), v = e % (BK / 8);
         const uint gm = m0 + row, gk = k0 + v * 8;
@@ -226,9 +237,9 @@ void load_tiles(uint ca, uint cb, uint m0, uint n0, uint k0, uint tid) {
         [[unroll]] for (uint j = 0; j < 8; ++j)
             h[j] = e < A_VECS && gm < M && gk + j < k_end
                        ? float(args.a.v[ca + gm * A_SM + gk + j]) : 0.0;
-        ra[i] = pack8(h);
+        ra[r][i] = pack8(h);
 #else
-        ra[i] = e < A_VECS && gm < M && gk < k_end ? args.a.v[(ca + gm * A_SM + gk) / 8] : uvec4(0);
+        ra[r][i] = e < A_VECS && gm < M && gk < k_end ? args.a.v[(ca + gm * A_SM + gk) / 8] : uvec4(0);
 #endif
     }
     [[unroll]] for (uint i = 0; i < LB; ++i) {
@@ -240,37 +251,78 @@ void load_tiles(uint ca, uint cb, uint m0, uint n0, uint k0, uint tid) {
         const BCol c = b_col(cb, gn);
 #endif
 #if B_WHOLE
-        rb[i] = e < B_VECS && gn < N && gk < k_end ? b_vec(c, gk) : uvec4(0);
+        rb[r][i] = e < B_VECS && gn < N && gk < k_end ? b_vec(c, gk) : uvec4(0);
 #else
         float h[8];
         [[unroll]] for (uint j = 0; j < 8; ++j)
             h[j] = e < B_VECS && gn < N && gk + j < k_end ? b_at(c, gk + j) : 0.0;
-        rb[i] = pack8(h);
+        rb[r][i] = pack8(h);
 #endif
 #else
         const uint e = tid + i * NT, gk = k0 + e / B_ROWVECS, gn = n0 + e % B_ROWVECS * 8;
-        rb[i] = e < B_VECS && gk < k_end && gn < N ? args.b.v[B_INDEX(cb, gk, gn) / 8] : uvec4(0);
+        rb[r][i] = e < B_VECS && gk < k_end && gn < N ? args.b.v[B_INDEX(cb, gk, gn) / 8] : uvec4(0);
 #endif
     }
 }
 
-void store_tiles(uint tid) {
+// Registers r into shared stage s.
+void store_tiles(uint r, uint s, uint tid) {
     [[unroll]] for (uint i = 0; i < LA; ++i) {
         const uint e = tid + i * NT;
         if (e < A_VECS)
-            As[(e / (BK / 8)) * AS_STRIDE + e % (BK / 8)] = ra[i];
+            As[s * A_STAGE + (e / (BK / 8)) * AS_STRIDE + e % (BK / 8)] = ra[r][i];
     }
     [[unroll]] for (uint i = 0; i < LB; ++i) {
         const uint e = tid + i * NT;
 #if B_GATHER // column e % BN, vector e / BN along K
         if (e < B_VECS)
-            Bs[e % BN * BS_STRIDE + e / BN] = rb[i];
+            Bs[s * B_STAGE + e % BN * BS_STRIDE + e / BN] = rb[r][i];
 #else
         if (e < B_VECS)
-            Bs[(e / B_ROWVECS) * BS_STRIDE + e % B_ROWVECS] = rb[i];
+            Bs[s * B_STAGE + (e / B_ROWVECS) * BS_STRIDE + e % B_ROWVECS] = rb[r][i];
 #endif
     }
 }
+
+// Shared stage S's fragments multiplied into acc.
+#if B_GATHER
+#define LOAD_B_FRAG(j, S, kk)                                                                 \
+    coopMatLoadNV(fb[j], Bs, (S) * B_STAGE + (wn * TN + j * 16) * BS_STRIDE + kk / 8,        \
+                  BS_STRIDE, true)
+#else
+#define LOAD_B_FRAG(j, S, kk)                                                                 \
+    coopMatLoadNV(fb[j], Bs, (S) * B_STAGE + kk * BS_STRIDE + (wn * TN + j * 16) / 8,        \
+                  BS_STRIDE, false)
+#endif
+#define MMA_STAGE(S)                                                                          \
+    [[unroll]] for (uint kk = 0; kk < BK; kk += 16) {                                         \
+        fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> fa[FM], fb[FN];                              \
+        [[unroll]] for (uint i = 0; i < FM; ++i)                                              \
+            coopMatLoadNV(fa[i], As, (S) * A_STAGE + (wm * TM + i * 16) * AS_STRIDE + kk / 8, \
+                          AS_STRIDE, false);                                                  \
+        [[unroll]] for (uint j = 0; j < FN; ++j)                                              \
+            LOAD_B_FRAG(j, S, kk);                                                            \
+        [[unroll]] for (uint i = 0; i < FM; ++i)                                              \
+            [[unroll]] for (uint j = 0; j < FN; ++j)                                          \
+                acc[i][j] = coopMatMulAddNV(fa[i], fb[j], acc[i][j]);                         \
+    }
+
+// One K step (k0) from registers R through shared stage S: R's vectors into
+// S, the loads of the step PF ahead into R, S's fragments multiplied. With
+// one stage a second barrier keeps the next step's stores after every
+// subgroup's loads of this one; with two the next step writes the other
+// stage, and the barrier after its stores comes after this step's loads.
+#define K_STEP(R, S)                                                                          \
+    if (k0 < k_end) {                                                                         \
+        store_tiles(R, S, tid);                                                               \
+        barrier();                                                                            \
+        if (k0 + PF * BK < k_end)                                                             \
+            load_tiles(R, ca, cb, m0, n0, k0 + PF * BK, tid);                                 \
+        MMA_STAGE(S)                                                                          \
+        if (NS == 1)                                                                          \
+            barrier();                                                                        \
+        k0 += BK;                                                                             \
+    }
 
 void main() {
     const uint tid = gl_LocalInvocationID.x;
@@ -296,31 +348,20 @@ void main() {
 #if B_GATHER && B_ONE_COL
                 bcol = b_col(cb, n0 + tid % BN);
 #endif
-                load_tiles(ca, cb, m0, n0, k_begin, tid);
-                for (uint k0 = k_begin; k0 < k_end; k0 += BK) {
-                    store_tiles(tid);
-                    barrier();
-                    if (k0 + BK < k_end)
-                        load_tiles(ca, cb, m0, n0, k0 + BK, tid);
-                    [[unroll]] for (uint kk = 0; kk < BK; kk += 16) {
-                        fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> fa[FM], fb[FN];
-                        [[unroll]] for (uint i = 0; i < FM; ++i)
-                            coopMatLoadNV(fa[i], As, (wm * TM + i * 16) * AS_STRIDE + kk / 8,
-                                          AS_STRIDE, false);
-                        [[unroll]] for (uint j = 0; j < FN; ++j)
-#if B_GATHER
-                            coopMatLoadNV(fb[j], Bs, (wn * TN + j * 16) * BS_STRIDE + kk / 8,
-                                          BS_STRIDE, true);
-#else
-                            coopMatLoadNV(fb[j], Bs, kk * BS_STRIDE + (wn * TN + j * 16) / 8,
-                                          BS_STRIDE, false);
+                load_tiles(0, ca, cb, m0, n0, k_begin, tid);
+#if PF == 2
+                if (k_begin + BK < k_end)
+                    load_tiles(1, ca, cb, m0, n0, k_begin + BK, tid);
 #endif
-                        [[unroll]] for (uint i = 0; i < FM; ++i)
-                            [[unroll]] for (uint j = 0; j < FN; ++j)
-                                acc[i][j] = coopMatMulAddNV(fa[i], fb[j], acc[i][j]);
-                    }
-                    barrier();
+                for (uint k0 = k_begin; k0 < k_end;) {
+                    K_STEP(0, 0)
+#if PF == 2 || NS == 2
+                    K_STEP(PF - 1, NS - 1)
+#endif
                 }
+#if NS == 2
+                barrier(); // the last step's fragments loaded before the next tile's stores
+#endif
                 const bool whole = C_DIRECT != 0 && m0 + BM <= M && n0 + BN <= N;
                 [[unroll]] for (uint i = 0; i < FM; ++i) {
                     [[unroll]] for (uint j = 0; j < FN; ++j) {

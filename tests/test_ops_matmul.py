@@ -535,3 +535,21 @@ def f16_gemm_case(trans_b):
 for _tb in (0, 1):
     case(f"op gemm --precision f16: alpha, beta, relu, trans_b={_tb} (coopmat epilogue where "
          "the device has cooperative matrices and B is not transposed)")(f16_gemm_case(_tb))
+
+
+@case("op matmul f16 coopmat pipeline: KILN_COOPMAT_PIPE=2,2 reaches coopmat.comp (PF, NS) "
+      "and the generated C names it; two stages dropped where they pass 48 KiB")
+def test_coopmat_pipe(workdir):
+    wd = Path(workdir)
+    for sub, (M, K, N), ns in (("small", (256, 512, 256), "2"), ("wide", (4096, 512, 4096), None)):
+        y = model_yaml("mm", {"a": {"dtype": "f16", "shape": [M, K]},
+                              "b": {"dtype": "f16", "shape": [K, N]}},
+                       [{"name": "y", "op": "matmul", "inputs": ["a", "b"]}], ["y"])
+        (wd / sub).mkdir()
+        build_model(wd / sub, y, env={"KILN_COOPMAT_PIPE": "2,2"})
+        cm = [d for d in kernel_defines(wd / sub) if "WM" in d]
+        check(len(cm) == 1 and cm[0].get("PF") == "2" and cm[0].get("NS") == ns,
+              f"{sub}: coopmat defines PF {cm[0].get('PF') if cm else None}, "
+              f"NS {cm[0].get('NS') if cm else None}, expected 2, {ns}")
+        check("KILN_COOPMAT_PIPE" in (wd / sub / "model.c").read_text()[:4000],
+              "the generated C does not name KILN_COOPMAT_PIPE")

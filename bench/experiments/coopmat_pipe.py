@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""coopmat_pipe.py: coopmat.comp's software pipeline on lone f16 products.
+
+C = A x B, A [M, K] and B [K, N] f16 (C f16), compiled by kiln under each
+configuration (environment variables for the compiler, such as
+KILN_COOPMAT_PIPE=PF,NS: K steps loaded ahead in registers, shared-memory
+stages), each result checked against numpy (f32 arithmetic on the same
+halves, max |error| / max |C| under 1e-2), then timed with bench/bench.c
+(median GPU time of the schedule, after 300 ms of warm-up); torch's
+A @ B in f16 (cuBLAS) in the same run for scale.
+
+  bench/experiments/coopmat_pipe.py [--shapes MxKxN,...] [--configs "default;K=V&K=V"]
+                                    [--runs N]
+
+Runs where bench/run.py runs (kiln built or carried, PyTorch with CUDA).
+"""
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+import run as bench  # noqa: E402  (bench/run.py: build_kiln, run_kiln, cuda_time_us)
+
+SHAPES = "4096x4096x4096,1024x1024x1024,128x768x3072,128x3072x768,128x768x768,128x768x2304," \
+         "197x768x3072,3136x96x384"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default=SHAPES)
+    ap.add_argument("--configs", default="default;KILN_COOPMAT_PIPE=2,1;KILN_COOPMAT_PIPE=1,2;"
+                                         "KILN_COOPMAT_PIPE=2,2")
+    ap.add_argument("--runs", type=int, default=200)
+    args = ap.parse_args()
+    configs = args.configs.split(";")
+    rng = np.random.default_rng(5)
+    print(f"{'M x K x N':>18} {'torch us':>9} " +
+          " ".join(f"{c[-24:]:>26}" for c in configs))
+    with tempfile.TemporaryDirectory() as tmp:
+        wd = Path(tmp)
+        for si, shp in enumerate(args.shapes.split(",")):
+            M, K, N = (int(v) for v in shp.split("x"))
+            a = (rng.standard_normal((M, K)) * 0.5).astype(np.float16)
+            b = (rng.standard_normal((K, N)) * 0.5).astype(np.float16)
+            want = a.astype(np.float32) @ b.astype(np.float32)
+            y = bench.yaml_model("mm", {"a": bench.spec([M, K], "f16"),
+                                        "b": bench.spec([K, N], "f16")},
+                                 [{"name": "c", "op": "matmul", "inputs": ["a", "b"]}], ["c"])
+            cells = []
+            for ci, cfg in enumerate(configs):
+                saved = dict(os.environ)
+                if cfg != "default":
+                    for kv in cfg.split("&"):
+                        k, v = kv.split("=", 1)
+                        os.environ[k] = v
+                try:
+                    prog, _, _ = bench.build_kiln(wd, y, f"s{si}c{ci}")
+                finally:
+                    os.environ.clear()
+                    os.environ.update(saved)
+                # staged I/O: inputs up to 64 KiB would otherwise be read
+                # from host memory by the kernel (direct I/O), outputs to
+                # 1 MiB written there
+                res, outs = bench.run_kiln(wd, prog, [a, b], [want.astype(np.float16)],
+                                           args.runs, warmup_ms=300,
+                                           env={"KILN_STAGED_IO": "1"})
+                err = bench.check_close(f"{shp} {cfg}", outs[0], want, 1e-2)
+                us = res["gpu_us"]
+                cells.append(f"{us:8.1f} us {2 * M * N * K / us / 1e6:6.1f} TF {err:.0e}")
+            tus = float("nan")
+            if bench.torch is not None and bench.torch.cuda.is_available():
+                ta = bench.torch.from_numpy(a).cuda()
+                tb = bench.torch.from_numpy(b).cuda()
+                tus = bench.cuda_time_us(lambda: ta @ tb, args.runs)
+            print(f"{shp:>18} {tus:9.1f} " + " ".join(f"{c:>26}" for c in cells), flush=True)
+
+
+if __name__ == "__main__":
+    main()
