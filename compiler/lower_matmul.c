@@ -275,15 +275,16 @@ static Dispatch *splitk_sum(Program *p, Node *n, const MatmulShape *s, Tensor *p
 
 /* Whether a product split along K has each tile's last workgroup add the
  * chunks up (split_last: no second dispatch, no barrier before it), or
- * splitk.comp after it: the last workgroups for every product but a
- * convolution's. Measured on an H200 (bench/MODELS.md, 2026-11-27): in
- * BERT-base, GPT-2, ViT-B/16 and a Llama the products' GPU time as with
- * splitk.comp, 72 dispatches and barriers fewer in BERT; in ResNet-50 at f16
- * (convolutions split 8 to 32 ways, the last workgroup summing them alone)
- * 0.75 -> 0.94 ms. KILN_SPLIT_LAST=0 takes splitk.comp for all (to measure
- * one against the other). */
+ * splitk.comp after it: splitk.comp, unless KILN_SPLIT_LAST=1 asks for the
+ * last workgroups (products but convolutions; for comparison). Measured on
+ * an H200 (bench/MODELS.md, 2026-11-27, host to host, in one run): the last
+ * workgroups' sums made GPT-2 f16 0.86 -> 0.97 ms and f32 1.65 -> 1.80,
+ * BERT-base f16 0.87 -> 1.00 and f32 1.65 -> 1.86, for 48 dispatches and
+ * barriers fewer; in ResNet-50 at f16 (convolutions split 8 to 32 ways)
+ * 0.75 -> 0.94 ms. */
 static bool split_in_last(const Node *n) {
-    return n->op != OP_CONV && !split_last_off();
+    const char *v = getenv("KILN_SPLIT_LAST");
+    return n->op != OP_CONV && v && strcmp(v, "1") == 0;
 }
 
 #define COOPMAT_GROUPS 264 /* two workgroups per multiprocessor of an H200 */

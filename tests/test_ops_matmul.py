@@ -313,7 +313,9 @@ SPLIT_PRODUCTS = [  # a shape, b shape, dtype: few tiles and a long K, which the
 ]
 
 
-def split_case(i, sa, sb, dt):
+def split_case(i, sa, sb, dt, last):
+    """Split along K: splitk.comp adds the chunks up (the default), or with
+    KILN_SPLIT_LAST=1 each tile's last workgroup."""
     def test(workdir):
         r = rng(360 + i)
         a, b = values(r, sa, 1.0).astype(dt), values(r, sb, 1.0).astype(dt)
@@ -324,7 +326,9 @@ def split_case(i, sa, sb, dt):
         # products the first leaves must not reach the second's result
         a2 = values(r, sa, 1.0).astype(dt)
         want2 = ref.matmul(a2.astype(np.float64), b.astype(np.float64))
-        got, got2 = run_steps(build_model(workdir, y), [[a, b], [a2, b]], [want.astype(dt)])
+        env = {"KILN_SPLIT_LAST": "1"} if last else None
+        got, got2 = run_steps(build_model(workdir, y, env=env), [[a, b], [a2, b]],
+                              [want.astype(dt)])
         got, got2 = got[0], got2[0]
         check(got.dtype == dt, f"output dtype {got.dtype}")
         k = sa[-1]
@@ -332,30 +336,23 @@ def split_case(i, sa, sb, dt):
             assert_close(g, w, 2 ** -10 if dt == np.float16 else 1e-5, 2e-6 * k ** 0.5 * 4)
         # an f16 product also has its cooperative-matrix variant (A and B
         # gathered where K or N is not a multiple of 8), for devices with them
-        check_kernels(workdir, {"matmul"} | ({"coopmat"} if dt == np.float16 else set()))
-        check(any(d.get("SPLIT_LAST") == "1" for d in kernel_defines(workdir)),
-              f"not split: {kernel_defines(workdir)}")
+        check_kernels(workdir, {"matmul"} | ({"coopmat"} if dt == np.float16 else set()) |
+                      (set() if last else {"splitk"}))
+        defs = kernel_defines(workdir)
+        check(any("KCHUNK" in d for d in defs) and
+              any(d.get("SPLIT_LAST") == "1" for d in defs) == last,
+              f"not split{' in the last workgroups' if last else ' by splitk.comp'}: {defs}")
     return test
 
 
 for i, (sa, sb, dt) in enumerate(SPLIT_PRODUCTS):
-    case(f"op matmul split along K {sa} x {sb} {np.dtype(dt).name}")(split_case(i, sa, sb, dt))
+    case(f"op matmul split along K {sa} x {sb} {np.dtype(dt).name}")(
+        split_case(i, sa, sb, dt, False))
+    case(f"op matmul split along K {sa} x {sb} {np.dtype(dt).name}, KILN_SPLIT_LAST=1: "
+         f"each tile's last workgroup adds the chunks up")(split_case(i, sa, sb, dt, True))
 
 
-@case("op matmul split along K, KILN_SPLIT_LAST=0: splitk.comp adds the chunks up, two runs")
-def _(workdir):
-    r = rng(365)
-    a, b, a2 = values(r, [40, 1000], 1.0), values(r, [1000, 64], 1.0), values(r, [40, 1000], 1.0)
-    y = model_yaml("mm", {"a": spec(a), "b": spec(b)},
-                   [{"name": "y", "op": "matmul", "inputs": ["a", "b"]}], ["y"])
-    prog = build_model(workdir, y, env={"KILN_SPLIT_LAST": "0"})
-    got, got2 = run_steps(prog, [[a, b], [a2, b]], [np.zeros([40, 64], np.float32)])
-    for g, x in ((got[0], a), (got2[0], a2)):
-        assert_close(g, ref.matmul(x, b), 1e-5, 2e-6 * 1000 ** 0.5 * 4)
-    check_kernels(workdir, {"matmul", "splitk"})
-
-
-@case("op gemm split along K: transposes, bias [M, N], alpha, beta, gelu by the last workgroups")
+@case("op gemm split along K: transposes, bias [M, N], alpha, beta, gelu by splitk.comp")
 def _(workdir):
     r = rng(370)
     M, K, N = 24, 1500, 40
@@ -364,13 +361,17 @@ def _(workdir):
     one_op(workdir, "gemm", [a, b, c], want, {"alpha": 0.5, "beta": 2.0, "trans_a": 1,
                                                 "trans_b": 1, "activation": "gelu"},
            1e-5, 2e-6 * K ** 0.5 * 4)
-    check_kernels(workdir, {"matmul"})
-    check_defines(workdir, {"SPLIT_LAST": "1", "HAS_BIAS": "1"})
+    check_kernels(workdir, {"matmul", "splitk"})
+    check_defines(workdir, {"SPLIT_LAST": None})
+    defs = kernel_defines(workdir)
+    check(any("KCHUNK" in d for d in defs) and
+          any(d.get("HAS_BIAS") == "1" and "SPLITK" in d for d in defs),
+          f"no split with the bias in its sum: {defs}")
 
 
-def split_qkv_case(flags, rtol, atol):
-    """A QKV split product split along K too: each tile's last workgroup
-    writes the three outputs; with int8 weights the partial products read their scales (the
+def split_qkv_case(flags, rtol, atol, env=None):
+    """A QKV split product split along K too: splitk.comp (or, with
+    KILN_SPLIT_LAST=1, each tile's last workgroup) writes the three outputs; with int8 weights the partial products read their scales (the
     products' elements are about 32 in size; int8's rounding adds up to
     about 1 over K = 1024, a lost or doubled chunk of K about 30)."""
     def test(workdir):
@@ -380,18 +381,20 @@ def split_qkv_case(flags, rtol, atol):
         names = ["q", "k", "v"]
         y = products_yaml(x, ws, names)
         want = [ref.matmul(x, w) for w in ws]
-        prog = build_model(workdir, y, flags=list(flags))
+        prog = build_model(workdir, y, flags=list(flags), env=env)
         got = run_program(prog, [x], [w.astype(np.float32) for w in want])
         for g, w in zip(got, want):
             assert_close(g, w, rtol, atol)
         c = (Path(workdir) / "model.c").read_text()
         check("q + k + v (matmul)" in c, "the products are not one")
-        check_kernels(workdir, {"matmul"})
-        check_defines(workdir, {"SPLIT_LAST": "1"})
+        check_kernels(workdir, {"matmul"} | (set() if env else {"splitk"}))
+        check_defines(workdir, {"SPLIT_LAST": "1" if env else None})
     return test
 
 
 case("op matmul QKV split, split along K")(split_qkv_case((), 1e-5, 2.6e-4))
+case("op matmul QKV split, split along K, KILN_SPLIT_LAST=1")(
+    split_qkv_case((), 1e-5, 2.6e-4, {"KILN_SPLIT_LAST": "1"}))
 case("op matmul QKV split, split along K, int8 weights")(
     split_qkv_case(("--weights", "int8"), 0.02, 1.6))
 
@@ -481,9 +484,11 @@ def f16_product_case(qkv, K=64):
         prog = build_model(workdir, model_yaml("f16mm", {"x": spec(x)}, nodes, outs, weights),
                            flags=("--precision", "f16"))
         defs = [d for d in kernel_defines(workdir) if "WM" in d]
-        if K > 256:  # few tiles, a long K: split, the epilogue by each tile's last workgroup
+        if K > 256:  # few tiles, a long K: split, the epilogue by splitk.comp
             check(defs and defs[0].get("KCHUNK") == "128" and defs[0].get("SPLITS") == "4" and
-                  defs[0].get("SPLIT_LAST") == "1" and defs[0].get("C_F16") == "1",
+                  "SPLIT_LAST" not in defs[0] and
+                  any(d.get("HAS_BIAS") == "1" and "SPLITK" in d
+                      for d in kernel_defines(workdir)),
                   f"no split cooperative-matrix kernel: {kernel_defines(workdir)}")
         else:
             check(defs and defs[0].get("EPILOGUE") == "1" and defs[0].get("C_F16") == "1",
@@ -491,7 +496,8 @@ def f16_product_case(qkv, K=64):
         if qkv:
             check("SPLIT_N0" in defs[0], f"not one split product: {defs[0]}")
         else:
-            check(defs[0].get("HAS_BIAS") == "1", f"no bias: {defs[0]}")
+            check(defs[0].get("HAS_BIAS") == "1" or K > 256,  # split: splitk.comp's bias
+                  f"no bias: {defs[0]}")
         gots = run_program(prog, [x], [w.astype(np.float32) for w in wants])
         for i, (g, w) in enumerate(zip(gots, wants)):
             assert_close(g, w, 2e-3, 2e-3, f"output {i}")
@@ -503,7 +509,7 @@ case("op matmul --precision f16: [128, 64] x [64, 96] + bias, gelu (coopmat epil
 case("op matmul --precision f16: a QKV split of three [64, 96] weights (coopmat "
      "epilogue where the device has cooperative matrices)")(f16_product_case(True))
 case("op matmul --precision f16: [128, 512] x [512, 96] + bias, gelu (coopmat split along "
-     "K in 4 chunks, the epilogue by each tile's last workgroup, where the device has "
+     "K in 4 chunks, the epilogue by splitk.comp, where the device has "
      "cooperative matrices)")(
     f16_product_case(False, K=512))
 
