@@ -24,8 +24,9 @@
  * outermost larger than 1 (`dynamic`, the prefix layout) has a run's
  * elements as a prefix of its bytes, and kernels follow its extent (their
  * work shrinks with it). Elementwise dispatches, rope and attention also
- * follow one dynamic axis inside (its size read at run time). States have
- * the prefix layout (a state grows along its dynamic axis); inputs and
+ * follow one dynamic axis inside (its size read at run time). A state has
+ * one dynamic axis, along which it grows (in place in the prefix layout;
+ * lower.c copies one dynamic inside from its update); inputs and
  * outputs may be dynamic along any axes, and kiln_model_run copies a run's
  * extent between the caller's contiguous buffers and the largest shape's
  * strides in staging.
@@ -210,14 +211,7 @@ void check_dynamic_state(Tensor *t) {
         ;
     if (b < t->rank)
         error_at(t->loc, "unsupported: state '%s' %s has two dynamic axes (%d and %d); a "
-                 "state has one, the outermost larger than 1", t->name,
-                 shape_str(t->rank, t->shape), a, b);
-    for (int i = 0; i < a; i++)
-        if (t->shape[i] != 1)
-            error_at(t->loc, "unsupported: state '%s' %s: the dynamic axis of a state must be "
-                     "its outermost axis larger than 1 (axis %d has size %lld); inputs, "
-                     "outputs and the tensors inside may be dynamic along any axes", t->name,
-                     shape_str(t->rank, t->shape), i, (long long)t->shape[i]);
+                 "state has one", t->name, shape_str(t->rank, t->shape), a, b);
 }
 
 static _Noreturn void unsupported(Node *n, const char *fmt, ...)

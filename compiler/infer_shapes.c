@@ -97,17 +97,17 @@ static void check_state(Tensor *s) {
         return;
     bool ok = u->dtype == s->dtype && u->rank == s->rank;
     for (int i = 0; ok && i < s->rank; i++)
-        ok = u->shape[i] == s->shape[i] || (s->dynamic && i == s->dyn_axis);
-    if (ok && u->dyn_axes && (!s->dynamic || u->dyn_axes != s->dyn_axes))
+        ok = u->shape[i] == s->shape[i] || is_dyn(s, i);
+    if (ok && u->dyn_axes && u->dyn_axes != s->dyn_axes)
         ok = false;
     if (!ok)
         error_at(s->update_loc, "state '%s' is %s %s; its update '%s' is %s %s: they must "
                  "agree but for the state's dynamic axis%s", s->name,
                  kiln_dtype_name(s->dtype), shape_str(s->rank, s->shape), u->name,
                  kiln_dtype_name(u->dtype), shape_str(u->rank, u->shape),
-                 u->dynamic ? ", along which the update may also be dynamic" : "");
-    if (tensor_bytes(u) > s->storage)
-        s->storage = tensor_bytes(u);
+                 u->dyn_axes ? ", along which the update may also be dynamic" : "");
+    if (tensor_bytes(u) > s->storage && !(s->dyn_axes && !s->dynamic))
+        s->storage = tensor_bytes(u); /* appended in place (an inner axis: copied) */
 }
 
 void infer_shapes(Graph *g) {

@@ -479,8 +479,7 @@ void infer_dynamic(Graph *g, Node *n);
 void set_dyn_axis(Tensor *t, int axis, const DimExpr *e);
 /* Sets t's prefix fields (dynamic, dyn_axis, extent) from dyn_axes. */
 void update_prefix(Tensor *t);
-/* Checks a state's dynamic axes: a state grows along one axis, the
- * outermost larger than 1 (the prefix layout). */
+/* Checks a state's dynamic axes: a state grows along one axis. */
 void check_dynamic_state(Tensor *t);
 /* True when axis of t follows the dynamic dimensions. */
 bool is_dyn(const Tensor *t, int axis);

@@ -61,15 +61,23 @@ static void bind_dims(Graph *g, Program *p) {
     }
 }
 
+/* Whether state s is dynamic along an inner axis (its one dynamic axis not
+ * the outermost larger than 1: a cache in the heads' layout, [2, heads,
+ * past, d]). */
+static bool inner_state(const Tensor *s) { return s->dyn_axes && !s->dynamic; }
+
 /* A state whose update appends to it (update = concat(state, new) along
- * the state's dynamic axis) is updated in place: the update's bytes are the
- * state's, the state's own piece is not copied, and only the new piece is
- * written, past the state's extent where nothing reads. Other states are
- * copied from their update after the dispatches. */
+ * the state's dynamic axis, the outermost larger than 1) is updated in
+ * place: the update's bytes are the state's, the state's own piece is not
+ * copied, and only the new piece is written, past the state's extent where
+ * nothing reads. Other states are copied from their update after the
+ * dispatches: by the runtime as bytes, or, dynamic along an inner axis
+ * (whose strides differ between the state and a longer update), by a
+ * strided copy dispatch after all others (copy_inner_states). */
 static void plan_states(Graph *g, Program *p) {
     for (int i = 0; i < g->states.len; i++) {
         Tensor *s = g->states.data[i], *u = s->update;
-        if (!u)
+        if (!u || inner_state(s))
             continue;
         Node *c = u->producer;
         int64_t axis = c && c->op == OP_CONCAT ? attr_int(c, "axis") : -1;
@@ -86,6 +94,21 @@ static void plan_states(Graph *g, Program *p) {
     }
 }
 
+/* Each state dynamic along an inner axis gets its update's first positions
+ * (as many as the state holds at its largest) copied into it by the last
+ * dispatch: positions past a run's extent are don't-care in both, and a
+ * run's extent past the state's largest is never a next run's (the dims
+ * refuse it). */
+static void copy_inner_states(Graph *g, Program *p) {
+    for (int i = 0; i < g->states.len; i++) {
+        Tensor *s = g->states.data[i], *u = s->update;
+        if (!u || !inner_state(s) || (!u->producer && !g->nodes.len))
+            continue;
+        Node *n = u->producer ? u->producer : g->nodes.data[g->nodes.len - 1];
+        copy(p, n, s->rank, s->shape, whole(s), whole(u), NULL);
+    }
+}
+
 Program *lower(Graph *g) {
     Program *p = xcalloc(1, sizeof *p);
     p->graph = g;
@@ -96,6 +119,7 @@ Program *lower(Graph *g) {
             continue;
         lowerings[n->op](p, n);
     }
+    copy_inner_states(g, p);
     bind_dims(g, p);
     return p;
 }

@@ -749,6 +749,40 @@ def test_state_append(workdir):
     assert_close(got.reshape(9, 3)[:7], np.concatenate(cache), 0, 0, "the cache")
 
 
+@case("state: a cache in the heads' layout [2, 3, past, 4], dynamic along that inner axis: "
+      "appended by concat, copied into the state by the last dispatch, across runs of "
+      "varying extent; the state read back")
+def test_state_inner(workdir):
+    workdir = Path(workdir)
+    y = dyn_yaml({"seq": "1..3", "past": "0..6"}, {"x": {**W, "shape": [2, 3, "seq", 4]}},
+                 [{"name": "all", "op": "concat", "inputs": ["c", "x"], "axis": 2},
+                  {"name": "y", "op": "exp", "inputs": ["all"]}], ["y", "all"])
+    doc = json.loads(y)
+    doc["state"] = {"c": {**W, "shape": [2, 3, "past", 4], "update": "all"}}
+    steps = [{"seq": 2, "past": 0}, {"seq": 1, "past": 2}, {"seq": 3, "past": 3},
+             {"seq": 1, "past": 6}]
+    cache = []
+
+    def want(x, seq, past):
+        check(sum(c.shape[2] for c in cache) == past, "test bug")
+        cache.append(ref.f64(x))
+        a = np.concatenate(cache, axis=2)
+        return [np.exp(a), a]
+    sd = workdir / "states"
+    sd.mkdir()
+    run_steps(workdir, json.dumps(doc), steps,
+              lambda rng, seq, past: [normal(rng, 2, 3, seq, 4)], want,
+              extra_args=("--states", sd))
+    c_text = (workdir / "model.c").read_text()
+    check("{0ull, 0ull, 0ull}" in c_text, "a byte copy of the state was emitted")
+    got = np.fromfile(sd / "state0.bin", dtype=np.float32)
+    check(got.size == 2 * 3 * 6 * 4, f"state storage {got.size} floats, expected 144 "
+          "(its own largest shape)")
+    # the last run (past 6, seq 1) leaves 7 positions, of which the state holds 6
+    assert_close(got.reshape(2, 3, 6, 4), np.concatenate(cache, axis=2)[:, :, :6], 0, 0,
+                 "the cache")
+
+
 @case("state: keys roped straight into the cache (a partial rotation, n_rot < D), no "
       "copy for the append, across runs of varying extent")
 def test_rope_append(workdir):
@@ -962,10 +996,10 @@ def test_errors(workdir):
     cases_state.append((json.dumps(base2), ["'s' is a state"]))
     base3 = dict(base, state={"s": {**W, "shape": [3, 4], "update": "nope"}})
     cases_state.append((json.dumps(base3), ["'nope' is not defined"]))
-    # a state grows along one axis, its outermost larger than 1
-    base4 = dict(base, inputs={"x": {**W, "shape": [2, "seq"]}},
-                 state={"s": {**W, "shape": [2, "seq"], "update": "x"}})
-    cases_state.append((json.dumps(base4), ["state 's'", "outermost"]))
+    # a state grows along one axis
+    base4 = dict(base, inputs={"x": {**W, "shape": ["seq", "seq"]}},
+                 state={"s": {**W, "shape": ["seq", "seq"], "update": "x"}})
+    cases_state.append((json.dumps(base4), ["state 's'", "two dynamic"]))
     for k, (text, needles) in enumerate(cases_state):
         sub = Path(workdir) / f"s{k}"
         sub.mkdir()
