@@ -169,6 +169,25 @@ def _(workdir):
     check(r.returncode == 0, r.stderr)
 
 
+@case("profiling: a dispatch the device does not record (an f16 product's cooperative-matrix "
+      "kernel on lavapipe) takes 0 us, its tiled variant more")
+def _(workdir):
+    wd = Path(workdir)
+    y = json.dumps({"name": "mm", "inputs": {"a": {"dtype": "f16", "shape": [128, 96]},
+                                            "b": {"dtype": "f16", "shape": [96, 192]}},
+                    "nodes": [{"name": "y", "op": "matmul", "inputs": ["a", "b"]}],
+                    "outputs": ["y"]})
+    prog = build_model(wd, y)
+    r = run([prog, "-n", "3", "-p", wd / "p.json"])
+    check(r.returncode == 0, r.stderr)
+    prof = json.loads((wd / "p.json").read_text())
+    fams = [d["family"] for d in json.loads(kiln("inspect", wd / "model.yaml", "--format",
+                                                  "json").stdout)["dispatches"]]
+    us = [d["us"] for d in prof["dispatches"]]
+    check(fams == ["coopmat", "matmul"] and us[0] == 0 and us[1] > 0,
+          f"kernels {fams}, us {us}")
+
+
 DIV_MODEL = """name: chain
 inputs:
   x: {dtype: f32, shape: [4, 64]}
