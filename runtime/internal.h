@@ -216,6 +216,9 @@ struct kiln_model {
     uint32_t recording_count;
     uint8_t *idle;
     uint32_t idle_count;
+    /* the idle flags of the recording the last run submitted (NULL: the
+     * full one), for kiln_model_profile */
+    const uint8_t *ran_idle;
     VkFence fence;
     VkQueryPool timestamps; /* dispatch_count + 1 queries, when profiling */
     /* Not KILN_OK once a run failed after its submit (the device was lost,

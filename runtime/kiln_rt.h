@@ -197,8 +197,9 @@ kiln_status kiln_model_create_ex(kiln_device *device, const kiln_model_desc *des
  * desc->dispatch_count). A dispatch's time runs from the end of the one
  * before it (or the start of the schedule) to its own end, measured with
  * the device's timestamp period and valid bits. Dispatches the schedule lets
- * overlap share time between them. A dispatch this device does not record
- * (a variant for devices with other features) takes 0. */
+ * overlap share time between them. A dispatch the run did not record (a
+ * variant for devices with other features, or one its dims give no
+ * workgroups, left out of the run's recording) takes 0. */
 kiln_status kiln_model_profile(kiln_model *model, double *us, uint32_t count);
 
 /* Copies a tensor of desc->debug_tensors (or desc->outputs) out of the

@@ -420,10 +420,12 @@ kiln_status kiln_model_profile(kiln_model *m, double *us, uint32_t count) {
     uint32_t bits = m->device->timestamp_bits;
     uint64_t mask = bits >= 64 ? ~0ull : ((1ull << bits) - 1);
     double period = m->device->props.limits.timestampPeriod; /* ns per tick */
-    /* a dispatch this device does not record has its timestamp written
-     * right after the one before: about a microsecond of nothing */
+    /* a dispatch this device does not record, or that the run's recording
+     * left out (idle at its dims), has its timestamp written right after the
+     * one before: about a microsecond of nothing */
     for (uint32_t i = 0; i < n; i++)
-        us[i] = kiln__dispatch_active(m->device, &m->desc->dispatches[i])
+        us[i] = kiln__dispatch_active(m->device, &m->desc->dispatches[i]) &&
+                        !(m->ran_idle && m->ran_idle[i])
                     ? (double)((t[i + 1] - t[i]) & mask) * period / 1000.0 : 0.0;
     kiln__free(m->host, t);
     return KILN_OK;

@@ -170,11 +170,14 @@ kiln_status kiln__record(kiln_model *m) { return record(m, NULL, &m->cmd); }
 
 VkCommandBuffer kiln__recording(kiln_model *m) {
     const kiln_model_desc *d = m->desc;
+    m->ran_idle = NULL;
     if (!m->idle_count)
         return m->cmd;
     for (uint32_t k = 0; k < m->recording_count; k++)
-        if (memcmp(m->recordings[k].idle, m->idle, d->dispatch_count) == 0)
+        if (memcmp(m->recordings[k].idle, m->idle, d->dispatch_count) == 0) {
+            m->ran_idle = m->recordings[k].idle;
             return m->recordings[k].cmd;
+        }
     if (m->recording_count == KILN__RECORDINGS)
         return m->cmd;
     struct kiln__recording *r = &m->recordings[m->recording_count];
@@ -188,5 +191,6 @@ VkCommandBuffer kiln__recording(kiln_model *m) {
         return m->cmd;
     }
     m->recording_count++;
+    m->ran_idle = r->idle;
     return r->cmd;
 }

@@ -188,6 +188,25 @@ def _(workdir):
           f"kernels {fams}, us {us}")
 
 
+@case("profiling: a dispatch the run's dims give no workgroups (a dynamic product's variant "
+      "for other row counts, left out of the run's recording) takes 0 us")
+def _(workdir):
+    wd = Path(workdir)
+    y = json.dumps({"name": "mm", "dims": {"seq": "1..64"},
+                    "inputs": {"x": {"dtype": "f32", "shape": ["seq", 64]}},
+                    "weights": {"w": {"dtype": "f32", "shape": [64, 48],
+                                      "init": {"normal": 0.5}}},
+                    "nodes": [{"name": "y", "op": "matmul", "inputs": ["x", "w"]}],
+                    "outputs": ["y"]})
+    prog = build_model(wd, y)
+    for seq in (1, 40):
+        r = run([prog, "-n", "3", "-d", f"seq={seq}", "-p", wd / "p.json"])
+        check(r.returncode == 0, r.stderr)
+        us = [d["us"] for d in json.loads((wd / "p.json").read_text())["dispatches"]]
+        check(len(us) >= 2 and sum(u > 0 for u in us) == 1 and us.count(0) == len(us) - 1,
+              f"seq {seq}: us {us}, expected one product kernel working")
+
+
 DIV_MODEL = """name: chain
 inputs:
   x: {dtype: f32, shape: [4, 64]}
