@@ -493,6 +493,32 @@ Dispatch *row_dispatch(Program *p, Node *n, const char *family, int64_t rows,
     return d;
 }
 
+/* row_dispatch over rows that are x's leading axes flattened (INNER 1:
+ * a norm's), x dynamic along one of them inside (not the outermost larger
+ * than 1): a run's rows are the first ROW_RUN of every ROW_BLOCK rows of
+ * the largest shape (reduce.glsl, kiln_row_of), their count and workgroups
+ * following the extent. */
+Dispatch *row_dispatch_inner(Program *p, Node *n, const char *family, int64_t rows,
+                             int64_t len, const Tensor *x) {
+    if (rows == 0 || len == 0)
+        return NULL;
+    int a = dyn_axis_of(x);
+    const DimExpr *e = &x->ext[a];
+    int64_t outer = shape_count(a, x->shape), in = rows / outer / x->shape[a];
+    Dispatch *d = new_dispatch(p, n, family);
+    d->local_size = row_workgroup(len);
+    define_int(d, "WG", d->local_size);
+    define_str(d, "ROWS", dim_expr_glsl(e, outer * in));
+    define_int(d, "LEN", len);
+    define_int(d, "INNER", 1);
+    define_str(d, "ROW_RUN", format("uint%s", dim_expr_glsl(e, in)));
+    define_int(d, "ROW_BLOCK", x->shape[a] * in);
+    d->groups[0] = groups_for(rows, 1);
+    dyn_groups_along(d, 0, e, outer * in, 1);
+    d->flops = 5ull * (uint64_t)(rows * len);
+    return d;
+}
+
 /* Rows along one axis of x. */
 Dispatch *axis_dispatch(Program *p, Node *n, const char *family, int axis) {
     Tensor *x = n->inputs[0];

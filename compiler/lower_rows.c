@@ -68,7 +68,10 @@ void lower_norm(Program *p, Node *n) {
         len = shape_count(x->rank - axis, x->shape + axis);
         rows = len ? tensor_count(x) / len : 0;
     }
-    Dispatch *d = row_dispatch(p, n, "norm", rows, len, 1, dyn_of(x));
+    /* layer and rms norms follow a dynamic axis inside their rows too */
+    bool inner = pr == 1 && dyn_one(x) && !x->dynamic;
+    Dispatch *d = inner ? row_dispatch_inner(p, n, "norm", rows, len, x)
+                        : row_dispatch(p, n, "norm", rows, len, 1, dyn_of(x));
     if (!d)
         return;
     define_float(d, "EPS", attr_float(n, "eps"));

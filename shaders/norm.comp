@@ -45,7 +45,7 @@ float value(uint i) {
 void main() {
     const uint l = gl_LocalInvocationID.x;
     for (uint row = gl_WorkGroupID.x; row < ROWS; row += gl_NumWorkGroups.x) {
-        const uint base = kiln_row_base(row);
+        const uint base = kiln_row_base(kiln_row_of(row));
 #if CACHE <= 16
         float vals[CACHE];
         float s = 0.0;

@@ -16,7 +16,7 @@ import numpy as np
 
 import reference as ref
 from harness import (F16_TOLERANCE, VALIDATION, assert_close, assert_relative, build_model,
-                     check, kiln, link_model, model_yaml, registry, run)
+                     check, kernel_defines, kiln, link_model, model_yaml, registry, run)
 from test_quant import dequantized
 
 TESTS, case = registry()
@@ -568,6 +568,37 @@ def heads_layout_case(layout, dtype):
 for _lay, _dt in (("bhsd", "f32"), ("bhsd", "f16"), ("bshd", "f32")):
     case(f"dynamic: rope and attention on {_lay} with batch 2, dynamic along the positions "
          f"(an inner axis), past + seq keys, {_dt}")(heads_layout_case(_lay, _dt))
+
+
+@case("dynamic: layer_norm (its residual sum read later) over [2, seq, 16] and [2, seq, 3, 8], "
+      "rms_norm over the heads' layout [1, 2, seq, 8], dynamic along an axis inside their "
+      "rows: the run's rows only (ROW_BLOCK)")
+def test_norm_inner_rows(workdir):
+    f = {**W}
+    ins = {"x": {**f, "shape": [2, "seq", 16]}, "r": {**f, "shape": [2, "seq", 16]},
+           "h": {**f, "shape": [1, 2, "seq", 8]}, "u": {**f, "shape": [2, "seq", 3, 8]}}
+    nodes = [{"name": "s", "op": "add", "inputs": ["x", "r"]},
+             {"name": "y", "op": "layer_norm", "inputs": ["s", "g16", "b16"]},
+             {"name": "z", "op": "mul", "inputs": ["s", "s"]},
+             {"name": "q", "op": "rms_norm", "inputs": ["h", "g8"]},
+             {"name": "v", "op": "layer_norm", "inputs": ["u"]}]  # 3 rows a position
+    y = dyn_yaml({"seq": "1..12"}, ins, nodes, ["y", "z", "q", "v"],
+                 {"g16": weight([16], 41), "b16": weight([16], 42), "g8": weight([8], 43)})
+    g16, b16, g8 = w_of([16], 41), w_of([16], 42), w_of([8], 43)
+
+    def make(rng, seq):
+        return [normal(rng, 2, seq, 16), normal(rng, 2, seq, 16), normal(rng, 1, 2, seq, 8),
+                normal(rng, 2, seq, 3, 8)]
+
+    def want(x, r, h, u, seq):
+        s_ = ref.f64(x) + ref.f64(r)
+        hh = ref.f64(h)
+        qn = hh / np.sqrt((hh ** 2).mean(-1, keepdims=True) + 1e-5) * g8
+        return [ref.layer_norm(s_, g16, b16), s_ * s_, qn, ref.layer_norm(u)]
+    run_steps(workdir, y, seq_steps([1, 7, 12, 3, 1]), make, want, rtol=1e-4, atol=1e-5)
+    blocks = [d for d in kernel_defines(workdir) if "ROW_BLOCK" in d]
+    check(len(blocks) >= 3 and {d["ROW_BLOCK"] for d in blocks} == {"12", "36"},
+          f"the norms do not follow the rows' extent: {blocks}")
 
 
 @case("dynamic: attention written out with the dynamic axes inside: [heads, seq, past + seq] "
