@@ -601,6 +601,33 @@ def test_norm_inner_rows(workdir):
           f"the norms do not follow the rows' extent: {blocks}")
 
 
+@case("dynamic: elementwise ops and copies along an inner dynamic axis: [3, seq, 4, 5] with "
+      "operands broadcast along it and across it, the fixed axes after it merged, a "
+      "transpose moving it, a slice and a concat of fixed axes; the run's extent only")
+def test_inner_eltwise(workdir):
+    f = {**W}
+    ins = {"a": {**f, "shape": [3, "seq", 4, 5]}, "b": {**f, "shape": [1, "seq", 1, 5]}}
+    nodes = [{"name": "t", "op": "add", "inputs": ["a", "b"]},
+             {"name": "u", "op": "mul", "inputs": ["t", "c"]},
+             {"name": "v", "op": "transpose", "inputs": ["u"], "perm": [0, 2, 1, 3]},
+             {"name": "w", "op": "tanh", "inputs": ["v"]},
+             {"name": "sl", "op": "slice", "inputs": ["u"], "starts": [1], "ends": [4],
+              "axes": [2]},
+             {"name": "cc", "op": "concat", "inputs": ["sl", "a"], "axis": 2}]
+    y = dyn_yaml({"seq": "1..9"}, ins, nodes, ["u", "w", "cc"], {"c": weight([5], 44)})
+    c = w_of([5], 44)
+
+    def make(rng, seq):
+        return [normal(rng, 3, seq, 4, 5), normal(rng, 1, seq, 1, 5)]
+
+    def want(a, b, seq):
+        u = (ref.f64(a) + ref.f64(b)) * c
+        return [u, np.tanh(u.transpose(0, 2, 1, 3)), np.concatenate([u[:, :, 1:4], a], 2)]
+    run_steps(workdir, y, seq_steps([1, 9, 4, 2]), make, want, rtol=1e-5, atol=1e-6)
+    dyn = [d for d in kernel_defines(workdir) if d.get("SHAPE_DYN") == "1"]
+    check(len(dyn) >= 4, f"{len(dyn)} elementwise kernels follow the inner axis")
+
+
 @case("dynamic: attention written out with the dynamic axes inside: [heads, seq, past + seq] "
       "scores, softmax over keys, a product contracting them, concat of inner pieces")
 def test_inner_axes(workdir):
