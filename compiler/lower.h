@@ -83,7 +83,7 @@ void dyn_groups(Dispatch *d, int axis, const Tensor *dyn, int64_t items,
 void dyn_groups_along(Dispatch *d, int axis, const DimExpr *extent, int64_t scale,
                       int64_t per_group);
 Dispatch *row_dispatch_inner(Program *p, Node *n, const char *family, int64_t rows,
-                             int64_t len, const Tensor *x);
+                             int64_t len, int64_t inner, const Tensor *x);
 /* Whether each of the n values is a multiple of `of`. */
 bool all_multiples(int n, const int64_t *v, int64_t of);
 void contiguous_strides(int rank, const int64_t *shape, int64_t *strides);

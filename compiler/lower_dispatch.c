@@ -493,28 +493,29 @@ Dispatch *row_dispatch(Program *p, Node *n, const char *family, int64_t rows,
     return d;
 }
 
-/* row_dispatch over rows that are x's leading axes flattened (INNER 1:
- * a norm's), x dynamic along one of them inside (not the outermost larger
- * than 1): a run's rows are the first ROW_RUN of every ROW_BLOCK rows of
- * the largest shape (reduce.glsl, kiln_row_of), their count and workgroups
- * following the extent. */
+/* row_dispatch over rows along an axis of x (INNER elements apart), x
+ * dynamic along one axis before that one, inside (not the outermost larger
+ * than 1): a run's rows are, of the rows' outer part (the axes before the
+ * row's), the first ROW_RUN of every ROW_BLOCK of the largest shape
+ * (reduce.glsl, kiln_row_of), their count and workgroups following the
+ * extent. */
 Dispatch *row_dispatch_inner(Program *p, Node *n, const char *family, int64_t rows,
-                             int64_t len, const Tensor *x) {
+                             int64_t len, int64_t inner, const Tensor *x) {
     if (rows == 0 || len == 0)
         return NULL;
     int a = dyn_axis_of(x);
     const DimExpr *e = &x->ext[a];
-    int64_t outer = shape_count(a, x->shape), in = rows / outer / x->shape[a];
+    int64_t before = shape_count(a, x->shape), in = rows / inner / before / x->shape[a];
     Dispatch *d = new_dispatch(p, n, family);
     d->local_size = row_workgroup(len);
     define_int(d, "WG", d->local_size);
-    define_str(d, "ROWS", dim_expr_glsl(e, outer * in));
+    define_str(d, "ROWS", dim_expr_glsl(e, before * in * inner));
     define_int(d, "LEN", len);
-    define_int(d, "INNER", 1);
+    define_int(d, "INNER", inner);
     define_str(d, "ROW_RUN", format("uint%s", dim_expr_glsl(e, in)));
     define_int(d, "ROW_BLOCK", x->shape[a] * in);
     d->groups[0] = groups_for(rows, 1);
-    dyn_groups_along(d, 0, e, outer * in, 1);
+    dyn_groups_along(d, 0, e, before * in * inner, 1);
     d->flops = 5ull * (uint64_t)(rows * len);
     return d;
 }
@@ -525,9 +526,12 @@ Dispatch *axis_dispatch(Program *p, Node *n, const char *family, int axis) {
     int64_t len = x->shape[axis];
     int64_t inner = shape_count(x->rank - axis - 1, x->shape + axis + 1);
     int64_t rows = len ? tensor_count(x) / len : 0;
-    /* rows follow x's prefix extent unless it is along the rows */
-    Dispatch *d = row_dispatch(p, n, family, rows, len, inner,
-                               x->dynamic && x->dyn_axis != axis ? x : NULL);
+    /* rows follow x's extent unless it is along the rows (softmax's
+     * RUN_LEN) or after them */
+    bool inner_rows = dyn_one(x) && !x->dynamic && dyn_axis_of(x) < axis;
+    Dispatch *d = inner_rows ? row_dispatch_inner(p, n, family, rows, len, inner, x)
+                             : row_dispatch(p, n, family, rows, len, inner,
+                                            x->dynamic && x->dyn_axis != axis ? x : NULL);
     if (d) {
         dispatch_arg(d, n->outputs[0], true);
         dispatch_arg(d, x, false);

@@ -70,7 +70,7 @@ void lower_norm(Program *p, Node *n) {
     }
     /* layer and rms norms follow a dynamic axis inside their rows too */
     bool inner = pr == 1 && dyn_one(x) && !x->dynamic;
-    Dispatch *d = inner ? row_dispatch_inner(p, n, "norm", rows, len, x)
+    Dispatch *d = inner ? row_dispatch_inner(p, n, "norm", rows, len, 1, x)
                         : row_dispatch(p, n, "norm", rows, len, 1, dyn_of(x));
     if (!d)
         return;

@@ -22,7 +22,7 @@ shared float scan[WG];
 void main() {
     const uint l = gl_LocalInvocationID.x;
     for (uint row = gl_WorkGroupID.x; row < ROWS; row += gl_NumWorkGroups.x) {
-        const uint base = kiln_row_base(row);
+        const uint base = kiln_row_base(kiln_row_of(row));
         float carry = 0.0;
         for (uint c0 = 0; c0 < LEN; c0 += WG) {
             const uint c = c0 + l;

@@ -56,11 +56,15 @@ KILN_REDUCE(kiln_reduce_prod, KILN_MUL, subgroupMul)
 #if defined(LEN) && defined(INNER)
 uint kiln_row_base(uint r) { return (r / INNER) * (LEN * INNER) + (r % INNER); }
 #endif
-// ROW_BLOCK (rows dynamic along an axis inside them, stored at the largest
-// shape): a run's row q is the (q % ROW_RUN)-th of block q / ROW_RUN, each
-// block ROW_BLOCK rows of the largest shape (ROW_RUN of them the run's).
+// ROW_BLOCK (rows dynamic along an axis before the row's, inside, stored at
+// the largest shape): of a run's row q, the outer part o = q / INNER is the
+// (o % ROW_RUN)-th of block o / ROW_RUN, each block ROW_BLOCK outer rows of
+// the largest shape (ROW_RUN of them the run's).
 #ifdef ROW_BLOCK
-uint kiln_row_of(uint q) { return q / ROW_RUN * ROW_BLOCK + q % ROW_RUN; }
+uint kiln_row_of(uint q) {
+    const uint o = q / INNER;
+    return (o / ROW_RUN * ROW_BLOCK + o % ROW_RUN) * INNER + q % INNER;
+}
 #else
 #define kiln_row_of(q) (q)
 #endif

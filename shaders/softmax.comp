@@ -35,7 +35,7 @@ float x_at(uint i) { return float(args.x.v[i]); }
 void main() {
     const uint l = gl_LocalInvocationID.x;
     for (uint row = gl_WorkGroupID.x; row < ROWS; row += gl_NumWorkGroups.x) {
-        const uint base = kiln_row_base(row);
+        const uint base = kiln_row_base(kiln_row_of(row));
 #if CACHE <= 16
         float vals[CACHE];
         float m = -1.0 / 0.0;

@@ -19,8 +19,8 @@ layout(push_constant) uniform Args {
 
 void main() {
     for (uint row = gl_WorkGroupID.x; row < ROWS; row += gl_NumWorkGroups.x) {
-        const uint base = kiln_row_base(row);
-        const uint obase = (row / INNER) * (K * INNER) + (row % INNER);
+        const uint base = kiln_row_base(kiln_row_of(row));
+        const uint obase = (kiln_row_of(row) / INNER) * (K * INNER) + (kiln_row_of(row) % INNER);
         float pv = 0.0;
         uint pi = NONE_I;
         for (uint k = 0; k < K; ++k) {

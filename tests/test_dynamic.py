@@ -628,6 +628,31 @@ def test_inner_eltwise(workdir):
     check(len(dyn) >= 4, f"{len(dyn)} elementwise kernels follow the inner axis")
 
 
+@case("dynamic: softmax, cumsum and topk along a fixed axis of tensors dynamic along an "
+      "axis before it, inside ([2, seq, 7], [2, seq, 4, 3] along axis 2, [3, seq, 6]): the "
+      "run's rows only (ROW_BLOCK)")
+def test_rows_inner(workdir):
+    f = {**W}
+    ins = {"x": {**f, "shape": [2, "seq", 7]}, "z": {**f, "shape": [2, "seq", 4, 3]},
+           "t": {**f, "shape": [3, "seq", 6]}}
+    nodes = [{"name": "sx", "op": "softmax", "inputs": ["x"], "axis": -1},
+             {"name": "sz", "op": "softmax", "inputs": ["z"], "axis": 2},
+             {"name": "cz", "op": "cumsum", "inputs": ["z"], "axis": 2},
+             {"name": "tk", "outputs": ["tv", "ti"], "op": "topk", "inputs": ["t"], "k": 2,
+              "axis": -1}]
+    y = dyn_yaml({"seq": "1..10"}, ins, nodes, ["sx", "sz", "cz", "tv", "ti"])
+
+    def make(rng, seq):
+        return [normal(rng, 2, seq, 7), normal(rng, 2, seq, 4, 3), normal(rng, 3, seq, 6)]
+
+    def want(x, z, t, seq):
+        v, i = ref.topk(t, 2)
+        return [ref.softmax(x), ref.softmax(z, axis=2), np.cumsum(ref.f64(z), axis=2), v, i]
+    run_steps(workdir, y, seq_steps([1, 10, 6, 2]), make, want, rtol=1e-5, atol=1e-6)
+    blocks = [d for d in kernel_defines(workdir) if "ROW_BLOCK" in d]
+    check(len(blocks) >= 3, f"the row kernels do not follow the rows' extent: {blocks}")
+
+
 @case("dynamic: attention written out with the dynamic axes inside: [heads, seq, past + seq] "
       "scores, softmax over keys, a product contracting them, concat of inner pieces")
 def test_inner_axes(workdir):
