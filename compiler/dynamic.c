@@ -23,8 +23,9 @@
  * The common case stays fast: a tensor whose one dynamic axis is the
  * outermost larger than 1 (`dynamic`, the prefix layout) has a run's
  * elements as a prefix of its bytes, and kernels follow its extent (their
- * work shrinks with it). Elementwise dispatches, rope and attention also
- * follow one dynamic axis inside (its size read at run time). A state has
+ * work shrinks with it). Elementwise dispatches, rope, attention, the norms,
+ * softmax, cumsum and topk also follow one dynamic axis inside (its size
+ * read at run time). A state has
  * one dynamic axis, along which it grows (in place in the prefix layout;
  * lower.c copies one dynamic inside from its update); inputs and
  * outputs may be dynamic along any axes, and kiln_model_run copies a run's
@@ -170,6 +171,10 @@ char *dim_expr_str(const Graph *g, const DimExpr *e) {
         str_addf(&s, "%s%lld", s.len ? (e->c0 < 0 ? " - " : " + ") : "",
                  (long long)(s.len && e->c0 < 0 ? -e->c0 : e->c0));
     return s.buf;
+}
+
+bool dyn_inside(const Tensor *t) {
+    return t->dyn_axes && !(t->dyn_axes & (t->dyn_axes - 1)) && !t->dynamic;
 }
 
 bool is_dyn(const Tensor *t, int axis) {
@@ -624,9 +629,7 @@ static void dynamic_attention(Node *n) {
 /* rope: the output follows x. cos and sin ([positions, R / 2]) follow the
  * dims together, along their positions, exactly where x follows them along
  * seq_axis (a table of fixed positions would rotate a run's positions as
- * if they started at 0: a decoder gathers its tables by position). An
- * inner dynamic axis of x runs the rotation over x's largest shape, as
- * other elementwise ops. */
+ * if they started at 0: a decoder gathers its tables by position). */
 static void dynamic_rope(Node *n) {
     Tensor *x = n->inputs[0];
     int64_t axis = attr_int(n, "seq_axis");

@@ -106,7 +106,7 @@ static void check_state(Tensor *s) {
                  kiln_dtype_name(s->dtype), shape_str(s->rank, s->shape), u->name,
                  kiln_dtype_name(u->dtype), shape_str(u->rank, u->shape),
                  u->dyn_axes ? ", along which the update may also be dynamic" : "");
-    if (tensor_bytes(u) > s->storage && !(s->dyn_axes && !s->dynamic))
+    if (tensor_bytes(u) > s->storage && !dyn_inside(s))
         s->storage = tensor_bytes(u); /* appended in place (an inner axis: copied) */
 }
 

@@ -483,6 +483,9 @@ void update_prefix(Tensor *t);
 void check_dynamic_state(Tensor *t);
 /* True when axis of t follows the dynamic dimensions. */
 bool is_dyn(const Tensor *t, int axis);
+/* True when t follows them along one axis that is not its outermost larger
+ * than 1 (a run's elements are then not a prefix of its bytes). */
+bool dyn_inside(const Tensor *t);
 bool dim_expr_eq(const DimExpr *a, const DimExpr *b);
 /* True when e follows no dim (its value is e->c0). */
 bool dim_expr_const(const DimExpr *e);

@@ -61,11 +61,6 @@ static void bind_dims(Graph *g, Program *p) {
     }
 }
 
-/* Whether state s is dynamic along an inner axis (its one dynamic axis not
- * the outermost larger than 1: a cache in the heads' layout, [2, heads,
- * past, d]). */
-static bool inner_state(const Tensor *s) { return s->dyn_axes && !s->dynamic; }
-
 /* A state whose update appends to it (update = concat(state, new) along
  * the state's dynamic axis, the outermost larger than 1) is updated in
  * place: the update's bytes are the state's, the state's own piece is not
@@ -77,7 +72,7 @@ static bool inner_state(const Tensor *s) { return s->dyn_axes && !s->dynamic; }
 static void plan_states(Graph *g, Program *p) {
     for (int i = 0; i < g->states.len; i++) {
         Tensor *s = g->states.data[i], *u = s->update;
-        if (!u || inner_state(s))
+        if (!u || dyn_inside(s)) /* a cache in the heads' layout, [2, heads, past, d] */
             continue;
         Node *c = u->producer;
         int64_t axis = c && c->op == OP_CONCAT ? attr_int(c, "axis") : -1;
@@ -102,7 +97,7 @@ static void plan_states(Graph *g, Program *p) {
 static void copy_inner_states(Graph *g, Program *p) {
     for (int i = 0; i < g->states.len; i++) {
         Tensor *s = g->states.data[i], *u = s->update;
-        if (!u || !inner_state(s) || (!u->producer && !g->nodes.len))
+        if (!u || !dyn_inside(s) || (!u->producer && !g->nodes.len))
             continue;
         Node *n = u->producer ? u->producer : g->nodes.data[g->nodes.len - 1];
         copy(p, n, s->rank, s->shape, whole(s), whole(u), NULL);

@@ -82,8 +82,6 @@ void dyn_groups(Dispatch *d, int axis, const Tensor *dyn, int64_t items,
                 int64_t per_group);
 void dyn_groups_along(Dispatch *d, int axis, const DimExpr *extent, int64_t scale,
                       int64_t per_group);
-Dispatch *row_dispatch_inner(Program *p, Node *n, const char *family, int64_t rows,
-                             int64_t len, int64_t inner, const Tensor *x);
 /* Whether each of the n values is a multiple of `of`. */
 bool all_multiples(int n, const int64_t *v, int64_t of);
 void contiguous_strides(int rank, const int64_t *shape, int64_t *strides);
@@ -138,9 +136,10 @@ Dispatch *one_row_of(Program *p, const Node *prod, const Dispatch *nd);
  * no range of work): one that a product's last workgroups may stand in for
  * at one row. */
 bool every_run(const Dispatch *nd);
-/* KILN_SPLIT_LAST=0: every split's sum by a second dispatch (splitk.comp,
- * attention's combining pass), none by its last workgroups; for
- * comparison. */
+/* KILN_SPLIT_LAST=0: attention's spans combined by a second dispatch, not
+ * by each row's last span workgroup; for comparison (split products add
+ * their chunks with splitk.comp unless KILN_SPLIT_LAST=1: lower_matmul.c,
+ * split_in_last). */
 bool split_last_off(void);
 
 /* ---- lower_matmul.c ---------------------------------------------------- */

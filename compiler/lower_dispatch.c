@@ -346,16 +346,21 @@ Dispatch *eltwise_dispatch(Program *p, Node *n, int rank, const int64_t *shape_i
     for (int k = 0; k < nin; k++)
         ops[k + 1] = in[k];
     memcpy(shape, shape_in, sizeof(int64_t) * (size_t)rank);
-    /* an inner dynamic axis: its index in the collapsed iteration */
+    /* an inner dynamic axis: its index in the collapsed iteration, its
+     * largest size and the run's */
     int inner = -1;
-    if (dyn && !dyn->dynamic) {
+    int64_t dyn_size = 0;
+    const DimExpr *run = NULL;
+    if (dyn && dyn_inside(dyn)) {
         int a = dyn_axis_of(dyn);
-        if (a < rank && shape[a] == dyn->shape[a])
+        if (a < rank && shape[a] == dyn->shape[a]) {
             inner = a;
-        else
+            dyn_size = dyn->shape[a];
+            run = &dyn->ext[a];
+        } else {
             dyn = NULL; /* not the iteration's axis: the largest shape */
+        }
     }
-    int64_t dyn_size = inner >= 0 ? dyn->shape[inner] : 0;
     rank = inner >= 0 ? collapse_keeping(rank, shape, nin + 1, ops, &inner)
                       : collapse(rank, shape, nin + 1, ops);
     int64_t cs[ITER_RANK];
@@ -369,13 +374,13 @@ Dispatch *eltwise_dispatch(Program *p, Node *n, int rank, const int64_t *shape_i
     define_int(d, "WG", d->local_size);
     if (inner >= 0) {
         /* the axis's size (with the fixed axes merged into it) at run time */
-        const DimExpr *e = &dyn->ext[dyn_axis_of(dyn)];
-        define_str(d, "COUNT", dim_expr_glsl(e, count / dyn_size));
+        define_str(d, "COUNT", dim_expr_glsl(run, count / dyn_size));
         define_int(d, "RANK", rank);
         Str sh = {0};
         for (int i = 0; i < rank; i++) {
             if (i == inner)
-                str_addf(&sh, "%suint(%s)", i ? ", " : "", dim_expr_glsl(e, shape[i] / dyn_size));
+                str_addf(&sh, "%suint(%s)", i ? ", " : "",
+                         dim_expr_glsl(run, shape[i] / dyn_size));
             else
                 str_addf(&sh, "%s%lld", i ? ", " : "", (long long)shape[i]);
         }
@@ -392,7 +397,7 @@ Dispatch *eltwise_dispatch(Program *p, Node *n, int rank, const int64_t *shape_i
     bool vec4 = count % 4 == 0 && strcmp(ct, "float") == 0 && inner < 0 &&
                 (!dyn || (count / dyn->shape[dyn->dyn_axis]) % 4 == 0);
     for (int k = 0; k <= nin; k++) {
-        bool same = ops[k].base == 0 && !ops[k].dyn_base && inner < 0;
+        bool same = ops[k].base == 0 && !ops[k].dyn_base;
         for (int i = 0; i < rank; i++)
             same &= ops[k].strides[i] == cs[i];
         vec4 &= same && ops[k].t->dtype == KILN_DTYPE_F32;
@@ -450,8 +455,7 @@ Dispatch *eltwise_dispatch(Program *p, Node *n, int rank, const int64_t *shape_i
     if (!vec4) {
         d->groups[0] = groups_for(count, d->local_size);
         if (inner >= 0)
-            dyn_groups_along(d, 0, &dyn->ext[dyn_axis_of(dyn)], count / dyn_size,
-                             d->local_size);
+            dyn_groups_along(d, 0, run, count / dyn_size, d->local_size);
         else
             dyn_groups(d, 0, dyn, count, d->local_size);
     }
@@ -476,7 +480,11 @@ uint32_t row_workgroup(int64_t len) {
     return wg;
 }
 
-/* dyn: the tensor whose dynamic extent the rows follow, or NULL. */
+/* dyn: the tensor whose dynamic extent the rows follow, or NULL. Its
+ * dynamic axis is the rows' outermost (the prefix layout), or inside, one
+ * of the axes before the row's (dyn_inside): then a run's rows are, of the
+ * rows' outer part, the first ROW_RUN of every ROW_BLOCK of the largest
+ * shape (reduce.glsl, kiln_row_of). */
 Dispatch *row_dispatch(Program *p, Node *n, const char *family, int64_t rows,
                        int64_t len, int64_t inner, const Tensor *dyn) {
     if (rows == 0 || len == 0)
@@ -484,39 +492,24 @@ Dispatch *row_dispatch(Program *p, Node *n, const char *family, int64_t rows,
     Dispatch *d = new_dispatch(p, n, family);
     d->local_size = row_workgroup(len);
     define_int(d, "WG", d->local_size);
-    define_str(d, "ROWS", dyn_count(dyn, rows));
-    define_int(d, "LEN", len);
-    define_int(d, "INNER", inner);
     d->groups[0] = groups_for(rows, 1);
-    dyn_groups(d, 0, dyn, rows, 1);
+    if (dyn && dyn_inside(dyn)) {
+        int a = dyn_axis_of(dyn);
+        const DimExpr *e = &dyn->ext[a];
+        int64_t before = shape_count(a, dyn->shape), in = rows / inner / before / dyn->shape[a];
+        define_str(d, "ROWS", dim_expr_glsl(e, before * in * inner));
+        define_int(d, "LEN", len);
+        define_int(d, "INNER", inner);
+        define_str(d, "ROW_RUN", format("uint%s", dim_expr_glsl(e, in)));
+        define_int(d, "ROW_BLOCK", dyn->shape[a] * in);
+        dyn_groups_along(d, 0, e, before * in * inner, 1);
+    } else {
+        define_str(d, "ROWS", dyn_count(dyn, rows));
+        define_int(d, "LEN", len);
+        define_int(d, "INNER", inner);
+        dyn_groups(d, 0, dyn, rows, 1);
+    }
     d->flops = 5ull * (uint64_t)(rows * len); /* a few passes over each row */
-    return d;
-}
-
-/* row_dispatch over rows along an axis of x (INNER elements apart), x
- * dynamic along one axis before that one, inside (not the outermost larger
- * than 1): a run's rows are, of the rows' outer part (the axes before the
- * row's), the first ROW_RUN of every ROW_BLOCK of the largest shape
- * (reduce.glsl, kiln_row_of), their count and workgroups following the
- * extent. */
-Dispatch *row_dispatch_inner(Program *p, Node *n, const char *family, int64_t rows,
-                             int64_t len, int64_t inner, const Tensor *x) {
-    if (rows == 0 || len == 0)
-        return NULL;
-    int a = dyn_axis_of(x);
-    const DimExpr *e = &x->ext[a];
-    int64_t before = shape_count(a, x->shape), in = rows / inner / before / x->shape[a];
-    Dispatch *d = new_dispatch(p, n, family);
-    d->local_size = row_workgroup(len);
-    define_int(d, "WG", d->local_size);
-    define_str(d, "ROWS", dim_expr_glsl(e, before * in * inner));
-    define_int(d, "LEN", len);
-    define_int(d, "INNER", inner);
-    define_str(d, "ROW_RUN", format("uint%s", dim_expr_glsl(e, in)));
-    define_int(d, "ROW_BLOCK", x->shape[a] * in);
-    d->groups[0] = groups_for(rows, 1);
-    dyn_groups_along(d, 0, e, before * in * inner, 1);
-    d->flops = 5ull * (uint64_t)(rows * len);
     return d;
 }
 
@@ -528,10 +521,8 @@ Dispatch *axis_dispatch(Program *p, Node *n, const char *family, int axis) {
     int64_t rows = len ? tensor_count(x) / len : 0;
     /* rows follow x's extent unless it is along the rows (softmax's
      * RUN_LEN) or after them */
-    bool inner_rows = dyn_one(x) && !x->dynamic && dyn_axis_of(x) < axis;
-    Dispatch *d = inner_rows ? row_dispatch_inner(p, n, family, rows, len, inner, x)
-                             : row_dispatch(p, n, family, rows, len, inner,
-                                            x->dynamic && x->dyn_axis != axis ? x : NULL);
+    bool follow = x->dynamic ? x->dyn_axis != axis : dyn_inside(x) && dyn_axis_of(x) < axis;
+    Dispatch *d = row_dispatch(p, n, family, rows, len, inner, follow ? x : NULL);
     if (d) {
         dispatch_arg(d, n->outputs[0], true);
         dispatch_arg(d, x, false);

@@ -89,10 +89,7 @@ static bool appends_in_place(const Node *n) {
 }
 
 bool append_region(Program *p, Tensor *piece, Operand *o) {
-    /* a piece dynamic along an inner axis is computed at its largest
-     * shape: past the state's end */
-    if (p->debug_tensors || piece->uses != 1 || piece->is_output || piece->is_update ||
-        (piece->dyn_axes && !piece->dynamic))
+    if (p->debug_tensors || piece->uses != 1 || piece->is_output || piece->is_update)
         return false;
     Graph *g = p->graph;
     for (int i = 0; i < g->nodes.len; i++) {

@@ -69,9 +69,8 @@ void lower_norm(Program *p, Node *n) {
         rows = len ? tensor_count(x) / len : 0;
     }
     /* layer and rms norms follow a dynamic axis inside their rows too */
-    bool inner = pr == 1 && dyn_one(x) && !x->dynamic;
-    Dispatch *d = inner ? row_dispatch_inner(p, n, "norm", rows, len, 1, x)
-                        : row_dispatch(p, n, "norm", rows, len, 1, dyn_of(x));
+    Dispatch *d = row_dispatch(p, n, "norm", rows, len, 1,
+                               pr == 1 && dyn_inside(x) ? x : dyn_of(x));
     if (!d)
         return;
     define_float(d, "EPS", attr_float(n, "eps"));
