@@ -18,8 +18,9 @@
 // or 2) shared stages (NS 2: the next step's tiles go to the other stage,
 // one barrier a step instead of two; KILN_COOPMAT_PIPE, measured in
 // bench/experiments/coopmat-pipe-h200.txt). Tiles wholly inside C are
-// stored straight from the fragments; edge tiles (and every tile without C_DIRECT) go through a per-subgroup
-// 16 x 16 staging area, element by element with bounds checks.
+// stored straight from the fragments; edge tiles (and every tile without
+// C_DIRECT) go through a per-subgroup 16 x 16 staging area, element by
+// element with bounds checks.
 //
 // Defines: M, N, K; A_SM and B_SK (row strides; A_SK and B_SN are 1),
 // batches as in matmul.comp (BATCH, BRANK, BSHAPE,
@@ -239,7 +240,8 @@ void load_tiles(uint r, uint ca, uint cb, uint m0, uint n0, uint k0, uint tid) {
                        ? float(args.a.v[ca + gm * A_SM + gk + j]) : 0.0;
         ra[r][i] = pack8(h);
 #else
-        ra[r][i] = e < A_VECS && gm < M && gk < k_end ? args.a.v[(ca + gm * A_SM + gk) / 8] : uvec4(0);
+        ra[r][i] = e < A_VECS && gm < M && gk < k_end ? args.a.v[(ca + gm * A_SM + gk) / 8]
+                                                      : uvec4(0);
 #endif
     }
     [[unroll]] for (uint i = 0; i < LB; ++i) {
@@ -260,7 +262,8 @@ void load_tiles(uint r, uint ca, uint cb, uint m0, uint n0, uint k0, uint tid) {
 #endif
 #else
         const uint e = tid + i * NT, gk = k0 + e / B_ROWVECS, gn = n0 + e % B_ROWVECS * 8;
-        rb[r][i] = e < B_VECS && gk < k_end && gn < N ? args.b.v[B_INDEX(cb, gk, gn) / 8] : uvec4(0);
+        rb[r][i] = e < B_VECS && gk < k_end && gn < N ? args.b.v[B_INDEX(cb, gk, gn) / 8]
+                                                      : uvec4(0);
 #endif
     }
 }
