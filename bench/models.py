@@ -15,7 +15,12 @@ onnxruntime are (the GPU machine), with kiln built there or carried
    reported, not timed);
 3. timed, each the median of RUNS runs after a warm-up of at least 0.3 s:
    kiln's latency of one inference from host memory to host memory
-   (bench/bench.c: inputs in, submit, wait, outputs out), kiln's GPU time
+   (bench/bench.c: inputs in, submit, wait, outputs out) two ways: in
+   place (kiln_model_run_mapped: the inputs in the model's mapped staging
+   memory, pinned host memory, the outputs left there; the "kiln ms" the
+   speed is computed with, the same work as torch's copies below) and
+   through the caller's own memory (kiln_model_run's two memcpy, "kiln ms,
+   user buffers"), kiln's GPU time
    (the sum of its dispatches' timestamps), torch eager and torch replaying
    a CUDA graph, both also host to host (the inputs copied in from pinned
    host memory, the output copied out to pinned memory, synchronized, as
@@ -136,6 +141,11 @@ def slowest(wd, inspect, inputs, runs=20, top=5):
         rows.append((us, d["node"], d["family"], p["flops"] / us / 1e6 if us else 0,
                      p["bytes"] / us / 1e3 if us else 0))
     rows.sort(key=lambda r: -r[0])
+    if KEEP:  # every dispatch, slowest first
+        with open(KEEP / f"{wd.parent.name if wd.name == 'f16' else ''}{wd.name}.tsv", "w") as f:
+            f.write("us\tnode\tfamily\tTFLOP/s\tGB/s\n")
+            f.writelines("\t".join(str(round(v, 2) if isinstance(v, float) else v) for v in r)
+                         + "\n" for r in rows)
     return prof["total_us"], rows[:top]
 
 
@@ -174,6 +184,8 @@ def torch_times(module, inputs, runs, compile_too):
     return res
 
 
+KEEP = None  # --keep: where every dispatch's profile goes
+
 # docs/cli.md, "Precision": --precision f16 against the f32 reference
 F16_BOUND = 1e-2
 
@@ -196,7 +208,8 @@ def bench_f16(row, module, inputs, ort_outs, runs, wd, onnx_path, io_f16=False):
                f16_checked=err <= F16_BOUND)
     if not row["f16_checked"]:
         return
-    row.update(kiln_f16_wall_us=res["wall_us"], kiln_f16_gpu_us=res["gpu_us"])
+    row.update(kiln_f16_wall_us=res["mapped_us"], kiln_f16_copy_us=res["wall_us"],
+               kiln_f16_gpu_us=res["gpu_us"])
     total, top = slowest(wd, inspect, feed)
     row["f16_profile_total_us"] = total
     row["f16_slowest"] = [{"us": round(u, 1), "node": n, "family": f, "tflops": round(t, 2),
@@ -204,7 +217,7 @@ def bench_f16(row, module, inputs, ort_outs, runs, wd, onnx_path, io_f16=False):
     half = [x.astype(np.float16) if x.dtype == np.float32 else x for x in inputs]
     t = torch_times(module.half(), half, runs, False)
     row.update(f16_eager_us=t["eager_us"], f16_graph_us=t["graph_us"],
-               kiln_f16_vs_graph=t["graph_us"] / res["wall_us"])
+               kiln_f16_vs_graph=t["graph_us"] / res["mapped_us"])
 
 
 def bench_one(name, runs, compile_too, wd, f16=False, io_f16=False):
@@ -229,7 +242,8 @@ def bench_one(name, runs, compile_too, wd, f16=False, io_f16=False):
         float(np.abs(a - b).max()) for a, b in zip(ort_outs, torch_outs)), checked=ok)
     if not ok:
         return row
-    row.update(kiln_wall_us=res["wall_us"], kiln_gpu_us=res["gpu_us"],
+    row.update(kiln_wall_us=res["mapped_us"], kiln_copy_us=res["wall_us"],
+               kiln_gpu_us=res["gpu_us"],
                create_ms=round(res["create_us"] / 1000, 1))
     total, top = slowest(wd, inspect, inputs)
     row["profile_total_us"] = total
@@ -259,6 +273,12 @@ def ms(us):
     return f"{us / 1000:.2f}" if us else "-"
 
 
+def speed(r, key, wall):
+    """A speed column: from the in-place time, or marked as from the
+    caller's buffers (a row from before the in-place times)."""
+    return f"{r[key]:.2f}" + ("" if wall in r else " (user buffers)")
+
+
 def runs_line(rows, env):
     """Which kiln commit and date each row measured, where they differ."""
     groups = {}
@@ -280,9 +300,12 @@ def write_md(rows, out, env):
         "exported by `torch.onnx.export` (dynamo, opset 20), compiled by kiln unchanged,",
         "its outputs checked against onnxruntime (atol 1e-4 + rtol 1e-3) before timing.",
         "Latency of one inference from host memory to host memory, median of "
-        f"{env['runs']} runs;",
-        "kiln GPU: the sum of its dispatches' GPU times; speed = torch CUDA graph ms / kiln ms",
-        "(above 1: kiln faster). f32, TF32 off in torch.",
+        f"{env['runs']} runs:",
+        "torch copies its inputs in from pinned host memory and its output back to pinned",
+        "memory; kiln ms is the same work (`kiln_model_run_mapped`, the tensors in kiln's",
+        "mapped staging memory), \"user buffers\" kiln_model_run's (the caller's pageable",
+        "memory, a memcpy each way). kiln GPU: the sum of its dispatches' GPU times;",
+        "speed = torch CUDA graph ms / kiln ms (above 1: kiln faster). f32, TF32 off in torch.",
         "",
         f"{env['date']}, {env['gpu']}, driver {env['driver']}, PyTorch {env['torch']}, "
         f"onnxruntime {env['ort']}" + (f"; the models in {env['calls']} runs of the script, "
@@ -290,24 +313,26 @@ def write_md(rows, out, env):
                                        if env.get("calls", 1) > 1 else "."),
         "",
         *runs_line(rows, env),
-        "| model | dispatches (barriers) | max \\|kiln - ort\\| | kiln ms | kiln GPU ms | "
+        "| model | dispatches (barriers) | max \\|kiln - ort\\| | kiln ms | "
+        "kiln ms, user buffers | kiln GPU ms | "
         "torch eager ms | torch CUDA graph ms | kiln speed / graph |"
         + (" torch.compile ms |" if any("compiled_us" in r for r in rows) else ""),
-        "| --- | --- | --- | --- | --- | --- | --- | --- |"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
         + (" --- |" if any("compiled_us" in r for r in rows) else ""),
     ]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['model']} | failed: {r['error'][:200]} | | | | | | |")
+            lines.append(f"| {r['model']} | failed: {r['error'][:200]} | | | | | | | |")
             continue
         if not r["checked"]:
             lines.append(f"| {r['model']} | {r['dispatches']} ({r['barriers']}) | "
-                         f"{r['max_abs_vs_ort']:.3g} OFF | not timed | | | | |")
+                         f"{r['max_abs_vs_ort']:.3g} OFF | not timed | | | | | |")
             continue
         lines.append(
             f"| {r['model']} | {r['dispatches']} ({r['barriers']}) | {r['max_abs_vs_ort']:.2g} | "
-            f"{ms(r['kiln_wall_us'])} | {ms(r['kiln_gpu_us'])} | {ms(r['eager_us'])} | "
-            f"{ms(r['graph_us'])} | {r['kiln_vs_graph']:.2f} |"
+            f"{ms(r.get('kiln_wall_us'))} | {ms(r.get('kiln_copy_us'))} | {ms(r['kiln_gpu_us'])} | "
+            f"{ms(r['eager_us'])} | "
+            f"{ms(r['graph_us'])} | {speed(r, 'kiln_vs_graph', 'kiln_wall_us')} |"
             + (f" {ms(r.get('compiled_us'))} |" if any("compiled_us" in x for x in rows)
                else ""))
     f16 = [r for r in rows if "f16_checked" in r]
@@ -320,19 +345,22 @@ def write_md(rows, out, env):
                   "with the module and its float inputs in f16; speed = torch f16 CUDA graph "
                   "ms / kiln f16 ms.", "",
                   "| model | dispatches (barriers) | error / max \\|ort\\| | kiln f16 ms | "
-                  "kiln f16 GPU ms | kiln f32 ms | torch f16 eager ms | torch f16 CUDA graph ms "
-                  "| kiln f16 speed / f16 graph |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  "kiln f16 ms, user buffers | kiln f16 GPU ms | kiln f32 ms | "
+                  "torch f16 eager ms | torch f16 CUDA graph ms | kiln f16 speed / f16 graph |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for r in f16:
             head = (f"| {r['model']}{' (--io f16)' if r.get('f16_io') else ''} | "
                     f"{r['f16_dispatches']} ({r['f16_barriers']}) | "
                     f"{r['f16_rel_err']:.2g}")
             if not r["f16_checked"]:
-                lines.append(head + " OFF | not timed | | | | | |")
+                lines.append(head + " OFF | not timed | | | | | | |")
                 continue
-            lines.append(head + f" | {ms(r['kiln_f16_wall_us'])} | {ms(r['kiln_f16_gpu_us'])} | "
-                         f"{ms(r['kiln_wall_us'])} | {ms(r['f16_eager_us'])} | "
-                         f"{ms(r['f16_graph_us'])} | {r['kiln_f16_vs_graph']:.2f} |")
+            lines.append(head + f" | {ms(r.get('kiln_f16_wall_us'))} | "
+                         f"{ms(r.get('kiln_f16_copy_us'))} | {ms(r['kiln_f16_gpu_us'])} | "
+                         f"{ms(r.get('kiln_wall_us', r.get('kiln_copy_us')))} | "
+                         f"{ms(r['f16_eager_us'])} | "
+                         f"{ms(r['f16_graph_us'])} | "
+                         f"{speed(r, 'kiln_f16_vs_graph', 'kiln_f16_wall_us')} |")
     lines += ["", "## Memory", "",
               "kiln's arena against its lower bound (the peak of live bytes at any dispatch):",
               "", "| model | arena MiB | lower bound MiB | over |", "| --- | --- | --- | --- |"]
@@ -373,7 +401,13 @@ def main():
                     help="with --f16: kiln --io f16 (inputs and outputs in f16, as torch's)")
     ap.add_argument("--out", default=str(ROOT / "bench"))
     ap.add_argument("--from-json", nargs="+", metavar="JSON")
+    ap.add_argument("--keep", metavar="DIR",
+                    help="write every dispatch's profile to DIR/MODEL.tsv (MODELf16.tsv)")
     a = ap.parse_args()
+    global KEEP
+    KEEP = Path(a.keep) if a.keep else None
+    if KEEP:
+        KEEP.mkdir(parents=True, exist_ok=True)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     if a.from_json:
@@ -385,6 +419,11 @@ def main():
             for r in rec["rows"]:
                 r.setdefault("kiln", rec["env"].get("kiln", "unrecorded"))
                 r.setdefault("date", rec["env"]["date"])
+                # a row from before the in-place times: its kiln ms (and the
+                # speed from it) went through the caller's buffers
+                for k in ("", "_f16"):
+                    if f"kiln{k}_wall_us" in r and f"kiln{k}_copy_us" not in r:
+                        r[f"kiln{k}_copy_us"] = r.pop(f"kiln{k}_wall_us")
                 by_model[r["model"]] = r
         env, rows = dict(runs[-1]["env"]), list(by_model.values())
         env["calls"] = len({(r["kiln"], r["date"]) for r in rows})  # the runs rows remain of
@@ -406,9 +445,11 @@ def main():
            "kiln": kiln_commit()}
     rows = []
     for name in a.only.split(","):
-        with tempfile.TemporaryDirectory() as wd:
+        with tempfile.TemporaryDirectory() as tmp:
             try:
-                row = bench_one(name, a.runs, a.compile, Path(wd), a.f16, a.io_f16)
+                wd = Path(tmp) / name
+                wd.mkdir()
+                row = bench_one(name, a.runs, a.compile, wd, a.f16, a.io_f16)
             except Exception as e:  # reported in the table, the run goes on
                 row = {"model": name, "error": f"{type(e).__name__}: {e}"}
         rows.append(row)
