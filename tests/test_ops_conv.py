@@ -106,7 +106,7 @@ CONV_PRODUCTS = [  # x shape, w shape, attrs, bias, kernels the dispatches use[,
     ([4, 3, 20, 18], [32, 3, 7, 7], {"strides": [2, 2], "pads": [3, 3, 3, 3]}, True,
      {"matmul"}, {"VEC4": "1", "A_SCALAR": "1", "B_SCALAR": "1", "CIMG": "90"}),
     ([4, 8, 64, 64], [64, 8, 3, 3], {"pads": [1, 1, 1, 1]}, True, {"matmul"},
-     {"VEC4": "1", "BM": "64", "BN": "128", "CIMG": "4096"}),
+     {"VEC4": "1", "BM": "64", "BN": "128", "TM": "8", "TN": "4", "CIMG": "4096"}),
     ([2, 3, 128, 128], [96, 3, 3, 3], {"pads": [1, 1, 1, 1]}, False, {"matmul"},
      {"VEC4": "1", "BM": "128", "BN": "128", "A_SCALAR": "1"}),
     ([3, 12, 7, 7], [32, 12, 1, 1], {}, True, {"matmul"},
@@ -119,7 +119,13 @@ CONV_PRODUCTS = [  # x shape, w shape, attrs, bias, kernels the dispatches use[,
     ([4, 32, 32, 32], [96, 32, 3, 3], {"pads": [1, 1, 1, 1]}, True, {"matmul", "splitk"},
      {"VEC4": "1", "BM": "128", "BN": "128", "BK": "8", "CIMG": "1024"}),
     ([4, 16, 64, 64], [64, 16, 1, 1], {}, False, {"matmul"},
-     {"VEC4": "1", "BM": "64", "BN": "128", "BK": "8", "A_SCALAR": "1"}),
+     {"VEC4": "1", "BM": "64", "BN": "128", "BK": "8", "TM": "8", "TN": "4", "A_SCALAR": "1"}),
+    # conv_narrow: a 1 x 1 of 128 channels over eight images, 64 x 128
+    # tiles of 8 x 4 (not 128 x 128); strided, it keeps those
+    ([8, 16, 32, 32], [128, 16, 1, 1], {}, True, {"matmul"},
+     {"VEC4": "1", "BM": "64", "BN": "128", "TM": "8", "TN": "4", "CIMG": "1024"}),
+    ([8, 16, 64, 64], [128, 16, 1, 1], {"strides": [2, 2]}, True, {"matmul"},
+     {"VEC4": "1", "BM": "128", "BN": "128", "TM": "8", "TN": "8", "CONV": "1"}),
 ]
 
 
@@ -281,6 +287,19 @@ F16_CONVS = [  # x shape, w shape, attrs, input: "f16" (made by a node) or "f32"
     ([2, 256, 5, 5], [32, 256, 3, 3], {"pads": [1, 1, 1, 1]}, "f16", True,
      {"CONV": "1", "KCHUNK": "128", "C_IMG": None, "CONV_KLAST": "1", "SPLIT_LAST": None},
      {"eltwise", "coopmat", "matmul", "splitk"}),
+    # 64 x 256 tiles of 8 subgroups over several images (coopmat_kernel):
+    # a 3 x 3 of 64 channels, eight channels a kernel offset; a 1 x 1 of
+    # 128, B in vectors; strided, gathered element by element, it keeps the
+    # larger tiles
+    ([2, 8, 128, 128], [64, 8, 3, 3], {"pads": [1, 1, 1, 1]}, "f16", False,
+     {"CONV": "1", "CONV_KLAST": "1", "BM": "64", "BN": "256", "WM": "2", "WN": "4"},
+     {"eltwise", "coopmat", "matmul"}),
+    ([4, 16, 64, 64], [128, 16, 1, 1], {}, "f16", True,
+     {"CONV": None, "B_GATHER": None, "BM": "64", "BN": "256", "WM": "2", "WN": "4"},
+     {"eltwise", "coopmat", "matmul"}),
+    ([4, 16, 128, 128], [256, 16, 1, 1], {"strides": [2, 2]}, "f16", False,
+     {"CONV": "1", "B_GATHER": "1", "BM": "128", "BN": "256"},
+     {"eltwise", "coopmat", "matmul"}),
     # depthwise: conv.comp with f16 storage
     ([1, 8, 7, 6], [8, 1, 3, 3], {"group": 8, "pads": [1, 1, 1, 1]}, "f16", True, None,
      {"eltwise", "conv"}),
