@@ -106,7 +106,8 @@ char *fused_expr(Node *n, const char *ct, Tensor **leaves, int *nleaves, int max
     char **sub = xcalloc((size_t)n->ninputs + 1, sizeof(char *));
     for (int k = 0; k < n->ninputs; k++) {
         Tensor *in = n->inputs[k];
-        if (in->producer && in->producer->fused_into == n) {
+        if (in->producer && in->producer->fused_into == n &&
+            in->producer->op != OP_TRANSPOSE) { /* a transpose's output: a leaf (read_leaf) */
             char *inner = fused_expr(in->producer, ct, leaves, nleaves, max);
             if (!inner)
                 return NULL;
@@ -126,6 +127,23 @@ char *fused_expr(Node *n, const char *ct, Tensor **leaves, int *nleaves, int max
 }
 
 
+/* Leaf t of an elementwise group as an operand of its shape: through a
+ * transpose fused into the group (optimize.c, fuse_transpose_reads), the
+ * transpose's input with permuted strides; else broadcast. */
+static Operand read_leaf(Tensor *t, const Tensor *out) {
+    Node *tr = t->producer;
+    if (!tr || tr->op != OP_TRANSPOSE || !tr->fused_into)
+        return broadcast(t, out->rank, out->shape);
+    Tensor *x = tr->inputs[0];
+    int64_t perm[MAX_RANK], own[MAX_RANK];
+    int np = attr_ints(tr, "perm", perm, MAX_RANK);
+    contiguous_strides(x->rank, x->shape, own);
+    Operand in = {x, {0}, 0, false, {0, {0}}};
+    for (int i = 0; i < x->rank; i++)
+        in.strides[i] = own[np < 0 ? x->rank - 1 - i : perm[i] < 0 ? perm[i] + x->rank : perm[i]];
+    return in;
+}
+
 /* An elementwise node and every node fused into it: one dispatch. */
 void lower_eltwise(Program *p, Node *n) {
     Tensor *out = n->outputs[0];
@@ -139,7 +157,7 @@ void lower_eltwise(Program *p, Node *n) {
                        MAX_OPS - 1);
     Operand in[MAX_OPS];
     for (int k = 0; k < nleaves; k++)
-        in[k] = broadcast(leaves[k], out->rank, out->shape);
+        in[k] = read_leaf(leaves[k], out);
     Dispatch *d = eltwise_dispatch(p, n, out->rank, out->shape, whole(out), nleaves, in, ct,
                                    expr, dyn_one(out));
     /* a gated MLP's silu(gate) * up at a decoding step's one row: in the

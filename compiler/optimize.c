@@ -17,7 +17,9 @@
  *      also writes the sum when anything else reads it (the residual stream
  *      of a transformer);
  *    - eltwise: chains of elementwise ops of one shape become one dispatch
- *      of at most six operands, the expression composed;
+ *      of at most six operands, the expression composed; a transpose read
+ *      only by such a dispatch, of its shape, becomes permuted strides of
+ *      its operand;
  *    - qkv: two or three plain matmuls of one input by weights with the
  *      same K (a transformer's query, key and value projections) become one
  *      product by the weights side by side, writing three outputs.
@@ -405,6 +407,32 @@ static void fuse_eltwise_chains(Graph *g) {
     }
 }
 
+/* transpose -> elementwise: the elementwise group's dispatch reads the
+ * transpose's input through permuted strides (lower_eltwise), where the
+ * transposed tensor has the group's shape and no other reader (fixed
+ * shapes): no copy, no barrier. ConvNeXt's blocks permute back to channels
+ * first before their layer scale and residual add. */
+static void fuse_transpose_reads(Graph *g) {
+    for (int i = 0; i < g->nodes.len; i++) {
+        Node *t = g->nodes.data[i];
+        if (t->op != OP_TRANSPOSE || !free_node(t) || !all_f32(t) || t->inputs[0]->dyn_axes ||
+            t->outputs[0]->dyn_axes)
+            continue;
+        Node *r = sole_reader(g, t->outputs[0]), *root = r;
+        if (!r || !is_eltwise(r) || !all_f32(r))
+            continue;
+        while (root->fused_into)
+            root = root->fused_into;
+        if (!is_eltwise(root) || !shape_equal(t->outputs[0], root->outputs[0]))
+            continue;
+        t->fused_into = r;
+        Tensor *leaves[MAX_ARGS];
+        int n = 0;
+        if (!fused_expr(root, "float", leaves, &n, 6))
+            t->fused_into = NULL; /* more than six operands */
+    }
+}
+
 /* gemm -> [reshape] -> Split along the last axis into two or three parts
  * (GPT-2's attention projection cut into q, k, v), each the only reader of
  * the last: the gemm's dispatch writes the parts as a QKV split writes its
@@ -456,6 +484,8 @@ void optimize(Graph *g, const Options *opt) {
     }
     if (!opt->no_fuse_norm)
         fuse_residual_norms(g);
-    if (!opt->no_fuse_eltwise)
+    if (!opt->no_fuse_eltwise) {
         fuse_eltwise_chains(g);
+        fuse_transpose_reads(g);
+    }
 }

@@ -2,11 +2,14 @@
 expand, tile, views, depth_to_space (shaders/index.comp), on Vulkan against
 the CPU reference (ops_common.py says how).
 """
+from pathlib import Path
+
 import numpy as np
 
 import reference as ref
-from harness import assert_close, model_yaml, registry, run_model
-from ops_common import ints, one_op, rng, spec, values
+from harness import (assert_close, build_model, check, check_kernels, model_yaml, registry,
+                     run_model, run_program)
+from ops_common import half, ints, one_op, rng, spec, values, weight_specs
 
 TESTS, case = registry()
 
@@ -72,6 +75,47 @@ def transpose_case(i, shape, perm):
 
 for i, (shape, perm) in enumerate(TRANSPOSE_CASES):
     case(f"op transpose {shape} perm={perm}")(transpose_case(i, shape, perm))
+
+
+def transpose_read_case(precision, shared):
+    """A transpose read only by an elementwise group of its shape (ConvNeXt's
+    permute back to channels first, then its layer scale and residual add):
+    the group reads its input through permuted strides, one dispatch, no
+    copy (optimize.c, fuse_transpose_reads); with a second reader (shared)
+    the transpose stays its own copy. With --precision f16 the operands are
+    stored in f16."""
+    def test(workdir):
+        r = rng(760)
+        x, res, g = values(r, [2, 5, 6, 3]), values(r, [2, 3, 5, 6]), values(r, [3, 1, 1])
+        nodes = [{"name": "t", "op": "transpose", "inputs": ["x"], "perm": [0, 3, 1, 2]},
+                 {"name": "m", "op": "mul", "inputs": ["t", "g"]},
+                 {"name": "y", "op": "add", "inputs": ["m", "res"]}]
+        outs = ["y"]
+        if shared:
+            nodes.append({"name": "z", "op": "neg", "inputs": ["t"]})
+            outs.append("z")
+        y = model_yaml("trr", {"x": spec(x), "res": spec(res)}, nodes, outs, weight_specs(g=g))
+        flags = ("--precision", "f16") if precision == "f16" else ()
+        prog = build_model(workdir, y, flags=flags)
+        q = half if precision == "f16" else np.asarray
+        t = np.transpose(q(x), [0, 3, 1, 2])
+        want = [q(t * q(g)) + q(res)] + ([-t] if shared else [])
+        got = run_program(prog, [x, res], [w.astype(np.float32) for w in want])
+        tol = 2e-3 if precision == "f16" else 1e-6
+        for a, b in zip(got, want):
+            assert_close(a, b, tol, tol)
+        c = (Path(workdir) / "model.c").read_text()
+        fused = "t + m + y (add)" in c
+        check(fused != shared, f"the transpose {'is' if fused else 'is not'} in the group")
+        if not shared:
+            check_kernels(workdir, {"eltwise"})
+            check(c.count("(transpose)") == 0, "a transpose dispatch remains")
+    return test
+
+
+for prec in ("f32", "f16"):
+    case(f"op transpose read by an elementwise group, {prec}")(transpose_read_case(prec, False))
+case("op transpose with a second reader stays a copy")(transpose_read_case("f32", True))
 
 
 def zero_size_case(workdir):
