@@ -298,9 +298,10 @@ struct Node {
     /* Fusion (optimize.c): the node whose dispatch computes this one, and
      * for a matmul or conv the bias add (conv: batch_norm, folded into its
      * weights), a conv's residual add and the activation its epilogue
-     * absorbed. */
+     * absorbed; epi_perm: a transpose to channels last after a grouped
+     * conv, whose dispatch writes that layout. */
     struct Node *fused_into;
-    struct Node *epi_bias, *epi_res, *epi_act;
+    struct Node *epi_bias, *epi_res, *epi_act, *epi_perm;
     /* QKV split: matmuls of the same A by other weights whose columns this
      * node's dispatch also computes (inputs[1] is then all the weights side
      * by side, and the siblings are fused_into it). */

@@ -175,8 +175,13 @@ void lower_conv(Program *p, Node *n) {
     Dispatch *d = new_dispatch(p, n, "conv");
     d->local_size = 64;
     define_int(d, "WG", d->local_size);
+    /* a transpose to channels last fused (epi_perm): written in its
+     * layout, y's shape the convolution's own */
+    Tensor *yw = n->epi_perm ? n->epi_perm->outputs[0] : y;
+    if (n->epi_perm)
+        define_int(d, "Y_CLAST", 1);
     bool need[3] = {false, false, false};
-    define_storage(p, d, need, "Y", y, true);
+    define_storage(p, d, need, "Y", yw, true);
     define_storage(p, d, need, "X", x, false);
     define_storage(p, d, need, "W", w, false);
     if (n->epi_res)
@@ -195,7 +200,7 @@ void lower_conv(Program *p, Node *n) {
     define_spatial(d, "DIL", nsp, win.dil, 1);
     define_int(d, "HAS_BIAS", n->ninputs > 2);
     define_str(d, "ACT(x)", act_expr);
-    dispatch_arg(d, y, true);
+    dispatch_arg(d, yw, true);
     dispatch_arg(d, x, false);
     dispatch_arg(d, w, false);
     if (n->ninputs > 2)

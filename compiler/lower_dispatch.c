@@ -22,8 +22,8 @@ char *fused_label(Node *n) {
             str_addf(&s, "%s + ", fused_label(p));
     }
     str_add(&s, n->name);
-    Node *epi[3] = {n->epi_bias, n->epi_res, n->epi_act};
-    for (int k = 0; k < 3; k++)
+    Node *epi[4] = {n->epi_bias, n->epi_res, n->epi_act, n->epi_perm};
+    for (int k = 0; k < 4; k++)
         if (epi[k])
             str_addf(&s, " + %s", epi[k]->name);
     for (int k = 0; k < n->nsiblings; k++)

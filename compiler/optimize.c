@@ -12,7 +12,8 @@
  *      when unbatched) and applies the activation; conv -> batch_norm ->
  *      relu/silu becomes one conv whose weights and bias absorb the batch
  *      norm (computed here, when all of them are weights) and whose epilogue
- *      applies the activation;
+ *      applies the activation (and a grouped conv's a transpose to
+ *      channels last after it: its dispatch writes that layout);
  *    - norm: add -> layer_norm / rms_norm becomes one norm dispatch that
  *      also writes the sum when anything else reads it (the residual stream
  *      of a transformer);
@@ -214,6 +215,18 @@ static float weight_at(const Tensor *t, int64_t i) {
     return f;
 }
 
+/* Whether transpose t moves axis 1 last: [N, C, D...] -> [N, D..., C]. */
+static bool channels_last(Node *t) {
+    int r = t->inputs[0]->rank;
+    int64_t perm[MAX_RANK];
+    if (r < 3 || attr_ints(t, "perm", perm, MAX_RANK) != r)
+        return false;
+    for (int i = 0; i < r; i++)
+        if (perm[i] != (i == 0 ? 0 : i == r - 1 ? 1 : i + 1))
+            return false;
+    return true;
+}
+
 /* conv(x, w, [b]) -> batch_norm(scale, bias, mean, var):
  *   w'[o, ...] = w[o, ...] * k[o],  b'[o] = (b[o] - mean[o]) * k[o] + bias[o],
  *   k = scale / sqrt(var + eps). */
@@ -273,6 +286,18 @@ static void fuse_conv_epilogues(Graph *g) {
         }
         if (free_node(next) && is_activation(next->op) && all_f32(next)) {
             c->epi_act = next;
+            next->fused_into = c;
+        }
+        /* A grouped convolution (conv.comp's, never a product) then a
+         * transpose to channels last (ConvNeXt's depthwise convolution
+         * before its layer norm): the dispatch writes that layout. */
+        Node *last = c->epi_act ? c->epi_act : c->epi_res ? c->epi_res
+                     : c->epi_bias ? c->epi_bias : c;
+        next = sole_reader(g, last->outputs[0]);
+        if (c->op == OP_CONV && attr_int(c, "group") > 1 && free_node(next) &&
+            next->op == OP_TRANSPOSE && all_f32(next) && channels_last(next) &&
+            !c->inputs[0]->dyn_axes && !last->outputs[0]->dyn_axes) {
+            c->epi_perm = next;
             next->fused_into = c;
         }
     }

@@ -9,7 +9,8 @@
 // position i with o = i * stride - pad + k * dil. HAS_BIAS adds bias[oc],
 // HAS_RES the element of res (a skip connection, y's shape); ACT(x) is an
 // activation expression, last. X, W, Y and RES are f32 or f16 (X_BUF, W_BUF,
-// Y_BUF and Y_T, RES_BUF), the arithmetic f32; the bias f32.
+// Y_BUF and Y_T, RES_BUF), the arithmetic f32; the bias f32. Y_CLAST:
+// y is stored channels last, [N, spatial, OC] (a transpose fused).
 //
 // SPLIT invocations (a power of two dividing WG) share each output element:
 // invocation j of them sums the input channels j, j + SPLIT, ... of its
@@ -90,6 +91,14 @@ float conv_sum(uint o, uint first) {
     return acc;
 }
 
+// Where output o (in [N, OC, spatial] order) is stored: there, or with
+// Y_CLAST at [N, spatial, OC] (a transpose to channels last fused).
+#ifdef Y_CLAST
+#define Y_INDEX(o) (((o) / (OUT_VOL * OC) * OUT_VOL + (o) % OUT_VOL) * OC + ((o) / OUT_VOL) % OC)
+#else
+#define Y_INDEX(o) (o)
+#endif
+
 void finish(uint o, float acc) {
 #if HAS_BIAS
     acc += args.bias.v[(o / OUT_VOL) % OC];
@@ -97,7 +106,7 @@ void finish(uint o, float acc) {
 #if HAS_RES
     acc += float(args.res.v[o]);
 #endif
-    args.y.v[o] = Y_T(ACT(acc));
+    args.y.v[Y_INDEX(o)] = Y_T(ACT(acc));
 }
 
 #if SPLIT > 1

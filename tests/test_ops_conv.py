@@ -631,3 +631,45 @@ def grid_sample_case(i, xs, outs, mode, padding, align):
 
 for i, c in enumerate(GRID_SAMPLES):
     case(f"op grid_sample {c[0]} {c[1]} {c[2]} {c[3]} align {c[4]}")(grid_sample_case(i, *c))
+
+
+# ---- a grouped convolution writing channels last (optimize.c: a transpose
+# to channels last after it, epi_perm; conv.comp's Y_CLAST): ConvNeXt's
+# depthwise convolution, then its layer norm over the channels. A
+# convolution of one group (a product) keeps the transpose. ----
+
+def conv_channels_last_case(xs, group, precision, fused):
+    def test(workdir):
+        r = rng(2590 + len(xs) + group)
+        c = xs[1]
+        x = values(r, xs, 1.0)
+        w = values(r, [c, c // group] + [3] * (len(xs) - 2), 0.5)
+        b, gamma, beta = values(r, [c], 1.0), values(r, [c], 1.0), values(r, [c], 1.0)
+        perm = [0] + list(range(2, len(xs))) + [1]
+        pads = [1] * (2 * (len(xs) - 2))
+        nodes = [{"name": "c", "op": "conv", "inputs": ["x", "w", "b"], "group": group,
+                  "pads": pads},
+                 {"name": "t", "op": "transpose", "inputs": ["c"], "perm": perm},
+                 {"name": "y", "op": "layer_norm", "inputs": ["t", "gamma", "beta"]}]
+        y = model_yaml("clast", {"x": spec(x)}, nodes, ["y"],
+                       weight_specs(w=w, b=b, gamma=gamma, beta=beta))
+        f16 = precision == "f16"
+        prog = build_model(workdir, y, flags=("--precision", "f16") if f16 else ())
+        q = half if f16 else np.asarray
+        conv = ref.conv(q(x), q(w), b, pads=pads, group=group)
+        want = ref.layer_norm(np.transpose(q(conv), perm), gamma, beta)
+        got, = run_program(prog, [x], [want.astype(np.float32)])
+        assert_close(got, want, 2e-2 if f16 else 1e-4, 2e-2 if f16 else 1e-4)
+        text = (Path(workdir) / "model.c").read_text()
+        check(("c + t (conv)" in text) == fused,
+              "the transpose is " + ("not " if fused else "") + "in the convolution's dispatch")
+        if fused:
+            check(any(d.get("Y_CLAST") == "1" for d in kernel_defines(workdir)),
+                  "no kernel writes channels last")
+    return test
+
+
+for xs, group, prec, fused in [([2, 8, 7, 6], 8, "f32", True), ([2, 8, 7, 6], 8, "f16", True),
+                               ([1, 6, 20], 3, "f32", True), ([2, 24, 5, 4], 1, "f32", False)]:
+    case(f"op conv x={xs} group={group} then a transpose to channels last, {prec}")(
+        conv_channels_last_case(xs, group, prec, fused))
