@@ -123,11 +123,24 @@ void store_c(uint cc, uint gm, uint gn, float acc) {
 #if STORE8
 // store_c for the eight elements (gm, gn + j) of one row, which lie in one
 // image (C_IMG a multiple of 8, gn too) and not across a QKV split: the
-// index found once.
+// index found once, a multiple of 8 (C's rows, batches and images in
+// eights), so the eight go out as one 16-byte store (halves) or two (f32),
+// not eight narrow ones.
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer KilnC8 {
+    uvec4 v[];
+};
 void store_c8(uint cc, uint gm, uint gn, const float acc[8]) {
     const uint at = c_at(cc, gm, gn);
+    float y[8];
     [[unroll]] for (uint j = 0; j < 8; ++j)
-        args.c.v[at + j] = C_T(epilogue_value(gm, gn + j, at + j, acc[j]));
+        y[j] = epilogue_value(gm, gn + j, at + j, acc[j]);
+#if C_F16
+    KilnC8(args.c).v[at / 8] = uvec4(packHalf2x16(vec2(y[0], y[1])), packHalf2x16(vec2(y[2], y[3])),
+                                     packHalf2x16(vec2(y[4], y[5])), packHalf2x16(vec2(y[6], y[7])));
+#else
+    KilnC8(args.c).v[at / 4] = floatBitsToUint(vec4(y[0], y[1], y[2], y[3]));
+    KilnC8(args.c).v[at / 4 + 1] = floatBitsToUint(vec4(y[4], y[5], y[6], y[7]));
+#endif
 }
 #endif
 
