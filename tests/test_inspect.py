@@ -170,7 +170,8 @@ def _(workdir):
 
 
 @case("profiling: a dispatch the device does not record (an f16 product's cooperative-matrix "
-      "kernel on lavapipe) takes 0 us, its tiled variant more")
+      "kernel on lavapipe, its tiled variant where the device has the matrix units) takes "
+      "0 us, the other more")
 def _(workdir):
     wd = Path(workdir)
     y = json.dumps({"name": "mm", "inputs": {"a": {"dtype": "f16", "shape": [128, 96]},
@@ -184,7 +185,7 @@ def _(workdir):
     fams = [d["family"] for d in json.loads(kiln("inspect", wd / "model.yaml", "--format",
                                                   "json").stdout)["dispatches"]]
     us = [d["us"] for d in prof["dispatches"]]
-    check(fams == ["coopmat", "matmul"] and us[0] == 0 and us[1] > 0,
+    check(fams == ["coopmat", "matmul"] and (us[0] == 0) != (us[1] == 0) and max(us) > 0,
           f"kernels {fams}, us {us}")
 
 
