@@ -93,6 +93,8 @@ Operand whole(Tensor *t);
  * nothing (lower_layout.c). */
 bool append_region(Program *p, Tensor *piece, Operand *o);
 Operand broadcast(Tensor *t, int rank, const int64_t *shape);
+/* Transpose n's input as an operand of n's output shape (lower_layout.c). */
+Operand transposed_input(Node *n);
 int collapse(int rank, int64_t *shape, int nops, Operand *ops);
 int collapse_keeping(int rank, int64_t *shape, int nops, Operand *ops, int *keep);
 void operand_extent(const Graph *g, const Operand *op, int rank,

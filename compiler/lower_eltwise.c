@@ -132,16 +132,9 @@ char *fused_expr(Node *n, const char *ct, Tensor **leaves, int *nleaves, int max
  * transpose's input with permuted strides; else broadcast. */
 static Operand read_leaf(Tensor *t, const Tensor *out) {
     Node *tr = t->producer;
-    if (!tr || tr->op != OP_TRANSPOSE || !tr->fused_into)
-        return broadcast(t, out->rank, out->shape);
-    Tensor *x = tr->inputs[0];
-    int64_t perm[MAX_RANK], own[MAX_RANK];
-    int np = attr_ints(tr, "perm", perm, MAX_RANK);
-    contiguous_strides(x->rank, x->shape, own);
-    Operand in = {x, {0}, 0, false, {0, {0}}};
-    for (int i = 0; i < x->rank; i++)
-        in.strides[i] = own[np < 0 ? x->rank - 1 - i : perm[i] < 0 ? perm[i] + x->rank : perm[i]];
-    return in;
+    if (tr && tr->op == OP_TRANSPOSE && tr->fused_into)
+        return transposed_input(tr);
+    return broadcast(t, out->rank, out->shape);
 }
 
 /* An elementwise node and every node fused into it: one dispatch. */

@@ -24,12 +24,33 @@ static void permuted_copy(Program *p, Node *n, Tensor *x, int rank, const int64_
                      dyn_one(out.t));
 }
 
+/* Transpose n's perm: its attribute (negative axes from the end), else
+ * the axes reversed. */
+static void transpose_perm(Node *n, int64_t *perm) {
+    int rank = n->inputs[0]->rank;
+    int np = attr_ints(n, "perm", perm, MAX_RANK);
+    for (int i = 0; i < rank; i++)
+        perm[i] = np < 0 ? rank - 1 - i : perm[i] < 0 ? perm[i] + rank : perm[i];
+}
+
+/* Transpose n's input read in the order of its output: the input with its
+ * strides permuted (an elementwise group reads a transpose fused into it
+ * so: lower_eltwise.c). */
+Operand transposed_input(Node *n) {
+    Tensor *x = n->inputs[0];
+    int64_t perm[MAX_RANK], own[MAX_RANK];
+    transpose_perm(n, perm);
+    contiguous_strides(x->rank, x->shape, own);
+    Operand in = {x, {0}, 0, false, {0, {0}}};
+    for (int i = 0; i < x->rank; i++)
+        in.strides[i] = own[perm[i]];
+    return in;
+}
+
 void lower_transpose(Program *p, Node *n) {
     Tensor *x = n->inputs[0];
     int64_t perm[MAX_RANK];
-    int np = attr_ints(n, "perm", perm, MAX_RANK);
-    for (int i = 0; i < x->rank; i++)
-        perm[i] = np < 0 ? x->rank - 1 - i : perm[i] < 0 ? perm[i] + x->rank : perm[i];
+    transpose_perm(n, perm);
     permuted_copy(p, n, x, x->rank, x->shape, perm);
 }
 
