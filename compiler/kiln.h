@@ -299,7 +299,9 @@ struct Node {
      * for a matmul or conv the bias add (conv: batch_norm, folded into its
      * weights), a conv's residual add and the activation its epilogue
      * absorbed; epi_perm: a transpose to channels last after a grouped
-     * conv, whose dispatch writes that layout. */
+     * conv, whose dispatch writes that layout, or the transpose back to
+     * channels first after a norm between two (the norm then runs over
+     * the channels in place). */
     struct Node *fused_into;
     struct Node *epi_bias, *epi_res, *epi_act, *epi_perm;
     /* QKV split: matmuls of the same A by other weights whose columns this

@@ -45,10 +45,19 @@ void lower_norm(Program *p, Node *n) {
     bool residual = n->op == OP_RESIDUAL_LAYER_NORM || n->op == OP_RESIDUAL_RMS_NORM;
     /* A residual add fused into this norm (optimize.c): one kernel adds,
      * writes the sum where anything else reads it, and normalizes. */
-    Node *add = x->producer && x->producer->fused_into == n ? x->producer : NULL;
+    Node *add = x->producer && x->producer->fused_into == n && x->producer->op == OP_ADD
+                    ? x->producer : NULL;
+    /* Between transposes to channels last and back (optimize.c,
+     * fuse_channels_first_norms): over the channels of the untransposed
+     * input, each row's elements `inner` (the positions) apart, written in
+     * that layout to the second transpose's output. */
+    Node *perm = n->epi_perm;
+    if (perm)
+        x = x->producer->inputs[0];
+    Tensor *y = perm ? perm->outputs[0] : n->outputs[0];
     bool rms = n->op == OP_RMS_NORM || n->op == OP_RESIDUAL_RMS_NORM;
     int first_param = residual ? 2 : 1, nparams = n->ninputs - first_param;
-    int64_t rows, len, pr = 1, pj = 0, pd = 1;
+    int64_t rows, len, pr = 1, pj = 0, pd = 1, inner = 1;
     int64_t spatial = x->rank >= 2 ? shape_count(x->rank - 2, x->shape + 2) : 1;
     if (n->op == OP_INSTANCE_NORM) {
         rows = x->shape[0] * x->shape[1];
@@ -63,13 +72,17 @@ void lower_norm(Program *p, Node *n) {
         pr = g;
         pj = x->shape[1] / g;
         pd = spatial;
+    } else if (perm) {
+        len = x->shape[1];
+        inner = spatial;
+        rows = x->shape[0] * spatial;
     } else {
         int axis = node_axis(n);
         len = shape_count(x->rank - axis, x->shape + axis);
         rows = len ? tensor_count(x) / len : 0;
     }
     /* layer and rms norms follow a dynamic axis inside their rows too */
-    Dispatch *d = row_dispatch(p, n, "norm", rows, len, 1,
+    Dispatch *d = row_dispatch(p, n, "norm", rows, len, inner,
                                pr == 1 && dyn_inside(x) ? x : dyn_of(x));
     if (!d)
         return;
@@ -87,14 +100,14 @@ void lower_norm(Program *p, Node *n) {
     if (add)
         x = add->inputs[0];
     Tensor *res = residual || add ? (add ? add->inputs[1] : n->inputs[1]) : x;
-    Tensor *sum = write_sum ? (add ? add->outputs[0] : n->outputs[1]) : n->outputs[0];
+    Tensor *sum = write_sum ? (add ? add->outputs[0] : n->outputs[1]) : y;
     bool need[3] = {false, false, false};
-    define_storage(p, d, need, "Y", n->outputs[0], true);
+    define_storage(p, d, need, "Y", y, true);
     define_storage(p, d, need, "X", x, false);
     define_storage(p, d, need, "RES", res, false);
     define_storage(p, d, need, "SUM", sum, true);
     define_needs(d, need);
-    dispatch_arg(d, n->outputs[0], true);
+    dispatch_arg(d, y, true);
     dispatch_arg(d, x, false);
     if (nparams > 0)
         dispatch_arg(d, n->inputs[first_param], false);

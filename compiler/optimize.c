@@ -16,7 +16,8 @@
  *      channels last after it: its dispatch writes that layout);
  *    - norm: add -> layer_norm / rms_norm becomes one norm dispatch that
  *      also writes the sum when anything else reads it (the residual stream
- *      of a transformer);
+ *      of a transformer); a norm over the last axis between transposes to
+ *      channels last and back runs over the channels in place;
  *    - eltwise: chains of elementwise ops of one shape become one dispatch
  *      of at most six operands, the expression composed; a transpose read
  *      only by such a dispatch, of its shape, becomes permuted strides of
@@ -415,6 +416,51 @@ static void fuse_residual_norms(Graph *g) {
     }
 }
 
+/* Whether transpose t moves the last axis to 1: [N, D..., C] -> [N, C, D...]
+ * (the inverse of channels_last). */
+static bool channels_first(Node *t) {
+    int r = t->inputs[0]->rank;
+    int64_t perm[MAX_RANK];
+    if (r < 3 || attr_ints(t, "perm", perm, MAX_RANK) != r)
+        return false;
+    for (int i = 0; i < r; i++)
+        if (perm[i] != (i == 0 ? 0 : i == 1 ? r - 1 : i - 1))
+            return false;
+    return true;
+}
+
+/* transpose to channels last -> layer_norm or rms_norm over the last axis
+ * -> transpose back (ConvNeXt's LayerNorm2d, torchvision's stem,
+ * downsampling layers and head): one norm dispatch over the channels of
+ * the untransposed tensor, its rows the positions, each row's elements
+ * spread by the positions' count (reduce.glsl's INNER; lower_norm), read
+ * and written in place of both copies. Fixed shapes, one reader each. */
+static void fuse_channels_first_norms(Graph *g) {
+    for (int i = 0; i < g->nodes.len; i++) {
+        Node *n = g->nodes.data[i];
+        if ((n->op != OP_LAYER_NORM && n->op != OP_RMS_NORM) || !free_node(n) ||
+            !all_f32(n) || n->noutputs != 1)
+            continue;
+        Tensor *x = n->inputs[0];
+        int64_t axis = attr_int(n, "axis");
+        Node *t1 = x->producer, *t2 = sole_reader(g, n->outputs[0]);
+        if ((axis < 0 ? axis + x->rank : axis) != x->rank - 1 || !free_node(t1) ||
+            t1->op != OP_TRANSPOSE || !all_f32(t1) || !channels_last(t1) ||
+            sole_reader(g, x) != n || !free_node(t2) || t2->op != OP_TRANSPOSE ||
+            !all_f32(t2) || !channels_first(t2) || t1->inputs[0]->dyn_axes || x->dyn_axes ||
+            t2->outputs[0]->dyn_axes)
+            continue;
+        bool params = true; /* gamma and beta one value a channel */
+        for (int k = 1; k < n->ninputs; k++)
+            params &= tensor_count(n->inputs[k]) == x->shape[x->rank - 1];
+        if (!params)
+            continue;
+        t1->fused_into = n;
+        t2->fused_into = n;
+        n->epi_perm = t2;
+    }
+}
+
 static void fuse_eltwise_chains(Graph *g) {
     for (int i = 0; i < g->nodes.len; i++) {
         Node *a = g->nodes.data[i];
@@ -507,8 +553,10 @@ void optimize(Graph *g, const Options *opt) {
         fuse_qkv(g);
         fuse_gemm_split(g);
     }
-    if (!opt->no_fuse_norm)
+    if (!opt->no_fuse_norm) {
         fuse_residual_norms(g);
+        fuse_channels_first_norms(g);
+    }
     if (!opt->no_fuse_eltwise) {
         fuse_eltwise_chains(g);
         fuse_transpose_reads(g);

@@ -3,13 +3,15 @@ reductions; the shared-memory reductions (shaders/softmax.comp, norm.comp,
 reduce.comp, cumsum.comp), on Vulkan against the CPU reference
 (ops_common.py says how).
 """
+from pathlib import Path
+
 import numpy as np
 
 import reference as ref
-from harness import (assert_close, build_model, check, kernel_defines, model_yaml, program_env,
-                     registry, run_model, run_program)
+from harness import (assert_close, build_model, check, check_kernels, kernel_defines,
+                     model_yaml, program_env, registry, run_model, run_program)
 from test_ops_attention import ATTENTIONS, attention_case
-from ops_common import half, one_op, rng, spec, values
+from ops_common import half, one_op, rng, spec, values, weight_specs
 
 TESTS, case = registry()
 
@@ -334,3 +336,62 @@ for name, test in [
         ("attention grouped-query", attention_case(1, *ATTENTIONS[1]))]:
     case(f"op {name} on the shared-memory reductions (KILN_SUBGROUP=0)")(
         shared_memory_reductions(test))
+
+
+# ---- a norm over the channels between transposes to channels last and
+# back (ConvNeXt's LayerNorm2d; optimize.c fuse_channels_first_norms): one
+# norm dispatch over the untransposed tensor's channels, its rows' elements
+# the positions apart (INNER), no copies; f16 storage too; a second reader
+# of the norm's output keeps the transposes. ----
+
+def channels_first_norm_case(op, xs, precision, shared):
+    def test(workdir):
+        r = rng(540 + len(xs))
+        c = xs[1]
+        x = values(r, xs) + np.float32(0.5)
+        gamma, beta = values(r, [c], 1.0), values(r, [c], 1.0)
+        rank = len(xs)
+        to_last = [0] + list(range(2, rank)) + [1]
+        to_first = [0, rank - 1] + list(range(1, rank - 1))
+        params = ["gamma", "beta"] if op == "layer_norm" else ["gamma"]
+        nodes = [{"name": "t1", "op": "transpose", "inputs": ["x"], "perm": to_last},
+                 {"name": "n", "op": op, "inputs": ["t1"] + params, "eps": 1e-5},
+                 {"name": "y", "op": "transpose", "inputs": ["n"], "perm": to_first}]
+        outs = ["y"]
+        if shared:
+            nodes.append({"name": "z", "op": "neg", "inputs": ["n"]})
+            outs.append("z")
+        ins = {"x": spec(x)}
+        w = {"gamma": gamma, "beta": beta} if op == "layer_norm" else {"gamma": gamma}
+        model = model_yaml("cfn", ins, nodes, outs, weight_specs(**w))
+        f16 = precision == "f16"
+        prog = build_model(workdir, model, flags=("--precision", "f16") if f16 else ())
+        q = half if f16 else np.asarray
+        t = np.transpose(q(x), to_last)
+        if op == "layer_norm":
+            nrm = ref.layer_norm(t, gamma, beta)
+        else:
+            nrm = t / np.sqrt(np.mean(t * t, axis=-1, keepdims=True) + 1e-5) * gamma
+        want = [np.transpose(nrm, to_first)] + ([-nrm] if shared else [])
+        got = run_program(prog, [x], [np.ascontiguousarray(w_).astype(np.float32) for w_ in want])
+        tol = 2e-2 if f16 else 1e-4
+        for a, b in zip(got, want):
+            assert_close(a, b, tol, tol)
+        text = (Path(workdir) / "model.c").read_text()
+        fused = "t1 + n + y (" in text
+        check(fused != shared, f"the transposes {'are' if fused else 'are not'} in the norm")
+        if not shared:
+            check_kernels(workdir, {"norm"})
+            check(any(d.get("INNER") == str(int(np.prod(xs[2:]))) and d.get("LEN") == str(c)
+                      for d in kernel_defines(workdir)), "no norm over the channels in place")
+    return test
+
+
+for op, xs, prec, shared in [("layer_norm", [2, 12, 5, 6], "f32", False),
+                             ("layer_norm", [2, 12, 5, 6], "f16", False),
+                             ("rms_norm", [3, 8, 7], "f32", False),
+                             ("layer_norm", [1, 300, 3, 3], "f32", False),
+                             ("layer_norm", [2, 12, 5, 6], "f32", True)]:
+    case(f"op {op} between transposes to channels last and back x={xs}, {prec}"
+         f"{', the norm read elsewhere too' if shared else ''}")(
+        channels_first_norm_case(op, xs, prec, shared))
