@@ -216,14 +216,15 @@ static float weight_at(const Tensor *t, int64_t i) {
     return f;
 }
 
-/* Whether transpose t moves axis 1 last: [N, C, D...] -> [N, D..., C]. */
-static bool channels_last(Node *t) {
+/* Whether transpose t moves axis 1 last, [N, C, D...] -> [N, D..., C]
+ * (to_last), or the last axis to 1, its inverse. */
+static bool channels_perm(Node *t, bool to_last) {
     int r = t->inputs[0]->rank;
     int64_t perm[MAX_RANK];
-    if (r < 3 || attr_ints(t, "perm", perm, MAX_RANK) != r)
+    if (r < 3 || attr_ints(t, "perm", perm, MAX_RANK) != r || perm[0] != 0)
         return false;
-    for (int i = 0; i < r; i++)
-        if (perm[i] != (i == 0 ? 0 : i == r - 1 ? 1 : i + 1))
+    for (int i = 1; i < r; i++)
+        if (perm[i] != (to_last ? (i == r - 1 ? 1 : i + 1) : (i == 1 ? r - 1 : i - 1)))
             return false;
     return true;
 }
@@ -296,7 +297,7 @@ static void fuse_conv_epilogues(Graph *g) {
                      : c->epi_bias ? c->epi_bias : c;
         next = sole_reader(g, last->outputs[0]);
         if (c->op == OP_CONV && attr_int(c, "group") > 1 && free_node(next) &&
-            next->op == OP_TRANSPOSE && all_f32(next) && channels_last(next) &&
+            next->op == OP_TRANSPOSE && all_f32(next) && channels_perm(next, true) &&
             !c->inputs[0]->dyn_axes && !last->outputs[0]->dyn_axes) {
             c->epi_perm = next;
             next->fused_into = c;
@@ -416,19 +417,6 @@ static void fuse_residual_norms(Graph *g) {
     }
 }
 
-/* Whether transpose t moves the last axis to 1: [N, D..., C] -> [N, C, D...]
- * (the inverse of channels_last). */
-static bool channels_first(Node *t) {
-    int r = t->inputs[0]->rank;
-    int64_t perm[MAX_RANK];
-    if (r < 3 || attr_ints(t, "perm", perm, MAX_RANK) != r)
-        return false;
-    for (int i = 0; i < r; i++)
-        if (perm[i] != (i == 0 ? 0 : i == 1 ? r - 1 : i - 1))
-            return false;
-    return true;
-}
-
 /* transpose to channels last -> layer_norm or rms_norm over the last axis
  * -> transpose back (ConvNeXt's LayerNorm2d, torchvision's stem,
  * downsampling layers and head): one norm dispatch over the channels of
@@ -445,9 +433,9 @@ static void fuse_channels_first_norms(Graph *g) {
         int64_t axis = attr_int(n, "axis");
         Node *t1 = x->producer, *t2 = sole_reader(g, n->outputs[0]);
         if ((axis < 0 ? axis + x->rank : axis) != x->rank - 1 || !free_node(t1) ||
-            t1->op != OP_TRANSPOSE || !all_f32(t1) || !channels_last(t1) ||
+            t1->op != OP_TRANSPOSE || !all_f32(t1) || !channels_perm(t1, true) ||
             sole_reader(g, x) != n || !free_node(t2) || t2->op != OP_TRANSPOSE ||
-            !all_f32(t2) || !channels_first(t2) || t1->inputs[0]->dyn_axes || x->dyn_axes ||
+            !all_f32(t2) || !channels_perm(t2, false) || t1->inputs[0]->dyn_axes || x->dyn_axes ||
             t2->outputs[0]->dyn_axes)
             continue;
         bool params = true; /* gamma and beta one value a channel */
