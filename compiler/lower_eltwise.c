@@ -127,14 +127,19 @@ char *fused_expr(Node *n, const char *ct, Tensor **leaves, int *nleaves, int max
 }
 
 
-/* Leaf t of an elementwise group as an operand of its shape: through a
- * transpose fused into the group (optimize.c, fuse_transpose_reads), the
- * transpose's input with permuted strides; else broadcast. */
-static Operand read_leaf(Tensor *t, const Tensor *out) {
-    Node *tr = t->producer;
-    if (tr && tr->op == OP_TRANSPOSE && tr->fused_into)
+/* Leaf t of the elementwise group that root's dispatch computes, as an
+ * operand of its shape: through a transpose fused into the group
+ * (optimize.c, fuse_transpose_reads), the transpose's input with permuted
+ * strides; else t broadcast. */
+static Operand read_leaf(Tensor *t, const Node *root) {
+    Node *tr = t->producer, *head = tr;
+    while (head && head->fused_into) /* the node whose dispatch computes tr */
+        head = head->fused_into;
+    if (tr && tr->op == OP_TRANSPOSE && tr != head && head == root)
         return transposed_input(tr);
-    return broadcast(t, out->rank, out->shape);
+    /* made by its own dispatch, or by another's (a transpose a conv or a
+     * norm writes: epi_perm), and stored */
+    return broadcast(t, root->outputs[0]->rank, root->outputs[0]->shape);
 }
 
 /* An elementwise node and every node fused into it: one dispatch. */
@@ -150,7 +155,7 @@ void lower_eltwise(Program *p, Node *n) {
                        MAX_OPS - 1);
     Operand in[MAX_OPS];
     for (int k = 0; k < nleaves; k++)
-        in[k] = read_leaf(leaves[k], out);
+        in[k] = read_leaf(leaves[k], n);
     Dispatch *d = eltwise_dispatch(p, n, out->rank, out->shape, whole(out), nleaves, in, ct,
                                    expr, dyn_one(out));
     /* a gated MLP's silu(gate) * up at a decoding step's one row: in the

@@ -638,7 +638,10 @@ for i, c in enumerate(GRID_SAMPLES):
 # depthwise convolution, then its layer norm over the channels. A
 # convolution of one group (a product) keeps the transpose. ----
 
-def conv_channels_last_case(xs, group, precision, fused):
+def conv_channels_last_case(xs, group, precision, fused, then="layer_norm"):
+    """then: what reads the channels-last result: a layer norm, or "add"
+    (an elementwise add with another tensor, which must read what the
+    convolution's dispatch wrote)."""
     def test(workdir):
         r = rng(2590 + len(xs) + group)
         c = xs[1]
@@ -649,16 +652,25 @@ def conv_channels_last_case(xs, group, precision, fused):
         pads = [1] * (2 * (len(xs) - 2))
         nodes = [{"name": "c", "op": "conv", "inputs": ["x", "w", "b"], "group": group,
                   "pads": pads},
-                 {"name": "t", "op": "transpose", "inputs": ["c"], "perm": perm},
-                 {"name": "y", "op": "layer_norm", "inputs": ["t", "gamma", "beta"]}]
-        y = model_yaml("clast", {"x": spec(x)}, nodes, ["y"],
-                       weight_specs(w=w, b=b, gamma=gamma, beta=beta))
+                 {"name": "t", "op": "transpose", "inputs": ["c"], "perm": perm}]
+        ins = {"x": spec(x)}
+        other = values(r, [xs[0]] + xs[2:] + [c], 1.0)
+        if then == "add":
+            nodes.append({"name": "y", "op": "add", "inputs": ["t", "r"]})
+            ins["r"] = spec(other)
+        else:
+            nodes.append({"name": "y", "op": "layer_norm", "inputs": ["t", "gamma", "beta"]})
+        y = model_yaml("clast", ins, nodes, ["y"], weight_specs(w=w, b=b, gamma=gamma, beta=beta))
         f16 = precision == "f16"
         prog = build_model(workdir, y, flags=("--precision", "f16") if f16 else ())
         q = half if f16 else np.asarray
         conv = ref.conv(q(x), q(w), b, pads=pads, group=group)
-        want = ref.layer_norm(np.transpose(q(conv), perm), gamma, beta)
-        got, = run_program(prog, [x], [want.astype(np.float32)])
+        if then == "add":
+            want = np.transpose(q(conv), perm) + other
+            got, = run_program(prog, [x, other], [want.astype(np.float32)])
+        else:
+            want = ref.layer_norm(np.transpose(q(conv), perm), gamma, beta)
+            got, = run_program(prog, [x], [want.astype(np.float32)])
         assert_close(got, want, 2e-2 if f16 else 1e-4, 2e-2 if f16 else 1e-4)
         text = (Path(workdir) / "model.c").read_text()
         check(("c + t (conv)" in text) == fused,
@@ -673,3 +685,5 @@ for xs, group, prec, fused in [([2, 8, 7, 6], 8, "f32", True), ([2, 8, 7, 6], 8,
                                ([1, 6, 20], 3, "f32", True), ([2, 24, 5, 4], 1, "f32", False)]:
     case(f"op conv x={xs} group={group} then a transpose to channels last, {prec}")(
         conv_channels_last_case(xs, group, prec, fused))
+case("op conv x=[2, 8, 7, 6] group=8 then a transpose to channels last read by an add")(
+    conv_channels_last_case([2, 8, 7, 6], 8, "f32", True, "add"))

@@ -344,7 +344,10 @@ for name, test in [
 # the positions apart (INNER), no copies; f16 storage too; a second reader
 # of the norm's output keeps the transposes. ----
 
-def channels_first_norm_case(op, xs, precision, shared):
+def channels_first_norm_case(op, xs, precision, shared, residual=False):
+    """residual: the norm's result read by an elementwise add with the
+    input (ConvNeXt's first block after its stem), which must read the
+    tensor the norm's dispatch wrote, not through the transpose."""
     def test(workdir):
         r = rng(540 + len(xs))
         c = xs[1]
@@ -361,6 +364,9 @@ def channels_first_norm_case(op, xs, precision, shared):
         if shared:
             nodes.append({"name": "z", "op": "neg", "inputs": ["n"]})
             outs.append("z")
+        if residual:
+            nodes.append({"name": "s", "op": "add", "inputs": ["y", "x"]})
+            outs = ["s"]
         ins = {"x": spec(x)}
         w = {"gamma": gamma, "beta": beta} if op == "layer_norm" else {"gamma": gamma}
         model = model_yaml("cfn", ins, nodes, outs, weight_specs(**w))
@@ -373,6 +379,8 @@ def channels_first_norm_case(op, xs, precision, shared):
         else:
             nrm = t / np.sqrt(np.mean(t * t, axis=-1, keepdims=True) + 1e-5) * gamma
         want = [np.transpose(nrm, to_first)] + ([-nrm] if shared else [])
+        if residual:
+            want = [want[0] + q(x)]
         got = run_program(prog, [x], [np.ascontiguousarray(w_).astype(np.float32) for w_ in want])
         tol = 2e-2 if f16 else 1e-4
         for a, b in zip(got, want):
@@ -381,7 +389,7 @@ def channels_first_norm_case(op, xs, precision, shared):
         fused = "t1 + n + y (" in text
         check(fused != shared, f"the transposes {'are' if fused else 'are not'} in the norm")
         if not shared:
-            check_kernels(workdir, {"norm"})
+            check_kernels(workdir, {"norm", "eltwise"} if residual else {"norm"})
             check(any(d.get("INNER") == str(int(np.prod(xs[2:]))) and d.get("LEN") == str(c)
                       for d in kernel_defines(workdir)), "no norm over the channels in place")
     return test
@@ -395,3 +403,5 @@ for op, xs, prec, shared in [("layer_norm", [2, 12, 5, 6], "f32", False),
     case(f"op {op} between transposes to channels last and back x={xs}, {prec}"
          f"{', the norm read elsewhere too' if shared else ''}")(
         channels_first_norm_case(op, xs, prec, shared))
+case("op layer_norm between transposes to channels last and back, then a residual add")(
+    channels_first_norm_case("layer_norm", [2, 12, 5, 6], "f32", False, True))
