@@ -2,7 +2,8 @@
 EyeLike (a constant), LRN (an average pool over the channels),
 MeanVarianceNormalization (means over its axes), ReverseSequence (a
 Gather of rows; lengths constant or not), AffineGrid (a constant table
-times theta) with GridSample (kiln's grid_sample). The references are
+times theta) with GridSample (kiln's grid_sample); and ConvNeXt's block
+structure, where three transpose fusions compose. The references are
 written from the ONNX operator descriptions.
 """
 import numpy as np
@@ -468,3 +469,68 @@ def _(workdir):
               [value_info("a", [2, 3], 2), value_info("b", [3, 2], 2)], [value_info("y", [2, 2], 2)],
               [initializer("s", h), initializer("z", np.array(1, np.uint8))], opset=13)
     expect_refused(workdir, q, ["node 'q (QLinearMatMul)'", "scales are f32, not f16"])
+
+
+@case("onnx ConvNeXt's structure (a strided stem, LayerNorm2d, two blocks: depthwise conv, "
+      "transposes, layer norm, GELU MLP, layer scale, residual) matches numpy, no transpose "
+      "left a copy")
+def _(workdir):
+    """The three transpose fusions composed as torchvision's ConvNeXt
+    writes them (optimize.c: a norm between transposes in place, a grouped
+    conv writing channels last, an elementwise group reading through
+    permuted strides), with the LayerNorm2d's result also read by the
+    first block's residual add."""
+    from math import erf
+    from pathlib import Path
+    rng = np.random.default_rng(7)
+    c, hid = 16, 64
+    w = {}
+
+    def weight(name, shape, s=0.2):
+        w[name] = (rng.standard_normal(shape) * s).astype(np.float32)
+        return name
+
+    nodes = [node("Conv", ["x", weight("sw", [c, 3, 4, 4]), weight("sb", [c])], ["s"], "stem",
+                  attr("strides", [4, 4])),
+             node("Transpose", ["s"], ["s1"], "st1", attr("perm", [0, 2, 3, 1])),
+             node("LayerNormalization", ["s1", weight("sg", [c], 1.0), weight("sbeta", [c])],
+                  ["s2"], "sln", attr("epsilon", 1e-6)),
+             node("Transpose", ["s2"], ["h0"], "st2", attr("perm", [0, 3, 1, 2]))]
+    for b in range(2):
+        p, h = f"b{b}", f"h{b}"
+        nodes += [
+            node("Conv", [h, weight(p + "dw", [c, 1, 7, 7]), weight(p + "db", [c])], [p + "c"],
+                 p + "dw", attr("pads", [3, 3, 3, 3]) + attr("group", c)),
+            node("Transpose", [p + "c"], [p + "t"], p + "t1", attr("perm", [0, 2, 3, 1])),
+            node("LayerNormalization", [p + "t", weight(p + "g", [c], 1.0),
+                                        weight(p + "be", [c])], [p + "n"], p + "ln",
+                 attr("epsilon", 1e-6)),
+            node("MatMul", [p + "n", weight(p + "w1", [c, hid])], [p + "m1"], p + "mm1"),
+            node("Add", [p + "m1", weight(p + "b1", [hid])], [p + "a1"], p + "add1"),
+            node("Gelu", [p + "a1"], [p + "g1"], p + "gelu"),
+            node("MatMul", [p + "g1", weight(p + "w2", [hid, c])], [p + "m2"], p + "mm2"),
+            node("Add", [p + "m2", weight(p + "b2", [c])], [p + "a2"], p + "add2"),
+            node("Transpose", [p + "a2"], [p + "t2"], p + "t2", attr("perm", [0, 3, 1, 2])),
+            node("Mul", [p + "t2", weight(p + "ls", [c, 1, 1], 0.5)], [p + "mu"], p + "scale"),
+            node("Add", [p + "mu", h], [f"h{b + 1}"], p + "res")]
+    x = rng.standard_normal([2, 3, 32, 32]).astype(np.float32)
+    data = model(nodes, [value_info("x", [2, 3, 32, 32])], [value_info("h2", [2, c, 8, 8])],
+                 [initializer(k, v) for k, v in w.items()], opset=20)
+
+    def ln(t, g, beta):
+        mu = t.mean(-1, keepdims=True)
+        return (t - mu) / np.sqrt(((t - mu) ** 2).mean(-1, keepdims=True) + 1e-6) * g + beta
+
+    f = {k: v.astype(np.float64) for k, v in w.items()}
+    s = ref.conv(x.astype(np.float64), f["sw"], f["sb"], strides=[4, 4])
+    h = ln(s.transpose(0, 2, 3, 1), f["sg"], f["sbeta"]).transpose(0, 3, 1, 2)
+    gelu = np.vectorize(lambda v: 0.5 * v * (1 + erf(v / 2 ** 0.5)))
+    for b in range(2):
+        p = f"b{b}"
+        t = ln(ref.conv(h, f[p + "dw"], f[p + "db"], pads=[3, 3, 3, 3], group=c)
+               .transpose(0, 2, 3, 1), f[p + "g"], f[p + "be"])
+        a2 = gelu(t @ f[p + "w1"] + f[p + "b1"]) @ f[p + "w2"] + f[p + "b2"]
+        h = a2.transpose(0, 3, 1, 2) * f[p + "ls"] + h
+    run_onnx(workdir, data, [x], [h.astype(np.float32)], ["h2"], tol=(1e-4, 1e-4))
+    table = (Path(workdir) / "model.c").read_text().split("Sections, in this order")[0]
+    check(" transpose " not in table, "a transpose is still its own dispatch:\n" + table)
