@@ -44,7 +44,7 @@ typedef struct MatvecShape {
  * generated C names those that were set (emit_c.c). */
 const char *const tuning_variables[] = {
     "KILN_MATMUL_TILE", "KILN_MATMUL_SPLITK", "KILN_COOPMAT_TILE", "KILN_COOPMAT_SPLITK",
-    "KILN_COOPMAT_PIPE", "KILN_MATVEC_NCOL", "KILN_MATVEC_K", "KILN_MATVEC_K_M",
+    "KILN_COOPMAT_PIPE", "KILN_COOPMAT_CEILING", "KILN_MATVEC_NCOL", "KILN_MATVEC_K", "KILN_MATVEC_K_M",
     "KILN_DIRECT_CONV", "KILN_FLASH", "KILN_FLASH_CM", "KILN_ATTN_SPLITS", "KILN_SPLIT_LAST",
     NULL};
 
@@ -382,6 +382,22 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
         pf = tp[0];
         ns = tp[1];
     }
+    /* KILN_COOPMAT_CEILING=1 or 2, for benchmarks only: the K steps
+     * multiply without loading (coopmat.comp's CEILING), C not the
+     * product; one step in flight, one stage */
+    const char *tune_ceiling = getenv("KILN_COOPMAT_CEILING");
+    int ceiling = tune_ceiling ? atoi(tune_ceiling) : 0;
+    if (ceiling != 1 && ceiling != 2)
+        ceiling = 0;
+    static bool ceiling_told;
+    if (ceiling && !ceiling_told) {
+        fprintf(stderr, "kiln: KILN_COOPMAT_CEILING=%d: the cooperative-matrix kernels do "
+                        "not compute their products (a benchmark of the matrix units only)\n",
+                ceiling);
+        ceiling_told = true;
+    }
+    if (ceiling)
+        pf = ns = 1;
     if (coopmat_shared_bytes(bm, bn, bk, wm * wn, ns, !b_vec) > 49152)
         ns = 1;
     int64_t tiles = groups_for(s->M, bm) * groups_for(s->N, bn) * s->batch;
@@ -441,6 +457,8 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
         define_int(d, "PF", pf);
     if (ns != 1)
         define_int(d, "NS", ns);
+    if (ceiling)
+        define_int(d, "CEILING", ceiling);
     dispatch_arg(d, partial && !last ? partial : s->ops[0].t, true);
     dispatch_arg(d, s->ops[1].t, false);
     dispatch_arg(d, f16_kmajor ? n->wq : s->ops[2].t, false);

@@ -327,6 +327,35 @@ void store_tiles(uint r, uint s, uint tid) {
         k0 += BK;                                                                             \
     }
 
+// CEILING (KILN_COOPMAT_CEILING, for benchmarks only: C is then not the
+// product): the K steps multiply without loading their tiles, to measure
+// what the matrix units give this kernel's tiles. 1: the first step's
+// fragments, loaded once, multiplied every step (multiply-adds only); 2:
+// the first step's tiles stay in shared memory and every step loads its
+// fragments from there (shared fragment loads and multiply-adds; no
+// global loads, no barriers).
+#ifndef CEILING
+#define CEILING 0
+#endif
+#if CEILING == 1
+#undef K_STEP
+#define K_STEP(R, S)                                                                          \
+    if (k0 < k_end) {                                                                         \
+        [[unroll]] for (uint kk = 0; kk < BK; kk += 16)                                       \
+            [[unroll]] for (uint i = 0; i < FM; ++i)                                          \
+                [[unroll]] for (uint j = 0; j < FN; ++j)                                      \
+                    acc[i][j] = coopMatMulAddNV(fa[i], fb[j], acc[i][j]);                     \
+        k0 += BK;                                                                             \
+    }
+#elif CEILING == 2
+#undef K_STEP
+#define K_STEP(R, S)                                                                          \
+    if (k0 < k_end) {                                                                         \
+        MMA_STAGE(0)                                                                          \
+        k0 += BK;                                                                             \
+    }
+#endif
+
 void main() {
     const uint tid = gl_LocalInvocationID.x;
     const uint sg = tid / 32, lane = tid % 32;
@@ -356,13 +385,24 @@ void main() {
                 if (k_begin + BK < k_end)
                     load_tiles(1, ca, cb, m0, n0, k_begin + BK, tid);
 #endif
+#if CEILING // the first step's tiles, kept in stage 0
+                store_tiles(0, 0, tid);
+                barrier();
+#endif
+#if CEILING == 1
+                fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> fa[FM], fb[FN];
+                [[unroll]] for (uint i = 0; i < FM; ++i)
+                    coopMatLoadNV(fa[i], As, (wm * TM + i * 16) * AS_STRIDE, AS_STRIDE, false);
+                [[unroll]] for (uint j = 0; j < FN; ++j)
+                    LOAD_B_FRAG(j, 0, 0);
+#endif
                 for (uint k0 = k_begin; k0 < k_end;) {
                     K_STEP(0, 0)
 #if PF == 2 || NS == 2
                     K_STEP(PF - 1, NS - 1)
 #endif
                 }
-#if NS == 2
+#if NS == 2 || CEILING
                 barrier(); // the last step's fragments loaded before the next tile's stores
 #endif
                 const bool whole = C_DIRECT != 0 && m0 + BM <= M && n0 + BN <= N;

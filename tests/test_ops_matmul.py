@@ -8,7 +8,7 @@ import numpy as np
 
 import reference as ref
 from harness import (F16_TOLERANCE, assert_close, assert_relative, build_model, check,
-                     check_defines, check_kernels, kernel_defines, model_yaml, registry,
+                     check_defines, check_kernels, kernel_defines, kiln, model_yaml, registry,
                      run_model, run_program, run_steps)
 from ops_common import half, one_op, rng, spec, values, weight_specs
 
@@ -559,3 +559,31 @@ def test_coopmat_pipe(workdir):
               f"NS {cm[0].get('NS') if cm else None}, expected 2, {ns}")
         check("KILN_COOPMAT_PIPE" in (wd / sub / "model.c").read_text()[:4000],
               "the generated C does not name KILN_COOPMAT_PIPE")
+
+
+@case("op matmul f16 KILN_COOPMAT_CEILING=1 and 2 (a benchmark of the matrix units): "
+      "coopmat.comp's CEILING compiles, one step in flight, the compiler says the products "
+      "are not computed; the tiled variant lavapipe runs still is")
+def test_coopmat_ceiling(workdir):
+    wd = Path(workdir)
+    r = rng(3310)
+    a, b = values(r, [128, 96]), values(r, [96, 192])
+    y = model_yaml("mm", {"a": {"dtype": "f16", "shape": [128, 96]},
+                          "b": {"dtype": "f16", "shape": [96, 192]}},
+                   [{"name": "y", "op": "matmul", "inputs": ["a", "b"]}], ["y"])
+    for ceiling in ("1", "2"):
+        sub = wd / ceiling
+        sub.mkdir()
+        env = {"KILN_COOPMAT_CEILING": ceiling, "KILN_COOPMAT_PIPE": "2,2"}
+        prog = build_model(sub, y, env=env)
+        cm = [d for d in kernel_defines(sub) if "WM" in d]
+        check(len(cm) == 1 and cm[0].get("CEILING") == ceiling and "PF" not in cm[0] and
+              "NS" not in cm[0], f"coopmat defines {cm}")
+        text = (sub / "model.c").read_text()[:4000]
+        check("KILN_COOPMAT_CEILING" in text, "the generated C does not name the variable")
+        r2 = kiln("compile", sub / "model.yaml", "-o", sub / "again.c", env=env)
+        check(r2.returncode == 0 and "do not compute their products" in r2.stderr, r2.stderr)
+        want = half(a) @ half(b)
+        got, = run_program(prog, [a.astype(np.float16), b.astype(np.float16)],
+                           [want.astype(np.float16)])
+        assert_close(got.astype(np.float64), want, 1e-2, 1e-2)
