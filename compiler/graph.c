@@ -33,6 +33,12 @@ Node *graph_node(Graph *g, OpKind op, const char *name, Loc loc) {
     return n;
 }
 
+Node *fused_head(Node *n) {
+    while (n->fused_into)
+        n = n->fused_into;
+    return n;
+}
+
 void node_add_input(Node *n, Tensor *t) {
     n->inputs = xrealloc(n->inputs, sizeof(Tensor *) * (size_t)(n->ninputs + 1));
     n->input_locs = xrealloc(n->input_locs, sizeof(Loc) * (size_t)(n->ninputs + 1));

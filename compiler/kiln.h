@@ -345,6 +345,9 @@ typedef struct Graph {
  * unique; nothing here checks op rules (infer_node does). */
 Tensor *graph_tensor(Graph *g, const char *name, TensorKind kind, Loc loc);
 Node *graph_node(Graph *g, OpKind op, const char *name, Loc loc);
+/* The node whose dispatch computes n: n, or the end of its fused_into
+ * chain (optimize.c). */
+Node *fused_head(Node *n);
 void node_add_input(Node *n, Tensor *t);
 /* The operand of a two-input node that is not t (an add's other side). */
 Tensor *other_input(const Node *n, const Tensor *t);

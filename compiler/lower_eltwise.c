@@ -132,10 +132,8 @@ char *fused_expr(Node *n, const char *ct, Tensor **leaves, int *nleaves, int max
  * (optimize.c, fuse_transpose_reads), the transpose's input with permuted
  * strides; else t broadcast. */
 static Operand read_leaf(Tensor *t, const Node *root) {
-    Node *tr = t->producer, *head = tr;
-    while (head && head->fused_into) /* the node whose dispatch computes tr */
-        head = head->fused_into;
-    if (tr && tr->op == OP_TRANSPOSE && tr != head && head == root)
+    Node *tr = t->producer;
+    if (tr && tr->op == OP_TRANSPOSE && tr->fused_into && fused_head(tr) == root)
         return transposed_input(tr);
     /* made by its own dispatch, or by another's (a transpose a conv or a
      * norm writes: epi_perm), and stored */

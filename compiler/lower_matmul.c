@@ -44,8 +44,8 @@ typedef struct MatvecShape {
  * generated C names those that were set (emit_c.c). */
 const char *const tuning_variables[] = {
     "KILN_MATMUL_TILE", "KILN_MATMUL_SPLITK", "KILN_COOPMAT_TILE", "KILN_COOPMAT_SPLITK",
-    "KILN_COOPMAT_PIPE", "KILN_COOPMAT_CEILING", "KILN_MATVEC_NCOL", "KILN_MATVEC_K", "KILN_MATVEC_K_M",
-    "KILN_DIRECT_CONV", "KILN_FLASH", "KILN_FLASH_CM", "KILN_ATTN_SPLITS", "KILN_SPLIT_LAST",
+    "KILN_COOPMAT_PIPE", "KILN_COOPMAT_CEILING", "KILN_MATVEC_NCOL", "KILN_MATVEC_K",
+    "KILN_MATVEC_K_M", "KILN_DIRECT_CONV", "KILN_FLASH", "KILN_FLASH_CM", "KILN_ATTN_SPLITS", "KILN_SPLIT_LAST",
     NULL};
 
 /* matvec.comp's layout for s: vec4 columns when B is f32 with 16-byte

@@ -449,6 +449,14 @@ static void fuse_channels_first_norms(Graph *g) {
     }
 }
 
+/* Whether the elementwise group root's dispatch computes reads at most six
+ * operands (the kernel's bound). */
+static bool group_fits(Node *root) {
+    Tensor *leaves[MAX_ARGS];
+    int n = 0;
+    return fused_expr(root, "float", leaves, &n, 6) != NULL;
+}
+
 static void fuse_eltwise_chains(Graph *g) {
     for (int i = 0; i < g->nodes.len; i++) {
         Node *a = g->nodes.data[i];
@@ -459,9 +467,7 @@ static void fuse_eltwise_chains(Graph *g) {
             !shape_equal(a->outputs[0], b->outputs[0]))
             continue;
         a->fused_into = b;
-        Tensor *leaves[MAX_ARGS];
-        int n = 0;
-        if (!fused_expr(b, "float", leaves, &n, 6))
+        if (!group_fits(b))
             a->fused_into = NULL; /* more than six operands */
     }
 }
@@ -477,17 +483,14 @@ static void fuse_transpose_reads(Graph *g) {
         if (t->op != OP_TRANSPOSE || !free_node(t) || !all_f32(t) || t->inputs[0]->dyn_axes ||
             t->outputs[0]->dyn_axes)
             continue;
-        Node *r = sole_reader(g, t->outputs[0]), *root = r;
+        Node *r = sole_reader(g, t->outputs[0]);
         if (!r || !is_eltwise(r) || !all_f32(r))
             continue;
-        while (root->fused_into)
-            root = root->fused_into;
+        Node *root = fused_head(r);
         if (!is_eltwise(root) || !shape_equal(t->outputs[0], root->outputs[0]))
             continue;
         t->fused_into = r;
-        Tensor *leaves[MAX_ARGS];
-        int n = 0;
-        if (!fused_expr(root, "float", leaves, &n, 6))
+        if (!group_fits(root))
             t->fused_into = NULL; /* more than six operands */
     }
 }

@@ -191,12 +191,6 @@ static Tensor *half_weight(Pass *p, Tensor *w) {
     return h;
 }
 
-static Node *head_of(Node *n) {
-    while (n->fused_into)
-        n = n->fused_into;
-    return n;
-}
-
 /* Replaces input k of member m by `by`, keeping the readers' counts. */
 static void replace_input(Node *m, int k, Tensor *by) {
     m->inputs[k]->uses--;
@@ -206,7 +200,7 @@ static void replace_input(Node *m, int k, Tensor *by) {
 
 /* Whether t is made by a member of the group headed by h. */
 static bool made_inside(const Tensor *t, Node *h) {
-    return t->producer && head_of(t->producer) == h;
+    return t->producer && fused_head(t->producer) == h;
 }
 
 /* Whether the group of h is listed by --keep-f32. */
@@ -402,7 +396,7 @@ void apply_precision(Graph *g, const Options *opt) {
         bool f32_head = false; /* its outputs' casts follow it (cast_outputs) */
         if (!n->dead && !n->fused_into) {
             for (int j = 0; j < nnodes; j++)
-                if (!nodes[j]->dead && head_of(nodes[j]) == n)
+                if (!nodes[j]->dead && fused_head(nodes[j]) == n)
                     members[nm++] = nodes[j];
             /* casts go before the head, whose dispatch reads them */
             Rule r = kept(&p, members, nm) ? R_F32 : op_rule(n->op);
