@@ -2,6 +2,7 @@
 formats, QKV splits) and gemm (shaders/matmul.comp, matvec.comp,
 coopmat.comp), on Vulkan against the CPU reference (ops_common.py says how).
 """
+import json
 from pathlib import Path
 
 import numpy as np
@@ -9,7 +10,7 @@ import numpy as np
 import reference as ref
 from harness import (F16_TOLERANCE, assert_close, assert_relative, build_model, check,
                      check_defines, check_kernels, kernel_defines, kiln, model_yaml, registry,
-                     run_model, run_program, run_steps)
+                     run, run_model, run_program, run_steps)
 from ops_common import half, one_op, rng, spec, values, weight_specs
 
 TESTS, case = registry()
@@ -563,7 +564,8 @@ def test_coopmat_pipe(workdir):
 
 @case("op matmul f16 KILN_COOPMAT_CEILING=1 and 2 (a benchmark of the matrix units): "
       "coopmat.comp's CEILING compiles, one step in flight, the compiler says the products "
-      "are not computed; the tiled variant lavapipe runs still is")
+      "are not computed; the tiled variant lavapipe runs still is, and on the matrix units "
+      "each step multiplies the first step's fragments")
 def test_coopmat_ceiling(workdir):
     wd = Path(workdir)
     r = rng(3310)
@@ -586,4 +588,15 @@ def test_coopmat_ceiling(workdir):
         want = half(a) @ half(b)
         got, = run_program(prog, [a.astype(np.float16), b.astype(np.float16)],
                            [want.astype(np.float16)])
+        # which variant ran: the device records the one it runs (-p)
+        r2 = run([prog, "-n", "1", "-p", sub / "p.json"])
+        check(r2.returncode == 0, r2.stderr)
+        us = [d["us"] for d in json.loads((sub / "p.json").read_text())["dispatches"]]
+        if us[0] > 0:
+            # the matrix units ran the ceiling: each of the 3 steps of BK
+            # multiplies the first step's fragments, CEILING 1 the first 16
+            # of K (BK / 16 times a step), 2 the first BK
+            bk, steps = int(cm[0]["BK"]), -(-96 // int(cm[0]["BK"]))
+            kf = 16 if ceiling == "1" else bk
+            want = steps * (bk // kf) * (half(a)[:, :kf] @ half(b)[:kf])
         assert_close(got.astype(np.float64), want, 1e-2, 1e-2)
