@@ -63,6 +63,48 @@ static Tensor *conv_residual(Node *n) {
     return other_input(n->epi_res, n->epi_bias ? n->epi_bias->outputs[0] : n->outputs[0]);
 }
 
+/* conv.comp's tiled depthwise path (DW_TILE) for n, opt in with
+ * KILN_DWCONV=1 (default tiles) or KILN_DWCONV=TH,TW,CB (output rows and
+ * columns a tile, channels a workgroup), for tuning until measured: a
+ * depthwise convolution (groups = input = output channels), not
+ * transposed, of 1 or 2 spatial axes. Tiles of 8 x 8 positions (1 x 64
+ * for 1 axis) and 16 channels, 8 where that leaves fewer than 256
+ * workgroups, halved while the window and weights pass 16 KiB of shared
+ * memory; none (false) where one channel's do. tile: TH, TW, CB and the
+ * floats of one channel's window in shared memory (odd). */
+static bool depthwise_tiles(Node *n, const Tensor *x, const Tensor *y, int nsp,
+                            const Window *win, int64_t tile[4]) {
+    const char *env = getenv("KILN_DWCONV");
+    int64_t c = x->shape[1], g = attr_int(n, "group");
+    if (!env || strcmp(env, "0") == 0 || n->op != OP_CONV || nsp < 1 || nsp > 2 || g != c ||
+        y->shape[1] != c)
+        return false;
+    const Tensor *w = n->inputs[1];
+    int64_t kh = nsp == 2 ? w->shape[2] : 1, kw = w->shape[1 + nsp];
+    int64_t sh = nsp == 2 ? win->stride[0] : 1, sw = win->stride[nsp - 1];
+    int64_t dh = nsp == 2 ? win->dil[0] : 1, dwl = win->dil[nsp - 1];
+    int64_t oh = nsp == 2 ? y->shape[2] : 1, ow = y->shape[1 + nsp];
+    int64_t th = nsp == 2 ? 8 : 1, tw = nsp == 2 ? 8 : 64, cb = 16;
+    long t[3];
+    if (sscanf(env, "%ld,%ld,%ld", &t[0], &t[1], &t[2]) == 3 && t[0] >= 1 && t[1] >= 1 &&
+        t[2] >= 1 && t[0] * t[1] * t[2] <= 4096) {
+        th = nsp == 2 ? t[0] : 1;
+        tw = t[1];
+        cb = t[2];
+    } else if (x->shape[0] * groups_for(c, 16) * groups_for(oh, th) * groups_for(ow, tw) <
+               256) {
+        cb = 8;
+    }
+    int64_t xs = ((th - 1) * sh + (kh - 1) * dh + 1) * ((tw - 1) * sw + (kw - 1) * dwl + 1);
+    xs |= 1;
+    while (cb > 1 && 4 * cb * (xs + kh * kw) > 16384)
+        cb /= 2;
+    if (4 * cb * (xs + kh * kw) > 16384)
+        return false;
+    tile[0] = th, tile[1] = tw, tile[2] = cb, tile[3] = xs;
+    return true;
+}
+
 /* A convolution as a matrix product on matmul.comp's tiles (implicit
  * GEMM): per image, C [OC, OH * OW] = W [OC, C * KH * KW] x the input's
  * im2col matrix [C * KH * KW, OH * OW], which the kernel reads from the
@@ -173,7 +215,9 @@ void lower_conv(Program *p, Node *n) {
     if (conv_product(p, n, x, w, y, &win, act_expr))
         return;
     Dispatch *d = new_dispatch(p, n, "conv");
-    d->local_size = 64;
+    int64_t dw[4];
+    bool tiled = depthwise_tiles(n, x, y, nsp, &win, dw);
+    d->local_size = tiled ? 256 : 64;
     define_int(d, "WG", d->local_size);
     /* a transpose to channels last fused (epi_perm): written in its
      * layout, y's shape the convolution's own */
@@ -218,10 +262,21 @@ void lower_conv(Program *p, Node *n) {
      * whole takes fewer than CONV_SPLIT_TARGET (small convolutions: one
      * invocation per output would be a long chain on a mostly idle GPU). */
     int64_t split = 1;
-    while (split < 32 && split < cg && count * split < CONV_SPLIT_TARGET)
+    while (!tiled && split < 32 && split < cg && count * split < CONV_SPLIT_TARGET)
         split *= 2;
     define_int(d, "SPLIT", split);
     d->groups[0] = groups_for(count * split, d->local_size);
+    if (tiled) {
+        define_int(d, "DW_TILE", 1);
+        define_int(d, "DW_TH", dw[0]);
+        define_int(d, "DW_TW", dw[1]);
+        define_int(d, "DW_CB", dw[2]);
+        define_int(d, "DW_XS", dw[3]);
+        int64_t oh = nsp == 2 ? y->shape[2] : 1, ow = y->shape[1 + nsp];
+        int64_t tiles = x->shape[0] * groups_for(x->shape[1], dw[2]) * groups_for(oh, dw[0]) *
+                        groups_for(ow, dw[1]);
+        d->groups[0] = tiles < 65535 ? tiles : 65535;
+    }
     d->flops = 2ull * (uint64_t)count * (uint64_t)per_out;
 }
 

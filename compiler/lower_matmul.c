@@ -45,8 +45,8 @@ typedef struct MatvecShape {
 const char *const tuning_variables[] = {
     "KILN_MATMUL_TILE", "KILN_MATMUL_SPLITK", "KILN_COOPMAT_TILE", "KILN_COOPMAT_SPLITK",
     "KILN_COOPMAT_PIPE", "KILN_COOPMAT_CEILING", "KILN_MATVEC_NCOL", "KILN_MATVEC_K",
-    "KILN_MATVEC_K_M", "KILN_DIRECT_CONV", "KILN_FLASH", "KILN_FLASH_CM", "KILN_ATTN_SPLITS", "KILN_SPLIT_LAST",
-    NULL};
+    "KILN_MATVEC_K_M", "KILN_DIRECT_CONV", "KILN_DWCONV", "KILN_FLASH", "KILN_FLASH_CM",
+    "KILN_ATTN_SPLITS", "KILN_SPLIT_LAST", NULL};
 
 /* matvec.comp's layout for s: vec4 columns when B is f32 with 16-byte
  * aligned rows, vec4 rows of A likewise. Column lanes per workgroup (4 to

@@ -12,6 +12,15 @@
 // Y_BUF and Y_T, RES_BUF), the arithmetic f32; the bias f32. Y_CLAST:
 // y is stored channels last, [N, spatial, OC] (a transpose fused).
 //
+// DW_TILE: a depthwise convolution (G = C = OC, not transposed, 1 or 2
+// spatial axes) on tiles: a workgroup takes DW_TH x DW_TW output positions
+// of DW_CB channels of one image; their input window and weights go to
+// shared memory once (each channel's window DW_XS floats apart, an odd
+// count against bank conflicts), and each invocation sums its outputs'
+// taps from there. With Y_CLAST consecutive invocations take consecutive
+// channels of one position (y's contiguous rows), else consecutive
+// positions of one channel.
+//
 // SPLIT invocations (a power of two dividing WG) share each output element:
 // invocation j of them sums the input channels j, j + SPLIT, ... of its
 // group, and the first adds up their sums through shared memory. The
@@ -38,6 +47,9 @@ layout(push_constant) uniform Args {
 
 #ifndef ACT
 #define ACT(x) (x)
+#endif
+#ifndef DW_TILE
+#define DW_TILE 0
 #endif
 
 const uint IN_[3] = uint[3](IN_SP);
@@ -109,7 +121,59 @@ void finish(uint o, float acc) {
     args.y.v[Y_INDEX(o)] = Y_T(ACT(acc));
 }
 
-#if SPLIT > 1
+#if DW_TILE
+const uint OH = OUT_[1], OW = OUT_[2], IH = IN_[1], IW = IN_[2], KH = K_[1], KW = K_[2];
+const uint PH = (DW_TH - 1) * uint(STRIDE_[1]) + (KH - 1) * uint(DIL_[1]) + 1;
+const uint PW = (DW_TW - 1) * uint(STRIDE_[2]) + (KW - 1) * uint(DIL_[2]) + 1;
+const uint TILES_H = (OH + DW_TH - 1) / DW_TH, TILES_W = (OW + DW_TW - 1) / DW_TW;
+const uint CBLOCKS = (C + DW_CB - 1) / DW_CB;
+const uint TILES = N * CBLOCKS * TILES_H * TILES_W;
+shared float xs[DW_CB * DW_XS];
+shared float ws[DW_CB * K_VOL];
+
+void main() {
+    const uint l = gl_LocalInvocationID.x;
+    for (uint t = gl_WorkGroupID.x; t < TILES; t += gl_NumWorkGroups.x) {
+        const uint tw = t % TILES_W, th = (t / TILES_W) % TILES_H;
+        const uint c0 = (t / (TILES_W * TILES_H)) % CBLOCKS * DW_CB;
+        const uint n = t / (TILES_W * TILES_H * CBLOCKS);
+        const int ih0 = int(th * DW_TH) * STRIDE_[1] - PAD_[1];
+        const int iw0 = int(tw * DW_TW) * STRIDE_[2] - PAD_[2];
+        // the window of the tile's channels, zeros outside the input
+        for (uint e = l; e < DW_CB * PH * PW; e += WG) {
+            const uint cl = e / (PH * PW), r = e / PW % PH, q = e % PW, c = c0 + cl;
+            const int ih = ih0 + int(r), iw = iw0 + int(q);
+            xs[cl * DW_XS + r * PW + q] =
+                c < C && ih >= 0 && ih < int(IH) && iw >= 0 && iw < int(IW)
+                    ? float(args.x.v[((n * C + c) * IH + uint(ih)) * IW + uint(iw)]) : 0.0;
+        }
+        for (uint e = l; e < DW_CB * K_VOL; e += WG) {
+            const uint c = c0 + e / K_VOL;
+            ws[e] = c < C ? float(args.w.v[c * K_VOL + e % K_VOL]) : 0.0;
+        }
+        barrier();
+        for (uint e = l; e < DW_CB * DW_TH * DW_TW; e += WG) {
+#ifdef Y_CLAST
+            const uint cl = e % DW_CB, p = e / DW_CB;
+#else
+            const uint cl = e / (DW_TH * DW_TW), p = e % (DW_TH * DW_TW);
+#endif
+            const uint py = p / DW_TW, px = p % DW_TW;
+            const uint oy = th * DW_TH + py, ox = tw * DW_TW + px, c = c0 + cl;
+            if (c < C && oy < OH && ox < OW) {
+                const uint xb = cl * DW_XS + py * uint(STRIDE_[1]) * PW + px * uint(STRIDE_[2]);
+                float acc = 0.0;
+                [[unroll]] for (uint kh = 0; kh < KH; ++kh)
+                    [[unroll]] for (uint kw = 0; kw < KW; ++kw)
+                        acc += xs[xb + kh * uint(DIL_[1]) * PW + kw * uint(DIL_[2])] *
+                               ws[cl * K_VOL + kh * KW + kw];
+                finish(((n * OC + c) * OH + oy) * OW + ox, acc);
+            }
+        }
+        barrier(); // every invocation's reads before the next tile's window
+    }
+}
+#elif SPLIT > 1
 shared float part[WG];
 
 void main() {

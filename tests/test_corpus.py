@@ -8,6 +8,9 @@ unchanged, the program runs on Vulkan with validation on, and every output
 element must be within atol 1e-4 + rtol 1e-3 of onnxruntime's; the output
 shapes in the generated header must be the ones onnxruntime gave.
 
+The exported models with depthwise convolutions also run on conv.comp's
+tiled depthwise path (KILN_DWCONV=1, f32 and f16).
+
 Each model is also compiled with --precision f16 (activations and matmul
 weights stored in f16) and compared with the same outputs within
 F16_TOLERANCE of the largest reference value: every element, max |error| /
@@ -29,7 +32,7 @@ TESTS, case = registry()
 MODELS = ROOT / "tests" / "models"
 
 
-def corpus_case(d, precision="f32", io="f32"):
+def corpus_case(d, precision="f32", io="f32", env=None):
     def test(workdir):
         wd = Path(workdir)
         meta = json.loads((d / "meta.json").read_text())
@@ -37,9 +40,11 @@ def corpus_case(d, precision="f32", io="f32"):
         want = [np.load(p) for p in sorted(d.glob("ort_*.npy"))]
         check(inputs and want, f"{d}: no inputs or no reference outputs")
         r = kiln("compile", d / "model.onnx", "--name", "model", "-o", wd / "model.c", "--guard",
-                 "--precision", precision, *(("--io", io) if io != "f32" else ()))
+                 "--precision", precision, *(("--io", io) if io != "f32" else ()), env=env)
         check(r.returncode == 0, f"kiln compile failed ({meta['exporter']} exporter, opset "
               f"{meta['opset']}):\n{r.stderr}")
+        if env and "KILN_DWCONV" in env:
+            check("DW_TILE 1" in (wd / "model.c").read_text(), "no tiled depthwise kernel")
         names = list(declared_outputs(wd / "model.h"))
         check_outputs(wd, names, want)
         if io == "f16":  # f32 inputs and outputs f16, as the header says
@@ -77,3 +82,10 @@ for _d in sorted(p.parent for p in MODELS.glob("*/model.onnx")):
     case(f"corpus f16: {_d.name}")(corpus_case(_d, "f16"))
     if _d.name.endswith("_dynamo20"):
         case(f"corpus f16 --io f16: {_d.name}")(corpus_case(_d, "f16", "f16"))
+# conv.comp's tiled depthwise path (KILN_DWCONV, opt in until measured) on
+# the exported models with depthwise convolutions
+for _name in ("efficientnet_tiny_dynamo20", "mobilenet_v3_small_dynamo20",
+              "shufflenet_tiny_dynamo20"):
+    for _prec in ("f32", "f16"):
+        case(f"corpus{' f16' if _prec == 'f16' else ''} KILN_DWCONV=1: {_name}")(
+            corpus_case(MODELS / _name, _prec, env={"KILN_DWCONV": "1"}))

@@ -687,3 +687,71 @@ for xs, group, prec, fused in [([2, 8, 7, 6], 8, "f32", True), ([2, 8, 7, 6], 8,
         conv_channels_last_case(xs, group, prec, fused))
 case("op conv x=[2, 8, 7, 6] group=8 then a transpose to channels last read by an add")(
     conv_channels_last_case([2, 8, 7, 6], 8, "f32", True, "add"))
+
+
+# ---- conv.comp's tiled depthwise path (DW_TILE, KILN_DWCONV): the window
+# and weights of a tile's channels in shared memory. Channels not a multiple
+# of the tile's, positions not a multiple of its rows and columns, strides,
+# dilations, asymmetric pads, 1 and 2 axes, several images, f16, the fused
+# epilogue (bias, residual, activation) and a transpose to channels last;
+# a tile whose window does not fit keeps the direct path. ----
+
+def depthwise_tiled_case(xs, k, attrs, tile="1", precision="f32", then=None, tiled=True):
+    """then: None, "res_relu" (a residual add and a relu fused) or "clast"
+    (a transpose to channels last fused, then a layer norm)."""
+    def test(workdir):
+        r = rng(2700 + sum(xs) + k)
+        c, nsp = xs[1], len(xs) - 2
+        x = values(r, xs, 1.0)
+        w = values(r, [c, 1] + [k] * nsp, 0.5)
+        b = values(r, [c], 1.0)
+        nodes = [{"name": "c", "op": "conv", "inputs": ["x", "w", "b"], "group": c, **attrs}]
+        a = conv_geometry(xs, [c, 1] + [k] * nsp, attrs)
+        f16 = precision == "f16"
+        q = half if f16 else np.asarray
+        conv = ref.conv(q(x), q(w), b, a.get("strides"), a.get("pads"), a.get("dilations"), c)
+        ins, feeds, weights = {"x": spec(x)}, [x], weight_specs(w=w, b=b)
+        want = conv
+        if then == "res_relu":
+            res = values(r, list(conv.shape), 1.0)
+            nodes += [{"name": "s", "op": "add", "inputs": ["c", "res"]},
+                      {"name": "y", "op": "relu", "inputs": ["s"]}]
+            ins["res"] = spec(res)
+            feeds.append(res)
+            want = np.maximum(q(conv) + res, 0)
+        elif then == "clast":
+            perm = [0] + list(range(2, len(xs))) + [1]
+            gamma, beta = values(r, [c], 1.0), values(r, [c], 1.0)
+            nodes += [{"name": "t", "op": "transpose", "inputs": ["c"], "perm": perm},
+                      {"name": "y", "op": "layer_norm", "inputs": ["t", "gamma", "beta"]}]
+            weights = weight_specs(w=w, b=b, gamma=gamma, beta=beta)
+            want = ref.layer_norm(np.transpose(q(conv), perm), gamma, beta)
+        else:
+            nodes[0]["name"] = "y"
+        y = model_yaml("dw", ins, nodes, ["y"], weights)
+        prog = build_model(workdir, y, flags=("--precision", "f16") if f16 else (),
+                           env={"KILN_DWCONV": tile})
+        got, = run_program(prog, feeds, [want.astype(np.float32)])
+        tol = 2e-2 if f16 else 1e-4
+        assert_close(got, want, tol, tol)
+        dws = [d for d in kernel_defines(workdir) if d.get("DW_TILE") == "1"]
+        check(len(dws) == (1 if tiled else 0), f"tiled depthwise kernels: {dws}")
+        if then == "clast":
+            check(dws and dws[0].get("Y_CLAST") == "1", "the transpose is not fused")
+        if then == "res_relu":
+            check(dws and dws[0].get("HAS_RES") == "1", "the residual is not fused")
+    return test
+
+
+for xs, k, attrs, tile, prec, then, tiled in [
+        ([2, 20, 19, 17], 7, {"pads": [3, 3, 3, 3]}, "1", "f32", None, True),   # ConvNeXt's
+        ([1, 5, 13, 11], 3, {"strides": [2, 2], "dilations": [2, 1], "pads": [2, 0, 1, 2]},
+         "4,8,4", "f32", None, True),
+        ([1, 12, 100], 4, {"pads": [3, 0]}, "1", "f32", None, True),           # 1-D (causal)
+        ([1, 9, 10, 12], 5, {"pads": [2, 2, 2, 2]}, "3,5,2", "f32", "res_relu", True),
+        ([2, 24, 15, 14], 7, {"pads": [3, 3, 3, 3]}, "1", "f16", "clast", True),
+        ([1, 40, 9, 9], 3, {"pads": [1, 1, 1, 1]}, "1", "f16", None, True),
+        ([1, 4, 40, 40], 31, {"pads": [15, 15, 15, 15]}, "64,64,1", "f32", None, False)]:
+    case(f"op conv depthwise tiled (KILN_DWCONV={tile}) x={xs} k={k} {attrs}, {prec}"
+         f"{', ' + then if then else ''}{'' if tiled else ': window too large, direct'}")(
+        depthwise_tiled_case(xs, k, attrs, tile, prec, then, tiled))
