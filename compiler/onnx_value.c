@@ -377,9 +377,35 @@ static void source_inputs(Ctx *c, const char *name, Map *seen, Str *s, int *coun
         source_inputs(c, n->input[i], seen, s, count);
 }
 
+/* The node on the way to value `name` that takes a value following the
+ * dynamic dims but gives one kiln does not follow (a product of two dims, a
+ * division that is not exact, a comparison their ranges leave open), or
+ * NULL when none does. */
+static Onnx__NodeProto *unfollowed_node(Ctx *c, const char *name, Map *seen) {
+    if (!*name || map_get(seen, name))
+        return NULL;
+    static int mark;
+    map_put(seen, name, &mark);
+    Onnx__NodeProto *n = map_get(&c->producer, name);
+    if (!n)
+        return NULL;
+    for (size_t i = 0; i < n->n_input; i++) {
+        Value *v = *n->input[i] ? map_get(&c->values, n->input[i]) : NULL;
+        if (v && v->sym)
+            return n;
+    }
+    for (size_t i = 0; i < n->n_input; i++) {
+        Onnx__NodeProto *u = unfollowed_node(c, n->input[i], seen);
+        if (u)
+            return u;
+    }
+    return NULL;
+}
+
 /* An input that kiln needs as a constant (it becomes an attribute). When
  * it is computed from graph inputs, the refusal names them: `--const
- * NAME=FILE` fixes an input's value at compile time. */
+ * NAME=FILE` fixes an input's value at compile time; when from the dynamic
+ * dims, it names the node whose result kiln could not follow. */
 Value *in_const(Ctx *c, int i, const char *what) {
     Value *v = in(c, i);
     if (v->data)
@@ -388,9 +414,21 @@ Value *in_const(Ctx *c, int i, const char *what) {
         node_fail(c, format("unsupported: %s (input %d, '%s') follows the dynamic dims (%s...); "
                             "kiln needs a constant here", what, i, v->name,
                             dim_expr_str(c->g, &v->sym[0])));
-    Map seen = {0};
+    Map seen = {0}, walked = {0};
     Str from = {0};
     int count = 0;
+    Onnx__NodeProto *u = c->g->ndims ? unfollowed_node(c, v->name, &walked) : NULL;
+    if (u)
+        node_fail(c, format("unsupported: %s (input %d, '%s') must be known when kiln compiles "
+                            "or follow the dynamic dims as a sum of them; it is computed from "
+                            "the dims by %s%s%s (%s), whose result kiln does not follow "
+                            "(a product of two dims, a division that is not exact, a "
+                            "comparison or min/max that the dims' ranges leave open: "
+                            "docs/onnx.md, Decoders with their key/value cache)",
+                            what, i, v->name, u->name && *u->name ? "node '" : "the node of '",
+                            u->name && *u->name ? u->name
+                                                : u->n_output ? u->output[0] : "?", "'",
+                            u->op_type));
     source_inputs(c, v->name, &seen, &from, &count);
     if (count && map_get(&c->producer, v->name)) /* computed, not an input itself */
         node_fail(c, format("unsupported: %s (input %d, '%s') must be a constant: kiln's "

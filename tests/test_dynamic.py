@@ -939,8 +939,8 @@ def test_qkv_append(workdir):
 
 
 @case("dynamic: ONNX --shape DIM=MIN..MAX makes a symbolic dimension dynamic; Shape of "
-      "it folds as an expression of the dims; a Range it cannot follow and an unused DIM "
-      "are errors")
+      "it folds as an expression of the dims; a Range it cannot follow, a product of two "
+      "dims as a shape and an unused DIM are errors")
 def test_onnx(workdir):
     import struct
     from test_onnx import attr, field, model, node, value_info
@@ -1018,6 +1018,24 @@ def test_onnx(workdir):
     r = kiln("compile", workdir / "r.onnx", "--shape", "seq=1..16", "-o", workdir / "r.c")
     check(r.returncode == 1 and "rg (Range)" in r.stderr and "(seq) / 2" in r.stderr,
           r.stderr)
+    # [b, seq, 3] to [b * seq, 3] (a view over both dims, as a linear layer
+    # of a model with a dynamic batch writes it): the product of two dims is
+    # refused at the Reshape, naming the node that made it
+    (workdir / "p.onnx").write_bytes(model(
+        [node("Shape", ["x"], ["s"], "sh"),
+         node("Gather", ["s", "z0"], ["b"], "gb", attr("axis", 0)),
+         node("Gather", ["s", "one0"], ["q"], "gq", attr("axis", 0)),
+         node("Mul", ["b", "q"], ["bq"], "mul"),
+         node("Unsqueeze", ["bq", "zl"], ["bq1"], "un"),
+         node("Concat", ["bq1", "three"], ["shp"], "cat", attr("axis", 0)),
+         node("Reshape", ["x", "shp"], ["y"], "rs")],
+        [value_info("x", ["b", "seq", 3])], [value_info("y", ["n", 3])],
+        [i64_init("z0", 0), i64_init("one0", 1), i64_init("zl", [0]), i64_init("three", [3])]))
+    r = kiln("compile", workdir / "p.onnx", "--shape", "b=1..4", "--shape", "seq=1..16",
+             "-o", workdir / "p.c")
+    check(r.returncode == 1 and "rs (Reshape)" in r.stderr and
+          "computed from the dims by node 'mul' (Mul)" in r.stderr and
+          "a product of two dims" in r.stderr, r.stderr)
     r = kiln("compile", workdir / "m.onnx", "--shape", "len=1..16", "--shape", "seq=1..4",
              "-o", workdir / "u.c")
     check(r.returncode == 1 and "no input has the symbolic dimension 'len'" in r.stderr,
