@@ -457,6 +457,11 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
         define_int(d, "PF", pf);
     if (ns != 1)
         define_int(d, "NS", ns);
+    /* every workgroup's K steps in pairs (its chunk's, and the last
+     * chunk's): the two-step loop's second step needs no test of k0 */
+    int64_t last_steps = (s->K - (splits - 1) * kchunk + bk - 1) / bk;
+    if ((pf != 1 || ns != 1) && kchunk / bk % 2 == 0 && last_steps % 2 == 0)
+        define_int(d, "EVEN_STEPS", 1);
     if (ceiling)
         define_int(d, "CEILING", ceiling);
     dispatch_arg(d, partial && !last ? partial : s->ops[0].t, true);

@@ -17,7 +17,8 @@
 // loads of two steps in flight while one multiplies), and through NS (1
 // or 2) shared stages (NS 2: the next step's tiles go to the other stage,
 // one barrier a step instead of two; KILN_COOPMAT_PIPE, measured in
-// bench/experiments/coopmat-pipe-h200.txt). Tiles wholly inside C are
+// bench/experiments/coopmat-pipe-h200.txt; EVEN_STEPS: every workgroup's
+// steps come in pairs, so the loop's second step is not inside a test). Tiles wholly inside C are
 // stored straight from the fragments; edge tiles (and every tile without
 // C_DIRECT) go through a per-subgroup 16 x 16 staging area, element by
 // element with bounds checks.
@@ -85,6 +86,9 @@ layout(local_size_x = NT) in;
 #endif
 #ifndef SPLIT_LAST
 #define SPLIT_LAST 0
+#endif
+#ifndef EVEN_STEPS
+#define EVEN_STEPS 0
 #endif
 #ifndef B_GATHER
 #define B_GATHER 0
@@ -408,7 +412,10 @@ void main() {
                 // made 4096^3 1.33x slower on an H200 (d55f3b9 to 549fddc).
                 for (uint k0 = k_begin; k0 < k_end; k0 += BK) {
                     K_STEP(0, 0)
-#if PF == 2 || NS == 2
+#if EVEN_STEPS // the steps come in pairs: the second needs no test
+                    k0 += BK;
+                    K_STEP(PF - 1, NS - 1)
+#elif PF == 2 || NS == 2
                     k0 += BK;
                     if (k0 < k_end) {
                         K_STEP(PF - 1, NS - 1)

@@ -545,19 +545,24 @@ for _tb in (0, 1):
 
 
 @case("op matmul f16 coopmat pipeline: KILN_COOPMAT_PIPE=2,2 reaches coopmat.comp (PF, NS) "
-      "and the generated C names it; two stages dropped where they pass 48 KiB")
+      "and the generated C names it; two stages dropped where they pass 48 KiB; the steps "
+      "in pairs (EVEN_STEPS) where every workgroup's count is even")
 def test_coopmat_pipe(workdir):
     wd = Path(workdir)
-    for sub, (M, K, N), ns in (("small", (256, 512, 256), "2"), ("wide", (4096, 512, 4096), None)):
+    for sub, (M, K, N), ns, even in (("small", (256, 512, 256), "2", "1"),
+                                     ("wide", (4096, 512, 4096), None, "1"),
+                                     ("odd", (512, 480, 512), "2", None)):
         y = model_yaml("mm", {"a": {"dtype": "f16", "shape": [M, K]},
                               "b": {"dtype": "f16", "shape": [K, N]}},
                        [{"name": "y", "op": "matmul", "inputs": ["a", "b"]}], ["y"])
         (wd / sub).mkdir()
         build_model(wd / sub, y, env={"KILN_COOPMAT_PIPE": "2,2"})
         cm = [d for d in kernel_defines(wd / sub) if "WM" in d]
-        check(len(cm) == 1 and cm[0].get("PF") == "2" and cm[0].get("NS") == ns,
+        check(len(cm) == 1 and cm[0].get("PF") == "2" and cm[0].get("NS") == ns and
+              cm[0].get("EVEN_STEPS") == even,
               f"{sub}: coopmat defines PF {cm[0].get('PF') if cm else None}, "
-              f"NS {cm[0].get('NS') if cm else None}, expected 2, {ns}")
+              f"NS {cm[0].get('NS') if cm else None}, EVEN_STEPS "
+              f"{cm[0].get('EVEN_STEPS') if cm else None}, expected 2, {ns}, {even}")
         check("KILN_COOPMAT_PIPE" in (wd / sub / "model.c").read_text()[:4000],
               "the generated C does not name KILN_COOPMAT_PIPE")
 
