@@ -14,7 +14,10 @@ many dispatches share them), the mean GPU microseconds under each
 configuration, with that configuration's grid.
 
   bench/experiments/tiles_in_models.py [--models A,B] [--configs "default;K=V&K=V;..."]
-                                       [--out FILE.json] [--f16]
+                                       [--out FILE.json] [--f16] [--families F,G]
+
+--families lists other kernel families than the products (conv: the direct and tiled
+depthwise convolutions, KILN_DWCONV).
   bench/experiments/tiles_in_models.py --report FILE.json
 
 Runs where bench/models.py runs (PyTorch, transformers, onnxruntime, kiln
@@ -37,9 +40,9 @@ import models  # noqa: E402  (bench/models.py: the models, kiln's build of them)
 PRODUCTS = ("matmul", "splitk", "matvec", "matvec_k", "coopmat")
 
 
-def measure(wd, inputs, ort_outs, cfg, flags=()):
+def measure(wd, inputs, ort_outs, cfg, flags=(), families=PRODUCTS):
     """{total_us, err, nodes: {node: {us, flops, groups}}} under cfg (and
-    kiln compile's flags)."""
+    kiln compile's flags), nodes those of the kernel families listed."""
     env = dict(os.environ)
     if cfg != "default":
         for kv in cfg.split("&"):
@@ -56,7 +59,7 @@ def measure(wd, inputs, ort_outs, cfg, flags=()):
     prof = json.loads((wd / "prof.json").read_text())
     nodes = {}
     for p, d in zip(prof["dispatches"], insp["dispatches"]):
-        if d["family"] in PRODUCTS:
+        if d["family"] in families:
             e = nodes.setdefault(d["node"], {"us": 0, "flops": 0, "groups": []})
             e["us"] += p["us"]
             e["flops"] = max(e["flops"], d["flops"])
@@ -70,7 +73,7 @@ def report(results):
         print(f"\n{name}")
         for tag, r in per.items():
             mm = sum(e["us"] for e in r["nodes"].values())
-            print(f"  {tag:28} total {r['total_us']:7.0f} us, products {mm:7.0f} us, "
+            print(f"  {tag:28} total {r['total_us']:7.0f} us, listed {mm:7.0f} us, "
                   f"first output vs onnxruntime {r['err']:.1e}")
         tags = list(per)
         groups = {}  # (flops, default grid) -> [{tag: node entry}]
@@ -93,6 +96,9 @@ def main():
     ap.add_argument("--models", default="convnext_tiny,vit-b16,bert-base,llama-1024,resnet50")
     ap.add_argument("--configs", default="default;KILN_MATMUL_SPLITK=1")
     ap.add_argument("--out", default="tiles_in_models.json")
+    ap.add_argument("--families", default=",".join(PRODUCTS),
+                    help="the kernel families listed, e.g. conv for the depthwise path "
+                         "(KILN_DWCONV)")
     ap.add_argument("--report", help="only print the report of a stored JSON")
     ap.add_argument("--f16", action="store_true",
                     help="compile with --precision f16 (the outputs stay f32)")
@@ -117,7 +123,8 @@ def main():
         for cfg in a.configs.split(";"):
             try:
                 results[name][cfg.replace("KILN_MATMUL_", "")] = measure(
-                    wd, inputs, ort_outs, cfg, ("--precision", "f16") if a.f16 else ())
+                    wd, inputs, ort_outs, cfg, ("--precision", "f16") if a.f16 else (),
+                    tuple(a.families.split(",")))
             except RuntimeError as e:
                 print(f"  {cfg}: failed: {str(e)[-300:]}", flush=True)
         Path(a.out).write_text(json.dumps(results))
