@@ -55,6 +55,8 @@ bool parse_dim_range(const char *s, int64_t *lo, int64_t *hi) {
 }
 
 int declare_dim(Graph *g, const char *name, int64_t lo, int64_t hi, Loc loc) {
+    if (declared_dims(g) != g->ndims)
+        internal_error("dimension '%s' declared after a derived one", name);
     for (int i = 0; i < g->ndims; i++)
         if (strcmp(g->dims[i].name, name) == 0)
             error_at(loc, "dimension '%s' is declared twice", name);
@@ -73,7 +75,7 @@ int declare_dim(Graph *g, const char *name, int64_t lo, int64_t hi, Loc loc) {
 }
 
 int unused_dim(const Graph *g) {
-    for (int d = 0; d < g->ndims; d++) {
+    for (int d = 0; d < declared_dims(g); d++) {
         bool used = false;
         for (int i = 0; i < g->tensors.len && !used; i++) {
             const Tensor *t = g->tensors.data[i];
@@ -100,6 +102,108 @@ int find_dim(const Graph *g, const char *name) {
         if (strcmp(g->dims[i].name, name) == 0)
             return i;
     return -1;
+}
+
+int declared_dims(const Graph *g) {
+    int n = 0;
+    while (n < g->ndims && g->dims[n].op == DIM_DECLARED)
+        n++;
+    return n;
+}
+
+/* a op b for values (b >= 1 for DIM_DIV: a quotient rounded down). */
+static int64_t dim_op(DimOp op, int64_t a, int64_t b) {
+    switch (op) {
+    case DIM_MUL: return a * b;
+    case DIM_DIV: return a >= 0 ? a / b : -((-a + b - 1) / b);
+    case DIM_MAX: return a > b ? a : b;
+    case DIM_MIN: return a < b ? a : b;
+    default: internal_error("dim op %d", (int)op);
+    }
+}
+
+/* An operand of a derived dim's name: "seq", or "(past + seq)". */
+static char *dim_operand(const Graph *g, const DimExpr *e) {
+    int terms = e->c0 != 0;
+    for (int i = 0; i < MAX_DIMS; i++)
+        terms += e->c[i] != 0;
+    char *s = dim_expr_str(g, e);
+    return terms > 1 ? format("(%s)", s) : s;
+}
+
+bool derive_dim(Graph *g, DimOp op, const DimExpr *a, const DimExpr *b, DimExpr *out) {
+    memset(out, 0, sizeof *out);
+    int64_t alo = dim_expr_min(g, a), ahi = dim_expr_max(g, a);
+    int64_t blo = dim_expr_min(g, b), bhi = dim_expr_max(g, b);
+    if (op == DIM_DIV && (alo < 0 || blo < 1))
+        return false;
+    if (dim_expr_const(a) && dim_expr_const(b)) {
+        out->c0 = dim_op(op, a->c0, b->c0);
+        return true;
+    }
+    if (op == DIM_MUL && (dim_expr_const(a) || dim_expr_const(b))) {
+        *out = dim_expr_const(a) ? dim_expr_scale(b, a->c0) : dim_expr_scale(a, b->c0);
+        return true;
+    }
+    if (op == DIM_DIV && dim_expr_const(b)) { /* exact: every term divides */
+        bool exact = a->c0 % b->c0 == 0;
+        for (int i = 0; i < MAX_DIMS; i++)
+            exact = exact && a->c[i] % b->c0 == 0;
+        if (exact) {
+            out->c0 = a->c0 / b->c0;
+            for (int i = 0; i < MAX_DIMS; i++)
+                out->c[i] = a->c[i] / b->c0;
+            return true;
+        }
+    }
+    if ((op == DIM_MAX || op == DIM_MIN) && (alo >= bhi || blo >= ahi)) {
+        *out = (alo >= bhi) == (op == DIM_MAX) ? *a : *b; /* the ranges decide */
+        return true;
+    }
+    /* the range: the operation over the operands' ranges' corners */
+    int64_t lo, hi;
+    if (op == DIM_MUL) {
+        int64_t k[4] = {alo * blo, alo * bhi, ahi * blo, ahi * bhi};
+        lo = hi = k[0];
+        for (int i = 1; i < 4; i++) {
+            lo = k[i] < lo ? k[i] : lo;
+            hi = k[i] > hi ? k[i] : hi;
+        }
+    } else if (op == DIM_DIV) {
+        lo = alo / bhi;
+        hi = ahi / blo;
+    } else {
+        lo = dim_op(op, alo, blo);
+        hi = dim_op(op, ahi, bhi);
+    }
+    if (lo == hi) {
+        out->c0 = lo;
+        return true;
+    }
+    for (int i = declared_dims(g); i < g->ndims; i++) { /* derived before */
+        const DimSym *d = &g->dims[i];
+        bool swap = op != DIM_DIV && dim_expr_eq(&d->a, b) && dim_expr_eq(&d->b, a);
+        if (d->op == op && ((dim_expr_eq(&d->a, a) && dim_expr_eq(&d->b, b)) || swap)) {
+            out->c[i] = 1;
+            return true;
+        }
+    }
+    if (g->ndims == MAX_DIMS || hi > 0x7fffffff || lo < -0x7fffffff)
+        return false;
+    DimSym *d = &g->dims[g->ndims];
+    char *x = dim_operand(g, a), *y = dim_operand(g, b);
+    d->name = op == DIM_MUL ? format("%s*%s", x, y) : op == DIM_DIV ? format("%s/%s", x, y)
+                                                    : format("%s(%s, %s)",
+                                                             op == DIM_MAX ? "max" : "min",
+                                                             dim_expr_str(g, a),
+                                                             dim_expr_str(g, b));
+    d->lo = lo;
+    d->hi = hi;
+    d->op = op;
+    d->a = *a;
+    d->b = *b;
+    out->c[g->ndims++] = 1;
+    return true;
 }
 
 int64_t dim_expr_max(const Graph *g, const DimExpr *e) {
@@ -307,6 +411,17 @@ static void reshape_dynamic(Node *n, Tensor *x, Tensor *out) {
                 out->shape[j] * o_inner == x->shape[a] * inner)
                 b = j;
         }
+        int outer_dyn = -1; /* a dynamic axis outside a, larger than 1 */
+        for (int i = 0; i < a; i++)
+            if (is_dyn(x, i) && x->shape[i] > 1)
+                outer_dyn = i;
+        if (b < 0 && outer_dyn >= 0)
+            unsupported(n, "reshaping '%s' %s to %s would merge its dynamic axes %d (%s) and "
+                        "%d (%s), whose run's elements are not contiguous in the largest "
+                        "shape kiln stores; not supported yet", x->name,
+                        shape_str(x->rank, x->shape), shape_str(out->rank, out->shape),
+                        outer_dyn, dim_expr_str(n->graph, &x->ext[outer_dyn]), a,
+                        dim_expr_str(n->graph, &x->ext[a]));
         if (b < 0)
             unsupported(n, "reshaping '%s' %s to %s would split its dynamic axis %d or merge "
                         "it with an outer axis", x->name, shape_str(x->rank, x->shape),

@@ -329,15 +329,27 @@ static void emit_state_copies(Str *s, Program *p, const char *px) {
     str_add(s, "};\n");
 }
 
-/* Dynamic dimensions: {name, min, max}. */
+/* Dynamic dimensions: {name, min, max}; then those derived from them:
+ * {name, op, a, b}. */
 static void emit_dims(Str *s, Graph *g, const char *px) {
+    int declared = declared_dims(g), derived = g->ndims - declared;
     str_addf(s, "\n/* Dynamic dimensions: {name, min, max} */\n"
-                "static const kiln_dim %s_dims[%d] = {\n", px, g->ndims ? g->ndims : 1);
-    for (int i = 0; i < g->ndims; i++)
+                "static const kiln_dim %s_dims[%d] = {\n", px, declared ? declared : 1);
+    for (int i = 0; i < declared; i++)
         str_addf(s, "    {\"%s\", %lldll, %lldll},\n", c_string(g->dims[i].name),
                  (long long)g->dims[i].lo, (long long)g->dims[i].hi);
-    if (!g->ndims)
+    if (!declared)
         str_add(s, "    {\"\", 0ll, 0ll}\n");
+    str_add(s, "};\n");
+    static const char *const ops[] = {"0", "KILN_DIM_MUL", "KILN_DIM_DIV", "KILN_DIM_MAX",
+                                      "KILN_DIM_MIN"};
+    str_addf(s, "\n/* Dims derived from them, each after the given ones: {name, op, a, b} */\n"
+                "static const kiln_derived_dim %s_derived[%d] = {\n", px, derived ? derived : 1);
+    for (int i = declared; i < g->ndims; i++)
+        str_addf(s, "    {\"%s\", %s, %s, %s},\n", c_string(g->dims[i].name),
+                 ops[g->dims[i].op], extent_init(&g->dims[i].a), extent_init(&g->dims[i].b));
+    if (!derived)
+        str_add(s, "    {\"\", 0, {0, {0}}, {0, {0}}}\n");
     str_add(s, "};\n");
 }
 
@@ -475,7 +487,8 @@ void emit_c(Graph *g, Program *p, const Options *opt, const char *header_name,
         {"WEIGHTS_FILE", opt->weights_file ? format("\"%s\"", c_string(opt->weights_file))
                                            : "NULL"},
         {"WEIGHTS_CHECKSUM", u64(p->weights_checksum)},
-        {"DIM_COUNT", format("%d", g->ndims)},
+        {"DIM_COUNT", format("%d", declared_dims(g))},
+        {"DERIVED_COUNT", format("%d", g->ndims - declared_dims(g))},
         {"DIMS_OFFSET", u64(p->dims ? p->dims->offset : 0)},
         {"DIMS_IO_OFFSET", u64(p->dims_io_offset)},
         {"INDIRECT_OFFSET", u64(p->indirect ? p->indirect->offset : 0)},

@@ -114,8 +114,9 @@ void inspect_text(Graph *g, Program *p, FILE *f) {
     if (g->ndims) {
         fprintf(f, "dims       ");
         for (int i = 0; i < g->ndims; i++)
-            fprintf(f, " %s %lld..%lld%s", g->dims[i].name, (long long)g->dims[i].lo,
-                    (long long)g->dims[i].hi, i + 1 < g->ndims ? "," : "");
+            fprintf(f, " %s %lld..%lld%s%s", g->dims[i].name, (long long)g->dims[i].lo,
+                    (long long)g->dims[i].hi, g->dims[i].op ? " (derived)" : "",
+                    i + 1 < g->ndims ? "," : "");
         fprintf(f, "; %d dispatches follow them (indirect), sizes above at the largest\n",
                 p->nindirect);
     }

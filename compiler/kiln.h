@@ -171,18 +171,27 @@ const char *op_attr_default(OpKind op, const char *key);
  * and, when it has an update tensor, leaves that tensor's value in it. */
 typedef enum TensorKind { T_INPUT, T_WEIGHT, T_VALUE, T_STATE } TensorKind;
 
-/* A dynamic dimension (YAML `dims: {seq: 1..2048}`, ONNX --shape seq=1..2048). */
-typedef struct DimSym {
-    const char *name;
-    int64_t lo, hi;
-    Loc loc;
-} DimSym;
-
 /* An extent that follows the dynamic dimensions: c0 + sum c[i] * dim i. */
 typedef struct DimExpr {
     int64_t c0;
     int64_t c[MAX_DIMS];
 } DimExpr;
+
+/* How a dimension gets its value: given (declared), or derived from the
+ * dims before it (dynamic.c derive_dim): the product, the quotient rounded
+ * down, the maximum or the minimum of two expressions of them. The values
+ * match the runtime's KILN_DIM_MUL ... KILN_DIM_MIN. */
+typedef enum DimOp { DIM_DECLARED = 0, DIM_MUL, DIM_DIV, DIM_MAX, DIM_MIN } DimOp;
+
+/* A dynamic dimension (YAML `dims: {seq: 1..2048}`, ONNX --shape
+ * seq=1..2048), or one derived from them (the declared ones come first). */
+typedef struct DimSym {
+    const char *name;
+    int64_t lo, hi;
+    Loc loc;
+    DimOp op;
+    DimExpr a, b; /* a derived dim's operands */
+} DimSym;
 
 /* Where a weight's bytes come from (YAML `file`, `safetensors`, `values`,
  * `value`, `init`). */
@@ -478,6 +487,13 @@ int declare_dim(Graph *g, const char *name, int64_t lo, int64_t hi, Loc loc);
 int unused_dim(const Graph *g);
 /* The index of a dimension by name, or -1. */
 int find_dim(const Graph *g, const char *name);
+/* The declared dims (the first ones; the rest are derived). */
+int declared_dims(const Graph *g);
+/* a op b as an expression of the dims in *out: folded where it is constant
+ * or a sum of dims, else a dim derived from them (found or added). False
+ * where kiln does not follow it: a division of a value that can be negative
+ * or by one that can be below 1, or no room for another dim. */
+bool derive_dim(Graph *g, DimOp op, const DimExpr *a, const DimExpr *b, DimExpr *out);
 /* Sets which axis of n's outputs follows the dynamic dimensions, or stops at
  * n with a located error where the op cannot take a dynamic extent. */
 void infer_dynamic(Graph *g, Node *n);

@@ -661,9 +661,9 @@ static int sym_compare(Ctx *c, const DimExpr *a, const DimExpr *b) {
 static const char *const sym_comparisons[] = {"Equal", "Less", "Greater", "LessOrEqual",
                                               "GreaterOrEqual", NULL};
 
-/* One element of an arithmetic op on expressions; false when the result is
- * not an affine expression of the dims kiln can prove (the GPU computes it
- * then). */
+/* One element of an arithmetic op on expressions; false when kiln does not
+ * follow the result as an expression of the dims, declared or derived (the
+ * GPU computes it then). */
 static bool sym_arith(Ctx *c, const char *op, const DimExpr *a, const DimExpr *b,
                       const DimExpr *w, DimExpr *r) {
     if (strcmp(op, "Add") == 0) {
@@ -674,24 +674,17 @@ static bool sym_arith(Ctx *c, const char *op, const DimExpr *a, const DimExpr *b
     } else if (strcmp(op, "Neg") == 0) {
         *r = dim_expr_scale(a, -1);
     } else if (strcmp(op, "Mul") == 0) {
-        if (!dim_expr_const(a) && !dim_expr_const(b))
-            return false;
-        *r = dim_expr_const(a) ? dim_expr_scale(b, a->c0) : dim_expr_scale(a, b->c0);
-    } else if (strcmp(op, "Div") == 0) { /* exact divisions only */
-        if (!dim_expr_const(b) || b->c0 == 0 || a->c0 % b->c0)
-            return false;
-        for (int i = 0; i < MAX_DIMS; i++)
-            if (a->c[i] % b->c0)
-                return false;
-        *r = *a;
-        r->c0 /= b->c0;
-        for (int i = 0; i < MAX_DIMS; i++)
-            r->c[i] /= b->c0;
+        return derive_dim(c->g, DIM_MUL, a, b, r);
+    } else if (strcmp(op, "Div") == 0) {
+        /* integers: the quotient rounded toward zero, which is the one
+         * rounded down where derive_dim follows it (a >= 0, b >= 1) */
+        return derive_dim(c->g, DIM_DIV, a, b, r);
     } else if (strcmp(op, "Max") == 0 || strcmp(op, "Min") == 0) {
         int s = sym_compare(c, a, b);
-        if (s == 2)
-            return false;
-        *r = (s >= 0) == (op[1] == 'a') ? *a : *b;
+        if (s != 2)
+            *r = (s >= 0) == (op[1] == 'a') ? *a : *b;
+        else
+            return derive_dim(c->g, op[1] == 'a' ? DIM_MAX : DIM_MIN, a, b, r);
     } else if (strcmp(op, "Where") == 0) {
         if (!dim_expr_const(a))
             return false;
@@ -750,17 +743,27 @@ static bool fold_sym_range(Ctx *c) {
         !dim_expr_const(&d) || d.c0 == 0)
         return false;
     DimExpr ns = dim_expr_scale(&s, -1), span = dim_expr_add(&l, &ns);
-    /* size = ceil(span / delta), exact when delta divides every term */
+    /* size = ceil(span / delta): exact when delta divides every term of
+     * the dims (the constant rounds up), else (span + delta - 1) / delta
+     * rounded down, a derived dim (span >= 0, delta > 0; both negated for
+     * delta < 0) */
+    bool exact = true;
     for (int i = 0; i < MAX_DIMS; i++)
-        if (span.c[i] % d.c0)
-            node_fail(c, format("unsupported: a Range of (%s) / %lld elements (kiln follows "
-                                "sizes that are sums of dims)", dim_expr_str(c->g, &span),
-                                (long long)d.c0));
-    /* the dims' terms divide exactly; the constant rounds up */
+        exact = exact && span.c[i] % d.c0 == 0;
     DimExpr size = span;
-    size.c0 = span.c0 / d.c0 + (span.c0 % d.c0 != 0 && (span.c0 > 0) == (d.c0 > 0));
-    for (int i = 0; i < MAX_DIMS; i++)
-        size.c[i] = span.c[i] / d.c0;
+    if (exact) {
+        size.c0 = span.c0 / d.c0 + (span.c0 % d.c0 != 0 && (span.c0 > 0) == (d.c0 > 0));
+        for (int i = 0; i < MAX_DIMS; i++)
+            size.c[i] = span.c[i] / d.c0;
+    } else {
+        int64_t k = d.c0 > 0 ? 1 : -1;
+        DimExpr num = dim_expr_scale(&span, k), den = {d.c0 * k, {0}};
+        num.c0 += den.c0 - 1;
+        if (!derive_dim(c->g, DIM_DIV, &num, &den, &size))
+            node_fail(c, format("unsupported: a Range of (%s) / %lld elements, negative for "
+                                "some dims (kiln follows sizes that stay at 0 or more)",
+                                dim_expr_str(c->g, &span), (long long)d.c0));
+    }
     if (dim_expr_min(c->g, &size) < 0)
         node_fail(c, format("unsupported: a Range of %s elements, negative for some dims "
                             "(kiln follows sizes that stay at 0 or more)",

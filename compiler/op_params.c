@@ -126,16 +126,29 @@ bool parse_dim_expr(const Graph *g, const char *s, DimExpr *e) {
                 p++;
         }
         const char *name = p;
-        while ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
-               (*p >= '0' && *p <= '9') || *p == '_')
-            p++;
-        if (p == name)
-            return false;
         int d = -1;
-        for (int i = 0; i < g->ndims; i++)
-            if (strlen(g->dims[i].name) == (size_t)(p - name) &&
-                strncmp(g->dims[i].name, name, (size_t)(p - name)) == 0)
+        size_t best = 0; /* a derived dim's name ("b*seq", "(seq + 1)/2"), the longest */
+        for (int i = declared_dims(g); i < g->ndims; i++) {
+            size_t len = strlen(g->dims[i].name);
+            if (len > best && strncmp(g->dims[i].name, p, len) == 0 &&
+                strchr(" +-", p[len] ? p[len] : ' ')) {
                 d = i;
+                best = len;
+            }
+        }
+        if (d >= 0) {
+            p += best;
+        } else {
+            while ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+                   (*p >= '0' && *p <= '9') || *p == '_')
+                p++;
+            if (p == name)
+                return false;
+            for (int i = 0; i < declared_dims(g); i++)
+                if (strlen(g->dims[i].name) == (size_t)(p - name) &&
+                    strncmp(g->dims[i].name, name, (size_t)(p - name)) == 0)
+                    d = i;
+        }
         if (d < 0)
             return false;
         while (*p == ' ')

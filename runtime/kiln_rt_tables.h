@@ -18,7 +18,7 @@
 extern "C" {
 #endif
 
-#define KILN_ABI_VERSION 8u
+#define KILN_ABI_VERSION 9u
 
 typedef enum kiln_dtype {
     KILN_DTYPE_F32 = 0,
@@ -77,6 +77,17 @@ typedef struct kiln_extent {
     int64_t c0;
     int64_t c[KILN_MAX_DIMS];
 } kiln_extent;
+
+/* A dimension the compiler derived from the dims where a model's shapes
+ * need more than their sums: dims[dim_count + i] is derived[i].op of the
+ * extents a and b (over the dims before it), which kiln_model_set_dims
+ * evaluates after the given values. DIV: a / b rounded down (b >= 1). */
+enum { KILN_DIM_MUL = 1, KILN_DIM_DIV = 2, KILN_DIM_MAX = 3, KILN_DIM_MIN = 4 };
+typedef struct kiln_derived_dim {
+    const char *name; /* "b*seq", "(seq + 1)/2", "max(seq, 4)" */
+    uint32_t op;      /* KILN_DIM_* */
+    kiln_extent a, b;
+} kiln_derived_dim;
 
 typedef struct kiln_tensor_info {
     const char *name;
@@ -202,6 +213,8 @@ typedef struct kiln_model_desc {
      * offsets in staging (dims_io_offset, indirect_io_offset). */
     uint32_t dim_count;
     const kiln_dim *dims;
+    uint32_t derived_count; /* dims[dim_count ...]: derived from the given ones */
+    const kiln_derived_dim *derived;
     uint64_t dims_offset, dims_io_offset;
     uint64_t indirect_offset, indirect_io_offset;
     uint32_t indirect_count;

@@ -1,6 +1,8 @@
 /*
  * model_dims.c: dynamic dimensions. A model compiled for the largest
- * extents runs at any values within their ranges without re-recording:
+ * extents runs at any values within their ranges without re-recording
+ * (the dims derived from them, a product or quotient the shapes need,
+ * follow the given values):
  * kiln__write_dims puts the values and each dynamic dispatch's workgroup
  * counts into staging, the recorded copy takes them to the arena, kernels
  * read the values there and vkCmdDispatchIndirect the counts.
@@ -27,6 +29,18 @@ kiln_status kiln__check_dims(const kiln_model_desc *d) {
             return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "model %s: dim %u has the range "
                              "%lld..%lld", d->name, i, (long long)d->dims[i].min,
                              (long long)d->dims[i].max);
+    if (d->derived_count > KILN_MAX_DIMS - d->dim_count || (d->derived_count && !d->derived))
+        return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "model %s has a malformed table of "
+                         "derived dims", d->name);
+    for (uint32_t i = 0; i < d->derived_count; i++) { /* ops known, over the dims before */
+        const kiln_derived_dim *x = &d->derived[i];
+        int ok = x->op >= KILN_DIM_MUL && x->op <= KILN_DIM_MIN;
+        for (uint32_t j = d->dim_count + i; j < KILN_MAX_DIMS; j++)
+            ok = ok && !x->a.c[j] && !x->b.c[j];
+        if (!ok)
+            return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT, "model %s: derived dim %u is "
+                             "malformed", d->name, i);
+    }
     uint32_t dynamic = 0;
     for (uint32_t i = 0; i < d->dispatch_count; i++) {
         const kiln_dispatch *x = &d->dispatches[i];
@@ -61,10 +75,25 @@ kiln_status kiln__check_dims(const kiln_model_desc *d) {
 /* Writes the dims and every dynamic dispatch's workgroup counts into
  * staging, where the next submit's copies pick them up, and marks the
  * dispatches they leave idle (m->idle, m->idle_count). */
+/* The derived dims from the given ones (and those derived before). */
+static void derive_dims(kiln_model *m) {
+    const kiln_model_desc *d = m->desc;
+    for (uint32_t i = 0; i < d->derived_count; i++) {
+        const kiln_derived_dim *x = &d->derived[i];
+        int64_t a = kiln__eval_extent(&x->a, m->dims), b = kiln__eval_extent(&x->b, m->dims);
+        int64_t v = x->op == KILN_DIM_MUL ? a * b
+                    : x->op == KILN_DIM_DIV ? (b < 1 ? 0 : a >= 0 ? a / b : -((-a + b - 1) / b))
+                    : x->op == KILN_DIM_MAX ? (a > b ? a : b)
+                                            : (a < b ? a : b);
+        m->dims[d->dim_count + i] = v;
+    }
+}
+
 void kiln__write_dims(kiln_model *m) {
     const kiln_model_desc *d = m->desc;
     if (!d->dim_count)
         return;
+    derive_dims(m);
     int32_t v[KILN_MAX_DIMS];
     for (int i = 0; i < KILN_MAX_DIMS; i++)
         v[i] = (int32_t)m->dims[i];

@@ -939,8 +939,8 @@ def test_qkv_append(workdir):
 
 
 @case("dynamic: ONNX --shape DIM=MIN..MAX makes a symbolic dimension dynamic; Shape of "
-      "it folds as an expression of the dims; a Range it cannot follow, a product of two "
-      "dims as a shape and an unused DIM are errors")
+      "it folds as an expression of the dims; a Range that can be negative, a reshape "
+      "merging two dynamic axes, a shape kiln cannot follow and an unused DIM are errors")
 def test_onnx(workdir):
     import struct
     from test_onnx import attr, field, model, node, value_info
@@ -1010,17 +1010,18 @@ def test_onnx(workdir):
               lambda rng, seq: [normal(rng, 1, 2, seq, 4)],
               lambda x, seq: [ref.softmax(ref.f64(x) @ ref.f64(x).transpose(0, 1, 3, 2)) @ x,
                               x.transpose(0, 2, 1, 3)], rtol=1e-4)
-    # Range(0, seq, 2): (seq) / 2 elements is no sum of dims
+    # Range(0, seq - 9, 2): (seq - 9) / 2 elements, negative for seq < 9
     (workdir / "r.onnx").write_bytes(model(
-        [node("Shape", ["x"], ["s"], "sh"), node("Range", ["z0", "s", "two0"], ["y"], "rg")],
+        [node("Shape", ["x"], ["s"], "sh"), node("Range", ["nine", "s", "two0"], ["y"], "rg")],
         [value_info("x", ["seq", 3])], [value_info("y", ["n"])],
-        [i64_init("z0", 0), i64_init("two0", 2)]))
+        [i64_init("nine", 9), i64_init("two0", 2)]))
     r = kiln("compile", workdir / "r.onnx", "--shape", "seq=1..16", "-o", workdir / "r.c")
-    check(r.returncode == 1 and "rg (Range)" in r.stderr and "(seq) / 2" in r.stderr,
-          r.stderr)
+    check(r.returncode == 1 and "rg (Range)" in r.stderr and "(seq - 9) / 2" in r.stderr and
+          "negative for some dims" in r.stderr, r.stderr)
     # [b, seq, 3] to [b * seq, 3] (a view over both dims, as a linear layer
-    # of a model with a dynamic batch writes it): the product of two dims is
-    # refused at the Reshape, naming the node that made it
+    # of a model with a dynamic batch writes it): the shape follows the
+    # derived dim b*seq, and the Reshape, which would merge the two dynamic
+    # axes, is refused naming them
     (workdir / "p.onnx").write_bytes(model(
         [node("Shape", ["x"], ["s"], "sh"),
          node("Gather", ["s", "z0"], ["b"], "gb", attr("axis", 0)),
@@ -1034,8 +1035,24 @@ def test_onnx(workdir):
     r = kiln("compile", workdir / "p.onnx", "--shape", "b=1..4", "--shape", "seq=1..16",
              "-o", workdir / "p.c")
     check(r.returncode == 1 and "rs (Reshape)" in r.stderr and
-          "computed from the dims by node 'mul' (Mul)" in r.stderr and
-          "a product of two dims" in r.stderr, r.stderr)
+          "would merge its dynamic axes 0 (b) and 1 (seq)" in r.stderr, r.stderr)
+    # ... and a shape computed from the dims in a way kiln does not follow
+    # (a division of a value that can be negative) is refused naming the
+    # node that computed it
+    (workdir / "q.onnx").write_bytes(model(
+        [node("Shape", ["x"], ["s"], "sh"),
+         node("Gather", ["s", "one0"], ["q"], "gq", attr("axis", 0)),
+         node("Sub", ["q", "four"], ["q4"], "sub"),
+         node("Div", ["q4", "two"], ["h"], "div"),
+         node("Unsqueeze", ["h", "zl"], ["h1"], "un"),
+         node("Concat", ["h1", "three"], ["shp"], "cat", attr("axis", 0)),
+         node("Reshape", ["y0", "shp"], ["y"], "rs")],
+        [value_info("x", [1, "seq", 3]), value_info("y0", [6])], [value_info("y", ["n", 3])],
+        [i64_init("one0", 1), i64_init("four", 4), i64_init("two", 2), i64_init("zl", [0]),
+         i64_init("three", [3])]))
+    r = kiln("compile", workdir / "q.onnx", "--shape", "seq=1..16", "-o", workdir / "q.c")
+    check(r.returncode == 1 and "rs (Reshape)" in r.stderr and
+          "computed from the dims by node 'div' (Div)" in r.stderr, r.stderr)
     r = kiln("compile", workdir / "m.onnx", "--shape", "len=1..16", "--shape", "seq=1..4",
              "-o", workdir / "u.c")
     check(r.returncode == 1 and "no input has the symbolic dimension 'len'" in r.stderr,
@@ -1109,3 +1126,38 @@ def test_errors(workdir):
         sub = Path(workdir) / f"c{k}"
         sub.mkdir()
         compile_error(sub, dyn_yaml(dims, ins, nodes, ["y"], weights), *needles)
+
+
+@case("dynamic: ONNX shape arithmetic that is no sum of the dims follows derived dims, "
+      "evaluated by kiln_model_set_dims: Range(0, seq, 2) of (seq + 1)/2 elements, "
+      "Range(0, seq / 3) (Div rounding down), Range(0, Max(seq, 5)); the header and "
+      "kiln inspect name them")
+def test_onnx_derived(workdir):
+    from test_onnx import model, node, value_info
+    workdir = Path(workdir)
+    (workdir / "d.onnx").write_bytes(model(
+        [node("Shape", ["x"], ["s"], "sh"),
+         node("Range", ["z0", "s", "two"], ["r2"], "half"),
+         node("Div", ["s", "three"], ["q3"], "third"),
+         node("Range", ["z0", "q3", "one"], ["r3"], "rthird"),
+         node("Max", ["s", "five"], ["m5"], "atleast5"),
+         node("Range", ["z0", "m5", "one"], ["r5"], "rmax"),
+         node("Mul", ["x", "x"], ["y"], "sq")],
+        [value_info("x", ["seq"])],
+        [value_info("r2", ["a"], elem=7), value_info("r3", ["b"], elem=7),
+         value_info("r5", ["c"], elem=7), value_info("y", ["seq"])],
+        [i64_init("z0", 0), i64_init("one", 1), i64_init("two", 2), i64_init("three", [3]),
+         i64_init("five", [5])]))
+    r = kiln("compile", workdir / "d.onnx", "--shape", "seq=1..16", "--name", "model",
+             "-o", workdir / "model.c")
+    check(r.returncode == 0, r.stderr)
+    c = (workdir / "model.c").read_text()
+    for name, op in (("(seq + 1)/2", "DIV"), ("seq/3", "DIV"), ("max(seq, 5)", "MAX")):
+        check(f'{{"{name}", KILN_DIM_{op},' in c, f"no derived dim {name}")
+    r = kiln("inspect", workdir / "d.onnx", "--shape", "seq=1..16")
+    check("(seq + 1)/2 1..8 (derived)" in r.stdout and "seq/3 0..5 (derived)" in r.stdout and
+          "max(seq, 5) 5..16 (derived)" in r.stdout, r.stdout)
+    run_built(link_model(workdir), seq_steps([1, 2, 7, 16, 5, 12, 3]),
+              lambda rng, seq: [normal(rng, seq)],
+              lambda x, seq: [np.arange(0, seq, 2), np.arange(0, seq // 3),
+                              np.arange(0, max(seq, 5)), x * x])

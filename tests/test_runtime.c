@@ -93,6 +93,25 @@ int main(void) {
     kiln_model *m = (kiln_model *)1;
     EXPECT("runtime: tables of another ABI are INCOMPATIBLE",
            kiln_model_create(dev, &bad, &m) == KILN_ERROR_INCOMPATIBLE && m == NULL);
+    /* ... and a derived dim over a dim not before it, or of an unknown op */
+    bad = *model_desc();
+    kiln_dim one = {"n", 1, 4};
+    kiln_derived_dim twice = {"n*n", KILN_DIM_MUL, {0, {1}}, {0, {1}}};
+    bad.dim_count = 1;
+    bad.dims = &one;
+    bad.derived_count = 1;
+    bad.derived = &twice;
+    twice.b.c[1] = 1; /* itself */
+    m = (kiln_model *)1;
+    EXPECT("runtime: a derived dim over itself is INVALID_ARGUMENT",
+           kiln_model_create(dev, &bad, &m) == KILN_ERROR_INVALID_ARGUMENT && m == NULL &&
+               strstr(kiln_last_error(), "derived dim 0 is malformed"));
+    twice.b.c[1] = 0;
+    twice.op = 9;
+    m = (kiln_model *)1;
+    EXPECT("runtime: a derived dim of an unknown op is INVALID_ARGUMENT",
+           kiln_model_create(dev, &bad, &m) == KILN_ERROR_INVALID_ARGUMENT && m == NULL &&
+               strstr(kiln_last_error(), "derived dim 0 is malformed"));
 
     /* Run twice on a shared device, and once on a model-owned device: the
      * same outputs each time. */
