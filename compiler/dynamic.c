@@ -104,13 +104,6 @@ int find_dim(const Graph *g, const char *name) {
     return -1;
 }
 
-int declared_dims(const Graph *g) {
-    int n = 0;
-    while (n < g->ndims && g->dims[n].op == DIM_DECLARED)
-        n++;
-    return n;
-}
-
 /* a op b for values (b >= 1 for DIM_DIV: a quotient rounded down). */
 static int64_t dim_op(DimOp op, int64_t a, int64_t b) {
     switch (op) {
@@ -468,7 +461,89 @@ static void dynamic_broadcast(Node *n) { broadcast_dynamic(n, 0, n->ninputs - 1)
 
 static void dynamic_expand(Node *n) { broadcast_dynamic(n, 0, 0); }
 
-static void dynamic_reshape(Node *n) { reshape_dynamic(n, n->inputs[0], n->outputs[0]); }
+/* The one dynamic axis of t, or -1 where it has none or several. */
+static int one_dyn_axis(const Tensor *t) {
+    if (!t->dyn_axes || (t->dyn_axes & (t->dyn_axes - 1)))
+        return -1;
+    int a = 0;
+    while (!is_dyn(t, a))
+        a++;
+    return a;
+}
+
+/* Whether out is x with axes a and a + 1 of x as one (merged: out has one
+ * axis fewer) or axis a of x as two (out one more), the others the same. */
+static bool merges_at(const Tensor *x, const Tensor *out, int a, bool merged) {
+    const Tensor *two = merged ? x : out, *one = merged ? out : x;
+    if (one->rank + 1 != two->rank || a + 1 >= two->rank ||
+        one->shape[a] != two->shape[a] * two->shape[a + 1])
+        return false;
+    for (int i = 0; i < one->rank; i++)
+        if (i != a && one->shape[i] != two->shape[i < a ? i : i + 1])
+            return false;
+    return true;
+}
+
+/* A reshape whose run's elements move (the node becomes a repack, its
+ * dispatch repack.comp): x [.., S1, S2, ..] dynamic along the adjacent
+ * axes a and a + 1 into one axis (a dynamic batch and sequence viewed as
+ * rows: x.view(-1, n)), which follows the derived dim of their product, the
+ * elements packed as its prefix; and back, an axis that follows such a
+ * product split into two (sizes the largest of each factor). In the
+ * largest layout neither is a view: [b, seq] elements leave holes that
+ * [b*seq] rows do not. False where the reshape is neither. */
+static bool repack_reshape(Node *n, Tensor *x, Tensor *out) {
+    Graph *g = n->graph;
+    int a = 0;
+    while (a < x->rank && !is_dyn(x, a))
+        a++;
+    DimExpr e;
+    if (n->op == OP_RESHAPE && x->dyn_axes == 3u << a && x->shape[a] > 1 &&
+        x->shape[a + 1] > 1 && merges_at(x, out, a, true) &&
+        derive_dim(g, DIM_MUL, &x->ext[a], &x->ext[a + 1], &e)) {
+        mark(n, out, a, &e);
+        node_set_int(n, "axis", a);
+        node_set_int(n, "pack", 1);
+        n->op = OP_REPACK;
+        return true;
+    }
+    a = one_dyn_axis(x);
+    if (n->op != OP_RESHAPE || a < 0 || !merges_at(x, out, a, false))
+        return false;
+    int d = -1; /* x's extent along a: a derived product */
+    for (int i = declared_dims(g); i < g->ndims; i++) {
+        DimExpr one = {0, {0}};
+        one.c[i] = 1;
+        if (g->dims[i].op == DIM_MUL && dim_expr_eq(&x->ext[a], &one))
+            d = i;
+    }
+    if (d < 0)
+        return false;
+    DimExpr f[2] = {g->dims[d].a, g->dims[d].b};
+    if (is_dyn(out, a) && is_dyn(out, a + 1)) { /* the shape input's, where it gave them */
+        f[0] = out->ext[a];
+        f[1] = out->ext[a + 1];
+    } else if (out->shape[a] != dim_expr_max(g, &f[0]) ||
+               out->shape[a + 1] != dim_expr_max(g, &f[1])) {
+        DimExpr t = f[0];
+        f[0] = f[1];
+        f[1] = t;
+    }
+    if (!derive_dim(g, DIM_MUL, &f[0], &f[1], &e) || !dim_expr_eq(&e, &x->ext[a]) ||
+        out->shape[a] != dim_expr_max(g, &f[0]) || out->shape[a + 1] != dim_expr_max(g, &f[1]))
+        return false;
+    mark(n, out, a, &f[0]);
+    mark(n, out, a + 1, &f[1]);
+    node_set_int(n, "axis", a);
+    node_set_int(n, "pack", 0);
+    n->op = OP_REPACK;
+    return true;
+}
+
+static void dynamic_reshape(Node *n) {
+    if (!repack_reshape(n, n->inputs[0], n->outputs[0]))
+        reshape_dynamic(n, n->inputs[0], n->outputs[0]);
+}
 
 static void dynamic_transpose(Node *n) {
     Tensor *x = n->inputs[0], *out = n->outputs[0];

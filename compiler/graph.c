@@ -109,3 +109,10 @@ void node_set_floats(Node *n, const char *key, int count, const double *v) {
         items[i] = format("%.17g", v[i]);
     set_list(n, key, count, items);
 }
+
+int declared_dims(const Graph *g) {
+    int n = 0;
+    while (n < g->ndims && g->dims[n].op == DIM_DECLARED)
+        n++;
+    return n;
+}

@@ -349,6 +349,8 @@ typedef struct Graph {
 } Graph;
 
 /* ---- graph.c ------------------------------------------------------------- */
+/* The declared dims (the first ones; the rest are derived: dynamic.c). */
+int declared_dims(const Graph *g);
 
 /* Constructors for loaders that build graphs in code (ONNX). Names must be
  * unique; nothing here checks op rules (infer_node does). */
@@ -487,8 +489,6 @@ int declare_dim(Graph *g, const char *name, int64_t lo, int64_t hi, Loc loc);
 int unused_dim(const Graph *g);
 /* The index of a dimension by name, or -1. */
 int find_dim(const Graph *g, const char *name);
-/* The declared dims (the first ones; the rest are derived). */
-int declared_dims(const Graph *g);
 /* a op b as an expression of the dims in *out: folded where it is constant
  * or a sum of dims, else a dim derived from them (found or added). False
  * where kiln does not follow it: a division of a value that can be negative

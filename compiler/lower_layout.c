@@ -59,6 +59,42 @@ void lower_view(Program *p, Node *n) {
     n->outputs[0]->alias = n->inputs[0];
 }
 
+/* A reshape that merges two adjacent dynamic axes of its input into one
+ * (pack) or splits an axis of their product into them (dynamic.c
+ * repack_reshape): repack.comp moves the run's elements between
+ * [O, S1, S2, R] (holes past each extent) and [O, S1 * S2, R] (a prefix
+ * of the merged axis). */
+void lower_repack(Program *p, Node *n) {
+    Tensor *x = n->inputs[0], *out = n->outputs[0];
+    bool pack = attr_int(n, "pack") != 0;
+    int a = (int)attr_int(n, "axis");
+    const Tensor *two = pack ? x : out; /* the side with the two axes */
+    if (a < 0 || a + 1 >= two->rank || !is_dyn(two, a) || !is_dyn(two, a + 1))
+        error_at(n->loc, "node '%s': repack is kiln's own op, for reshapes of dynamic axes",
+                 n->name);
+    Dispatch *d = new_dispatch(p, n, "repack");
+    d->local_size = 256;
+    bool need[3] = {false, false, false};
+    uint32_t size = kiln_dtype_size(x->dtype);
+    if (size <= 2)
+        need_dtype(p, need, x->dtype);
+    define_needs(d, need);
+    const char *elem = size == 8 ? "U2" : size == 4 ? "U32" : size == 2 ? "F16" : "U8";
+    define_str(d, "ELEM", elem);
+    define_str(d, "ELEM_R", format("%sR", elem));
+    define_int(d, "PACK", pack);
+    define_int(d, "O", shape_count(a, two->shape));
+    define_int(d, "S1", two->shape[a]);
+    define_int(d, "S2", two->shape[a + 1]);
+    define_int(d, "R", shape_count(two->rank - a - 2, two->shape + a + 2));
+    define_str(d, "E1", dim_expr_glsl(&two->ext[a], 1));
+    define_str(d, "E2", dim_expr_glsl(&two->ext[a + 1], 1));
+    dispatch_arg(d, out, true);
+    dispatch_arg(d, x, false);
+    int64_t groups = groups_for(tensor_count(out), d->local_size);
+    d->groups[0] = groups < 65535 ? groups : 65535;
+}
+
 
 void lower_slice(Program *p, Node *n) {
     Tensor *x = n->inputs[0], *out = n->outputs[0];

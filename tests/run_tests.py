@@ -100,7 +100,9 @@ def run_one(name, fn, keep):
     except Skip as e:
         why = SKIPPED + str(e)
     except Failure as e:
-        why = str(e)
+        # never empty: a check whose message is empty (check(ok, r.stderr)
+        # of a command that printed nothing) still fails
+        why = str(e) or f"a check failed with no message:\n{traceback.format_exc()}"
     except Exception:  # a bug in the test or an unexpected crash: a failure
         why = traceback.format_exc()
     finally:
