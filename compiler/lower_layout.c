@@ -93,6 +93,10 @@ void lower_repack(Program *p, Node *n) {
     dispatch_arg(d, x, false);
     int64_t groups = groups_for(tensor_count(out), d->local_size);
     d->groups[0] = groups < 65535 ? groups : 65535;
+    const Tensor *merged = pack ? out : x;
+    if (shape_count(a, two->shape) == 1) /* the merged run a prefix: groups follow it */
+        dyn_groups_along(d, 0, &merged->ext[a], shape_count(two->rank - a - 2,
+                                                              two->shape + a + 2), 256);
 }
 
 

@@ -1221,3 +1221,36 @@ for _dt in ("f32", "i64"):
     case(f"op repack: ONNX [b, seq, 8] viewed as [b*seq, 8] rows and back (a dynamic batch "
          f"and sequence): the reshapes move the run's elements (repack.comp), the rows follow "
          f"the derived b*seq, {_dt}")(batch_seq_case(_dt))
+
+
+@case("op repack: ONNX [2, b, seq, 4] viewed as [2, b*seq, 4] and back (an outer axis: the "
+      "merged run is no prefix, the whole largest shape is visited)")
+def test_repack_outer(workdir):
+    from test_onnx import attr, initializer, model, node, value_info
+    workdir = Path(workdir)
+    bias = np.arange(4, dtype=np.float32) + 0.5
+    (workdir / "o.onnx").write_bytes(model(
+        [node("Shape", ["x"], ["s"], "sh"),
+         node("Gather", ["s", "one0"], ["b"], "gb", attr("axis", 0)),
+         node("Gather", ["s", "two0"], ["q"], "gq", attr("axis", 0)),
+         node("Mul", ["b", "q"], ["bq"], "rows"),
+         node("Unsqueeze", ["bq", "zl"], ["bq1"], "un"),
+         node("Concat", ["twol", "bq1", "four"], ["shp"], "cat", attr("axis", 0)),
+         node("Reshape", ["x", "shp"], ["x2"], "pack"),
+         node("Add", ["x2", "bias"], ["h"], "addb"),
+         node("Unsqueeze", ["b", "zl"], ["b1"], "ub"),
+         node("Unsqueeze", ["q", "zl"], ["q1"], "uq"),
+         node("Concat", ["twol", "b1", "q1", "four"], ["shp2"], "cat2", attr("axis", 0)),
+         node("Reshape", ["h", "shp2"], ["y"], "unpack")],
+        [value_info("x", [2, "b", "seq", 4])],
+        [value_info("h", [2, "n", 4]), value_info("y", [2, "b", "seq", 4])],
+        [i64_init("one0", 1), i64_init("two0", 2), i64_init("zl", [0]), i64_init("twol", [2]),
+         i64_init("four", [4]), initializer("bias", bias)]))
+    r = kiln("compile", workdir / "o.onnx", "--shape", "b=1..3", "--shape", "seq=1..5",
+             "--name", "model", "-o", workdir / "model.c")
+    check(r.returncode == 0, r.stderr)
+    check((workdir / "model.c").read_text().count(" repack ") >= 2, "no repack dispatches")
+    steps = [{"b": b, "seq": q} for b, q in ((1, 1), (3, 5), (2, 3), (1, 5), (3, 1))]
+    run_built(link_model(workdir), steps,
+              lambda rng, b, seq: [normal(rng, 2, b, seq, 4)],
+              lambda x, b, seq: [x.reshape(2, b * seq, 4) + bias, x + bias])
