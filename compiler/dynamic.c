@@ -484,6 +484,16 @@ static bool merges_at(const Tensor *x, const Tensor *out, int a, bool merged) {
     return true;
 }
 
+/* n (a reshape or flatten) as the repack of axis a (pack or unpack), its
+ * output's shape spelled out (the repack's shape rule is the reshape's). */
+static void become_repack(Node *n, const Tensor *out, int a, bool pack) {
+    n->nattrs = 0;
+    node_set_ints(n, "shape", out->rank, out->shape);
+    node_set_int(n, "axis", a);
+    node_set_int(n, "pack", pack);
+    n->op = OP_REPACK;
+}
+
 /* A reshape whose run's elements move (the node becomes a repack, its
  * dispatch repack.comp): x [.., S1, S2, ..] dynamic along the adjacent
  * axes a and a + 1 into one axis (a dynamic batch and sequence viewed as
@@ -491,20 +501,19 @@ static bool merges_at(const Tensor *x, const Tensor *out, int a, bool merged) {
  * elements packed as its prefix; and back, an axis that follows such a
  * product split into two (sizes the largest of each factor). In the
  * largest layout neither is a view: [b, seq] elements leave holes that
- * [b*seq] rows do not. False where the reshape is neither. */
+ * [b*seq] rows do not (a flatten of the two merges them too). False where
+ * the reshape is neither. */
 static bool repack_reshape(Node *n, Tensor *x, Tensor *out) {
     Graph *g = n->graph;
     int a = 0;
     while (a < x->rank && !is_dyn(x, a))
         a++;
     DimExpr e;
-    if (n->op == OP_RESHAPE && x->dyn_axes == 3u << a && x->shape[a] > 1 &&
-        x->shape[a + 1] > 1 && merges_at(x, out, a, true) &&
+    if ((n->op == OP_RESHAPE || n->op == OP_FLATTEN) && x->dyn_axes == 3u << a &&
+        x->shape[a] > 1 && x->shape[a + 1] > 1 && merges_at(x, out, a, true) &&
         derive_dim(g, DIM_MUL, &x->ext[a], &x->ext[a + 1], &e)) {
         mark(n, out, a, &e);
-        node_set_int(n, "axis", a);
-        node_set_int(n, "pack", 1);
-        n->op = OP_REPACK;
+        become_repack(n, out, a, true);
         return true;
     }
     a = one_dyn_axis(x);
@@ -534,9 +543,7 @@ static bool repack_reshape(Node *n, Tensor *x, Tensor *out) {
         return false;
     mark(n, out, a, &f[0]);
     mark(n, out, a + 1, &f[1]);
-    node_set_int(n, "axis", a);
-    node_set_int(n, "pack", 0);
-    n->op = OP_REPACK;
+    become_repack(n, out, a, false);
     return true;
 }
 

@@ -1254,3 +1254,21 @@ def test_repack_outer(workdir):
     run_built(link_model(workdir), steps,
               lambda rng, b, seq: [normal(rng, 2, b, seq, 4)],
               lambda x, b, seq: [x.reshape(2, b * seq, 4) + bias, x + bias])
+
+
+@case("op repack: ONNX Flatten(axis 2) of [b, seq, 4] (the legacy exporter's flatten(0, 1)) "
+      "packs the run's rows")
+def test_repack_flatten(workdir):
+    from test_onnx import attr, model, node, value_info
+    workdir = Path(workdir)
+    (workdir / "f.onnx").write_bytes(model(
+        [node("Flatten", ["x"], ["f"], "fl", attr("axis", 2)),
+         node("Relu", ["f"], ["y"], "relu")],
+        [value_info("x", ["b", "seq", 4])], [value_info("y", ["n", 4])]))
+    r = kiln("compile", workdir / "f.onnx", "--shape", "b=1..3", "--shape", "seq=1..6",
+             "--name", "model", "-o", workdir / "model.c")
+    check(r.returncode == 0, r.stderr)
+    check(" repack " in (workdir / "model.c").read_text(), "no repack dispatch")
+    steps = [{"b": b, "seq": q} for b, q in ((2, 3), (3, 6), (1, 1), (3, 2))]
+    run_built(link_model(workdir), steps, lambda rng, b, seq: [normal(rng, b, seq, 4)],
+              lambda x, b, seq: [np.maximum(x.reshape(b * seq, 4), 0)])
