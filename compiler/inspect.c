@@ -184,7 +184,20 @@ void inspect_json(Graph *g, Program *p, FILE *f) {
             (unsigned long long)p->weight_bytes, (unsigned long long)p->io_bytes,
             (unsigned long long)p->alignment, (unsigned long long)t.flops,
             (unsigned long long)t.bytes);
-    fprintf(f, "  \"kernels\": [");
+    static const char *const dim_ops[] = {NULL, "mul", "div", "max", "min"};
+    fprintf(f, "  \"dims\": [");
+    for (int i = 0; i < g->ndims; i++) {
+        fprintf(f, "%s\n    {\"name\": ", i ? "," : "");
+        json_string(f, g->dims[i].name);
+        fprintf(f, ", \"min\": %lld, \"max\": %lld, \"derived\": ",
+                (long long)g->dims[i].lo, (long long)g->dims[i].hi);
+        if (g->dims[i].op)
+            json_string(f, dim_ops[g->dims[i].op]);
+        else
+            fputs("null", f);
+        fputc('}', f);
+    }
+    fprintf(f, "%s],\n  \"kernels\": [", g->ndims ? "\n  " : "");
     for (int i = 0; i < p->nmodules; i++) {
         fprintf(f, "%s\n    {\"index\": %d, \"family\": ", i ? "," : "", i);
         json_string(f, p->modules[i].family);
@@ -208,6 +221,17 @@ void inspect_json(Graph *g, Program *p, FILE *f) {
         fprintf(f, ", \"kind\": \"%s\", \"dtype\": \"%s\", \"shape\": ", kind_name(x),
                 kiln_dtype_name(x->dtype));
         json_shape(f, x);
+        if (x->dyn_axes) { /* each axis's extent at run time, null where fixed */
+            fputs(", \"extents\": [", f);
+            for (int k = 0; k < x->rank; k++) {
+                fputs(k ? ", " : "", f);
+                if (is_dyn(x, k))
+                    json_string(f, dim_expr_str(g, &x->ext[k]));
+                else
+                    fputs("null", f);
+            }
+            fputc(']', f);
+        }
         fprintf(f, ", \"bytes\": %llu, \"buffer\": \"%s\", \"offset\": %llu, \"view_of\": ",
                 (unsigned long long)tensor_bytes(x),
                 r->buffer == KILN_BUFFER_WEIGHTS ? "weights" : "arena",

@@ -1125,7 +1125,7 @@ def test_errors(workdir):
 @case("dynamic: ONNX shape arithmetic that is no sum of the dims follows derived dims, "
       "evaluated by kiln_model_set_dims: Range(0, seq, 2) of (seq + 1)/2 elements, "
       "Range(0, seq / 3) (Div rounding down), Range(0, Max(seq, 5)); the header and "
-      "kiln inspect name them")
+      "kiln inspect (text and json, with each tensor's extents) name them")
 def test_onnx_derived(workdir):
     from test_onnx import model, node, value_info
     workdir = Path(workdir)
@@ -1151,6 +1151,16 @@ def test_onnx_derived(workdir):
     r = kiln("inspect", workdir / "d.onnx", "--shape", "seq=1..16")
     check("(seq + 1)/2 1..8 (derived)" in r.stdout and "seq/3 0..5 (derived)" in r.stdout and
           "max(seq, 5) 5..16 (derived)" in r.stdout, r.stdout)
+    r = kiln("inspect", workdir / "d.onnx", "--shape", "seq=1..16", "--format", "json")
+    js = json.loads(r.stdout)
+    check(js["dims"] == [{"name": "seq", "min": 1, "max": 16, "derived": None},
+                         {"name": "(seq + 1)/2", "min": 1, "max": 8, "derived": "div"},
+                         {"name": "seq/3", "min": 0, "max": 5, "derived": "div"},
+                         {"name": "max(seq, 5)", "min": 5, "max": 16, "derived": "max"}],
+          f"json dims {js['dims']}")
+    ext = {t["name"]: t.get("extents") for t in js["tensors"]}
+    check(ext.get("r2") == ["(seq + 1)/2"] and ext.get("x") == ["seq"],
+          f"json extents {ext}")
     run_built(link_model(workdir), seq_steps([1, 2, 7, 16, 5, 12, 3]),
               lambda rng, seq: [normal(rng, seq)],
               lambda x, seq: [np.arange(0, seq, 2), np.arange(0, seq // 3),
