@@ -1282,3 +1282,48 @@ def test_repack_flatten(workdir):
     steps = [{"b": b, "seq": q} for b, q in ((2, 3), (3, 6), (1, 1), (3, 2))]
     run_built(link_model(workdir), steps, lambda rng, b, seq: [normal(rng, b, seq, 4)],
               lambda x, b, seq: [np.maximum(x.reshape(b * seq, 4), 0)])
+
+
+@case("dynamic: ONNX self-attention over a dynamic batch and sequence ([b, seq, 16], two "
+      "heads: Q, K, V products, reshapes to [b, seq, 2, 8] from Shape, transposes, scores, "
+      "softmax, values, back to [b, seq, 16]) at six (b, seq) pairs")
+def test_batch_seq_attention(workdir):
+    from test_onnx import attr, initializer, model, node, value_info
+    workdir = Path(workdir)
+    rng = np.random.default_rng(41)
+    w = {k: (rng.standard_normal((16, 16)) * 0.3).astype(np.float32) for k in "qkv"}
+    nodes = [node("Shape", ["x"], ["s"], "sh"),
+             node("Gather", ["s", "z0"], ["b"], "gb", attr("axis", 0)),
+             node("Gather", ["s", "one0"], ["q"], "gq", attr("axis", 0)),
+             node("Unsqueeze", ["b", "zl"], ["b1"], "ub"),
+             node("Unsqueeze", ["q", "zl"], ["q1"], "uq"),
+             node("Concat", ["b1", "q1", "hd"], ["shp4"], "c4", attr("axis", 0)),
+             node("Concat", ["b1", "q1", "c16"], ["shp3"], "c3", attr("axis", 0))]
+    for k in "qkv":
+        nodes += [node("MatMul", ["x", "w" + k], [k + "p"], k + "proj"),
+                  node("Reshape", [k + "p", "shp4"], [k + "r"], k + "heads"),
+                  node("Transpose", [k + "r"], [k + "t"], k + "t", attr("perm", [0, 2, 1, 3]))]
+    nodes += [node("Transpose", ["kt"], ["ktt"], "kT", attr("perm", [0, 1, 3, 2])),
+              node("MatMul", ["qt", "ktt"], ["sc"], "scores"),
+              node("Mul", ["sc", "scale"], ["scs"], "scaled"),
+              node("Softmax", ["scs"], ["p"], "sm", attr("axis", -1)),
+              node("MatMul", ["p", "vt"], ["o"], "pv"),
+              node("Transpose", ["o"], ["ot"], "ot", attr("perm", [0, 2, 1, 3])),
+              node("Reshape", ["ot", "shp3"], ["y"], "merge")]
+    (workdir / "a.onnx").write_bytes(model(
+        nodes, [value_info("x", ["b", "seq", 16])], [value_info("y", ["b", "seq", 16])],
+        [i64_init("z0", 0), i64_init("one0", 1), i64_init("zl", [0]), i64_init("hd", [2, 8]),
+         i64_init("c16", [16]), initializer("scale", np.array(8 ** -0.5, np.float32))] +
+        [initializer("w" + k, w[k]) for k in "qkv"]))
+    r = kiln("compile", workdir / "a.onnx", "--shape", "b=1..3", "--shape", "seq=1..9",
+             "--name", "model", "-o", workdir / "model.c")
+    check(r.returncode == 0, r.stderr)
+
+    def reference(x, b, seq):
+        x = x.astype(np.float64)
+        q, k, v = ((x @ w[c]).reshape(b, seq, 2, 8).transpose(0, 2, 1, 3) for c in "qkv")
+        p = ref.softmax(q @ k.transpose(0, 1, 3, 2) * 8 ** -0.5)
+        return [(p @ v).transpose(0, 2, 1, 3).reshape(b, seq, 16)]
+    steps = [{"b": b, "seq": q} for b, q in ((1, 1), (3, 9), (2, 4), (1, 9), (3, 1), (2, 7))]
+    run_built(link_model(workdir), steps, lambda rng, b, seq: [normal(rng, b, seq, 16)],
+              reference, rtol=1e-4, atol=1e-5)
