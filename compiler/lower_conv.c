@@ -70,10 +70,10 @@ static Tensor *conv_residual(Node *n) {
  * transposed, of 1 or 2 spatial axes. Tiles of 8 x 8 positions (1 x 64
  * for 1 axis) and 16 channels, 8 where that leaves fewer than 256
  * workgroups, halved while the window and weights pass 16 KiB of shared
- * memory; none (false) where one channel's do. tile: TH, TW, CB and the
- * floats of one channel's window in shared memory (odd). */
+ * memory; none (false) where one channel's do. tile: TH, TW, CB, the
+ * floats of one channel's window in shared memory (odd), and the tiles. */
 static bool depthwise_tiles(Node *n, const Tensor *x, const Tensor *y, int nsp,
-                            const Window *win, int64_t tile[4]) {
+                            const Window *win, int64_t tile[5]) {
     const char *env = getenv("KILN_DWCONV");
     int64_t c = x->shape[1], g = attr_int(n, "group");
     if (!env || strcmp(env, "0") == 0 || n->op != OP_CONV || nsp < 1 || nsp > 2 || g != c ||
@@ -102,6 +102,7 @@ static bool depthwise_tiles(Node *n, const Tensor *x, const Tensor *y, int nsp,
     if (4 * cb * (xs + kh * kw) > 16384)
         return false;
     tile[0] = th, tile[1] = tw, tile[2] = cb, tile[3] = xs;
+    tile[4] = x->shape[0] * groups_for(c, cb) * groups_for(oh, th) * groups_for(ow, tw);
     return true;
 }
 
@@ -215,7 +216,7 @@ void lower_conv(Program *p, Node *n) {
     if (conv_product(p, n, x, w, y, &win, act_expr))
         return;
     Dispatch *d = new_dispatch(p, n, "conv");
-    int64_t dw[4];
+    int64_t dw[5];
     bool tiled = depthwise_tiles(n, x, y, nsp, &win, dw);
     d->local_size = tiled ? 256 : 64;
     define_int(d, "WG", d->local_size);
@@ -272,10 +273,7 @@ void lower_conv(Program *p, Node *n) {
         define_int(d, "DW_TW", dw[1]);
         define_int(d, "DW_CB", dw[2]);
         define_int(d, "DW_XS", dw[3]);
-        int64_t oh = nsp == 2 ? y->shape[2] : 1, ow = y->shape[1 + nsp];
-        int64_t tiles = x->shape[0] * groups_for(x->shape[1], dw[2]) * groups_for(oh, dw[0]) *
-                        groups_for(ow, dw[1]);
-        d->groups[0] = tiles < 65535 ? tiles : 65535;
+        d->groups[0] = dw[4] < 65535 ? dw[4] : 65535;
     }
     d->flops = 2ull * (uint64_t)count * (uint64_t)per_out;
 }
