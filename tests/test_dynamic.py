@@ -1327,3 +1327,25 @@ def test_batch_seq_attention(workdir):
     steps = [{"b": b, "seq": q} for b, q in ((1, 1), (3, 9), (2, 4), (1, 9), (3, 1), (2, 7))]
     run_built(link_model(workdir), steps, lambda rng, b, seq: [normal(rng, b, seq, 16)],
               reference, rtol=1e-4, atol=1e-5)
+
+
+@case("op repack: YAML [b, seq, 8] reshaped to [-1, 8] rows, a product, and reshaped to the "
+      "largest [4, 8, 6] (dims b and seq: the rows follow b*seq, the result b and seq)")
+def test_repack_yaml(workdir):
+    rng = np.random.default_rng(43)
+    w = rng.standard_normal((8, 6)).astype(np.float32)
+    y = dyn_yaml({"b": "1..4", "seq": "1..8"},
+                 {"x": {"dtype": "f32", "shape": ["b", "seq", 8]}},
+                 [{"name": "rows", "op": "reshape", "inputs": ["x"], "shape": [-1, 8]},
+                  {"name": "h", "op": "matmul", "inputs": ["rows", "w"]},
+                  {"name": "y", "op": "reshape", "inputs": ["h"], "shape": [4, 8, 6]}],
+                 ["h", "y"], {"w": {"dtype": "f32", "shape": [8, 6],
+                                    "values": w.ravel().tolist()}})
+    prog = build_model(workdir, y)
+    c = (Path(workdir) / "model.c").read_text()
+    check(c.count(" repack ") >= 2 and '{"b*seq", KILN_DIM_MUL,' in c,
+          "no repack dispatches or no derived b*seq")
+    steps = [{"b": b, "seq": q} for b, q in ((1, 1), (4, 8), (2, 5), (3, 1), (1, 8))]
+    run_built(prog, steps, lambda rng, b, seq: [normal(rng, b, seq, 8)],
+              lambda x, b, seq: [x.reshape(b * seq, 8) @ w, (x.reshape(b * seq, 8) @ w)
+                                 .reshape(b, seq, 6)], rtol=1e-4, atol=1e-5)
