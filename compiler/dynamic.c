@@ -128,17 +128,11 @@ bool derive_dim(Graph *g, DimOp op, const DimExpr *a, const DimExpr *b, DimExpr 
     memset(out, 0, sizeof *out);
     int64_t alo = dim_expr_min(g, a), ahi = dim_expr_max(g, a);
     int64_t blo = dim_expr_min(g, b), bhi = dim_expr_max(g, b);
-    if (op == DIM_DIV && (alo < 0 || blo < 1))
-        return false;
-    if (dim_expr_const(a) && dim_expr_const(b)) {
-        out->c0 = dim_op(op, a->c0, b->c0);
-        return true;
-    }
     if (op == DIM_MUL && (dim_expr_const(a) || dim_expr_const(b))) {
         *out = dim_expr_const(a) ? dim_expr_scale(b, a->c0) : dim_expr_scale(a, b->c0);
         return true;
     }
-    if (op == DIM_DIV && dim_expr_const(b)) { /* exact: every term divides */
+    if (op == DIM_DIV && dim_expr_const(b) && b->c0) { /* exact: every term divides */
         bool exact = a->c0 % b->c0 == 0;
         for (int i = 0; i < MAX_DIMS; i++)
             exact = exact && a->c[i] % b->c0 == 0;
@@ -148,6 +142,12 @@ bool derive_dim(Graph *g, DimOp op, const DimExpr *a, const DimExpr *b, DimExpr 
                 out->c[i] = a->c[i] / b->c0;
             return true;
         }
+    }
+    if (op == DIM_DIV && (alo < 0 || blo < 1))
+        return false;
+    if (dim_expr_const(a) && dim_expr_const(b)) {
+        out->c0 = dim_op(op, a->c0, b->c0);
+        return true;
     }
     if ((op == DIM_MAX || op == DIM_MIN) && (alo >= bhi || blo >= ahi)) {
         *out = (alo >= bhi) == (op == DIM_MAX) ? *a : *b; /* the ranges decide */

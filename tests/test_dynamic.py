@@ -1136,12 +1136,17 @@ def test_onnx_derived(workdir):
          node("Range", ["z0", "q3", "one"], ["r3"], "rthird"),
          node("Max", ["s", "five"], ["m5"], "atleast5"),
          node("Range", ["z0", "m5", "one"], ["r5"], "rmax"),
+         # an exact division by a negative constant stays a sum: -4*seq / -2
+         node("Mul", ["s", "mfour"], ["s4"], "times"),
+         node("Div", ["s4", "mtwo"], ["s2"], "exact"),
+         node("Range", ["z0", "s2", "one"], ["r6"], "rexact"),
          node("Mul", ["x", "x"], ["y"], "sq")],
         [value_info("x", ["seq"])],
         [value_info("r2", ["a"], elem=7), value_info("r3", ["b"], elem=7),
-         value_info("r5", ["c"], elem=7), value_info("y", ["seq"])],
+         value_info("r5", ["c"], elem=7), value_info("r6", ["d"], elem=7),
+         value_info("y", ["seq"])],
         [i64_init("z0", 0), i64_init("one", 1), i64_init("two", 2), i64_init("three", [3]),
-         i64_init("five", [5])]))
+         i64_init("five", [5]), i64_init("mfour", [-4]), i64_init("mtwo", [-2])]))
     r = kiln("compile", workdir / "d.onnx", "--shape", "seq=1..16", "--name", "model",
              "-o", workdir / "model.c")
     check(r.returncode == 0, r.stderr)
@@ -1164,7 +1169,7 @@ def test_onnx_derived(workdir):
     run_built(link_model(workdir), seq_steps([1, 2, 7, 16, 5, 12, 3]),
               lambda rng, seq: [normal(rng, seq)],
               lambda x, seq: [np.arange(0, seq, 2), np.arange(0, seq // 3),
-                              np.arange(0, max(seq, 5)), x * x])
+                              np.arange(0, max(seq, 5)), np.arange(0, 2 * seq), x * x])
 
 
 def batch_seq_case(dtype):
