@@ -273,7 +273,7 @@ void lower_conv(Program *p, Node *n) {
         define_int(d, "DW_TW", dw[1]);
         define_int(d, "DW_CB", dw[2]);
         define_int(d, "DW_XS", dw[3]);
-        d->groups[0] = dw[4] < 65535 ? dw[4] : 65535;
+        d->groups[0] = groups_for(dw[4], 1);
     }
     d->flops = 2ull * (uint64_t)count * (uint64_t)per_out;
 }

@@ -82,21 +82,21 @@ void lower_repack(Program *p, Node *n) {
     const char *elem = size == 8 ? "U2" : size == 4 ? "U32" : size == 2 ? "F16" : "U8";
     define_str(d, "ELEM", elem);
     define_str(d, "ELEM_R", format("%sR", elem));
+    int64_t outer = shape_count(a, two->shape);
+    int64_t inner = shape_count(two->rank - a - 2, two->shape + a + 2);
     define_int(d, "PACK", pack);
-    define_int(d, "O", shape_count(a, two->shape));
+    define_int(d, "O", outer);
     define_int(d, "S1", two->shape[a]);
     define_int(d, "S2", two->shape[a + 1]);
-    define_int(d, "R", shape_count(two->rank - a - 2, two->shape + a + 2));
+    define_int(d, "R", inner);
     define_str(d, "E1", dim_expr_glsl(&two->ext[a], 1));
     define_str(d, "E2", dim_expr_glsl(&two->ext[a + 1], 1));
     dispatch_arg(d, out, true);
     dispatch_arg(d, x, false);
-    int64_t groups = groups_for(tensor_count(out), d->local_size);
-    d->groups[0] = groups < 65535 ? groups : 65535;
+    d->groups[0] = groups_for(tensor_count(out), d->local_size);
     const Tensor *merged = pack ? out : x;
-    if (shape_count(a, two->shape) == 1) /* the merged run a prefix: groups follow it */
-        dyn_groups_along(d, 0, &merged->ext[a], shape_count(two->rank - a - 2,
-                                                              two->shape + a + 2), 256);
+    if (outer == 1) /* the merged run a prefix: groups follow it */
+        dyn_groups_along(d, 0, &merged->ext[a], inner, d->local_size);
 }
 
 

@@ -72,9 +72,6 @@ kiln_status kiln__check_dims(const kiln_model_desc *d) {
     return KILN_OK;
 }
 
-/* Writes the dims and every dynamic dispatch's workgroup counts into
- * staging, where the next submit's copies pick them up, and marks the
- * dispatches they leave idle (m->idle, m->idle_count). */
 /* The derived dims from the given ones (and those derived before). */
 static void derive_dims(kiln_model *m) {
     const kiln_model_desc *d = m->desc;
@@ -89,6 +86,9 @@ static void derive_dims(kiln_model *m) {
     }
 }
 
+/* Writes the dims and every dynamic dispatch's workgroup counts into
+ * staging, where the next submit's copies pick them up, and marks the
+ * dispatches they leave idle (m->idle, m->idle_count). */
 void kiln__write_dims(kiln_model *m) {
     const kiln_model_desc *d = m->desc;
     if (!d->dim_count)
