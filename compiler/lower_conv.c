@@ -63,20 +63,27 @@ static Tensor *conv_residual(Node *n) {
     return other_input(n->epi_res, n->epi_bias ? n->epi_bias->outputs[0] : n->outputs[0]);
 }
 
-/* conv.comp's tiled depthwise path (DW_TILE) for n, opt in with
- * KILN_DWCONV=1 (default tiles) or KILN_DWCONV=TH,TW,CB (output rows and
- * columns a tile, channels a workgroup), for tuning until measured: a
- * depthwise convolution (groups = input = output channels), not
- * transposed, of 1 or 2 spatial axes. Tiles of 8 x 8 positions (1 x 64
- * for 1 axis) and 16 channels, 8 where that leaves fewer than 256
- * workgroups, halved while the window and weights pass 16 KiB of shared
- * memory; none (false) where one channel's do. tile: TH, TW, CB, the
- * floats of one channel's window in shared memory (odd), and the tiles. */
+/* conv.comp's tiled depthwise path (DW_TILE) for n: a depthwise
+ * convolution (groups = input = output channels), not transposed, of 1 or
+ * 2 spatial axes, with unit strides and a window of 49 taps or more or
+ * 1024 output positions or more. On an H200 (bench/experiments/
+ * dwconv-h200.txt) the tiles took ConvNeXt-tiny's 7 x 7 convolutions
+ * from 13.7 to 9.7 us at 56 x 56 and 7.7 to 6.3 at 7 x 7, MobileNetV3's
+ * 3 x 3 at 56 x 56 from 6.4 to 5.8; they were slower where a window loads
+ * much more than its outputs use: strides of 2 (4x the outputs) and 3 x 3
+ * or 5 x 5 windows at 14 x 14 and 7 x 7 (4.3 -> 4.8 us). Tiles of 8 x 8
+ * positions (1 x 64 for 1 axis) of 8 channels, each invocation DW_PX = 2
+ * adjacent outputs of a row (1 and 4 were slower in total); the channels
+ * halved while the window and weights pass 16 KiB of shared memory; none
+ * (false) where one channel's do. KILN_DWCONV=0 keeps every depthwise
+ * convolution direct, =TH,TW,CB[,PX] forces these tiles on every one (any
+ * strides and sizes; PX must divide TW), for tuning. tile: TH, TW, CB, the
+ * floats of one channel's window in shared memory (odd), the tiles, PX. */
 static bool depthwise_tiles(Node *n, const Tensor *x, const Tensor *y, int nsp,
-                            const Window *win, int64_t tile[5]) {
+                            const Window *win, int64_t tile[6]) {
     const char *env = getenv("KILN_DWCONV");
     int64_t c = x->shape[1], g = attr_int(n, "group");
-    if (!env || strcmp(env, "0") == 0 || n->op != OP_CONV || nsp < 1 || nsp > 2 || g != c ||
+    if ((env && strcmp(env, "0") == 0) || n->op != OP_CONV || nsp < 1 || nsp > 2 || g != c ||
         y->shape[1] != c)
         return false;
     const Tensor *w = n->inputs[1];
@@ -84,16 +91,17 @@ static bool depthwise_tiles(Node *n, const Tensor *x, const Tensor *y, int nsp,
     int64_t sh = nsp == 2 ? win->stride[0] : 1, sw = win->stride[nsp - 1];
     int64_t dh = nsp == 2 ? win->dil[0] : 1, dwl = win->dil[nsp - 1];
     int64_t oh = nsp == 2 ? y->shape[2] : 1, ow = y->shape[1 + nsp];
-    int64_t th = nsp == 2 ? 8 : 1, tw = nsp == 2 ? 8 : 64, cb = 16;
-    long t[3];
-    if (sscanf(env, "%ld,%ld,%ld", &t[0], &t[1], &t[2]) == 3 && t[0] >= 1 && t[1] >= 1 &&
-        t[2] >= 1 && t[0] * t[1] * t[2] <= 4096) {
+    int64_t th = nsp == 2 ? 8 : 1, tw = nsp == 2 ? 8 : 64, cb = 8, px = 2;
+    long t[4] = {0, 0, 0, 1};
+    int got = env ? sscanf(env, "%ld,%ld,%ld,%ld", &t[0], &t[1], &t[2], &t[3]) : 0;
+    if (got >= 3 && t[0] >= 1 && t[1] >= 1 && t[2] >= 1 && t[3] >= 1 && t[3] <= 8 &&
+        t[1] % t[3] == 0 && t[0] * t[1] * t[2] <= 4096) {
         th = nsp == 2 ? t[0] : 1;
         tw = t[1];
         cb = t[2];
-    } else if (x->shape[0] * groups_for(c, 16) * groups_for(oh, th) * groups_for(ow, tw) <
-               256) {
-        cb = 8;
+        px = t[3];
+    } else if (sh != 1 || sw != 1 || (kh * kw < 49 && oh * ow < 1024)) {
+        return false;
     }
     int64_t xs = ((th - 1) * sh + (kh - 1) * dh + 1) * ((tw - 1) * sw + (kw - 1) * dwl + 1);
     xs |= 1;
@@ -103,6 +111,7 @@ static bool depthwise_tiles(Node *n, const Tensor *x, const Tensor *y, int nsp,
         return false;
     tile[0] = th, tile[1] = tw, tile[2] = cb, tile[3] = xs;
     tile[4] = x->shape[0] * groups_for(c, cb) * groups_for(oh, th) * groups_for(ow, tw);
+    tile[5] = px;
     return true;
 }
 
@@ -216,9 +225,11 @@ void lower_conv(Program *p, Node *n) {
     if (conv_product(p, n, x, w, y, &win, act_expr))
         return;
     Dispatch *d = new_dispatch(p, n, "conv");
-    int64_t dw[5];
+    int64_t dw[6];
     bool tiled = depthwise_tiles(n, x, y, nsp, &win, dw);
-    d->local_size = tiled ? 256 : 64;
+    /* tiled: an invocation for each DW_PX outputs of a tile, up to 256 */
+    int64_t items = tiled ? dw[0] * dw[1] * dw[2] / dw[5] : 0;
+    d->local_size = !tiled ? 64 : items >= 256 ? 256 : items >= 128 ? 128 : 64;
     define_int(d, "WG", d->local_size);
     /* a transpose to channels last fused (epi_perm): written in its
      * layout, y's shape the convolution's own */
@@ -273,6 +284,7 @@ void lower_conv(Program *p, Node *n) {
         define_int(d, "DW_TW", dw[1]);
         define_int(d, "DW_CB", dw[2]);
         define_int(d, "DW_XS", dw[3]);
+        define_int(d, "DW_PX", dw[5]);
         d->groups[0] = groups_for(dw[4], 1);
     }
     d->flops = 2ull * (uint64_t)count * (uint64_t)per_out;

@@ -16,10 +16,11 @@
 // spatial axes) on tiles: a workgroup takes DW_TH x DW_TW output positions
 // of DW_CB channels of one image; their input window and weights go to
 // shared memory once (each channel's window DW_XS floats apart, an odd
-// count against bank conflicts), and each invocation sums its outputs'
-// taps from there. With Y_CLAST consecutive invocations take consecutive
-// channels of one position (y's contiguous rows), else consecutive
-// positions of one channel.
+// count against bank conflicts), and each invocation sums the taps of
+// DW_PX adjacent outputs of one row from there (each window row read once
+// into registers for them). With Y_CLAST consecutive invocations take
+// consecutive channels of one position (y's contiguous rows), else
+// consecutive positions of one channel. DW_PX divides DW_TW.
 //
 // SPLIT invocations (a power of two dividing WG) share each output element:
 // invocation j of them sums the input channels j, j + SPLIT, ... of its
@@ -127,6 +128,8 @@ const uint PH = (DW_TH - 1) * uint(STRIDE_[1]) + (KH - 1) * uint(DIL_[1]) + 1;
 const uint PW = (DW_TW - 1) * uint(STRIDE_[2]) + (KW - 1) * uint(DIL_[2]) + 1;
 const uint TILES_H = (OH + DW_TH - 1) / DW_TH, TILES_W = (OW + DW_TW - 1) / DW_TW;
 const uint CBLOCKS = (C + DW_CB - 1) / DW_CB;
+// the window columns that DW_PX adjacent outputs of one row read
+const uint DW_ROW = (DW_PX - 1) * uint(STRIDE_[2]) + (KW - 1) * uint(DIL_[2]) + 1;
 const uint TILES = N * CBLOCKS * TILES_H * TILES_W;
 shared float xs[DW_CB * DW_XS];
 shared float ws[DW_CB * K_VOL];
@@ -152,22 +155,34 @@ void main() {
             ws[e] = c < C ? float(args.w.v[c * K_VOL + e % K_VOL]) : 0.0;
         }
         barrier();
-        for (uint e = l; e < DW_CB * DW_TH * DW_TW; e += WG) {
+        for (uint e = l; e < DW_CB * DW_TH * DW_TW / DW_PX; e += WG) {
 #ifdef Y_CLAST
             const uint cl = e % DW_CB, p = e / DW_CB;
 #else
-            const uint cl = e / (DW_TH * DW_TW), p = e % (DW_TH * DW_TW);
+            const uint cl = e / (DW_TH * DW_TW / DW_PX), p = e % (DW_TH * DW_TW / DW_PX);
 #endif
-            const uint py = p / DW_TW, px = p % DW_TW;
+            const uint py = p / (DW_TW / DW_PX), px = p % (DW_TW / DW_PX) * DW_PX;
             const uint oy = th * DW_TH + py, ox = tw * DW_TW + px, c = c0 + cl;
             if (c < C && oy < OH && ox < OW) {
                 const uint xb = cl * DW_XS + py * uint(STRIDE_[1]) * PW + px * uint(STRIDE_[2]);
-                float acc = 0.0;
-                [[unroll]] for (uint kh = 0; kh < KH; ++kh)
-                    [[unroll]] for (uint kw = 0; kw < KW; ++kw)
-                        acc += xs[xb + kh * uint(DIL_[1]) * PW + kw * uint(DIL_[2])] *
-                               ws[cl * K_VOL + kh * KW + kw];
-                finish(((n * OC + c) * OH + oy) * OW + ox, acc);
+                // DW_PX outputs along the row: each window row's values
+                // once into registers, shared by the outputs' taps
+                float acc[DW_PX];
+                [[unroll]] for (uint j = 0; j < DW_PX; ++j)
+                    acc[j] = 0.0;
+                [[unroll]] for (uint kh = 0; kh < KH; ++kh) {
+                    float row[DW_ROW];
+                    [[unroll]] for (uint q = 0; q < DW_ROW; ++q)
+                        row[q] = xs[xb + kh * uint(DIL_[1]) * PW + q];
+                    [[unroll]] for (uint kw = 0; kw < KW; ++kw) {
+                        const float wv = ws[cl * K_VOL + kh * KW + kw];
+                        [[unroll]] for (uint j = 0; j < DW_PX; ++j)
+                            acc[j] += row[j * uint(STRIDE_[2]) + kw * uint(DIL_[2])] * wv;
+                    }
+                }
+                [[unroll]] for (uint j = 0; j < DW_PX; ++j)
+                    if (ox + j < OW)
+                        finish(((n * OC + c) * OH + oy) * OW + ox + j, acc[j]);
             }
         }
         barrier(); // every invocation's reads before the next tile's window

@@ -8,8 +8,9 @@ unchanged, the program runs on Vulkan with validation on, and every output
 element must be within atol 1e-4 + rtol 1e-3 of onnxruntime's; the output
 shapes in the generated header must be the ones onnxruntime gave.
 
-The exported models with depthwise convolutions also run on conv.comp's
-tiled depthwise path (KILN_DWCONV=1, f32 and f16).
+The exported models with depthwise convolutions also run with every
+depthwise convolution direct (KILN_DWCONV=0) and every one tiled
+(KILN_DWCONV=8,8,8,4), f32 and f16.
 
 Each model is also compiled with --precision f16 (activations and matmul
 weights stored in f16) and compared with the same outputs within
@@ -44,7 +45,9 @@ def corpus_case(d, precision="f32", io="f32", env=None):
         check(r.returncode == 0, f"kiln compile failed ({meta['exporter']} exporter, opset "
               f"{meta['opset']}):\n{r.stderr}")
         if env and "KILN_DWCONV" in env:
-            check("DW_TILE 1" in (wd / "model.c").read_text(), "no tiled depthwise kernel")
+            tiles = "DW_TILE 1" in (wd / "model.c").read_text()
+            check(tiles == (env["KILN_DWCONV"] != "0"),
+                  f"tiled depthwise kernel {'present' if tiles else 'absent'}")
         names = list(declared_outputs(wd / "model.h"))
         check_outputs(wd, names, want)
         if io == "f16":  # f32 inputs and outputs f16, as the header says
@@ -82,10 +85,13 @@ for _d in sorted(p.parent for p in MODELS.glob("*/model.onnx")):
     case(f"corpus f16: {_d.name}")(corpus_case(_d, "f16"))
     if _d.name.endswith("_dynamo20"):
         case(f"corpus f16 --io f16: {_d.name}")(corpus_case(_d, "f16", "f16"))
-# conv.comp's tiled depthwise path (KILN_DWCONV, opt in until measured) on
-# the exported models with depthwise convolutions
+# conv.comp's depthwise paths on the exported models with depthwise
+# convolutions: the default tiles them at unit strides; KILN_DWCONV=0 keeps
+# them all direct, 8,8,8,4 tiles every one (strides of 2 too) with four
+# outputs an invocation
 for _name in ("efficientnet_tiny_dynamo20", "mobilenet_v3_small_dynamo20",
               "shufflenet_tiny_dynamo20"):
     for _prec in ("f32", "f16"):
-        case(f"corpus{' f16' if _prec == 'f16' else ''} KILN_DWCONV=1: {_name}")(
-            corpus_case(MODELS / _name, _prec, env={"KILN_DWCONV": "1"}))
+        for _tile in ("0", "8,8,8,4"):
+            case(f"corpus{' f16' if _prec == 'f16' else ''} KILN_DWCONV={_tile}: {_name}")(
+                corpus_case(MODELS / _name, _prec, env={"KILN_DWCONV": _tile}))

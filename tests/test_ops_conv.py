@@ -696,7 +696,7 @@ case("op conv x=[2, 8, 7, 6] group=8 then a transpose to channels last read by a
 # epilogue (bias, residual, activation) and a transpose to channels last;
 # a tile whose window does not fit keeps the direct path. ----
 
-def depthwise_tiled_case(xs, k, attrs, tile="1", precision="f32", then=None, tiled=True):
+def depthwise_tiled_case(xs, k, attrs, tile="", precision="f32", then=None, tiled=True):
     """then: None, "res_relu" (a residual add and a relu fused) or "clast"
     (a transpose to channels last fused, then a layer norm)."""
     def test(workdir):
@@ -730,7 +730,7 @@ def depthwise_tiled_case(xs, k, attrs, tile="1", precision="f32", then=None, til
             nodes[0]["name"] = "y"
         y = model_yaml("dw", ins, nodes, ["y"], weights)
         prog = build_model(workdir, y, flags=("--precision", "f16") if f16 else (),
-                           env={"KILN_DWCONV": tile})
+                           env={"KILN_DWCONV": tile} if tile else None)
         got, = run_program(prog, feeds, [want.astype(np.float32)])
         tol = 2e-2 if f16 else 1e-4
         assert_close(got, want, tol, tol)
@@ -743,15 +743,26 @@ def depthwise_tiled_case(xs, k, attrs, tile="1", precision="f32", then=None, til
     return test
 
 
+# tile "" is the default (tiled at unit strides with 49 taps or 1024
+# positions, 8 x 8 of 8 channels, two outputs of a row an invocation), "0"
+# the direct kernel, TH,TW,CB[,PX] forced at any strides and sizes
 for xs, k, attrs, tile, prec, then, tiled in [
-        ([2, 20, 19, 17], 7, {"pads": [3, 3, 3, 3]}, "1", "f32", None, True),   # ConvNeXt's
+        ([2, 20, 19, 17], 7, {"pads": [3, 3, 3, 3]}, "", "f32", None, True),    # ConvNeXt's
+        ([2, 20, 19, 17], 7, {"pads": [3, 3, 3, 3]}, "0", "f32", None, False),
         ([1, 5, 13, 11], 3, {"strides": [2, 2], "dilations": [2, 1], "pads": [2, 0, 1, 2]},
          "4,8,4", "f32", None, True),
-        ([1, 12, 100], 4, {"pads": [3, 0]}, "1", "f32", None, True),           # 1-D (causal)
+        ([1, 5, 13, 23], 3, {"strides": [1, 2], "dilations": [2, 2], "pads": [2, 0, 1, 2]},
+         "4,8,4,4", "f32", None, True),
+        ([1, 6, 12, 12], 3, {"strides": [2, 2], "pads": [1, 1, 1, 1]}, "", "f32", None, False),
+        ([1, 12, 1030], 4, {"pads": [3, 0]}, "", "f32", None, True),           # 1-D (causal)
+        ([1, 12, 100], 3, {"pads": [1, 1], "dilations": [3]}, "1,16,4,8", "f32", None, True),
         ([1, 9, 10, 12], 5, {"pads": [2, 2, 2, 2]}, "3,5,2", "f32", "res_relu", True),
-        ([2, 24, 15, 14], 7, {"pads": [3, 3, 3, 3]}, "1", "f16", "clast", True),
-        ([1, 40, 9, 9], 3, {"pads": [1, 1, 1, 1]}, "1", "f16", None, True),
+        ([1, 9, 33, 32], 5, {"pads": [2, 2, 2, 2]}, "", "f32", "res_relu", True),
+        ([2, 24, 15, 14], 7, {"pads": [3, 3, 3, 3]}, "", "f16", "clast", True),
+        ([2, 24, 15, 14], 7, {"pads": [3, 3, 3, 3]}, "8,8,16,4", "f16", "clast", True),
+        ([1, 40, 34, 31], 3, {"pads": [1, 1, 1, 1]}, "", "f16", None, True),
+        ([1, 40, 9, 9], 3, {"pads": [1, 1, 1, 1]}, "", "f16", None, False),   # small: direct
         ([1, 4, 40, 40], 31, {"pads": [15, 15, 15, 15]}, "64,64,1", "f32", None, False)]:
-    case(f"op conv depthwise tiled (KILN_DWCONV={tile}) x={xs} k={k} {attrs}, {prec}"
-         f"{', ' + then if then else ''}{'' if tiled else ': window too large, direct'}")(
+    case(f"op conv depthwise tiled (KILN_DWCONV={tile or 'unset'}) x={xs} k={k} {attrs}, {prec}"
+         f"{', ' + then if then else ''}{'' if tiled else ': direct'}")(
         depthwise_tiled_case(xs, k, attrs, tile, prec, then, tiled))
