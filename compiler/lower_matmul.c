@@ -319,8 +319,9 @@ static int64_t coopmat_shared_bytes(int64_t bm, int64_t bn, int64_t bk, int64_t 
  * they do (BERT-base's [128, 3072] x [3072, 768]: 24 tiles of 64 x 64, 11
  * chunks), coopmat.comp writing the chunks' partial products and each
  * tile's last workgroup (split_in_last) or splitk.comp adding them up with
- * the epilogue; KILN_COOPMAT_SPLITK=S sets the chunks, for tuning. Returns
- * the dispatch that writes C. */
+ * the epilogue (not a product on 128 x 256 tiles, which fill the GPU);
+ * KILN_COOPMAT_SPLITK=S sets the chunks, for tuning. Returns the dispatch
+ * that writes C. */
 static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
     /* a decoder's weight stored f16 K-major (quantize.c): B is that copy */
     bool f16_kmajor = n->wkmajor && n->wq && n->wformat == WF_F16;
@@ -402,7 +403,13 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
         ns = 1;
     int64_t tiles = groups_for(s->M, bm) * groups_for(s->N, bn) * s->batch;
     int64_t steps = (s->K + bk - 1) / bk, splits = 1;
-    if (s->batch == 1 && tiles < COOPMAT_GROUPS && !s->dyn)
+    /* a product (not a convolution) on 128 x 256 tiles of 8 subgroups
+     * already fills the GPU (they are chosen where they leave 128
+     * workgroups): splitting it slowed 2048^3 from 96.9 to 139.8 us (three
+     * chunks; two 132.6) on an H200, lone (bench/experiments/
+     * coopmat-split-h200.txt) */
+    bool full_wave = !conv && wm * wn == 8;
+    if (s->batch == 1 && tiles < COOPMAT_GROUPS && !s->dyn && !full_wave)
         splits = (COOPMAT_GROUPS + tiles - 1) / tiles;
     if (splits > steps / 4)
         splits = steps / 4;

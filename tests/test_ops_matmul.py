@@ -150,6 +150,30 @@ for _k, _bm in ((96, 64), (512, 128)):
         coopmat_tile_case(_k, _bm))
 
 
+def coopmat_split_case(m, k, n, tiles, splits):
+    """[m, k] x [k, n] in f16: coopmat.comp's tiles and its chunks of K. A
+    product on 128 x 256 tiles (at least 128 of them) is not split; one of
+    fewer, smaller tiles is, until about 264 workgroups. Compiled only, as
+    above."""
+    def test(workdir):
+        y = model_yaml("mm", {"a": {"dtype": "f16", "shape": [m, k]},
+                              "b": {"dtype": "f16", "shape": [k, n]}},
+                       [{"name": "y", "op": "matmul", "inputs": ["a", "b"]}], ["y"])
+        build_model(workdir, y)
+        cm = [d for d in kernel_defines(workdir) if "WM" in d]
+        got = [(d.get("BM"), d.get("BN"), d.get("SPLITS", "1")) for d in cm]
+        check(got == [(str(tiles[0]), str(tiles[1]), str(splits))],
+              f"coopmat tiles and splits {got}, expected {tiles} in {splits}")
+    return test
+
+
+for _m, _k, _n, _tiles, _splits in ((2048, 2048, 2048, (128, 256), 1),
+                                    (1024, 1024, 1024, (128, 128), 5),
+                                    (128, 3072, 768, (64, 64), 11)):
+    case(f"op matmul f16 coopmat split [{_m}, {_k}] x [{_k}, {_n}]: {_tiles}, {_splits}")(
+        coopmat_split_case(_m, _k, _n, _tiles, _splits))
+
+
 def matmul_weights_case(workdir):
     """[B, S, D] x a weight [D, E] from inline values."""
     r = rng(330)
