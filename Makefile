@@ -251,7 +251,7 @@ uninstall:
 # stops it and leaves the input in build-fuzz/findings/; copy it into
 # tests/fuzz/regressions/TARGET/ once fixed (make test replays those).
 
-FUZZ_TARGETS ?= yaml onnx safetensors frontend
+FUZZ_TARGETS ?= yaml onnx onnx_dims safetensors frontend
 FUZZ_SECONDS ?= 60
 FUZZ_FLAGS = -O1 -g -fsanitize=fuzzer-no-link,address,undefined \
              -fno-sanitize-recover=undefined -fno-omit-frame-pointer

@@ -651,7 +651,8 @@ for name, (text, line, words) in OP_ERRORS:
 # ---- fuzzer findings (tests/fuzz/regressions/TARGET/), replayed ----
 # Each input once crashed a fuzz target (make fuzz). Through the command line
 # it must now compile (exit 0) or give an error (exit 1, a message, nothing
-# written), never crash. safetensors inputs are two bytes (dtype, rank: see tests/fuzz/fuzz.c)
+# written), never crash. onnx_dims inputs give their --shape arguments on
+# their first line (see tests/fuzz/fuzz.c). safetensors inputs are two bytes (dtype, rank: see tests/fuzz/fuzz.c)
 # and the file; they are loaded as the weight of a small model.
 
 REGRESSIONS = Path(__file__).resolve().parent / "fuzz" / "regressions"
@@ -662,7 +663,12 @@ def fuzz_regression(target, path):
     def test(workdir):
         wd = Path(workdir)
         data = path.read_bytes()
-        if target == "onnx":
+        flags = []
+        if target == "onnx_dims":  # --shape arguments on the first line
+            line, _, data = data.partition(b"\n")
+            for arg in line.decode("latin-1").split()[:8]:
+                flags += ["--shape", arg]
+        if target in ("onnx", "onnx_dims"):
             model = "model.onnx"
             (wd / model).write_bytes(data)
         elif target == "safetensors":
@@ -677,7 +683,7 @@ def fuzz_regression(target, path):
         else:
             model = "model.yaml"
             (wd / model).write_bytes(data)
-        r = kiln("compile", model, "-o", "out.c", cwd=wd)
+        r = kiln("compile", model, *flags, "-o", "out.c", cwd=wd)
         if r.returncode == 0:  # some findings are valid models once fixed
             check((wd / "out.c").exists(), "exit 0 but no output")
             return

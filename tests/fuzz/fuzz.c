@@ -6,6 +6,11 @@
  *   yaml         load_yaml_text: the YAML graph format
  *   onnx         load_onnx_bytes (which folds constants and infers shapes
  *                node by node), then load_weights and infer_shapes
+ *   onnx_dims    the same with dynamic dimensions: the input's first line
+ *                holds up to 8 space-separated --shape arguments
+ *                (NAME=MIN..MAX, NAME=AxB), the ONNX bytes follow it; the
+ *                shape folding, dims derived from the dims and the
+ *                dynamic-axis analysis run over the symbolic shapes
  *   safetensors  safetensors_find: the header parser, against a weight whose
  *                dtype and shape come from the input's first bytes
  *   frontend     YAML text through load_weights and infer_shapes
@@ -56,6 +61,29 @@ static void run(const uint8_t *data, size_t size) {
     memcpy(text, data, size);
 #if defined(FUZZ_onnx)
     Graph *g = load_onnx_bytes("fuzz.onnx", text, size, 0, NULL, 0, NULL);
+#elif defined(FUZZ_onnx_dims)
+    /* the first line: --shape arguments, each terminated in place */
+    const char *shapes[8];
+    int nshapes = 0;
+    size_t at = 0;
+    while (at < size && text[at] != '\n') {
+        while (at < size && text[at] == ' ')
+            at++;
+        if (at >= size || text[at] == '\n')
+            break;
+        size_t start = at;
+        while (at < size && text[at] != ' ' && text[at] != '\n')
+            at++;
+        if (nshapes < 8)
+            shapes[nshapes++] = text + start;
+        char end = at < size ? text[at] : '\n';
+        text[at] = '\0';
+        if (end == '\n')
+            break;
+        at++;
+    }
+    at = at < size ? at + 1 : size;
+    Graph *g = load_onnx_bytes("fuzz.onnx", text + at, size - at, nshapes, shapes, 0, NULL);
 #else
     Graph *g = load_yaml_text("fuzz.yaml", text, size);
 #endif

@@ -5,8 +5,10 @@
 
 yaml and frontend: samples/*.yaml, the model of every op test and a small
 model per weight source;
-onnx: every model of Debian's libonnx-testdata; safetensors: files written
-here, each behind the two bytes the target reads as dtype and rank. Every
+onnx: every model of Debian's libonnx-testdata; onnx_dims: the ONNX models
+of the dynamic-dimension tests (test_dynamic.py), each behind the line of
+--shape arguments it is compiled with; safetensors: files written here,
+each behind the two bytes the target reads as dtype and rank. Every
 target also gets its committed regressions (tests/fuzz/regressions/TARGET/).
 """
 import json
@@ -73,6 +75,40 @@ def onnx_seeds():
             for p in sorted(ONNX_DATA.glob("*/*/model.onnx"))}
 
 
+def onnx_dims_seeds():
+    """Every ONNX model that test_dynamic.py compiles with --shape: the
+    arguments on one line, the model after it (each test's compiles are
+    recorded, the programs not built)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import tempfile
+    import test_dynamic
+    seeds = {}
+
+    class Refused:
+        returncode, stdout, stderr = 1, "", "seeds.py: not compiled"
+
+    def record(*args, **kwargs):
+        args = [str(a) for a in args]
+        shapes = [args[i + 1] for i, a in enumerate(args[:-1]) if a == "--shape"]
+        files = [a for a in args if a.endswith(".onnx")]
+        if shapes and files and Path(files[0]).is_file():
+            seeds[f"dyn{len(seeds)}"] = (" ".join(shapes) + "\n").encode() + \
+                Path(files[0]).read_bytes()
+        return Refused()
+    test_dynamic.kiln = record
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, fn in test_dynamic.TESTS:
+            if "ONNX" not in name and "onnx" not in name:
+                continue
+            wd = Path(tmp) / str(len(seeds))
+            wd.mkdir(exist_ok=True)
+            try:
+                fn(wd)
+            except Exception:  # the refused compile
+                pass
+    return seeds
+
+
 def safetensors_file(tensors):
     header, data = {}, b""
     for name, (dtype, shape, payload) in tensors.items():
@@ -103,7 +139,7 @@ def safetensors_seeds():
 def main():
     out_dir = Path(sys.argv[1])
     makers = {"yaml": yaml_seeds, "frontend": yaml_seeds, "onnx": onnx_seeds,
-              "safetensors": safetensors_seeds}
+              "onnx_dims": onnx_dims_seeds, "safetensors": safetensors_seeds}
     for target in sys.argv[2:]:
         d = out_dir / target
         d.mkdir(parents=True, exist_ok=True)
