@@ -124,13 +124,26 @@ static char *dim_operand(const Graph *g, const DimExpr *e) {
     return terms > 1 ? format("(%s)", s) : s;
 }
 
+/* e times k in out, false where a term overflows or the product is not
+ * small (dim_expr_small). */
+static bool scale_small(const DimExpr *e, int64_t k, DimExpr *out) {
+    bool over = __builtin_mul_overflow(e->c0, k, &out->c0);
+    for (int i = 0; i < MAX_DIMS; i++)
+        over |= __builtin_mul_overflow(e->c[i], k, &out->c[i]);
+    return !over && dim_expr_small(out);
+}
+
 bool derive_dim(Graph *g, DimOp op, const DimExpr *a, const DimExpr *b, DimExpr *out) {
     memset(out, 0, sizeof *out);
+    if (!dim_expr_small(a) || !dim_expr_small(b))
+        return false;
     int64_t alo = dim_expr_min(g, a), ahi = dim_expr_max(g, a);
     int64_t blo = dim_expr_min(g, b), bhi = dim_expr_max(g, b);
     if (op == DIM_MUL && (dim_expr_const(a) || dim_expr_const(b))) {
-        *out = dim_expr_const(a) ? dim_expr_scale(b, a->c0) : dim_expr_scale(a, b->c0);
-        return true;
+        bool ok = dim_expr_const(a) ? scale_small(b, a->c0, out) : scale_small(a, b->c0, out);
+        if (!ok)
+            memset(out, 0, sizeof *out);
+        return ok;
     }
     if (op == DIM_DIV && dim_expr_const(b) && b->c0) { /* exact: every term divides */
         bool exact = a->c0 % b->c0 == 0;
@@ -156,7 +169,10 @@ bool derive_dim(Graph *g, DimOp op, const DimExpr *a, const DimExpr *b, DimExpr 
     /* the range: the operation over the operands' ranges' corners */
     int64_t lo, hi;
     if (op == DIM_MUL) {
-        int64_t k[4] = {alo * blo, alo * bhi, ahi * blo, ahi * bhi};
+        int64_t k[4];
+        if (__builtin_mul_overflow(alo, blo, &k[0]) || __builtin_mul_overflow(alo, bhi, &k[1]) ||
+            __builtin_mul_overflow(ahi, blo, &k[2]) || __builtin_mul_overflow(ahi, bhi, &k[3]))
+            return false;
         lo = hi = k[0];
         for (int i = 1; i < 4; i++) {
             lo = k[i] < lo ? k[i] : lo;
@@ -211,6 +227,16 @@ int64_t dim_expr_min(const Graph *g, const DimExpr *e) {
     for (int i = 0; i < g->ndims; i++)
         v += e->c[i] * (e->c[i] > 0 ? g->dims[i].lo : g->dims[i].hi);
     return v;
+}
+
+bool dim_expr_small(const DimExpr *e) {
+    const int64_t c_limit = (int64_t)1 << 40, k_limit = (int64_t)1 << 20;
+    if (e->c0 > c_limit || e->c0 < -c_limit)
+        return false;
+    for (int i = 0; i < MAX_DIMS; i++)
+        if (e->c[i] > k_limit || e->c[i] < -k_limit)
+            return false;
+    return true;
 }
 
 DimExpr dim_expr_scale(const DimExpr *e, int64_t k) {

@@ -514,6 +514,11 @@ bool dim_expr_const(const DimExpr *e);
 int64_t dim_expr_max(const Graph *g, const DimExpr *e);
 int64_t dim_expr_min(const Graph *g, const DimExpr *e);
 /* e * k, and a + b */
+/* Whether arithmetic on e cannot overflow: its constant within +-2^40 and
+ * each dim's coefficient within +-2^20 (the dims lie within +-2^31, so
+ * its range stays within +-2^56). Shape arithmetic that leaves these
+ * bounds is not followed as an expression of the dims. */
+bool dim_expr_small(const DimExpr *e);
 DimExpr dim_expr_scale(const DimExpr *e, int64_t k);
 DimExpr dim_expr_add(const DimExpr *a, const DimExpr *b);
 /* A GLSL int expression of e * scale, reading the run's dims (KILN_DIM). */

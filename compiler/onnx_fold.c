@@ -365,6 +365,10 @@ static bool fold_constant_of_shape(Ctx *c) {
 
 static bool fold_range(Ctx *c) {
     Value *s = in(c, 0), *l = in(c, 1), *d = in(c, 2);
+    if (!vcount(s) || !vcount(l) || !vcount(d)) /* (more: the first, as always) */
+        node_fail(c, format("Range takes scalars: start, limit and delta have %lld, %lld "
+                            "and %lld elements", (long long)vcount(s), (long long)vcount(l),
+                            (long long)vcount(d)));
     double start = vget(s, 0), limit = vget(l, 0), delta = vget(d, 0);
     if (delta == 0)
         node_fail(c, "Range with a zero delta");
@@ -666,6 +670,10 @@ static const char *const sym_comparisons[] = {"Equal", "Less", "Greater", "LessO
  * GPU computes it then). */
 static bool sym_arith(Ctx *c, const char *op, const DimExpr *a, const DimExpr *b,
                       const DimExpr *w, DimExpr *r) {
+    /* operands and results past dim_expr_small's bounds are not followed
+     * (no shape of kiln's is that large; the sums could overflow) */
+    if (!dim_expr_small(a) || !dim_expr_small(b) || (w && !dim_expr_small(w)))
+        return false;
     if (strcmp(op, "Add") == 0) {
         *r = dim_expr_add(a, b);
     } else if (strcmp(op, "Sub") == 0) {
@@ -700,7 +708,7 @@ static bool sym_arith(Ctx *c, const char *op, const DimExpr *a, const DimExpr *b
         memset(r, 0, sizeof *r);
         r->c0 = v;
     }
-    return true;
+    return dim_expr_small(r);
 }
 
 static bool fold_sym_arith(Ctx *c, const char *op) {
@@ -739,8 +747,12 @@ static bool fold_sym_arith(Ctx *c, const char *op) {
  * size follows them. */
 static bool fold_sym_range(Ctx *c) {
     DimExpr s, l, d;
+    for (int i = 0; i < 3; i++)
+        if (nin(c) < 3 || !in_opt(c, i) || !vcount(in(c, i)))
+            return false; /* an input without elements: refused as a Range */
     if (!sym_at(in(c, 0), 0, &s) || !sym_at(in(c, 1), 0, &l) || !sym_at(in(c, 2), 0, &d) ||
-        !dim_expr_const(&d) || d.c0 == 0)
+        !dim_expr_const(&d) || d.c0 == 0 || !dim_expr_small(&s) || !dim_expr_small(&l) ||
+        !dim_expr_small(&d))
         return false;
     DimExpr ns = dim_expr_scale(&s, -1), span = dim_expr_add(&l, &ns);
     /* size = ceil(span / delta): exact when delta divides every term of
@@ -788,7 +800,9 @@ static bool fold_sym_moves(Ctx *c, const char *op) {
     for (size_t v = 0; v < sizeof views / sizeof views[0]; v++)
         if (strcmp(views[v].name, op) == 0)
             view = &views[v];
-    if (!view && list_index(folded, op) < 0)
+    /* a result without a name (an output ONNX may omit, which these ops'
+     * is not) binds nothing to fold into: mapped as it is */
+    if ((!view && list_index(folded, op) < 0) || !*out_name(c, 0))
         return false;
     int ndata = strcmp(op, "Concat") == 0 ? nin(c) : 1;
     for (int i = ndata; i < nin(c); i++) { /* indices, bounds, shapes: constants */
@@ -814,13 +828,20 @@ static bool fold_sym_moves(Ctx *c, const char *op) {
         }
         map_put(&c->values, c->node->input[i], numbers);
     }
+    /* a view of a constant is one; fold() may decline (indices it does
+     * not take, say): then nothing was bound, and the node is mapped as
+     * it is. The result is read before the inputs come back (an output
+     * may bear an input's name). */
+    bool folded_it = true;
     if (view)
         map_view(c, view);
     else
-        fold(c);
+        folded_it = fold(c);
+    Value *o = folded_it ? map_get(&c->values, out_name(c, 0)) : NULL;
     for (int i = ndata - 1; i >= 0; i--)
         map_put(&c->values, c->node->input[i], saved[i]);
-    Value *o = map_get(&c->values, out_name(c, 0));
+    if (!folded_it)
+        return false;
     if (!o || !o->data)
         internal_error("node %s: a symbolic value moved into a non-constant", c->nname);
     int64_t n = vcount(o);

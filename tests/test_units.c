@@ -9,6 +9,10 @@
  *              peak of live bytes, inputs and outputs stay pinned
  *   schedule   barriers exactly where byte ranges conflict
  *   broadcast  numpy broadcasting rules
+ *   derived    derive_dim: products, quotients, max and min of dims as
+ *              constants, scaled dims or derived dims with their ranges,
+ *              and none (false) where an operand or a range passes the
+ *              bounds that keep the arithmetic from overflowing
  *   splitmix64 the published first outputs of the generator behind `init`
  *   hash       the weights checksum (runtime/hash.c): the same value for
  *              the same bytes however they are split between updates and
@@ -210,6 +214,45 @@ static void test_broadcast(void) {
     report("broadcast: numpy rules", NULL);
 }
 
+static void test_derived(void) {
+    Graph *g = xcalloc(1, sizeof *g);
+    Loc nowhere = {NULL, 0, 0};
+    int seq = declare_dim(g, "seq", 1, 64, nowhere),
+        past = declare_dim(g, "past", 0, 100, nowhere);
+    DimExpr s = {0, {0}}, p = {0, {0}}, k = {0, {0}}, r;
+    s.c[seq] = 1;
+    p.c[past] = 1;
+    const char *why = NULL;
+    k.c0 = 6;
+    if (!derive_dim(g, DIM_MUL, &s, &k, &r) || r.c[seq] != 6 || r.c0)
+        why = "seq * 6 is not 6 seq";
+    else if (!derive_dim(g, DIM_MUL, &s, &p, &r) || g->ndims != 3 || r.c[2] != 1 ||
+             g->dims[2].lo != 0 || g->dims[2].hi != 6400)
+        why = "seq * past is not a derived dim of range 0..6400";
+    else if (!derive_dim(g, DIM_MUL, &p, &s, &r) || g->ndims != 3 || r.c[2] != 1)
+        why = "past * seq is not the same derived dim";
+    else if (!derive_dim(g, DIM_DIV, &s, &k, &r) || g->dims[3].lo != 0 ||
+             g->dims[3].hi != 10)
+        why = "seq / 6 is not a derived dim of range 0..10";
+    k.c0 = (int64_t)1 << 40; /* bounds: each operand, each product */
+    DimExpr big = {(int64_t)1 << 41, {0}}, wide = s;
+    wide.c[seq] = (int64_t)1 << 21;
+    int dims = g->ndims;
+    DimExpr k20 = {(int64_t)1 << 20, {0}}, k21 = {(int64_t)1 << 21, {0}};
+    if (!why && (!derive_dim(g, DIM_MUL, &s, &k20, &r) || r.c[seq] != k20.c0))
+        why = "seq * 2^20 is not 2^20 seq";
+    else if (!why && derive_dim(g, DIM_MUL, &s, &k21, &r))
+        why = "seq * 2^21 was followed";
+    else if (!why && derive_dim(g, DIM_MUL, &k, &k, &r))
+        why = "2^40 * 2^40 was followed";
+    else if (!why && (derive_dim(g, DIM_MUL, &big, &s, &r) ||
+                      derive_dim(g, DIM_MAX, &wide, &p, &r)))
+        why = "an operand past the bounds was followed";
+    else if (!why && g->ndims != dims)
+        why = "a refused operation declared a dim";
+    report("derived: dims derived from the dims, and their bounds", why);
+}
+
 static void test_splitmix(void) {
     /* First outputs for seed 0, as published with the algorithm. */
     uint64_t s = 0;
@@ -409,6 +452,7 @@ static void test_hostile(void) {
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* progress shows as it happens */
     test_broadcast();
+    test_derived();
     test_splitmix();
     test_hash();
     test_schedule();
