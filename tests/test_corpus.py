@@ -17,10 +17,11 @@ weights stored in f16) and compared with the same outputs within
 F16_TOLERANCE of the largest reference value: every element, max |error| /
 max |reference| of its output (docs/cli.md, "Precision"); the dynamo
 exporter's opset-20 files also with --io f16 (the f32 inputs given and the
-outputs read as f16, the header declaring them so).
+outputs read as f16, the header declaring them so). Each model's arena,
+f32 and f16, must be at its lower bound (the peak of live bytes).
 """
-import re
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -80,8 +81,25 @@ def declared_dtypes(header):
     return [names.get(d, d) for d in re.findall(r"\[\d+\] \S+: (\w+) \[", part)]
 
 
+def arena_case(d):
+    """The arena at its lower bound (the peak of live bytes at any
+    dispatch), f32 and --precision f16, as kiln compile reports them (no
+    guard bands: those the other cases add widen both)."""
+    def test(workdir):
+        for flags in ((), ("--precision", "f16")):
+            r = kiln("compile", d / "model.onnx", "-o", Path(workdir) / "a.c", *flags)
+            check(r.returncode == 0, f"kiln compile {' '.join(flags)} failed:\n{r.stderr}")
+            m = re.search(r"arena (\d+) bytes \(lower bound (\d+)\)", r.stdout + r.stderr)
+            check(m, f"no arena line in:\n{r.stdout + r.stderr}")
+            check(m.group(1) == m.group(2),
+                  f"{' '.join(flags) or 'f32'}: arena {m.group(1)} bytes, lower bound "
+                  f"{m.group(2)}")
+    return test
+
+
 for _d in sorted(p.parent for p in MODELS.glob("*/model.onnx")):
     case(f"corpus: {_d.name}")(corpus_case(_d))
+    case(f"corpus arena at its lower bound: {_d.name}")(arena_case(_d))
     case(f"corpus f16: {_d.name}")(corpus_case(_d, "f16"))
     if _d.name.endswith("_dynamo20"):
         case(f"corpus f16 --io f16: {_d.name}")(corpus_case(_d, "f16", "f16"))
