@@ -525,7 +525,10 @@ static void become_repack(Node *n, const Tensor *out, int a, bool pack) {
  * axes a and a + 1 into one axis (a dynamic batch and sequence viewed as
  * rows: x.view(-1, n)), which follows the derived dim of their product, the
  * elements packed as its prefix; and back, an axis that follows such a
- * product split into two (sizes the largest of each factor). In the
+ * product split into two (sizes the largest of each factor). The same
+ * with S1 fixed (a fixed batch of more than one and a dynamic sequence):
+ * the merged axis follows S1 times S2's extent, and splits back where a
+ * fixed S1 divides it. In the
  * largest layout neither is a view: [b, seq] elements leave holes that
  * [b*seq] rows do not (a flatten of the two merges them too). False where
  * the reshape is neither. */
@@ -542,9 +545,38 @@ static bool repack_reshape(Node *n, Tensor *x, Tensor *out) {
         become_repack(n, out, a, true);
         return true;
     }
+    /* a fixed axis (B > 1) and the one dynamic axis after it merged: B *
+     * seq rows, a multiple of a dim (a fixed batch and a dynamic sequence
+     * viewed as rows) */
     a = one_dyn_axis(x);
+    if ((n->op == OP_RESHAPE || n->op == OP_FLATTEN) && a >= 1 && x->shape[a - 1] > 1 &&
+        x->shape[a] > 1 && merges_at(x, out, a - 1, true)) {
+        e = dim_expr_scale(&x->ext[a], x->shape[a - 1]);
+        if (dim_expr_small(&e) && (!is_dyn(out, a - 1) || dim_expr_eq(&out->ext[a - 1], &e))) {
+            mark(n, out, a - 1, &e);
+            become_repack(n, out, a - 1, true);
+            return true;
+        }
+    }
     if (n->op != OP_RESHAPE || a < 0 || !merges_at(x, out, a, false))
         return false;
+    /* and back: rows k * (an extent) split into [k, the extent], k fixed */
+    int64_t k = out->shape[a];
+    if (k > 1 && !is_dyn(out, a)) {
+        const DimExpr *r = &x->ext[a];
+        bool divides = r->c0 % k == 0;
+        DimExpr q = {r->c0 / k, {0}};
+        for (int i = 0; i < MAX_DIMS; i++) {
+            divides = divides && r->c[i] % k == 0;
+            q.c[i] = r->c[i] / k;
+        }
+        if (divides && !dim_expr_const(&q) && dim_expr_max(g, &q) == out->shape[a + 1] &&
+            (!is_dyn(out, a + 1) || dim_expr_eq(&out->ext[a + 1], &q))) {
+            mark(n, out, a + 1, &q);
+            become_repack(n, out, a, false);
+            return true;
+        }
+    }
     int d = -1; /* x's extent along a: a derived product */
     for (int i = declared_dims(g); i < g->ndims; i++) {
         DimExpr one = {0, {0}};

@@ -61,15 +61,15 @@ void lower_view(Program *p, Node *n) {
 
 /* A reshape that merges two adjacent dynamic axes of its input into one
  * (pack) or splits an axis of their product into them (dynamic.c
- * repack_reshape): repack.comp moves the run's elements between
- * [O, S1, S2, R] (holes past each extent) and [O, S1 * S2, R] (a prefix
- * of the merged axis). */
+ * repack_reshape), the first of them possibly fixed: repack.comp moves
+ * the run's elements between [O, S1, S2, R] (holes past each extent) and
+ * [O, S1 * S2, R] (a prefix of the merged axis). */
 void lower_repack(Program *p, Node *n) {
     Tensor *x = n->inputs[0], *out = n->outputs[0];
     bool pack = attr_int(n, "pack") != 0;
     int a = (int)attr_int(n, "axis");
     const Tensor *two = pack ? x : out; /* the side with the two axes */
-    if (a < 0 || a + 1 >= two->rank || !is_dyn(two, a) || !is_dyn(two, a + 1))
+    if (a < 0 || a + 1 >= two->rank || !is_dyn(two, a + 1))
         error_at(n->loc, "node '%s': repack is kiln's own op, for reshapes of dynamic axes",
                  n->name);
     Dispatch *d = new_dispatch(p, n, "repack");
@@ -89,7 +89,9 @@ void lower_repack(Program *p, Node *n) {
     define_int(d, "S1", two->shape[a]);
     define_int(d, "S2", two->shape[a + 1]);
     define_int(d, "R", inner);
-    define_str(d, "E1", dim_expr_glsl(&two->ext[a], 1));
+    /* the first axis's extent: its dims', or its size where it is fixed */
+    define_str(d, "E1", is_dyn(two, a) ? dim_expr_glsl(&two->ext[a], 1)
+                                       : format("%lld", (long long)two->shape[a]));
     define_str(d, "E2", dim_expr_glsl(&two->ext[a + 1], 1));
     dispatch_arg(d, out, true);
     dispatch_arg(d, x, false);

@@ -1,9 +1,9 @@
 #version 460
 // repack.comp: a reshape that merges two adjacent dynamic axes or splits
-// their product (compiler/lower_layout.c lower_repack). Tensors are stored
-// at their largest shape, a run's elements at their place in it: along
-// [O, S1, S2, R] dynamic in S1 and S2 (extents E1 and E2, read from the
-// run's dims) they leave holes, while [O, S1 * S2, R], dynamic in the
+// their product (compiler/lower_layout.c lower_repack); the first may be a
+// fixed one (E1 then its size). Tensors are stored at their largest shape,
+// a run's elements at their place in it: along [O, S1, S2, R] dynamic in
+// S1 and S2 (extents E1 and E2, read from the run's dims) they leave holes, while [O, S1 * S2, R], dynamic in the
 // merged axis (the derived dim E1 * E2), holds them as a prefix of it.
 // Each invocation takes an element j of the merged layout, k its index
 // along the merged axis, and where k < E1 * E2 moves it from (PACK 1) or

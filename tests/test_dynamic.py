@@ -1238,6 +1238,45 @@ for _dt in ("f32", "i64"):
          f"the derived b*seq, {_dt}")(batch_seq_case(_dt))
 
 
+@case("op repack: ONNX [3, seq, 8] (a fixed batch of 3, a dynamic sequence) viewed as "
+      "[3*seq, 8] rows ([-1, 8]), a product, bias and relu, and back to [3, seq, 6] (a shape "
+      "computed from Shape): the rows follow 3 seq, no derived dim")
+def test_repack_fixed_batch(workdir):
+    from test_onnx import attr, initializer, model, node, value_info
+    workdir = Path(workdir)
+    rng = np.random.default_rng(47)
+    w = rng.standard_normal((8, 6)).astype(np.float32)
+    bias = rng.standard_normal(6).astype(np.float32)
+    (workdir / "fb.onnx").write_bytes(model(
+        [node("Reshape", ["x", "rows"], ["x2"], "pack"),
+         node("MatMul", ["x2", "w"], ["m"], "mm"),
+         node("Add", ["m", "bias"], ["mb"], "addb"),
+         node("Relu", ["mb"], ["h"], "relu"),
+         node("Shape", ["x"], ["s"], "sh"),
+         node("Gather", ["s", "one0"], ["q"], "gq", attr("axis", 0)),
+         node("Unsqueeze", ["q", "zl"], ["q1"], "uq"),
+         node("Concat", ["three", "q1", "six"], ["shp"], "cat", attr("axis", 0)),
+         node("Reshape", ["h", "shp"], ["y"], "unpack")],
+        [value_info("x", [3, "seq", 8])],
+        [value_info("h", ["n", 6]), value_info("y", [3, "seq", 6])],
+        [i64_init("rows", [-1, 8]), i64_init("one0", 1), i64_init("zl", [0]),
+         i64_init("three", [3]), i64_init("six", [6]), initializer("w", w),
+         initializer("bias", bias)]))
+    r = kiln("compile", workdir / "fb.onnx", "--shape", "seq=1..10", "--name", "model",
+             "-o", workdir / "model.c")
+    check(r.returncode == 0, r.stderr)
+    c = (workdir / "model.c").read_text()
+    check(c.count(" repack ") >= 2 and "KILN_DIM_MUL" not in c,
+          "no repack dispatches, or a derived dim")
+    steps = [{"seq": q} for q in (1, 10, 4, 7, 1, 9)]
+    run_built(link_model(workdir), steps,
+              lambda rng, seq: [normal(rng, 3, seq, 8)],
+              lambda x, seq: [np.maximum(x.reshape(3 * seq, 8).astype(np.float64) @ w + bias,
+                                         0),
+                              np.maximum(x.reshape(3 * seq, 8).astype(np.float64) @ w + bias,
+                                         0).reshape(3, seq, 6)], rtol=1e-4, atol=1e-4)
+
+
 @case("op repack: ONNX [2, b, seq, 4] viewed as [2, b*seq, 4] and back (an outer axis: the "
       "merged run is no prefix, the whole largest shape is visited)")
 def test_repack_outer(workdir):
@@ -1332,6 +1371,27 @@ def test_batch_seq_attention(workdir):
     steps = [{"b": b, "seq": q} for b, q in ((1, 1), (3, 9), (2, 4), (1, 9), (3, 1), (2, 7))]
     run_built(link_model(workdir), steps, lambda rng, b, seq: [normal(rng, b, seq, 16)],
               reference, rtol=1e-4, atol=1e-5)
+
+
+@case("op repack: YAML [2, seq, 8] (a fixed batch) reshaped to [-1, 8] rows, a product, and "
+      "reshaped to the largest [2, 7, 6]: the rows follow 2 seq, the result seq")
+def test_repack_yaml_fixed(workdir):
+    rng = np.random.default_rng(53)
+    w = rng.standard_normal((8, 6)).astype(np.float32)
+    y = dyn_yaml({"seq": "1..7"},
+                 {"x": {"dtype": "f32", "shape": [2, "seq", 8]}},
+                 [{"name": "rows", "op": "reshape", "inputs": ["x"], "shape": [-1, 8]},
+                  {"name": "h", "op": "matmul", "inputs": ["rows", "w"]},
+                  {"name": "y", "op": "reshape", "inputs": ["h"], "shape": [2, 7, 6]}],
+                 ["h", "y"], {"w": {"dtype": "f32", "shape": [8, 6],
+                                    "values": w.ravel().tolist()}})
+    prog = build_model(workdir, y)
+    check((Path(workdir) / "model.c").read_text().count(" repack ") >= 2,
+          "no repack dispatches")
+    steps = [{"seq": q} for q in (1, 7, 3, 6, 1)]
+    run_built(prog, steps, lambda rng, seq: [normal(rng, 2, seq, 8)],
+              lambda x, seq: [x.reshape(2 * seq, 8) @ w, (x.reshape(2 * seq, 8) @ w)
+                              .reshape(2, seq, 6)], rtol=1e-4, atol=1e-5)
 
 
 @case("op repack: YAML [b, seq, 8] reshaped to [-1, 8] rows, a product, and reshaped to the "
