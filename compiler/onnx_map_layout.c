@@ -299,9 +299,11 @@ void map_eye_like(Ctx *c, const OnnxOp *op) {
         dt = (kiln_dtype)d;
     }
     int64_t k = oattr_int(c, "k", 0);
-    if ((double)shape_count(2, x->shape) > MAX_CONST_FOLD)
+    /* a constant: at most 2^26 elements (256 MiB of f32; a dynamic input's
+     * largest shape can claim billions) */
+    if ((double)shape_count(2, x->shape) > (double)(1 << 26))
         node_fail(c, format("unsupported: an EyeLike of shape %s (kiln makes it a constant, "
-                            "of at most %d elements)", shape_str(2, x->shape), MAX_CONST_FOLD));
+                            "of at most %d elements)", shape_str(2, x->shape), 1 << 26));
     Value *y = new_value(out_name(c, 0), dt, 2, x->shape, true);
     for (int64_t i = 0; i < x->shape[0]; i++)
         if (i + k >= 0 && i + k < x->shape[1])
