@@ -133,6 +133,21 @@ static bool scale_small(const DimExpr *e, int64_t k, DimExpr *out) {
     return !over && dim_expr_small(out);
 }
 
+/* e / k in q where k divides every term of e; false (q untouched)
+ * otherwise. */
+static bool div_exact(const DimExpr *e, int64_t k, DimExpr *q) {
+    if (k == 0 || (k == -1 && e->c0 == INT64_MIN) || e->c0 % k)
+        return false;
+    DimExpr r = {e->c0 / k, {0}};
+    for (int i = 0; i < MAX_DIMS; i++) {
+        if ((k == -1 && e->c[i] == INT64_MIN) || e->c[i] % k)
+            return false;
+        r.c[i] = e->c[i] / k;
+    }
+    *q = r;
+    return true;
+}
+
 bool derive_dim(Graph *g, DimOp op, const DimExpr *a, const DimExpr *b, DimExpr *out) {
     memset(out, 0, sizeof *out);
     if (!dim_expr_small(a) || !dim_expr_small(b))
@@ -145,17 +160,8 @@ bool derive_dim(Graph *g, DimOp op, const DimExpr *a, const DimExpr *b, DimExpr 
             memset(out, 0, sizeof *out);
         return ok;
     }
-    if (op == DIM_DIV && dim_expr_const(b) && b->c0) { /* exact: every term divides */
-        bool exact = a->c0 % b->c0 == 0;
-        for (int i = 0; i < MAX_DIMS; i++)
-            exact = exact && a->c[i] % b->c0 == 0;
-        if (exact) {
-            out->c0 = a->c0 / b->c0;
-            for (int i = 0; i < MAX_DIMS; i++)
-                out->c[i] = a->c[i] / b->c0;
-            return true;
-        }
-    }
+    if (op == DIM_DIV && dim_expr_const(b) && div_exact(a, b->c0, out))
+        return true; /* exact: every term divides */
     if (op == DIM_DIV && (alo < 0 || blo < 1))
         return false;
     if (dim_expr_const(a) && dim_expr_const(b)) {
@@ -551,8 +557,8 @@ static bool repack_reshape(Node *n, Tensor *x, Tensor *out) {
     a = one_dyn_axis(x);
     if ((n->op == OP_RESHAPE || n->op == OP_FLATTEN) && a >= 1 && x->shape[a - 1] > 1 &&
         x->shape[a] > 1 && merges_at(x, out, a - 1, true)) {
-        e = dim_expr_scale(&x->ext[a], x->shape[a - 1]);
-        if (dim_expr_small(&e) && (!is_dyn(out, a - 1) || dim_expr_eq(&out->ext[a - 1], &e))) {
+        if (scale_small(&x->ext[a], x->shape[a - 1], &e) &&
+            (!is_dyn(out, a - 1) || dim_expr_eq(&out->ext[a - 1], &e))) {
             mark(n, out, a - 1, &e);
             become_repack(n, out, a - 1, true);
             return true;
@@ -562,20 +568,13 @@ static bool repack_reshape(Node *n, Tensor *x, Tensor *out) {
         return false;
     /* and back: rows k * (an extent) split into [k, the extent], k fixed */
     int64_t k = out->shape[a];
-    if (k > 1 && !is_dyn(out, a)) {
-        const DimExpr *r = &x->ext[a];
-        bool divides = r->c0 % k == 0;
-        DimExpr q = {r->c0 / k, {0}};
-        for (int i = 0; i < MAX_DIMS; i++) {
-            divides = divides && r->c[i] % k == 0;
-            q.c[i] = r->c[i] / k;
-        }
-        if (divides && !dim_expr_const(&q) && dim_expr_max(g, &q) == out->shape[a + 1] &&
-            (!is_dyn(out, a + 1) || dim_expr_eq(&out->ext[a + 1], &q))) {
-            mark(n, out, a + 1, &q);
-            become_repack(n, out, a, false);
-            return true;
-        }
+    DimExpr q;
+    if (k > 1 && !is_dyn(out, a) && div_exact(&x->ext[a], k, &q) && !dim_expr_const(&q) &&
+        dim_expr_max(g, &q) == out->shape[a + 1] &&
+        (!is_dyn(out, a + 1) || dim_expr_eq(&out->ext[a + 1], &q))) {
+        mark(n, out, a + 1, &q);
+        become_repack(n, out, a, false);
+        return true;
     }
     int d = -1; /* x's extent along a: a derived product */
     for (int i = declared_dims(g); i < g->ndims; i++) {
