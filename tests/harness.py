@@ -20,6 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 BUILD = Path(os.environ.get("KILN_BUILD", ROOT / "build"))  # build-san with SANITIZE=1
 # Extra C flags for generated programs (the sanitizers with SANITIZE=1).
 EXTRA_CFLAGS = os.environ.get("KILN_CFLAGS", "").split()
+# make test SANITIZE=1 (run_tests.py runs a share of the suite then).
+SANITIZING = any(f.startswith("-fsanitize") for f in EXTRA_CFLAGS)
 KILN = BUILD / "kiln"
 CC = os.environ.get("CC", "cc")
 # How to link libvulkan (a machine with only libvulkan.so.1: -l:libvulkan.so.1).

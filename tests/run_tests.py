@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 import traceback
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -50,7 +51,7 @@ import test_llm  # noqa: E402
 import test_rewrite  # noqa: E402
 import test_readme  # noqa: E402
 import test_golden  # noqa: E402
-from harness import BUILD, Failure, Skip  # noqa: E402
+from harness import BUILD, SANITIZING, Failure, Skip  # noqa: E402
 
 SKIPPED = "skipped: "  # a `why` that starts so is a skip, not a failure
 
@@ -111,14 +112,48 @@ def run_one(name, fn, keep):
     return name, why, time.monotonic() - t0
 
 
+# The tiers, in the order they run.
+TIERS = (test_ops, test_quant, test_dynamic, test_experts, test_signal, test_backward,
+         test_limits, test_corpus, test_llm, test_rewrite, test_readme, test_golden, test_cli,
+         test_models, test_inspect, test_onnx, test_onnx_quant, test_onnx_rnn, test_onnx_more)
+
+
 def all_tests():
     """Every (name, function) of the Python tiers, in the order they run."""
-    return (test_ops.TESTS + test_quant.TESTS + test_dynamic.TESTS + test_experts.TESTS +
-            test_signal.TESTS + test_backward.TESTS + test_limits.TESTS + test_corpus.TESTS +
-            test_llm.TESTS + test_rewrite.TESTS + test_readme.TESTS + test_golden.TESTS +
-            test_cli.TESTS +
-            test_models.TESTS + test_inspect.TESTS + test_onnx.TESTS + test_onnx_quant.TESTS +
-            test_onnx_rnn.TESTS + test_onnx_more.TESTS)
+    return [t for tier in TIERS for t in tier.TESTS]
+
+
+# Under the sanitizers (make test SANITIZE=1) a test takes 3 to 4 times as
+# long (ASan's allocator under lavapipe and the validation layer, the
+# instrumented builds of every generated program): the whole list would be
+# about 50 minutes on CI's two cores, on top of the plain run's 19. Without
+# -k, that run takes a share of each tier, one test in N chosen by a hash of
+# its name (so the sample stays put as tests come and go): every test of the
+# tiers that drive the most host code per second (the unit tests, the
+# command-line errors, the runtime and whole-model tests with fault
+# injection, the limits), fewer of the wide op, ONNX-conformance and corpus
+# lists, whose host paths the plain run and the fuzz targets also cover.
+# KILN_SANITIZE_ALL=1 runs them all; -k selects among all of them.
+SANITIZE_SHARE = {
+    test_ops: 10, test_quant: 6, test_dynamic: 3, test_experts: 2, test_signal: 4,
+    test_backward: 4, test_limits: 1, test_corpus: 10, test_llm: 6, test_rewrite: 6,
+    test_readme: 0, test_golden: 0, test_cli: 1, test_models: 1, test_inspect: 2,
+    test_onnx_quant: 4, test_onnx_rnn: 4, test_onnx_more: 4,
+    # the conformance cases one in 16, the loader's own tests one in 3
+    test_onnx: lambda name: 16 if test_onnx.is_conformance(name) else 3,
+}
+
+
+def sanitizer_sample():
+    """The tests a sanitizer run takes without -k (SANITIZE_SHARE)."""
+    out = []
+    for tier in TIERS:
+        share = SANITIZE_SHARE[tier]
+        for name, fn in tier.TESTS:
+            n = share(name) if callable(share) else share
+            if n and zlib.crc32(name.encode()) % n == 0:
+                out.append((name, fn))
+    return out
 
 
 def main():
@@ -133,7 +168,12 @@ def main():
     if not make_test_build():
         print("0 passed, 1 failed")
         return 1
-    tests = [(n, f) for n, f in all_tests() if args.k in n]
+    if SANITIZING and not args.k and os.environ.get("KILN_SANITIZE_ALL") != "1":
+        tests = sanitizer_sample()
+        print(f"under the sanitizers: {len(tests)} of {len(all_tests())} tests "
+              "(a share of each tier; KILN_SANITIZE_ALL=1 runs all)")
+    else:
+        tests = [(n, f) for n, f in all_tests() if args.k in n]
     # One kernel cache for this run only, starting empty: the first compile
     # of each kernel goes through shaderc, later ones through the cache; the
     # user's own cache is neither read nor filled.

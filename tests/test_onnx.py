@@ -7,16 +7,14 @@
   node names and counts), symbolic dimensions (and --shape fixing them), a
   missing external data file: a clear error, exit 1, nothing written.
 """
-import os
 import re
 import struct
 import sys
-import zlib
 from pathlib import Path
 
 import numpy as np
 
-from harness import (EXTRA_CFLAGS, ROOT, assert_close, check, kiln, link_model, registry,
+from harness import (ROOT, assert_close, check, kiln, link_model, registry,
                      run_program)
 
 sys.path.insert(0, str(ROOT / "tests" / "onnx"))
@@ -32,15 +30,16 @@ def conformance_case(name):
     return test
 
 
-# Under the sanitizers (make test SANITIZE=1) a third of the cases, chosen by
-# a hash of the name so that the sample stays put as cases come and go: the
-# plain run takes them all, and the whole list under the sanitizers would be
-# two thirds of CI's time. KILN_SANITIZE_ALL=1 takes them all there too.
-SAMPLE = (any(f.startswith("-fsanitize") for f in EXTRA_CFLAGS)
-          and os.environ.get("KILN_SANITIZE_ALL") != "1")
-for name in (ROOT / "tests" / "onnx" / "passing.txt").read_text().split():
-    if not SAMPLE or zlib.crc32(name.encode()) % 3 == 0:
-        case(f"onnx {name}")(conformance_case(name))
+CONFORMANCE = (ROOT / "tests" / "onnx" / "passing.txt").read_text().split()
+for name in CONFORMANCE:
+    case(f"onnx {name}")(conformance_case(name))
+_CONFORMANCE_NAMES = {f"onnx {name}" for name in CONFORMANCE}
+
+
+def is_conformance(test_name):
+    """Whether a test of this tier is one of the conformance cases (run_tests.py
+    samples them under the sanitizers)."""
+    return test_name in _CONFORMANCE_NAMES
 
 # ---- a tiny protobuf writer, so the bad-input tests need no onnx package ----
 
