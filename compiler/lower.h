@@ -37,7 +37,11 @@ typedef struct MatmulShape {
     int brank;
     int64_t bshape[ITER_RANK];
     Operand ops[3];
-    const Tensor *dyn; /* A, when its rows follow the dynamic dimensions */
+    /* Rows that follow the dynamic dimensions: a unit of the run's extent
+     * *dyn (of at most dyn_most) adds M / dyn_most rows to each batch, M
+     * the most; NULL for fixed rows. */
+    const DimExpr *dyn;
+    int64_t dyn_most;
     /* K's run extent when the contracted axis is dynamic (the tiled kernel
      * only, K then a run-time value; strides stay at the largest K). */
     const DimExpr *dyn_k;
@@ -114,6 +118,8 @@ Dispatch *eltwise_dispatch(Program *p, Node *n, int rank, const int64_t *shape_i
 void copy(Program *p, Node *n, int rank, const int64_t *shape, Operand out,
           Operand in, const Tensor *dyn);
 uint32_t row_workgroup(int64_t len);
+void row_groups(Dispatch *d, int64_t rows, int64_t len, int64_t inner, bool kernel_inner,
+                const Tensor *dyn);
 Dispatch *row_dispatch(Program *p, Node *n, const char *family, int64_t rows,
                        int64_t len, int64_t inner, const Tensor *dyn);
 Dispatch *axis_dispatch(Program *p, Node *n, const char *family, int axis);

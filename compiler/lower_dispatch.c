@@ -480,11 +480,37 @@ uint32_t row_workgroup(int64_t len) {
     return wg;
 }
 
-/* dyn: the tensor whose dynamic extent the rows follow, or NULL. Its
- * dynamic axis is the rows' outermost (the prefix layout), or inside, one
- * of the axes before the row's (dyn_inside): then a run's rows are, of the
- * rows' outer part, the first ROW_RUN of every ROW_BLOCK of the largest
- * shape (reduce.glsl, kiln_row_of). */
+/* ROWS, LEN and INNER of d (INNER unless the kernel defines it, as
+ * reduce.comp does: 1), `rows` rows of len elements, each `inner` apart,
+ * and groups[0], a workgroup a row: following dyn, the tensor whose dynamic
+ * extent the rows follow, or fixed where dyn is NULL. Its dynamic axis is
+ * the rows' outermost (the prefix layout), or inside, one of the axes
+ * before the row's (dyn_inside): then a run's rows are, of the rows' outer
+ * part, the first ROW_RUN of every ROW_BLOCK of the largest shape
+ * (reduce.glsl, kiln_row_of). */
+void row_groups(Dispatch *d, int64_t rows, int64_t len, int64_t inner, bool kernel_inner,
+                const Tensor *dyn) {
+    bool inside = dyn && dyn_inside(dyn);
+    int a = inside ? dyn_axis_of(dyn) : 0;
+    int64_t before = inside ? shape_count(a, dyn->shape) : 0;
+    int64_t in = inside ? rows / inner / before / dyn->shape[a] : 0;
+    define_str(d, "ROWS", inside ? dim_expr_glsl(&dyn->ext[a], before * in * inner)
+                                 : dyn_count(dyn, rows));
+    define_int(d, "LEN", len);
+    if (!kernel_inner)
+        define_int(d, "INNER", inner);
+    d->groups[0] = groups_for(rows, 1);
+    if (inside) {
+        define_str(d, "ROW_RUN", format("uint%s", dim_expr_glsl(&dyn->ext[a], in)));
+        define_int(d, "ROW_BLOCK", dyn->shape[a] * in);
+        dyn_groups_along(d, 0, &dyn->ext[a], before * in * inner, 1);
+    } else {
+        dyn_groups(d, 0, dyn, rows, 1);
+    }
+}
+
+/* A row kernel's dispatch: rows of len elements, each `inner` apart
+ * (row_groups). */
 Dispatch *row_dispatch(Program *p, Node *n, const char *family, int64_t rows,
                        int64_t len, int64_t inner, const Tensor *dyn) {
     if (rows == 0 || len == 0)
@@ -492,23 +518,7 @@ Dispatch *row_dispatch(Program *p, Node *n, const char *family, int64_t rows,
     Dispatch *d = new_dispatch(p, n, family);
     d->local_size = row_workgroup(len);
     define_int(d, "WG", d->local_size);
-    d->groups[0] = groups_for(rows, 1);
-    if (dyn && dyn_inside(dyn)) {
-        int a = dyn_axis_of(dyn);
-        const DimExpr *e = &dyn->ext[a];
-        int64_t before = shape_count(a, dyn->shape), in = rows / inner / before / dyn->shape[a];
-        define_str(d, "ROWS", dim_expr_glsl(e, before * in * inner));
-        define_int(d, "LEN", len);
-        define_int(d, "INNER", inner);
-        define_str(d, "ROW_RUN", format("uint%s", dim_expr_glsl(e, in)));
-        define_int(d, "ROW_BLOCK", dyn->shape[a] * in);
-        dyn_groups_along(d, 0, e, before * in * inner, 1);
-    } else {
-        define_str(d, "ROWS", dyn_count(dyn, rows));
-        define_int(d, "LEN", len);
-        define_int(d, "INNER", inner);
-        dyn_groups(d, 0, dyn, rows, 1);
-    }
+    row_groups(d, rows, len, inner, false, dyn);
     d->flops = 5ull * (uint64_t)(rows * len); /* a few passes over each row */
     return d;
 }

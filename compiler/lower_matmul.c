@@ -48,6 +48,17 @@ const char *const tuning_variables[] = {
     "KILN_MATVEC_K_M", "KILN_DIRECT_CONV", "KILN_DWCONV", "KILN_FLASH", "KILN_FLASH_CM",
     "KILN_ATTN_SPLITS", "KILN_SPLIT_LAST", NULL};
 
+/* A product's rows at the run's extent, in GLSL (the constant M when they
+ * are fixed), and groups[1] of d following them, per_group rows a group. */
+static char *rows_glsl(const MatmulShape *s) {
+    return s->dyn ? dim_expr_glsl(s->dyn, s->M / s->dyn_most) : format("%lld", (long long)s->M);
+}
+
+static void rows_groups(Dispatch *d, const MatmulShape *s, int64_t per_group) {
+    if (s->dyn)
+        dyn_groups_along(d, 1, s->dyn, s->M / s->dyn_most, per_group);
+}
+
 /* matvec.comp's layout for s: vec4 columns when B is f32 with 16-byte
  * aligned rows, vec4 rows of A likewise. Column lanes per workgroup (4 to
  * 32): as few as leave 256 workgroups over the columns and batches (128
@@ -241,7 +252,7 @@ static Dispatch *matvec_k_kernel(Program *p, Node *n, const MatmulShape *s, int6
     Dispatch *d = new_dispatch(p, n, "matvec_k");
     d->local_size = (uint32_t)wg;
     define_int(d, "M", mrows);
-    define_str(d, "MROWS", dyn_count(s->dyn, s->M));
+    define_str(d, "MROWS", rows_glsl(s));
     define_product(d, s);
     define_operand_types(p, d, s);
     define_int(d, "WG", wg);
@@ -329,7 +340,6 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
     bool conv = n->op == OP_CONV;
     bool kvec = f16_kmajor && s->K % 8 == 0 && all_multiples(s->brank, s->ops[2].strides, 8);
     if (a->dtype != KILN_DTYPE_F16 || (n->wq && !f16_kmajor) || s->dyn_k ||
-        (s->dyn && s->batch != 1) ||
         s->M <= MATVEC_MAX_M || s->a_sk != 1 || (b->dtype != KILN_DTYPE_F16 && !conv) ||
         (s->b_sn != 1 && !conv && !f16_kmajor))
         return NULL;
@@ -424,7 +434,7 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
     Dispatch *d = new_dispatch(p, n, "coopmat");
     d->needs = KILN_FEATURE_COOPMAT;
     d->local_size = (uint32_t)(32 * wm * wn);
-    define_str(d, "M", dyn_count(s->dyn, s->M));
+    define_str(d, "M", rows_glsl(s));
     define_product(d, s);
     /* split along K: C the partial products, or (last) C itself, the
      * partial products in their own slot */
@@ -478,7 +488,7 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
     d->groups[0] = groups_for(s->N, bn);
     d->groups[1] = groups_for(s->M, bm);
     d->groups[2] = groups_for(partial ? splits : s->batch, 1);
-    dyn_groups(d, 1, s->dyn, s->M, bm);
+    rows_groups(d, s, bm);
     if (last)
         bind_split_last(p, d, partial);
     if (!partial || last)
@@ -630,9 +640,6 @@ static Tiles pick_tiles(const Node *n, const MatmulShape *s, bool wide) {
  * product to its own [M, N] of s's C (split_product). */
 static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
                                int64_t mrows, bool wide, int64_t kchunk) {
-    if (s->dyn && s->batch != 1)
-        internal_error("node '%s': a dynamic matmul with %lld batches", n->name,
-                       (long long)s->batch);
     if (matvec && kmajor_shape(n, s))
         return matvec_k_kernel(p, n, s, mrows);
     if (n->wkmajor && !s->dyn) /* only a dynamic decode product's tiled variant */
@@ -669,9 +676,9 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
      * MROWS; the tiled kernel's M is the run's. */
     if (matvec) {
         define_int(d, "M", mrows);
-        define_str(d, "MROWS", dyn_count(s->dyn, s->M));
+        define_str(d, "MROWS", rows_glsl(s));
     } else {
-        define_str(d, "M", dyn_count(s->dyn, s->M));
+        define_str(d, "M", rows_glsl(s));
     }
     define_product(d, s);
     define_operand_types(p, d, s);
@@ -719,7 +726,7 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
     d->groups[1] = matvec ? 1 : groups_for(s->M, bm);
     d->groups[2] = groups_for(kchunk ? splits : s->batch, 1);
     if (!matvec)
-        dyn_groups(d, 1, s->dyn, s->M, bm);
+        rows_groups(d, s, bm);
     /* The vec4 path without loops over tiles and batches where each has
      * its own workgroup, leaving registers to the inner loop. (Loads
      * without bounds checks where the tiles divide the product measured no
@@ -865,7 +872,7 @@ static Dispatch *matvec_variant(Program *p, Node *n, MatmulShape *s, int64_t per
     uint32_t cols = v->groups[0];
     v->dynamic = true;
     v->dyn_axis = 0;
-    v->work = s->dyn->extent;
+    v->work = *s->dyn;
     v->scale = per * cols;
     v->per_group = 1;
     v->work_min = lo * cols;
@@ -914,7 +921,7 @@ Dispatch *matmul_dispatch(Program *p, Node *n, MatmulShape *s) {
     if (cm) /* devices without cooperative matrices run the tiled kernel */
         return with_tiled_variant(p, n, s, cm);
     if (s->M <= MATVEC_MAX_M && s->M > 1 && s->dyn && n->wkmajor &&
-        s->M / s->dyn->shape[s->dyn->dyn_axis] == 1) { /* one row, then 2 to M (see below) */
+        s->M / s->dyn_most == 1) { /* one row, then 2 to M (see below) */
         Dispatch *one = matvec_variant(p, n, s, 1, 1, 1);
         one->variant = matvec_variant(p, n, s, 1, s->M, 2);
         return one;
@@ -938,7 +945,7 @@ Dispatch *matmul_dispatch(Program *p, Node *n, MatmulShape *s) {
     int64_t kchunk = split_chunk(s, pick_tiles(n, s, false));
     if (kchunk)
         return split_product(p, n, s, kchunk);
-    int64_t per = s->dyn ? s->M / s->dyn->shape[s->dyn->dyn_axis] : 0; /* rows per unit */
+    int64_t per = s->dyn ? s->M / s->dyn_most : 0; /* rows per unit */
     /* a K-major weight: matvec_k.comp up to MATVEC_K_DYN_M rows
      * (KILN_MATVEC_K_M=R, 1 to that, fewer: for tuning) */
     int64_t most = n->wkmajor ? MATVEC_K_DYN_M : MATVEC_MAX_M;
@@ -1083,6 +1090,21 @@ static void bind_split(Program *p, Dispatch *d, Node *n, const MatmulShape *s) {
         dispatch_unused(d, a);
 }
 
+/* Whether a batched product's rows follow the dims batch by batch: A's
+ * row axis (the one before K) dynamic and no batch axis of A, B or C; C's
+ * rows the same; the product no QKV split (whose parts are row-major
+ * [rows, width] each). K may be dynamic too (dyn_k), and C's columns (B's
+ * then: computed at their largest). */
+static bool batched_dyn_rows(const Node *n, const Tensor *a, const Tensor *b,
+                             const Tensor *c) {
+    if (a->rank < 3 || a->dynamic || n->nsiblings || n->split_out ||
+        (a->dyn_axes & ~(1u << (a->rank - 1))) != 1u << (a->rank - 2) ||
+        (c->dyn_axes & ~(1u << (c->rank - 1))) != 1u << (c->rank - 2) ||
+        !dim_expr_eq(&a->ext[a->rank - 2], &c->ext[c->rank - 2]))
+        return false;
+    return b->rank <= 2 || (b->dyn_axes & ((1u << (b->rank - 2)) - 1)) == 0;
+}
+
 void lower_matmul(Program *p, Node *n) {
     Tensor *a = n->inputs[0], *b = n->inputs[1], *out = n->outputs[0];
     MatmulShape s = {0};
@@ -1116,9 +1138,13 @@ void lower_matmul(Program *p, Node *n) {
     }
     s.batch = shape_count(s.brank, s.bshape);
     s.brank = collapse(s.brank, s.bshape, 3, s.ops);
+    /* Rows that follow the dims in each of several batches: A's row axis
+     * (as [2, seq, K] x [K, N], two batches of seq rows at their largest
+     * strides), not folded into M, where its rows would be no prefix. */
+    bool batch_rows = batched_dyn_rows(n, a, b, out);
     /* A shared B and an unbroadcast A: fold the batch into M. */
-    if (s.brank == 1 && s.ops[2].strides[0] == 0 && s.ops[1].strides[0] == s.M * s.K &&
-        a->rank >= 2) {
+    if (!batch_rows && s.brank == 1 && s.ops[2].strides[0] == 0 &&
+        s.ops[1].strides[0] == s.M * s.K && a->rank >= 2) {
         s.M *= s.bshape[0];
         s.batch = 1;
         s.bshape[0] = 1;
@@ -1130,9 +1156,16 @@ void lower_matmul(Program *p, Node *n) {
     Node *last = n->epi_act ? n->epi_act : n->epi_bias;
     if (last)
         s.ops[0].t = last->outputs[0];
-    /* Rows follow A's prefix extent in one batch; a batched product with a
-     * dynamic A computes its largest shape. */
-    s.dyn = s.batch == 1 ? dyn_of(a) : NULL;
+    /* Rows follow A's prefix extent in one batch, or its row axis in each
+     * batch (above); other products with a dynamic A compute their largest
+     * shape. */
+    if (s.batch == 1 && a->dynamic) {
+        s.dyn = &a->extent;
+        s.dyn_most = a->shape[a->dyn_axis];
+    } else if (batch_rows && s.batch > 1) {
+        s.dyn = &a->ext[a->rank - 2];
+        s.dyn_most = a->shape[a->rank - 2];
+    }
     if (is_dyn(a, a->rank - 1))
         s.dyn_k = &a->ext[a->rank - 1];
     for (Dispatch *d = matmul_dispatch(p, n, &s); d; d = d->variant) {
@@ -1193,7 +1226,10 @@ MatmulShape matrix_product(Tensor *c, Tensor *a, Tensor *b, int64_t M, int64_t N
     s.ops[0] = (Operand){c, {0}, 0, false, {0, {0}}};
     s.ops[1] = (Operand){a, {0}, 0, false, {0, {0}}};
     s.ops[2] = (Operand){b, {0}, 0, false, {0, {0}}};
-    s.dyn = dyn_of(a);
+    if (a->dynamic) {
+        s.dyn = &a->extent;
+        s.dyn_most = a->shape[a->dyn_axis];
+    }
     return s;
 }
 

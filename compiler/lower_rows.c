@@ -211,8 +211,9 @@ void lower_reduce(Program *p, Node *n) {
     Dispatch *d = new_dispatch(p, n, "reduce");
     d->local_size = row_workgroup(len);
     define_int(d, "WG", d->local_size);
-    define_str(d, "ROWS", dyn_count(dyn_of(out), rows));
-    define_int(d, "LEN", len);
+    /* the output's rows follow its dynamic axis, outermost or inside (never
+     * a reduced one: dynamic.c) */
+    row_groups(d, rows, len, 1, true, dyn_inside(out) ? out : dyn_of(out));
     define_int(d, "KRANK", kr);
     define_list(d, "KSHAPE", kr, kshape);
     define_list(d, "KSTRIDES", kr, kstr);
@@ -231,8 +232,6 @@ void lower_reduce(Program *p, Node *n) {
     define_needs(d, need);
     dispatch_arg(d, out, true);
     dispatch_arg(d, x, false);
-    d->groups[0] = groups_for(rows, 1);
-    dyn_groups(d, 0, dyn_of(out), rows, 1);
     d->flops = (uint64_t)(rows * len) * (n->op == OP_REDUCE_LOG_SUM_EXP ? 3u : 1u);
 }
 
@@ -299,7 +298,9 @@ void lower_nms(Program *p, Node *n) {
 void lower_sample(Program *p, Node *n) {
     Tensor *x = n->inputs[0], *seed = n->inputs[1];
     int64_t V = x->shape[x->rank - 1], rows = tensor_count(x) / V;
-    Dispatch *d = row_dispatch(p, n, "sample", rows, V, 1, dyn_of(x));
+    /* rows follow x's dynamic axis, outermost or inside (never the last:
+     * dynamic.c) */
+    Dispatch *d = row_dispatch(p, n, "sample", rows, V, 1, dyn_inside(x) ? x : dyn_of(x));
     if (!d)
         return;
     int64_t top_k = attr_int(n, "top_k");

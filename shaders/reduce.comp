@@ -4,7 +4,8 @@
 // (KIND), or ARGMAX / ARGMIN (KIND, the index along the one reduced axis,
 // written as i64; ties give the first index, or the last with LAST_INDEX).
 //
-// Output element r (of ROWS) starts at input element sum(k_d * KSTRIDES[d])
+// Output element r (the run's q-th of ROWS: kiln_row_of, where a dynamic
+// axis is inside) starts at input element sum(k_d * KSTRIDES[d])
 // over its coordinates k in KSHAPE (KRANK kept dimensions); the LEN reduced
 // elements add sum(j_d * RSTRIDES[d]) over coordinates j in RSHAPE (RRANK
 // dimensions). One workgroup per output element; invocations stride over
@@ -73,7 +74,8 @@ bool better(float v, uint i, float bv, uint bi) {
 
 void main() {
     const uint l = gl_LocalInvocationID.x;
-    for (uint r = gl_WorkGroupID.x; r < ROWS; r += gl_NumWorkGroups.x) {
+    for (uint q = gl_WorkGroupID.x; q < ROWS; q += gl_NumWorkGroups.x) {
+        const uint r = kiln_row_of(q); // the output element (the run's q-th)
         uint base = 0, rem = r;
         for (int d = KRANK - 1; d >= 0; --d) {
             base += (rem % KSHAPE_[d]) * KSTR[d];

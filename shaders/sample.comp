@@ -3,7 +3,7 @@
 // axis), drawn from softmax(logits / TEMPERATURE) restricted to the TOP_K
 // most likely tokens (0: no limit) and to the smallest prefix of them whose
 // probability reaches TOP_P. The seed is a run-time input (its first element,
-// i32 or i64), mixed with the row number, so each row and each seed draws
+// i32 or i64), mixed with the row number (of the largest shape), so each row and each seed draws
 // differently and a seed reproduces its draws. TEMPERATURE 0 or TOP_K 1 is
 // greedy (the argmax). Candidates are selected in order (select.glsl), at
 // most MAX_CAND of them.
@@ -37,7 +37,8 @@ uint mix32(uint h) {
 
 void main() {
     const uint l = gl_LocalInvocationID.x;
-    for (uint row = gl_WorkGroupID.x; row < ROWS; row += gl_NumWorkGroups.x) {
+    for (uint q = gl_WorkGroupID.x; q < ROWS; q += gl_NumWorkGroups.x) {
+        const uint row = kiln_row_of(q); // of the largest shape (the run's q-th)
         const uint base = row * LEN;
         float bv;
         uint bi;

@@ -653,6 +653,36 @@ def test_rows_inner(workdir):
     check(len(blocks) >= 3, f"the row kernels do not follow the rows' extent: {blocks}")
 
 
+@case("dynamic: reductions and greedy sampling of tensors dynamic along an axis before "
+      "theirs, inside ([2, seq, 7] summed and maxed over its last axis, kept and not; argmax "
+      "and argmin; [2, seq, 4, 3] over axes 2 and 3; sample over [3, seq, 11]): the run's "
+      "rows only (ROW_BLOCK)")
+def test_reduce_inner(workdir):
+    ins = {"x": {**W, "shape": [2, "seq", 7]}, "z": {**W, "shape": [2, "seq", 4, 3]},
+           "t": {**W, "shape": [3, "seq", 11]}, "seed": {"dtype": "i32", "shape": [1]}}
+    nodes = [{"name": "rs", "op": "reduce_sum", "inputs": ["x"], "axes": [2]},
+             {"name": "rm", "op": "reduce_max", "inputs": ["x"], "axes": [-1], "keep_dims": 0},
+             {"name": "am", "op": "argmax", "inputs": ["x"], "axis": 2},
+             {"name": "an", "op": "argmin", "inputs": ["x"], "axis": -1, "keep_dims": 0},
+             {"name": "rz", "op": "reduce_mean", "inputs": ["z"], "axes": [2, 3],
+              "keep_dims": 0},
+             {"name": "sm", "op": "sample", "inputs": ["t", "seed"], "temperature": 0}]
+    y = dyn_yaml({"seq": "1..12"}, ins, nodes, ["rs", "rm", "am", "an", "rz", "sm"])
+
+    def make(rng, seq):
+        return [normal(rng, 2, seq, 7), normal(rng, 2, seq, 4, 3), normal(rng, 3, seq, 11),
+                np.array([5], np.int32)]
+
+    def want(x, z, t, seed, seq):
+        return [ref.f64(x).sum(axis=2, keepdims=True), ref.f64(x).max(axis=2),
+                ref.arg_reduce(x, 2, 1, True, False), ref.arg_reduce(x, 2, 0, False, False),
+                ref.f64(z).mean(axis=(2, 3)), np.argmax(t, axis=-1).astype(np.int64)]
+    run_steps(workdir, y, seq_steps([1, 12, 5, 2, 9]), make, want, rtol=1e-5, atol=1e-5)
+    blocks = [d.get("KIND", "sample") for d in kernel_defines(workdir) if "ROW_BLOCK" in d]
+    check(len(blocks) == 6, f"not every reduction and the sample follow the rows' extent: "
+          f"{blocks}")
+
+
 @case("dynamic: attention written out with the dynamic axes inside: [heads, seq, past + seq] "
       "scores, softmax over keys, a product contracting them, concat of inner pieces")
 def test_inner_axes(workdir):
@@ -1275,6 +1305,57 @@ def test_repack_fixed_batch(workdir):
                                          0),
                               np.maximum(x.reshape(3 * seq, 8).astype(np.float64) @ w + bias,
                                          0).reshape(3, seq, 6)], rtol=1e-4, atol=1e-4)
+
+
+def batched_rows_case(flags):
+    def test(workdir):
+        from test_onnx import initializer, model, node, value_info
+        workdir = Path(workdir)
+        rng = np.random.default_rng(53)
+        w = rng.standard_normal((8, 6)).astype(np.float32)
+        bias = rng.standard_normal(6).astype(np.float32)
+        wb = rng.standard_normal((2, 6, 5)).astype(np.float32)
+        (workdir / "br.onnx").write_bytes(model(
+            [node("MatMul", ["x", "w"], ["m"], "mm"),
+             node("Add", ["m", "bias"], ["mb"], "addb"),
+             node("Relu", ["mb"], ["h"], "relu"),
+             node("MatMul", ["h", "wb"], ["y"], "mm2")],
+            [value_info("x", [2, "seq", 8])],
+            [value_info("h", [2, "seq", 6]), value_info("y", [2, "seq", 5])],
+            [initializer("w", w), initializer("bias", bias), initializer("wb", wb)]))
+        r = kiln("compile", workdir / "br.onnx", "--shape", "seq=1..40", "--name", "model",
+                 "-o", workdir / "model.c", *flags)
+        check(r.returncode == 0, r.stderr)
+        # each product: the matrix-vector kernel up to 16 rows a batch, the
+        # tiled one above, both bounded by the run's rows, two batches each
+        # (and, f16, coopmat.comp where the device has cooperative matrices)
+        c = (workdir / "model.c").read_text()
+        blocks = re.findall(r"/\* kernel \d+: (matvec|matmul|coopmat)\n(.*?)\*/", c, re.S)
+        rows = [(k, re.findall(r"^ \*   (?:MROWS|M) (.*)$", b, re.M)[-1],
+                 re.findall(r"^ \*   BATCH (.*)$", b, re.M)) for k, b in blocks]
+        want = 6 if flags else 4
+        check(len(rows) == want and all("KILN_DIM" in m and bt == ["2"] for _, m, bt in rows),
+              f"not {want} product kernels of two batches with rows that follow seq: {rows}")
+
+        def reference(x, seq):
+            h = np.maximum(x.astype(np.float64) @ w + bias, 0)
+            return [h, h @ wb]
+
+        def compare(got, want, what):
+            if flags:
+                assert_relative(got, want, F16_TOLERANCE, what)
+            else:
+                assert_close(got, want, 1e-4, 1e-4, what)
+        run_built(link_model(workdir), seq_steps((1, 40, 17, 3, 33, 16, 1)),
+                  lambda rng, seq: [normal(rng, 2, seq, 8)], reference, compare=compare)
+    return test
+
+
+for _flags in ((), ("--precision", "f16")):
+    case("dynamic: batched products whose rows follow the dims in each batch: ONNX [2, seq, "
+         "8] x [8, 6] (a shared weight, not folded into 2 x 40 rows), bias and relu fused, "
+         "then [2, seq, 6] x [2, 6, 5]; the matrix-vector kernel to 16 rows, tiled above"
+         + (", " + " ".join(_flags) if _flags else ""))(batched_rows_case(_flags))
 
 
 @case("op repack: ONNX [2, b, seq, 4] viewed as [2, b*seq, 4] and back (an outer axis: the "
