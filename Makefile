@@ -199,7 +199,10 @@ $(B)/test_units: tests/test_units.c $(filter-out $(B)/compiler/main.o, $(COMPILE
 # What the tests run: tests/run_tests.py, run by hand, makes it first.
 test-build: $(B)/kiln $(B)/libkilnrt.a $(B)/run_model_test.o $(B)/test_units
 
-test: test-deps test-build
+# The build on every core once the packages are in (test-deps first).
+NPROC := $(shell nproc 2>/dev/null || echo 1)
+test: test-deps
+	@$(MAKE) --no-print-directory -j$(NPROC) test-build
 	$(PYTHON) tests/run_tests.py
 
 # Runs every ONNX conformance case; rewrites tests/onnx/REPORT.md and the
@@ -261,7 +264,7 @@ FUZZ_RUN = -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
 .PHONY: fuzz fuzz-build
 fuzz: test-deps
 	@sh tools/packages.sh libclang-rt-dev
-	$(MAKE) --no-print-directory B=build-fuzz CC=clang CFLAGS="$(FUZZ_FLAGS)" fuzz-build
+	$(MAKE) --no-print-directory -j$(NPROC) B=build-fuzz CC=clang CFLAGS="$(FUZZ_FLAGS)" fuzz-build
 	$(PYTHON) tests/fuzz/seeds.py build-fuzz/corpus $(FUZZ_TARGETS)
 	@mkdir -p build-fuzz/findings
 	@for t in $(FUZZ_TARGETS); do \
