@@ -483,13 +483,15 @@ uint32_t row_workgroup(int64_t len) {
 /* ROWS, LEN and INNER of d (INNER unless the kernel defines it, as
  * reduce.comp does: 1), `rows` rows of len elements, each `inner` apart,
  * and groups[0], a workgroup a row: following dyn, the tensor whose dynamic
- * extent the rows follow, or fixed where dyn is NULL. Its dynamic axis is
- * the rows' outermost (the prefix layout), or inside, one of the axes
- * before the row's (dyn_inside): then a run's rows are, of the rows' outer
- * part, the first ROW_RUN of every ROW_BLOCK of the largest shape
- * (reduce.glsl, kiln_row_of). */
+ * extent the rows follow, or fixed where dyn is NULL or has no single
+ * dynamic axis. Its dynamic axis is the rows' outermost (the prefix
+ * layout), or inside, one of the axes before the row's (dyn_inside): then a
+ * run's rows are, of the rows' outer part, the first ROW_RUN of every
+ * ROW_BLOCK of the largest shape (reduce.glsl, kiln_row_of). */
 void row_groups(Dispatch *d, int64_t rows, int64_t len, int64_t inner, bool kernel_inner,
                 const Tensor *dyn) {
+    if (dyn && !dyn->dynamic && !dyn_inside(dyn))
+        dyn = NULL;
     bool inside = dyn && dyn_inside(dyn);
     int a = inside ? dyn_axis_of(dyn) : 0;
     int64_t before = inside ? shape_count(a, dyn->shape) : 0;

@@ -59,6 +59,12 @@ static void rows_groups(Dispatch *d, const MatmulShape *s, int64_t per_group) {
         dyn_groups_along(d, 1, s->dyn, s->M / s->dyn_most, per_group);
 }
 
+/* s's rows follow axis of A: its run extent, at most its size. */
+static void follow_rows(MatmulShape *s, const Tensor *a, int axis) {
+    s->dyn = &a->ext[axis];
+    s->dyn_most = a->shape[axis];
+}
+
 /* matvec.comp's layout for s: vec4 columns when B is f32 with 16-byte
  * aligned rows, vec4 rows of A likewise. Column lanes per workgroup (4 to
  * 32): as few as leave 256 workgroups over the columns and batches (128
@@ -1159,13 +1165,10 @@ void lower_matmul(Program *p, Node *n) {
     /* Rows follow A's prefix extent in one batch, or its row axis in each
      * batch (above); other products with a dynamic A compute their largest
      * shape. */
-    if (s.batch == 1 && a->dynamic) {
-        s.dyn = &a->extent;
-        s.dyn_most = a->shape[a->dyn_axis];
-    } else if (batch_rows && s.batch > 1) {
-        s.dyn = &a->ext[a->rank - 2];
-        s.dyn_most = a->shape[a->rank - 2];
-    }
+    if (s.batch == 1 && a->dynamic)
+        follow_rows(&s, a, a->dyn_axis);
+    else if (batch_rows && s.batch > 1)
+        follow_rows(&s, a, a->rank - 2);
     if (is_dyn(a, a->rank - 1))
         s.dyn_k = &a->ext[a->rank - 1];
     for (Dispatch *d = matmul_dispatch(p, n, &s); d; d = d->variant) {
@@ -1226,10 +1229,8 @@ MatmulShape matrix_product(Tensor *c, Tensor *a, Tensor *b, int64_t M, int64_t N
     s.ops[0] = (Operand){c, {0}, 0, false, {0, {0}}};
     s.ops[1] = (Operand){a, {0}, 0, false, {0, {0}}};
     s.ops[2] = (Operand){b, {0}, 0, false, {0, {0}}};
-    if (a->dynamic) {
-        s.dyn = &a->extent;
-        s.dyn_most = a->shape[a->dyn_axis];
-    }
+    if (a->dynamic)
+        follow_rows(&s, a, a->dyn_axis);
     return s;
 }
 

@@ -213,7 +213,7 @@ void lower_reduce(Program *p, Node *n) {
     define_int(d, "WG", d->local_size);
     /* the output's rows follow its dynamic axis, outermost or inside (never
      * a reduced one: dynamic.c) */
-    row_groups(d, rows, len, 1, true, dyn_inside(out) ? out : dyn_of(out));
+    row_groups(d, rows, len, 1, true, out);
     define_int(d, "KRANK", kr);
     define_list(d, "KSHAPE", kr, kshape);
     define_list(d, "KSTRIDES", kr, kstr);
@@ -300,7 +300,7 @@ void lower_sample(Program *p, Node *n) {
     int64_t V = x->shape[x->rank - 1], rows = tensor_count(x) / V;
     /* rows follow x's dynamic axis, outermost or inside (never the last:
      * dynamic.c) */
-    Dispatch *d = row_dispatch(p, n, "sample", rows, V, 1, dyn_inside(x) ? x : dyn_of(x));
+    Dispatch *d = row_dispatch(p, n, "sample", rows, V, 1, x);
     if (!d)
         return;
     int64_t top_k = attr_int(n, "top_k");
