@@ -19,6 +19,13 @@ max |reference| of its output (docs/cli.md, "Precision"); the dynamo
 exporter's opset-20 files also with --io f16 (the f32 inputs given and the
 outputs read as f16, the header declaring them so). Each model's arena,
 f32 and f16, must be at its lower bound (the peak of live bytes).
+
+tests/models/dynamic/ holds models exported at a fixed batch of 2 with a
+dynamic sequence (export.py dynamic): each is compiled once with --shape
+DIM=MIN..MAX (meta.json names the exporter's dimension) and run by one
+process at every stored length in turn (seqS_input_0.npy), each output
+element against onnxruntime's at that length (seqS_ort_0.npy), f32 and
+--precision f16.
 """
 import json
 import re
@@ -28,6 +35,7 @@ import numpy as np
 
 from harness import (F16_TOLERANCE, ROOT, assert_close, assert_relative, check, kiln,
                      link_model, registry, run_program)
+from test_dynamic import run_built
 from test_onnx import check_outputs, declared_outputs
 
 TESTS, case = registry()
@@ -113,3 +121,34 @@ for _name in ("efficientnet_tiny_dynamo20", "mobilenet_v3_small_dynamo20",
         for _tile in ("0", "8,8,8,4"):
             case(f"corpus{' f16' if _prec == 'f16' else ''} KILN_DWCONV={_tile}: {_name}")(
                 corpus_case(MODELS / _name, _prec, env={"KILN_DWCONV": _tile}))
+
+
+def dynamic_case(d, precision):
+    """One build at --shape DIM=MIN..MAX, every stored sequence length run
+    in turn by one process (up, down, the largest, the smallest)."""
+    def test(workdir):
+        wd = Path(workdir)
+        meta = json.loads((d / "meta.json").read_text())
+        lo, hi = meta["dim_range"]
+        r = kiln("compile", d / "model.onnx", "--name", "model", "-o", wd / "model.c", "--guard",
+                 "--precision", precision, "--shape", f"{meta['dim']}={lo}..{hi}")
+        check(r.returncode == 0, f"kiln compile failed:\n{r.stderr}")
+        data = {s: (np.load(d / f"seq{s}_input_0.npy"), np.load(d / f"seq{s}_ort_0.npy"))
+                for s in meta["seqs"]}
+        if precision == "f16":
+            def compare(got, want, what):
+                assert_relative(got, want, F16_TOLERANCE, what)
+        else:
+            def compare(got, want, what):
+                assert_close(got, want, 1e-3, 1e-4, what)
+        run_built(link_model(wd), [{meta["dim"]: s} for s in meta["seqs"]],
+                  lambda rng, **dims: [data[dims[meta["dim"]]][0]],
+                  lambda x, **dims: [data[dims[meta["dim"]]][1]], compare=compare)
+    return test
+
+
+for _d in sorted(p.parent for p in (MODELS / "dynamic").glob("*/model.onnx")):
+    for _prec in ("f32", "f16"):
+        case(f"corpus dynamic{' f16' if _prec == 'f16' else ''}: {_d.name}, batch 2, a dynamic "
+             f"sequence at {', '.join(map(str, json.loads((_d / 'meta.json').read_text())['seqs']))}")(
+            dynamic_case(_d, _prec))

@@ -21,6 +21,16 @@ not CI). Two commands:
       each output element with onnxruntime's. With --kiln BUILD, each model
       also runs with kiln on this machine's GPU, compared likewise.
 
+  export.py dynamic [--out tests/models/dynamic] [--kiln BUILD] [NAME...]
+      Exports the models of dynamic_models() at a fixed batch of 2 with a
+      dynamic sequence (torch.export.Dim "seq", 1..32; the dynamo exporter,
+      opset 20): each a directory NAME/ with model.onnx, meta.json (the
+      ONNX name of the dynamic dimension, the sequence lengths stored) and,
+      for each stored length S, seqS_input_0.npy, seqS_ort_0.npy and
+      seqS_torch_0.npy. tests/test_corpus.py compiles each once with
+      --shape DIM=1..32 and runs every length in one process. With --kiln
+      BUILD, also on this machine's GPU (f32 and --precision f16).
+
   export.py run DIR... [--kiln BUILD]
       Runs stored corpus directories with kiln on this machine's GPU and
       compares each output element with the stored onnxruntime outputs.
@@ -437,6 +447,139 @@ def tiny_models():
                                     qdq=True))])]
 
 
+class TokenMLP(torch.nn.Module):
+    """A pre-norm feed-forward block over [B, S, 16] tokens: layer norm,
+    Linear 16 -> 48, GELU, Linear 48 -> 16, the residual."""
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.norm = torch.nn.LayerNorm(16)
+        self.up = torch.nn.Linear(16, 48)
+        self.down = torch.nn.Linear(48, 16)
+
+    def forward(self, x):                                  # [B, S, 16]
+        return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
+
+
+DYN_SEQS = [1, 5, 8, 13, 32, 2]  # stored sequence lengths, in the order a test runs them
+DYN_MAX = 32
+
+
+def dynamic_models():
+    """(name, module, input spec with None for the sequence, high for
+    token ids): exported at batch 2 with the sequence dynamic, as a
+    server batches requests of one length."""
+    return [("token_mlp_b2", lambda: TokenMLP().eval(), ((2, None, 16), np.float32, None)),
+            ("bert_tiny_b2", bert_tiny, ((2, None), np.int64, 100)),
+            ("gpt2_tiny_b2", gpt2_tiny, ((2, None), np.int64, 100)),
+            ("llama_tiny_b2", llama_tiny, ((2, None), np.int64, 100))]
+
+
+def dynamic_export(module, spec, path):
+    """Exports module with axis 1 of its one input dynamic (named "seq"
+    where the exporter keeps the name); returns the ONNX dim_param."""
+    shape, dt, high = spec
+    ex = make_inputs([(tuple(8 if s is None else s for s in shape), dt, high)], seed=5)
+    err = None
+    for seq in (torch.export.Dim("seq", min=1, max=DYN_MAX), torch.export.Dim("seq"),
+                torch.export.Dim.DYNAMIC):  # the first the exporter takes
+        try:
+            with torch.no_grad():
+                torch.onnx.export(module, (torch.from_numpy(ex[0]),), str(path),
+                                  input_names=["x0"], dynamic_shapes=({1: seq},), dynamo=True,
+                                  opset_version=20, external_data=False)
+            break
+        except Exception as e:  # a constraint this model's trace refuses
+            print(f"  export with {seq}: {type(e).__name__}: {str(e)[:600]}", flush=True)
+            err = e
+    else:
+        raise err
+    onnx.checker.check_model(str(path))
+    dim = onnx.load(str(path)).graph.input[0].type.tensor_type.shape.dim[1]
+    if not dim.dim_param:
+        raise RuntimeError(f"axis 1 of the input was exported fixed ({dim.dim_value})")
+    return dim.dim_param
+
+
+def run_kiln_steps(build, model, dim, steps, wd, precision):
+    """Compiles model with --shape dim=1..DYN_MAX, runs every (inputs,
+    reference) of steps in one process; returns (max |error| over each
+    step's max |reference| , note) or (None, note)."""
+    rc, log = sh([build / "kiln", "compile", model, "--name", "model", "-o", wd / "model.c",
+                  "--shape", f"{dim}=1..{DYN_MAX}", "--precision", precision])
+    if rc:
+        return None, f"kiln compile failed:\n{log[-3000:]}"
+    rc, log2 = sh([os.environ.get("CC", "cc"), "-O2", "-std=c99", "-I", ROOT / "runtime",
+                   "-o", wd / "model", wd / "model.c", build / "run_model_test.o",
+                   "-L", build, "-lkilnrt", os.environ.get("KILN_VULKAN_LIB", "-lvulkan"), "-lm"])
+    if rc:
+        return None, f"building the generated C failed:\n{log2[-3000:]}"
+    args = [wd / "model", "-q", "--steps", len(steps),
+            "-d", f"{dim}=" + ",".join(str(x.shape[1]) for x, _ in steps),
+            "-i", wd / "in_%d.bin", "-o", wd / "out_%d.bin"]
+    for i, (x, _) in enumerate(steps):
+        x.tofile(wd / f"in_{i}.bin")
+    rc, log3 = sh(args, cwd=wd)
+    if rc:
+        return None, f"the model failed ({rc}):\n{log3[-3000:]}"
+    worst = 0.0
+    for i, (_, want) in enumerate(steps):
+        got = np.fromfile(wd / f"out_{i}.bin", np.float32).reshape(want.shape)
+        worst = max(worst, float(np.abs(got - want).max() / np.abs(want).max()))
+    return worst, log.strip().splitlines()[-1]
+
+
+def dynamic_corpus(out, only, build=None):
+    """Writes the dynamic-sequence corpus (dynamic_models()); with build,
+    runs each with kiln on this GPU. 1 when one fails."""
+    failed = 0
+    for name, make, spec in dynamic_models():
+        if only and name not in only:
+            continue
+        module = make()
+        d = Path(out) / name
+        d.mkdir(parents=True, exist_ok=True)
+        try:
+            dim = dynamic_export(module, spec, d / "model.onnx")
+        except Exception as e:  # the exporter's failure, reported
+            print(f"{name}: export failed: {type(e).__name__}: {str(e)[:1500]}", flush=True)
+            failed += 1
+            continue
+        sess = ort.InferenceSession(str(d / "model.onnx"), providers=["CPUExecutionProvider"])
+        shape, dt, high = spec
+        steps, gap = [], 0.0
+        for k, s in enumerate(DYN_SEQS):
+            x = make_inputs([(tuple(s if n is None else n for n in shape), dt, high)],
+                            seed=10 + k)[0]
+            want = np.asarray(sess.run(None, {"x0": x})[0], np.float32)
+            with torch.no_grad():
+                t = module(torch.from_numpy(x)).numpy()
+            gap = max(gap, float(np.abs(want - t).max()))
+            np.save(d / f"seq{s}_input_0.npy", x)
+            np.save(d / f"seq{s}_ort_0.npy", want)
+            np.save(d / f"seq{s}_torch_0.npy", t)
+            steps.append((x, want))
+        opset, ops = op_counts(d / "model.onnx")
+        meta = {"model": f"{type(module).__name__} {name} (tiny config, batch 2)",
+                "exporter": "dynamo", "opset": opset, "dim": dim, "dim_range": [1, DYN_MAX],
+                "seqs": DYN_SEQS, "torch": torch.__version__, "onnx": onnx.__version__,
+                "onnxruntime": ort.__version__, "date": datetime.date.today().isoformat(),
+                "ort_vs_torch_max_abs": gap, "ops": ops}
+        (d / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+        print(f"{name}: dim {dim!r}, ort vs torch {gap:.3g}, ops {ops}", flush=True)
+        if build:
+            for prec in ("f32", "f16"):
+                with tempfile.TemporaryDirectory() as wd:
+                    err, note = run_kiln_steps(Path(build), d / "model.onnx", dim, steps,
+                                               Path(wd), prec)
+                bad = err is None or err > (1e-2 if prec == "f16" else 1e-4)
+                failed += bad
+                print(f"{name} {prec}: kiln on this GPU: "
+                      f"{'FAIL' if bad else 'ok'} max |error| / max |ort| "
+                      f"{err if err is None else f'{err:.3g}'} ({note})", flush=True)
+    return 1 if failed else 0
+
+
 def transformers_model(name):
     """Full-size transformers models (random weights): bert-base, gpt2, vit-b16,
     and a Llama architecture of width 1024, 8 layers, grouped-query heads."""
@@ -676,6 +819,10 @@ def main():
     c.add_argument("--kiln", help="a kiln build: also run each model on this GPU")
     c.add_argument("--skip-existing", metavar="DIR",
                    help="leave out the exports that DIR already holds")
+    y = sub.add_parser("dynamic")
+    y.add_argument("--out", default=str(ROOT / "tests" / "models" / "dynamic"))
+    y.add_argument("only", nargs="*", help="the models to export (all by default)")
+    y.add_argument("--kiln", help="a kiln build: also run each model on this GPU")
     r = sub.add_parser("run")
     r.add_argument("dirs", nargs="+", help="stored corpus directories")
     r.add_argument("--kiln", default=str(ROOT / "build"))
@@ -688,6 +835,8 @@ def main():
           f"onnx {onnx.__version__}, onnxruntime {ort.__version__}", flush=True)
     if a.cmd == "corpus":
         return corpus(a.out, a.only, a.kiln, a.skip_existing)
+    if a.cmd == "dynamic":
+        return dynamic_corpus(a.out, a.only, a.kiln)
     if a.cmd == "run":
         return run_stored(a.dirs, a.kiln)
     return check(a.models, a.kiln, a.out)
