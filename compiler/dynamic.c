@@ -503,17 +503,26 @@ static int one_dyn_axis(const Tensor *t) {
     return a;
 }
 
-/* Whether out is x with axes a and a + 1 of x as one (merged: out has one
- * axis fewer) or axis a of x as two (out one more), the others the same. */
+/* Whether out is x with axes a and a + 1 of x as one (merged) or axis a of
+ * x as two (split), the axes before the same and those after regrouped
+ * freely (the same elements inside each position of the pair: GPT-2's
+ * [2, seq, heads, d] viewed as [2 * seq, heads * d] rows at once). */
 static bool merges_at(const Tensor *x, const Tensor *out, int a, bool merged) {
     const Tensor *two = merged ? x : out, *one = merged ? out : x;
-    if (one->rank + 1 != two->rank || a + 1 >= two->rank ||
+    if (a + 1 >= two->rank || a >= one->rank ||
         one->shape[a] != two->shape[a] * two->shape[a + 1])
         return false;
-    for (int i = 0; i < one->rank; i++)
-        if (i != a && one->shape[i] != two->shape[i < a ? i : i + 1])
+    for (int i = 0; i < a; i++)
+        if (one->shape[i] != two->shape[i])
             return false;
-    return true;
+    for (int i = a + 1; i < one->rank; i++)
+        if (is_dyn(one, i))
+            return false;
+    for (int i = a + 2; i < two->rank; i++)
+        if (is_dyn(two, i))
+            return false;
+    return shape_count(one->rank - a - 1, one->shape + a + 1) ==
+           shape_count(two->rank - a - 2, two->shape + a + 2);
 }
 
 /* n (a reshape or flatten) as the repack of axis a (pack or unpack), its
@@ -816,6 +825,26 @@ static void dynamic_gather(Node *n) {
     for (int a = 0; a < idx->rank; a++)
         if (is_dyn(idx, a))
             mark(n, out, (int)axis + a, &idx->ext[a]);
+}
+
+/* gather_elements: each output element from the index at its position
+ * (index.comp reads the data at its largest shape's strides; an index
+ * outside the data's axis gives 0): the output follows the indices'
+ * dynamic axes; the data's axes but the gathered one may follow only the
+ * same extents as the indices'. */
+static void dynamic_gather_elements(Node *n) {
+    Tensor *x = n->inputs[0], *idx = n->inputs[1], *out = n->outputs[0];
+    int64_t axis = attr_int(n, "axis");
+    if (axis < 0)
+        axis += x->rank;
+    for (int a = 0; a < x->rank; a++)
+        if (a != axis && is_dyn(x, a) &&
+            (!is_dyn(idx, a) || !dim_expr_eq(&x->ext[a], &idx->ext[a])))
+            unsupported(n, "its data '%s' follows the dims along axis %d, where its indices "
+                        "'%s' do not with the same extent", x->name, a, idx->name);
+    for (int a = 0; a < idx->rank; a++)
+        if (is_dyn(idx, a))
+            mark(n, out, a, &idx->ext[a]);
 }
 
 /* gather_nd: the output follows the indices' axes but their last (the

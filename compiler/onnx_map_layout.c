@@ -98,15 +98,65 @@ static void clamp_slice_bounds(Attr *a) {
     }
 }
 
+/* A Slice whose ends follow the dynamic dims (`position_ids[:, :seq]`, as
+ * BERT's embeddings take a prefix of a constant table): each such end e,
+ * with a constant start s at or after 0, step 1, on an axis of x that is
+ * fixed and holds e at its most. The slice then computes its largest
+ * shape (ends at their most: a run's elements are its prefix) and the
+ * output's axis follows e - s. Other dynamic bounds are refused by name. */
+static void slice_dynamic_ends(Ctx *c, Value *x, int n, const int64_t *ends,
+                               const DimExpr *exprs, bool *follows, DimExpr *ext) {
+    int64_t starts[MAX_RANK], axes[MAX_RANK], steps[MAX_RANK];
+    if (const_ints(c, 1, "starts", starts, MAX_RANK) != n)
+        node_fail(c, "starts and ends differ in length");
+    for (int i = 0; i < n; i++)
+        axes[i] = i, steps[i] = 1;
+    if (in_opt(c, 3) && const_ints(c, 3, "axes", axes, MAX_RANK) != n)
+        node_fail(c, "axes and ends differ in length");
+    if (in_opt(c, 4) && const_ints(c, 4, "steps", steps, MAX_RANK) != n)
+        node_fail(c, "steps and ends differ in length");
+    for (int i = 0; i < n; i++) {
+        if (dim_expr_const(&exprs[i]))
+            continue;
+        int a = (int)(axes[i] < 0 ? axes[i] + x->rank : axes[i]);
+        if (a < 0 || a >= x->rank)
+            node_fail(c, format("axis %lld is out of range for rank %d", (long long)axes[i],
+                                x->rank));
+        int64_t lo = dim_expr_min(c->g, &exprs[i]), s = starts[i];
+        if (x->t && is_dyn(x->t, a))
+            node_fail(c, format("unsupported: the end of axis %d (%s) follows the dynamic dims "
+                                "and so does the axis itself", a,
+                                dim_expr_str(c->g, &exprs[i])));
+        if (steps[i] != 1 || s < 0 || lo <= s || ends[i] > x->shape[a])
+            node_fail(c, format("unsupported: the end of axis %d follows the dynamic dims (%s, "
+                                "%lld..%lld over %lld elements) with start %lld and step %lld; "
+                                "kiln takes such an end with step 1, a constant start from 0 "
+                                "below its least value, within the axis",
+                                a, dim_expr_str(c->g, &exprs[i]), (long long)lo,
+                                (long long)ends[i], (long long)x->shape[a], (long long)s,
+                                (long long)steps[i]));
+        follows[a] = true;
+        DimExpr start = {0};
+        start.c0 = -s;
+        ext[a] = dim_expr_add(&exprs[i], &start);
+    }
+}
+
 void map_slice(Ctx *c, const OnnxOp *op) {
     Value *x = in(c, 0);
     Node *k = emit(c, op->kop, 1, &x, out_name(c, 0));
     int64_t v[MAX_RANK];
+    bool follows[MAX_RANK] = {false}, dynamic = false;
+    DimExpr ext[MAX_RANK];
     if (c->opset < 10) {
         copy_attrs(c, k, NULL);
     } else {
+        DimExpr exprs[MAX_RANK];
         node_set_ints(k, "starts", const_ints(c, 1, "starts", v, MAX_RANK), v);
-        node_set_ints(k, "ends", const_ints(c, 2, "ends", v, MAX_RANK), v);
+        int n = shape_ints(c, 2, "ends", v, exprs, &dynamic, MAX_RANK);
+        if (dynamic)
+            slice_dynamic_ends(c, x, n, v, exprs, follows, ext);
+        node_set_ints(k, "ends", n, v);
         if (in_opt(c, 3))
             node_set_ints(k, "axes", const_ints(c, 3, "axes", v, MAX_RANK), v);
         if (in_opt(c, 4))
@@ -116,6 +166,14 @@ void map_slice(Ctx *c, const OnnxOp *op) {
     clamp_slice_bounds(node_attr(k, "ends"));
     clamp_slice_bounds(node_attr(k, "starts"));
     finish(c, k);
+    Tensor *t = k->outputs[0];
+    for (int a = 0; dynamic && a < t->rank; a++)
+        if (follows[a]) {
+            t->dyn_axes |= 1u << a;
+            t->ext[a] = ext[a];
+        }
+    if (dynamic)
+        update_prefix(t);
 }
 
 void map_split(Ctx *c, const OnnxOp *op) {

@@ -1475,6 +1475,28 @@ def test_repack_yaml_fixed(workdir):
                               .reshape(2, seq, 6)], rtol=1e-4, atol=1e-5)
 
 
+@case("op repack: YAML [2, seq, 2, 4] reshaped to [-1, 8] rows at once (the batch and sequence "
+      "merged, the heads' axes regrouped: GPT-2's merge of heads and Conv1D view), a product, "
+      "and back to the largest [2, 7, 3, 2]")
+def test_repack_yaml_regroup(workdir):
+    rng = np.random.default_rng(59)
+    w = rng.standard_normal((8, 6)).astype(np.float32)
+    y = dyn_yaml({"seq": "1..7"},
+                 {"x": {"dtype": "f32", "shape": [2, "seq", 2, 4]}},
+                 [{"name": "rows", "op": "reshape", "inputs": ["x"], "shape": [-1, 8]},
+                  {"name": "h", "op": "matmul", "inputs": ["rows", "w"]},
+                  {"name": "y", "op": "reshape", "inputs": ["h"], "shape": [2, 7, 3, 2]}],
+                 ["h", "y"], {"w": {"dtype": "f32", "shape": [8, 6],
+                                    "values": w.ravel().tolist()}})
+    prog = build_model(workdir, y)
+    check((Path(workdir) / "model.c").read_text().count(" repack ") >= 2,
+          "no repack dispatches")
+    steps = [{"seq": q} for q in (1, 7, 3, 6, 1)]
+    run_built(prog, steps, lambda rng, seq: [normal(rng, 2, seq, 2, 4)],
+              lambda x, seq: [x.reshape(2 * seq, 8) @ w, (x.reshape(2 * seq, 8) @ w)
+                              .reshape(2, seq, 3, 2)], rtol=1e-4, atol=1e-5)
+
+
 @case("op repack: YAML [b, seq, 8] reshaped to [-1, 8] rows, a product, and reshaped to the "
       "largest [4, 8, 6] (dims b and seq: the rows follow b*seq, the result b and seq)")
 def test_repack_yaml(workdir):
@@ -1495,3 +1517,53 @@ def test_repack_yaml(workdir):
     run_built(prog, steps, lambda rng, b, seq: [normal(rng, b, seq, 8)],
               lambda x, b, seq: [x.reshape(b * seq, 8) @ w, (x.reshape(b * seq, 8) @ w)
                                  .reshape(b, seq, 6)], rtol=1e-4, atol=1e-5)
+
+
+@case("dynamic: ONNX Slice of a constant table up to the sequence length (BERT's "
+      "position_ids[:, :seq], and from 2 to seq + 2), its prefix gathered by Gather and "
+      "GatherElements into [2, seq, 4] at six lengths; other dynamic slice bounds refused")
+def test_slice_dynamic_end(workdir):
+    from test_onnx import attr, initializer, model, node, value_info
+    workdir = Path(workdir)
+    rng = np.random.default_rng(61)
+    table = rng.permutation(40).astype(np.int64)[None]  # [1, 40] positions, shuffled
+    emb = rng.standard_normal((40, 4)).astype(np.float32)
+    types = rng.standard_normal((1, 40)).astype(np.float32)
+
+    def graph(slice_b):
+        return model(
+            [node("Shape", ["x"], ["s"], "sh", attr("start", 1) + attr("end", 2)),
+             node("Add", ["s", "two"], ["s2"], "plus2"),
+             node("Slice", ["table", "zl", "s", "onel"], ["pos"], "prefix"),
+             slice_b,
+             node("Gather", ["emb", "pos"], ["e"], "lookup", attr("axis", 0)),
+             node("GatherElements", ["types", "pos2"], ["t"], "types_of",
+                  attr("axis", 1)),
+             node("Unsqueeze", ["t", "minus1"], ["t3"], "t3"),
+             node("Add", ["x", "e"], ["xe"], "add_e"),
+             node("Add", ["xe", "t3"], ["y"], "add_t")],
+            [value_info("x", [2, "seq", 4])], [value_info("y", [2, "seq", 4])],
+            [initializer("table", table), initializer("emb", emb),
+             initializer("types", types), i64_init("zl", [0]), i64_init("onel", [1]),
+             i64_init("two", [2]), i64_init("twol", [2]), i64_init("minus1", [-1])])
+    (workdir / "s.onnx").write_bytes(graph(
+        node("Slice", ["table", "twol", "s2", "onel"], ["pos2"], "shifted")))
+    r = kiln("compile", workdir / "s.onnx", "--shape", "seq=1..32", "--name", "model", "-o",
+             workdir / "model.c")
+    check(r.returncode == 0, r.stderr)
+
+    def reference(x, seq):
+        pos, pos2 = table[:, :seq], table[:, 2:seq + 2]
+        return [x + emb[pos] + np.take_along_axis(types, pos2, 1)[..., None]]
+    steps = [{"seq": s} for s in (1, 5, 32, 13, 2, 32)]
+    run_built(link_model(workdir), steps, lambda rng, seq: [normal(rng, 2, seq, 4)], reference)
+    # a dynamic end with step 2, or past the table at the largest dims: refused by name
+    for bad, what in ((node("Slice", ["table", "twol", "s2", "onel", "twol"], ["pos2"],
+                            "shifted"), "step 2"),
+                      (node("Slice", ["table", "zl", "s2", "onel"], ["pos2"], "shifted"),
+                       "an end of 41 over 40 elements")):
+        (workdir / "bad.onnx").write_bytes(graph(bad))
+        r = kiln("compile", workdir / "bad.onnx", "--shape", "seq=1..39", "-o",
+                 workdir / "bad.c")
+        check(r.returncode != 0 and "'shifted (Slice)'" in r.stderr and
+              "follows the dynamic dims" in r.stderr, f"{what}: {r.stderr}")

@@ -526,7 +526,8 @@ def run_kiln_steps(build, model, dim, steps, wd, precision):
     for i, (_, want) in enumerate(steps):
         got = np.fromfile(wd / f"out_{i}.bin", np.float32).reshape(want.shape)
         worst = max(worst, float(np.abs(got - want).max() / np.abs(want).max()))
-    return worst, log.strip().splitlines()[-1]
+    cm = (wd / "model.c").read_text().count('"coopmat"')
+    return worst, f"{log.strip().splitlines()[-1]}; {cm} coopmat kernel(s)"
 
 
 def dynamic_corpus(out, only, build=None):
