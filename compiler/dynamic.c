@@ -420,8 +420,11 @@ static void broadcast_dynamic(Node *n, int first, int last) {
 
 /* A view or copy of x as out (row-major order kept): each dynamic axis of x
  * becomes the output axis with the same elements outside it, merged with
- * fixed axes inside it (its extent scaled); merging it with an outer axis
- * larger than 1, or splitting it, would scatter a run's elements. */
+ * fixed axes inside it (its extent scaled), or split into itself and fixed
+ * axes inside it where its extent divides (attention's [batch * heads, ..]
+ * viewed as [batch, heads, ..]: in the largest layout either is a view);
+ * merging it with an outer axis larger than 1, or splitting off an outer
+ * part, would scatter a run's elements. */
 static void reshape_dynamic(Node *n, Tensor *x, Tensor *out) {
     for (int a = 0; a < x->rank; a++) {
         if (!is_dyn(x, a))
@@ -429,13 +432,23 @@ static void reshape_dynamic(Node *n, Tensor *x, Tensor *out) {
         int64_t outer = shape_count(a, x->shape);
         int64_t inner = shape_count(x->rank - a - 1, x->shape + a + 1);
         int b = -1;
+        DimExpr split;
         for (int j = 0; j < out->rank && b < 0; j++) {
             int64_t o_outer = shape_count(j, out->shape);
             int64_t o_inner = shape_count(out->rank - j - 1, out->shape + j + 1);
             if (o_outer == outer && o_inner && inner % o_inner == 0 &&
                 out->shape[j] * o_inner == x->shape[a] * inner)
                 b = j;
+            else if (o_outer == outer && inner && o_inner > inner && o_inner % inner == 0 &&
+                     out->shape[j] * (o_inner / inner) == x->shape[a] &&
+                     div_exact(&x->ext[a], o_inner / inner, &split) &&
+                     (!is_dyn(out, j) || dim_expr_eq(&out->ext[j], &split))) {
+                mark(n, out, j, &split);
+                b = -2; /* marked */
+            }
         }
+        if (b == -2)
+            continue;
         int outer_dyn = -1; /* a dynamic axis outside a, larger than 1 */
         for (int i = 0; i < a; i++)
             if (is_dyn(x, i) && x->shape[i] > 1)
@@ -776,7 +789,14 @@ static void dynamic_axis(Node *n) {
     bool reduced[MAX_RANK] = {false};
     int64_t axis = attr_int(n, "axis");
     reduced[axis < 0 ? axis + x->rank : axis] = true;
-    if (n->op != OP_SOFTMAX && n->op != OP_LOG_SOFTMAX)
+    /* a forward cumsum along a dynamic axis runs over the largest row: each
+     * of the run's positions sums only those before it (RoBERTa's position
+     * ids over the sequence); a reverse one would start past the run */
+    int a = (int)(axis < 0 ? axis + x->rank : axis);
+    if (n->op == OP_CUMSUM && is_dyn(x, a) && attr_int(n, "reverse"))
+        unsupported(n, "a reverse cumsum along the dynamic axis %d of '%s' would start past "
+                    "the run's extent; kiln sums along a dynamic axis forward only", a, x->name);
+    if (n->op != OP_SOFTMAX && n->op != OP_LOG_SOFTMAX && n->op != OP_CUMSUM)
         not_over(n, x, reduced);
     same_as(n, x);
 }

@@ -30,6 +30,15 @@ void lower_softmax(Program *p, Node *n) {
 
 void lower_cumsum(Program *p, Node *n) {
     Dispatch *d = axis_dispatch(p, n, "cumsum", node_axis(n));
+    kiln_dtype dt = n->inputs[0]->dtype;
+    if (d && (dt == KILN_DTYPE_I32 || dt == KILN_DTYPE_I64)) { /* integer sums */
+        bool need[3] = {false, false, false};
+        need_dtype(p, need, dt);
+        define_needs(d, need);
+        define_str(d, "SCAN_T", dt == KILN_DTYPE_I64 ? "int64_t" : "int");
+        define_str(d, "Y_BUF", dt == KILN_DTYPE_I64 ? "I64" : "I32");
+        define_str(d, "X_BUF", dt == KILN_DTYPE_I64 ? "I64R" : "I32R");
+    }
     if (d) {
         define_int(d, "EXCLUSIVE", attr_int(n, "exclusive") != 0);
         /* cumsum_grad: the transpose of a cumulative sum runs the other way */

@@ -11,10 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* softmax, log_softmax, cumsum: one axis of an f32 tensor. */
+/* softmax, log_softmax, cumsum: one axis of an f32 tensor (cumsum also of
+ * an i32 or i64 one: integer sums, exact, wrapping as the integers do;
+ * RoBERTa counts its positions so). */
 void shape_axis_float(Node *n) {
     Tensor *x = n->inputs[0];
-    require_f32(n);
+    if (n->op != OP_CUMSUM || (x->dtype != KILN_DTYPE_I32 && x->dtype != KILN_DTYPE_I64))
+        require_f32(n);
     if (x->rank < 1)
         node_error(n, "%s needs an input of rank 1 or more",
                    op_info[n->op].name);

@@ -20,12 +20,13 @@ exporter's opset-20 files also with --io f16 (the f32 inputs given and the
 outputs read as f16, the header declaring them so). Each model's arena,
 f32 and f16, must be at its lower bound (the peak of live bytes).
 
-tests/models/dynamic/ holds models exported at a fixed batch of 2 with a
-dynamic sequence (export.py dynamic): each is compiled once with --shape
-DIM=MIN..MAX (meta.json names the exporter's dimension) and run by one
-process at every stored length in turn (seqS_input_0.npy), each output
-element against onnxruntime's at that length (seqS_ort_0.npy), f32 and
---precision f16.
+tests/models/dynamic/ holds models exported with dynamic axes (export.py
+dynamic): a fixed batch of 2 and a dynamic sequence, or a dynamic batch
+and sequence with an attention mask. Each is compiled once with --shape
+DIM=MIN..MAX for its dims (meta.json names them as the exporter did) and
+run by one process at every stored run in turn (runK_input_I.npy at the
+dims meta.json lists), each output element against onnxruntime's for that
+run (runK_ort_0.npy), f32 and --precision f16.
 """
 import json
 import re
@@ -124,31 +125,45 @@ for _name in ("efficientnet_tiny_dynamo20", "mobilenet_v3_small_dynamo20",
 
 
 def dynamic_case(d, precision):
-    """One build at --shape DIM=MIN..MAX, every stored sequence length run
-    in turn by one process (up, down, the largest, the smallest)."""
+    """One build at --shape DIM=MIN..MAX for each dim, every stored run
+    (its dims' values, its inputs, onnxruntime's output) in turn by one
+    process."""
     def test(workdir):
         wd = Path(workdir)
         meta = json.loads((d / "meta.json").read_text())
-        lo, hi = meta["dim_range"]
+        flags = [a for dim, (lo, hi) in meta["dims"].items()
+                 for a in ("--shape", f"{dim}={lo}..{hi}")]
         r = kiln("compile", d / "model.onnx", "--name", "model", "-o", wd / "model.c", "--guard",
-                 "--precision", precision, "--shape", f"{meta['dim']}={lo}..{hi}")
+                 "--precision", precision, *flags)
         check(r.returncode == 0, f"kiln compile failed:\n{r.stderr}")
-        data = {s: (np.load(d / f"seq{s}_input_0.npy"), np.load(d / f"seq{s}_ort_0.npy"))
-                for s in meta["seqs"]}
+        runs = meta["runs"]
+        nin = len(list(d.glob("run0_input_*.npy")))
+        data = [([np.load(d / f"run{k}_input_{i}.npy") for i in range(nin)],
+                 np.load(d / f"run{k}_ort_0.npy")) for k in range(len(runs))]
         if precision == "f16":
             def compare(got, want, what):
                 assert_relative(got, want, F16_TOLERANCE, what)
         else:
             def compare(got, want, what):
                 assert_close(got, want, 1e-3, 1e-4, what)
-        run_built(link_model(wd), [{meta["dim"]: s} for s in meta["seqs"]],
-                  lambda rng, **dims: [data[dims[meta["dim"]]][0]],
-                  lambda x, **dims: [data[dims[meta["dim"]]][1]], compare=compare)
+        step = iter(range(len(runs)))
+        current = {}
+
+        def inputs(rng, **dims):
+            current["k"] = next(step)
+            check(dims == runs[current["k"]], f"run {current['k']}: dims {dims}")
+            return data[current["k"]][0]
+        run_built(link_model(wd), runs, inputs, lambda *xs, **dims: [data[current["k"]][1]],
+                  compare=compare)
     return test
 
 
+def runs_text(meta):
+    return ", ".join("x".join(str(v) for v in run.values()) for run in meta["runs"])
+
+
 for _d in sorted(p.parent for p in (MODELS / "dynamic").glob("*/model.onnx")):
+    _meta = json.loads((_d / "meta.json").read_text())
     for _prec in ("f32", "f16"):
-        case(f"corpus dynamic{' f16' if _prec == 'f16' else ''}: {_d.name}, batch 2, a dynamic "
-             f"sequence at {', '.join(map(str, json.loads((_d / 'meta.json').read_text())['seqs']))}")(
-            dynamic_case(_d, _prec))
+        case(f"corpus dynamic{' f16' if _prec == 'f16' else ''}: {_d.name}, "
+             f"{' x '.join(_meta['dims'])} at {runs_text(_meta)}")(dynamic_case(_d, _prec))

@@ -1567,3 +1567,68 @@ def test_slice_dynamic_end(workdir):
                  workdir / "bad.c")
         check(r.returncode != 0 and "'shifted (Slice)'" in r.stderr and
               "follows the dynamic dims" in r.stderr, f"{what}: {r.stderr}")
+
+
+@case("dynamic: ONNX [b, 2, seq, 4] viewed as [2b, seq, 4] (batch and heads merged), a product, "
+      "and viewed back as [b, 2, seq, 3] from Shape (a dynamic axis split into itself and the "
+      "fixed heads inside it, as exported attention does at a dynamic batch) at six (b, seq)")
+def test_split_dynamic_heads(workdir):
+    from test_onnx import attr, initializer, model, node, value_info
+    workdir = Path(workdir)
+    w = (np.random.default_rng(67).standard_normal((4, 3)) * 0.5).astype(np.float32)
+    (workdir / "h.onnx").write_bytes(model(
+        [node("Shape", ["x"], ["s"], "sh"),
+         node("Gather", ["s", "z0"], ["b"], "gb"),
+         node("Gather", ["s", "two0"], ["q"], "gq"),
+         node("Unsqueeze", ["b", "zl"], ["b1"], "ub"),
+         node("Unsqueeze", ["q", "zl"], ["q1"], "uq"),
+         node("Concat", ["m1", "q1", "four"], ["shp1"], "c1", attr("axis", 0)),
+         node("Reshape", ["x", "shp1"], ["m"], "merge"),
+         node("MatMul", ["m", "w"], ["r"], "proj"),
+         node("Concat", ["b1", "twol", "q1", "three"], ["shp2"], "c2", attr("axis", 0)),
+         node("Reshape", ["r", "shp2"], ["y"], "split")],
+        [value_info("x", ["b", 2, "seq", 4])], [value_info("y", ["b", 2, "seq", 3])],
+        [i64_init("z0", 0), i64_init("two0", 2), i64_init("zl", [0]), i64_init("m1", [-1]),
+         i64_init("four", [4]), i64_init("twol", [2]), i64_init("three", [3]),
+         initializer("w", w)]))
+    r = kiln("compile", workdir / "h.onnx", "--shape", "b=1..4", "--shape", "seq=1..9",
+             "--name", "model", "-o", workdir / "model.c")
+    check(r.returncode == 0, r.stderr)
+    steps = [{"b": b, "seq": q} for b, q in ((1, 1), (4, 9), (2, 4), (3, 9), (4, 1), (2, 7))]
+    run_built(link_model(workdir), steps, lambda rng, b, seq: [normal(rng, b, 2, seq, 4)],
+              lambda x, b, seq: [(x.reshape(2 * b, seq, 4) @ w).reshape(b, 2, seq, 3)],
+              rtol=1e-5, atol=1e-6)
+
+
+@case("dynamic: ONNX CumSum along the dynamic axis (RoBERTa's position ids: a forward "
+      "cumulative count of its tokens over the sequence, int64) at six (b, seq); reverse along "
+      "it refused")
+def test_cumsum_dynamic_axis(workdir):
+    from test_onnx import attr, initializer, model, node, value_info
+    workdir = Path(workdir)
+
+    def graph(attrs):
+        return model([node("Equal", ["x", "pad"], ["e"], "is_pad"),
+                      node("Not", ["e"], ["ne"], "not_pad"),
+                      node("Cast", ["ne"], ["m"], "mask", attr("to", 7)),
+                      node("CumSum", ["m", "ax"], ["c"], "count", attrs),
+                      node("Mul", ["c", "m"], ["y"], "keep")],
+                     [value_info("x", ["b", "seq"], 7)], [value_info("y", ["b", "seq"], 7)],
+                     [initializer("pad", np.array(1, np.int64)),
+                      initializer("ax", np.array(1, np.int64))])
+    (workdir / "c.onnx").write_bytes(graph(b""))
+    r = kiln("compile", workdir / "c.onnx", "--shape", "b=1..3", "--shape", "seq=1..40",
+             "--name", "model", "-o", workdir / "model.c")
+    check(r.returncode == 0, r.stderr)
+
+    def reference(x, b, seq):
+        m = (x != 1).astype(np.int64)
+        return [np.cumsum(m, 1) * m]
+    steps = [{"b": b, "seq": q} for b, q in ((1, 1), (3, 40), (2, 7), (3, 1), (1, 40), (2, 23))]
+    run_built(link_model(workdir), steps,
+              lambda rng, b, seq: [rng.integers(0, 4, [b, seq]).astype(np.int64)], reference)
+    (workdir / "r.onnx").write_bytes(graph(attr("reverse", 1)))
+    r = kiln("compile", workdir / "r.onnx", "--shape", "b=1..3", "--shape", "seq=1..40", "-o",
+             workdir / "r.c")
+    check(r.returncode != 0 and "'count (CumSum)'" in r.stderr and "dynamic axis" in r.stderr,
+          f"a reverse cumsum along the dynamic axis: {r.stderr}")

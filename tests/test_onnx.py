@@ -592,7 +592,7 @@ def _(workdir):
         x = rng.integers(-9, 9, [2, 5]).astype(dt)
         attrs = (attr("exclusive", 1) if excl else b"") + (attr("reverse", 1) if rev else b"")
         elem = {np.int64: 7, np.int32: 6, np.float32: 1}[dt]
-        # integer cumsums have no kernel: these pass only folded
+        # of a constant: folded, no kernel
         data = model([node("CumSum", ["m", "ax"], ["s"], "cs", attrs),
                       node("Add", ["s", "x"], ["y"], "add")],
                      [value_info("x", [2, 5], elem)], [value_info("y", [2, 5], elem)],
@@ -600,6 +600,31 @@ def _(workdir):
         d = Path(workdir) / sub
         d.mkdir()
         run_onnx(d, data, [x], [want + x], ["y"], tol=(1e-5, 1e-6))
+
+
+@case("onnx CumSum of run-time integers (RoBERTa's position ids): int64 past 2^53 and int32, "
+      "300 along the axis (chunks carried), exclusive and reverse, axis 0 and 1, exact")
+def _(workdir):
+    rng = np.random.default_rng(19)
+    for sub, dt, excl, rev, axis, big in (("a", np.int64, 0, 0, 1, 1 << 50),
+                                          ("b", np.int32, 1, 1, 1, 1 << 20),
+                                          ("c", np.int64, 1, 0, 0, 1 << 40),
+                                          ("d", np.int32, 0, 1, 0, 1000)):
+        x = rng.integers(-big, big, [3, 300] if axis == 1 else [300, 3]).astype(dt)
+        a = np.flip(x, axis) if rev else x
+        want = np.cumsum(a, axis, dtype=dt)
+        if excl:
+            want = want - a
+        want = np.flip(want, axis) if rev else want
+        attrs = (attr("exclusive", 1) if excl else b"") + (attr("reverse", 1) if rev else b"")
+        elem = {np.int64: 7, np.int32: 6}[dt]
+        data = model([node("CumSum", ["x", "ax"], ["y"], "cs", attrs)],
+                     [value_info("x", list(x.shape), elem)],
+                     [value_info("y", list(x.shape), elem)],
+                     [initializer("ax", np.array(axis, np.int64))])
+        d = Path(workdir) / sub
+        d.mkdir()
+        run_onnx(d, data, [x], [want], ["y"], tol=(0, 0))
 
 
 def branch(name, nodes, outputs, inits=(), inputs=()):

@@ -22,13 +22,14 @@ not CI). Two commands:
       also runs with kiln on this machine's GPU, compared likewise.
 
   export.py dynamic [--out tests/models/dynamic] [--kiln BUILD] [NAME...]
-      Exports the models of dynamic_models() at a fixed batch of 2 with a
-      dynamic sequence (torch.export.Dim "seq", 1..32; the dynamo exporter,
-      opset 20): each a directory NAME/ with model.onnx, meta.json (the
-      ONNX name of the dynamic dimension, the sequence lengths stored) and,
-      for each stored length S, seqS_input_0.npy, seqS_ort_0.npy and
-      seqS_torch_0.npy. tests/test_corpus.py compiles each once with
-      --shape DIM=1..32 and runs every length in one process. With --kiln
+      Exports the models of dynamic_models() with dynamic axes
+      (torch.export.Dim "seq", 1..32, at a fixed batch of 2, or "batch",
+      1..4, and "seq" with an attention mask as a second input; the dynamo
+      exporter, opset 20): each a directory NAME/ with model.onnx,
+      meta.json (the dims' ONNX names and ranges, each run's values) and,
+      for each run K, runK_input_I.npy, runK_ort_0.npy and
+      runK_torch_0.npy. tests/test_corpus.py compiles each once with
+      --shape DIM=MIN..MAX and runs every run in one process. With --kiln
       BUILD, also on this machine's GPU (f32 and --precision f16).
 
   export.py run DIR... [--kiln BUILD]
@@ -461,52 +462,148 @@ class TokenMLP(torch.nn.Module):
         return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
 
 
-DYN_SEQS = [1, 5, 8, 13, 32, 2]  # stored sequence lengths, in the order a test runs them
+class MaskedHidden(torch.nn.Module):
+    """A transformers encoder or decoder called on token ids and an
+    attention mask (1 for a token, 0 for padding), as optimum exports them;
+    returns the last hidden state."""
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids, mask):
+        return self.model(input_ids=ids, attention_mask=mask).last_hidden_state
+
+
+def distilbert_tiny():
+    import transformers
+    torch.manual_seed(0)
+    cfg = transformers.DistilBertConfig(vocab_size=100, dim=32, n_layers=2, n_heads=2,
+                                        hidden_dim=64, max_position_embeddings=32)
+    return MaskedHidden(transformers.DistilBertModel(cfg)).eval()
+
+
+def roberta_tiny():
+    """RoBERTa: position ids counted from the tokens that are not padding
+    (a cumulative sum over the sequence), offset by the padding index."""
+    import transformers
+    torch.manual_seed(0)
+    cfg = transformers.RobertaConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2,
+                                     num_attention_heads=2, intermediate_size=64,
+                                     max_position_embeddings=40, pad_token_id=1)
+    return MaskedHidden(transformers.RobertaModel(cfg, add_pooling_layer=False)).eval()
+
+
+def qwen2_mask():
+    return MaskedHidden(qwen2_tiny().model).eval()
+
+
+def t5_encoder_tiny():
+    """T5's encoder alone: relative position buckets (a log of the
+    distances) over a dynamic sequence."""
+    import transformers
+    torch.manual_seed(0)
+    cfg = transformers.T5Config(vocab_size=100, d_model=32, d_kv=8, d_ff=64, num_layers=2,
+                                num_heads=4, relative_attention_num_buckets=8,
+                                relative_attention_max_distance=16)
+    cfg._attn_implementation = "eager"
+    return MaskedHidden(transformers.T5EncoderModel(cfg)).eval()
+
+
+DYN_SEQS = [1, 5, 8, 13, 32, 2]  # sequence lengths at a fixed batch of 2, in run order
 DYN_MAX = 32
+# (batch, seq) pairs where both are dynamic (batch 1..4), in run order
+DYN_BATCH_SEQ = [(1, 1), (4, 32), (2, 5), (3, 13), (1, 32), (4, 1)]
+
+
+def masked(make):
+    return lambda: MaskedHidden(make().model).eval()
 
 
 def dynamic_models():
-    """(name, module, input spec with None for the sequence, high for
-    token ids): exported at batch 2 with the sequence dynamic, as a
-    server batches requests of one length."""
-    return [("token_mlp_b2", lambda: TokenMLP().eval(), ((2, None, 16), np.float32, None)),
-            ("bert_tiny_b2", bert_tiny, ((2, None), np.int64, 100)),
-            ("gpt2_tiny_b2", gpt2_tiny, ((2, None), np.int64, 100)),
-            ("llama_tiny_b2", llama_tiny, ((2, None), np.int64, 100))]
+    """(name, module, inputs, dims, runs): inputs (shape with "batch" and
+    "seq" for the dynamic axes, dtype, high for token ids or "mask"),
+    dims {name: (min, max)}, runs [{dim: value}]: exported with those axes
+    dynamic, as a server batches requests."""
+    ids2 = ((2, "seq"), np.int64, 100)
+    seq_runs = [{"seq": s} for s in DYN_SEQS]
+    both = [((("batch", "seq"), np.int64, 100)), (("batch", "seq"), np.int64, "mask")]
+    both_dims = {"batch": (1, 4), "seq": (1, DYN_MAX)}
+    both_runs = [{"batch": b, "seq": q} for b, q in DYN_BATCH_SEQ]
+    return [("token_mlp_b2", lambda: TokenMLP().eval(), [((2, "seq", 16), np.float32, None)],
+             {"seq": (1, DYN_MAX)}, seq_runs),
+            ("bert_tiny_b2", bert_tiny, [ids2], {"seq": (1, DYN_MAX)}, seq_runs),
+            ("gpt2_tiny_b2", gpt2_tiny, [ids2], {"seq": (1, DYN_MAX)}, seq_runs),
+            ("llama_tiny_b2", llama_tiny, [ids2], {"seq": (1, DYN_MAX)}, seq_runs),
+            ("bert_tiny_mask_bs", masked(bert_tiny), both, both_dims, both_runs),
+            ("gpt2_tiny_mask_bs", masked(gpt2_tiny), both, both_dims, both_runs),
+            ("llama_tiny_mask_bs", masked(llama_tiny), both, both_dims, both_runs),
+            ("qwen2_tiny_mask_bs", qwen2_mask, both, both_dims, both_runs),
+            ("distilbert_tiny_mask_bs", distilbert_tiny, both, both_dims, both_runs),
+            ("roberta_tiny_mask_bs", roberta_tiny, both, both_dims, both_runs),
+            ("t5_encoder_tiny_mask_bs", t5_encoder_tiny, both, both_dims, both_runs)]
 
 
-def dynamic_export(module, spec, path):
-    """Exports module with axis 1 of its one input dynamic (named "seq"
-    where the exporter keeps the name); returns the ONNX dim_param."""
-    shape, dt, high = spec
-    ex = make_inputs([(tuple(8 if s is None else s for s in shape), dt, high)], seed=5)
+def dynamic_inputs(specs, dims, seed):
+    """The inputs at dims: token ids below high, masks of ones with row r's
+    last r positions padding (at least one token each), floats normal."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for shape, dt, high in specs:
+        shp = tuple(dims[d] if isinstance(d, str) else d for d in shape)
+        if high == "mask":
+            m = np.ones(shp, dt)
+            for r in range(shp[0]):
+                m[r, max(1, shp[1] - r):] = 0
+            out.append(m)
+        elif high:
+            out.append(rng.integers(0, high, size=shp).astype(dt))
+        else:
+            out.append(rng.standard_normal(shp).astype(dt))
+    return out
+
+
+def dynamic_export(module, specs, dims, path):
+    """Exports module with the named axes of its inputs dynamic; returns
+    {our name: the ONNX dim_param the exporter wrote}."""
+    example = dynamic_inputs(specs, {d: max(3, min(8, hi)) for d, (lo, hi) in dims.items()}, 5)
     err = None
-    for seq in (torch.export.Dim("seq", min=1, max=DYN_MAX), torch.export.Dim("seq"),
-                torch.export.Dim.DYNAMIC):  # the first the exporter takes
+    for how in ("named", "unnamed", "auto"):  # the first the exporter takes
+        objs = {d: torch.export.Dim(d, min=lo, max=hi) if how == "named" else
+                torch.export.Dim(d) if how == "unnamed" else torch.export.Dim.DYNAMIC
+                for d, (lo, hi) in dims.items()}
+        shapes = tuple({a: objs[d] for a, d in enumerate(shape) if isinstance(d, str)}
+                       for shape, _, _ in specs)
         try:
             with torch.no_grad():
-                torch.onnx.export(module, (torch.from_numpy(ex[0]),), str(path),
-                                  input_names=["x0"], dynamic_shapes=({1: seq},), dynamo=True,
-                                  opset_version=20, external_data=False)
+                torch.onnx.export(module, tuple(torch.from_numpy(x) for x in example),
+                                  str(path), input_names=[f"x{i}" for i in range(len(specs))],
+                                  dynamic_shapes=shapes, dynamo=True, opset_version=20,
+                                  external_data=False)
             break
         except Exception as e:  # a constraint this model's trace refuses
-            print(f"  export with {seq}: {type(e).__name__}: {str(e)[:600]}", flush=True)
+            print(f"  export ({how} dims): {type(e).__name__}: {str(e)[:600]}", flush=True)
             err = e
     else:
         raise err
     onnx.checker.check_model(str(path))
-    dim = onnx.load(str(path)).graph.input[0].type.tensor_type.shape.dim[1]
-    if not dim.dim_param:
-        raise RuntimeError(f"axis 1 of the input was exported fixed ({dim.dim_value})")
-    return dim.dim_param
+    names = {}
+    for i, (shape, _, _) in enumerate(specs):
+        dp = onnx.load(str(path)).graph.input[i].type.tensor_type.shape.dim
+        for a, d in enumerate(shape):
+            if isinstance(d, str):
+                if not dp[a].dim_param:
+                    raise RuntimeError(f"axis {a} of input {i} was exported fixed")
+                if names.setdefault(d, dp[a].dim_param) != dp[a].dim_param:
+                    raise RuntimeError(f"{d} exported as {names[d]} and {dp[a].dim_param}")
+    return names
 
 
-def run_kiln_steps(build, model, dim, steps, wd, precision):
-    """Compiles model with --shape dim=1..DYN_MAX, runs every (inputs,
-    reference) of steps in one process; returns (max |error| over each
-    step's max |reference| , note) or (None, note)."""
+def run_kiln_steps(build, model, shape_flags, onnx_dims, steps, wd, precision):
+    """Compiles model with the --shape flags, runs every (inputs,
+    reference) of steps in one process; returns (the largest max |error|
+    over max |reference| of a step, note) or (None, note)."""
     rc, log = sh([build / "kiln", "compile", model, "--name", "model", "-o", wd / "model.c",
-                  "--shape", f"{dim}=1..{DYN_MAX}", "--precision", precision])
+                  *shape_flags, "--precision", precision])
     if rc:
         return None, f"kiln compile failed:\n{log[-3000:]}"
     rc, log2 = sh([os.environ.get("CC", "cc"), "-O2", "-std=c99", "-I", ROOT / "runtime",
@@ -514,65 +611,75 @@ def run_kiln_steps(build, model, dim, steps, wd, precision):
                    "-L", build, "-lkilnrt", os.environ.get("KILN_VULKAN_LIB", "-lvulkan"), "-lm"])
     if rc:
         return None, f"building the generated C failed:\n{log2[-3000:]}"
-    args = [wd / "model", "-q", "--steps", len(steps),
-            "-d", f"{dim}=" + ",".join(str(x.shape[1]) for x, _ in steps),
-            "-i", wd / "in_%d.bin", "-o", wd / "out_%d.bin"]
-    for i, (x, _) in enumerate(steps):
-        x.tofile(wd / f"in_{i}.bin")
+    args = [wd / "model", "-q", "--steps", len(steps)]
+    for ours, theirs in onnx_dims.items():
+        args += ["-d", f"{theirs}=" + ",".join(str(dims[ours]) for dims, _, _ in steps)]
+    for i in range(len(steps[0][1])):
+        args += ["-i", wd / f"in{i}_%d.bin"]
+    args += ["-o", wd / "out_%d.bin"]
+    for k, (_, xs, _) in enumerate(steps):
+        for i, x in enumerate(xs):
+            x.tofile(wd / f"in{i}_{k}.bin")
     rc, log3 = sh(args, cwd=wd)
     if rc:
         return None, f"the model failed ({rc}):\n{log3[-3000:]}"
     worst = 0.0
-    for i, (_, want) in enumerate(steps):
-        got = np.fromfile(wd / f"out_{i}.bin", np.float32).reshape(want.shape)
+    for k, (_, _, want) in enumerate(steps):
+        got = np.fromfile(wd / f"out_{k}.bin", np.float32).reshape(want.shape)
         worst = max(worst, float(np.abs(got - want).max() / np.abs(want).max()))
     cm = (wd / "model.c").read_text().count('"coopmat"')
     return worst, f"{log.strip().splitlines()[-1]}; {cm} coopmat kernel(s)"
 
 
 def dynamic_corpus(out, only, build=None):
-    """Writes the dynamic-sequence corpus (dynamic_models()); with build,
-    runs each with kiln on this GPU. 1 when one fails."""
+    """Writes the dynamic corpus (dynamic_models()): each model.onnx, its
+    inputs at each run (runK_input_I.npy) and onnxruntime's and torch's
+    outputs (runK_ort_0.npy, runK_torch_0.npy), meta.json with the dims
+    (their ONNX names and ranges) and each run's values; with build, runs
+    each with kiln on this GPU. 1 when one fails."""
     failed = 0
-    for name, make, spec in dynamic_models():
+    for name, make, specs, dims, runs in dynamic_models():
         if only and name not in only:
             continue
         module = make()
         d = Path(out) / name
         d.mkdir(parents=True, exist_ok=True)
         try:
-            dim = dynamic_export(module, spec, d / "model.onnx")
+            onnx_dims = dynamic_export(module, specs, dims, d / "model.onnx")
         except Exception as e:  # the exporter's failure, reported
             print(f"{name}: export failed: {type(e).__name__}: {str(e)[:1500]}", flush=True)
             failed += 1
             continue
         sess = ort.InferenceSession(str(d / "model.onnx"), providers=["CPUExecutionProvider"])
-        shape, dt, high = spec
         steps, gap = [], 0.0
-        for k, s in enumerate(DYN_SEQS):
-            x = make_inputs([(tuple(s if n is None else n for n in shape), dt, high)],
-                            seed=10 + k)[0]
-            want = np.asarray(sess.run(None, {"x0": x})[0], np.float32)
+        for k, run in enumerate(runs):
+            xs = dynamic_inputs(specs, run, 10 + k)
+            want = np.asarray(sess.run(None, {f"x{i}": x for i, x in enumerate(xs)})[0],
+                              np.float32)
             with torch.no_grad():
-                t = module(torch.from_numpy(x)).numpy()
+                t = module(*(torch.from_numpy(x) for x in xs)).numpy()
             gap = max(gap, float(np.abs(want - t).max()))
-            np.save(d / f"seq{s}_input_0.npy", x)
-            np.save(d / f"seq{s}_ort_0.npy", want)
-            np.save(d / f"seq{s}_torch_0.npy", t)
-            steps.append((x, want))
+            for i, x in enumerate(xs):
+                np.save(d / f"run{k}_input_{i}.npy", x)
+            np.save(d / f"run{k}_ort_0.npy", want)
+            np.save(d / f"run{k}_torch_0.npy", t)
+            steps.append((run, xs, want))
         opset, ops = op_counts(d / "model.onnx")
-        meta = {"model": f"{type(module).__name__} {name} (tiny config, batch 2)",
-                "exporter": "dynamo", "opset": opset, "dim": dim, "dim_range": [1, DYN_MAX],
-                "seqs": DYN_SEQS, "torch": torch.__version__, "onnx": onnx.__version__,
+        meta = {"model": f"{type(module).__name__} {name} (tiny config)", "exporter": "dynamo",
+                "opset": opset, "dims": {onnx_dims[k]: list(v) for k, v in dims.items()},
+                "runs": [{onnx_dims[k]: v for k, v in run.items()} for run in runs],
+                "torch": torch.__version__, "onnx": onnx.__version__,
                 "onnxruntime": ort.__version__, "date": datetime.date.today().isoformat(),
                 "ort_vs_torch_max_abs": gap, "ops": ops}
         (d / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
-        print(f"{name}: dim {dim!r}, ort vs torch {gap:.3g}, ops {ops}", flush=True)
+        print(f"{name}: dims {onnx_dims}, ort vs torch {gap:.3g}, ops {ops}", flush=True)
         if build:
+            flags = [a for k, (lo, hi) in dims.items()
+                     for a in ("--shape", f"{onnx_dims[k]}={lo}..{hi}")]
             for prec in ("f32", "f16"):
                 with tempfile.TemporaryDirectory() as wd:
-                    err, note = run_kiln_steps(Path(build), d / "model.onnx", dim, steps,
-                                               Path(wd), prec)
+                    err, note = run_kiln_steps(Path(build), d / "model.onnx", flags, onnx_dims,
+                                               steps, Path(wd), prec)
                 bad = err is None or err > (1e-2 if prec == "f16" else 1e-4)
                 failed += bad
                 print(f"{name} {prec}: kiln on this GPU: "
