@@ -814,14 +814,22 @@ static void dynamic_sample(Node *n) {
             mark(n, n->outputs[0], a, &x->ext[a]);
 }
 
+/* The reductions: over fixed axes and at most one dynamic axis, whose
+ * run's extent reduce.comp reads (RDYN_EXT: a sentence embedding's mean
+ * over the tokens); the kept axes keep their places. */
 static void dynamic_reduce(Node *n) {
     Tensor *x = n->inputs[0];
     bool reduced[MAX_RANK] = {false};
     reduced_axes(n, reduced);
-    not_over(n, x, reduced);
+    int over = 0;
+    for (int a = 0; a < x->rank; a++)
+        over += reduced[a] && is_dyn(x, a);
+    if (over > 1)
+        unsupported(n, "it reduces over %d dynamic axes of '%s'; kiln reduces over one at "
+                    "most", over, x->name);
     bool keep = attr_int(n, "keep_dims");
     for (int a = 0, o = 0; a < x->rank; a++) {
-        if (is_dyn(x, a))
+        if (is_dyn(x, a) && !reduced[a])
             mark(n, n->outputs[0], o, &x->ext[a]);
         o += keep || !reduced[a];
     }

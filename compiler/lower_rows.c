@@ -212,6 +212,16 @@ void lower_reduce(Program *p, Node *n) {
         }
     }
     int64_t rows = tensor_count(out), len = shape_count(rr, rshape);
+    /* a dynamic reduced axis (dynamic.c: one at most): reduced element j's
+     * coordinate along it, (j / RDYN_IN) % RDYN_S, below the run's extent */
+    int dyn = -1;
+    int64_t dyn_in = 1;
+    for (int i = 0; i < x->rank; i++) {
+        if (reduced[i] && dyn >= 0)
+            dyn_in *= x->shape[i];
+        if (reduced[i] && is_dyn(x, i))
+            dyn = i;
+    }
     kr = merge_dims(kr, kshape, kstr);
     rr = merge_dims(rr, rshape, rstr);
     if (rows == 0)
@@ -232,7 +242,14 @@ void lower_reduce(Program *p, Node *n) {
     define_str(d, "KIND", reduce_kinds[n->op]);
     define_int(d, "ARG", arg);
     define_int(d, "LAST_INDEX", arg && attr_int(n, "select_last_index"));
+    if (dyn >= 0) {
+        define_int(d, "RDYN_S", x->shape[dyn]);
+        define_int(d, "RDYN_IN", dyn_in);
+        define_str(d, "RDYN_EXT", format("uint%s", dim_expr_glsl(&x->ext[dyn], 1)));
+    }
     bool need[3] = {false, false, false};
+    if (arg && (x->dtype == KILN_DTYPE_I32 || x->dtype == KILN_DTYPE_I64))
+        define_str(d, "ARG_T", x->dtype == KILN_DTYPE_I64 ? "int64_t" : "int");
     if (arg)
         need_dtype(p, need, KILN_DTYPE_I64);
     else

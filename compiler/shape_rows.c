@@ -121,8 +121,12 @@ void shape_reduce(Node *n) {
     reduce_output(n, KILN_DTYPE_F32);
 }
 
+/* argmax, argmin: of f32, or of i32 and i64 (compared as integers: GPT-2's
+ * classifier finds each row's last token so) */
 void shape_arg(Node *n) {
-    require_f32(n);
+    kiln_dtype dt = n->inputs[0]->dtype;
+    if (dt != KILN_DTYPE_I32 && dt != KILN_DTYPE_I64)
+        require_f32(n);
     int64_t last = attr_int(n, "select_last_index");
     if (last != 0 && last != 1)
         node_error_at(n, attr_loc(n, "select_last_index"), "select_last_index must "

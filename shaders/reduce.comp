@@ -11,6 +11,11 @@
 // dimensions). One workgroup per output element; invocations stride over
 // the reduced elements and combine through shared memory. X and Y (but an
 // ARG's i64) f32 or f16 (X_BUF, Y_BUF, Y_T), the arithmetic f32.
+//
+// RDYN_EXT (a reduced axis that follows the dims, RDYN_S at the largest):
+// reduced element j counts when its coordinate along that axis, (j /
+// RDYN_IN) % RDYN_S, is below the run's extent RDYN_EXT; MEAN divides by
+// the elements that count.
 #include "common.glsl"
 
 layout(local_size_x = WG) in;
@@ -45,6 +50,14 @@ const uint RSTR[RRANK] = uint[RRANK](RSTRIDES);
 #define K_ARGMAX 9
 #define K_ARGMIN 10
 
+#ifdef RDYN_EXT
+#define COUNTS(j) (((j) / RDYN_IN) % RDYN_S < (RDYN_EXT))
+#define RUN_COUNT (LEN / RDYN_S * (RDYN_EXT))
+#else
+#define COUNTS(j) true
+#define RUN_COUNT LEN
+#endif
+
 uint offset_of(uint j) {
     uint o = 0;
     for (int d = RRANK - 1; d >= 0; --d) {
@@ -55,17 +68,26 @@ uint offset_of(uint j) {
 }
 
 #if ARG
+// ARG_T: the values' type, float or (integer x) int or int64_t
+#ifndef ARG_T
+#define ARG_T float
+#define ARG_FLOAT 1
+#else
+#define ARG_FLOAT 0
+#endif
 #define NONE 0xffffffffu
-shared float best_v[WG];
+shared ARG_T best_v[WG];
 shared uint best_i[WG];
 bool earlier(uint i, uint bi) { return LAST_INDEX != 0 ? i > bi : i < bi; }
 // True when candidate (v, i) should replace (bv, bi); NaN wins, as in numpy.
-bool better(float v, uint i, float bv, uint bi) {
+bool better(ARG_T v, uint i, ARG_T bv, uint bi) {
     if (bi == NONE)
         return true;
+#if ARG_FLOAT
     bool vn = isnan(v), bn = isnan(bv);
     if (vn || bn)
         return vn && bn ? earlier(i, bi) : vn;
+#endif
     if (v != bv)
         return KIND == K_ARGMAX ? v > bv : v < bv;
     return earlier(i, bi);
@@ -82,10 +104,12 @@ void main() {
             rem /= KSHAPE_[d];
         }
 #if ARG
-        float bv = 0.0;
+        ARG_T bv = ARG_T(0);
         uint bi = NONE;
         for (uint j = l; j < LEN; j += WG) {
-            float v = float(args.x.v[base + offset_of(j)]);
+            if (!COUNTS(j))
+                continue;
+            ARG_T v = ARG_T(args.x.v[base + offset_of(j)]);
             if (better(v, j, bv, bi)) {
                 bv = v;
                 bi = j;
@@ -109,7 +133,8 @@ void main() {
 #if KIND == K_LOG_SUM_EXP
         float m = -1.0 / 0.0;
         for (uint j = l; j < LEN; j += WG)
-            m = max(m, float(args.x.v[base + offset_of(j)]));
+            if (COUNTS(j))
+                m = max(m, float(args.x.v[base + offset_of(j)]));
         m = kiln_reduce_max(m);
         if (isinf(m))
             m = 0.0; // all -inf: log(0) = -inf below; +inf: stays inf
@@ -124,6 +149,8 @@ void main() {
         float acc = 0.0;
 #endif
         for (uint j = l; j < LEN; j += WG) {
+            if (!COUNTS(j))
+                continue;
             float v = float(args.x.v[base + offset_of(j)]);
 #if KIND == K_MAX
             acc = max(acc, v);
@@ -152,7 +179,7 @@ void main() {
 #endif
         if (l == 0) {
 #if KIND == K_MEAN
-            acc /= float(LEN);
+            acc /= float(RUN_COUNT);
 #elif KIND == K_L2
             acc = sqrt(acc);
 #elif KIND == K_LOG_SUM_EXP

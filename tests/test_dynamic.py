@@ -1109,8 +1109,9 @@ def test_errors(workdir):
     cases = [
         (ok_dims, x, [{"name": "y", "op": "add", "inputs": ["x", "p"]}],
          {"p": weight([64, 4], 1)}, ["fixed size 64"]),
-        (ok_dims, x, [{"name": "y", "op": "reduce_sum", "inputs": ["x"], "axes": [0]}], None,
-         ["reduces over the dynamic axis"]),
+        ({"b": "1..4", "seq": "1..64"}, {"x": {**W, "shape": ["b", "seq", 4]}},
+         [{"name": "y", "op": "reduce_sum", "inputs": ["x"], "axes": [0, 1]}], None,
+         ["reduces over 2 dynamic axes"]),
         (ok_dims, {"x": {**W, "shape": [1, 1, "seq", 4]}},
          [{"name": "y", "op": "max_pool", "inputs": ["x"], "kernel": [1, 2]}], None,
          ["does not take a dynamic extent"]),
@@ -1632,3 +1633,57 @@ def test_cumsum_dynamic_axis(workdir):
              workdir / "r.c")
     check(r.returncode != 0 and "'count (CumSum)'" in r.stderr and "dynamic axis" in r.stderr,
           f"a reverse cumsum along the dynamic axis: {r.stderr}")
+
+
+@case("dynamic: ONNX reductions over the dynamic sequence (a sentence embedding's masked mean "
+      "pooling: ReduceSum of x * mask over the tokens over the mask's count; ReduceMean, "
+      "ReduceMax kept, ArgMax, ReduceLogSumExp over [b, seq, 8]) at six (b, seq); two dynamic "
+      "axes reduced refused")
+def test_reduce_dynamic_axis(workdir):
+    from test_onnx import attr, initializer, model, node, value_info
+    workdir = Path(workdir)
+    one = i64_init("ax1", [1])
+    nodes = [node("Cast", ["mask"], ["mf"], "mf", attr("to", 1)),
+             node("Unsqueeze", ["mf", "axm1"], ["m3"], "m3"),
+             node("Mul", ["x", "m3"], ["xm"], "xm"),
+             node("ReduceSum", ["xm", "ax1"], ["s"], "sum", attr("keepdims", 0)),
+             node("ReduceSum", ["m3", "ax1"], ["cnt"], "count", attr("keepdims", 0)),
+             node("Max", ["cnt", "tiny"], ["cntc"], "clamp"),
+             node("Div", ["s", "cntc"], ["pooled"], "pool"),
+             node("ReduceMean", ["x", "ax1"], ["mean"], "mean", attr("keepdims", 0)),
+             node("ReduceMax", ["x", "ax1"], ["mx"], "max"),
+             node("ArgMax", ["x"], ["am"], "argmax", attr("axis", 1) + attr("keepdims", 0)),
+             node("ReduceLogSumExp", ["x", "ax1"], ["lse"], "lse", attr("keepdims", 0))]
+    (workdir / "r.onnx").write_bytes(model(
+        nodes, [value_info("x", ["b", "seq", 8]), value_info("mask", ["b", "seq"], 7)],
+        [value_info("pooled", ["b", 8]), value_info("mean", ["b", 8]),
+         value_info("mx", ["b", 1, 8]), value_info("am", ["b", 8], 7),
+         value_info("lse", ["b", 8])],
+        [one, i64_init("axm1", [-1]), initializer("tiny", np.array(1e-9, np.float32))],
+        opset=18))
+    r = kiln("compile", workdir / "r.onnx", "--shape", "b=1..3", "--shape", "seq=1..40",
+             "--name", "model", "-o", workdir / "model.c")
+    check(r.returncode == 0, r.stderr)
+
+    def inputs(rng, b, seq):
+        mask = np.ones((b, seq), np.int64)
+        for i in range(b):
+            mask[i, max(1, seq - 3 * i):] = 0  # row i's last 3i tokens padding
+        return [normal(rng, b, seq, 8), mask]
+
+    def reference(x, mask, b, seq):
+        m = mask[..., None].astype(np.float64)
+        pooled = (x * m).sum(1) / np.maximum(m.sum(1), 1e-9)
+        mx = x.max(1, keepdims=True)
+        lse = np.log(np.exp(x - mx).sum(1)) + mx[:, 0]
+        return [pooled, x.mean(1), mx, x.argmax(1), lse]
+    steps = [{"b": b, "seq": q} for b, q in ((1, 1), (3, 40), (2, 7), (3, 1), (1, 40), (2, 23))]
+    run_built(link_model(workdir), steps, inputs, reference, rtol=1e-5, atol=1e-5)
+    (workdir / "two.onnx").write_bytes(model(
+        [node("ReduceSum", ["x", "ax01"], ["s"], "both", attr("keepdims", 0))],
+        [value_info("x", ["b", "seq", 8])], [value_info("s", [8])],
+        [i64_init("ax01", [0, 1])], opset=18))
+    r = kiln("compile", workdir / "two.onnx", "--shape", "b=1..3", "--shape", "seq=1..40",
+             "-o", workdir / "two.c")
+    check(r.returncode != 0 and "'both (ReduceSum)'" in r.stderr and
+          "2 dynamic axes" in r.stderr, f"two dynamic axes reduced: {r.stderr}")

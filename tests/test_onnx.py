@@ -627,6 +627,30 @@ def _(workdir):
         run_onnx(d, data, [x], [want], ["y"], tol=(0, 0))
 
 
+@case("onnx ArgMax and ArgMin of integers (GPT-2's classifier finds its last token so): int64 "
+      "past 2^53, int32, ties (first and last index), axes 0 and 1, exact")
+def _(workdir):
+    rng = np.random.default_rng(23)
+    for sub, dt, op, last, axis, big in (("a", np.int64, "ArgMax", 0, 1, 1 << 60),
+                                         ("b", np.int32, "ArgMin", 1, 0, 5),
+                                         ("c", np.int64, "ArgMax", 1, 0, 3),
+                                         ("d", np.int32, "ArgMin", 0, 1, 1 << 30)):
+        x = rng.integers(-big, big, [6, 300]).astype(dt)
+        if dt == np.int64 and big > 1 << 53:  # neighbours a float would merge
+            x[:, 7] = 1 << 60
+            x[:, 9] = (1 << 60) + 1
+        f = np.argmax if op == "ArgMax" else np.argmin
+        want = (x.shape[axis] - 1 - f(np.flip(x, axis), axis)) if last else f(x, axis)
+        attrs = attr("axis", axis) + attr("keepdims", 0) + attr("select_last_index", last)
+        elem = {np.int64: 7, np.int32: 6}[dt]
+        out = [300] if axis == 0 else [6]
+        data = model([node(op, ["x"], ["y"], "arg", attrs)],
+                     [value_info("x", list(x.shape), elem)], [value_info("y", out, 7)])
+        d = Path(workdir) / sub
+        d.mkdir()
+        run_onnx(d, data, [x], [want.astype(np.int64)], ["y"], tol=(0, 0))
+
+
 def branch(name, nodes, outputs, inits=(), inputs=()):
     """A graph attribute: an If's then_branch or else_branch, or (with its
     inputs) a Loop's or Scan's body: nodes that read the outer scope too,

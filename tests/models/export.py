@@ -509,6 +509,42 @@ def t5_encoder_tiny():
     return MaskedHidden(transformers.T5EncoderModel(cfg)).eval()
 
 
+class SentenceEmbedding(torch.nn.Module):
+    """A sentence-transformers style embedding: BERT's last hidden state
+    averaged over the tokens the mask keeps, then L2-normalized."""
+    def __init__(self):
+        super().__init__()
+        self.model = bert_tiny().model
+
+    def forward(self, ids, mask):
+        h = self.model(input_ids=ids, attention_mask=mask).last_hidden_state
+        m = mask.unsqueeze(-1).to(h.dtype)
+        pooled = (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
+        return torch.nn.functional.normalize(pooled, p=2, dim=1)
+
+
+class Logits(torch.nn.Module):
+    """A transformers classifier called on token ids and a mask; returns
+    its logits."""
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids, mask):
+        return self.model(input_ids=ids, attention_mask=mask).logits
+
+
+def gpt2_classifier():
+    """GPT-2 for sequence classification: the logits of each row's last
+    token that is not padding (found from the ids: an argmax over the
+    sequence)."""
+    import transformers
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(vocab_size=100, n_positions=32, n_embd=32, n_layer=2,
+                                  n_head=2, num_labels=3, pad_token_id=0)
+    return Logits(transformers.GPT2ForSequenceClassification(cfg)).eval()
+
+
 DYN_SEQS = [1, 5, 8, 13, 32, 2]  # sequence lengths at a fixed batch of 2, in run order
 DYN_MAX = 32
 # (batch, seq) pairs where both are dynamic (batch 1..4), in run order
@@ -540,7 +576,10 @@ def dynamic_models():
             ("qwen2_tiny_mask_bs", qwen2_mask, both, both_dims, both_runs),
             ("distilbert_tiny_mask_bs", distilbert_tiny, both, both_dims, both_runs),
             ("roberta_tiny_mask_bs", roberta_tiny, both, both_dims, both_runs),
-            ("t5_encoder_tiny_mask_bs", t5_encoder_tiny, both, both_dims, both_runs)]
+            ("t5_encoder_tiny_mask_bs", t5_encoder_tiny, both, both_dims, both_runs),
+            ("sentence_embedding_mask_bs", lambda: SentenceEmbedding().eval(), both, both_dims,
+             both_runs),
+            ("gpt2_classifier_mask_bs", gpt2_classifier, both, both_dims, both_runs)]
 
 
 def dynamic_inputs(specs, dims, seed):
