@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""runtime_ab.py: two runtime libraries, A/B, on bench/llm.py's 1.1B Llama
-decoder (the GPU machine). Exports and compiles the decoder as llm.py does
-(--formats), links samples/llm/llm.c and samples/run_model.c against two
-runtime libraries (--a, --b: libkilnrt.a files) and runs them alternately:
-llm.c's prompt and NEW greedy tokens (tokens/s), and run_model's decoding
-step (seq 1, past P) 500 times (us a run).
+"""runtime_ab.py: two runtime libraries or two decode loops, A/B, on
+bench/llm.py's 1.1B Llama decoder (the GPU machine). Exports and compiles
+the decoder as llm.py does (--formats), links a decode loop (--llm-a,
+--llm-b: llm.c sources, samples/llm/llm.c by default) and
+samples/run_model.c against a runtime library each (--a, --b: libkilnrt.a
+files, the build's by default) and runs them alternately: llm.c's prompt
+and 256 greedy tokens (tokens/s), and run_model's decoding step (seq 1,
+past 256) 500 times (us a run).
 
-  runtime_ab.py --a OLD/libkilnrt.a --b NEW/libkilnrt.a [--formats f16,int4] [--rounds 3]
+  runtime_ab.py [--a OLD/libkilnrt.a] [--b NEW/libkilnrt.a] [--llm-a OLD/llm.c]
+                [--llm-b NEW/llm.c] [--formats f16,int4] [--rounds 3]
 """
 import argparse
 import re
@@ -23,8 +26,12 @@ ROOT = llm.ROOT
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--a", type=Path, required=True)
-    ap.add_argument("--b", type=Path, required=True)
+    lib = llm.BUILD / "libkilnrt.a"
+    src = ROOT / "samples" / "llm" / "llm.c"
+    ap.add_argument("--a", type=Path, default=lib)
+    ap.add_argument("--b", type=Path, default=lib)
+    ap.add_argument("--llm-a", type=Path, default=src)
+    ap.add_argument("--llm-b", type=Path, default=src)
     ap.add_argument("--formats", default="f16,int4")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--work", type=Path, default=Path("/tmp/kiln-llm"))
@@ -42,11 +49,11 @@ def main():
         prog, line, _ = llm.kiln_build(args.work, onnx_path, fmt, 22)
         d = prog.parent
         progs = {}
-        for tag, lib in (("a", args.a), ("b", args.b)):
+        for tag, lib, loop in (("a", args.a, args.llm_a), ("b", args.b, args.llm_b)):
             common = ["-O2", "-std=c99", "-D_POSIX_C_SOURCE=199309L", "-I", ROOT / "runtime",
                       "-I", d]
-            llm.sh(["cc", *common, "-o", d / f"llm_{tag}", ROOT / "samples" / "llm" / "llm.c",
-                    d / "llm_model.c", lib, llm.VULKAN_LIB, "-lm"])
+            llm.sh(["cc", *common, "-o", d / f"llm_{tag}", loop, d / "llm_model.c", lib,
+                    llm.VULKAN_LIB, "-lm"])
             llm.sh(["cc", *common, "-DKILN_MODEL=llm", "-include", d / "llm_model.h", "-o",
                     d / f"step_{tag}", ROOT / "samples" / "run_model.c", d / "llm_model.c", lib,
                     llm.VULKAN_LIB, "-lm"])
