@@ -378,6 +378,9 @@ static bool fold_range(Ctx *c) {
         node_fail(c, "unsupported: Range's stash_type 0 (f16 accumulation); kiln computes "
                      "each element in double, as stash_type 1 does");
     double nd = ceil((limit - start) / delta);
+    if (!(nd <= MAX_CONST_FOLD)) /* a NaN too: an infinite or undefined count */
+        node_fail(c, format("Range of %g elements (start %g, limit %g, delta %g): a folded "
+                            "constant is too large", nd, start, limit, delta));
     int64_t n = nd > 0 ? (int64_t)nd : 0;
     Value *o = const_out(c, s->dtype, 1, &n);
     for (int64_t i = 0; i < n; i++) {
