@@ -10,7 +10,8 @@
 // elements add sum(j_d * RSTRIDES[d]) over coordinates j in RSHAPE (RRANK
 // dimensions). One workgroup per output element; invocations stride over
 // the reduced elements and combine through shared memory. X and Y (but an
-// ARG's i64) f32 or f16 (X_BUF, Y_BUF, Y_T), the arithmetic f32.
+// ARG's i64) f32 or f16 (X_BUF, Y_BUF, Y_T), the arithmetic f32; an ARG's X
+// also i32 or i64, compared as integers (ARG_T).
 //
 // RDYN_EXT (a reduced axis that follows the dims, RDYN_S at the largest):
 // reduced element j counts when its coordinate along that axis, (j /
