@@ -788,11 +788,11 @@ static void dynamic_axis(Node *n) {
     Tensor *x = n->inputs[0];
     bool reduced[MAX_RANK] = {false};
     int64_t axis = attr_int(n, "axis");
-    reduced[axis < 0 ? axis + x->rank : axis] = true;
+    int a = (int)(axis < 0 ? axis + x->rank : axis);
+    reduced[a] = true;
     /* a forward cumsum along a dynamic axis runs over the largest row: each
      * of the run's positions sums only those before it (RoBERTa's position
      * ids over the sequence); a reverse one would start past the run */
-    int a = (int)(axis < 0 ? axis + x->rank : axis);
     if (n->op == OP_CUMSUM && is_dyn(x, a) && attr_int(n, "reverse"))
         unsupported(n, "a reverse cumsum along the dynamic axis %d of '%s' would start past "
                     "the run's extent; kiln sums along a dynamic axis forward only", a, x->name);

@@ -35,9 +35,9 @@ void lower_cumsum(Program *p, Node *n) {
         bool need[3] = {false, false, false};
         need_dtype(p, need, dt);
         define_needs(d, need);
-        define_str(d, "SCAN_T", dt == KILN_DTYPE_I64 ? "int64_t" : "int");
-        define_str(d, "Y_BUF", dt == KILN_DTYPE_I64 ? "I64" : "I32");
-        define_str(d, "X_BUF", dt == KILN_DTYPE_I64 ? "I64R" : "I32R");
+        define_str(d, "SCAN_T", compute_type(dt));
+        define_str(d, "Y_BUF", buffer_type(dt, false));
+        define_str(d, "X_BUF", buffer_type(dt, true));
     }
     if (d) {
         define_int(d, "EXCLUSIVE", attr_int(n, "exclusive") != 0);
@@ -249,7 +249,7 @@ void lower_reduce(Program *p, Node *n) {
     }
     bool need[3] = {false, false, false};
     if (arg && (x->dtype == KILN_DTYPE_I32 || x->dtype == KILN_DTYPE_I64))
-        define_str(d, "ARG_T", x->dtype == KILN_DTYPE_I64 ? "int64_t" : "int");
+        define_str(d, "ARG_T", compute_type(x->dtype));
     if (arg)
         need_dtype(p, need, KILN_DTYPE_I64);
     else

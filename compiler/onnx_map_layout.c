@@ -98,69 +98,76 @@ static void clamp_slice_bounds(Attr *a) {
     }
 }
 
+/* A Slice's constant inputs as map_slice read them: starts (ns of them),
+ * the n ends at their most with each one's expression, axes and steps (na
+ * and nt of them, -1 where the input is absent). */
+typedef struct SliceBounds {
+    int64_t starts[MAX_RANK], ends[MAX_RANK], axes[MAX_RANK], steps[MAX_RANK];
+    DimExpr exprs[MAX_RANK];
+    int ns, n, na, nt;
+} SliceBounds;
+
 /* A Slice whose ends follow the dynamic dims (`position_ids[:, :seq]`, as
  * BERT's embeddings take a prefix of a constant table): each such end e,
  * with a constant start s at or after 0, step 1, on an axis of x that is
  * fixed and holds e at its most. The slice then computes its largest
  * shape (ends at their most: a run's elements are its prefix) and the
  * output's axis follows e - s. Other dynamic bounds are refused by name. */
-static void slice_dynamic_ends(Ctx *c, Value *x, int n, const int64_t *ends,
-                               const DimExpr *exprs, bool *follows, DimExpr *ext) {
-    int64_t starts[MAX_RANK], axes[MAX_RANK], steps[MAX_RANK];
-    if (const_ints(c, 1, "starts", starts, MAX_RANK) != n)
+static void slice_dynamic_ends(Ctx *c, Value *x, const SliceBounds *b, bool *follows,
+                               DimExpr *ext) {
+    if (b->ns != b->n)
         node_fail(c, "starts and ends differ in length");
-    for (int i = 0; i < n; i++)
-        axes[i] = i, steps[i] = 1;
-    if (in_opt(c, 3) && const_ints(c, 3, "axes", axes, MAX_RANK) != n)
-        node_fail(c, "axes and ends differ in length");
-    if (in_opt(c, 4) && const_ints(c, 4, "steps", steps, MAX_RANK) != n)
-        node_fail(c, "steps and ends differ in length");
-    for (int i = 0; i < n; i++) {
-        if (dim_expr_const(&exprs[i]))
+    if ((b->na >= 0 && b->na != b->n) || (b->nt >= 0 && b->nt != b->n))
+        node_fail(c, "axes or steps and ends differ in length");
+    for (int i = 0; i < b->n; i++) {
+        if (dim_expr_const(&b->exprs[i]))
             continue;
-        int a = (int)(axes[i] < 0 ? axes[i] + x->rank : axes[i]);
+        int64_t axis = b->na < 0 ? i : b->axes[i], step = b->nt < 0 ? 1 : b->steps[i];
+        int a = (int)(axis < 0 ? axis + x->rank : axis);
         if (a < 0 || a >= x->rank)
-            node_fail(c, format("axis %lld is out of range for rank %d", (long long)axes[i],
+            node_fail(c, format("axis %lld is out of range for rank %d", (long long)axis,
                                 x->rank));
-        int64_t lo = dim_expr_min(c->g, &exprs[i]), s = starts[i];
+        int64_t lo = dim_expr_min(c->g, &b->exprs[i]), s = b->starts[i];
         if (x->t && is_dyn(x->t, a))
             node_fail(c, format("unsupported: the end of axis %d (%s) follows the dynamic dims "
                                 "and so does the axis itself", a,
-                                dim_expr_str(c->g, &exprs[i])));
-        if (steps[i] != 1 || s < 0 || lo <= s || ends[i] > x->shape[a])
+                                dim_expr_str(c->g, &b->exprs[i])));
+        if (step != 1 || s < 0 || lo <= s || b->ends[i] > x->shape[a])
             node_fail(c, format("unsupported: the end of axis %d follows the dynamic dims (%s, "
                                 "%lld..%lld over %lld elements) with start %lld and step %lld; "
                                 "kiln takes such an end with step 1, a constant start from 0 "
                                 "below its least value, within the axis",
-                                a, dim_expr_str(c->g, &exprs[i]), (long long)lo,
-                                (long long)ends[i], (long long)x->shape[a], (long long)s,
-                                (long long)steps[i]));
+                                a, dim_expr_str(c->g, &b->exprs[i]), (long long)lo,
+                                (long long)b->ends[i], (long long)x->shape[a], (long long)s,
+                                (long long)step));
         follows[a] = true;
         DimExpr start = {0};
         start.c0 = -s;
-        ext[a] = dim_expr_add(&exprs[i], &start);
+        ext[a] = dim_expr_add(&b->exprs[i], &start);
     }
 }
 
 void map_slice(Ctx *c, const OnnxOp *op) {
     Value *x = in(c, 0);
     Node *k = emit(c, op->kop, 1, &x, out_name(c, 0));
-    int64_t v[MAX_RANK];
     bool follows[MAX_RANK] = {false}, dynamic = false;
     DimExpr ext[MAX_RANK];
     if (c->opset < 10) {
         copy_attrs(c, k, NULL);
     } else {
-        DimExpr exprs[MAX_RANK];
-        node_set_ints(k, "starts", const_ints(c, 1, "starts", v, MAX_RANK), v);
-        int n = shape_ints(c, 2, "ends", v, exprs, &dynamic, MAX_RANK);
+        SliceBounds b;
+        b.ns = const_ints(c, 1, "starts", b.starts, MAX_RANK);
+        b.n = shape_ints(c, 2, "ends", b.ends, b.exprs, &dynamic, MAX_RANK);
+        b.na = in_opt(c, 3) ? const_ints(c, 3, "axes", b.axes, MAX_RANK) : -1;
+        b.nt = in_opt(c, 4) ? const_ints(c, 4, "steps", b.steps, MAX_RANK) : -1;
         if (dynamic)
-            slice_dynamic_ends(c, x, n, v, exprs, follows, ext);
-        node_set_ints(k, "ends", n, v);
-        if (in_opt(c, 3))
-            node_set_ints(k, "axes", const_ints(c, 3, "axes", v, MAX_RANK), v);
-        if (in_opt(c, 4))
-            node_set_ints(k, "steps", const_ints(c, 4, "steps", v, MAX_RANK), v);
+            slice_dynamic_ends(c, x, &b, follows, ext);
+        node_set_ints(k, "starts", b.ns, b.starts);
+        node_set_ints(k, "ends", b.n, b.ends);
+        if (b.na >= 0)
+            node_set_ints(k, "axes", b.na, b.axes);
+        if (b.nt >= 0)
+            node_set_ints(k, "steps", b.nt, b.steps);
     }
     /* INT64_MAX ends (the ONNX idiom for "to the end") fit after clamping. */
     clamp_slice_bounds(node_attr(k, "ends"));

@@ -239,6 +239,17 @@ def assert_relative(got, want, tol, what):
           f"{scale:.3g}; the bound is {tol}")
 
 
+def precision_compare(f16, rtol, atol):
+    """run_built's compare for a build at --precision f16 (the documented
+    F16_TOLERANCE of max |reference|) or f32 (assert_close at rtol, atol)."""
+    def compare(got, want, what):
+        if f16:
+            assert_relative(got, want, F16_TOLERANCE, what)
+        else:
+            assert_close(got, want, rtol, atol, what)
+    return compare
+
+
 def assert_close(got, want, rtol, atol, what="output"):
     """Every element: |got - want| <= atol + rtol * |want| (NaN only where
     the reference has NaN)."""

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from harness import (F16_TOLERANCE, ROOT, assert_close, assert_relative, check, kiln,
-                     link_model, registry, run_program)
+                     link_model, precision_compare, registry, run_program)
 from test_dynamic import run_built
 from test_onnx import check_outputs, declared_outputs
 
@@ -140,12 +140,7 @@ def dynamic_case(d, precision):
         nin = len(list(d.glob("run0_input_*.npy")))
         data = [([np.load(d / f"run{k}_input_{i}.npy") for i in range(nin)],
                  np.load(d / f"run{k}_ort_0.npy")) for k in range(len(runs))]
-        if precision == "f16":
-            def compare(got, want, what):
-                assert_relative(got, want, F16_TOLERANCE, what)
-        else:
-            def compare(got, want, what):
-                assert_close(got, want, 1e-3, 1e-4, what)
+        compare = precision_compare(precision == "f16", 1e-3, 1e-4)
         step = iter(range(len(runs)))
         current = {}
 

@@ -16,7 +16,8 @@ import numpy as np
 
 import reference as ref
 from harness import (F16_TOLERANCE, VALIDATION, assert_close, assert_relative, build_model,
-                     check, kernel_defines, kiln, link_model, model_yaml, registry, run)
+                     check, kernel_defines, kiln, link_model, model_yaml, precision_compare,
+                     registry, run)
 from test_quant import dequantized
 
 TESTS, case = registry()
@@ -1342,11 +1343,7 @@ def batched_rows_case(flags):
             h = np.maximum(x.astype(np.float64) @ w + bias, 0)
             return [h, h @ wb]
 
-        def compare(got, want, what):
-            if flags:
-                assert_relative(got, want, F16_TOLERANCE, what)
-            else:
-                assert_close(got, want, 1e-4, 1e-4, what)
+        compare = precision_compare(bool(flags), 1e-4, 1e-4)
         run_built(link_model(workdir), seq_steps((1, 40, 17, 3, 33, 16, 1)),
                   lambda rng, seq: [normal(rng, 2, seq, 8)], reference, compare=compare)
     return test
@@ -1455,47 +1452,37 @@ def test_batch_seq_attention(workdir):
               reference, rtol=1e-4, atol=1e-5)
 
 
-@case("op repack: YAML [2, seq, 8] (a fixed batch) reshaped to [-1, 8] rows, a product, and "
-      "reshaped to the largest [2, 7, 6]: the rows follow 2 seq, the result seq")
-def test_repack_yaml_fixed(workdir):
-    rng = np.random.default_rng(53)
-    w = rng.standard_normal((8, 6)).astype(np.float32)
-    y = dyn_yaml({"seq": "1..7"},
-                 {"x": {"dtype": "f32", "shape": [2, "seq", 8]}},
-                 [{"name": "rows", "op": "reshape", "inputs": ["x"], "shape": [-1, 8]},
-                  {"name": "h", "op": "matmul", "inputs": ["rows", "w"]},
-                  {"name": "y", "op": "reshape", "inputs": ["h"], "shape": [2, 7, 6]}],
-                 ["h", "y"], {"w": {"dtype": "f32", "shape": [8, 6],
-                                    "values": w.ravel().tolist()}})
-    prog = build_model(workdir, y)
-    check((Path(workdir) / "model.c").read_text().count(" repack ") >= 2,
-          "no repack dispatches")
-    steps = [{"seq": q} for q in (1, 7, 3, 6, 1)]
-    run_built(prog, steps, lambda rng, seq: [normal(rng, 2, seq, 8)],
-              lambda x, seq: [x.reshape(2 * seq, 8) @ w, (x.reshape(2 * seq, 8) @ w)
-                              .reshape(2, seq, 6)], rtol=1e-4, atol=1e-5)
+def repack_fixed_case(inner, out_inner, seed):
+    """YAML [2, seq, *inner] reshaped to [-1, 8] rows, a product by [8, 6],
+    and reshaped to the largest [2, 7, *out_inner]: both reshapes repack,
+    the rows follow 2 seq."""
+    def test(workdir):
+        rng = np.random.default_rng(seed)
+        w = rng.standard_normal((8, 6)).astype(np.float32)
+        y = dyn_yaml({"seq": "1..7"},
+                     {"x": {"dtype": "f32", "shape": [2, "seq", *inner]}},
+                     [{"name": "rows", "op": "reshape", "inputs": ["x"], "shape": [-1, 8]},
+                      {"name": "h", "op": "matmul", "inputs": ["rows", "w"]},
+                      {"name": "y", "op": "reshape", "inputs": ["h"],
+                       "shape": [2, 7, *out_inner]}],
+                     ["h", "y"], {"w": {"dtype": "f32", "shape": [8, 6],
+                                        "values": w.ravel().tolist()}})
+        prog = build_model(workdir, y)
+        check((Path(workdir) / "model.c").read_text().count(" repack ") >= 2,
+              "no repack dispatches")
+        steps = [{"seq": q} for q in (1, 7, 3, 6, 1)]
+        run_built(prog, steps, lambda rng, seq: [normal(rng, 2, seq, *inner)],
+                  lambda x, seq: [x.reshape(2 * seq, 8) @ w, (x.reshape(2 * seq, 8) @ w)
+                                  .reshape(2, seq, *out_inner)], rtol=1e-4, atol=1e-5)
+    return test
 
 
-@case("op repack: YAML [2, seq, 2, 4] reshaped to [-1, 8] rows at once (the batch and sequence "
-      "merged, the heads' axes regrouped: GPT-2's merge of heads and Conv1D view), a product, "
-      "and back to the largest [2, 7, 3, 2]")
-def test_repack_yaml_regroup(workdir):
-    rng = np.random.default_rng(59)
-    w = rng.standard_normal((8, 6)).astype(np.float32)
-    y = dyn_yaml({"seq": "1..7"},
-                 {"x": {"dtype": "f32", "shape": [2, "seq", 2, 4]}},
-                 [{"name": "rows", "op": "reshape", "inputs": ["x"], "shape": [-1, 8]},
-                  {"name": "h", "op": "matmul", "inputs": ["rows", "w"]},
-                  {"name": "y", "op": "reshape", "inputs": ["h"], "shape": [2, 7, 3, 2]}],
-                 ["h", "y"], {"w": {"dtype": "f32", "shape": [8, 6],
-                                    "values": w.ravel().tolist()}})
-    prog = build_model(workdir, y)
-    check((Path(workdir) / "model.c").read_text().count(" repack ") >= 2,
-          "no repack dispatches")
-    steps = [{"seq": q} for q in (1, 7, 3, 6, 1)]
-    run_built(prog, steps, lambda rng, seq: [normal(rng, 2, seq, 2, 4)],
-              lambda x, seq: [x.reshape(2 * seq, 8) @ w, (x.reshape(2 * seq, 8) @ w)
-                              .reshape(2, seq, 3, 2)], rtol=1e-4, atol=1e-5)
+case("op repack: YAML [2, seq, 8] (a fixed batch) reshaped to [-1, 8] rows, a product, and "
+     "reshaped to the largest [2, 7, 6]: the rows follow 2 seq, the result seq")(
+    repack_fixed_case([8], [6], 53))
+case("op repack: YAML [2, seq, 2, 4] reshaped to [-1, 8] rows at once (the batch and sequence "
+     "merged, the heads' axes regrouped: GPT-2's merge of heads and Conv1D view), a product, "
+     "and back to the largest [2, 7, 3, 2]")(repack_fixed_case([2, 4], [3, 2], 59))
 
 
 @case("op repack: YAML [b, seq, 8] reshaped to [-1, 8] rows, a product, and reshaped to the "

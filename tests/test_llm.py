@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from harness import (BUILD, CC, EXTRA_CFLAGS, F16_TOLERANCE, ROOT, VALIDATION, VULKAN_LIB,
-                     assert_close, assert_relative, check, kiln, link_model, registry, run,
-                     run_program)
+                     assert_close, assert_relative, check, kiln, link_model,
+                     precision_compare, registry, run, run_program)
 from test_dynamic import run_built
 
 TESTS, case = registry()
@@ -94,12 +94,7 @@ def dynamic_steps_case(d, precision, flags=()):
         inputs = {(8, 0): step_inputs(d, 0), (1, 8): step_inputs(d, 1)}
         logits = {(8, 0): np.load(d / "step0_out_logits.npy"),
                   (1, 8): np.load(d / "step1_out_logits.npy")}
-        if precision == "f16":
-            def compare(got, want, what):
-                assert_relative(got, want, F16_TOLERANCE, what)
-        else:
-            def compare(got, want, what):
-                assert_close(got, want, 1e-3, 1e-5, what)
+        compare = precision_compare(precision == "f16", 1e-3, 1e-5)
         run_built(link_model(wd), [{"seq": 8, "past": 0}, {"seq": 1, "past": 8}],
                   lambda rng, seq, past: inputs[seq, past],
                   lambda *xs, seq, past: [logits[seq, past]], compare=compare)

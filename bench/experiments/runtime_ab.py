@@ -48,7 +48,6 @@ def main():
     for fmt in args.formats.split(","):
         prog, line, _ = llm.kiln_build(args.work, onnx_path, fmt, 22)
         d = prog.parent
-        progs = {}
         for tag, lib, loop in (("a", args.a, args.llm_a), ("b", args.b, args.llm_b)):
             common = ["-O2", "-std=c99", "-D_POSIX_C_SOURCE=199309L", "-I", ROOT / "runtime",
                       "-I", d]
@@ -57,7 +56,6 @@ def main():
             llm.sh(["cc", *common, "-DKILN_MODEL=llm", "-include", d / "llm_model.h", "-o",
                     d / f"step_{tag}", ROOT / "samples" / "run_model.c", d / "llm_model.c", lib,
                     llm.VULKAN_LIB, "-lm"])
-            progs[tag] = d
         print(f"{fmt}: {line}", flush=True)
         for r in range(args.rounds):
             for tag in ("a", "b"):
