@@ -814,6 +814,31 @@ static void dynamic_sample(Node *n) {
             mark(n, n->outputs[0], a, &x->ext[a]);
 }
 
+/* Ops over images, NC[D]HW (convolutions, pooling, resize): a dynamic batch
+ * (axis 0) only, each image computed on its own; the outputs follow it
+ * (their batch axis is the input's: shape_resize keeps its scale 1). The
+ * kernels run the run's images (lower_conv.c). Weights, biases and the
+ * other parameters stay fixed. */
+static void dynamic_images(Node *n) {
+    Tensor *x = n->inputs[0];
+    if (x->dyn_axes & ~1u) {
+        int a = 1;
+        while (!is_dyn(x, a))
+            a++;
+        unsupported(n, "'%s' %s is dynamic along axis %d; kiln takes a dynamic extent for "
+                    "this op along the batch axis 0 only", x->name,
+                    shape_str(x->rank, x->shape), a);
+    }
+    fixed_params(n, 1);
+    for (int k = 0; k < n->noutputs; k++) {
+        Tensor *out = n->outputs[k];
+        if (out->rank < 1 || out->shape[0] != x->shape[0])
+            unsupported(n, "its output '%s' %s does not keep the dynamic batch of '%s'",
+                        out->name, shape_str(out->rank, out->shape), x->name);
+        mark(n, out, 0, &x->ext[0]);
+    }
+}
+
 /* The reductions: over fixed axes and at most one dynamic axis, whose
  * run's extent reduce.comp reads (RDYN_EXT: a sentence embedding's mean
  * over the tokens); the kept axes keep their places. */

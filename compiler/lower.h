@@ -52,12 +52,17 @@ typedef struct MatmulShape {
      * conv.images is not 0 (plain B or not): N is images * positions (the
      * output's OH * OW), each image's input in_img elements after the
      * last, C [images, M, positions]. klast: A (the weights) is [OC, KH,
-     * KW, C], K in the order (kh, kw, ci), of `channels` input channels. */
+     * KW, C], K in the order (kh, kw, ci), of `channels` input channels.
+     * With conv.dyn_images the kernels' tiles end at the run's columns
+     * (N_RUN). */
     struct {
         int64_t in[2], k[2], stride[2], pad[2], dil[2], out_w;
         int64_t images, positions, in_img;
         int64_t channels;
         bool klast;
+        /* a dynamic batch of images (dynamic_images): their run extent,
+         * N's columns following it (positions a unit; not split along K) */
+        const DimExpr *dyn_images;
     } conv;
     const Tensor *res; /* a convolution's residual (HAS_RES), f32 or f16 */
 } MatmulShape;

@@ -27,6 +27,23 @@ static bool float_storage(const Tensor *t) {
     return t->dtype == KILN_DTYPE_F32 || t->dtype == KILN_DTYPE_F16;
 }
 
+/* A dynamic batch (dynamic.c's dynamic_images: axis 0 of x and y): the
+ * run's images of x in GLSL times scale, and groups[0] of d following them,
+ * per_image items an image, per_group a group. The kernels' loops end at
+ * the run's images (NRUN, NC, COUNT), not at the largest batch. */
+static bool dyn_images(const Tensor *x) { return x->dyn_axes & 1u; }
+
+static char *images_glsl(const Tensor *x, int64_t scale) {
+    return dyn_images(x) ? dim_expr_glsl(&x->ext[0], scale)
+                         : format("%lld", (long long)(x->shape[0] * scale));
+}
+
+static void images_groups(Dispatch *d, const Tensor *x, int64_t per_image,
+                          int64_t per_group) {
+    if (dyn_images(x))
+        dyn_groups_along(d, 0, &x->ext[0], per_image, per_group);
+}
+
 /* An f16 convolution's weights [OC, C, KH, KW] as [OC, KH, KW, C] (the
  * product's CONV_KLAST): K in the order (kh, kw, ci), so that eight
  * consecutive k of the input's im2col matrix are eight channels at one
@@ -124,7 +141,8 @@ static bool depthwise_tiles(Node *n, const Tensor *x, const Tensor *y, int nsp,
  * (MatmulShape's conv.images); bias, residual and activation its
  * epilogue. f16 weights (--precision f16) take the matrix units where the
  * device has them (coopmat.comp, the input gathered as halves). For
- * convolutions of one group, 1 or 2 spatial axes and fixed shapes, with
+ * convolutions of one group, 1 or 2 spatial axes (a dynamic batch too:
+ * the tiles end at the run's images' columns, N_RUN), with
  * more output channels than matvec.comp would take
  * (matmul_dispatch) and more than 16 output positions; others stay on
  * conv.comp, whose split channels serve the products of few positions
@@ -134,8 +152,7 @@ static bool conv_product(Program *p, Node *n, Tensor *x, Tensor *w, Tensor *y,
                          const Window *win, const char *act) {
     int nsp = x->rank - 2;
     if (n->op != OP_CONV || attr_int(n, "group") != 1 || nsp < 1 || nsp > 2 ||
-        !float_storage(x) || !float_storage(w) || !float_storage(y) || x->dynamic ||
-        y->dynamic ||
+        !float_storage(x) || !float_storage(w) || !float_storage(y) ||
         w->shape[0] <= 16 || tensor_count(y) / (y->shape[0] * y->shape[1]) <= 16 ||
         getenv("KILN_DIRECT_CONV"))
         return false;
@@ -175,6 +192,8 @@ static bool conv_product(Program *p, Node *n, Tensor *x, Tensor *w, Tensor *y,
         s.conv.in_img = x->shape[1] * in[0] * in[1];
         s.N *= images;
     }
+    if (dyn_images(x)) /* the tiles end at the run's images' columns */
+        s.conv.dyn_images = &x->ext[0];
     s.brank = 1;
     s.bshape[0] = s.batch = 1;
     s.ops[0] = (Operand){y, {0}, 0, false, {0, {0}}};
@@ -244,6 +263,8 @@ void lower_conv(Program *p, Node *n) {
         define_storage(p, d, need, "RES", conv_residual(n), false);
     define_needs(d, need);
     define_int(d, "N", x->shape[0]);
+    if (dyn_images(x))
+        define_str(d, "NRUN", images_glsl(x, 1));
     define_int(d, "C", x->shape[1]);
     define_int(d, "OC", y->shape[1]);
     define_int(d, "G", attr_int(n, "group"));
@@ -278,6 +299,7 @@ void lower_conv(Program *p, Node *n) {
         split *= 2;
     define_int(d, "SPLIT", split);
     d->groups[0] = groups_for(count * split, d->local_size);
+    images_groups(d, x, count / x->shape[0] * split, d->local_size);
     if (tiled) {
         define_int(d, "DW_TILE", 1);
         define_int(d, "DW_TH", dw[0]);
@@ -286,6 +308,7 @@ void lower_conv(Program *p, Node *n) {
         define_int(d, "DW_XS", dw[3]);
         define_int(d, "DW_PX", dw[5]);
         d->groups[0] = groups_for(dw[4], 1);
+        images_groups(d, x, dw[4] / x->shape[0], 1); /* the image outermost */
     }
     d->flops = 2ull * (uint64_t)count * (uint64_t)per_out;
 }
@@ -306,7 +329,7 @@ void lower_pool(Program *p, Node *n) {
     bool need[3] = {false, false, false};
     define_storage(p, d, need, "Y", y, true);
     define_storage(p, d, need, "X", x, false);
-    define_int(d, "NC", x->shape[0] * x->shape[1]);
+    define_str(d, "NC", images_glsl(x, x->shape[1]));
     define_spatial(d, "IN_SP", nsp, x->shape + 2, 1);
     define_spatial(d, "OUT_SP", nsp, y->shape + 2, 1);
     define_spatial(d, "K_SP", nsp, k, 1);
@@ -328,6 +351,7 @@ void lower_pool(Program *p, Node *n) {
     if (indices)
         dispatch_arg(d, n->outputs[1], true);
     d->groups[0] = groups_for(count, d->local_size);
+    images_groups(d, x, count / x->shape[0], d->local_size);
     d->flops = (uint64_t)count * (uint64_t)shape_count(nsp, k);
 }
 
@@ -400,7 +424,7 @@ void lower_resize(Program *p, Node *n) {
     Dispatch *d = new_dispatch(p, n, "resize");
     d->local_size = 256;
     define_int(d, "WG", d->local_size);
-    define_int(d, "COUNT", count);
+    define_str(d, "COUNT", images_glsl(y, count / y->shape[0]));
     define_int(d, "RANK", x->rank);
     define_list(d, "XSHAPE", x->rank, x->shape);
     define_list(d, "YSHAPE", y->rank, y->shape);
@@ -442,5 +466,6 @@ void lower_resize(Program *p, Node *n) {
     dispatch_arg(d, y, true);
     dispatch_arg(d, x, false);
     d->groups[0] = groups_for(count, d->local_size);
+    images_groups(d, y, count / y->shape[0], d->local_size);
     d->flops = (uint64_t)count * (2ull << (x->rank * mode)); /* taps of each element */
 }

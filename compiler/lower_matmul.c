@@ -59,6 +59,18 @@ static void rows_groups(Dispatch *d, const MatmulShape *s, int64_t per_group) {
         dyn_groups_along(d, 1, s->dyn, s->M / s->dyn_most, per_group);
 }
 
+/* A convolution over a dynamic batch of images (its columns, the images'
+ * positions side by side): the run's columns N_RUN, in GLSL, and groups[0]
+ * of d following them, per_group columns a group. */
+static void cols_groups(Dispatch *d, const MatmulShape *s, int64_t per_group) {
+    const DimExpr *e = s->conv.dyn_images;
+    if (!e)
+        return;
+    int64_t per = s->conv.images ? s->conv.positions : s->N;
+    define_str(d, "N_RUN", dim_expr_glsl(e, per));
+    dyn_groups_along(d, 0, e, per, per_group);
+}
+
 /* s's rows follow axis of A: its run extent, at most its size. */
 static void follow_rows(MatmulShape *s, const Tensor *a, int axis) {
     s->dyn = &a->ext[axis];
@@ -425,12 +437,13 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
      * chunks; two 132.6) on an H200, lone (bench/experiments/
      * coopmat-split-h200.txt) */
     bool full_wave = !conv && wm * wn == 8;
-    if (s->batch == 1 && tiles < COOPMAT_GROUPS && !s->dyn && !full_wave)
+    if (s->batch == 1 && tiles < COOPMAT_GROUPS && !s->dyn && !s->conv.dyn_images &&
+        !full_wave)
         splits = (COOPMAT_GROUPS + tiles - 1) / tiles;
     if (splits > steps / 4)
         splits = steps / 4;
     const char *tune_split = getenv("KILN_COOPMAT_SPLITK");
-    if (tune_split && s->batch == 1 && !s->dyn)
+    if (tune_split && s->batch == 1 && !s->dyn && !s->conv.dyn_images)
         splits = strtol(tune_split, NULL, 10);
     splits = splits < 1 ? 1 : splits > steps ? steps : splits;
     int64_t kchunk = (steps + splits - 1) / splits * bk;
@@ -495,6 +508,7 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
     d->groups[1] = groups_for(s->M, bm);
     d->groups[2] = groups_for(partial ? splits : s->batch, 1);
     rows_groups(d, s, bm);
+    cols_groups(d, s, bn);
     if (last)
         bind_split_last(p, d, partial);
     if (!partial || last)
@@ -731,16 +745,19 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
     d->groups[0] = groups_for(s->N, matvec ? mv.ncol * mv.vec : bn);
     d->groups[1] = matvec ? 1 : groups_for(s->M, bm);
     d->groups[2] = groups_for(kchunk ? splits : s->batch, 1);
-    if (!matvec)
+    if (!matvec) {
         rows_groups(d, s, bm);
+        cols_groups(d, s, bn);
+    }
     /* The vec4 path without loops over tiles and batches where each has
      * its own workgroup, leaving registers to the inner loop. (Loads
      * without bounds checks where the tiles divide the product measured no
      * faster on the H200 once the loops were gone; in coopmat.comp neither
      * change measured faster.) */
     if (vec4)
-        define_int(d, "ONE_TILE", !s->dyn && d->groups[0] * bn >= s->N &&
-                                      d->groups[1] * bm >= s->M && d->groups[2] >= s->batch);
+        define_int(d, "ONE_TILE", !s->dyn && !s->conv.dyn_images &&
+                                      d->groups[0] * bn >= s->N && d->groups[1] * bm >= s->M &&
+                                      d->groups[2] >= s->batch);
     return d;
 }
 
@@ -788,7 +805,7 @@ static double split_cost(const MatmulShape *s, Tiles t, int64_t splits) {
  * for no split. Only fixed, unbatched products split (their partial
  * products are one [M, N] each). */
 static int64_t split_chunk(const MatmulShape *s, Tiles t) {
-    if (s->dyn || s->batch != 1)
+    if (s->dyn || s->conv.dyn_images || s->batch != 1)
         return 0;
     int64_t steps = (s->K + t.bk - 1) / t.bk, best = 1;
     const char *tune = getenv("KILN_MATMUL_SPLITK");

@@ -139,7 +139,10 @@ layout(push_constant) uniform Args {
 #define CONV_B(i) args.b.v[i]
 #include "product.glsl"
 #define TILES_M ((M + BM - 1) / BM)
-#define TILES_N ((N + BN - 1) / BN)
+#ifndef N_RUN
+#define N_RUN N // the run's columns: a dynamic batch of images' (cols_groups)
+#endif
+#define TILES_N ((uint(N_RUN) + BN - 1) / BN)
 
 // Shared tiles in vectors of 8 halves.
 #define AS_STRIDE (BK / 8 + 1)  // A tile: BM rows of BK halves

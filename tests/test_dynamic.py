@@ -1115,6 +1115,8 @@ def test_errors(workdir):
          ["reduces over 2 dynamic axes"]),
         (ok_dims, {"x": {**W, "shape": [1, 1, "seq", 4]}},
          [{"name": "y", "op": "max_pool", "inputs": ["x"], "kernel": [1, 2]}], None,
+         ["dynamic along axis 2", "batch axis 0 only"]),
+        (ok_dims, x, [{"name": "y", "op": "tile", "inputs": ["x"], "repeats": [1, 2]}], None,
          ["does not take a dynamic extent"]),
         (ok_dims, x, [{"name": "y", "op": "matmul", "inputs": ["w", "x"]}],
          {"w": weight([3, 64], 1)}, ["contracted axis"]),
@@ -1674,3 +1676,87 @@ def test_reduce_dynamic_axis(workdir):
              "-o", workdir / "two.c")
     check(r.returncode != 0 and "'both (ReduceSum)'" in r.stderr and
           "2 dynamic axes" in r.stderr, f"two dynamic axes reduced: {r.stderr}")
+
+
+def images_case(precision):
+    """A small CNN over a dynamic batch of images (as torchvision models are
+    exported for serving): convolutions direct (8 channels), as a product
+    (24 channels, stride 2, the implicit GEMM) and depthwise on tiles (7 x
+    7), max and average pooling, nearest resize, a transposed convolution,
+    global average pooling; every kernel's loop ends at the run's images.
+    Batches 1..5, up and down; f32 or --precision f16 (the documented f16
+    tolerance of max |reference|)."""
+    def test(workdir):
+        from test_onnx import attr, initializer, model, node, value_info
+        workdir = Path(workdir)
+        rng = np.random.default_rng(61)
+
+        def w_(*shape):
+            fan = int(np.prod(shape[1:]))
+            return (rng.standard_normal(shape) / np.sqrt(fan)).astype(np.float32)
+        w1, b1, w2, w3, wt = w_(8, 3, 3, 3), w_(8), w_(24, 8, 3, 3), w_(24, 1, 7, 7), \
+            w_(24, 4, 2, 2)
+        b2 = w_(24)
+        (workdir / "cnn.onnx").write_bytes(model(
+            [node("Conv", ["x", "w1", "b1"], ["c1"], "c1", attr("pads", [1, 1, 1, 1])),
+             node("Relu", ["c1"], ["r1"], "r1"),
+             node("Conv", ["r1", "w2", "b2"], ["c2"], "c2",
+                  attr("pads", [1, 1, 1, 1]) + attr("strides", [2, 2])),
+             node("Conv", ["c2", "w3"], ["c3"], "dw",
+                  attr("pads", [3, 3, 3, 3]) + attr("group", 24)),
+             node("MaxPool", ["c3"], ["p1"], "mp",
+                  attr("kernel_shape", [2, 2]) + attr("strides", [2, 2])),
+             node("Resize", ["p1", "", "scales"], ["u"], "up", attr("mode", b"nearest")),
+             node("AveragePool", ["u"], ["p2"], "ap",
+                  attr("kernel_shape", [3, 3]) + attr("pads", [1, 1, 1, 1])),
+             node("ConvTranspose", ["p2", "wt"], ["y"], "ct", attr("strides", [2, 2])),
+             node("GlobalAveragePool", ["y"], ["g"], "gap")],
+            [value_info("x", ["batch", 3, 12, 12])],
+            [value_info("y", ["batch", 4, 12, 12]), value_info("g", ["batch", 4, 1, 1])],
+            [initializer("w1", w1), initializer("b1", b1), initializer("w2", w2),
+             initializer("b2", b2), initializer("w3", w3), initializer("wt", wt),
+             initializer("scales", np.array([1, 1, 2, 2], np.float32))]))
+        f16 = precision == "f16"
+        r = kiln("compile", workdir / "cnn.onnx", "--shape", "batch=1..5", "--name", "model",
+                 "-o", workdir / "model.c", *(["--precision", "f16"] if f16 else []))
+        check(r.returncode == 0, r.stderr)
+        c = (workdir / "model.c").read_text()
+        for k in ("NRUN", "NC", "N_RUN", "DW_TILE"):
+            check(re.search(rf"^ \*   {k} .*KILN_DIM" if k != "DW_TILE" else
+                            rf"^ \*   {k} 1", c, re.M), f"no {k} that follows the dims")
+
+        def reference(x, batch):
+            h = np.maximum(ref.conv(x, w1, b1, pads=[1, 1, 1, 1]), 0)
+            h = ref.conv(h, w2, b2, strides=[2, 2], pads=[1, 1, 1, 1])
+            h = ref.conv(h, w3, pads=[3, 3, 3, 3], group=24)
+            h = ref.pool(h, [2, 2], "max", strides=[2, 2])
+            h = h.repeat(2, axis=2).repeat(2, axis=3)
+            h = ref.pool(h, [3, 3], "avg", pads=[1, 1, 1, 1])
+            y = ref.conv_transpose(h, wt, strides=[2, 2])
+            return [y, y.mean(axis=(2, 3), keepdims=True)]
+        steps = [{"batch": b} for b in (1, 5, 2, 4, 1, 3, 5)]
+        run_built(link_model(workdir), steps, lambda rng, batch: [normal(rng, batch, 3, 12, 12)],
+                  reference, compare=precision_compare(f16, 1e-4, 1e-4))
+    return test
+
+
+for _p in ("f32", "f16"):
+    case(f"dynamic: convolutions (direct, product, depthwise tiles, transposed), pooling and "
+         f"resize over a dynamic batch of images, ONNX, {_p}")(images_case(_p))
+
+
+@case("dynamic: a convolution, pooling or resize dynamic along an axis other than the batch "
+      "is refused, named")
+def test_images_refused(workdir):
+    from test_onnx import attr, initializer, model, node, value_info
+    workdir = Path(workdir)
+    w = np.ones((4, 3, 3, 3), np.float32)
+    for op, extra in (("Conv", ["w"]), ("MaxPool", [])):
+        attrs = attr("kernel_shape", [2, 2]) if op == "MaxPool" else b""
+        (workdir / f"{op}.onnx").write_bytes(model(
+            [node(op, ["x"] + extra, ["y"], "op", attrs)],
+            [value_info("x", [1, 3, "h", 8])], [value_info("y", [1, 4, "oh", 6])],
+            [initializer("w", w)]))
+        r = kiln("compile", workdir / f"{op}.onnx", "--shape", "h=3..8", "-o", workdir / "m.c")
+        check(r.returncode != 0 and f"'op ({op})'" in r.stderr and "axis 2" in r.stderr and
+              "batch axis 0 only" in r.stderr, f"{op}: {r.stderr}")

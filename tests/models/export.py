@@ -405,16 +405,20 @@ def dynamo(opset):
     return (f"dynamo{opset}", dict(dynamo=True, opset_version=opset, external_data=False))
 
 
+def densenet_tiny():
+    torch.manual_seed(0)
+    dense = torchvision.models.DenseNet(growth_rate=4, block_config=(3, 12, 4),
+                                        num_init_features=8, bn_size=2, num_classes=10)
+    return randomize_norms(dense, 1).eval()
+
+
 def tiny_models():
     """(name, module, inputs: (shape, dtype, high) each, exports): small
     configurations of torchvision's and transformers' own classes.
     DenseNet's second block has 12 layers, so its concatenations take up to
     13 inputs. Token ids are int64 below high."""
-    torch.manual_seed(0)
-    dense = torchvision.models.DenseNet(growth_rate=4, block_config=(3, 12, 4),
-                                        num_init_features=8, bn_size=2, num_classes=10)
     cnn = [EXPORTS[0], dynamo(20), dynamo(23)]
-    return [("densenet_tiny", lambda: randomize_norms(dense, 1).eval(),
+    return [("densenet_tiny", densenet_tiny,
              [((1, 3, 32, 32), np.float32, None)], EXPORTS + [dynamo(20), dynamo(23)]),
             ("gn_convnet", gn_convnet, [((1, 3, 16, 16), np.float32, None)],
              [dynamo(20), dynamo(21), dynamo(23)]),
@@ -543,6 +547,7 @@ def gpt2_classifier():
 
 DYN_SEQS = [1, 5, 8, 13, 32, 2]  # sequence lengths at a fixed batch of 2, in run order
 DYN_MAX = 32
+DYN_BATCH = [1, 4, 2, 3, 1, 4]  # image batches of the CNNs (and ViT, Whisper), in run order
 # (batch, seq) pairs where both are dynamic (batch 1..4), in run order
 DYN_BATCH_SEQ = [(1, 1), (4, 32), (2, 5), (3, 13), (1, 32), (4, 1)]
 
@@ -575,7 +580,17 @@ def dynamic_models():
             ("t5_encoder_tiny_mask_bs", t5_encoder_tiny, both, both_dims, both_runs),
             ("sentence_embedding_mask_bs", lambda: SentenceEmbedding().eval(), both, both_dims,
              both_runs),
-            ("gpt2_classifier_mask_bs", gpt2_classifier, both, both_dims, both_runs)]
+            ("gpt2_classifier_mask_bs", gpt2_classifier, both, both_dims, both_runs)] + [
+        (f"{name}_bs", make, [(("batch",) + shape, np.float32, None)], {"batch": (1, 4)},
+         [{"batch": b} for b in DYN_BATCH])
+        for name, make, shape in (("resnet_tiny", resnet_tiny, (3, 32, 32)),
+                                  ("mobilenet_v3_small", mobilenet_small, (3, 32, 32)),
+                                  ("squeezenet_tiny", squeezenet_tiny, (3, 32, 32)),
+                                  ("efficientnet_tiny", efficientnet_tiny, (3, 32, 32)),
+                                  ("shufflenet_tiny", shufflenet_tiny, (3, 32, 32)),
+                                  ("densenet_tiny", densenet_tiny, (3, 32, 32)),
+                                  ("vit_tiny", vit_tiny, (3, 32, 32)),
+                                  ("whisper_encoder_tiny", whisper_encoder_tiny, (16, 32)))]
 
 
 def dynamic_inputs(specs, dims, seed):
