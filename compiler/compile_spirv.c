@@ -367,7 +367,7 @@ void compile_kernels(Program *p, KernelCache *cache) {
             if (!words_equal(alt.words, alt.nwords, m.words, m.nwords)) {
                 m.alt_words = alt.words;
                 m.alt_nwords = alt.nwords;
-                m.alt_needs = KILN_FEATURE_SUBGROUP;
+                m.alt_needs = KILN_FEATURE_SUBGROUP | jobs[2 * k].d->alt_needs;
             }
         }
         int idx = -1;

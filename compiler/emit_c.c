@@ -104,7 +104,9 @@ static const char *feature_words(uint32_t bits) {
     return bits == KILN_FEATURE_COOPMAT     ? "cooperative matrices"
            : bits == KILN_FEATURE_SHARED48K ? "48 KiB of shared memory"
            : bits == KILN_FEATURE_SUBGROUP  ? "subgroup arithmetic"
-                                            : "some features";
+           : bits == (KILN_FEATURE_SUBGROUP | KILN_FEATURE_FLOAT16)
+               ? "subgroup arithmetic and f16 arithmetic (shaderFloat16)"
+               : "some features";
 }
 
 static void emit_kernels(Str *s, Program *p, const char *px) {

@@ -664,6 +664,9 @@ typedef struct Dispatch {
     /* KILN_FEATURE_* a device must have for this dispatch to be recorded
      * (needs), or must lack one of (unless): kiln_dispatch's fields. */
     uint32_t needs, unless;
+    /* KILN_FEATURE_* that its KILN_SUBGROUP build (compile_spirv.c) needs
+     * besides subgroup arithmetic: matvec_k.comp's F16_PAIRS, f16 math */
+    uint32_t alt_needs;
 } Dispatch;
 
 typedef struct Module {

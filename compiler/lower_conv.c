@@ -329,7 +329,9 @@ void lower_pool(Program *p, Node *n) {
     bool need[3] = {false, false, false};
     define_storage(p, d, need, "Y", y, true);
     define_storage(p, d, need, "X", x, false);
-    define_str(d, "NC", images_glsl(x, x->shape[1]));
+    define_int(d, "NC", x->shape[0] * x->shape[1]);
+    if (dyn_images(x))
+        define_str(d, "NC_RUN", images_glsl(x, x->shape[1]));
     define_spatial(d, "IN_SP", nsp, x->shape + 2, 1);
     define_spatial(d, "OUT_SP", nsp, y->shape + 2, 1);
     define_spatial(d, "K_SP", nsp, k, 1);

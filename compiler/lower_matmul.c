@@ -276,7 +276,19 @@ static Dispatch *matvec_k_kernel(Program *p, Node *n, const MatmulShape *s, int6
     define_int(d, "WG", wg);
     define_int(d, "CN", cn);
     /* A four elements a load (A's rows and batches in whole vectors) */
-    define_int(d, "A_VEC", s->a_sm % 4 == 0 && all_multiples(s->brank, s->ops[1].strides, 4));
+    bool a_vec = s->a_sm % 4 == 0 && all_multiples(s->brank, s->ops[1].strides, 4);
+    define_int(d, "A_VEC", a_vec);
+    /* 8- and 4-bit codes times f16 A (--precision f16) in f16 pairs on
+     * devices with f16 arithmetic (the KILN_SUBGROUP build, which then
+     * needs it too): measured on an H200 at one row of a decoder's
+     * products (bench/experiments/matvec_k_f16-h200.txt), int4 2048 x
+     * 11264 11.8 -> 10.3 us, 5632 x 2048 8.7 -> 7.6, 2048 x 32000 24.9 ->
+     * 20.7 */
+    if (fmt >= WF_INT8 && fmt <= WF_INT4_ASYM && s->ops[1].t->dtype == KILN_DTYPE_F16 &&
+        a_vec && !ashared) {
+        define_int(d, "F16_PAIRS", 1);
+        d->alt_needs = KILN_FEATURE_FLOAT16;
+    }
     if (unroll > 1)
         define_int(d, "UNROLL", unroll);
     if (teams > 1)

@@ -63,12 +63,13 @@ const int DIL_[3] = int[3](DIL);
 const uint IN_VOL = IN_[0] * IN_[1] * IN_[2];
 const uint OUT_VOL = OUT_[0] * OUT_[1] * OUT_[2];
 const uint K_VOL = K_[0] * K_[1] * K_[2];
-// NRUN: the run's images, N or (a dynamic batch) an expression of the dims;
-// the outputs past them are not computed.
-#ifndef NRUN
-#define NRUN N
-#endif
+// NRUN (a dynamic batch): the run's images, an expression of the dims; the
+// outputs past them are not computed.
+#ifdef NRUN
 #define COUNT (uint(NRUN) * OC * OUT_VOL)
+#else
+const uint COUNT = N * OC * OUT_VOL;
+#endif
 const uint CG = C / G, OCG = OC / G;
 
 // Output o's products over the input channels first, first + SPLIT, ...
@@ -136,7 +137,11 @@ const uint TILES_H = (OH + DW_TH - 1) / DW_TH, TILES_W = (OW + DW_TW - 1) / DW_T
 const uint CBLOCKS = (C + DW_CB - 1) / DW_CB;
 // the window columns that DW_PX adjacent outputs of one row read
 const uint DW_ROW = (DW_PX - 1) * uint(STRIDE_[2]) + (KW - 1) * uint(DIL_[2]) + 1;
+#ifdef NRUN
 #define TILES (uint(NRUN) * CBLOCKS * TILES_H * TILES_W)
+#else
+const uint TILES = N * CBLOCKS * TILES_H * TILES_W;
+#endif
 shared float xs[DW_CB * DW_XS];
 shared float ws[DW_CB * K_VOL];
 

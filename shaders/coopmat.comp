@@ -139,10 +139,11 @@ layout(push_constant) uniform Args {
 #define CONV_B(i) args.b.v[i]
 #include "product.glsl"
 #define TILES_M ((M + BM - 1) / BM)
-#ifndef N_RUN
-#define N_RUN N // the run's columns: a dynamic batch of images' (cols_groups)
-#endif
+#ifdef N_RUN // the run's columns: a dynamic batch of images' (cols_groups)
 #define TILES_N ((uint(N_RUN) + BN - 1) / BN)
+#else
+#define TILES_N ((N + BN - 1) / BN)
+#endif
 
 // Shared tiles in vectors of 8 halves.
 #define AS_STRIDE (BK / 8 + 1)  // A tile: BM rows of BK halves

@@ -131,10 +131,11 @@ layout(push_constant) uniform Args {
 #define STORE_TILE(cc, gm, gn, v) store_c(cc, gm, gn, v)
 #endif
 #define TILES_M ((uint(M) + BM - 1) / BM) // M may follow the dynamic dims
-#ifndef N_RUN
-#define N_RUN N // the run's columns: a dynamic batch of images' (cols_groups)
-#endif
+#ifdef N_RUN // the run's columns: a dynamic batch of images' (cols_groups)
 #define TILES_N ((uint(N_RUN) + BN - 1) / BN)
+#else
+#define TILES_N ((N + BN - 1) / BN)
+#endif
 #define TILES_Z (BATCH * SPLITK) // workgroup z: batch, or split of K
 
 // Batch and split of workgroup z: the operands' offsets, and the first k.

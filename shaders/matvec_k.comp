@@ -63,6 +63,15 @@
 #if KILN_SUBGROUP
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #endif
+// F16_PAIRS (8- and 4-bit codes, f16 A): the codes times A in f16 pairs
+// (chunk_halves), in the KILN_SUBGROUP build only, which the compiler then
+// marks as needing f16 arithmetic too.
+#if KILN_SUBGROUP && defined(F16_PAIRS) && F16_PAIRS
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#define HALVES 1
+#else
+#define HALVES 0
+#endif
 
 layout(local_size_x = WG) in;
 
@@ -338,13 +347,118 @@ void stage_a(uint ca) {
 #define A4(ca, m, e) LOAD_A4((ca) + (m) * A_SM + (e))
 #endif
 
-// Chunk ch's products with A's rows, scaled once, into acc.
-void add_chunk(uint ca, uint ch, Chunk q, inout float acc[M][CN]) {
-    const uint k = ch * KV;
-    float d[M][CN]; // this chunk's sums of weights (codes) times A
+#if HALVES
+// HALVES: a chunk's codes become halves two at a time: ORed into the
+// mantissa of the half 1024 (0x6400), a code at bits 0 to 7 of a 16-bit
+// half of a word (a byte, or a nibble at bits 0 to 3) makes 1024 + q (a
+// nibble at bits 4 to 7: 1024 + 16 q), and one fma less the offset leaves
+// w = (q - z) * UNIT exactly: UNIT 1 for 4-bit codes (|w| <= 15), 1/32 for
+// 8-bit ones (|w| < 8). A's halves are paired to match (a nibble's pair
+// is k and k + 4 of a word's eight, a byte's k and k + 2 of its four).
+// Each half of a pair sums four products w * a in f16, then joins the
+// chunk's f32 sum. Safe while each row's largest |a| in the chunk lies in
+// [A_LO, A_HI]: 4 * 15 * 1024 < 65504 (no overflow), and the largest
+// products stay normal halves (at least 2^-11); a chunk outside (or not
+// finite) is summed in f32 instead (add_chunk). The products round to
+// halves: about 1e-3 of the sum of their magnitudes.
+#if BITS == 4
+const float UNIT = 1.0;
+#else
+const float UNIT = 1.0 / 32.0;
+#endif
+const float A_LO = 1.0 / 64.0, A_HI = 1024.0;
+f16vec2 kiln_h2(uint v) { return unpackFloat2x16(v); }
+f16vec2 kiln_h2(float v) { return f16vec2(float16_t(v)); }
+
+// The zero point z of a chunk's offsets zo (kiln_offsets).
+float kiln_zero(vec4 zo) {
+#if BITS == 4
+    return zo[3] - 2048.0;
+#else
+    return zo[2];
+#endif
+}
+
+// Chunk's (k on) sums of w * a into d, over UNIT (as add_chunk's); false
+// (d then partial) where a row's A leaves [A_LO, A_HI].
+bool chunk_halves(uint ca, uint k, Chunk q, inout float d[M][CN]) {
+    const uint MAG = 0x64006400u;
+    f16vec2 lo[CN], hi[CN], mul[CN]; // w = fma(h, mul, -lo or -hi)
+    [[unroll]] for (uint c = 0; c < CN; ++c) {
+        const float z = kiln_zero(q.zo[c]);
+#if BITS == 4
+        lo[c] = kiln_h2(1024.0 + z);
+        hi[c] = kiln_h2(64.0 + z);
+        mul[c] = kiln_h2(1.0 / 16.0);
+#else
+        lo[c] = hi[c] = kiln_h2(32.0 + z / 32.0);
+        mul[c] = kiln_h2(1.0 / 32.0);
+#endif
+    }
+    f16vec2 amax[M];
+    [[unroll]] for (uint m = 0; m < M; ++m)
+        amax[m] = f16vec2(0.0);
+    [[unroll]] for (uint t = 0; t < KV / 8; ++t) { // eight k a step
+        f16vec2 w[CN][4];
+        [[unroll]] for (uint c = 0; c < CN; ++c) {
+#if BITS == 4
+            const uint x = q.raw[c][t] ^ FLIP, y = x >> 8;
+            w[c][0] = kiln_h2((x & 0x000F000Fu) | MAG) - lo[c];           // k 0, 4
+            w[c][1] = fma(kiln_h2((x & 0x00F000F0u) | MAG), mul[c], -hi[c]); // 1, 5
+            w[c][2] = kiln_h2((y & 0x000F000Fu) | MAG) - lo[c];           // 2, 6
+            w[c][3] = fma(kiln_h2((y & 0x00F000F0u) | MAG), mul[c], -hi[c]); // 3, 7
+#else
+            const uint x0 = q.raw[c][2 * t] ^ FLIP, x1 = q.raw[c][2 * t + 1] ^ FLIP;
+            w[c][0] = fma(kiln_h2((x0 & 0x00FF00FFu) | MAG), mul[c], -lo[c]);        // k 0, 2
+            w[c][1] = fma(kiln_h2(((x0 >> 8) & 0x00FF00FFu) | MAG), mul[c], -lo[c]); // 1, 3
+            w[c][2] = fma(kiln_h2((x1 & 0x00FF00FFu) | MAG), mul[c], -lo[c]);        // 4, 6
+            w[c][3] = fma(kiln_h2(((x1 >> 8) & 0x00FF00FFu) | MAG), mul[c], -lo[c]); // 5, 7
+#endif
+        }
+        [[unroll]] for (uint m = 0; m < M; ++m) {
+            if (m < MROWS) {
+                const uint e = (ca + m * A_SM + k + 8u * t) / 4;
+                const uvec2 u0 = args.a.v[e], u1 = args.a.v[e + 1]; // k 0-3, 4-7
+                f16vec2 a[4];
+#if BITS == 4
+                a[0] = kiln_h2((u0.x & 0xFFFFu) | (u1.x << 16));
+                a[1] = kiln_h2((u0.x >> 16) | (u1.x & 0xFFFF0000u));
+                a[2] = kiln_h2((u0.y & 0xFFFFu) | (u1.y << 16));
+                a[3] = kiln_h2((u0.y >> 16) | (u1.y & 0xFFFF0000u));
+#else
+                a[0] = kiln_h2((u0.x & 0xFFFFu) | (u0.y << 16));
+                a[1] = kiln_h2((u0.x >> 16) | (u0.y & 0xFFFF0000u));
+                a[2] = kiln_h2((u1.x & 0xFFFFu) | (u1.y << 16));
+                a[3] = kiln_h2((u1.x >> 16) | (u1.y & 0xFFFF0000u));
+#endif
+                amax[m] = max(amax[m], max(max(abs(a[0]), abs(a[1])),
+                                           max(abs(a[2]), abs(a[3]))));
+                [[unroll]] for (uint c = 0; c < CN; ++c) {
+                    f16vec2 s = w[c][0] * a[0];
+                    s = fma(w[c][1], a[1], s);
+                    s = fma(w[c][2], a[2], s);
+                    s = fma(w[c][3], a[3], s);
+                    const vec2 f = vec2(s);
+                    d[m][c] += f.x + f.y;
+                }
+            }
+        }
+    }
+    bool ok = true;
+    [[unroll]] for (uint m = 0; m < M; ++m) {
+        const float am = max(float(amax[m].x), float(amax[m].y));
+        ok = ok && (m >= MROWS || (am >= A_LO && am <= A_HI));
+    }
     [[unroll]] for (uint m = 0; m < M; ++m)
         [[unroll]] for (uint c = 0; c < CN; ++c)
-            d[m][c] = 0.0;
+            d[m][c] *= 1.0 / UNIT;
+    return ok;
+}
+#endif
+
+// Chunk's (k on) sums of codes (less their zero point) times A into d, in
+// f32.
+void chunk_f32(uint ca, uint k, Chunk q, inout float d[M][CN]) {
     [[unroll]] for (uint p = 0; p < KV / 4; ++p) {
         vec4 w[CN];
         [[unroll]] for (uint c = 0; c < CN; ++c)
@@ -357,6 +471,25 @@ void add_chunk(uint ca, uint ch, Chunk q, inout float acc[M][CN]) {
             }
         }
     }
+}
+
+// Chunk ch's products with A's rows, scaled once, into acc.
+void add_chunk(uint ca, uint ch, Chunk q, inout float acc[M][CN]) {
+    const uint k = ch * KV;
+    float d[M][CN]; // this chunk's sums of weights (codes) times A
+    [[unroll]] for (uint m = 0; m < M; ++m)
+        [[unroll]] for (uint c = 0; c < CN; ++c)
+            d[m][c] = 0.0;
+#if HALVES
+    if (!chunk_halves(ca, k, q, d)) { // A out of the halves' range: again in f32
+        [[unroll]] for (uint m = 0; m < M; ++m)
+            [[unroll]] for (uint c = 0; c < CN; ++c)
+                d[m][c] = 0.0;
+        chunk_f32(ca, k, q, d);
+    }
+#else
+    chunk_f32(ca, k, q, d);
+#endif
     [[unroll]] for (uint m = 0; m < M; ++m)
         [[unroll]] for (uint c = 0; c < CN; ++c)
             acc[m][c] = fma(q.s[c], d[m][c], acc[m][c]);

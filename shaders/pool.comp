@@ -32,7 +32,11 @@ const int DIL_[3] = int[3](DIL);
 const uint IN_VOL = IN_[0] * IN_[1] * IN_[2];
 const uint OUT_VOL = OUT_[0] * OUT_[1] * OUT_[2];
 const uint K_VOL = K_[0] * K_[1] * K_[2];
-#define COUNT (uint(NC) * OUT_VOL) // NC: the run's planes (a dynamic batch)
+#ifdef NC_RUN // the run's planes (a dynamic batch): an expression of the dims
+#define COUNT (uint(NC_RUN) * OUT_VOL)
+#else
+const uint COUNT = NC * OUT_VOL;
+#endif
 
 void main() {
     const uint step = gl_NumWorkGroups.x * WG;

@@ -1721,7 +1721,7 @@ def images_case(precision):
                  "-o", workdir / "model.c", *(["--precision", "f16"] if f16 else []))
         check(r.returncode == 0, r.stderr)
         c = (workdir / "model.c").read_text()
-        for k in ("NRUN", "NC", "N_RUN", "DW_TILE"):
+        for k in ("NRUN", "NC_RUN", "N_RUN", "DW_TILE"):
             check(re.search(rf"^ \*   {k} .*KILN_DIM" if k != "DW_TILE" else
                             rf"^ \*   {k} 1", c, re.M), f"no {k} that follows the dims")
 

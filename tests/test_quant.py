@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from harness import (assert_close, build_model, check, check_kernels, model_yaml, program_env,
-                     registry, run_program)
+from harness import (assert_close, assert_relative, build_model, check, check_kernels,
+                     model_yaml, program_env, registry, run_program)
 
 TESTS, case = registry()
 
@@ -286,3 +286,74 @@ for fmt in ["int8", "int4-asym", "fp8-e4m3"]:
 case("--precision f16: rows that follow a dim, the weight f16 K-major (matvec_k, coopmat or "
      "tiled)")(
     dynamic_case("f16", precision_f16=True))
+
+
+def halves_case(fmt):
+    """--precision f16 with 8- or 4-bit weights, a decoder's product ([1, seq,
+    K], runs of 1 to 4 rows on matvec_k.comp): on devices with f16 and
+    subgroup arithmetic the codes multiply A's halves in f16 pairs
+    (F16_PAIRS), a chunk whose A leaves [1/64, 1024] in f32; every run
+    against x (as halves) @ the dequantized weight within 2e-3 of the sum
+    of each output's products' magnitudes: activations of order 1, some chunks past 1024
+    (up to 3e4), all near 1e-6 (a column of large weights makes their
+    outputs normal halves), and mixed; then KILN_SUBGROUP=0 (the f32
+    build)."""
+    def test(workdir):
+        import test_dynamic
+        workdir = Path(workdir)
+        r = np.random.default_rng(90)
+        K, N = 256, 70
+        w = (r.standard_normal([K, N]) * 0.05).astype(np.float32)
+        w[:, 3] *= 20
+        w[:, 5] *= 1e4  # outputs of normal size from A of 1e-6 (the "tiny" run)
+        wq, _ = dequantized(w, fmt)
+        y = test_dynamic.dyn_yaml(
+            {"seq": "1..4"}, {"x": {"dtype": "f32", "shape": [1, "seq", K]}},
+            [{"name": "y", "op": "matmul", "inputs": ["x", "w"]}], ["y"],
+            {"w": {"dtype": "f32", "shape": [K, N], "file": "w.bin"}})
+        prog = build_model(workdir, y, {"w.bin": w.tobytes()},
+                           flags=("--precision", "f16", "--weights", fmt))
+        check_kernels(workdir, {"matvec_k", "eltwise"})
+        src = (workdir / "model.c").read_text()
+        check("F16_PAIRS 1" in src and "and f16 arithmetic (shaderFloat16)" in src,
+              "matvec_k without F16_PAIRS, or its build not marked as needing f16 arithmetic")
+        kinds = ["normal", "large", "tiny", "mixed", "normal"]
+        seqs = [1, 4, 3, 2, 1]
+
+        def inputs(rng, seq):
+            kind = kinds[len(made)]
+            x = rng.standard_normal([1, seq, K])
+            if kind == "large":  # every chunk's A past 1024
+                x[..., ::7] *= 3e4
+            elif kind == "tiny":  # products of such halves would lose their bits
+                x *= 1e-6
+            elif kind == "mixed":  # the first 64 k past 1024, the rest small
+                x[..., :64] *= 2e3
+                x[..., 64:] *= 1e-2
+            x = np.clip(x, -6e4, 6e4).astype(np.float32)
+            made.append(x)
+            return [x]
+        made = []
+
+        def reference(x, seq):
+            xh = x.astype(np.float16).astype(np.float64)
+            mags.append(np.abs(xh) @ np.abs(wq))  # each output's sum of |products|
+            return [xh @ wq]
+
+        def compare(got, want, what):  # within 2e-3 of each output's magnitudes
+            err, bound = np.abs(got - want), 2e-3 * mags.pop(0) + 1e-30
+            worst = np.unravel_index(np.argmax(err / bound), err.shape)
+            check((err <= bound).all(), f"{what}: error {err[worst]:.3g} at {list(worst)} "
+                  f"(got {got[worst]:.6g}, expected {want[worst]:.6g}) past 2e-3 of the "
+                  f"sum of its products' magnitudes, {bound[worst]:.3g}")
+        for env in ({}, {"KILN_SUBGROUP": "0"}):
+            made.clear()
+            mags = []
+            test_dynamic.run_built(prog, [{"seq": s} for s in seqs], inputs, reference,
+                                   compare=compare, env=env)
+    return test
+
+
+for _fmt in ("int4", "int4-asym", "int8", "int8-asym"):
+    case(f"--precision f16 --weights {_fmt}: a decoder's product with the codes times A in f16 "
+         "pairs, chunks of A out of their range in f32 (matvec_k, F16_PAIRS)")(halves_case(_fmt))
