@@ -46,7 +46,7 @@ const char *const tuning_variables[] = {
     "KILN_MATMUL_TILE", "KILN_MATMUL_SPLITK", "KILN_COOPMAT_TILE", "KILN_COOPMAT_SPLITK",
     "KILN_COOPMAT_PIPE", "KILN_COOPMAT_CEILING", "KILN_MATVEC_NCOL", "KILN_MATVEC_K",
     "KILN_MATVEC_K_M", "KILN_DIRECT_CONV", "KILN_DWCONV", "KILN_FLASH", "KILN_FLASH_CM",
-    "KILN_ATTN_SPLITS", "KILN_SPLIT_LAST", NULL};
+    "KILN_ATTN_SPLITS", "KILN_SPLIT_LAST", "KILN_F16_PAIRS", NULL};
 
 /* A product's rows at the run's extent, in GLSL (the constant M when they
  * are fixed), and groups[1] of d following them, per_group rows a group. */
@@ -283,9 +283,10 @@ static Dispatch *matvec_k_kernel(Program *p, Node *n, const MatmulShape *s, int6
      * needs it too): measured on an H200 at one row of a decoder's
      * products (bench/experiments/matvec_k_f16-h200.txt), int4 2048 x
      * 11264 11.8 -> 10.3 us, 5632 x 2048 8.7 -> 7.6, 2048 x 32000 24.9 ->
-     * 20.7 */
+     * 20.7; KILN_F16_PAIRS=0 turns it off, for comparison */
+    const char *pairs_env = getenv("KILN_F16_PAIRS");
     if (fmt >= WF_INT8 && fmt <= WF_INT4_ASYM && s->ops[1].t->dtype == KILN_DTYPE_F16 &&
-        a_vec && !ashared) {
+        a_vec && !ashared && !(pairs_env && strcmp(pairs_env, "0") == 0)) {
         define_int(d, "F16_PAIRS", 1);
         d->alt_needs = KILN_FEATURE_FLOAT16;
     }

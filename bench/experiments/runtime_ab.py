@@ -9,9 +9,13 @@ and 256 greedy tokens (tokens/s), and run_model's decoding step (seq 1,
 past 256) 500 times (us a run).
 
   runtime_ab.py [--a OLD/libkilnrt.a] [--b NEW/libkilnrt.a] [--llm-a OLD/llm.c]
-                [--llm-b NEW/llm.c] [--formats f16,int4] [--rounds 3]
+                [--llm-b NEW/llm.c] [--env-b NAME=VALUE] [--formats f16,int4] [--rounds 3]
+
+--env-b: B's model compiled again with NAME=VALUE in kiln's environment (a
+tuning variable such as KILN_F16_PAIRS=0), A's as it is.
 """
 import argparse
+import os
 import re
 import sys
 from pathlib import Path
@@ -34,6 +38,7 @@ def main():
     ap.add_argument("--llm-b", type=Path, default=src)
     ap.add_argument("--formats", default="f16,int4")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--env-b", help="NAME=VALUE for kiln compile of B's model")
     ap.add_argument("--work", type=Path, default=Path("/tmp/kiln-llm"))
     args = ap.parse_args()
     llm.ARGS = argparse.Namespace(prompt=128, new=256)
@@ -47,15 +52,20 @@ def main():
     prompt = [str(t) for t in np.random.default_rng(2).integers(0, 32000, size=128)]
     for fmt in args.formats.split(","):
         prog, line, _ = llm.kiln_build(args.work, onnx_path, fmt, 22)
-        d = prog.parent
-        for tag, lib, loop in (("a", args.a, args.llm_a), ("b", args.b, args.llm_b)):
+        d = db = prog.parent
+        if args.env_b:
+            name, value = args.env_b.split("=", 1)
+            os.environ[name] = value
+            db = llm.kiln_build(args.work / "b", onnx_path, fmt, 22)[0].parent
+            del os.environ[name]
+        for tag, lib, loop, md in (("a", args.a, args.llm_a, d), ("b", args.b, args.llm_b, db)):
             common = ["-O2", "-std=c99", "-D_POSIX_C_SOURCE=199309L", "-I", ROOT / "runtime",
-                      "-I", d]
-            llm.sh(["cc", *common, "-o", d / f"llm_{tag}", loop, d / "llm_model.c", lib,
+                      "-I", md]
+            llm.sh(["cc", *common, "-o", d / f"llm_{tag}", loop, md / "llm_model.c", lib,
                     llm.VULKAN_LIB, "-lm"])
-            llm.sh(["cc", *common, "-DKILN_MODEL=llm", "-include", d / "llm_model.h", "-o",
-                    d / f"step_{tag}", ROOT / "samples" / "run_model.c", d / "llm_model.c", lib,
-                    llm.VULKAN_LIB, "-lm"])
+            llm.sh(["cc", *common, "-DKILN_MODEL=llm", "-include", md / "llm_model.h", "-o",
+                    d / f"step_{tag}", ROOT / "samples" / "run_model.c", md / "llm_model.c",
+                    lib, llm.VULKAN_LIB, "-lm"])
         print(f"{fmt}: {line}", flush=True)
         for r in range(args.rounds):
             for tag in ("a", "b"):
