@@ -814,10 +814,11 @@ static void dynamic_sample(Node *n) {
             mark(n, n->outputs[0], a, &x->ext[a]);
 }
 
-/* Ops over images, NC[D]HW (convolutions, pooling, resize): a dynamic batch
- * (axis 0) only, each image computed on its own; the outputs follow it
- * (their batch axis is the input's: shape_resize keeps its scale 1). The
- * kernels run the run's images (lower_conv.c). Weights, biases and the
+/* Ops over images, NC[D]HW (convolutions, pooling, resize, instance and
+ * group norms): a dynamic batch (axis 0) only, each image computed on its
+ * own; the outputs follow it (their batch axis is the input's:
+ * shape_resize keeps its scale 1). The kernels run the run's images
+ * (lower_conv.c; the norms' rows, lower_rows.c). Weights, biases and the
  * other parameters stay fixed. */
 static void dynamic_images(Node *n) {
     Tensor *x = n->inputs[0];
@@ -837,6 +838,18 @@ static void dynamic_images(Node *n) {
                         out->name, shape_str(out->rank, out->shape), x->name);
         mark(n, out, 0, &x->ext[0]);
     }
+}
+
+/* pad: as dynamic_images (index.comp's copy follows the run's prefix of
+ * the outermost axis), that axis not padded. */
+static void dynamic_pad(Node *n) {
+    Tensor *x = n->inputs[0];
+    int64_t pads[2 * MAX_RANK] = {0};
+    attr_ints(n, "pads", pads, 2 * MAX_RANK);
+    if (is_dyn(x, 0) && (pads[0] || pads[x->rank]))
+        unsupported(n, "it pads the dynamic axis 0 of '%s' (by %lld and %lld)", x->name,
+                    (long long)pads[0], (long long)pads[x->rank]);
+    dynamic_images(n);
 }
 
 /* The reductions: over fixed axes and at most one dynamic axis, whose

@@ -451,18 +451,40 @@ Onnx__AttributeProto *oattr(Ctx *c, const char *name) {
     return NULL;
 }
 
-int64_t oattr_int(Ctx *c, const char *name, int64_t dflt) {
+/* The attribute `name`, which the op takes as `type`: one of another type
+ * (a string given as a list of ints, an int as a float) is refused, naming
+ * both, rather than read as its absence or as 0. An attribute without a
+ * type (files from before types were written) is taken as it is. */
+static Onnx__AttributeProto *oattr_typed(Ctx *c, const char *name,
+                                         Onnx__AttributeProto__AttributeType type) {
+    static const char *const names[] = {"UNDEFINED", "FLOAT",  "INT",     "STRING",
+                                        "TENSOR",    "GRAPH",  "FLOATS",  "INTS",
+                                        "STRINGS",   "TENSORS", "GRAPHS", "SPARSE_TENSOR",
+                                        "SPARSE_TENSORS", "TYPE_PROTO", "TYPE_PROTOS"};
+    const int nnames = (int)(sizeof names / sizeof names[0]);
     Onnx__AttributeProto *a = oattr(c, name);
+    if (a && a->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__UNDEFINED && a->type != type)
+        node_fail(c, format("attribute '%s' is of type %s; this op takes it as %s", name,
+                            (int)a->type >= 0 && (int)a->type < nnames ? names[a->type]
+                                                                       : "unknown",
+                            names[type]));
+    return a;
+}
+
+int64_t oattr_int(Ctx *c, const char *name, int64_t dflt) {
+    Onnx__AttributeProto *a = oattr_typed(c, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT);
     return a ? a->i : dflt;
 }
 
 double oattr_float(Ctx *c, const char *name, double dflt) {
-    Onnx__AttributeProto *a = oattr(c, name);
+    Onnx__AttributeProto *a =
+        oattr_typed(c, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT);
     return a ? a->f : dflt;
 }
 
 const char *oattr_str(Ctx *c, const char *name, const char *dflt) {
-    Onnx__AttributeProto *a = oattr(c, name);
+    Onnx__AttributeProto *a =
+        oattr_typed(c, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
     return a && a->has_s ? format("%.*s", (int)a->s.len, (const char *)a->s.data) : dflt;
 }
 

@@ -1706,7 +1706,7 @@ def images_case(precision):
                   attr("pads", [3, 3, 3, 3]) + attr("group", 24)),
              node("MaxPool", ["c3"], ["p1"], "mp",
                   attr("kernel_shape", [2, 2]) + attr("strides", [2, 2])),
-             node("Resize", ["p1", "", "scales"], ["u"], "up", attr("mode", b"nearest")),
+             node("Resize", ["p1", "", "scales"], ["u"], "up", attr("mode", "nearest")),
              node("AveragePool", ["u"], ["p2"], "ap",
                   attr("kernel_shape", [3, 3]) + attr("pads", [1, 1, 1, 1])),
              node("ConvTranspose", ["p2", "wt"], ["y"], "ct", attr("strides", [2, 2])),
@@ -1760,3 +1760,47 @@ def test_images_refused(workdir):
         r = kiln("compile", workdir / f"{op}.onnx", "--shape", "h=3..8", "-o", workdir / "m.c")
         check(r.returncode != 0 and f"'op ({op})'" in r.stderr and "axis 2" in r.stderr and
               "batch axis 0 only" in r.stderr, f"{op}: {r.stderr}")
+
+
+@case("dynamic: pad (reflect), instance and group norms over a dynamic batch of images, "
+      "ONNX opset 18; padding the batch is refused, named")
+def test_images_norms(workdir):
+    from test_onnx import attr, initializer, model, node, value_info
+    workdir = Path(workdir)
+    rng = np.random.default_rng(67)
+    scale, bias = rng.standard_normal(6).astype(np.float32), rng.standard_normal(6).astype(
+        np.float32)
+    gscale, gbias = rng.standard_normal(3).astype(np.float32), rng.standard_normal(3).astype(
+        np.float32)
+    pads = [0, 0, 1, 2, 0, 0, 2, 1]
+    (workdir / "n.onnx").write_bytes(model(
+        [node("Pad", ["x", "pads"], ["p"], "pad", attr("mode", "reflect")),
+         node("InstanceNormalization", ["p", "scale", "bias"], ["i"], "inorm",
+              attr("epsilon", 1e-5)),
+         node("GroupNormalization", ["i", "gscale", "gbias"], ["y"], "gnorm",
+              attr("num_groups", 3) + attr("epsilon", 1e-5))],
+        [value_info("x", ["batch", 6, 5, 4])], [value_info("y", ["batch", 6, 8, 7])],
+        [i64_init("pads", pads), initializer("scale", scale), initializer("bias", bias),
+         initializer("gscale", gscale), initializer("gbias", gbias)], opset=18))
+    r = kiln("compile", workdir / "n.onnx", "--shape", "batch=1..4", "--name", "model",
+             "-o", workdir / "model.c")
+    check(r.returncode == 0, r.stderr)
+
+    def norm(h, axes):
+        return (h - h.mean(axes, keepdims=True)) / np.sqrt(h.var(axes, keepdims=True) + 1e-5)
+
+    def reference(x, batch):
+        h = np.pad(ref.f64(x), [(0, 0), (0, 0), (1, 2), (2, 1)], mode="reflect")
+        h = norm(h, (2, 3)) * scale[:, None, None] + bias[:, None, None]
+        g = norm(h.reshape(batch, 3, 2, 8, 7), (2, 3, 4)).reshape(batch, 6, 8, 7)
+        return [g * np.repeat(gscale, 2)[:, None, None] + np.repeat(gbias, 2)[:, None, None]]
+    run_built(link_model(workdir), [{"batch": b} for b in (1, 4, 2, 3, 1, 4)],
+              lambda rng, batch: [normal(rng, batch, 6, 5, 4) * 3 + 1], reference,
+              rtol=1e-4, atol=1e-4)
+    (workdir / "b.onnx").write_bytes(model(
+        [node("Pad", ["x", "bpads"], ["y"], "padb")],
+        [value_info("x", ["batch", 6, 5, 4])], [value_info("y", ["nb", 6, 5, 4])],
+        [i64_init("bpads", [1, 0, 0, 0, 0, 0, 0, 0])], opset=18))
+    r = kiln("compile", workdir / "b.onnx", "--shape", "batch=1..4", "-o", workdir / "b.c")
+    check(r.returncode != 0 and "'padb (Pad)'" in r.stderr and
+          "pads the dynamic axis 0" in r.stderr, f"padding the batch: {r.stderr}")

@@ -264,6 +264,18 @@ bad_case("AveragePool 19 with dilations refused by name",
                [value_info("x", [1, 1, 5, 5])], [value_info("y", [1, 1, 3, 3])], opset=19),
          ["node 'p (AveragePool)'", "unsupported: attribute dilations"])
 
+# An attribute of the wrong type (a string written as a list of ints, an int
+# as a float) is refused naming both types, not read as absent or as 0.
+bad_case("Pad's mode as INTS, not a STRING",
+         model([node("Pad", ["x", "pads"], ["y"], "p", attr("mode", list(b"reflect")))],
+               [value_info("x", [1, 3])], [value_info("y", [1, 5])],
+               [initializer("pads", np.array([0, 1, 0, 1], np.int64))], opset=18),
+         ["node 'p (Pad)'", "attribute 'mode' is of type INTS", "takes it as STRING"])
+bad_case("Softmax's axis as a FLOAT, not an INT",
+         model([node("Softmax", ["x"], ["y"], "s", attr("axis", 0.0))],
+               [value_info("x", [2, 3])], [value_info("y", [2, 3])]),
+         ["node 's (Softmax)'", "attribute 'axis' is of type FLOAT", "takes it as INT"])
+
 
 def newer_opset_case(opset):
     """A graph at a newer opset that only uses op versions kiln reads there:
