@@ -3,7 +3,11 @@
  * -DKILN_MODEL=prefix -include model.h).
  *
  *   bench [-i IN.bin]... [-o OUT.bin]... [-w WARMUP] [-W MS] [-n RUNS]
+ *         [-d DIM=V]...
  *
+ * -d sets a dynamic dimension for every run (each input file then holds
+ * the largest extent's bytes, of which a run reads its own; -o writes the
+ * run's).
  * Creates the model twice, one after the other: with GPU timestamps after
  * every dispatch (the GPU times), then as a user would (the wall times, which
  * the timestamps would lengthen); runs each WARMUP times and for at least
@@ -66,7 +70,9 @@ static int load(const char *path, void *dst, uint64_t bytes) {
 
 int main(int argc, char **argv) {
     const char *ins[64], *outs[64];
-    int nin = 0, nout = 0, warmup = 3, runs = 20;
+    int nin = 0, nout = 0, warmup = 3, runs = 20, ndims = 0;
+    static char dim_names[KILN_MAX_DIMS][256];
+    int64_t dim_values[KILN_MAX_DIMS];
     double warmup_us = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "-i") == 0 && nin < 64)
@@ -79,6 +85,16 @@ int main(int argc, char **argv) {
             warmup_us = 1e3 * atof(argv[i + 1]);
         else if (strcmp(argv[i], "-n") == 0)
             runs = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "-d") == 0 && ndims < KILN_MAX_DIMS) {
+            const char *eq = strchr(argv[i + 1], '=');
+            if (!eq || eq == argv[i + 1] || (size_t)(eq - argv[i + 1]) >= sizeof dim_names[0]) {
+                fprintf(stderr, "bench: -d takes DIM=VALUE, not %s\n", argv[i + 1]);
+                return 2;
+            }
+            snprintf(dim_names[ndims], sizeof dim_names[0], "%.*s", (int)(eq - argv[i + 1]),
+                     argv[i + 1]);
+            dim_values[ndims++] = strtoll(eq + 1, NULL, 10);
+        }
     }
     const kiln_model_desc *d = MODEL_DESC();
     if ((uint32_t)nin != d->input_count || runs < 1 || d->output_count > 64) {
@@ -108,6 +124,8 @@ int main(int argc, char **argv) {
         s = kiln_model_create_ex(dev, d, &o, &m);
         if (pass == 0)
             create_us = now_us() - t0;
+        for (int k = 0; k < ndims && s == KILN_OK; k++)
+            s = kiln_model_set_dim(m, dim_names[k], dim_values[k]);
         for (double w0 = now_us(); s == KILN_OK && now_us() - w0 < warmup_us;)
             s = kiln_model_run(m, (const void *const *)in, out);
         for (int r = -warmup; r < runs && s == KILN_OK; r++) {
@@ -134,7 +152,8 @@ int main(int argc, char **argv) {
     }
     /* the same outputs in place as copied out (the kernels are deterministic) */
     for (uint32_t i = 0; s == KILN_OK && i < d->output_count; i++)
-        if (memcmp(kiln_model_output_memory(m, i), out[i], (size_t)d->outputs[i].bytes)) {
+        if (memcmp(kiln_model_output_memory(m, i), out[i],
+                   (size_t)kiln_model_tensor_bytes(m, &d->outputs[i]))) {
             fprintf(stderr, "bench: output %u differs between kiln_model_run and "
                     "kiln_model_run_mapped\n", i);
             return 1;
@@ -145,7 +164,8 @@ int main(int argc, char **argv) {
     }
     for (int i = 0; i < nout && (uint32_t)i < d->output_count; i++) {
         FILE *f = fopen(outs[i], "wb");
-        if (!f || fwrite(out[i], 1, (size_t)d->outputs[i].bytes, f) != d->outputs[i].bytes)
+        size_t bytes = (size_t)kiln_model_tensor_bytes(m, &d->outputs[i]);
+        if (!f || fwrite(out[i], 1, bytes, f) != bytes)
             return 1;
         fclose(f);
     }

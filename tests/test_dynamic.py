@@ -1804,3 +1804,34 @@ def test_images_norms(workdir):
     r = kiln("compile", workdir / "b.onnx", "--shape", "batch=1..4", "-o", workdir / "b.c")
     check(r.returncode != 0 and "'padb (Pad)'" in r.stderr and
           "pads the dynamic axis 0" in r.stderr, f"padding the batch: {r.stderr}")
+
+
+@case("bench/bench.c with -d: a model with a dynamic dim timed at one extent (its input "
+      "file at the largest), the run's output written and checked")
+def test_bench_dims(workdir):
+    from harness import BUILD, CC, EXTRA_CFLAGS, ROOT, VULKAN_LIB
+    workdir = Path(workdir)
+    K, N = 24, 10
+    w = w_of([K, N], 9)
+    y = dyn_yaml({"seq": "1..8"}, {"x": {**W, "shape": ["seq", K]}},
+                 [{"name": "y", "op": "matmul", "inputs": ["x", "w"]}], ["y"],
+                 {"w": weight([K, N], 9)})
+    build_model(workdir, y)
+    r = run([CC, "-O1", "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror", *EXTRA_CFLAGS,
+             "-D_POSIX_C_SOURCE=199309L", "-I", ROOT / "runtime", "-DKILN_MODEL=model",
+             "-include", workdir / "model.h", "-o", workdir / "bench", ROOT / "bench" / "bench.c",
+             workdir / "model.c", "-L", BUILD, "-lkilnrt", VULKAN_LIB, "-lm"])
+    check(r.returncode == 0, f"building bench.c failed:\n{r.stderr}")
+    x = normal(np.random.default_rng(5), 8, K)
+    x.tofile(workdir / "x.bin")
+    r = run([workdir / "bench", "-i", workdir / "x.bin", "-o", workdir / "y.bin", "-d",
+             "seq=3", "-n", "2", "-w", "1", "-W", "0"], cwd=workdir,
+            env={"KILN_VALIDATION": VALIDATION})
+    check(r.returncode == 0, f"bench failed ({r.returncode}):\n{r.stderr}")
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    check(res["wall_us"] > 0 and res["dispatches"] >= 1, f"bench printed {res}")
+    got = np.fromfile(workdir / "y.bin", np.float32)
+    check(got.size == 3 * N, f"{got.size} output elements, expected the run's {3 * N}")
+    assert_close(got.reshape(3, N), ref.f64(x[:3]) @ w, 1e-5, 1e-5, "bench's output")
+    r = run([workdir / "bench", "-i", workdir / "x.bin", "-d", "seq"], cwd=workdir)
+    check(r.returncode == 2 and "DIM=VALUE" in r.stderr, f"-d seq: {r.returncode} {r.stderr}")
