@@ -180,5 +180,13 @@ int main(int argc, char **argv) {
            d->dispatch_count, barriers, (unsigned long long)d->arena_bytes);
     kiln_model_destroy(m);
     kiln_device_destroy(dev);
+    for (uint32_t i = 0; i < d->input_count; i++)
+        free(in[i]);
+    for (uint32_t i = 0; i < d->output_count; i++)
+        free(out[i]);
+    free(gpu);
+    free(wall);
+    free(mapped);
+    free(us);
     return 0;
 }
