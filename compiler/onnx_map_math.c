@@ -488,8 +488,10 @@ void map_window(Ctx *c, const OnnxOp *op) {
 void map_lp_pool(Ctx *c, const OnnxOp *op) {
     (void)op;
     Value *x = cast_to(c, in(c, 0), KILN_DTYPE_F32);
-    int64_t p = oattr_int(c, "p", 2);
-    if (onnx_op_version("LpPool", c->opset) < 2) {
+    int64_t p = 2;
+    if (onnx_op_version("LpPool", c->opset) >= 2) {
+        p = oattr_int(c, "p", 2);
+    } else {
         double pf = oattr_float(c, "p", 2.0);
         if (pf != floor(pf) || pf < 1 || pf > 64)
             node_fail(c, format("unsupported: LpPool 1's p %g (kiln takes whole numbers from 1)",
