@@ -147,6 +147,14 @@ void shape_pad(Node *n) {
                       "(the beginnings, then the ends, of each axis)", 2 * x->rank);
     int mode = pad_mode(n);
     for (int i = 0; i < x->rank; i++) {
+        /* the sum and its first step within int64 (checked in double, with
+         * room for its rounding) before it is taken */
+        double first = (double)x->shape[i] + (double)pads[i];
+        double sum = first + (double)pads[i + x->rank];
+        if (first > 9e18 || first < -9e18 || sum > 9e18 || sum < -9e18)
+            node_error_at(n, attr_loc(n, "pads"), "pads %lld and %lld of axis %d (size %lld) "
+                          "are out of range", (long long)pads[i], (long long)pads[i + x->rank],
+                          i, (long long)x->shape[i]);
         shape[i] = x->shape[i] + pads[i] + pads[i + x->rank];
         if (shape[i] < 0)
             node_error_at(n, attr_loc(n, "pads"), "axis %d would have size %lld",
