@@ -99,14 +99,25 @@ static void emit_words(Str *s, const uint32_t *w, size_t n) {
     }
 }
 
-/* What a dispatch's needs or unless bits, or a kernel's alt_needs, stand for. */
+/* What a dispatch's needs or unless bits, or a kernel's alt_needs, stand
+ * for: each bit's words, joined by "and". */
 static const char *feature_words(uint32_t bits) {
-    return bits == KILN_FEATURE_COOPMAT     ? "cooperative matrices"
-           : bits == KILN_FEATURE_SHARED48K ? "48 KiB of shared memory"
-           : bits == KILN_FEATURE_SUBGROUP  ? "subgroup arithmetic"
-           : bits == (KILN_FEATURE_SUBGROUP | KILN_FEATURE_FLOAT16)
-               ? "subgroup arithmetic and f16 arithmetic (shaderFloat16)"
-               : "some features";
+    static const struct {
+        uint32_t bit;
+        const char *words;
+    } named[] = {{KILN_FEATURE_COOPMAT, "cooperative matrices"},
+                 {KILN_FEATURE_SHARED48K, "48 KiB of shared memory"},
+                 {KILN_FEATURE_SUBGROUP, "subgroup arithmetic"},
+                 {KILN_FEATURE_FLOAT16, "f16 arithmetic (shaderFloat16)"}};
+    Str s = {0};
+    for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
+        if (bits & named[i].bit) {
+            str_addf(&s, "%s%s", s.len ? " and " : "", named[i].words);
+            bits &= ~named[i].bit;
+        }
+    if (bits || !s.len)
+        str_addf(&s, "%ssome features", s.len ? " and " : "");
+    return s.buf;
 }
 
 static void emit_kernels(Str *s, Program *p, const char *px) {

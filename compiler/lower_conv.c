@@ -30,7 +30,7 @@ static bool float_storage(const Tensor *t) {
 /* A dynamic batch (dynamic.c's dynamic_images: axis 0 of x and y): the
  * run's images of x in GLSL times scale, and groups[0] of d following them,
  * per_image items an image, per_group a group. The kernels' loops end at
- * the run's images (NRUN, NC, COUNT), not at the largest batch. */
+ * the run's images (NRUN, NC_RUN, COUNT), not at the largest batch. */
 static bool dyn_images(const Tensor *x) { return x->dyn_axes & 1u; }
 
 static char *images_glsl(const Tensor *x, int64_t scale) {

@@ -59,6 +59,11 @@ static void rows_groups(Dispatch *d, const MatmulShape *s, int64_t per_group) {
         dyn_groups_along(d, 1, s->dyn, s->M / s->dyn_most, per_group);
 }
 
+/* Whether s's extent follows the dims: its rows, or a convolution's images
+ * (its columns). Such a product is not split along K, and its tiles are
+ * looped over, not one a workgroup. */
+static bool follows_dims(const MatmulShape *s) { return s->dyn || s->conv.dyn_images; }
+
 /* A convolution over a dynamic batch of images (its columns, the images'
  * positions side by side): the run's columns N_RUN, in GLSL, and groups[0]
  * of d following them, per_group columns a group. */
@@ -450,13 +455,12 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
      * chunks; two 132.6) on an H200, lone (bench/experiments/
      * coopmat-split-h200.txt) */
     bool full_wave = !conv && wm * wn == 8;
-    if (s->batch == 1 && tiles < COOPMAT_GROUPS && !s->dyn && !s->conv.dyn_images &&
-        !full_wave)
+    if (s->batch == 1 && tiles < COOPMAT_GROUPS && !follows_dims(s) && !full_wave)
         splits = (COOPMAT_GROUPS + tiles - 1) / tiles;
     if (splits > steps / 4)
         splits = steps / 4;
     const char *tune_split = getenv("KILN_COOPMAT_SPLITK");
-    if (tune_split && s->batch == 1 && !s->dyn && !s->conv.dyn_images)
+    if (tune_split && s->batch == 1 && !follows_dims(s))
         splits = strtol(tune_split, NULL, 10);
     splits = splits < 1 ? 1 : splits > steps ? steps : splits;
     int64_t kchunk = (steps + splits - 1) / splits * bk;
@@ -768,9 +772,8 @@ static Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
      * faster on the H200 once the loops were gone; in coopmat.comp neither
      * change measured faster.) */
     if (vec4)
-        define_int(d, "ONE_TILE", !s->dyn && !s->conv.dyn_images &&
-                                      d->groups[0] * bn >= s->N && d->groups[1] * bm >= s->M &&
-                                      d->groups[2] >= s->batch);
+        define_int(d, "ONE_TILE", !follows_dims(s) && d->groups[0] * bn >= s->N &&
+                                      d->groups[1] * bm >= s->M && d->groups[2] >= s->batch);
     return d;
 }
 
@@ -818,7 +821,7 @@ static double split_cost(const MatmulShape *s, Tiles t, int64_t splits) {
  * for no split. Only fixed, unbatched products split (their partial
  * products are one [M, N] each). */
 static int64_t split_chunk(const MatmulShape *s, Tiles t) {
-    if (s->dyn || s->conv.dyn_images || s->batch != 1)
+    if (follows_dims(s) || s->batch != 1)
         return 0;
     int64_t steps = (s->K + t.bk - 1) / t.bk, best = 1;
     const char *tune = getenv("KILN_MATMUL_SPLITK");

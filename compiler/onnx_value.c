@@ -451,23 +451,23 @@ Onnx__AttributeProto *oattr(Ctx *c, const char *name) {
     return NULL;
 }
 
+/* An attribute type's name in the ONNX schema (INT, FLOATS, ...). */
+static const char *attr_type_name(int type) {
+    const ProtobufCEnumValue *v = protobuf_c_enum_descriptor_get_value(
+        &onnx__attribute_proto__attribute_type__descriptor, type);
+    return v ? v->name : "unknown";
+}
+
 /* The attribute `name`, which the op takes as `type`: one of another type
  * (a string given as a list of ints, an int as a float) is refused, naming
  * both, rather than read as its absence or as 0. An attribute without a
  * type (files from before types were written) is taken as it is. */
 static Onnx__AttributeProto *oattr_typed(Ctx *c, const char *name,
                                          Onnx__AttributeProto__AttributeType type) {
-    static const char *const names[] = {"UNDEFINED", "FLOAT",  "INT",     "STRING",
-                                        "TENSOR",    "GRAPH",  "FLOATS",  "INTS",
-                                        "STRINGS",   "TENSORS", "GRAPHS", "SPARSE_TENSOR",
-                                        "SPARSE_TENSORS", "TYPE_PROTO", "TYPE_PROTOS"};
-    const int nnames = (int)(sizeof names / sizeof names[0]);
     Onnx__AttributeProto *a = oattr(c, name);
     if (a && a->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__UNDEFINED && a->type != type)
         node_fail(c, format("attribute '%s' is of type %s; this op takes it as %s", name,
-                            (int)a->type >= 0 && (int)a->type < nnames ? names[a->type]
-                                                                       : "unknown",
-                            names[type]));
+                            attr_type_name(a->type), attr_type_name(type)));
     return a;
 }
 

@@ -383,18 +383,22 @@ float kiln_zero(vec4 zo) {
 // (d then partial) where a row's A leaves [A_LO, A_HI].
 bool chunk_halves(uint ca, uint k, Chunk q, inout float d[M][CN]) {
     const uint MAG = 0x64006400u;
-    f16vec2 lo[CN], hi[CN], mul[CN]; // w = fma(h, mul, -lo or -hi)
+    // w = h - lo (a nibble at bits 0 to 3), fma(h, mul, -hi) (bits 4 to 7),
+    // fma(h, mul, -lo) (a byte)
+#if BITS == 4
+    const f16vec2 mul = kiln_h2(1.0 / 16.0);
+    f16vec2 lo[CN], hi[CN];
     [[unroll]] for (uint c = 0; c < CN; ++c) {
         const float z = kiln_zero(q.zo[c]);
-#if BITS == 4
         lo[c] = kiln_h2(1024.0 + z);
         hi[c] = kiln_h2(64.0 + z);
-        mul[c] = kiln_h2(1.0 / 16.0);
-#else
-        lo[c] = hi[c] = kiln_h2(32.0 + z / 32.0);
-        mul[c] = kiln_h2(1.0 / 32.0);
-#endif
     }
+#else
+    const f16vec2 mul = kiln_h2(UNIT);
+    f16vec2 lo[CN];
+    [[unroll]] for (uint c = 0; c < CN; ++c)
+        lo[c] = kiln_h2(32.0 + kiln_zero(q.zo[c]) / 32.0);
+#endif
     f16vec2 amax[M];
     [[unroll]] for (uint m = 0; m < M; ++m)
         amax[m] = f16vec2(0.0);
@@ -404,15 +408,15 @@ bool chunk_halves(uint ca, uint k, Chunk q, inout float d[M][CN]) {
 #if BITS == 4
             const uint x = q.raw[c][t] ^ FLIP, y = x >> 8;
             w[c][0] = kiln_h2((x & 0x000F000Fu) | MAG) - lo[c];           // k 0, 4
-            w[c][1] = fma(kiln_h2((x & 0x00F000F0u) | MAG), mul[c], -hi[c]); // 1, 5
+            w[c][1] = fma(kiln_h2((x & 0x00F000F0u) | MAG), mul, -hi[c]);    // 1, 5
             w[c][2] = kiln_h2((y & 0x000F000Fu) | MAG) - lo[c];           // 2, 6
-            w[c][3] = fma(kiln_h2((y & 0x00F000F0u) | MAG), mul[c], -hi[c]); // 3, 7
+            w[c][3] = fma(kiln_h2((y & 0x00F000F0u) | MAG), mul, -hi[c]);    // 3, 7
 #else
             const uint x0 = q.raw[c][2 * t] ^ FLIP, x1 = q.raw[c][2 * t + 1] ^ FLIP;
-            w[c][0] = fma(kiln_h2((x0 & 0x00FF00FFu) | MAG), mul[c], -lo[c]);        // k 0, 2
-            w[c][1] = fma(kiln_h2(((x0 >> 8) & 0x00FF00FFu) | MAG), mul[c], -lo[c]); // 1, 3
-            w[c][2] = fma(kiln_h2((x1 & 0x00FF00FFu) | MAG), mul[c], -lo[c]);        // 4, 6
-            w[c][3] = fma(kiln_h2(((x1 >> 8) & 0x00FF00FFu) | MAG), mul[c], -lo[c]); // 5, 7
+            w[c][0] = fma(kiln_h2((x0 & 0x00FF00FFu) | MAG), mul, -lo[c]);        // k 0, 2
+            w[c][1] = fma(kiln_h2(((x0 >> 8) & 0x00FF00FFu) | MAG), mul, -lo[c]); // 1, 3
+            w[c][2] = fma(kiln_h2((x1 & 0x00FF00FFu) | MAG), mul, -lo[c]);        // 4, 6
+            w[c][3] = fma(kiln_h2(((x1 >> 8) & 0x00FF00FFu) | MAG), mul, -lo[c]); // 5, 7
 #endif
         }
         [[unroll]] for (uint m = 0; m < M; ++m) {

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from harness import (assert_close, assert_relative, build_model, check, check_kernels,
-                     model_yaml, program_env, registry, run_program)
+from harness import (assert_close, build_model, check, check_kernels, model_yaml, program_env,
+                     registry, run_program)
 
 TESTS, case = registry()
 
@@ -294,10 +294,10 @@ def halves_case(fmt):
     subgroup arithmetic the codes multiply A's halves in f16 pairs
     (F16_PAIRS), a chunk whose A leaves [1/64, 1024] in f32; every run
     against x (as halves) @ the dequantized weight within 2e-3 of the sum
-    of each output's products' magnitudes: activations of order 1, some chunks past 1024
-    (up to 3e4), all near 1e-6 (a column of large weights makes their
-    outputs normal halves), and mixed; then KILN_SUBGROUP=0 (the f32
-    build)."""
+    of each output's products' magnitudes: activations of order 1, some
+    chunks past 1024 (up to 3e4), all near 1e-6 (a column of large weights
+    makes their outputs normal halves), and mixed; then KILN_SUBGROUP=0
+    (the f32 build)."""
     def test(workdir):
         import test_dynamic
         workdir = Path(workdir)
@@ -321,7 +321,7 @@ def halves_case(fmt):
         seqs = [1, 4, 3, 2, 1]
 
         def inputs(rng, seq):
-            kind = kinds[len(made)]
+            kind = next(run_kinds)
             x = rng.standard_normal([1, seq, K])
             if kind == "large":  # every chunk's A past 1024
                 x[..., ::7] *= 3e4
@@ -330,10 +330,7 @@ def halves_case(fmt):
             elif kind == "mixed":  # the first 64 k past 1024, the rest small
                 x[..., :64] *= 2e3
                 x[..., 64:] *= 1e-2
-            x = np.clip(x, -6e4, 6e4).astype(np.float32)
-            made.append(x)
-            return [x]
-        made = []
+            return [np.clip(x, -6e4, 6e4).astype(np.float32)]
 
         def reference(x, seq):
             xh = x.astype(np.float16).astype(np.float64)
@@ -347,7 +344,7 @@ def halves_case(fmt):
                   f"(got {got[worst]:.6g}, expected {want[worst]:.6g}) past 2e-3 of the "
                   f"sum of its products' magnitudes, {bound[worst]:.3g}")
         for env in ({}, {"KILN_SUBGROUP": "0"}):
-            made.clear()
+            run_kinds = iter(kinds)
             mags = []
             test_dynamic.run_built(prog, [{"seq": s} for s in seqs], inputs, reference,
                                    compare=compare, env=env)
