@@ -186,8 +186,9 @@ void kiln__buffer_destroy(kiln_device *dev, kiln__buffer *buf);
 /* The dynamic dims' values as the kernels read them: KILN_MAX_DIMS int32. */
 #define KILN__DIMS_BYTES (4u * KILN_MAX_DIMS)
 
-/* Recordings of a dynamic model without its idle dispatches, at most. */
-#define KILN__RECORDINGS 4
+/* Recordings of a dynamic model (its idle dispatches left out, its I/O
+ * copies cut to the run's elements), at most. */
+#define KILN__RECORDINGS 8
 
 struct kiln_model {
     kiln_device *device;
@@ -211,11 +212,21 @@ struct kiln_model {
      * set: kiln__write_dims), for a model with dynamic dispatches. */
     struct kiln__recording {
         VkCommandBuffer cmd;
-        uint8_t *idle;
+        uint8_t *idle;   /* NULL where the model has no dynamic dispatches */
+        uint64_t *spans; /* the bytes it copies of each input, then output */
+        uint64_t used;   /* m->uses when last chosen: the least recent is
+                          * recorded over once all KILN__RECORDINGS are made */
     } recordings[KILN__RECORDINGS];
     uint32_t recording_count;
+    uint64_t uses;
     uint8_t *idle;
     uint32_t idle_count;
+    /* model_dims.c: the bytes of each input, then output, that a run at the
+     * current dims copies between staging and the arena (the run's elements
+     * at the largest shape's strides, rounded up: kiln__write_dims), and
+     * whether any is short of the whole tensor; NULL without dims */
+    uint64_t *spans;
+    int spans_short;
     /* the idle flags of the recording the last run submitted (NULL: the
      * full one), for kiln_model_profile */
     const uint8_t *ran_idle;
@@ -309,9 +320,11 @@ void kiln__fill_staging_gaps(kiln_model *m);
 
 /* model_record.c */
 /* The command buffer for a run at the current dims: a recording without
- * the dispatches they leave idle (made here the first time; cmd when none
- * is idle, when KILN__RECORDINGS are made already, or when recording one
- * fails: cmd is always right, its idle dispatches run no workgroups). */
+ * the dispatches they leave idle and with I/O copies of m->spans bytes
+ * (made here the first time, over the least recently used once
+ * KILN__RECORDINGS are made; cmd when none is idle and no copy is short,
+ * or when recording fails: cmd is always right, its idle dispatches run no
+ * workgroups and it copies whole tensors). */
 VkCommandBuffer kiln__recording(kiln_model *m);
 /* Whether this device records dispatch x (kiln_dispatch.needs, .unless). */
 int kiln__dispatch_active(const kiln_device *dev, const kiln_dispatch *x);

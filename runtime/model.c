@@ -181,6 +181,13 @@ static kiln_status create_objects(kiln_model *m, int staged) {
             return KILN_FAIL(KILN_ERROR_OUT_OF_HOST_MEMORY, "model %s: no memory for %u flags",
                              d->name, d->dispatch_count);
     }
+    uint32_t nio = d->input_count + d->output_count;
+    if (d->dim_count && nio) { /* kiln__write_dims sets each one's copy */
+        m->spans = kiln__calloc(m->host, nio, sizeof *m->spans);
+        if (!m->spans)
+            return KILN_FAIL(KILN_ERROR_OUT_OF_HOST_MEMORY, "model %s: no memory for %u "
+                             "sizes", d->name, nio);
+    }
     for (uint32_t i = 0; i < d->dim_count; i++)
         m->dims[i] = d->dims[i].max;
     kiln__write_dims(m);
@@ -386,8 +393,11 @@ void kiln_model_destroy(kiln_model *m) {
     kiln__free(m->host, m->direct);
     kiln__free(m->host, m->gaps);
     kiln__free(m->host, m->idle);
-    for (uint32_t k = 0; k < m->recording_count; k++)
+    kiln__free(m->host, m->spans);
+    for (uint32_t k = 0; k < m->recording_count; k++) {
         kiln__free(m->host, m->recordings[k].idle);
+        kiln__free(m->host, m->recordings[k].spans);
+    }
     if (m->owns_device)
         kiln_device_destroy(dev);
     kiln__free(m->host, m);

@@ -86,9 +86,38 @@ static void derive_dims(kiln_model *m) {
     }
 }
 
+/* The bytes of t, from its start, that hold a run's elements at the
+ * current dims in the largest shape's layout (row-major strides of
+ * t->shape), rounded up to a power of two from KILN__SPAN_MIN, the whole
+ * tensor at most: a run copies those between staging and the arena, not
+ * the whole tensor (a decoder's logits at one token, not at the longest
+ * prompt). The rounding keeps the recordings few (kiln__recording) where a
+ * span follows a dim that changes every run (a growing attention mask). */
+#define KILN__SPAN_MIN 65536u
+static uint64_t run_span(const kiln_model *m, const kiln_tensor_info *t) {
+    uint32_t rank = t->rank < KILN_MAX_RANK ? t->rank : KILN_MAX_RANK;
+    int64_t run[KILN_MAX_RANK], count = 1, last = 0, stride = 1;
+    for (uint32_t i = 0; i < rank; i++)
+        count *= t->shape[i];
+    if (!t->dyn_axes || count <= 0)
+        return t->bytes;
+    kiln_model_tensor_shape(m, t, run);
+    for (uint32_t i = rank; i-- > 0;) { /* the last element's index */
+        if (run[i] <= 0)
+            return 0;
+        last += (run[i] - 1) * stride;
+        stride *= t->shape[i];
+    }
+    uint64_t bytes = t->bytes / (uint64_t)count * (uint64_t)(last + 1), span = KILN__SPAN_MIN;
+    while (span < bytes)
+        span *= 2;
+    return span < t->bytes ? span : t->bytes;
+}
+
 /* Writes the dims and every dynamic dispatch's workgroup counts into
- * staging, where the next submit's copies pick them up, and marks the
- * dispatches they leave idle (m->idle, m->idle_count). */
+ * staging, where the next submit's copies pick them up, marks the
+ * dispatches they leave idle (m->idle, m->idle_count) and sets the I/O
+ * copies' sizes (m->spans). */
 void kiln__write_dims(kiln_model *m) {
     const kiln_model_desc *d = m->desc;
     if (!d->dim_count)
@@ -98,6 +127,12 @@ void kiln__write_dims(kiln_model *m) {
     for (int i = 0; i < KILN_MAX_DIMS; i++)
         v[i] = (int32_t)m->dims[i];
     memcpy((char *)m->io.mapped + d->dims_io_offset, v, sizeof v);
+    m->spans_short = 0;
+    for (uint32_t i = 0; m->spans && i < d->input_count + d->output_count; i++) {
+        const kiln_tensor_info *t = kiln__io_tensor(d, i);
+        m->spans[i] = run_span(m, t);
+        m->spans_short |= m->spans[i] < t->bytes;
+    }
     uint32_t *cmd = (uint32_t *)(void *)((char *)m->io.mapped + d->indirect_io_offset);
     m->idle_count = 0;
     for (uint32_t i = 0, k = 0; i < d->dispatch_count; i++) {

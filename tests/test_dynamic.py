@@ -759,6 +759,32 @@ def test_inner_io(workdir):
     run_steps(workdir, y, steps, make, want, rtol=1e-5, atol=1e-5)
 
 
+@case("dynamic: I/O copies of the run's elements only (spans rounded to powers of two, "
+      "more shapes than recordings, the least recent recorded over), staged and direct")
+def test_io_spans(workdir):
+    # x [a, 512] and w [b, 1024] copy 64 KiB to 2 and 4 MiB a run: up to 42
+    # pairs of spans, more than the runtime's recordings (8); z [2, b, 64]
+    # has an inner dynamic axis (its span nearly the whole tensor)
+    dims = {"a": "1..1024", "b": "1..1024"}
+    ins = {"x": {**W, "shape": ["a", 512]}, "w": {**W, "shape": ["b", 1024]},
+           "z": {**W, "shape": [2, "b", 64]}}
+    nodes = [{"name": "y", "op": "mul", "inputs": ["x", "two"]},
+             {"name": "v", "op": "neg", "inputs": ["w"]},
+             {"name": "u", "op": "add", "inputs": ["z", "two"]}]
+    y = dyn_yaml(dims, ins, nodes, ["y", "v", "u"], {"two": weight([1], 5)})
+    two = w_of([1], 5)
+    pairs = ((1024, 1024), (1, 1), (300, 9), (64, 700), (17, 130), (1000, 1), (513, 64),
+             (129, 1000), (2, 300), (700, 33), (1, 1024), (1024, 1), (300, 9), (33, 600),
+             (1, 1), (1024, 1024))
+    steps = [{"a": a, "b": b} for a, b in pairs]
+    prog = build_model(workdir, y)
+    for env in ({"KILN_STAGED_IO": "1"}, {}):
+        run_built(prog, steps,
+                  lambda rng, a, b: [normal(rng, a, 512), normal(rng, b, 1024),
+                                     normal(rng, 2, b, 64)],
+                  lambda x, w, z, a, b: [x * two, -w, z + two], env=env)
+
+
 @case("op range: positions from the dims (start and size expressions), fixed and dynamic "
       "sizes, i64, i32 and f32")
 def test_range(workdir):
