@@ -61,8 +61,10 @@ typedef struct MatmulShape {
         int64_t channels;
         bool klast;
         /* a dynamic batch of images (dynamic_images): their run extent,
-         * N's columns following it (positions a unit; not split along K) */
+         * N's columns following it (positions a unit), and its least
+         * value (the split along K is chosen over the range) */
         const DimExpr *dyn_images;
+        int64_t images_min;
     } conv;
     const Tensor *res; /* a convolution's residual (HAS_RES), f32 or f16 */
 } MatmulShape;

@@ -192,8 +192,10 @@ static bool conv_product(Program *p, Node *n, Tensor *x, Tensor *w, Tensor *y,
         s.conv.in_img = x->shape[1] * in[0] * in[1];
         s.N *= images;
     }
-    if (dyn_images(x)) /* the tiles end at the run's images' columns */
+    if (dyn_images(x)) { /* the tiles end at the run's images' columns */
         s.conv.dyn_images = &x->ext[0];
+        s.conv.images_min = dim_expr_min(p->graph, &x->ext[0]);
+    }
     s.brank = 1;
     s.bshape[0] = s.batch = 1;
     s.ops[0] = (Operand){y, {0}, 0, false, {0, {0}}};

@@ -60,8 +60,8 @@ static void rows_groups(Dispatch *d, const MatmulShape *s, int64_t per_group) {
 }
 
 /* Whether s's extent follows the dims: its rows, or a convolution's images
- * (its columns). Such a product is not split along K, and its tiles are
- * looped over, not one a workgroup. */
+ * (its columns). Its tiles are looped over, not one a workgroup; it is not
+ * split along K but for a convolution's images (split_over_images). */
 static bool follows_dims(const MatmulShape *s) { return s->dyn || s->conv.dyn_images; }
 
 /* A convolution over a dynamic batch of images (its columns, the images'
@@ -336,6 +336,17 @@ static bool split_in_last(const Node *n) {
 
 #define COOPMAT_GROUPS 264 /* two workgroups per multiprocessor of an H200 */
 
+/* A convolution over a dynamic batch of images splits K for its fewest
+ * images; its partial products, [splits, M, N] f32 at the most images,
+ * stay within SPLIT_SCRATCH bytes (a split of ResNet-50's third stage for
+ * one image would otherwise take 200 MiB at 32). The most chunks that
+ * allows, at least 1. */
+#define SPLIT_SCRATCH (64ll << 20)
+static int64_t split_scratch_cap(const MatmulShape *s) {
+    int64_t one = s->M * s->N * 4;
+    return one >= SPLIT_SCRATCH ? 1 : SPLIT_SCRATCH / one;
+}
+
 /* coopmat.comp's shared memory: ns stages of the A tile (bm rows of bk
  * halves) and the B tile (bn columns or bk rows, padded by a vector), and
  * a 16 x 16 f32 staging area a subgroup. */
@@ -457,6 +468,15 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
     bool full_wave = !conv && wm * wn == 8;
     if (s->batch == 1 && tiles < COOPMAT_GROUPS && !follows_dims(s) && !full_wave)
         splits = (COOPMAT_GROUPS + tiles - 1) / tiles;
+    /* a dynamic batch of images: as many chunks as fill the GPU at the
+     * fewest images, within the scratch budget at the most */
+    int64_t least = groups_for(s->M, bm) * groups_for(s->conv.positions * s->conv.images_min,
+                                                      bn);
+    if (s->conv.dyn_images && least < COOPMAT_GROUPS) {
+        splits = (COOPMAT_GROUPS + least - 1) / (least < 1 ? 1 : least);
+        if (splits > split_scratch_cap(s))
+            splits = split_scratch_cap(s);
+    }
     if (splits > steps / 4)
         splits = steps / 4;
     const char *tune_split = getenv("KILN_COOPMAT_SPLITK");
@@ -817,17 +837,59 @@ static double split_cost(const MatmulShape *s, Tiles t, int64_t splits) {
     return ns;
 }
 
+/* The split count for a convolution over a dynamic batch of images, whose
+ * one count serves every run: the count whose model time, relative to the
+ * best count's at the same images, is least at the worst of the fewest
+ * images, the most and their geometric middle (within split_scratch_cap). ResNet-50 with a batch of
+ * 1..32 on an H200 (bench/experiments/dynamic-batch-h200.txt): its last
+ * stage's convolutions unsplit took 620 us at any batch (one workgroup's
+ * walk along K), the whole model 6.95 ms of GPU time at batch 1 against a
+ * fixed build's 1.11. */
+static int64_t split_over_images(const MatmulShape *s, Tiles t, int64_t steps) {
+    int64_t least = s->conv.images_min < 1 ? 1 : s->conv.images_min, most = s->conv.images;
+    int64_t mid = least;
+    while (mid * mid < least * most)
+        mid++;
+    const int64_t images[3] = {least, mid, most};
+    MatmulShape at[3];
+    double best_ns[3];
+    for (int i = 0; i < 3; i++) {
+        at[i] = *s;
+        at[i].N = s->conv.positions * images[i];
+        best_ns[i] = split_cost(&at[i], t, 1);
+        for (int64_t k = 2; k <= SPLIT_MAX && k <= steps; k++) {
+            double ns = split_cost(&at[i], t, k);
+            best_ns[i] = ns < best_ns[i] ? ns : best_ns[i];
+        }
+    }
+    int64_t best = 1;
+    double best_worst = 0.0;
+    for (int64_t k = 1; k <= SPLIT_MAX && k <= steps && k <= split_scratch_cap(s); k++) {
+        double worst = 0.0;
+        for (int i = 0; i < 3; i++) {
+            double r = split_cost(&at[i], t, k) / best_ns[i];
+            worst = r > worst ? r : worst;
+        }
+        if (k == 1 || worst < best_worst)
+            best = k, best_worst = worst;
+    }
+    return best;
+}
+
 /* The chunk of K (a multiple of t.bk) that the cost model gives s, or 0
- * for no split. Only fixed, unbatched products split (their partial
- * products are one [M, N] each). */
+ * for no split. Only unbatched products split (their partial products are
+ * one [M, N] each), with fixed rows (a convolution's dynamic batch of
+ * images splits: split_over_images). */
 static int64_t split_chunk(const MatmulShape *s, Tiles t) {
-    if (follows_dims(s) || s->batch != 1)
+    if (s->dyn || s->batch != 1)
         return 0;
     int64_t steps = (s->K + t.bk - 1) / t.bk, best = 1;
     const char *tune = getenv("KILN_MATMUL_SPLITK");
     if (tune) {
         best = strtol(tune, NULL, 10);
         best = best < 1 ? 1 : best > steps ? steps : best;
+    } else if (s->conv.dyn_images) {
+        best = split_over_images(s, t, steps);
     } else {
         double best_ns = split_cost(s, t, 1);
         for (int64_t k = 2; k <= SPLIT_MAX && k <= steps; k++) {
@@ -886,6 +948,10 @@ static Dispatch *splitk_sum(Program *p, Node *n, const MatmulShape *s, Tensor *p
     dispatch_arg(r, partial, false);
     dispatch_unused(r, partial);
     r->groups[0] = groups_for(s->M * s->N, r->local_size);
+    if (s->conv.dyn_images) { /* the run's images' columns of each row */
+        define_str(r, "N_RUN", dim_expr_glsl(s->conv.dyn_images, s->conv.positions));
+        dyn_groups_along(r, 0, s->conv.dyn_images, s->M * s->conv.positions, r->local_size);
+    }
     return r;
 }
 

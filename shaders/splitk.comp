@@ -6,7 +6,8 @@
 // in p, and then the product's epilogue (product.glsl: bias, residual,
 // activation, QKV split), one invocation per element of C, WG to a
 // workgroup. Same defines as matmul.comp for the product (one batch) and
-// its epilogue.
+// its epilogue; N_RUN (a convolution over a dynamic batch of images): the
+// run's columns, the first N_RUN of each row of N.
 #include "common.glsl"
 
 layout(local_size_x = WG) in;
@@ -34,12 +35,19 @@ layout(push_constant) uniform Args {
 
 #include "product.glsl"
 
+#ifdef N_RUN // a dynamic batch of images: the run's columns of each row
+#define NR uint(N_RUN)
+#else
+#define NR N
+#endif
+
 void main() {
-    const uint count = M * N;
+    const uint count = M * NR;
     for (uint e = gl_GlobalInvocationID.x; e < count; e += gl_NumWorkGroups.x * WG) {
+        const uint m = e / NR, n = e % NR, at = m * N + n;
         float acc = 0.0;
         for (uint s = 0; s < SPLITK; ++s)
-            acc += args.p.v[s * count + e];
-        store_c(0, e / N, e % N, acc);
+            acc += args.p.v[s * (M * N) + at];
+        store_c(0, m, n, acc);
     }
 }

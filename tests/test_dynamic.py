@@ -1770,6 +1770,51 @@ for _p in ("f32", "f16"):
          f"resize over a dynamic batch of images, ONNX, {_p}")(images_case(_p))
 
 
+def images_split_case(precision):
+    """Convolutions over a dynamic batch of images with few positions and a
+    long K (as a CNN's last stage): split along K for the fewest images, the
+    chunks' sum (splitk.comp, the bias and activation in it) following the
+    run's images; batches 1..6, up and down; f32 or --precision f16."""
+    def test(workdir):
+        from test_onnx import initializer, model, node, value_info, attr
+        workdir = Path(workdir)
+        rng = np.random.default_rng(67)
+
+        def w_(*shape):
+            fan = int(np.prod(shape[1:]))
+            return (rng.standard_normal(shape) / np.sqrt(fan)).astype(np.float32)
+        w1, b1, w2 = w_(48, 128, 3, 3), w_(48), w_(40, 48, 3, 3)
+        (workdir / "cnn.onnx").write_bytes(model(
+            [node("Conv", ["x", "w1", "b1"], ["c1"], "c1", attr("pads", [1, 1, 1, 1])),
+             node("Relu", ["c1"], ["r1"], "r1"),
+             node("Conv", ["r1", "w2"], ["y"], "c2", attr("pads", [1, 1, 1, 1]))],
+            [value_info("x", ["batch", 128, 5, 5])], [value_info("y", ["batch", 40, 5, 5])],
+            [initializer("w1", w1), initializer("b1", b1), initializer("w2", w2)]))
+        f16 = precision == "f16"
+        r = kiln("compile", workdir / "cnn.onnx", "--shape", "batch=1..6", "--name", "model",
+                 "-o", workdir / "model.c", *(["--precision", "f16"] if f16 else []))
+        check(r.returncode == 0, r.stderr)
+        c = (workdir / "model.c").read_text()
+        sums = re.findall(r"\(conv\) splitk;[^\n]*groups\[0\] follow batch", c)
+        check(len(sums) == 2, f"{len(sums)} sums of a split following the batch, not 2")
+        check(re.search(r"^ \*   SPLITK \d+", c, re.M) and
+              re.search(r"^ \*   N_RUN .*KILN_DIM", c, re.M), "no split kernel over the run")
+
+        def reference(x, batch):
+            h = np.maximum(ref.conv(x, w1, b1, pads=[1, 1, 1, 1]), 0)
+            return [ref.conv(h, w2, pads=[1, 1, 1, 1])]
+        steps = [{"batch": b} for b in (1, 6, 2, 5, 1, 3, 6)]
+        run_built(link_model(workdir), steps,
+                  lambda rng, batch: [normal(rng, batch, 128, 5, 5)],
+                  reference, compare=precision_compare(f16, 1e-4, 1e-4))
+    return test
+
+
+for _p in ("f32", "f16"):
+    case(f"dynamic: convolutions of few positions over a dynamic batch of images, split along "
+         f"K for the fewest, ONNX, {_p}")(images_split_case(_p))
+
+
 @case("dynamic: a convolution, pooling or resize dynamic along an axis other than the batch "
       "is refused, named")
 def test_images_refused(workdir):
