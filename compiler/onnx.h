@@ -105,6 +105,11 @@ Value *in(Ctx *c, int i);
 Value *in_const(Ctx *c, int i, const char *what);
 const char *out_name(Ctx *c, int i);
 Onnx__AttributeProto *oattr(Ctx *c, const char *name);
+/* oattr, refusing an attribute of another type than `type` (naming both);
+ * oattr_ints for a list of ints. */
+Onnx__AttributeProto *oattr_typed(Ctx *c, const char *name,
+                                  Onnx__AttributeProto__AttributeType type);
+Onnx__AttributeProto *oattr_ints(Ctx *c, const char *name);
 int64_t oattr_int(Ctx *c, const char *name, int64_t dflt);
 double oattr_float(Ctx *c, const char *name, double dflt);
 const char *oattr_str(Ctx *c, const char *name, const char *dflt);

@@ -259,16 +259,18 @@ static bool fold_signal_table(Ctx *c) {
 static bool fold_constant(Ctx *c) {
     Onnx__AttributeProto *a;
     Value *o;
-    if ((a = oattr(c, "value")) && a->t) {
+    if ((a = oattr_typed(c, "value", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR)) && a->t) {
         o = decode_tensor(c->path, c->dir, a->t, "the constant", c->loc, false);
-    } else if ((a = oattr(c, "value_float")) || (a = oattr(c, "value_int"))) {
+    } else if ((a = oattr_typed(c, "value_float", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT)) ||
+               (a = oattr_typed(c, "value_int", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT))) {
         bool f = strcmp(a->name, "value_float") == 0;
         o = const_out(c, f ? KILN_DTYPE_F32 : KILN_DTYPE_I64, 0, NULL);
         if (f)
             vset(o, 0, a->f);
         else
             vseti(o, 0, a->i);
-    } else if ((a = oattr(c, "value_floats")) || (a = oattr(c, "value_ints"))) {
+    } else if ((a = oattr_typed(c, "value_floats", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS)) ||
+               (a = oattr_ints(c, "value_ints"))) {
         bool f = strcmp(a->name, "value_floats") == 0;
         int64_t n = f ? (int64_t)a->n_floats : (int64_t)a->n_ints;
         o = const_out(c, f ? KILN_DTYPE_F32 : KILN_DTYPE_I64, 1, &n);
@@ -350,7 +352,7 @@ static bool fold_constant_of_shape(Ctx *c) {
         node_fail(c, "unsupported: rank above 8");
     for (int64_t i = 0; i < vcount(s); i++)
         shape[i] = vgeti(s, i);
-    Onnx__AttributeProto *a = oattr(c, "value");
+    Onnx__AttributeProto *a = oattr_typed(c, "value", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR);
     Value *fillv = a && a->t ? decode_tensor(c->path, c->dir, a->t, "value", c->loc, false) : NULL;
     Value *o = const_out(c, fillv ? fillv->dtype : KILN_DTYPE_F32, (int)vcount(s), shape);
     for (int64_t i = 0; i < vcount(o); i++) {
@@ -520,7 +522,7 @@ static bool fold_slice(Ctx *c) {
 static bool fold_transpose(Ctx *c) {
     Value *x = in(c, 0);
     int64_t perm[MAX_RANK], shape[MAX_RANK];
-    Onnx__AttributeProto *a = oattr(c, "perm");
+    Onnx__AttributeProto *a = oattr_ints(c, "perm");
     if (a && (int)a->n_ints != x->rank)
         node_fail(c, format("perm has %zu entries for rank %d", a->n_ints, x->rank));
     bool seen[MAX_RANK] = {false};

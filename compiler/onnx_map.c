@@ -422,10 +422,10 @@ static void map_scan(Ctx *c, const OnnxOp *op) {
     if (nscan_in < 1 || nstate < 0 || nscan_out < 0)
         node_fail(c, format("Scan's num_scan_inputs %d does not fit its %d inputs", nscan_in,
                             nin(c)));
-    Onnx__AttributeProto *in_axes = oattr(c, "scan_input_axes"),
-                         *in_dirs = oattr(c, "scan_input_directions"),
-                         *out_axes = oattr(c, "scan_output_axes"),
-                         *out_dirs = oattr(c, "scan_output_directions");
+    Onnx__AttributeProto *in_axes = oattr_ints(c, "scan_input_axes"),
+                         *in_dirs = oattr_ints(c, "scan_input_directions"),
+                         *out_axes = oattr_ints(c, "scan_output_axes"),
+                         *out_dirs = oattr_ints(c, "scan_output_directions");
     int64_t len = -1;
     Value **seq = xcalloc((size_t)nscan_in, sizeof *seq);
     int *axis = xcalloc((size_t)nscan_in, sizeof *axis);

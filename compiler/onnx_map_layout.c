@@ -44,7 +44,7 @@ void map_view(Ctx *c, const OnnxOp *op) {
                     node_fail(c, "unsupported: allowzero with a zero dimension");
         node_set_ints(k, "shape", n, v);
     } else if (strcmp(name, "Squeeze") == 0 || strcmp(name, "Unsqueeze") == 0) {
-        Onnx__AttributeProto *a = oattr(c, "axes");
+        Onnx__AttributeProto *a = oattr_ints(c, "axes");
         if (a)
             node_set_ints(k, "axes", (int)a->n_ints, a->ints);
         else if (in_opt(c, 1))
@@ -187,7 +187,7 @@ void map_split(Ctx *c, const OnnxOp *op) {
     Value *x = in(c, 0);
     Node *k = emit_outputs(c, op->kop, x, nout(c));
     node_set_int(k, "axis", oattr_int(c, "axis", 0));
-    Onnx__AttributeProto *a = oattr(c, "split");
+    Onnx__AttributeProto *a = oattr_ints(c, "split");
     if (a) {
         node_set_ints(k, "sizes", (int)a->n_ints, a->ints);
     } else if (in_opt(c, 1)) {
@@ -233,7 +233,7 @@ void map_pad(Ctx *c, const OnnxOp *op) {
     Node *k = emit(c, op->kop, 1, &x, out_name(c, 0));
     int64_t pads[2 * MAX_RANK];
     if (c->opset < 11) {
-        Onnx__AttributeProto *a = oattr(c, "pads");
+        Onnx__AttributeProto *a = oattr_ints(c, "pads");
         if (!a)
             node_fail(c, "Pad needs pads");
         node_set_ints(k, "pads", (int)a->n_ints, a->ints);
@@ -276,7 +276,7 @@ void map_gather(Ctx *c, const OnnxOp *op) {
 void map_compress(Ctx *c, const OnnxOp *op) {
     (void)op;
     Value *x = in(c, 0), *cond = in_const(c, 1, "Compress's condition");
-    Onnx__AttributeProto *a = oattr(c, "axis");
+    Onnx__AttributeProto *a = oattr_typed(c, "axis", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT);
     int64_t axis = a ? a->i : 0, len = vcount(x);
     if (a) {
         if (axis < -x->rank || axis >= x->rank)

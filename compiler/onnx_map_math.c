@@ -128,7 +128,7 @@ void map_reduce(Ctx *c, const OnnxOp *op) {
     Value *x = in(c, 0);
     int64_t axes[MAX_RANK];
     int n = -1;
-    Onnx__AttributeProto *a = oattr(c, "axes");
+    Onnx__AttributeProto *a = oattr_ints(c, "axes");
     if (a) {
         n = (int)a->n_ints;
         if (n > MAX_RANK)
@@ -395,7 +395,7 @@ void map_reduce_log_sum(Ctx *c, const OnnxOp *op) {
 /* ONNX's ints attribute `name` (n values, one per spatial axis), or dflt
  * for each when absent. */
 static void spatial_ints(Ctx *c, const char *name, int n, int64_t dflt, int64_t *out) {
-    Onnx__AttributeProto *a = oattr(c, name);
+    Onnx__AttributeProto *a = oattr_ints(c, name);
     if (a && (int)a->n_ints != n)
         node_fail(c, format("%s has %zu values for %d spatial axes", name, a->n_ints, n));
     for (int i = 0; i < n; i++)
@@ -411,7 +411,7 @@ static void conv_transpose_to_shape(Ctx *c, const OnnxOp *op, Value **ins) {
     int nsp = x->rank - 2;
     if (nsp < 1 || !w || w->rank != x->rank)
         node_fail(c, "ConvTranspose needs an input and weights of the same rank, 3 or more");
-    Onnx__AttributeProto *os = oattr(c, "output_shape");
+    Onnx__AttributeProto *os = oattr_ints(c, "output_shape");
     int skip = (int)os->n_ints == x->rank ? 2 : 0; /* the whole shape, or its spatial part */
     if ((int)os->n_ints != nsp + skip)
         node_fail(c, format("output_shape has %zu values for %d spatial axes", os->n_ints,
@@ -502,7 +502,7 @@ void map_lp_pool(Ctx *c, const OnnxOp *op) {
         node_fail(c, format("LpPool's p must be at least 1, not %lld", (long long)p));
     if (oattr_int(c, "ceil_mode", 0))
         node_fail(c, "unsupported: ceil_mode (LpPool 18)");
-    Onnx__AttributeProto *ks = oattr(c, "kernel_shape");
+    Onnx__AttributeProto *ks = oattr_ints(c, "kernel_shape");
     int nsp = x->rank - 2;
     if (nsp < 1 || !ks || (int)ks->n_ints != nsp)
         node_fail(c, format("LpPool needs kernel_shape of %d values for an input %s", nsp,
@@ -545,7 +545,7 @@ void map_resize(Ctx *c, const OnnxOp *op) {
      * their size */
     int64_t axes[MAX_RANK];
     int naxes = x->rank;
-    Onnx__AttributeProto *ax = oattr(c, "axes");
+    Onnx__AttributeProto *ax = oattr_ints(c, "axes");
     if (ax && (int)ax->n_ints > x->rank)
         node_fail(c, format("%zu axes for an input of rank %d", ax->n_ints, x->rank));
     if (ax)
@@ -898,7 +898,7 @@ void map_mvn(Ctx *c, const OnnxOp *op) {
     Value *x = in(c, 0);
     int64_t axes[MAX_RANK] = {0, 2, 3};
     int n = 3;
-    Onnx__AttributeProto *a = oattr(c, "axes");
+    Onnx__AttributeProto *a = oattr_ints(c, "axes");
     if (a) {
         if (a->n_ints > MAX_RANK)
             node_fail(c, format("%zu axes", a->n_ints));

@@ -258,8 +258,8 @@ void map_max_unpool(Ctx *c, const OnnxOp *op) {
     bool given = in_opt(c, 2) != NULL;
     if (given && const_ints(c, 2, "output_shape", out, MAX_RANK) != x->rank)
         node_fail(c, format("output_shape must have %d values", x->rank));
-    Onnx__AttributeProto *k = oattr(c, "kernel_shape"), *s = oattr(c, "strides"),
-                         *p = given ? NULL : oattr(c, "pads");
+    Onnx__AttributeProto *k = oattr_ints(c, "kernel_shape"), *s = oattr_ints(c, "strides"),
+                         *p = given ? NULL : oattr_ints(c, "pads");
     if (!k || (int)k->n_ints != nsp || (s && (int)s->n_ints != nsp) ||
         (p && (int)p->n_ints != 2 * nsp))
         node_fail(c, format("MaxUnpool needs kernel_shape (and strides, pads) for %d "

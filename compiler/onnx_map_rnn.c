@@ -89,8 +89,12 @@ static Value *activate(Ctx *c, const Rnn *r, const Act *a, Value *x) {
 static void read_activations(Ctx *c, Rnn *r) {
     static const char *defaults[3][3] = {
         {"Tanh"}, {"Sigmoid", "Tanh"}, {"Sigmoid", "Tanh", "Tanh"}};
-    Onnx__AttributeProto *names = oattr(c, "activations");
-    Onnx__AttributeProto *alpha = oattr(c, "activation_alpha"), *beta = oattr(c, "activation_beta");
+    Onnx__AttributeProto *names =
+        oattr_typed(c, "activations", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRINGS);
+    Onnx__AttributeProto *alpha =
+        oattr_typed(c, "activation_alpha", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS);
+    Onnx__AttributeProto *beta =
+        oattr_typed(c, "activation_beta", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS);
     size_t n = names ? names->n_strings : 0, na = 0, nb = 0;
     if (n && n != (size_t)r->nact && n != (size_t)(r->nact * r->dirs))
         node_fail(c, format("%zu activations for %d per direction and %d direction%s", n, r->nact,

@@ -462,13 +462,17 @@ static const char *attr_type_name(int type) {
  * (a string given as a list of ints, an int as a float) is refused, naming
  * both, rather than read as its absence or as 0. An attribute without a
  * type (files from before types were written) is taken as it is. */
-static Onnx__AttributeProto *oattr_typed(Ctx *c, const char *name,
-                                         Onnx__AttributeProto__AttributeType type) {
+Onnx__AttributeProto *oattr_typed(Ctx *c, const char *name,
+                                  Onnx__AttributeProto__AttributeType type) {
     Onnx__AttributeProto *a = oattr(c, name);
     if (a && a->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__UNDEFINED && a->type != type)
         node_fail(c, format("attribute '%s' is of type %s; this op takes it as %s", name,
                             attr_type_name(a->type), attr_type_name(type)));
     return a;
+}
+
+Onnx__AttributeProto *oattr_ints(Ctx *c, const char *name) {
+    return oattr_typed(c, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
 }
 
 int64_t oattr_int(Ctx *c, const char *name, int64_t dflt) {

@@ -276,6 +276,28 @@ bad_case("Softmax's axis as a FLOAT, not an INT",
                [value_info("x", [2, 3])], [value_info("y", [2, 3])]),
          ["node 's (Softmax)'", "attribute 'axis' is of type FLOAT", "takes it as INT"])
 
+bad_case("Transpose's perm as an INT, not INTS",
+         model([node("Transpose", ["x"], ["y"], "t", attr("perm", 1))],
+               [value_info("x", [2, 3])], [value_info("y", [3, 2])]),
+         ["node 't (Transpose)'", "perm must be a list of integers"])
+bad_case("Conv's strides as a STRING, not INTS",
+         model([node("Conv", ["x", "w"], ["y"], "c", attr("strides", "2,2"))],
+               [value_info("x", [1, 1, 4, 4])], [value_info("y", [1, 1, 2, 2])],
+               [initializer("w", np.ones((1, 1, 1, 1), np.float32))]),
+         ["node 'c (Conv)'", "strides must be a list of integers"])
+bad_case("Squeeze 11's axes as an INT, not INTS",
+         model([node("Squeeze", ["x"], ["y"], "s", attr("axes", 0))],
+               [value_info("x", [1, 3])], [value_info("y", [3])], opset=11),
+         ["node 's (Squeeze)'", "attribute 'axes' is of type INT", "takes it as INTS"])
+bad_case("LpPool's kernel_shape as an INT, not INTS",
+         model([node("LpPool", ["x"], ["y"], "p", attr("kernel_shape", 2))],
+               [value_info("x", [1, 1, 4, 4])], [value_info("y", [1, 1, 3, 3])]),
+         ["node 'p (LpPool)'", "attribute 'kernel_shape' is of type INT", "takes it as INTS"])
+bad_case("Constant's value_int as a FLOAT",
+         model([node("Constant", [], ["k"], "k", attr("value_int", 3.0)),
+                node("Add", ["x", "k"], ["y"], "a")],
+               [value_info("x", [2], 7)], [value_info("y", [2], 7)]),
+         ["node 'k (Constant)'", "attribute 'value_int' is of type FLOAT", "takes it as INT"])
 
 def newer_opset_case(opset):
     """A graph at a newer opset that only uses op versions kiln reads there:
