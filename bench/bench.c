@@ -6,8 +6,9 @@
  *         [-d DIM=V]...
  *
  * -d sets a dynamic dimension for every run (each input file then holds
- * the largest extent's bytes, of which a run reads its own; -o writes the
- * run's).
+ * the largest extent's bytes, of which a run reads its own elements packed;
+ * -o writes the run's; the in-place runs get them at the largest shape's
+ * strides, as kiln_model_input_memory lays them out).
  * Creates the model twice, one after the other: with GPU timestamps after
  * every dispatch (the GPU times), then as a user would (the wall times, which
  * the timestamps would lengthen); runs each WARMUP times and for at least
@@ -66,6 +67,35 @@ static int load(const char *path, void *dst, uint64_t bytes) {
     }
     fclose(f);
     return 1;
+}
+
+/* Copies the run's elements of t from src to dst, between a packed buffer
+ * (as kiln_model_run takes and gives them) and the mapped staging memory,
+ * where they keep the largest shape's strides: to_staging 1 packed ->
+ * staging, 0 staging -> packed. */
+static void restride(const kiln_model *m, const kiln_tensor_info *t, char *dst,
+                     const char *src, int to_staging) {
+    int64_t run[KILN_MAX_RANK], idx[KILN_MAX_RANK] = {0}, count = 1, largest = 1;
+    int rank = (int)(t->rank < KILN_MAX_RANK ? t->rank : KILN_MAX_RANK);
+    kiln_model_tensor_shape(m, t, run);
+    for (int a = 0; a < rank; a++) {
+        count *= run[a];
+        largest *= t->shape[a];
+    }
+    if (count <= 0 || largest <= 0)
+        return;
+    size_t es = (size_t)(t->bytes / (uint64_t)largest);
+    for (int64_t e = 0; e < count; e++) {
+        int64_t off = 0, stride = 1;
+        for (int a = rank - 1; a >= 0; a--) {
+            off += idx[a] * stride;
+            stride *= t->shape[a];
+        }
+        size_t at = (size_t)off * es, packed = (size_t)e * es;
+        memcpy(dst + (to_staging ? at : packed), src + (to_staging ? packed : at), es);
+        for (int a = rank - 1; a >= 0 && ++idx[a] == run[a]; a--)
+            idx[a] = 0;
+    }
 }
 
 int main(int argc, char **argv) {
@@ -141,9 +171,11 @@ int main(int argc, char **argv) {
                     gpu[r] += us[k];
         }
     }
-    /* in place: the inputs where the model reads them, written once */
+    /* in place: the inputs where the model reads them, written once (a
+     * run's elements at the largest shape's strides) */
     for (uint32_t i = 0; s == KILN_OK && i < d->input_count; i++)
-        memcpy(kiln_model_input_memory(m, i), in[i], (size_t)d->inputs[i].bytes);
+        restride(m, &d->inputs[i], (char *)kiln_model_input_memory(m, i), (const char *)in[i],
+                 1);
     for (int r = -warmup; r < runs && s == KILN_OK; r++) {
         double w0 = now_us();
         s = kiln_model_run_mapped(m);
@@ -151,13 +183,20 @@ int main(int argc, char **argv) {
             mapped[r] = now_us() - w0;
     }
     /* the same outputs in place as copied out (the kernels are deterministic) */
-    for (uint32_t i = 0; s == KILN_OK && i < d->output_count; i++)
-        if (memcmp(kiln_model_output_memory(m, i), out[i],
-                   (size_t)kiln_model_tensor_bytes(m, &d->outputs[i]))) {
+    for (uint32_t i = 0; s == KILN_OK && i < d->output_count; i++) {
+        size_t bytes = (size_t)kiln_model_tensor_bytes(m, &d->outputs[i]);
+        char *packed = malloc(bytes + 1);
+        if (!packed)
+            return 1;
+        restride(m, &d->outputs[i], packed, (const char *)kiln_model_output_memory(m, i), 0);
+        int same = memcmp(packed, out[i], bytes) == 0;
+        free(packed);
+        if (!same) {
             fprintf(stderr, "bench: output %u differs between kiln_model_run and "
                     "kiln_model_run_mapped\n", i);
             return 1;
         }
+    }
     if (s != KILN_OK) {
         fprintf(stderr, "bench: %s: %s\n", kiln_status_string(s), kiln_last_error());
         return 1;

@@ -1898,3 +1898,25 @@ def test_bench_dims(workdir):
     assert_close(got.reshape(3, N), ref.f64(x[:3]) @ w, 1e-5, 1e-5, "bench's output")
     r = run([workdir / "bench", "-i", workdir / "x.bin", "-d", "seq"], cwd=workdir)
     check(r.returncode == 2 and "DIM=VALUE" in r.stderr, f"-d seq: {r.returncode} {r.stderr}")
+    # two dims, the inner one short: the in-place runs' elements at the
+    # largest shape's strides, not a prefix (bench checks them against the
+    # copied runs' outputs)
+    sub = workdir / "two"
+    sub.mkdir()
+    y = dyn_yaml({"b": "1..3", "s": "1..5"}, {"x": {**W, "shape": ["b", "s", K]}},
+                 [{"name": "y", "op": "matmul", "inputs": ["x", "w"]}], ["y"],
+                 {"w": weight([K, N], 9)})
+    build_model(sub, y)
+    r = run([CC, "-O1", "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror", *EXTRA_CFLAGS,
+             "-D_POSIX_C_SOURCE=199309L", "-I", ROOT / "runtime", "-DKILN_MODEL=model",
+             "-include", sub / "model.h", "-o", sub / "bench", ROOT / "bench" / "bench.c",
+             sub / "model.c", "-L", BUILD, "-lkilnrt", VULKAN_LIB, "-lm"])
+    check(r.returncode == 0, f"building bench.c failed:\n{r.stderr}")
+    x = normal(np.random.default_rng(6), 3 * 5 * K)
+    x.tofile(sub / "x.bin")
+    r = run([sub / "bench", "-i", sub / "x.bin", "-o", sub / "y.bin", "-d", "b=2", "-d", "s=3",
+             "-n", "2", "-w", "1", "-W", "0"], cwd=sub, env={"KILN_VALIDATION": VALIDATION})
+    check(r.returncode == 0, f"bench with two dims failed ({r.returncode}):\n{r.stderr}")
+    got = np.fromfile(sub / "y.bin", np.float32)
+    assert_close(got.reshape(2, 3, N), ref.f64(x[:2 * 3 * K].reshape(2, 3, K)) @ w, 1e-5, 1e-5,
+                 "bench's output at b=2, s=3")

@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""dynamic_seq.py: what a dynamic batch and sequence cost a transformer
+encoder. Exports transformers' BERT-base (random weights, bench/models.py's
+bert-base) twice: with batch and sequence dynamic (dynamo, opset 20, batch
+1..8, sequence 2..512, as encoders are exported for serving) and fixed at
+each --shapes point; compiles each with kiln; checks the dynamic build at
+the first point against onnxruntime; prints the wall time of one run
+(bench/bench.c: host to host, the median of --runs after a warm-up) and the
+GPU time of its dispatches for each build at its points. The question it
+answers: a product whose rows follow the dims is not split along K
+(lower_matmul.c split_chunk), where a fixed build of few rows splits (BERT's
+[128, 3072] x [3072, 768] into 11 chunks); convolutions over a dynamic
+batch lost 6.6x at batch 1 to the same rule
+(bench/experiments/dynamic-batch-h200.txt). Runs where kiln and a Vulkan GPU
+are (KILN_BUILD, KILN_VULKAN_LIB as bench/models.py).
+
+  bench/experiments/dynamic_seq.py [--work DIR] [--shapes 1x128,8x128,1x512] [--runs 30]
+                                   [--f16]
+
+--f16: every build with --precision f16 (outputs f32), the check within
+1e-2 of max |ort|.
+"""
+import argparse
+import json
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "tests" / "models"))
+import models  # noqa: E402  bench/models.py
+import export  # noqa: E402  tests/models/export.py
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--work", type=Path, default=Path("/tmp/kiln-dynseq"))
+    ap.add_argument("--shapes", default="1x128,8x128,1x512")
+    ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--f16", action="store_true")
+    args = ap.parse_args()
+    import onnxruntime as ort
+    points = [tuple(int(v) for v in p.split("x")) for p in args.shapes.split(",")]
+    args.work.mkdir(parents=True, exist_ok=True)
+    module, _ = export.transformers_model("bert-base")
+    module = module.eval()
+    dyn_path = args.work / "bert_dyn.onnx"
+    if not dyn_path.exists():
+        names = export.dynamic_export(module, [(("batch", "seq"), np.int64, 1000)],
+                                      {"batch": (1, 8), "seq": (2, 512)}, dyn_path)
+        (args.work / "names.json").write_text(json.dumps(names))
+    names = json.loads((args.work / "names.json").read_text())
+    prec = ["--precision", "f16"] if args.f16 else []
+    builds = {"dynamic": (dyn_path, ["--shape", f"{names['batch']}=1..8",
+                                     "--shape", f"{names['seq']}=2..512", *prec])}
+    for b, s in points:
+        path = args.work / f"bert_{b}x{s}.onnx"
+        if not path.exists():
+            ids = export.make_inputs([((b, s), np.int64, 1000)])
+            export.export(module, ids, path, dict(dynamo=True, opset_version=20,
+                                                  external_data=False))
+        builds[f"fixed {b}x{s}"] = (path, prec)
+
+    def build(item):
+        name, (path, flags) = item
+        wd = args.work / (("f16_" if args.f16 else "") + name.replace(" ", "_"))
+        wd.mkdir(exist_ok=True)
+        return name, wd, models.kiln_build(wd, path, flags=flags)[0]
+    with ThreadPoolExecutor(len(builds)) as ex:
+        built = list(ex.map(build, builds.items()))
+    for name, _, summary in built:
+        print(f"{name}: {summary}", flush=True)
+    # the dynamic build at the first point against onnxruntime
+    b, s = points[0]
+    wd = built[0][1]
+    ids = export.make_inputs([((b, s), np.int64, 1000)], seed=3)[0]
+    ids.tofile(wd / "x.bin")
+    models.sh([wd / "run_model", "-q", "-d", f"{names['batch']}={b}", "-d",
+               f"{names['seq']}={s}", "-i", wd / "x.bin", "-o", wd / "y.bin"], cwd=wd)
+    want = ort.InferenceSession(str(dyn_path), providers=["CPUExecutionProvider"]).run(
+        None, {"x0": ids})[0]
+    got = np.fromfile(wd / "y.bin", np.float32).reshape(want.shape)
+    err = float(np.abs(got - want).max() / np.abs(want).max())
+    print(f"dynamic build at {b}x{s} against onnxruntime: max |error| / max |ort| {err:.3g}",
+          flush=True)
+    if err > (1e-2 if args.f16 else 1e-4):
+        sys.exit("FAIL: the dynamic build's output is off")
+    print("| build | batch x seq | ms a run | GPU ms |\n| --- | --- | --- | --- |")
+    for name, wd, _ in built:
+        for b, s in points:
+            if name.startswith("fixed") and name.split()[1] != f"{b}x{s}":
+                continue
+            dims = ["-d", f"{names['batch']}={b}", "-d", f"{names['seq']}={s}"] \
+                if name == "dynamic" else []
+            export.make_inputs([((b, s), np.int64, 1000)], seed=4)[0].tofile(wd / "in.bin")
+            out = models.sh([wd / "bench", "-w", 3, "-W", 300, "-n", args.runs, "-i",
+                             wd / "in.bin", *dims], cwd=wd)
+            res = json.loads(out.strip().splitlines()[-1])
+            print(f"| {name} | {b}x{s} | {res['wall_us'] / 1e3:.2f} | "
+                  f"{res['gpu_us'] / 1e3:.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
