@@ -179,8 +179,8 @@ kiln_status kiln__record(kiln_model *m) { return record(m, NULL, NULL, &m->cmd);
 static int recording_fits(const kiln_model *m, const struct kiln__recording *r) {
     const kiln_model_desc *d = m->desc;
     return (!m->idle || memcmp(r->idle, m->idle, d->dispatch_count) == 0) &&
-           memcmp(r->spans, m->spans,
-                  sizeof *m->spans * (d->input_count + d->output_count)) == 0;
+           (!m->spans || memcmp(r->spans, m->spans,
+                                sizeof *m->spans * (d->input_count + d->output_count)) == 0);
 }
 
 VkCommandBuffer kiln__recording(kiln_model *m) {
@@ -203,7 +203,7 @@ VkCommandBuffer kiln__recording(kiln_model *m) {
         r = &m->recordings[m->recording_count];
         if (m->idle && !(r->idle = kiln__calloc(m->host, d->dispatch_count, 1)))
             return m->cmd;
-        if (!(r->spans = kiln__calloc(m->host, nio, sizeof *r->spans))) {
+        if (!(r->spans = kiln__calloc(m->host, nio ? nio : 1, sizeof *r->spans))) {
             kiln__free(m->host, r->idle);
             r->idle = NULL;
             return m->cmd;
@@ -219,10 +219,13 @@ VkCommandBuffer kiln__recording(kiln_model *m) {
     r->cmd = VK_NULL_HANDLE;
     if (m->idle)
         memcpy(r->idle, m->idle, d->dispatch_count);
-    memcpy(r->spans, m->spans, sizeof *r->spans * nio);
-    if (record(m, r->idle, r->spans, &r->cmd) != KILN_OK) {
+    if (m->spans)
+        memcpy(r->spans, m->spans, sizeof *r->spans * nio);
+    if (record(m, r->idle, m->spans ? r->spans : NULL, &r->cmd) != KILN_OK) {
         /* the pool frees what it made; this slot is never chosen again */
-        memset(r->spans, 0xff, sizeof *r->spans * nio);
+        memset(r->spans, 0xff, sizeof *r->spans * (nio ? nio : 1));
+        if (!m->spans && r->idle) /* nor its idle flags */
+            memset(r->idle, 0xff, d->dispatch_count);
         r->used = 0;
         return m->cmd;
     }
