@@ -115,8 +115,11 @@ def kiln_build(wd, onnx_path, env=None, flags=()):
     return (summary or [""])[-1], compile_s, inspect
 
 
-def kiln_time(wd, inputs, outs_like, runs, out_dtype=np.float32):
-    args = [wd / "bench", "-w", 3, "-W", 300, "-n", runs]
+def kiln_time(wd, inputs, outs_like, runs, out_dtype=np.float32, dims=()):
+    """bench.c's timings of the build in wd (and its outputs, as outs_like);
+    dims: DIM=V settings of a dynamic build, whose input arrays then hold
+    the largest extent's bytes, the run's elements packed first."""
+    args = [wd / "bench", "-w", 3, "-W", 300, "-n", runs, *(a for d in dims for a in ("-d", d))]
     for i, x in enumerate(inputs):
         np.ascontiguousarray(x).tofile(wd / f"in{i}.bin")
         args += ["-i", wd / f"in{i}.bin"]

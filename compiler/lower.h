@@ -62,7 +62,7 @@ typedef struct MatmulShape {
         bool klast;
         /* a dynamic batch of images (dynamic_images): their run extent,
          * N's columns following it (positions a unit), and its least
-         * value (the split along K is chosen over the range) */
+         * value, 1 at least (the split along K is chosen over the range) */
         const DimExpr *dyn_images;
         int64_t images_min;
     } conv;

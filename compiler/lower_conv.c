@@ -194,7 +194,10 @@ static bool conv_product(Program *p, Node *n, Tensor *x, Tensor *w, Tensor *y,
     }
     if (dyn_images(x)) { /* the tiles end at the run's images' columns */
         s.conv.dyn_images = &x->ext[0];
-        s.conv.images_min = dim_expr_min(p->graph, &x->ext[0]);
+        /* a split is chosen for one image at least (a batch range may
+         * start at 0) */
+        int64_t least = dim_expr_min(p->graph, &x->ext[0]);
+        s.conv.images_min = least < 1 ? 1 : least;
     }
     s.brank = 1;
     s.bshape[0] = s.batch = 1;

@@ -470,10 +470,11 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
         splits = (COOPMAT_GROUPS + tiles - 1) / tiles;
     /* a dynamic batch of images: as many chunks as fill the GPU at the
      * fewest images, within the scratch budget at the most */
-    int64_t least = groups_for(s->M, bm) * groups_for(s->conv.positions * s->conv.images_min,
-                                                      bn);
-    if (s->conv.dyn_images && least < COOPMAT_GROUPS) {
-        splits = (COOPMAT_GROUPS + least - 1) / (least < 1 ? 1 : least);
+    if (s->conv.dyn_images) {
+        int64_t least = groups_for(s->M, bm) *
+                        groups_for(s->conv.positions * s->conv.images_min, bn);
+        if (least < COOPMAT_GROUPS)
+            splits = (COOPMAT_GROUPS + least - 1) / least;
         if (splits > split_scratch_cap(s))
             splits = split_scratch_cap(s);
     }
@@ -837,6 +838,19 @@ static double split_cost(const MatmulShape *s, Tiles t, int64_t splits) {
     return ns;
 }
 
+/* The split count (1 to SPLIT_MAX, at most steps) of least model time for
+ * s, and that time in *ns. */
+static int64_t best_split(const MatmulShape *s, Tiles t, int64_t steps, double *ns) {
+    int64_t best = 1;
+    *ns = split_cost(s, t, 1);
+    for (int64_t k = 2; k <= SPLIT_MAX && k <= steps; k++) {
+        double v = split_cost(s, t, k);
+        if (v < *ns)
+            best = k, *ns = v;
+    }
+    return best;
+}
+
 /* The split count for a convolution over a dynamic batch of images, whose
  * one count serves every run: the count whose model time, relative to the
  * best count's at the same images, is least at the worst of the fewest
@@ -846,8 +860,7 @@ static double split_cost(const MatmulShape *s, Tiles t, int64_t splits) {
  * walk along K), the whole model 6.95 ms of GPU time at batch 1 against a
  * fixed build's 1.11. */
 static int64_t split_over_images(const MatmulShape *s, Tiles t, int64_t steps) {
-    int64_t least = s->conv.images_min < 1 ? 1 : s->conv.images_min, most = s->conv.images;
-    int64_t mid = least;
+    int64_t least = s->conv.images_min, most = s->conv.images, mid = least;
     while (mid * mid < least * most)
         mid++;
     const int64_t images[3] = {least, mid, most};
@@ -856,11 +869,7 @@ static int64_t split_over_images(const MatmulShape *s, Tiles t, int64_t steps) {
     for (int i = 0; i < 3; i++) {
         at[i] = *s;
         at[i].N = s->conv.positions * images[i];
-        best_ns[i] = split_cost(&at[i], t, 1);
-        for (int64_t k = 2; k <= SPLIT_MAX && k <= steps; k++) {
-            double ns = split_cost(&at[i], t, k);
-            best_ns[i] = ns < best_ns[i] ? ns : best_ns[i];
-        }
+        best_split(&at[i], t, steps, &best_ns[i]);
     }
     int64_t best = 1;
     double best_worst = 0.0;
@@ -891,12 +900,8 @@ static int64_t split_chunk(const MatmulShape *s, Tiles t) {
     } else if (s->conv.dyn_images) {
         best = split_over_images(s, t, steps);
     } else {
-        double best_ns = split_cost(s, t, 1);
-        for (int64_t k = 2; k <= SPLIT_MAX && k <= steps; k++) {
-            double ns = split_cost(s, t, k);
-            if (ns < best_ns)
-                best = k, best_ns = ns;
-        }
+        double ns;
+        best = best_split(s, t, steps, &ns);
     }
     if (best == 1)
         return 0;

@@ -1704,6 +1704,21 @@ def test_reduce_dynamic_axis(workdir):
           "2 dynamic axes" in r.stderr, f"two dynamic axes reduced: {r.stderr}")
 
 
+def fan_in_weights(rng, *shape):
+    """Normal weights scaled by their fan-in (a convolution's or bias's)."""
+    fan = int(np.prod(shape[1:]))
+    return (rng.standard_normal(shape) / np.sqrt(fan)).astype(np.float32)
+
+
+def compile_images(workdir, most, f16):
+    """Compiles workdir/cnn.onnx for a batch of 1..most (--precision f16
+    where f16); returns the generated C."""
+    r = kiln("compile", workdir / "cnn.onnx", "--shape", f"batch=1..{most}", "--name", "model",
+             "-o", workdir / "model.c", *(["--precision", "f16"] if f16 else []))
+    check(r.returncode == 0, r.stderr)
+    return (workdir / "model.c").read_text()
+
+
 def images_case(precision):
     """A small CNN over a dynamic batch of images (as torchvision models are
     exported for serving): convolutions direct (8 channels), as a product
@@ -1718,8 +1733,7 @@ def images_case(precision):
         rng = np.random.default_rng(61)
 
         def w_(*shape):
-            fan = int(np.prod(shape[1:]))
-            return (rng.standard_normal(shape) / np.sqrt(fan)).astype(np.float32)
+            return fan_in_weights(rng, *shape)
         w1, b1, w2, w3, wt = w_(8, 3, 3, 3), w_(8), w_(24, 8, 3, 3), w_(24, 1, 7, 7), \
             w_(24, 4, 2, 2)
         b2 = w_(24)
@@ -1743,10 +1757,7 @@ def images_case(precision):
              initializer("b2", b2), initializer("w3", w3), initializer("wt", wt),
              initializer("scales", np.array([1, 1, 2, 2], np.float32))]))
         f16 = precision == "f16"
-        r = kiln("compile", workdir / "cnn.onnx", "--shape", "batch=1..5", "--name", "model",
-                 "-o", workdir / "model.c", *(["--precision", "f16"] if f16 else []))
-        check(r.returncode == 0, r.stderr)
-        c = (workdir / "model.c").read_text()
+        c = compile_images(workdir, 5, f16)
         for define in ("NRUN .*KILN_DIM", "NC_RUN .*KILN_DIM", "N_RUN .*KILN_DIM", "DW_TILE 1"):
             check(re.search(rf"^ \*   {define}", c, re.M), f"no kernel define {define}")
 
@@ -1779,11 +1790,8 @@ def images_split_case(precision):
         from test_onnx import initializer, model, node, value_info, attr
         workdir = Path(workdir)
         rng = np.random.default_rng(67)
-
-        def w_(*shape):
-            fan = int(np.prod(shape[1:]))
-            return (rng.standard_normal(shape) / np.sqrt(fan)).astype(np.float32)
-        w1, b1, w2 = w_(48, 128, 3, 3), w_(48), w_(40, 48, 3, 3)
+        w1, b1, w2 = [fan_in_weights(rng, *shape) for shape in ((48, 128, 3, 3), (48,),
+                                                                 (40, 48, 3, 3))]
         (workdir / "cnn.onnx").write_bytes(model(
             [node("Conv", ["x", "w1", "b1"], ["c1"], "c1", attr("pads", [1, 1, 1, 1])),
              node("Relu", ["c1"], ["r1"], "r1"),
@@ -1791,10 +1799,7 @@ def images_split_case(precision):
             [value_info("x", ["batch", 128, 5, 5])], [value_info("y", ["batch", 40, 5, 5])],
             [initializer("w1", w1), initializer("b1", b1), initializer("w2", w2)]))
         f16 = precision == "f16"
-        r = kiln("compile", workdir / "cnn.onnx", "--shape", "batch=1..6", "--name", "model",
-                 "-o", workdir / "model.c", *(["--precision", "f16"] if f16 else []))
-        check(r.returncode == 0, r.stderr)
-        c = (workdir / "model.c").read_text()
+        c = compile_images(workdir, 6, f16)
         sums = re.findall(r"\(conv\) splitk;[^\n]*groups\[0\] follow batch", c)
         check(len(sums) == 2, f"{len(sums)} sums of a split following the batch, not 2")
         check(re.search(r"^ \*   SPLITK \d+", c, re.M) and

@@ -17,7 +17,6 @@ are (KILN_BUILD, KILN_VULKAN_LIB as bench/models.py).
 check within 1e-2 of max |ort| (docs/cli.md's precision bound).
 """
 import argparse
-import json
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -92,11 +91,9 @@ def main():
         for bb in batches:
             if name.startswith("fixed") and name.split()[1] != str(bb):
                 continue
-            dims = ["-d", f"batch={bb}"] if name == "dynamic" else []
-            (x32 if name == "dynamic" else x32[:bb]).tofile(wd / "in.bin")
-            out = models.sh([wd / "bench", "-w", 3, "-W", 300, "-n", args.runs, "-i",
-                             wd / "in.bin", *dims], cwd=wd)
-            res = json.loads(out.strip().splitlines()[-1])
+            dims = [f"batch={bb}"] if name == "dynamic" else []
+            res, _ = models.kiln_time(wd, [x32 if name == "dynamic" else x32[:bb]], [],
+                                      args.runs, dims=dims)
             print(f"| {name} | {bb} | {res['wall_us'] / 1e3:.2f} | {res['gpu_us'] / 1e3:.2f} |",
                   flush=True)
 

@@ -93,12 +93,12 @@ def main():
         for b, s in points:
             if name.startswith("fixed") and name.split()[1] != f"{b}x{s}":
                 continue
-            dims = ["-d", f"{names['batch']}={b}", "-d", f"{names['seq']}={s}"] \
-                if name == "dynamic" else []
-            export.make_inputs([((b, s), np.int64, 1000)], seed=4)[0].tofile(wd / "in.bin")
-            out = models.sh([wd / "bench", "-w", 3, "-W", 300, "-n", args.runs, "-i",
-                             wd / "in.bin", *dims], cwd=wd)
-            res = json.loads(out.strip().splitlines()[-1])
+            ids = export.make_inputs([((b, s), np.int64, 1000)], seed=4)[0]
+            dims = []
+            if name == "dynamic":  # the largest extent's bytes, the run's ids first
+                dims = [f"{names['batch']}={b}", f"{names['seq']}={s}"]
+                ids = np.concatenate([ids.ravel(), np.zeros(8 * 512 - ids.size, np.int64)])
+            res, _ = models.kiln_time(wd, [ids], [], args.runs, dims=dims)
             print(f"| {name} | {b}x{s} | {res['wall_us'] / 1e3:.2f} | "
                   f"{res['gpu_us'] / 1e3:.2f} |", flush=True)
 
