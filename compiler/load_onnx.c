@@ -195,6 +195,79 @@ static bool shape_override(const char *name, int nshapes, const char **shapes, i
     return false;
 }
 
+/* Whether --shape entry e names input `name` (NAME=...). */
+static bool names_input(const char *e, const char *name) {
+    size_t n = strlen(name);
+    return strncmp(e, name, n) == 0 && e[n] == '=';
+}
+
+/* --shape DIM=V: symbolic dimension dim_param fixed at V wherever an input
+ * has it (an entry of one number that names no input); false when none. */
+static bool fixed_dim(const Onnx__GraphProto *gp, const char *dim_param, int nshapes,
+                      const char **shapes, int64_t *v) {
+    size_t n = strlen(dim_param);
+    for (int i = 0; i < nshapes; i++) {
+        const char *e = shapes[i];
+        if (strncmp(e, dim_param, n) != 0 || e[n] != '=' || strstr(e, ".."))
+            continue;
+        bool input = false;
+        for (size_t k = 0; k < gp->n_input && !input; k++)
+            input = names_input(e, gp->input[k]->name);
+        if (input)
+            continue;
+        char *end;
+        long long x = strtoll(e + n + 1, &end, 10);
+        if (end == e + n + 1 || *end || x < 0)
+            fatal("--shape %s: expected DIM=N (a symbolic dimension's one value), "
+                  "DIM=MIN..MAX or INPUT=D0xD1x...", e);
+        *v = x;
+        return true;
+    }
+    return false;
+}
+
+/* Whether some input of gp has the symbolic dimension `name`. */
+static bool has_dim_param(const Onnx__GraphProto *gp, const char *name, size_t len) {
+    for (size_t i = 0; i < gp->n_input; i++) {
+        const Onnx__ValueInfoProto *vi = gp->input[i];
+        if (!vi->type || vi->type->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE ||
+            !vi->type->tensor_type->shape)
+            continue;
+        const Onnx__TensorShapeProto *sh = vi->type->tensor_type->shape;
+        for (size_t d = 0; d < sh->n_dim; d++)
+            if (sh->dim[d]->value_case ==
+                    ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM &&
+                sh->dim[d]->dim_param && strlen(sh->dim[d]->dim_param) == len &&
+                strncmp(sh->dim[d]->dim_param, name, len) == 0)
+                return true;
+    }
+    return false;
+}
+
+/* Every --shape entry but a range names an input (NAME=D0xD1x...) or an
+ * inputs' symbolic dimension (DIM=N), and none is given twice: a misspelt
+ * one is an error, not ignored. */
+static void check_shape_names(const Onnx__GraphProto *gp, int nshapes, const char **shapes,
+                              Loc file) {
+    for (int i = 0; i < nshapes; i++) {
+        const char *eq = strchr(shapes[i], '=');
+        size_t len = eq ? (size_t)(eq - shapes[i]) : strlen(shapes[i]);
+        bool input = false;
+        for (size_t k = 0; k < gp->n_input && !input; k++)
+            input = names_input(shapes[i], gp->input[k]->name);
+        /* a range's dimension is checked once declared (unused_dim; a
+         * decoder's seq and past need not be the inputs') */
+        if (!input && !strstr(shapes[i], "..") && !has_dim_param(gp, shapes[i], len))
+            error_at(file, "--shape %s: the model has no input %s'%.*s'", shapes[i],
+                     strchr(shapes[i], 'x') ? "" : "or inputs' symbolic dimension ",
+                     (int)len, shapes[i]);
+        for (int j = 0; j < i; j++)
+            if (strncmp(shapes[j], shapes[i], len + 1) == 0)
+                error_at(file, "--shape: dimension '%.*s' is given twice (%s, %s)", (int)len,
+                         shapes[i], shapes[j], shapes[i]);
+    }
+}
+
 /* --const NAME=TENSOR.pb for input `name`, decoded; NULL when none. */
 static Value *const_override(Ctx *c, const char *name, int nconsts, const char **consts) {
     size_t n = strlen(name);
@@ -274,6 +347,7 @@ static Graph *load(const char *path, const char *raw, size_t size, bool borrow, 
                                  borrow);
         bind_value(&c, tp->name, v);
     }
+    check_shape_names(gp, nshapes, shapes, file);
     /* --shape NAME=LO..HI: a dynamic dimension for the symbolic dimension
      * (dim_param) NAME of the inputs. */
     for (int i = 0; i < nshapes; i++) {
@@ -336,6 +410,9 @@ static Graph *load(const char *path, const char *raw, size_t size, bool borrow, 
             for (int d = 0; d < rank; d++) {
                 Onnx__TensorShapeProto__Dimension *dim = tt->shape->dim[d];
                 DimExpr e;
+                if (dim->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM &&
+                    dim->dim_param && fixed_dim(gp, dim->dim_param, nshapes, shapes, &dims[d]))
+                    continue;
                 if (dim_param_expr(&c, dim, &e)) {
                     t->dyn_axes |= 1u << d;
                     t->ext[d] = e;
@@ -343,12 +420,18 @@ static Graph *load(const char *path, const char *raw, size_t size, bool borrow, 
                     continue;
                 }
                 if (dim->value_case != ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE)
+                {
+                    bool named = dim->value_case ==
+                                     ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM &&
+                                 dim->dim_param && *dim->dim_param;
                     error_at(file, "input '%s' dimension %d is symbolic (%s); fix it with "
-                             "--shape %s=D0xD1x...", vi->name, d,
-                             dim->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM
-                                 ? format("'%s'", dim->dim_param)
-                                 : "unknown",
-                             vi->name);
+                             "--shape %s=D0xD1x...%s%s%s%s%s", vi->name, d,
+                             named ? format("'%s'", dim->dim_param) : "unknown", vi->name,
+                             named ? ", fix the dimension with --shape " : "",
+                             named ? dim->dim_param : "", named ? "=N or make it dynamic with "
+                                                                  "--shape " : "",
+                             named ? dim->dim_param : "", named ? "=MIN..MAX" : "");
+                }
                 dims[d] = dim->dim_value;
                 if (dims[d] < 0)
                     error_at(file, "input '%s' dimension %d is negative", vi->name, d);

@@ -40,6 +40,7 @@ static const char *const usage[] = {
     "  --shape NAME=DxD...  fix an ONNX input's symbolic dimensions (repeatable)\n"
     "  --shape DIM=MIN..MAX make the ONNX symbolic dimension DIM dynamic (a decoder\n"
     "                   with its cache: seq, default 1..128, and past, 0..384)\n"
+    "  --shape DIM=N    fix the ONNX symbolic dimension DIM at N in every input\n"
     "  --const NAME=T.pb    make an ONNX input a constant, from a TensorProto file\n"
     "  --align BYTES    arena and weight alignment, a power of two >= 16\n"
     "                   (default 256)\n"
@@ -363,6 +364,54 @@ static Program *build(Args *a, Graph **out_graph) {
     return p;
 }
 
+/* A dynamic model's dispatches that compute their largest shape every run
+ * because they take a tensor that follows two dims or more at once (an
+ * encoder's [batch, seq, hidden] with both dynamic: docs/unsupported.md):
+ * a note with their count and the first such tensor, and the remedy, where
+ * they move a tenth of the model's bytes or more. */
+static void largest_shape_note(const Graph *g, const Program *p) {
+    int count = 0;
+    const Tensor *first = NULL;
+    double bytes = 0.0, all = 0.0; /* moved by those dispatches, by all */
+    for (int i = 0; i < p->ndispatches; i++) {
+        const Dispatch *d = p->dispatches[i];
+        double moved = (double)(dispatch_bytes_read(d) + dispatch_bytes_written(d));
+        all += moved;
+        const Tensor *multi = NULL;
+        for (int k = 0; k < d->nargs && !multi; k++) {
+            const Tensor *t = d->args[k];
+            if (t->dyn_axes & (t->dyn_axes - 1))
+                multi = t;
+        }
+        if (!multi || d->dynamic)
+            continue;
+        count++;
+        bytes += moved;
+        first = first ? first : multi;
+    }
+    /* not for a decoder's masks over [seq, past + seq], a small share */
+    if (!count || bytes < 0.1 * all)
+        return;
+    Str shape = {0};
+    str_add(&shape, "[");
+    for (int i = 0; i < first->rank; i++) {
+        if (i)
+            str_add(&shape, ", ");
+        if (is_dyn(first, i))
+            str_add(&shape, dim_expr_str(g, &first->ext[i]));
+        else
+            str_addf(&shape, "%lld", (long long)first->shape[i]);
+    }
+    str_add(&shape, "]");
+    printf("kiln: note: %d of %d dispatches (%.0f%% of the bytes moved) compute their "
+           "largest shape every run: their tensors follow several dims at once, as '%s' %s "
+           "(docs/unsupported.md)%s\n",
+           count, p->ndispatches, 100.0 * bytes / all, first->name, shape.buf,
+           g->ndims > 1 ? "; with all dims but one fixed (ONNX: --shape DIM=N, as batch=1) "
+                          "they follow the remaining one"
+                        : "");
+}
+
 static int compile(int argc, char **argv) {
     Args a;
     parse_args(argc, argv, false, &a);
@@ -402,6 +451,7 @@ static int compile(int argc, char **argv) {
            a.model, out, p->ndispatches, barriers, p->nmodules,
            (unsigned long long)p->arena_bytes, (unsigned long long)p->peak_bytes,
            (unsigned long long)p->weight_bytes);
+    largest_shape_note(g, p);
     if (a.opt.weights_file)
         printf("kiln: weights in %s (%llu bytes); create reads it from there, or from "
                "kiln_model_options.weights_path\n", a.opt.weights_file,

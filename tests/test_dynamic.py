@@ -1820,6 +1820,28 @@ for _p in ("f32", "f16"):
          f"K for the fewest, ONNX, {_p}")(images_split_case(_p))
 
 
+@case("dynamic: ONNX [batch, seq, 24] with --shape batch=2 (fixed) and seq=1..7 (dynamic): "
+      "the product's rows follow seq in each of the two batches")
+def test_fixed_batch_dynamic_seq(workdir):
+    from test_onnx import initializer, model, node, value_info
+    workdir = Path(workdir)
+    rng = np.random.default_rng(71)
+    w, b = fan_in_weights(rng, 24, 16), fan_in_weights(rng, 16)
+    (workdir / "m.onnx").write_bytes(model(
+        [node("MatMul", ["x", "w"], ["h"], "mm"), node("Add", ["h", "b"], ["y"], "add")],
+        [value_info("x", ["batch", "seq", 24])], [value_info("y", ["batch", "seq", 16])],
+        [initializer("w", w), initializer("b", b)]))
+    r = kiln("compile", workdir / "m.onnx", "--shape", "batch=2", "--shape", "seq=1..7",
+             "--name", "model", "-o", workdir / "model.c")
+    check(r.returncode == 0, r.stderr)
+    c = (workdir / "model.c").read_text()
+    check(re.search(r"^ \*   MROWS .*KILN_DIM\(0\)", c, re.M),
+          "the product's rows do not follow seq")
+    steps = [{"seq": q} for q in (1, 7, 3, 5, 1, 6)]
+    run_built(link_model(workdir), steps, lambda rng, seq: [normal(rng, 2, seq, 24)],
+              lambda x, seq: [x.astype(np.float64) @ w + b], rtol=1e-4, atol=1e-4)
+
+
 @case("dynamic: a convolution, pooling or resize dynamic along an axis other than the batch "
       "is refused, named")
 def test_images_refused(workdir):

@@ -168,6 +168,39 @@ bad_case("symbolic dimension",
          model([node("Relu", ["x"], ["y"], "r")], [value_info("x", ["batch", 3])],
                [value_info("y", ["batch", 3])]),
          ["input 'x' dimension 0 is symbolic ('batch')", "--shape x="])
+bad_case("symbolic dimension: the message names both remedies",
+         model([node("Relu", ["x"], ["y"], "r")], [value_info("x", ["batch", 3])],
+               [value_info("y", ["batch", 3])]),
+         ["--shape batch=N", "--shape batch=MIN..MAX"])
+_BS = model([node("Relu", ["x"], ["y"], "r")], [value_info("x", ["batch", "seq", 3])],
+            [value_info("y", ["batch", "seq", 3])])
+bad_case("--shape DIM=N of a dimension no input has (misspelt)", _BS,
+         ["--shape bach=1", "no input or inputs' symbolic dimension 'bach'"],
+         ["--shape", "bach=1", "--shape", "seq=1..4"])
+bad_case("--shape of an input the model does not have", _BS,
+         ["--shape z=2x3", "the model has no input 'z'"], ["--shape", "z=2x3"])
+bad_case("--shape DIM given twice (fixed and dynamic)", _BS,
+         ["dimension 'batch' is given twice (batch=1, batch=1..4)"],
+         ["--shape", "batch=1", "--shape", "batch=1..4", "--shape", "seq=1..4"])
+bad_case("--shape DIM=N not a number", _BS,
+         ["--shape batch=2x", "expected DIM=N"], ["--shape", "batch=2x", "--shape", "seq=3"])
+
+
+@case("onnx: --shape DIM=N fixes a symbolic dimension wherever the inputs have it (two "
+      "inputs, [batch, seq, 4] and [batch, 4]), each dimension given its own value")
+def test_shape_fixed_dims(workdir):
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    b = rng.standard_normal((2, 4)).astype(np.float32)
+    data = model([node("Unsqueeze", ["b", "one"], ["b1"], "u"),
+                  node("Add", ["a", "b1"], ["y"], "add")],
+                 [value_info("a", ["batch", "seq", 4]), value_info("b", ["batch", 4])],
+                 [value_info("y", ["batch", "seq", 4])],
+                 [initializer("one", np.array([1], np.int64))])
+    run_onnx(workdir, data, [a, b], [a + b[:, None, :]], ["y"],
+             flags=("--shape", "batch=2", "--shape", "seq=3"))
+
+
 bad_case("undefined input",
          model([node("Relu", ["nope"], ["y"], "r")], [value_info("x", [2])],
                [value_info("y", [2])]),
