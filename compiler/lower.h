@@ -42,6 +42,11 @@ typedef struct MatmulShape {
      * the most; NULL for fixed rows. */
     const DimExpr *dyn;
     int64_t dyn_most;
+    /* Dynamic rows split along K (the few-rows variant of a product whose
+     * rows follow the dims, lower_matmul.c dyn_tiled_dispatch): the
+     * fewest rows of the runs it serves, the split chosen for them; 0 for
+     * none. */
+    int64_t rows_least;
     /* K's run extent when the contracted axis is dynamic (the tiled kernel
      * only, K then a run-time value; strides stay at the largest K). */
     const DimExpr *dyn_k;

@@ -61,7 +61,8 @@ static void rows_groups(Dispatch *d, const MatmulShape *s, int64_t per_group) {
 
 /* Whether s's extent follows the dims: its rows, or a convolution's images
  * (its columns). Its tiles are looped over, not one a workgroup; it is not
- * split along K but for a convolution's images (split_over_images). */
+ * split along K but for a convolution's images and a product's few-rows
+ * variant (split_over_range). */
 static bool follows_dims(const MatmulShape *s) { return s->dyn || s->conv.dyn_images; }
 
 /* A convolution over a dynamic batch of images (its columns, the images'
@@ -380,16 +381,23 @@ static int64_t coopmat_shared_bytes(int64_t bm, int64_t bn, int64_t bk, int64_t 
  * the epilogue (not a product on 128 x 256 tiles, which fill the GPU);
  * KILN_COOPMAT_SPLITK=S sets the chunks, for tuning. Returns the dispatch
  * that writes C. */
-static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
+static bool coopmat_takes(const Node *n, const MatmulShape *s) {
     /* a decoder's weight stored f16 K-major (quantize.c): B is that copy */
     bool f16_kmajor = n->wkmajor && n->wq && n->wformat == WF_F16;
-    const Tensor *c = s->ops[0].t, *a = s->ops[1].t, *b = f16_kmajor ? n->wq : s->ops[2].t;
+    const Tensor *a = s->ops[1].t, *b = f16_kmajor ? n->wq : s->ops[2].t;
+    bool conv = n->op == OP_CONV;
+    return a->dtype == KILN_DTYPE_F16 && (!n->wq || f16_kmajor) && !s->dyn_k &&
+           s->M > MATVEC_MAX_M && s->a_sk == 1 && (b->dtype == KILN_DTYPE_F16 || conv) &&
+           (s->b_sn == 1 || conv || f16_kmajor);
+}
+
+static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
+    if (!coopmat_takes(n, s))
+        return NULL;
+    bool f16_kmajor = n->wkmajor && n->wq && n->wformat == WF_F16;
+    const Tensor *c = s->ops[0].t, *b = f16_kmajor ? n->wq : s->ops[2].t;
     bool conv = n->op == OP_CONV;
     bool kvec = f16_kmajor && s->K % 8 == 0 && all_multiples(s->brank, s->ops[2].strides, 8);
-    if (a->dtype != KILN_DTYPE_F16 || (n->wq && !f16_kmajor) || s->dyn_k ||
-        s->M <= MATVEC_MAX_M || s->a_sk != 1 || (b->dtype != KILN_DTYPE_F16 && !conv) ||
-        (s->b_sn != 1 && !conv && !f16_kmajor))
-        return NULL;
     bool a_vec = s->a_sm % 8 == 0 && s->K % 8 == 0 &&
                  all_multiples(s->brank, s->ops[1].strides, 8);
     bool b_vec = !s->conv.in[0] && b->dtype == KILN_DTYPE_F16 && s->b_sn == 1 &&
@@ -468,6 +476,15 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
     bool full_wave = !conv && wm * wn == 8;
     if (s->batch == 1 && tiles < COOPMAT_GROUPS && !follows_dims(s) && !full_wave)
         splits = (COOPMAT_GROUPS + tiles - 1) / tiles;
+    /* the few-rows variant of dynamic rows: as many chunks as fill the GPU
+     * at its fewest rows, within the scratch budget at its most */
+    if (s->rows_least) {
+        int64_t least = groups_for(s->rows_least, bm) * groups_for(s->N, bn);
+        if (least < COOPMAT_GROUPS)
+            splits = (COOPMAT_GROUPS + least - 1) / least;
+        if (splits > split_scratch_cap(s))
+            splits = split_scratch_cap(s);
+    }
     /* a dynamic batch of images: as many chunks as fill the GPU at the
      * fewest images, within the scratch budget at the most */
     if (s->conv.dyn_images) {
@@ -851,24 +868,36 @@ static int64_t best_split(const MatmulShape *s, Tiles t, int64_t steps, double *
     return best;
 }
 
-/* The split count for a convolution over a dynamic batch of images, whose
- * one count serves every run: the count whose model time, relative to the
- * best count's at the same images, is least at the worst of the fewest
- * images, the most and their geometric middle (within split_scratch_cap). ResNet-50 with a batch of
- * 1..32 on an H200 (bench/experiments/dynamic-batch-h200.txt): its last
- * stage's convolutions unsplit took 620 us at any batch (one workgroup's
- * walk along K), the whole model 6.95 ms of GPU time at batch 1 against a
- * fixed build's 1.11. */
-static int64_t split_over_images(const MatmulShape *s, Tiles t, int64_t steps) {
-    int64_t least = s->conv.images_min, most = s->conv.images, mid = least;
+/* s at `units` of what follows the dims: a convolution's images (N their
+ * positions side by side), else its rows. */
+static MatmulShape shape_at(const MatmulShape *s, int64_t units) {
+    MatmulShape at = *s;
+    if (s->conv.dyn_images)
+        at.N = s->conv.positions * units;
+    else
+        at.M = units;
+    return at;
+}
+
+/* The split count whose one value serves runs of `least` to `most` units
+ * (shape_at): the count whose model time, relative to the best count's at
+ * the same units, is least at the worst of the fewest, the most and their
+ * geometric middle (within split_scratch_cap). For a convolution over a
+ * dynamic batch of images (ResNet-50 with a batch of 1..32 on an H200,
+ * bench/experiments/dynamic-batch-h200.txt: its last stage's convolutions
+ * unsplit took 620 us at any batch, one workgroup's walk along K, the
+ * whole model 6.95 ms of GPU time at batch 1 against a fixed build's
+ * 1.11) and a product's few-rows variant (dyn_tiled_dispatch). */
+static int64_t split_over_range(const MatmulShape *s, Tiles t, int64_t steps, int64_t least,
+                                int64_t most) {
+    int64_t mid = least;
     while (mid * mid < least * most)
         mid++;
-    const int64_t images[3] = {least, mid, most};
+    const int64_t units[3] = {least, mid, most};
     MatmulShape at[3];
     double best_ns[3];
     for (int i = 0; i < 3; i++) {
-        at[i] = *s;
-        at[i].N = s->conv.positions * images[i];
+        at[i] = shape_at(s, units[i]);
         best_split(&at[i], t, steps, &best_ns[i]);
     }
     int64_t best = 1;
@@ -887,10 +916,11 @@ static int64_t split_over_images(const MatmulShape *s, Tiles t, int64_t steps) {
 
 /* The chunk of K (a multiple of t.bk) that the cost model gives s, or 0
  * for no split. Only unbatched products split (their partial products are
- * one [M, N] each), with fixed rows (a convolution's dynamic batch of
- * images splits: split_over_images). */
+ * one [M, N] each): with fixed rows, a convolution's dynamic batch of
+ * images (split_over_range) and the few-rows variant of dynamic rows
+ * (s->rows_least to s->M rows, split_over_range). */
 static int64_t split_chunk(const MatmulShape *s, Tiles t) {
-    if (s->dyn || s->batch != 1)
+    if ((s->dyn && !s->rows_least) || s->batch != 1)
         return 0;
     int64_t steps = (s->K + t.bk - 1) / t.bk, best = 1;
     const char *tune = getenv("KILN_MATMUL_SPLITK");
@@ -898,7 +928,9 @@ static int64_t split_chunk(const MatmulShape *s, Tiles t) {
         best = strtol(tune, NULL, 10);
         best = best < 1 ? 1 : best > steps ? steps : best;
     } else if (s->conv.dyn_images) {
-        best = split_over_images(s, t, steps);
+        best = split_over_range(s, t, steps, s->conv.images_min, s->conv.images);
+    } else if (s->rows_least) {
+        best = split_over_range(s, t, steps, s->rows_least, s->M);
     } else {
         double ns;
         best = best_split(s, t, steps, &ns);
@@ -939,7 +971,7 @@ static Dispatch *splitk_sum(Program *p, Node *n, const MatmulShape *s, Tensor *p
     Dispatch *r = new_dispatch(p, n, "splitk");
     r->local_size = 256;
     define_int(r, "WG", r->local_size);
-    define_int(r, "M", s->M);
+    define_str(r, "M", rows_glsl(s)); /* the run's rows where they follow the dims */
     define_product(r, s);
     define_int(r, "SPLITK", splits);
     bool need[3] = {false, false, false};
@@ -957,6 +989,8 @@ static Dispatch *splitk_sum(Program *p, Node *n, const MatmulShape *s, Tensor *p
         define_str(r, "N_RUN", dim_expr_glsl(s->conv.dyn_images, s->conv.positions));
         dyn_groups_along(r, 0, s->conv.dyn_images, s->M * s->conv.positions, r->local_size);
     }
+    if (s->dyn) /* the run's rows */
+        dyn_groups_along(r, 0, s->dyn, s->M / s->dyn_most * s->N, r->local_size);
     return r;
 }
 
@@ -999,17 +1033,92 @@ static Dispatch *with_tiled_variant(Program *p, Node *n, MatmulShape *s, Dispatc
     return cm;
 }
 
+/* d, whose groups follow s's rows (their scale a multiple of the rows a
+ * unit adds), runs only for lo to hi rows. */
+static void for_rows(Dispatch *d, const MatmulShape *s, int64_t lo, int64_t hi) {
+    int64_t per = s->M / s->dyn_most;
+    d->work_min = (uint64_t)((lo + per - 1) / per * d->scale);
+    d->work_max = (uint64_t)(hi / per * d->scale);
+}
+
+/* The few-rows variant of a product whose rows follow the dims: split
+ * along K for runs of `least` rows (and the dims' least) up to *upto, the
+ * most rows at which a fixed build of the same rows would split (the cost
+ * model: split_chunk; coopmat.comp: fewer than COOPMAT_GROUPS tiles of 64 x
+ * 64), its one chunk count chosen over that range (split_over_range;
+ * coopmat.comp: as many as fill the GPU at the fewest). Returns the
+ * dispatch that writes C (the chunks' sum, splitk.comp), or NULL where no
+ * run of the range gains. Not with KILN_SPLIT_LAST or KILN_MATMUL_SPLITK
+ * set. A run of fewer rows (a decoding step's one) leaves it idle: its
+ * sum's barrier then falls to the next dispatch that runs, the product's
+ * reader, which has one anyway. BERT-base exported with a
+ * dynamic sequence, its FFN output [128, 3072] x [3072, 768] at 128 rows:
+ * 24 tiles each walking K, where a fixed build splits it in 11
+ * (bench/experiments/dynamic_seq.py). */
+static Dispatch *few_rows_split(Program *p, Node *n, const MatmulShape *s, int64_t least,
+                                int64_t *upto) {
+    if (!s->dyn || s->batch != 1 || s->dyn_k || split_in_last(n) ||
+        getenv("KILN_MATMUL_SPLITK"))
+        return NULL;
+    int64_t per = s->M / s->dyn_most;
+    int64_t lo = dim_expr_min(p->graph, s->dyn) * per;
+    lo = lo > least ? lo : least;
+    lo = (lo + per - 1) / per * per;
+    lo = lo > per ? lo : per;
+    bool cm = coopmat_takes(n, s);
+    int64_t hi = 0;
+    for (int64_t r = s->M / per * per; r >= lo && !hi; r -= per) {
+        MatmulShape at = shape_at(s, r);
+        double ns;
+        Tiles t = pick_tiles(n, &at, false);
+        if (cm ? groups_for(r, 64) * groups_for(s->N, 64) < COOPMAT_GROUPS
+               : best_split(&at, t, (s->K + t.bk - 1) / t.bk, &ns) > 1)
+            hi = r;
+    }
+    MatmulShape few = shape_at(s, hi);
+    few.dyn_most = hi / per;
+    few.rows_least = lo;
+    /* coopmat.comp splits where K has 8 steps of 32 and the scratch takes
+     * two chunks at the most rows */
+    if (!hi || (cm && (s->K / 32 / 4 < 2 || split_scratch_cap(&few) < 2)))
+        return NULL;
+    int start = p->ndispatches;
+    Dispatch *sum = NULL;
+    if (cm) {
+        sum = coopmat_kernel(p, n, &few);
+    } else {
+        int64_t kchunk = split_chunk(&few, pick_tiles(n, &few, false));
+        if (!kchunk)
+            return NULL;
+        sum = split_product(p, n, &few, kchunk);
+    }
+    for (int i = start; i < p->ndispatches; i++)
+        for_rows(p->dispatches[i], &few, lo, hi);
+    *upto = hi;
+    return sum;
+}
+
 /* The tiled kernel for rows that follow the dims, or coopmat.comp where it
  * applies (a decoder's prompt in f16) with the tiled kernel as its variant;
- * runs of fewer than `least` rows give neither workgroups. Returns the
- * first. */
+ * runs of fewer than `least` rows give neither workgroups. Runs of few
+ * rows take a variant split along K first where it gains (few_rows_split;
+ * on devices without cooperative matrices the tiled kernel takes every
+ * run of an f16 product). Returns the first. */
 static Dispatch *dyn_tiled_dispatch(Program *p, Node *n, MatmulShape *s, int64_t least) {
+    int64_t upto = 0;
+    Dispatch *few = few_rows_split(p, n, s, least, &upto);
+    if (few && upto >= s->M && !coopmat_takes(n, s))
+        return few; /* it takes every run */
     Dispatch *cm = coopmat_kernel(p, n, s);
     Dispatch *first = cm ? with_tiled_variant(p, n, s, cm)
                          : matmul_kernel(p, n, s, false, 0, false, 0);
     for (Dispatch *v = first; v; v = v->variant)
         v->work_min = least;
-    return first;
+    if (!few)
+        return first;
+    first->work_min = upto + 1; /* rows after the few-rows variant's */
+    few->variant = first;
+    return few;
 }
 
 /* The kernel by the rows: matrix-vector up to MATVEC_MAX_M, else tiled.

@@ -1842,6 +1842,48 @@ def test_fixed_batch_dynamic_seq(workdir):
               lambda x, seq: [x.astype(np.float64) @ w + b], rtol=1e-4, atol=1e-4)
 
 
+def rows_split_case(flags):
+    """A product whose rows follow the dims, few of them against a long K
+    ([seq, 1536] x [1536, 256], seq 2..96, as an encoder's FFN output):
+    below the rows where a fixed build would stop splitting, a variant
+    split along K (the chunks' sum following the run's rows), above it the
+    unsplit kernel; runs on both sides, up and down, every element against
+    numpy. flags: --precision f16 (on lavapipe the tiled fallback),
+    --weights int8 (K-major codes)."""
+    def test(workdir):
+        from test_onnx import initializer, model, node, value_info
+        workdir = Path(workdir)
+        rng = np.random.default_rng(73)
+        w, b = fan_in_weights(rng, 1536, 256), fan_in_weights(rng, 256)
+        (workdir / "m.onnx").write_bytes(model(
+            [node("MatMul", ["x", "w"], ["h"], "mm"), node("Add", ["h", "b"], ["y"], "add")],
+            [value_info("x", ["batch", "seq", 1536])], [value_info("y", ["batch", "seq", 256])],
+            [initializer("w", w), initializer("b", b)]))
+        r = kiln("compile", workdir / "m.onnx", "--shape", "batch=1", "--shape", "seq=2..96",
+                 "--name", "model", "-o", workdir / "model.c", *flags)
+        check(r.returncode == 0, r.stderr)
+        c = (workdir / "model.c").read_text()
+        check(re.search(r"\) splitk;[^\n]*groups\[0\] follow seq", c),
+              "no sum of a split following seq")
+        check(re.search(r"^ \*   SPLITK \d+", c, re.M), "no product split along K")
+        f16 = "f16" in flags
+        quant = "--weights" in flags
+        wq = w
+        if quant:  # as the format stores W
+            from test_quant import dequantized
+            wq = dequantized(w, "int8")[0]
+        steps = [{"seq": q} for q in (2, 96, 40, 5, 17, 80, 3, 64)]
+        run_built(link_model(workdir), steps, lambda rng, seq: [normal(rng, 1, seq, 1536)],
+                  lambda x, seq: [x.astype(np.float64) @ wq + b],
+                  compare=precision_compare(f16, 1e-4, 1e-4))
+    return test
+
+
+for _f in ((), ("--precision", "f16"), ("--weights", "int8")):
+    case("dynamic: a product of few rows that follow the dims split along K, "
+         f"{' '.join(_f) or 'f32'}")(rows_split_case(_f))
+
+
 @case("dynamic: a convolution, pooling or resize dynamic along an axis other than the batch "
       "is refused, named")
 def test_images_refused(workdir):

@@ -11,7 +11,9 @@ answers: a product whose rows follow the dims is not split along K
 (lower_matmul.c split_chunk), where a fixed build of few rows splits (BERT's
 [128, 3072] x [3072, 768] into 11 chunks); convolutions over a dynamic
 batch lost 6.6x at batch 1 to the same rule
-(bench/experiments/dynamic-batch-h200.txt). Runs where kiln and a Vulkan GPU
+(bench/experiments/dynamic-batch-h200.txt). Also the dynamic export
+compiled with its batch fixed (--shape batch=1: the sequence alone
+dynamic), timed at the points of batch 1. Runs where kiln and a Vulkan GPU
 are (KILN_BUILD, KILN_VULKAN_LIB as bench/models.py).
 
   bench/experiments/dynamic_seq.py [--work DIR] [--shapes 1x128,8x128,1x512] [--runs 30]
@@ -55,7 +57,9 @@ def main():
     names = json.loads((args.work / "names.json").read_text())
     prec = ["--precision", "f16"] if args.f16 else []
     builds = {"dynamic": (dyn_path, ["--shape", f"{names['batch']}=1..8",
-                                     "--shape", f"{names['seq']}=2..512", *prec])}
+                                     "--shape", f"{names['seq']}=2..512", *prec]),
+              "dynamic seq, batch=1": (dyn_path, ["--shape", f"{names['batch']}=1",
+                                                  "--shape", f"{names['seq']}=2..512", *prec])}
     for b, s in points:
         path = args.work / f"bert_{b}x{s}.onnx"
         if not path.exists():
@@ -73,31 +77,38 @@ def main():
         built = list(ex.map(build, builds.items()))
     for name, _, summary in built:
         print(f"{name}: {summary}", flush=True)
-    # the dynamic build at the first point against onnxruntime
+    # the dynamic builds at the first point (of one batch) against onnxruntime
     b, s = points[0]
-    wd = built[0][1]
     ids = export.make_inputs([((b, s), np.int64, 1000)], seed=3)[0]
-    ids.tofile(wd / "x.bin")
-    models.sh([wd / "run_model", "-q", "-d", f"{names['batch']}={b}", "-d",
-               f"{names['seq']}={s}", "-i", wd / "x.bin", "-o", wd / "y.bin"], cwd=wd)
     want = ort.InferenceSession(str(dyn_path), providers=["CPUExecutionProvider"]).run(
         None, {"x0": ids})[0]
-    got = np.fromfile(wd / "y.bin", np.float32).reshape(want.shape)
-    err = float(np.abs(got - want).max() / np.abs(want).max())
-    print(f"dynamic build at {b}x{s} against onnxruntime: max |error| / max |ort| {err:.3g}",
-          flush=True)
-    if err > (1e-2 if args.f16 else 1e-4):
-        sys.exit("FAIL: the dynamic build's output is off")
+    for name, wd, _ in built[:2]:
+        ids.tofile(wd / "x.bin")
+        dims = ["-d", f"{names['seq']}={s}"]
+        if not name.endswith("batch=1"):
+            dims += ["-d", f"{names['batch']}={b}"]
+        models.sh([wd / "run_model", "-q", *dims, "-i", wd / "x.bin", "-o", wd / "y.bin"],
+                  cwd=wd)
+        got = np.fromfile(wd / "y.bin", np.float32).reshape(want.shape)
+        err = float(np.abs(got - want).max() / np.abs(want).max())
+        print(f"{name} build at {b}x{s} against onnxruntime: max |error| / max |ort| "
+              f"{err:.3g}", flush=True)
+        if err > (1e-2 if args.f16 else 1e-4):
+            sys.exit(f"FAIL: the {name} build's output is off")
     print("| build | batch x seq | ms a run | GPU ms |\n| --- | --- | --- | --- |")
     for name, wd, _ in built:
         for b, s in points:
             if name.startswith("fixed") and name.split()[1] != f"{b}x{s}":
                 continue
+            if name.endswith("batch=1") and b != 1:
+                continue
             ids = export.make_inputs([((b, s), np.int64, 1000)], seed=4)[0]
             dims = []
-            if name == "dynamic":  # the largest extent's bytes, the run's ids first
-                dims = [f"{names['batch']}={b}", f"{names['seq']}={s}"]
-                ids = np.concatenate([ids.ravel(), np.zeros(8 * 512 - ids.size, np.int64)])
+            if name.startswith("dynamic"):  # the largest extent's bytes, the run's ids first
+                most = 512 if name.endswith("batch=1") else 8 * 512
+                dims = [f"{names['seq']}={s}"] if name.endswith("batch=1") else \
+                    [f"{names['batch']}={b}", f"{names['seq']}={s}"]
+                ids = np.concatenate([ids.ravel(), np.zeros(most - ids.size, np.int64)])
             res, _ = models.kiln_time(wd, [ids], [], args.runs, dims=dims)
             print(f"| {name} | {b}x{s} | {res['wall_us'] / 1e3:.2f} | "
                   f"{res['gpu_us'] / 1e3:.2f} |", flush=True)
