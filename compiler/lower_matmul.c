@@ -318,8 +318,22 @@ static Dispatch *matvec_k_kernel(Program *p, Node *n, const MatmulShape *s, int6
 }
 
 static void bind_split_last(Program *p, Dispatch *d, Tensor *partial);
+/* A split count read at run time (coopmat.comp's few-rows variant): the
+ * run's tiles, the count for them, the chunk of K, in GLSL. */
+typedef struct RunSplit {
+    char *tiles, *count, *chunk;
+} RunSplit;
+
+/* d's RUN_TILES, RUN_COUNT, KCHUNK and `name`, the chunks of K's k. */
+static void define_run_split(Dispatch *d, const RunSplit *run, const char *name, int64_t k) {
+    define_str(d, "RUN_TILES", run->tiles);
+    define_str(d, "RUN_COUNT", run->count);
+    define_str(d, "KCHUNK", format("(%s)", run->chunk));
+    define_str(d, name, format("((%lldu + KCHUNK - 1u) / KCHUNK)", (long long)k));
+}
+
 static Dispatch *splitk_sum(Program *p, Node *n, const MatmulShape *s, Tensor *partial,
-                            int64_t splits);
+                            int64_t splits, const RunSplit *run);
 
 /* Whether a product split along K has each tile's last workgroup add the
  * chunks up (split_last: no second dispatch, no barrier before it), or
@@ -428,6 +442,11 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
         groups_for(s->M, 64) * groups_for(s->N, 256) >= 128) {
         bm = 64, bn = 256, wm = 2, wn = 4;
     }
+    /* the few-rows variant of dynamic rows: 64 x 64 tiles, as a fixed build
+     * of its rows takes (chosen at its most rows, 128 x 128 tiles made
+     * BERT-base's [32, 768] x [768, 3072] take 28 us on an H200) */
+    if (s->rows_least)
+        bm = bn = 64, wm = wn = 2;
     /* KILN_COOPMAT_TILE=BM,BN,WM,WN,BK overrides the tiles, for tuning
      * (each subgroup's block a multiple of 16, BK 16, 32 or 64) */
     const char *tune = getenv("KILN_COOPMAT_TILE");
@@ -503,6 +522,21 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
     splits = splits < 1 ? 1 : splits > steps ? steps : splits;
     int64_t kchunk = (steps + splits - 1) / splits * bk;
     splits = (s->K + kchunk - 1) / kchunk;
+    /* the few-rows variant of dynamic rows: the count a fixed build of the
+     * run's rows takes (as many chunks as fill the GPU), at most its
+     * fewest rows' (splits), read at run time; the workgroups past it
+     * idle. BERT-base in f16 with a dynamic sequence (H200, bench/
+     * experiments/dynamic_seq.py): one count for the fewest rows made 512
+     * rows 15% slower than none (22 chunks where a fixed build takes 3) */
+    RunSplit run = {NULL, NULL, NULL};
+    if (s->rows_least && splits > 1) {
+        run.tiles = format("max((uint(%s) + %lldu) / %lldu * %lldu, 1u)", rows_glsl(s),
+                           (long long)bm - 1, (long long)bm, (long long)groups_for(s->N, bn));
+        run.chunk = format("(%lldu + RUN_COUNT - 1u) / RUN_COUNT * %lldu", (long long)steps,
+                           (long long)bk);
+        run.count = format("clamp((%du + RUN_TILES - 1u) / RUN_TILES, 1u, %lldu)",
+                           COOPMAT_GROUPS, (long long)splits);
+    }
     Tensor *partial = splits > 1 ? scratch(p, n, "splitk", 3, (int64_t[]){splits, s->M, s->N})
                                  : NULL;
     Dispatch *d = new_dispatch(p, n, "coopmat");
@@ -536,8 +570,12 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
     }
     define_conv(d, s, partial && !last);
     if (partial) {
-        define_int(d, "KCHUNK", kchunk);
-        define_int(d, "SPLITS", splits);
+        if (run.tiles) {
+            define_run_split(d, &run, "SPLITS", s->K);
+        } else {
+            define_int(d, "KCHUNK", kchunk);
+            define_int(d, "SPLITS", splits);
+        }
     }
     define_int(d, "BM", bm);
     define_int(d, "BN", bn);
@@ -551,7 +589,7 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
     /* every workgroup's K steps in pairs (its chunk's, and the last
      * chunk's): the two-step loop's second step needs no test of k0 */
     int64_t last_steps = (s->K - (splits - 1) * kchunk + bk - 1) / bk;
-    if ((pf != 1 || ns != 1) && kchunk / bk % 2 == 0 && last_steps % 2 == 0)
+    if ((pf != 1 || ns != 1) && !run.tiles && kchunk / bk % 2 == 0 && last_steps % 2 == 0)
         define_int(d, "EVEN_STEPS", 1);
     if (ceiling)
         define_int(d, "CEILING", ceiling);
@@ -568,7 +606,7 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
         bind_split_last(p, d, partial);
     if (!partial || last)
         return d;
-    Dispatch *r = splitk_sum(p, n, s, partial, splits);
+    Dispatch *r = splitk_sum(p, n, s, partial, splits, run.tiles ? &run : NULL);
     r->needs = KILN_FEATURE_COOPMAT;
     return r;
 }
@@ -961,19 +999,23 @@ static Dispatch *split_product(Program *p, Node *n, MatmulShape *s, int64_t kchu
         dispatch_unused(d, n->inputs[0]); /* the bias slot: no epilogue here */
         bind_weight_scales(d, n, false);
     }
-    return splitk_sum(p, n, s, partial, splits);
+    return splitk_sum(p, n, s, partial, splits, NULL);
 }
 
-/* splitk.comp: C from the [splits, M, N] partial products of s, with the
+/* splitk.comp: C from the [splits, M, N] partial products of s (the
+ * first of them that `run` counts where given, at most splits), with the
  * epilogue its callers bind. */
 static Dispatch *splitk_sum(Program *p, Node *n, const MatmulShape *s, Tensor *partial,
-                            int64_t splits) {
+                            int64_t splits, const RunSplit *run) {
     Dispatch *r = new_dispatch(p, n, "splitk");
     r->local_size = 256;
     define_int(r, "WG", r->local_size);
     define_str(r, "M", rows_glsl(s)); /* the run's rows where they follow the dims */
     define_product(r, s);
-    define_int(r, "SPLITK", splits);
+    if (run)
+        define_run_split(r, run, "SPLITK", s->K);
+    else
+        define_int(r, "SPLITK", splits);
     bool need[3] = {false, false, false};
     need_dtype(p, need, s->ops[0].t->dtype);
     define_res_type(p, r, need, s);

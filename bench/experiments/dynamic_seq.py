@@ -13,7 +13,8 @@ answers: a product whose rows follow the dims is not split along K
 batch lost 6.6x at batch 1 to the same rule
 (bench/experiments/dynamic-batch-h200.txt). Also the dynamic export
 compiled with its batch fixed (--shape batch=1: the sequence alone
-dynamic), timed at the points of batch 1. Runs where kiln and a Vulkan GPU
+dynamic), checked and timed at the points of batch 1. Every dynamic
+build's output is checked against onnxruntime at each of its points. Runs where kiln and a Vulkan GPU
 are (KILN_BUILD, KILN_VULKAN_LIB as bench/models.py).
 
   bench/experiments/dynamic_seq.py [--work DIR] [--shapes 1x128,8x128,1x512] [--runs 30]
@@ -77,24 +78,27 @@ def main():
         built = list(ex.map(build, builds.items()))
     for name, _, summary in built:
         print(f"{name}: {summary}", flush=True)
-    # the dynamic builds at the first point (of one batch) against onnxruntime
-    b, s = points[0]
-    ids = export.make_inputs([((b, s), np.int64, 1000)], seed=3)[0]
-    want = ort.InferenceSession(str(dyn_path), providers=["CPUExecutionProvider"]).run(
-        None, {"x0": ids})[0]
-    for name, wd, _ in built[:2]:
-        ids.tofile(wd / "x.bin")
-        dims = ["-d", f"{names['seq']}={s}"]
-        if not name.endswith("batch=1"):
-            dims += ["-d", f"{names['batch']}={b}"]
-        models.sh([wd / "run_model", "-q", *dims, "-i", wd / "x.bin", "-o", wd / "y.bin"],
-                  cwd=wd)
-        got = np.fromfile(wd / "y.bin", np.float32).reshape(want.shape)
-        err = float(np.abs(got - want).max() / np.abs(want).max())
-        print(f"{name} build at {b}x{s} against onnxruntime: max |error| / max |ort| "
-              f"{err:.3g}", flush=True)
-        if err > (1e-2 if args.f16 else 1e-4):
-            sys.exit(f"FAIL: the {name} build's output is off")
+    # the dynamic builds at each point (the batch=1 build at those of one
+    # batch) against onnxruntime
+    sess = ort.InferenceSession(str(dyn_path), providers=["CPUExecutionProvider"])
+    for b, s in points:
+        ids = export.make_inputs([((b, s), np.int64, 1000)], seed=3)[0]
+        want = sess.run(None, {"x0": ids})[0]
+        for name, wd, _ in built[:2]:
+            if name.endswith("batch=1") and b != 1:
+                continue
+            ids.tofile(wd / "x.bin")
+            dims = ["-d", f"{names['seq']}={s}"]
+            if not name.endswith("batch=1"):
+                dims += ["-d", f"{names['batch']}={b}"]
+            models.sh([wd / "run_model", "-q", *dims, "-i", wd / "x.bin", "-o",
+                       wd / "y.bin"], cwd=wd)
+            got = np.fromfile(wd / "y.bin", np.float32).reshape(want.shape)
+            err = float(np.abs(got - want).max() / np.abs(want).max())
+            print(f"{name} build at {b}x{s} against onnxruntime: max |error| / max |ort| "
+                  f"{err:.3g}", flush=True)
+            if err > (1e-2 if args.f16 else 1e-4):
+                sys.exit(f"FAIL: the {name} build's output is off")
     print("| build | batch x seq | ms a run | GPU ms |\n| --- | --- | --- | --- |")
     for name, wd, _ in built:
         for b, s in points:
