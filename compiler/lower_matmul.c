@@ -1109,7 +1109,12 @@ static Dispatch *few_rows_split(Program *p, Node *n, const MatmulShape *s, int64
     lo = lo > per ? lo : per;
     bool cm = coopmat_takes(n, s);
     int64_t hi = 0;
-    for (int64_t r = s->M / per * per; r >= lo && !hi; r -= per) {
+    /* down from the most rows, a 64-row tile at a time (the model's time
+     * steps with the tiles), each a whole number of units */
+    for (int64_t top = s->M; top >= lo && !hi; top = (top - 1) / 64 * 64) {
+        int64_t r = top / per * per;
+        if (r < lo)
+            break;
         MatmulShape at = shape_at(s, r);
         double ns;
         Tiles t = pick_tiles(n, &at, false);
