@@ -318,22 +318,16 @@ static Dispatch *matvec_k_kernel(Program *p, Node *n, const MatmulShape *s, int6
 }
 
 static void bind_split_last(Program *p, Dispatch *d, Tensor *partial);
-/* A split count read at run time (coopmat.comp's few-rows variant): the
- * run's tiles, the count for them, the chunk of K, in GLSL. */
-typedef struct RunSplit {
-    char *tiles, *count, *chunk;
-} RunSplit;
-
-/* d's RUN_TILES, RUN_COUNT, KCHUNK and `name`, the chunks of K's k. */
-static void define_run_split(Dispatch *d, const RunSplit *run, const char *name, int64_t k) {
-    define_str(d, "RUN_TILES", run->tiles);
-    define_str(d, "RUN_COUNT", run->count);
-    define_str(d, "KCHUNK", format("(%s)", run->chunk));
-    define_str(d, name, format("((%lldu + KCHUNK - 1u) / KCHUNK)", (long long)k));
-}
-
 static Dispatch *splitk_sum(Program *p, Node *n, const MatmulShape *s, Tensor *partial,
-                            int64_t splits, const RunSplit *run);
+                            int64_t splits);
+
+/* A product split along K whose chunks' sum its caller makes (the
+ * few-rows variants, few_rows_split): the partial products' scratch (NULL
+ * for the kernel to make one) and the chunks. */
+typedef struct SplitParts {
+    Tensor *partial;
+    int64_t splits;
+} SplitParts;
 
 /* Whether a product split along K has each tile's last workgroup add the
  * chunks up (split_last: no second dispatch, no barrier before it), or
@@ -405,7 +399,17 @@ static bool coopmat_takes(const Node *n, const MatmulShape *s) {
            (s->b_sn == 1 || conv || f16_kmajor);
 }
 
+static Dispatch *coopmat_parts(Program *p, Node *n, MatmulShape *s, SplitParts *parts);
+
 static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
+    return coopmat_parts(p, n, s, NULL);
+}
+
+/* coopmat_kernel; where parts is given and the product splits along K, the
+ * partial products go to parts->partial (made if NULL), the chunks to
+ * parts->splits, and the kernel's dispatch is returned: its caller adds the
+ * chunks up. */
+static Dispatch *coopmat_parts(Program *p, Node *n, MatmulShape *s, SplitParts *parts) {
     if (!coopmat_takes(n, s))
         return NULL;
     bool f16_kmajor = n->wkmajor && n->wq && n->wformat == WF_F16;
@@ -522,23 +526,9 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
     splits = splits < 1 ? 1 : splits > steps ? steps : splits;
     int64_t kchunk = (steps + splits - 1) / splits * bk;
     splits = (s->K + kchunk - 1) / kchunk;
-    /* the few-rows variant of dynamic rows: the count a fixed build of the
-     * run's rows takes (as many chunks as fill the GPU), at most its
-     * fewest rows' (splits), read at run time; the workgroups past it
-     * idle. BERT-base in f16 with a dynamic sequence (H200, bench/
-     * experiments/dynamic_seq.py): one count for the fewest rows made 512
-     * rows 15% slower than none (22 chunks where a fixed build takes 3) */
-    RunSplit run = {NULL, NULL, NULL};
-    if (s->rows_least && splits > 1) {
-        run.tiles = format("max((uint(%s) + %lldu) / %lldu * %lldu, 1u)", rows_glsl(s),
-                           (long long)bm - 1, (long long)bm, (long long)groups_for(s->N, bn));
-        run.chunk = format("(%lldu + RUN_COUNT - 1u) / RUN_COUNT * %lldu", (long long)steps,
-                           (long long)bk);
-        run.count = format("clamp((%du + RUN_TILES - 1u) / RUN_TILES, 1u, %lldu)",
-                           COOPMAT_GROUPS, (long long)splits);
-    }
-    Tensor *partial = splits > 1 ? scratch(p, n, "splitk", 3, (int64_t[]){splits, s->M, s->N})
-                                 : NULL;
+    Tensor *partial = splits <= 1 ? NULL
+                      : parts && parts->partial ? parts->partial
+                      : scratch(p, n, "splitk", 3, (int64_t[]){splits, s->M, s->N});
     Dispatch *d = new_dispatch(p, n, "coopmat");
     d->needs = KILN_FEATURE_COOPMAT;
     d->local_size = (uint32_t)(32 * wm * wn);
@@ -570,12 +560,8 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
     }
     define_conv(d, s, partial && !last);
     if (partial) {
-        if (run.tiles) {
-            define_run_split(d, &run, "SPLITS", s->K);
-        } else {
-            define_int(d, "KCHUNK", kchunk);
-            define_int(d, "SPLITS", splits);
-        }
+        define_int(d, "KCHUNK", kchunk);
+        define_int(d, "SPLITS", splits);
     }
     define_int(d, "BM", bm);
     define_int(d, "BN", bn);
@@ -589,7 +575,7 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
     /* every workgroup's K steps in pairs (its chunk's, and the last
      * chunk's): the two-step loop's second step needs no test of k0 */
     int64_t last_steps = (s->K - (splits - 1) * kchunk + bk - 1) / bk;
-    if ((pf != 1 || ns != 1) && !run.tiles && kchunk / bk % 2 == 0 && last_steps % 2 == 0)
+    if ((pf != 1 || ns != 1) && kchunk / bk % 2 == 0 && last_steps % 2 == 0)
         define_int(d, "EVEN_STEPS", 1);
     if (ceiling)
         define_int(d, "CEILING", ceiling);
@@ -606,7 +592,12 @@ static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
         bind_split_last(p, d, partial);
     if (!partial || last)
         return d;
-    Dispatch *r = splitk_sum(p, n, s, partial, splits, run.tiles ? &run : NULL);
+    if (parts) {
+        parts->partial = partial;
+        parts->splits = splits;
+        return d;
+    }
+    Dispatch *r = splitk_sum(p, n, s, partial, splits);
     r->needs = KILN_FEATURE_COOPMAT;
     return r;
 }
@@ -999,23 +990,19 @@ static Dispatch *split_product(Program *p, Node *n, MatmulShape *s, int64_t kchu
         dispatch_unused(d, n->inputs[0]); /* the bias slot: no epilogue here */
         bind_weight_scales(d, n, false);
     }
-    return splitk_sum(p, n, s, partial, splits, NULL);
+    return splitk_sum(p, n, s, partial, splits);
 }
 
-/* splitk.comp: C from the [splits, M, N] partial products of s (the
- * first of them that `run` counts where given, at most splits), with the
+/* splitk.comp: C from the [splits, M, N] partial products of s, with the
  * epilogue its callers bind. */
 static Dispatch *splitk_sum(Program *p, Node *n, const MatmulShape *s, Tensor *partial,
-                            int64_t splits, const RunSplit *run) {
+                            int64_t splits) {
     Dispatch *r = new_dispatch(p, n, "splitk");
     r->local_size = 256;
     define_int(r, "WG", r->local_size);
     define_str(r, "M", rows_glsl(s)); /* the run's rows where they follow the dims */
     define_product(r, s);
-    if (run)
-        define_run_split(r, run, "SPLITK", s->K);
-    else
-        define_int(r, "SPLITK", splits);
+    define_int(r, "SPLITK", splits);
     bool need[3] = {false, false, false};
     need_dtype(p, need, s->ops[0].t->dtype);
     define_res_type(p, r, need, s);
@@ -1083,6 +1070,80 @@ static void for_rows(Dispatch *d, const MatmulShape *s, int64_t lo, int64_t hi) 
     d->work_max = (uint64_t)(hi / per * d->scale);
 }
 
+/* coopmat.comp's chunks for a run of r rows of s, as a fixed build of r
+ * rows takes them (coopmat_kernel): as many as fill the GPU on 64 x 64
+ * tiles, at most a quarter of K's steps of 32. */
+static int64_t coopmat_chunks_at(const MatmulShape *s, int64_t r) {
+    int64_t tiles = groups_for(r, 64) * groups_for(s->N, 64), c = 1;
+    if (tiles < COOPMAT_GROUPS)
+        c = (COOPMAT_GROUPS + tiles - 1) / tiles;
+    int64_t most = s->K / 32 / 4;
+    return c < most ? c : most;
+}
+
+#define FEW_ROWS_VARIANTS 8
+
+/* few_rows_split on coopmat.comp for runs of lo to hi rows: a variant for
+ * each range of row tiles over which a fixed build's chunk count
+ * (coopmat_chunks_at) stays above two thirds of its count at the range's
+ * fewest rows, that count fixed at compile time; all of them first (their
+ * partial products in one scratch, since a run gives work to one), then
+ * their sums, so that one barrier (the first sum's) orders every sum
+ * after every product. A count read at run time instead (one variant)
+ * made the products 25-40% slower on an H200 than a fixed build's at the
+ * same count, and one count for the fewest rows made 512 rows 15% slower
+ * than no split (bench/experiments/dynamic-seq-h200.txt). Returns the
+ * first sum, the rest its variants. */
+static Dispatch *coopmat_few_rows(Program *p, Node *n, const MatmulShape *s, int64_t lo,
+                                  int64_t hi) {
+    int64_t per = s->M / s->dyn_most;
+    MatmulShape few[FEW_ROWS_VARIANTS];
+    int64_t from[FEW_ROWS_VARIANTS], elems = 0; /* the largest variant's partials */
+    int nv = 0;
+    for (int64_t r = lo; r <= hi && nv < FEW_ROWS_VARIANTS; nv++) {
+        int64_t c0 = coopmat_chunks_at(s, r), top = groups_for(r, 64) * 64;
+        while (top + 64 <= hi && 3 * coopmat_chunks_at(s, top + 64) >= 2 * c0)
+            top += 64;
+        if (top > hi || nv == FEW_ROWS_VARIANTS - 1)
+            top = hi;
+        top = top / per * per; /* whole units */
+        few[nv] = shape_at(s, top);
+        few[nv].dyn_most = top / per;
+        few[nv].rows_least = r;
+        from[nv] = r;
+        int64_t e = c0 * top * s->N;
+        elems = e > elems ? e : elems;
+        r = top + per;
+    }
+    SplitParts parts = {scratch(p, n, "splitk", 3, (int64_t[]){1, 1, elems}), 0};
+    int64_t chunks[FEW_ROWS_VARIANTS];
+    Dispatch *prev = NULL;
+    for (int i = 0; i < nv; i++) {
+        Dispatch *d = coopmat_parts(p, n, &few[i], &parts);
+        if (parts.splits < 2)
+            internal_error("node '%s': a few-rows variant of one chunk", n->name);
+        chunks[i] = parts.splits;
+        for_rows(d, &few[i], from[i], few[i].M);
+        if (prev)
+            prev->variant = d;
+        prev = d;
+        parts.splits = 0;
+    }
+    Dispatch *first = NULL;
+    prev = NULL;
+    for (int i = 0; i < nv; i++) {
+        Dispatch *r = splitk_sum(p, n, &few[i], parts.partial, chunks[i]);
+        r->needs = KILN_FEATURE_COOPMAT;
+        for_rows(r, &few[i], from[i], few[i].M);
+        if (prev)
+            prev->variant = r;
+        else
+            first = r;
+        prev = r;
+    }
+    return first;
+}
+
 /* The few-rows variant of a product whose rows follow the dims: split
  * along K for runs of `least` rows (and the dims' least) up to *upto, the
  * most rows at which a fixed build of the same rows would split (the cost
@@ -1132,14 +1193,14 @@ static Dispatch *few_rows_split(Program *p, Node *n, const MatmulShape *s, int64
     int start = p->ndispatches;
     Dispatch *sum = NULL;
     if (cm) {
-        sum = coopmat_kernel(p, n, &few);
+        sum = coopmat_few_rows(p, n, s, lo, hi);
     } else {
         int64_t kchunk = split_chunk(&few, pick_tiles(n, &few, false));
         if (!kchunk)
             return NULL;
         sum = split_product(p, n, &few, kchunk);
     }
-    for (int i = start; i < p->ndispatches; i++)
+    for (int i = start; i < p->ndispatches && !cm; i++)
         for_rows(p->dispatches[i], &few, lo, hi);
     *upto = hi;
     return sum;
@@ -1163,8 +1224,11 @@ static Dispatch *dyn_tiled_dispatch(Program *p, Node *n, MatmulShape *s, int64_t
         v->work_min = least;
     if (!few)
         return first;
-    first->work_min = upto + 1; /* rows after the few-rows variant's */
-    few->variant = first;
+    first->work_min = upto + 1; /* rows after the few-rows variants' */
+    Dispatch *last = few;
+    while (last->variant)
+        last = last->variant;
+    last->variant = first;
     return few;
 }
 

@@ -1868,7 +1868,7 @@ def rows_split_case(flags):
         f16 = "f16" in flags
         # f16: coopmat.comp's count read at run time (its split runs on
         # devices with cooperative matrices; lavapipe runs the tiled kernel)
-        check(re.search(r"^ \*   RUN_COUNT clamp" if f16 else r"^ \*   SPLITK \d+", c, re.M),
+        check(re.search(r"^ \*   SPLITS \d+" if f16 else r"^ \*   SPLITK \d+", c, re.M),
               "no product split along K")
         quant = "--weights" in flags
         wq = w
@@ -1880,6 +1880,72 @@ def rows_split_case(flags):
                   lambda x, seq: [x.astype(np.float64) @ wq + b],
                   compare=precision_compare(f16, 1e-4, 1e-4))
     return test
+
+
+def active_dispatches(c, dims, coopmat):
+    """The dispatches of generated C that a run at dims gives work (the
+    runtime's rule: the work range, the device features; a device with
+    cooperative matrices and every other feature, or none of them):
+    [(family, groups)]."""
+    table = c[c.index("_dispatches["):]
+    table = table[:table.index("};")]
+    out = []
+    for m in re.finditer(r"/\* \d+: .*?\((\w+)\) (\w+);[^\n]*\n\s*\{\d+u, \{(\d+)u, (\d+)u, "
+                         r"(\d+)u\}[^\n]*\n\s*(\d+)u, \{(-?\d+)ll, \{([^}]*)\}\}, (\d+)ull, \d+ull, "
+                         r"(\d+)ull, (\d+)ull, (\d+)u, (\d+)u\}", table):
+        family, groups = m[2], (int(m[3]), int(m[4]), int(m[5]))
+        axis, c0 = int(m[6]), int(m[7])
+        cs = [int(x.strip().rstrip("l")) for x in m[8].split(",")]
+        scale, lo, hi, needs, unless = (int(m[i]) for i in range(9, 14))
+        if (needs and not coopmat) or (unless and coopmat):
+            continue
+        if axis != 3:
+            w = (c0 + sum(a * b for a, b in zip(cs, dims))) * scale
+            if w < lo or w > hi or w <= 0:
+                continue
+        out.append((family, groups))
+    return out
+
+
+@case("dynamic: an f16 product of few rows that follow the dims ([seq, 3072] x [3072, 768], "
+      "seq 2..512) has a split variant on the matrix units for each range of rows whose "
+      "chunk count a fixed build keeps: every run of 2 to 512 rows gives work to exactly "
+      "one product kernel (matrix-vector, a split one with its sum, or the unsplit one), "
+      "on a device with cooperative matrices and on one without; one barrier before the sums")
+def test_few_rows_variants(workdir):
+    from test_onnx import initializer, model, node, value_info
+    workdir = Path(workdir)
+    rng = np.random.default_rng(79)
+    w, b = fan_in_weights(rng, 3072, 768), fan_in_weights(rng, 768)
+    (workdir / "m.onnx").write_bytes(model(
+        [node("MatMul", ["x", "w"], ["h"], "mm"), node("Add", ["h", "b"], ["y"], "add")],
+        [value_info("x", ["batch", "seq", 3072])], [value_info("y", ["batch", "seq", 768])],
+        [initializer("w", w), initializer("b", b)]))
+    # without --sync-check (the test harness's default), which orders the
+    # variants a run chooses between too
+    import subprocess
+    from harness import KILN
+    r = subprocess.run([str(KILN), "compile", workdir / "m.onnx", "--shape", "batch=1",
+                        "--shape", "seq=2..512", "--precision", "f16", "--name", "model", "-o",
+                        workdir / "model.c"], capture_output=True, text=True)
+    check(r.returncode == 0, r.stderr)
+    c = (workdir / "model.c").read_text()
+    partials = set()
+    for coopmat in (True, False):
+        for seq in range(2, 513):
+            act = [a for a in active_dispatches(c, [seq], coopmat) if a[0] != "eltwise"]
+            split = [a for a in act if a[0] == "coopmat" and a[1][2] > 1]
+            sums = [a for a in act if a[0] == "splitk"]
+            whole = [a for a in act if a not in split and a not in sums]
+            check(len(split) == len(sums) <= 1 and len(whole) + len(sums) == 1,
+                  f"seq {seq}, {'with' if coopmat else 'without'} cooperative matrices: "
+                  f"{act}")
+            check(coopmat or not split, f"seq {seq}: a split on the matrix units without them")
+            partials.update(a[1] for a in split)
+    check(len(partials) >= 3, f"{len(partials)} split variants, expected several")
+    # the barriers: the cast's, then one before the sums
+    check(re.search(r"^ \* \d+ dispatches \(2 barriers\)", c, re.M),
+          "not two barriers")
 
 
 for _f in ((), ("--precision", "f16"), ("--weights", "int8")):
