@@ -42,6 +42,12 @@ typedef struct MatmulShape {
      * the most; NULL for fixed rows. */
     const DimExpr *dyn;
     int64_t dyn_most;
+    /* An outer batch axis that follows the dims (batch axis 0 of A and C,
+     * B's too where it is batched; rows following the dims in each
+     * batch): its run extent, each unit batch_per of the batches, or NULL;
+     * the kernels loop over the run's batches only (BATCH_RUN). */
+    const DimExpr *dyn_batch;
+    int64_t batch_per;
     /* Dynamic rows split along K (the few-rows variant of a product whose
      * rows follow the dims, lower_matmul.c dyn_tiled_dispatch): the
      * fewest rows of the runs it serves, the split chosen for them; 0 for

@@ -133,6 +133,8 @@ static void define_product(Dispatch *d, const MatmulShape *s) {
     define_int(d, "B_SK", s->b_sk);
     define_int(d, "B_SN", s->b_sn);
     define_int(d, "BATCH", s->batch);
+    if (s->dyn_batch)
+        define_str(d, "BATCH_RUN", dim_expr_glsl(s->dyn_batch, s->batch_per));
     define_int(d, "BRANK", s->brank);
     define_list(d, "BSHAPE", s->brank, s->bshape);
     define_list(d, "C_BSTRIDES", s->brank, s->ops[0].strides);
@@ -1420,19 +1422,39 @@ static void bind_split(Program *p, Dispatch *d, Node *n, const MatmulShape *s) {
         dispatch_unused(d, a);
 }
 
+/* The outer batch axis of a product A x B = C that follows the dims
+ * (axis 0 of A and C, of one rank, with the same extent, and of B where B
+ * has batch axes: B's rank the same), and that is a batch axis (A's rows
+ * and contracted axis after it): its extent, else NULL. */
+static const DimExpr *outer_batch(const Tensor *a, const Tensor *b, const Tensor *c) {
+    if (a->rank < 3 || c->rank != a->rank || !is_dyn(a, 0) || !is_dyn(c, 0) ||
+        !dim_expr_eq(&a->ext[0], &c->ext[0]))
+        return NULL;
+    if (b->rank > 2 && (b->rank != a->rank || (is_dyn(b, 0) && !dim_expr_eq(&b->ext[0],
+                                                                            &a->ext[0])) ||
+                        (!is_dyn(b, 0) && b->shape[0] != 1)))
+        return NULL;
+    return &a->ext[0];
+}
+
 /* Whether a batched product's rows follow the dims batch by batch: A's
- * row axis (the one before K) dynamic and no batch axis of A, B or C; C's
- * rows the same; the product no QKV split (whose parts are row-major
- * [rows, width] each). K may be dynamic too (dyn_k), and C's columns (B's
- * then: computed at their largest). */
+ * row axis (the one before K) dynamic and no batch axis of A, B or C but
+ * an outer one (outer_batch: then the run's batches only); C's rows the
+ * same; the product no QKV split (whose parts are row-major [rows, width]
+ * each). K may be dynamic too (dyn_k), and C's columns (B's then: computed
+ * at their largest). */
 static bool batched_dyn_rows(const Node *n, const Tensor *a, const Tensor *b,
                              const Tensor *c) {
+    /* an outer batch axis (0) that follows the dims in A and C alike (and
+     * in B where B is batched): the run's batches only (outer_batch) */
+    uint32_t outer = outer_batch(a, b, c) ? 1u : 0u;
     if (a->rank < 3 || a->dynamic || n->nsiblings || n->split_out ||
-        (a->dyn_axes & ~(1u << (a->rank - 1))) != 1u << (a->rank - 2) ||
-        (c->dyn_axes & ~(1u << (c->rank - 1))) != 1u << (c->rank - 2) ||
+        (a->dyn_axes & ~(1u << (a->rank - 1))) != (1u << (a->rank - 2) | outer) ||
+        (c->dyn_axes & ~(1u << (c->rank - 1))) != (1u << (c->rank - 2) | outer) ||
         !dim_expr_eq(&a->ext[a->rank - 2], &c->ext[c->rank - 2]))
         return false;
-    return b->rank <= 2 || (b->dyn_axes & ((1u << (b->rank - 2)) - 1)) == 0;
+    return b->rank <= 2 ||
+           (b->dyn_axes & ((1u << (b->rank - 2)) - 1)) == (outer & b->dyn_axes);
 }
 
 void lower_matmul(Program *p, Node *n) {
@@ -1493,6 +1515,10 @@ void lower_matmul(Program *p, Node *n) {
         follow_rows(&s, a, a->dyn_axis);
     else if (batch_rows && s.batch > 1)
         follow_rows(&s, a, a->rank - 2);
+    if (batch_rows && s.batch > 1 && outer_batch(a, b, out)) {
+        s.dyn_batch = outer_batch(a, b, out);
+        s.batch_per = s.batch / out->shape[0];
+    }
     if (is_dyn(a, a->rank - 1))
         s.dyn_k = &a->ext[a->rank - 1];
     for (Dispatch *d = matmul_dispatch(p, n, &s); d; d = d->variant) {

@@ -383,7 +383,9 @@ static void largest_shape_note(const Graph *g, const Program *p) {
             if (t->dyn_axes & (t->dyn_axes - 1))
                 multi = t;
         }
-        if (!multi || d->dynamic)
+        /* one that follows the dims: its groups, or its sizes in the
+         * kernel (a matrix-vector product's rows, a product's batches) */
+        if (!multi || d->dynamic || (d->defines.buf && strstr(d->defines.buf, "KILN_DIM(")))
             continue;
         count++;
         bytes += moved;

@@ -367,7 +367,7 @@ void main() {
         const uint ca = 0, cb = 0, cc = bz * M * N, k_begin = bz * KCHUNK;
         k_end = min(K, k_begin + KCHUNK);
 #else
-    for (uint bz = gl_WorkGroupID.z; bz < BATCH; bz += gl_NumWorkGroups.z) {
+    for (uint bz = gl_WorkGroupID.z; bz < uint(BATCH_RUN); bz += gl_NumWorkGroups.z) {
         uint ca, cb, cc;
         const uint k_begin = 0;
         kiln_batch_offsets(bz, ca, cb, cc);

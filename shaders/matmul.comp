@@ -136,7 +136,7 @@ layout(push_constant) uniform Args {
 #else
 #define TILES_N ((N + BN - 1) / BN)
 #endif
-#define TILES_Z (BATCH * SPLITK) // workgroup z: batch, or split of K
+#define TILES_Z (uint(BATCH_RUN) * SPLITK) // workgroup z: batch, or split of K
 
 // Batch and split of workgroup z: the operands' offsets, and the first k.
 void batch_split(uint z, out uint ca, out uint cb, out uint cc, out uint k0) {

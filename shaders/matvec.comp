@@ -83,7 +83,7 @@ shared float red[Q][OUTS];
 void main() {
     const uint lc = gl_LocalInvocationID.x, s = gl_LocalInvocationID.y;
     const uint tid = s * NCOL + lc;
-    for (uint bz = gl_WorkGroupID.z; bz < BATCH; bz += gl_NumWorkGroups.z) {
+    for (uint bz = gl_WorkGroupID.z; bz < uint(BATCH_RUN); bz += gl_NumWorkGroups.z) {
         uint ca, cb, cc;
         kiln_batch_offsets(bz, ca, cb, cc);
         for (uint tile = gl_WorkGroupID.x; tile < TILES_N; tile += gl_NumWorkGroups.x) {

@@ -623,7 +623,7 @@ void main() {
     const uint lt = TEAMS == 1 ? lane : lane % TL; // and its place in it
     const uint n0 = (gl_WorkGroupID.x * TEAMS + team) * CH;
     const uint r0 = team * OUTS; // the team's rows of red
-    for (uint bz = gl_WorkGroupID.z; bz < BATCH; bz += gl_NumWorkGroups.z) {
+    for (uint bz = gl_WorkGroupID.z; bz < uint(BATCH_RUN); bz += gl_NumWorkGroups.z) {
         uint ca, cb, cc;
         kiln_batch_offsets(bz, ca, cb, cc);
         float acc[M][CN];

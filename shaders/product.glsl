@@ -2,7 +2,12 @@
 // splitk) and the epilogue of those that fuse one.
 //
 // BATCH batches over BRANK dimensions BSHAPE, with per-operand element
-// strides C_BSTRIDES, A_BSTRIDES, B_BSTRIDES (0: broadcast).
+// strides C_BSTRIDES, A_BSTRIDES, B_BSTRIDES (0: broadcast). BATCH_RUN
+// (an outer batch axis that follows the dims): the run's batches, the
+// first BATCH_RUN; the kernels' loops end there.
+#ifndef BATCH_RUN
+#define BATCH_RUN BATCH
+#endif
 const uint BSHAPE_[BRANK] = uint[BRANK](BSHAPE);
 const uint CBS[BRANK] = uint[BRANK](C_BSTRIDES);
 const uint ABS[BRANK] = uint[BRANK](A_BSTRIDES);

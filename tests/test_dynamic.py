@@ -1882,6 +1882,54 @@ def rows_split_case(flags):
     return test
 
 
+def outer_batch_case(precision):
+    """Products over a dynamic batch and sequence ([b, seq, ...] with both
+    dynamic, as an encoder exported with both): a linear layer [b, seq, 24]
+    x [24, 16] + bias, and attention's two batched products [b, 2, seq, 8]
+    x [b, 2, 8, seq] and the scores x [b, 2, seq, 8] (K the run's seq):
+    rows follow seq in each batch, and the kernels loop over the run's
+    batches only (BATCH_RUN); seq 1..40 (the matrix-vector and the tiled
+    kernels), b 1..4, up and down; f32 or --precision f16."""
+    def test(workdir):
+        from test_onnx import initializer, model, node, value_info
+        workdir = Path(workdir)
+        rng = np.random.default_rng(83)
+        w, bias = fan_in_weights(rng, 24, 16), fan_in_weights(rng, 16)
+        (workdir / "m.onnx").write_bytes(model(
+            [node("MatMul", ["x", "w"], ["h"], "mm"), node("Add", ["h", "bias"], ["y"], "add"),
+             node("MatMul", ["q", "k"], ["sc"], "qk"), node("MatMul", ["sc", "v"], ["o"], "pv")],
+            [value_info("x", ["b", "seq", 24]), value_info("q", ["b", 2, "seq", 8]),
+             value_info("k", ["b", 2, 8, "seq"]), value_info("v", ["b", 2, "seq", 8])],
+            [value_info("y", ["b", "seq", 16]), value_info("sc", ["b", 2, "seq", "seq"]),
+             value_info("o", ["b", 2, "seq", 8])],
+            [initializer("w", w), initializer("bias", bias)]))
+        f16 = precision == "f16"
+        r = kiln("compile", workdir / "m.onnx", "--shape", "b=1..4", "--shape", "seq=1..40",
+                 "--name", "model", "-o", workdir / "model.c",
+                 *(["--precision", "f16"] if f16 else []))
+        check(r.returncode == 0, r.stderr)
+        c = (workdir / "model.c").read_text()
+        runs = re.findall(r"^ \*   BATCH_RUN .*KILN_DIM\(0\)", c, re.M)
+        check(len(runs) >= 3, f"{len(runs)} kernels loop over the run's batches, not 3 or more")
+
+        def reference(x, q, k, v, b, seq):
+            x, q, k, v = (a.astype(np.float64) for a in (x, q, k, v))
+            sc = q @ k
+            return [x @ w + bias, sc, sc @ v]
+        steps = [{"b": b, "seq": q} for b, q in ((1, 1), (4, 40), (2, 17), (1, 40), (3, 5),
+                                                 (4, 1), (2, 33))]
+        run_built(link_model(workdir), steps,
+                  lambda rng, b, seq: [normal(rng, b, seq, 24), normal(rng, b, 2, seq, 8),
+                                       normal(rng, b, 2, 8, seq), normal(rng, b, 2, seq, 8)],
+                  reference, compare=precision_compare(f16, 1e-4, 1e-4))
+    return test
+
+
+for _p in ("f32", "f16"):
+    case("dynamic: products over a dynamic batch and sequence (a linear layer, attention's "
+         f"two products) loop over the run's batches only, ONNX, {_p}")(outer_batch_case(_p))
+
+
 def active_dispatches(c, dims, coopmat):
     """The dispatches of generated C that a run at dims gives work (the
     runtime's rule: the work range, the device features; a device with
