@@ -87,6 +87,20 @@ static inline const Tensor *dyn_of(const Tensor *t) { return t->dynamic ? t : NU
 static inline const Tensor *dyn_one(const Tensor *t) {
     return t->dyn_axes && !(t->dyn_axes & (t->dyn_axes - 1)) ? t : NULL;
 }
+/* t when it follows the dims along its outermost axis (0) and one axis
+ * inside (a dynamic batch and sequence: [b, seq, 768], [b, heads, seq,
+ * 64]), else NULL: elementwise dispatches and copies walk the run's
+ * extents of both (eltwise_dispatch). */
+static inline const Tensor *dyn_outer_inner(const Tensor *t) {
+    uint32_t in = t->dyn_axes & ~1u;
+    return t->rank >= 2 && (t->dyn_axes & 1u) && in && !(in & (in - 1)) ? t : NULL;
+}
+/* The tensor an elementwise dispatch over t follows: t along one dynamic
+ * axis (dyn_one), or along an outer one and one inside (dyn_outer_inner),
+ * else NULL (its largest shape). */
+static inline const Tensor *dyn_walk(const Tensor *t) {
+    return dyn_one(t) ? t : dyn_outer_inner(t);
+}
 /* The one dynamic axis of such a tensor. */
 static inline int dyn_axis_of(const Tensor *t) {
     int a = 0;

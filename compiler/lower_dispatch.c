@@ -347,11 +347,26 @@ Dispatch *eltwise_dispatch(Program *p, Node *n, int rank, const int64_t *shape_i
         ops[k + 1] = in[k];
     memcpy(shape, shape_in, sizeof(int64_t) * (size_t)rank);
     /* an inner dynamic axis: its index in the collapsed iteration, its
-     * largest size and the run's */
+     * largest size and the run's; with an outer one too (dyn_outer_inner:
+     * axis 0, the collapsed iteration's first, the axes merged into it
+     * fixed), its largest size and the run's */
     int inner = -1;
-    int64_t dyn_size = 0;
-    const DimExpr *run = NULL;
-    if (dyn && dyn_inside(dyn)) {
+    int64_t dyn_size = 0, outer_size = 0;
+    const DimExpr *run = NULL, *outer_run = NULL;
+    if (dyn && dyn_outer_inner(dyn)) {
+        int a = 1;
+        while (!is_dyn(dyn, a))
+            a++;
+        if (rank == dyn->rank && dyn->shape[0] > 1 && shape[0] == dyn->shape[0] &&
+            shape[a] == dyn->shape[a]) {
+            inner = a;
+            dyn_size = dyn->shape[a];
+            run = &dyn->ext[a];
+            outer_size = dyn->shape[0];
+            outer_run = &dyn->ext[0];
+        }
+        dyn = NULL; /* its groups follow the inner axis (below), else the largest */
+    } else if (dyn && dyn_inside(dyn)) {
         int a = dyn_axis_of(dyn);
         if (a < rank && shape[a] == dyn->shape[a]) {
             inner = a;
@@ -373,14 +388,22 @@ Dispatch *eltwise_dispatch(Program *p, Node *n, int rank, const int64_t *shape_i
     d->local_size = 256;
     define_int(d, "WG", d->local_size);
     if (inner >= 0) {
-        /* the axis's size (with the fixed axes merged into it) at run time */
-        define_str(d, "COUNT", dim_expr_glsl(run, count / dyn_size));
+        /* the axis's size (with the fixed axes merged into it) at run time,
+         * and the outer one's */
+        if (outer_run)
+            define_str(d, "COUNT", format("(uint(%s) * uint(%s))",
+                                          dim_expr_glsl(outer_run, shape[0] / outer_size),
+                                          dim_expr_glsl(run, count / shape[0] / dyn_size)));
+        else
+            define_str(d, "COUNT", dim_expr_glsl(run, count / dyn_size));
         define_int(d, "RANK", rank);
         Str sh = {0};
         for (int i = 0; i < rank; i++) {
             if (i == inner)
                 str_addf(&sh, "%suint(%s)", i ? ", " : "",
                          dim_expr_glsl(run, shape[i] / dyn_size));
+            else if (i == 0 && outer_run)
+                str_addf(&sh, "uint(%s)", dim_expr_glsl(outer_run, shape[0] / outer_size));
             else
                 str_addf(&sh, "%s%lld", i ? ", " : "", (long long)shape[i]);
         }

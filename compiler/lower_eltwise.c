@@ -155,7 +155,7 @@ void lower_eltwise(Program *p, Node *n) {
     for (int k = 0; k < nleaves; k++)
         in[k] = read_leaf(leaves[k], n);
     Dispatch *d = eltwise_dispatch(p, n, out->rank, out->shape, whole(out), nleaves, in, ct,
-                                   expr, dyn_one(out));
+                                   expr, dyn_walk(out));
     /* a gated MLP's silu(gate) * up at a decoding step's one row: in the
      * product of gate and up (their one-row variant) */
     glu_after_product(p, n, d);

@@ -21,7 +21,7 @@ static void permuted_copy(Program *p, Node *n, Tensor *x, int rank, const int64_
     Operand out = {n->outputs[0], {0}, 0, false, {0, {0}}};
     contiguous_strides(rank, shape, out.strides);
     eltwise_dispatch(p, n, rank, shape, out, 1, &in, compute_type(x->dtype), "a",
-                     dyn_one(out.t));
+                     dyn_walk(out.t));
 }
 
 /* Transpose n's perm: its attribute (negative axes from the end), else
@@ -205,7 +205,7 @@ void lower_split(Program *p, Node *n) {
 void lower_expand(Program *p, Node *n) {
     Tensor *out = n->outputs[0];
     copy(p, n, out->rank, out->shape, whole(out),
-         broadcast(n->inputs[0], out->rank, out->shape), dyn_one(out));
+         broadcast(n->inputs[0], out->rank, out->shape), dyn_walk(out));
 }
 
 /* tile: iterate over [rep0, d0, rep1, d1, ...]; the input repeats with
