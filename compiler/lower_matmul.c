@@ -1437,6 +1437,16 @@ static const DimExpr *outer_batch(const Tensor *a, const Tensor *b, const Tensor
     return &a->ext[0];
 }
 
+/* Whether a product of one batch whose A follows the dims along its outer
+ * axis and others ([b, seq, K] with both dynamic, its batch folded into
+ * the rows: a QKV split's, which batched_dyn_rows leaves out) takes the
+ * run's outer blocks of rows only (each block of rows at its largest, a
+ * prefix of A's and C's rows). */
+static bool outer_rows(const Tensor *a, const Tensor *c) {
+    return a->rank >= 3 && c->rank == a->rank && a->shape[0] > 1 && is_dyn(a, 0) &&
+           is_dyn(c, 0) && dim_expr_eq(&a->ext[0], &c->ext[0]) && !is_dyn(a, a->rank - 1);
+}
+
 /* Whether a batched product's rows follow the dims batch by batch: A's
  * row axis (the one before K) dynamic and no batch axis of A, B or C but
  * an outer one (outer_batch: then the run's batches only); C's rows the
@@ -1513,6 +1523,8 @@ void lower_matmul(Program *p, Node *n) {
      * shape. */
     if (s.batch == 1 && a->dynamic)
         follow_rows(&s, a, a->dyn_axis);
+    else if (s.batch == 1 && outer_rows(a, out))
+        follow_rows(&s, a, 0);
     else if (batch_rows && s.batch > 1)
         follow_rows(&s, a, a->rank - 2);
     if (batch_rows && s.batch > 1 && outer_batch(a, b, out)) {

@@ -1895,14 +1895,19 @@ def outer_batch_case(precision):
         workdir = Path(workdir)
         rng = np.random.default_rng(83)
         w, bias = fan_in_weights(rng, 24, 16), fan_in_weights(rng, 16)
+        w2, w3 = fan_in_weights(rng, 24, 8), fan_in_weights(rng, 24, 8)
         (workdir / "m.onnx").write_bytes(model(
             [node("MatMul", ["x", "w"], ["h"], "mm"), node("Add", ["h", "bias"], ["y"], "add"),
-             node("MatMul", ["q", "k"], ["sc"], "qk"), node("MatMul", ["sc", "v"], ["o"], "pv")],
+             node("MatMul", ["q", "k"], ["sc"], "qk"), node("MatMul", ["sc", "v"], ["o"], "pv"),
+             node("MatMul", ["x2", "w2"], ["p2"], "m2"), node("MatMul", ["x2", "w3"], ["p3"], "m3")],
             [value_info("x", ["b", "seq", 24]), value_info("q", ["b", 2, "seq", 8]),
-             value_info("k", ["b", 2, 8, "seq"]), value_info("v", ["b", 2, "seq", 8])],
+             value_info("k", ["b", 2, 8, "seq"]), value_info("v", ["b", 2, "seq", 8]),
+             value_info("x2", ["b", "seq", 24])],
             [value_info("y", ["b", "seq", 16]), value_info("sc", ["b", 2, "seq", "seq"]),
-             value_info("o", ["b", 2, "seq", 8])],
-            [initializer("w", w), initializer("bias", bias)]))
+             value_info("o", ["b", 2, "seq", 8]), value_info("p2", ["b", "seq", 8]),
+             value_info("p3", ["b", "seq", 8])],
+            [initializer("w", w), initializer("bias", bias), initializer("w2", w2),
+             initializer("w3", w3)]))
         f16 = precision == "f16"
         r = kiln("compile", workdir / "m.onnx", "--shape", "b=1..4", "--shape", "seq=1..40",
                  "--name", "model", "-o", workdir / "model.c",
@@ -1911,16 +1916,21 @@ def outer_batch_case(precision):
         c = (workdir / "model.c").read_text()
         runs = re.findall(r"^ \*   BATCH_RUN .*KILN_DIM\(0\)", c, re.M)
         check(len(runs) >= 3, f"{len(runs)} kernels loop over the run's batches, not 3 or more")
+        # x2's two products side by side (a QKV split): the rows of the run's batches
+        check(re.search(r"\d+: m2 \(MatMul\) \+ m3 \(MatMul\) \(matmul\) \w+;[^\n]*"
+                        r"groups\[1\] follow b", c),
+              "the side-by-side products do not follow the batch")
 
-        def reference(x, q, k, v, b, seq):
-            x, q, k, v = (a.astype(np.float64) for a in (x, q, k, v))
+        def reference(x, q, k, v, x2, b, seq):
+            x, q, k, v, x2 = (a.astype(np.float64) for a in (x, q, k, v, x2))
             sc = q @ k
-            return [x @ w + bias, sc, sc @ v]
+            return [x @ w + bias, sc, sc @ v, x2 @ w2, x2 @ w3]
         steps = [{"b": b, "seq": q} for b, q in ((1, 1), (4, 40), (2, 17), (1, 40), (3, 5),
                                                  (4, 1), (2, 33))]
         run_built(link_model(workdir), steps,
                   lambda rng, b, seq: [normal(rng, b, seq, 24), normal(rng, b, 2, seq, 8),
-                                       normal(rng, b, 2, 8, seq), normal(rng, b, 2, seq, 8)],
+                                       normal(rng, b, 2, 8, seq), normal(rng, b, 2, seq, 8),
+                                       normal(rng, b, seq, 24)],
                   reference, compare=precision_compare(f16, 1e-4, 1e-4))
     return test
 
