@@ -95,6 +95,13 @@ static inline const Tensor *dyn_outer_inner(const Tensor *t) {
     uint32_t in = t->dyn_axes & ~1u;
     return t->rank >= 2 && (t->dyn_axes & 1u) && in && !(in & (in - 1)) ? t : NULL;
 }
+/* The inner dynamic axis of such a tensor. */
+static inline int inner_dyn_axis(const Tensor *t) {
+    int a = 1;
+    while (!((t->dyn_axes >> a) & 1u))
+        a++;
+    return a;
+}
 /* The tensor an elementwise dispatch over t follows: t along one dynamic
  * axis (dyn_one), or along an outer one and one inside (dyn_outer_inner),
  * else NULL (its largest shape). */

@@ -354,9 +354,7 @@ Dispatch *eltwise_dispatch(Program *p, Node *n, int rank, const int64_t *shape_i
     int64_t dyn_size = 0, outer_size = 0;
     const DimExpr *run = NULL, *outer_run = NULL;
     if (dyn && dyn_outer_inner(dyn)) {
-        int a = 1;
-        while (!is_dyn(dyn, a))
-            a++;
+        int a = inner_dyn_axis(dyn);
         if (rank == dyn->rank && dyn->shape[0] > 1 && shape[0] == dyn->shape[0] &&
             shape[a] == dyn->shape[a]) {
             inner = a;
@@ -513,14 +511,22 @@ uint32_t row_workgroup(int64_t len) {
  * ROW_BLOCK of the largest shape (reduce.glsl, kiln_row_of). */
 void row_groups(Dispatch *d, int64_t rows, int64_t len, int64_t inner, bool kernel_inner,
                 const Tensor *dyn) {
-    if (dyn && !dyn->dynamic && !dyn_inside(dyn))
+    /* with an outer dynamic axis too (dyn_outer_inner, its callers' rows
+     * before the row's axes): the run's blocks of it only */
+    bool outer = dyn && dyn_outer_inner(dyn) && dyn->shape[0] > 1;
+    if (dyn && !dyn->dynamic && !dyn_inside(dyn) && !outer)
         dyn = NULL;
-    bool inside = dyn && dyn_inside(dyn);
-    int a = inside ? dyn_axis_of(dyn) : 0;
+    bool inside = dyn && (dyn_inside(dyn) || outer);
+    int a = !inside ? 0 : outer ? inner_dyn_axis(dyn) : dyn_axis_of(dyn);
     int64_t before = inside ? shape_count(a, dyn->shape) : 0;
     int64_t in = inside ? rows / inner / before / dyn->shape[a] : 0;
-    define_str(d, "ROWS", inside ? dim_expr_glsl(&dyn->ext[a], before * in * inner)
-                                 : dyn_count(dyn, rows));
+    if (outer)
+        define_str(d, "ROWS", format("(uint(%s) * uint(%s))",
+                                     dim_expr_glsl(&dyn->ext[0], before / dyn->shape[0]),
+                                     dim_expr_glsl(&dyn->ext[a], in * inner)));
+    else
+        define_str(d, "ROWS", inside ? dim_expr_glsl(&dyn->ext[a], before * in * inner)
+                                     : dyn_count(dyn, rows));
     define_int(d, "LEN", len);
     if (!kernel_inner)
         define_int(d, "INNER", inner);

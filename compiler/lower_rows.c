@@ -67,6 +67,7 @@ void lower_norm(Program *p, Node *n) {
     bool rms = n->op == OP_RMS_NORM || n->op == OP_RESIDUAL_RMS_NORM;
     int first_param = residual ? 2 : 1, nparams = n->ninputs - first_param;
     int64_t rows, len, pr = 1, pj = 0, pd = 1, inner = 1;
+    bool outer_ok = false; /* rows over an outer and an inner dynamic axis */
     int64_t spatial = x->rank >= 2 ? shape_count(x->rank - 2, x->shape + 2) : 1;
     if (n->op == OP_INSTANCE_NORM) {
         rows = x->shape[0] * x->shape[1];
@@ -89,10 +90,12 @@ void lower_norm(Program *p, Node *n) {
         int axis = node_axis(n);
         len = shape_count(x->rank - axis, x->shape + axis);
         rows = len ? tensor_count(x) / len : 0;
+        outer_ok = dyn_outer_inner(x) && inner_dyn_axis(x) < axis;
     }
-    /* layer and rms norms follow a dynamic axis inside their rows too */
+    /* layer and rms norms follow a dynamic axis inside their rows too, and
+     * an outer one with it */
     Dispatch *d = row_dispatch(p, n, "norm", rows, len, inner,
-                               pr == 1 && dyn_inside(x) ? x : dyn_of(x));
+                               pr == 1 && dyn_inside(x) ? x : outer_ok ? x : dyn_of(x));
     if (!d)
         return;
     define_float(d, "EPS", attr_float(n, "eps"));

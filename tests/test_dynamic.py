@@ -1940,21 +1940,25 @@ for _p in ("f32", "f16"):
          f"two products) loop over the run's batches only, ONNX, {_p}")(outer_batch_case(_p))
 
 
-@case("dynamic: elementwise ops, a transpose and a broadcast over a dynamic batch and "
-      "sequence ([b, seq, 6], [b, 6, seq], a mask [b, 1, seq]) walk the run's extents of "
-      "both, ONNX")
+@case("dynamic: elementwise ops, a transpose, a broadcast and a layer norm over a dynamic "
+      "batch and sequence ([b, seq, 6], [b, 6, seq], a mask [b, 1, seq]) walk the run's "
+      "extents of both, ONNX")
 def test_outer_inner_eltwise(workdir):
     from test_onnx import attr, initializer, model, node, value_info
     workdir = Path(workdir)
     rng = np.random.default_rng(89)
-    c = normal(rng, 6)
+    c, gamma, beta = normal(rng, 6), normal(rng, 6), normal(rng, 6)
     (workdir / "m.onnx").write_bytes(model(
         [node("Add", ["x", "c"], ["h"], "add"), node("Relu", ["h"], ["y1"], "relu"),
          node("Transpose", ["y1"], ["t"], "tr", attr("perm", [0, 2, 1])),
-         node("Mul", ["t", "m"], ["y2"], "mul")],
+         node("Mul", ["t", "m"], ["y2"], "mul"),
+         node("LayerNormalization", ["x", "gamma", "beta"], ["y3"], "ln",
+              attr("axis", -1) + attr("epsilon", 1e-5))],
         [value_info("x", ["b", "seq", 6]), value_info("m", ["b", 1, "seq"])],
-        [value_info("y1", ["b", "seq", 6]), value_info("y2", ["b", 6, "seq"])],
-        [initializer("c", c)]))
+        [value_info("y1", ["b", "seq", 6]), value_info("y2", ["b", 6, "seq"]),
+         value_info("y3", ["b", "seq", 6])],
+        [initializer("c", c), initializer("gamma", gamma), initializer("beta", beta)],
+        opset=17))
     r = kiln("compile", workdir / "m.onnx", "--shape", "b=1..4", "--shape", "seq=1..9",
              "--name", "model", "-o", workdir / "model.c")
     check(r.returncode == 0, r.stderr)
@@ -1964,9 +1968,15 @@ def test_outer_inner_eltwise(workdir):
                        re.M)
     check(len(walks) >= 2, f"{len(walks)} dispatches walk both extents, expected 2 or more")
 
+    check(re.search(r"^ \*   ROWS \(uint\(.*KILN_DIM\(0\).*\) \* uint\(.*KILN_DIM\(1\)", src,
+                    re.M), "the norm's rows do not follow both")
+
     def reference(x, m, b, seq):
-        y1 = np.maximum(x.astype(np.float64) + c, 0)
-        return [y1, y1.transpose(0, 2, 1) * m]
+        x = x.astype(np.float64)
+        y1 = np.maximum(x + c, 0)
+        mu = x.mean(-1, keepdims=True)
+        var = ((x - mu) ** 2).mean(-1, keepdims=True)
+        return [y1, y1.transpose(0, 2, 1) * m, (x - mu) / np.sqrt(var + 1e-5) * gamma + beta]
     steps = [{"b": b, "seq": q} for b, q in ((1, 1), (4, 9), (2, 5), (1, 9), (3, 2), (4, 1))]
     run_built(link_model(workdir), steps,
               lambda rng, b, seq: [normal(rng, b, seq, 6), normal(rng, b, 1, seq)],
