@@ -563,7 +563,15 @@ Dispatch *axis_dispatch(Program *p, Node *n, const char *family, int axis) {
     /* rows follow x's extent unless it is along the rows (softmax's
      * RUN_LEN) or after them */
     bool follow = x->dynamic ? x->dyn_axis != axis : dyn_inside(x) && dyn_axis_of(x) < axis;
-    Dispatch *d = row_dispatch(p, n, family, rows, len, inner, follow ? x : NULL);
+    /* or x's outer axis and one inside before the rows' axis (scores [b,
+     * heads, seq, keys], the keys dynamic too: RUN_LEN): the run's blocks
+     * of rows (row_groups), through x's dynamic axes before the rows' */
+    Tensor rows_of = *x;
+    rows_of.dyn_axes &= (1u << axis) - 1u;
+    rows_of.dynamic = false;
+    bool outer = !follow && x->rank >= 2 && dyn_outer_inner(&rows_of) && inner == 1;
+    Dispatch *d = row_dispatch(p, n, family, rows, len, inner,
+                               follow ? x : outer ? &rows_of : NULL);
     if (d) {
         dispatch_arg(d, n->outputs[0], true);
         dispatch_arg(d, x, false);

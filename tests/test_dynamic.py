@@ -1886,12 +1886,14 @@ def outer_batch_case(precision):
     """Products over a dynamic batch and sequence ([b, seq, ...] with both
     dynamic, as an encoder exported with both): a linear layer [b, seq, 24]
     x [24, 16] + bias, and attention's two batched products [b, 2, seq, 8]
-    x [b, 2, 8, seq] and the scores x [b, 2, seq, 8] (K the run's seq):
+    x [b, 2, 8, seq] and the scores x [b, 2, seq, 8] (K the run's seq),
+    with a softmax of the scores (its rows the run's blocks, its length
+    the run's keys):
     rows follow seq in each batch, and the kernels loop over the run's
     batches only (BATCH_RUN); seq 1..40 (the matrix-vector and the tiled
     kernels), b 1..4, up and down; f32 or --precision f16."""
     def test(workdir):
-        from test_onnx import initializer, model, node, value_info
+        from test_onnx import attr, initializer, model, node, value_info
         workdir = Path(workdir)
         rng = np.random.default_rng(83)
         w, bias = fan_in_weights(rng, 24, 16), fan_in_weights(rng, 16)
@@ -1899,13 +1901,14 @@ def outer_batch_case(precision):
         (workdir / "m.onnx").write_bytes(model(
             [node("MatMul", ["x", "w"], ["h"], "mm"), node("Add", ["h", "bias"], ["y"], "add"),
              node("MatMul", ["q", "k"], ["sc"], "qk"), node("MatMul", ["sc", "v"], ["o"], "pv"),
-             node("MatMul", ["x2", "w2"], ["p2"], "m2"), node("MatMul", ["x2", "w3"], ["p3"], "m3")],
+             node("MatMul", ["x2", "w2"], ["p2"], "m2"), node("MatMul", ["x2", "w3"], ["p3"], "m3"),
+             node("Softmax", ["sc"], ["sm"], "soft", attr("axis", -1))],
             [value_info("x", ["b", "seq", 24]), value_info("q", ["b", 2, "seq", 8]),
              value_info("k", ["b", 2, 8, "seq"]), value_info("v", ["b", 2, "seq", 8]),
              value_info("x2", ["b", "seq", 24])],
             [value_info("y", ["b", "seq", 16]), value_info("sc", ["b", 2, "seq", "seq"]),
              value_info("o", ["b", 2, "seq", 8]), value_info("p2", ["b", "seq", 8]),
-             value_info("p3", ["b", "seq", 8])],
+             value_info("p3", ["b", "seq", 8]), value_info("sm", ["b", 2, "seq", "seq"])],
             [initializer("w", w), initializer("bias", bias), initializer("w2", w2),
              initializer("w3", w3)]))
         f16 = precision == "f16"
@@ -1920,11 +1923,14 @@ def outer_batch_case(precision):
         check(re.search(r"\d+: m2 \(MatMul\) \+ m3 \(MatMul\) \(matmul\) \w+;[^\n]*"
                         r"groups\[1\] follow b", c),
               "the side-by-side products do not follow the batch")
+        check(re.search(r"^ \*   ROWS \(uint\(.*KILN_DIM\(0\).*\) \* uint\(.*KILN_DIM\(1\)", c,
+                        re.M), "the softmax's rows do not follow both")
 
         def reference(x, q, k, v, x2, b, seq):
             x, q, k, v, x2 = (a.astype(np.float64) for a in (x, q, k, v, x2))
             sc = q @ k
-            return [x @ w + bias, sc, sc @ v, x2 @ w2, x2 @ w3]
+            e = np.exp(sc - sc.max(-1, keepdims=True))
+            return [x @ w + bias, sc, sc @ v, x2 @ w2, x2 @ w3, e / e.sum(-1, keepdims=True)]
         steps = [{"b": b, "seq": q} for b, q in ((1, 1), (4, 40), (2, 17), (1, 40), (3, 5),
                                                  (4, 1), (2, 33))]
         run_built(link_model(workdir), steps,
