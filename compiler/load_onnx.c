@@ -195,10 +195,14 @@ static bool shape_override(const char *name, int nshapes, const char **shapes, i
     return false;
 }
 
-/* Whether --shape entry e names input `name` (NAME=...). */
-static bool names_input(const char *e, const char *name) {
-    size_t n = strlen(name);
-    return strncmp(e, name, n) == 0 && e[n] == '=';
+/* Whether --shape entry e names an input of gp (NAME=...). */
+static bool names_input(const Onnx__GraphProto *gp, const char *e) {
+    for (size_t k = 0; k < gp->n_input; k++) {
+        size_t n = strlen(gp->input[k]->name);
+        if (strncmp(e, gp->input[k]->name, n) == 0 && e[n] == '=')
+            return true;
+    }
+    return false;
 }
 
 /* --shape DIM=V: symbolic dimension dim_param fixed at V wherever an input
@@ -208,12 +212,8 @@ static bool fixed_dim(const Onnx__GraphProto *gp, const char *dim_param, int nsh
     size_t n = strlen(dim_param);
     for (int i = 0; i < nshapes; i++) {
         const char *e = shapes[i];
-        if (strncmp(e, dim_param, n) != 0 || e[n] != '=' || strstr(e, ".."))
-            continue;
-        bool input = false;
-        for (size_t k = 0; k < gp->n_input && !input; k++)
-            input = names_input(e, gp->input[k]->name);
-        if (input)
+        if (strncmp(e, dim_param, n) != 0 || e[n] != '=' || strstr(e, "..") ||
+            names_input(gp, e))
             continue;
         char *end;
         long long x = strtoll(e + n + 1, &end, 10);
@@ -252,12 +252,10 @@ static void check_shape_names(const Onnx__GraphProto *gp, int nshapes, const cha
     for (int i = 0; i < nshapes; i++) {
         const char *eq = strchr(shapes[i], '=');
         size_t len = eq ? (size_t)(eq - shapes[i]) : strlen(shapes[i]);
-        bool input = false;
-        for (size_t k = 0; k < gp->n_input && !input; k++)
-            input = names_input(shapes[i], gp->input[k]->name);
         /* a range's dimension is checked once declared (unused_dim; a
          * decoder's seq and past need not be the inputs') */
-        if (!input && !strstr(shapes[i], "..") && !has_dim_param(gp, shapes[i], len))
+        if (!names_input(gp, shapes[i]) && !strstr(shapes[i], "..") &&
+            !has_dim_param(gp, shapes[i], len))
             error_at(file, "--shape %s: the model has no input %s'%.*s'", shapes[i],
                      strchr(shapes[i], 'x') ? "" : "or inputs' symbolic dimension ",
                      (int)len, shapes[i]);

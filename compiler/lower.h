@@ -87,13 +87,16 @@ static inline const Tensor *dyn_of(const Tensor *t) { return t->dynamic ? t : NU
 static inline const Tensor *dyn_one(const Tensor *t) {
     return t->dyn_axes && !(t->dyn_axes & (t->dyn_axes - 1)) ? t : NULL;
 }
-/* t when it follows the dims along its outermost axis (0) and one axis
- * inside (a dynamic batch and sequence: [b, seq, 768], [b, heads, seq,
- * 64]), else NULL: elementwise dispatches and copies walk the run's
- * extents of both (eltwise_dispatch). */
+/* t when it follows the dims along its outermost axis (0, of more than
+ * one at its largest) and one axis inside (a dynamic batch and sequence:
+ * [b, seq, 768], [b, heads, seq, 64]), else NULL: elementwise dispatches,
+ * copies and rows walk the run's extents of both (eltwise_dispatch,
+ * row_groups). */
 static inline const Tensor *dyn_outer_inner(const Tensor *t) {
     uint32_t in = t->dyn_axes & ~1u;
-    return t->rank >= 2 && (t->dyn_axes & 1u) && in && !(in & (in - 1)) ? t : NULL;
+    return t->rank >= 2 && t->shape[0] > 1 && (t->dyn_axes & 1u) && in && !(in & (in - 1))
+               ? t
+               : NULL;
 }
 /* The inner dynamic axis of such a tensor. */
 static inline int inner_dyn_axis(const Tensor *t) {

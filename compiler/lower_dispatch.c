@@ -355,8 +355,7 @@ Dispatch *eltwise_dispatch(Program *p, Node *n, int rank, const int64_t *shape_i
     const DimExpr *run = NULL, *outer_run = NULL;
     if (dyn && dyn_outer_inner(dyn)) {
         int a = inner_dyn_axis(dyn);
-        if (rank == dyn->rank && dyn->shape[0] > 1 && shape[0] == dyn->shape[0] &&
-            shape[a] == dyn->shape[a]) {
+        if (rank == dyn->rank && shape[0] == dyn->shape[0] && shape[a] == dyn->shape[a]) {
             inner = a;
             dyn_size = dyn->shape[a];
             run = &dyn->ext[a];
@@ -513,7 +512,7 @@ void row_groups(Dispatch *d, int64_t rows, int64_t len, int64_t inner, bool kern
                 const Tensor *dyn) {
     /* with an outer dynamic axis too (dyn_outer_inner, its callers' rows
      * before the row's axes): the run's blocks of it only */
-    bool outer = dyn && dyn_outer_inner(dyn) && dyn->shape[0] > 1;
+    bool outer = dyn && dyn_outer_inner(dyn);
     if (dyn && !dyn->dynamic && !dyn_inside(dyn) && !outer)
         dyn = NULL;
     bool inside = dyn && (dyn_inside(dyn) || outer);
@@ -569,7 +568,7 @@ Dispatch *axis_dispatch(Program *p, Node *n, const char *family, int axis) {
     Tensor rows_of = *x;
     rows_of.dyn_axes &= (1u << axis) - 1u;
     rows_of.dynamic = false;
-    bool outer = !follow && x->rank >= 2 && dyn_outer_inner(&rows_of) && inner == 1;
+    bool outer = !follow && dyn_outer_inner(&rows_of) && inner == 1;
     Dispatch *d = row_dispatch(p, n, family, rows, len, inner,
                                follow ? x : outer ? &rows_of : NULL);
     if (d) {

@@ -367,6 +367,30 @@ static int64_t coopmat_shared_bytes(int64_t bm, int64_t bn, int64_t bk, int64_t 
     return 16 * ns * (a + b) + 1024 * subgroups;
 }
 
+/* s at `units` of what follows the dims: a convolution's images (N their
+ * positions side by side), else its rows. */
+static MatmulShape shape_at(const MatmulShape *s, int64_t units) {
+    MatmulShape at = *s;
+    if (s->conv.dyn_images)
+        at.N = s->conv.positions * units;
+    else
+        at.M = units;
+    return at;
+}
+
+/* Whether coopmat.comp applies to s (coopmat_kernel says when). */
+static bool coopmat_takes(const Node *n, const MatmulShape *s) {
+    /* a decoder's weight stored f16 K-major (quantize.c): B is that copy */
+    bool f16_kmajor = n->wkmajor && n->wq && n->wformat == WF_F16;
+    const Tensor *a = s->ops[1].t, *b = f16_kmajor ? n->wq : s->ops[2].t;
+    bool conv = n->op == OP_CONV;
+    return a->dtype == KILN_DTYPE_F16 && (!n->wq || f16_kmajor) && !s->dyn_k &&
+           s->M > MATVEC_MAX_M && s->a_sk == 1 && (b->dtype == KILN_DTYPE_F16 || conv) &&
+           (s->b_sn == 1 || conv || f16_kmajor);
+}
+
+static Dispatch *coopmat_parts(Program *p, Node *n, MatmulShape *s, SplitParts *parts);
+
 /* coopmat.comp for s, when it applies: an f16 A (its rows contiguous), B
  * f16 as given (not re-encoded; its rows contiguous along N), f16 stored
  * K-major for a decoder (n->wkmajor, B_KVEC) or a convolution's input (f16
@@ -391,18 +415,6 @@ static int64_t coopmat_shared_bytes(int64_t bm, int64_t bn, int64_t bk, int64_t 
  * the epilogue (not a product on 128 x 256 tiles, which fill the GPU);
  * KILN_COOPMAT_SPLITK=S sets the chunks, for tuning. Returns the dispatch
  * that writes C. */
-static bool coopmat_takes(const Node *n, const MatmulShape *s) {
-    /* a decoder's weight stored f16 K-major (quantize.c): B is that copy */
-    bool f16_kmajor = n->wkmajor && n->wq && n->wformat == WF_F16;
-    const Tensor *a = s->ops[1].t, *b = f16_kmajor ? n->wq : s->ops[2].t;
-    bool conv = n->op == OP_CONV;
-    return a->dtype == KILN_DTYPE_F16 && (!n->wq || f16_kmajor) && !s->dyn_k &&
-           s->M > MATVEC_MAX_M && s->a_sk == 1 && (b->dtype == KILN_DTYPE_F16 || conv) &&
-           (s->b_sn == 1 || conv || f16_kmajor);
-}
-
-static Dispatch *coopmat_parts(Program *p, Node *n, MatmulShape *s, SplitParts *parts);
-
 static Dispatch *coopmat_kernel(Program *p, Node *n, MatmulShape *s) {
     return coopmat_parts(p, n, s, NULL);
 }
@@ -501,20 +513,12 @@ static Dispatch *coopmat_parts(Program *p, Node *n, MatmulShape *s, SplitParts *
     bool full_wave = !conv && wm * wn == 8;
     if (s->batch == 1 && tiles < COOPMAT_GROUPS && !follows_dims(s) && !full_wave)
         splits = (COOPMAT_GROUPS + tiles - 1) / tiles;
-    /* the few-rows variant of dynamic rows: as many chunks as fill the GPU
-     * at its fewest rows, within the scratch budget at its most */
-    if (s->rows_least) {
-        int64_t least = groups_for(s->rows_least, bm) * groups_for(s->N, bn);
-        if (least < COOPMAT_GROUPS)
-            splits = (COOPMAT_GROUPS + least - 1) / least;
-        if (splits > split_scratch_cap(s))
-            splits = split_scratch_cap(s);
-    }
-    /* a dynamic batch of images: as many chunks as fill the GPU at the
-     * fewest images, within the scratch budget at the most */
-    if (s->conv.dyn_images) {
-        int64_t least = groups_for(s->M, bm) *
-                        groups_for(s->conv.positions * s->conv.images_min, bn);
+    /* the few-rows variant of dynamic rows, or a dynamic batch of images:
+     * as many chunks as fill the GPU at the fewest rows or images, within
+     * the scratch budget at the most */
+    if (s->rows_least || s->conv.dyn_images) {
+        MatmulShape at = shape_at(s, s->rows_least ? s->rows_least : s->conv.images_min);
+        int64_t least = groups_for(at.M, bm) * groups_for(at.N, bn);
         if (least < COOPMAT_GROUPS)
             splits = (COOPMAT_GROUPS + least - 1) / least;
         if (splits > split_scratch_cap(s))
@@ -899,17 +903,6 @@ static int64_t best_split(const MatmulShape *s, Tiles t, int64_t steps, double *
     return best;
 }
 
-/* s at `units` of what follows the dims: a convolution's images (N their
- * positions side by side), else its rows. */
-static MatmulShape shape_at(const MatmulShape *s, int64_t units) {
-    MatmulShape at = *s;
-    if (s->conv.dyn_images)
-        at.N = s->conv.positions * units;
-    else
-        at.M = units;
-    return at;
-}
-
 /* The split count whose one value serves runs of `least` to `most` units
  * (shape_at): the count whose model time, relative to the best count's at
  * the same units, is least at the worst of the fewest, the most and their
@@ -1192,18 +1185,18 @@ static Dispatch *few_rows_split(Program *p, Node *n, const MatmulShape *s, int64
      * two chunks at the most rows */
     if (!hi || (cm && (s->K / 32 / 4 < 2 || split_scratch_cap(&few) < 2)))
         return NULL;
-    int start = p->ndispatches;
-    Dispatch *sum = NULL;
+    Dispatch *sum;
     if (cm) {
         sum = coopmat_few_rows(p, n, s, lo, hi);
     } else {
         int64_t kchunk = split_chunk(&few, pick_tiles(n, &few, false));
         if (!kchunk)
             return NULL;
+        int start = p->ndispatches;
         sum = split_product(p, n, &few, kchunk);
+        for (int i = start; i < p->ndispatches; i++) /* the product and its sum */
+            for_rows(p->dispatches[i], &few, lo, hi);
     }
-    for (int i = start; i < p->ndispatches && !cm; i++)
-        for_rows(p->dispatches[i], &few, lo, hi);
     *upto = hi;
     return sum;
 }

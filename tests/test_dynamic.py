@@ -1820,17 +1820,23 @@ for _p in ("f32", "f16"):
          f"K for the fewest, ONNX, {_p}")(images_split_case(_p))
 
 
+def linear_onnx(path, rng, k, n):
+    """Writes an ONNX linear layer, y = x @ w + b over x [batch, seq, k]
+    (MatMul and Add, as exporters write one); returns w and b."""
+    from test_onnx import initializer, model, node, value_info
+    w, b = fan_in_weights(rng, k, n), fan_in_weights(rng, n)
+    Path(path).write_bytes(model(
+        [node("MatMul", ["x", "w"], ["h"], "mm"), node("Add", ["h", "b"], ["y"], "add")],
+        [value_info("x", ["batch", "seq", k])], [value_info("y", ["batch", "seq", n])],
+        [initializer("w", w), initializer("b", b)]))
+    return w, b
+
+
 @case("dynamic: ONNX [batch, seq, 24] with --shape batch=2 (fixed) and seq=1..7 (dynamic): "
       "the product's rows follow seq in each of the two batches")
 def test_fixed_batch_dynamic_seq(workdir):
-    from test_onnx import initializer, model, node, value_info
     workdir = Path(workdir)
-    rng = np.random.default_rng(71)
-    w, b = fan_in_weights(rng, 24, 16), fan_in_weights(rng, 16)
-    (workdir / "m.onnx").write_bytes(model(
-        [node("MatMul", ["x", "w"], ["h"], "mm"), node("Add", ["h", "b"], ["y"], "add")],
-        [value_info("x", ["batch", "seq", 24])], [value_info("y", ["batch", "seq", 16])],
-        [initializer("w", w), initializer("b", b)]))
+    w, b = linear_onnx(workdir / "m.onnx", np.random.default_rng(71), 24, 16)
     r = kiln("compile", workdir / "m.onnx", "--shape", "batch=2", "--shape", "seq=1..7",
              "--name", "model", "-o", workdir / "model.c")
     check(r.returncode == 0, r.stderr)
@@ -1851,14 +1857,8 @@ def rows_split_case(flags):
     numpy. flags: --precision f16 (on lavapipe the tiled fallback),
     --weights int8 (K-major codes)."""
     def test(workdir):
-        from test_onnx import initializer, model, node, value_info
         workdir = Path(workdir)
-        rng = np.random.default_rng(73)
-        w, b = fan_in_weights(rng, 1536, 256), fan_in_weights(rng, 256)
-        (workdir / "m.onnx").write_bytes(model(
-            [node("MatMul", ["x", "w"], ["h"], "mm"), node("Add", ["h", "b"], ["y"], "add")],
-            [value_info("x", ["batch", "seq", 1536])], [value_info("y", ["batch", "seq", 256])],
-            [initializer("w", w), initializer("b", b)]))
+        w, b = linear_onnx(workdir / "m.onnx", np.random.default_rng(73), 1536, 256)
         r = kiln("compile", workdir / "m.onnx", "--shape", "batch=1", "--shape", "seq=2..96",
                  "--name", "model", "-o", workdir / "model.c", *flags)
         check(r.returncode == 0, r.stderr)
@@ -2020,14 +2020,8 @@ def active_dispatches(c, dims, coopmat):
       "one product kernel (matrix-vector, a split one with its sum, or the unsplit one), "
       "on a device with cooperative matrices and on one without; one barrier before the sums")
 def test_few_rows_variants(workdir):
-    from test_onnx import initializer, model, node, value_info
     workdir = Path(workdir)
-    rng = np.random.default_rng(79)
-    w, b = fan_in_weights(rng, 3072, 768), fan_in_weights(rng, 768)
-    (workdir / "m.onnx").write_bytes(model(
-        [node("MatMul", ["x", "w"], ["h"], "mm"), node("Add", ["h", "b"], ["y"], "add")],
-        [value_info("x", ["batch", "seq", 3072])], [value_info("y", ["batch", "seq", 768])],
-        [initializer("w", w), initializer("b", b)]))
+    w, b = linear_onnx(workdir / "m.onnx", np.random.default_rng(79), 3072, 768)
     # without --sync-check (the test harness's default), which orders the
     # variants a run chooses between too
     import subprocess
