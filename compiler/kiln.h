@@ -669,6 +669,10 @@ typedef struct Dispatch {
     uint32_t alt_needs;
 } Dispatch;
 
+/* Whether d's kernel reads the dims (a size in its defines follows them:
+ * lower.c binds them to it). */
+bool dispatch_reads_dims(const Dispatch *d);
+
 typedef struct Module {
     const char *family;
     const char *defines;

@@ -32,6 +32,10 @@ static const LowerFn lowerings[OP_COUNT] = {
 /* Dispatches whose defines read the run's dims get DYN and the address of
  * the dims in push-constant slot DIMS_SLOT (shaders/common.glsl); each
  * dispatch with dynamic groups gets a slot among the indirect commands. */
+bool dispatch_reads_dims(const Dispatch *d) {
+    return d->defines.buf && strstr(d->defines.buf, "KILN_DIM(");
+}
+
 static void bind_dims(Graph *g, Program *p) {
     Loc none = {NULL, 0, 0};
     if (g->ndims) { /* the runtime writes them whether a kernel reads them or not */
@@ -42,7 +46,7 @@ static void bind_dims(Graph *g, Program *p) {
     }
     for (int i = 0; i < p->ndispatches; i++) {
         Dispatch *d = p->dispatches[i];
-        if (!strstr(d->defines.buf ? d->defines.buf : "", "KILN_DIM("))
+        if (!dispatch_reads_dims(d))
             continue;
         if (!p->dims)
             internal_error("dispatch %d reads dims the model does not declare", i);

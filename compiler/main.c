@@ -385,7 +385,7 @@ static void largest_shape_note(const Graph *g, const Program *p) {
         }
         /* one that follows the dims: its groups, or its sizes in the
          * kernel (a matrix-vector product's rows, a product's batches) */
-        if (!multi || d->dynamic || (d->defines.buf && strstr(d->defines.buf, "KILN_DIM(")))
+        if (!multi || d->dynamic || dispatch_reads_dims(d))
             continue;
         count++;
         bytes += moved;
