@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""matvec_bw.py: one row times a weight matrix ([1, K] x [K, N], fixed shape),
+each weight format, each matvec_k.comp setting (KILN_MATVEC_K=WG,CN,UNROLL,
+TEAMS,A_SHARED): GPU microseconds (run_model -p, 200 runs) and the weight
+bytes a second as a share of kiln's copy kernel (256 MiB, same run). Each
+model holds R products of R inputs with R weights (--repeat R, no
+dependence between them), so that the first dispatch's time can be told
+from the later ones'. Runs where kiln and a Vulkan GPU are (KILN_BUILD,
+KILN_VULKAN_LIB as bench/llm.py).
+
+  bench/experiments/matvec_bw.py [--work DIR] [--formats f16,int8]
+      [--shapes 4096x16384] [--repeat R] [--configs 'FMT:WG,CN,U,T,S;...']
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = Path(os.environ.get("KILN_BUILD", ROOT / "build"))
+VULKAN_LIB = os.environ.get("KILN_VULKAN_LIB", "-lvulkan")
+FORMATS = {"f32": ([], 4.0), "f16": (["--weights", "f16"], 2.0),
+           "int8": (["--weights", "int8"], 1.125), "int4": (["--weights", "int4"], 0.625),
+           "fp8-e4m3": (["--weights", "fp8-e4m3"], 1.125),
+           "f16-int8": (["--precision", "f16", "--weights", "int8"], 1.125),
+           "f16-int4": (["--precision", "f16", "--weights", "int4"], 0.625)}
+
+
+def arg(name, default):
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
+
+
+def sh(cmd, env=None, cwd=None):
+    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True,
+                       env={**os.environ, **(env or {})}, cwd=cwd)
+    if r.returncode:
+        raise RuntimeError(r.stdout[-1500:] + r.stderr[-1500:])
+    return r.stdout
+
+
+def build(d, model, flags, env):
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "mv.yaml").write_text(json.dumps(model))
+    sh([BUILD / "kiln", "compile", d / "mv.yaml", "--name", "mv", "-o", d / "mv.c", *flags],
+       env=env)
+    sh(["cc", "-O2", "-std=c99", "-D_POSIX_C_SOURCE=199309L", "-I", ROOT / "runtime",
+        "-DKILN_MODEL=mv", "-include", d / "mv.h", "-o", d / "mv", ROOT / "samples" /
+        "run_model.c", d / "mv.c", "-L", BUILD, "-lkilnrt", VULKAN_LIB, "-lm"])
+
+
+def times(d, names):
+    out = sh([d / "mv", "-n", "200", "-p"], cwd=d)
+    got = {m.group(1): float(m.group(2)) for m in
+           re.finditer(r"^\s+\d+\s+(\S+)\s+([\d.]+)", out, re.M)}
+    return [got[n] for n in names]
+
+
+def main():
+    work = Path(arg("--work", "/tmp/matvec-bw"))
+    work.mkdir(parents=True, exist_ok=True)
+    fmts = arg("--formats", "f32,f16,int8,int4,fp8-e4m3").split(",")
+    shapes = [tuple(int(v) for v in s.split("x")) for s in arg("--shapes", "4096x16384").split(",")]
+    reps = int(arg("--repeat", "2"))
+    configs = {f: [None] for f in fmts}
+    for spec in arg("--configs", "").split(";"):
+        if spec:
+            f, c = spec.split(":")
+            configs.setdefault(f, [None]).append(c)
+    n = 1 << 26
+    copy = {"name": "copy", "inputs": {"x": {"dtype": "f32", "shape": [n]}},
+            "nodes": [{"name": "y", "op": "cast", "inputs": ["x"], "to": "f32"}],
+            "outputs": ["y"]}
+    points = [(work / "copy", copy, [], {})]
+    meta = []
+    for K, N in shapes:
+        for f in fmts:
+            for c in configs.get(f, [None]):
+                model = {"name": "mv", "inputs": {f"x{i}": {"dtype": "f32", "shape": [1, K]}
+                                              for i in range(reps)},
+                         "weights": {f"w{i}": {"dtype": "f32", "shape": [K, N],
+                                               "init": {"normal": 0.02, "seed": i + 1}}
+                                     for i in range(reps)},
+                         "nodes": [{"name": f"y{i}", "op": "matmul", "inputs": [f"x{i}", f"w{i}"]}
+                                   for i in range(reps)],
+                         "outputs": [f"y{i}" for i in range(reps)]}
+                d = work / f"{K}x{N}-{f}-{c or 'd'}".replace(",", "_")
+                points.append((d, model, FORMATS[f][0], {"KILN_MATVEC_K": c} if c else {}))
+                meta.append((K, N, f, c, d))
+    with ThreadPoolExecutor(max(1, (os.cpu_count() or 2) - 2)) as ex:
+        errs = list(ex.map(_safe_build, points))
+    if errs[0]:
+        sys.exit(errs[0])
+    copy_us = times(work / "copy", ["y"])[0]
+    copy_gbs = 2 * n * 4 / copy_us / 1e3
+    print(f"copy: {copy_us:.1f} us, {copy_gbs:.0f} GB/s", flush=True)
+    rows = []
+    for (K, N, f, c, d), err in zip(meta, errs[1:]):
+        if err:
+            print(f"{K}x{N} {f} {c or 'default'}: {err[-400:]}", flush=True)
+            continue
+        us = times(d, [f"y{i}" for i in range(reps)])
+        gb = K * N * FORMATS[f][1]
+        shares = [100 * gb / u / 1e3 / copy_gbs for u in us]
+        print(f"{K}x{N} {f:9s} {c or 'default':14s} " +
+              " ".join(f"{u:7.1f} us {s:4.0f}%" for u, s in zip(us, shares)), flush=True)
+        rows.append({"shape": [K, N], "fmt": f, "cfg": c, "us": us, "share": shares})
+    (work / "matvec_bw.json").write_text(json.dumps({"copy_gbs": copy_gbs, "rows": rows},
+                                                    indent=1))
+
+
+def _safe_build(p):
+    try:
+        build(*p)
+        return None
+    except Exception as e:  # noqa: BLE001
+        return str(e)
+
+
+if __name__ == "__main__":
+    main()
