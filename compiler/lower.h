@@ -105,11 +105,18 @@ static inline int inner_dyn_axis(const Tensor *t) {
         a++;
     return a;
 }
+/* t when it follows the dims along several axes, at its largest strides
+ * (not the prefix layout): a dynamic batch and sequence's attention scores
+ * [b, heads, seq, keys], or [1, heads, seq, keys] with the batch fixed;
+ * else NULL. Elementwise dispatches walk the run's extent of each. */
+static inline const Tensor *dyn_several(const Tensor *t) {
+    return !t->dynamic && (t->dyn_axes & (t->dyn_axes - 1)) ? t : NULL;
+}
 /* The tensor an elementwise dispatch over t follows: t along one dynamic
- * axis (dyn_one), or along an outer one and one inside (dyn_outer_inner),
- * else NULL (its largest shape). */
+ * axis (dyn_one), or along several (dyn_several, which dyn_outer_inner's
+ * tensors are too), else NULL (its largest shape). */
 static inline const Tensor *dyn_walk(const Tensor *t) {
-    return dyn_one(t) ? t : dyn_outer_inner(t);
+    return dyn_one(t) ? t : dyn_several(t);
 }
 /* The one dynamic axis of such a tensor. */
 static inline int dyn_axis_of(const Tensor *t) {
@@ -142,7 +149,8 @@ Operand broadcast(Tensor *t, int rank, const int64_t *shape);
 /* Transpose n's input as an operand of n's output shape (lower_layout.c). */
 Operand transposed_input(Node *n);
 int collapse(int rank, int64_t *shape, int nops, Operand *ops);
-int collapse_keeping(int rank, int64_t *shape, int nops, Operand *ops, int *keep);
+int collapse_keeping(int rank, int64_t *shape, int nops, Operand *ops, uint32_t *keep,
+                     int *origin);
 void operand_extent(const Graph *g, const Operand *op, int rank,
                     const int64_t *shape, int64_t *lo, int64_t *hi);
 const char *buffer_type(kiln_dtype dt, bool readonly);

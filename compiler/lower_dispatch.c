@@ -190,19 +190,24 @@ Operand broadcast(Tensor *t, int rank, const int64_t *shape) {
  * linearly, so kernels index with as few divisions as possible. Returns the
  * new rank (at least 1). */
 int collapse(int rank, int64_t *shape, int nops, Operand *ops) {
-    return collapse_keeping(rank, shape, nops, ops, NULL);
+    return collapse_keeping(rank, shape, nops, ops, NULL, NULL);
 }
 
-/* collapse, where axis *keep (larger than 1; when keep is not NULL) follows
- * a run's extent: it takes the fixed axes after it that merge into it, never
- * merges into the axis before it, and *keep becomes its new index. */
-int collapse_keeping(int rank, int64_t *shape, int nops, Operand *ops, int *keep) {
-    int r = 0, kept = -1;
+/* collapse, where the axes in the mask *keep (each larger than 1; keep may
+ * be NULL) follow a run's extent: each takes the fixed axes after it that
+ * merge into it and never merges into the axis before it. *keep becomes
+ * the mask of their new indices, and origin[j] (origin may be NULL) the
+ * axis that kept axis j was. */
+int collapse_keeping(int rank, int64_t *shape, int nops, Operand *ops, uint32_t *keep,
+                     int *origin) {
+    uint32_t in = keep ? *keep : 0, kept = 0, out = 0;
+    int r = 0, from[ITER_RANK];
     for (int i = 0; i < rank; i++) {
-        if (shape[i] == 1 && !(keep && i == *keep))
+        if (shape[i] == 1 && !((in >> i) & 1u))
             continue;
-        if (keep && i == *keep)
-            kept = r;
+        if ((in >> i) & 1u)
+            kept |= 1u << r;
+        from[r] = i;
         shape[r] = shape[i];
         for (int k = 0; k < nops; k++)
             ops[k].strides[r] = ops[k].strides[i];
@@ -210,16 +215,19 @@ int collapse_keeping(int rank, int64_t *shape, int nops, Operand *ops, int *keep
     }
     int w = 0;
     for (int i = 0; i < r; i++) {
-        bool merge = w > 0 && i != kept;
+        bool merge = w > 0 && !((kept >> i) & 1u);
         for (int k = 0; merge && k < nops; k++)
             merge = ops[k].strides[w - 1] == ops[k].strides[i] * shape[i];
-        if (i == kept)
-            *keep = w;
         if (merge) {
             shape[w - 1] *= shape[i];
             for (int k = 0; k < nops; k++)
                 ops[k].strides[w - 1] = ops[k].strides[i];
             continue;
+        }
+        if ((kept >> i) & 1u) {
+            out |= 1u << w;
+            if (origin)
+                origin[w] = from[i];
         }
         shape[w] = shape[i];
         for (int k = 0; k < nops; k++)
@@ -232,6 +240,8 @@ int collapse_keeping(int rank, int64_t *shape, int nops, Operand *ops, int *keep
             ops[k].strides[0] = 0;
         w = 1;
     }
+    if (keep)
+        *keep = out;
     return w;
 }
 
@@ -346,35 +356,24 @@ Dispatch *eltwise_dispatch(Program *p, Node *n, int rank, const int64_t *shape_i
     for (int k = 0; k < nin; k++)
         ops[k + 1] = in[k];
     memcpy(shape, shape_in, sizeof(int64_t) * (size_t)rank);
-    /* an inner dynamic axis: its index in the collapsed iteration, its
-     * largest size and the run's; with an outer one too (dyn_outer_inner:
-     * axis 0, the collapsed iteration's first, the axes merged into it
-     * fixed), its largest size and the run's */
-    int inner = -1;
-    int64_t dyn_size = 0, outer_size = 0;
-    const DimExpr *run = NULL, *outer_run = NULL;
-    if (dyn && dyn_outer_inner(dyn)) {
-        int a = inner_dyn_axis(dyn);
-        if (rank == dyn->rank && shape[0] == dyn->shape[0] && shape[a] == dyn->shape[a]) {
-            inner = a;
-            dyn_size = dyn->shape[a];
-            run = &dyn->ext[a];
-            outer_size = dyn->shape[0];
-            outer_run = &dyn->ext[0];
-        }
-        dyn = NULL; /* its groups follow the inner axis (below), else the largest */
-    } else if (dyn && dyn_inside(dyn)) {
-        int a = dyn_axis_of(dyn);
-        if (a < rank && shape[a] == dyn->shape[a]) {
-            inner = a;
-            dyn_size = dyn->shape[a];
-            run = &dyn->ext[a];
-        } else {
-            dyn = NULL; /* not the iteration's axis: the largest shape */
-        }
+    /* the iteration's axes that follow a run's extent (the walk's tensor
+     * at its largest strides; an axis that is not the iteration's of the
+     * same size leaves the largest shape): one inside (dyn_inside), or
+     * several (dyn_several), each with its extent; groups follow the
+     * innermost's */
+    uint32_t walk = 0;
+    const Tensor *along = dyn;
+    if (dyn && (dyn_several(dyn) || dyn_inside(dyn))) {
+        walk = !dyn_several(dyn)      ? 1u << dyn_axis_of(dyn)
+               : rank == dyn->rank ? dyn->dyn_axes
+                                   : 0;
+        for (int a = 0; a < ITER_RANK && walk >> a; a++)
+            if (((walk >> a) & 1u) && (a >= rank || shape[a] != dyn->shape[a]))
+                walk = 0;
+        dyn = NULL; /* its groups follow the innermost walked axis (below), else the largest */
     }
-    rank = inner >= 0 ? collapse_keeping(rank, shape, nin + 1, ops, &inner)
-                      : collapse(rank, shape, nin + 1, ops);
+    int origin[ITER_RANK];
+    rank = collapse_keeping(rank, shape, nin + 1, ops, walk ? &walk : NULL, origin);
     int64_t cs[ITER_RANK];
     contiguous_strides(rank, shape, cs);
 
@@ -384,26 +383,24 @@ Dispatch *eltwise_dispatch(Program *p, Node *n, int rank, const int64_t *shape_i
         need_dtype(p, need, KILN_DTYPE_I64);
     d->local_size = 256;
     define_int(d, "WG", d->local_size);
-    if (inner >= 0) {
-        /* the axis's size (with the fixed axes merged into it) at run time,
-         * and the outer one's */
-        if (outer_run)
-            define_str(d, "COUNT", format("(uint(%s) * uint(%s))",
-                                          dim_expr_glsl(outer_run, shape[0] / outer_size),
-                                          dim_expr_glsl(run, count / shape[0] / dyn_size)));
-        else
-            define_str(d, "COUNT", dim_expr_glsl(run, count / dyn_size));
-        define_int(d, "RANK", rank);
-        Str sh = {0};
+    int inner = -1; /* the innermost walked axis */
+    if (walk) {
+        /* each walked axis's size (with the fixed axes merged into it) at
+         * run time, and their product with the fixed ones */
+        Str sh = {0}, cnt = {0};
         for (int i = 0; i < rank; i++) {
-            if (i == inner)
-                str_addf(&sh, "%suint(%s)", i ? ", " : "",
-                         dim_expr_glsl(run, shape[i] / dyn_size));
-            else if (i == 0 && outer_run)
-                str_addf(&sh, "uint(%s)", dim_expr_glsl(outer_run, shape[0] / outer_size));
-            else
-                str_addf(&sh, "%s%lld", i ? ", " : "", (long long)shape[i]);
+            bool walked = (walk >> i) & 1u;
+            char *v = walked ? format("uint(%s)", dim_expr_glsl(&along->ext[origin[i]],
+                                                                shape[i] /
+                                                                    along->shape[origin[i]]))
+                             : format("%lldu", (long long)shape[i]);
+            str_addf(&sh, "%s%s", i ? ", " : "", v);
+            str_addf(&cnt, "%s%s", i ? " * " : "(", v);
+            inner = walked ? i : inner;
         }
+        str_addf(&cnt, ")");
+        define_str(d, "COUNT", cnt.buf);
+        define_int(d, "RANK", rank);
         define_str(d, "SHAPE", sh.buf);
         define_int(d, "SHAPE_DYN", 1);
     } else {
@@ -473,9 +470,14 @@ Dispatch *eltwise_dispatch(Program *p, Node *n, int rank, const int64_t *shape_i
     define_needs(d, need);
     define_str(d, "EXPR", format("(%s)", expr));
     if (!vec4) {
-        d->groups[0] = groups_for(count, d->local_size);
+        /* walking several axes, the groups follow the innermost only: each
+         * invocation takes up to `per` elements of the largest shape, so
+         * that a short run starts few idle groups (4096 at the most) */
+        int64_t per = walk & (walk - 1) ? 1 + count / ((int64_t)d->local_size * 4096) : 1;
+        d->groups[0] = groups_for(count, d->local_size * per);
         if (inner >= 0)
-            dyn_groups_along(d, 0, run, count / dyn_size, d->local_size);
+            dyn_groups_along(d, 0, &along->ext[origin[inner]],
+                             count / along->shape[origin[inner]], d->local_size * per);
         else
             dyn_groups(d, 0, dyn, count, d->local_size);
     }

@@ -18,7 +18,7 @@ build's output is checked against onnxruntime at each of its points. Runs where 
 are (KILN_BUILD, KILN_VULKAN_LIB as bench/models.py).
 
   bench/experiments/dynamic_seq.py [--work DIR] [--shapes 1x128,8x128,1x512] [--runs 30]
-                                   [--f16]
+                                   [--f16] [--profile]
 
 --f16: every build with --precision f16 (outputs f32), the check within
 1e-2 of max |ort|.
@@ -44,6 +44,8 @@ def main():
     ap.add_argument("--shapes", default="1x128,8x128,1x512")
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--f16", action="store_true")
+    ap.add_argument("--profile", action="store_true",
+                    help="also print each dynamic build's ten slowest dispatches at each point")
     args = ap.parse_args()
     import onnxruntime as ort
     points = [tuple(int(v) for v in p.split("x")) for p in args.shapes.split(",")]
@@ -99,6 +101,9 @@ def main():
                   f"{err:.3g}", flush=True)
             if err > (1e-2 if args.f16 else 1e-4):
                 sys.exit(f"FAIL: the {name} build's output is off")
+            if args.profile:
+                print(models.sh([wd / "run_model", "-n", "20", "-p", *dims, "-i", wd / "x.bin",
+                                 "-o", wd / "y.bin"], cwd=wd).split("GPU time")[-1], flush=True)
     print("| build | batch x seq | ms a run | GPU ms |\n| --- | --- | --- | --- |")
     for name, wd, _ in built:
         for b, s in points:
