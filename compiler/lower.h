@@ -89,9 +89,9 @@ static inline const Tensor *dyn_one(const Tensor *t) {
 }
 /* t when it follows the dims along its outermost axis (0, of more than
  * one at its largest) and one axis inside (a dynamic batch and sequence:
- * [b, seq, 768], [b, heads, seq, 64]), else NULL: elementwise dispatches,
- * copies and rows walk the run's extents of both (eltwise_dispatch,
- * row_groups). */
+ * [b, seq, 768], [b, heads, seq, 64]), else NULL: rows walk the run's
+ * extents of both (row_groups, axis_dispatch; elementwise dispatches and
+ * copies walk those of any several, dyn_several). */
 static inline const Tensor *dyn_outer_inner(const Tensor *t) {
     uint32_t in = t->dyn_axes & ~1u;
     return t->rank >= 2 && t->shape[0] > 1 && (t->dyn_axes & 1u) && in && !(in & (in - 1))

@@ -14,14 +14,13 @@ KILN_VULKAN_LIB as bench/llm.py).
 import json
 import os
 import re
-import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-BUILD = Path(os.environ.get("KILN_BUILD", ROOT / "build"))
-VULKAN_LIB = os.environ.get("KILN_VULKAN_LIB", "-lvulkan")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from matvec_k_dyn import BUILD, ROOT, VULKAN_LIB, sh  # noqa: E402
+
 FORMATS = {"f32": ([], 4.0), "f16": (["--weights", "f16"], 2.0),
            "int8": (["--weights", "int8"], 1.125), "int4": (["--weights", "int4"], 0.625),
            "fp8-e4m3": (["--weights", "fp8-e4m3"], 1.125),
@@ -31,14 +30,6 @@ FORMATS = {"f32": ([], 4.0), "f16": (["--weights", "f16"], 2.0),
 
 def arg(name, default):
     return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
-
-
-def sh(cmd, env=None, cwd=None):
-    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True,
-                       env={**os.environ, **(env or {})}, cwd=cwd)
-    if r.returncode:
-        raise RuntimeError(r.stdout[-1500:] + r.stderr[-1500:])
-    return r.stdout
 
 
 def build(d, model, flags, env):
