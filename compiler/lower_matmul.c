@@ -1460,6 +1460,75 @@ static bool batched_dyn_rows(const Node *n, const Tensor *a, const Tensor *b,
            (b->dyn_axes & ((1u << (b->rank - 2)) - 1)) == (outer & b->dyn_axes);
 }
 
+/* A product over a dynamic outer batch of one batch up (b from 1): runs of
+ * one batch take the kernels of the unbatched product of seq rows, as a
+ * build with b fixed at 1 takes them (split along K for few rows,
+ * matrix-vector for fewer), the others the kernels of all batches, whose
+ * tiles and lack of a split suit many rows. Two such products: [b, seq, K]
+ * x [K, N] with the batches apart (batched_dyn_rows: rows s->dyn in each
+ * of the batches s->dyn_batch), and a QKV split's, the batches folded into
+ * the rows (outer_rows: s->dyn the batches, each a block of A's axis 1 at
+ * its largest, fold_ext its run extent). A dim derived here, t = min(b -
+ * 1, 1), chooses: the one-batch kernels' rows are seq + most * t (past
+ * their most where b > 1: none runs), s->dyn of the others less its most
+ * times 1 - t (none runs where b is 1). ext: the two extents, which the
+ * dispatches' defines and s->dyn (the others' after this) point to.
+ * Returns the first dispatch, the one-batch ones then the others as its
+ * variants; NULL where this does not apply (s unchanged). Measured on an
+ * H200: BERT-base exported with a dynamic batch and sequence, at b 1 and
+ * seq 128 its FFN output product [128, 3072] x [3072, 768] (f32) 218 us
+ * on the batched kernel, split along K as the b = 1 build's
+ * (bench/experiments/dynamic-seq-h200.txt). */
+static Dispatch *one_batch_dispatch(Program *p, Node *n, MatmulShape *s,
+                                    const DimExpr *fold_ext, int64_t fold_most,
+                                    DimExpr ext[2]) {
+    Graph *g = p->graph;
+    const DimExpr *batch = fold_ext ? s->dyn : s->dyn_batch;
+    const DimExpr *rows = fold_ext ? fold_ext : s->dyn;
+    MatmulShape one_batch = *s;
+    if (fold_ext) {
+        one_batch.M = fold_most;
+        one_batch.dyn_most = fold_most;
+    }
+    /* rows above the matrix-vector kernel's most (which computes them all
+     * in fixed work) */
+    if (!rows || !batch || one_batch.M <= MATVEC_MAX_M || s->dyn_k || s->conv.in[0] ||
+        (!fold_ext && (s->batch_per != 1 || s->brank != 1)) || dim_expr_min(g, batch) != 1 ||
+        dim_expr_max(g, batch) < 2)
+        return NULL;
+    DimExpr less = *batch, one = {1, {0}}, t;
+    less.c0 -= 1;
+    if (!derive_dim(g, DIM_MIN, &less, &one, &t))
+        return NULL;
+    DimExpr most_t = dim_expr_scale(&t, one_batch.dyn_most);
+    ext[0] = dim_expr_add(rows, &most_t);
+    most_t = dim_expr_scale(&t, s->dyn_most);
+    ext[1] = dim_expr_add(s->dyn, &most_t);
+    ext[1].c0 -= s->dyn_most;
+    one_batch.batch = 1;
+    one_batch.bshape[0] = 1;
+    for (int i = 0; i < 3; i++)
+        one_batch.ops[i].strides[0] = 0;
+    one_batch.dyn_batch = NULL;
+    one_batch.batch_per = 0;
+    one_batch.dyn = &ext[0];
+    int start = p->ndispatches;
+    Dispatch *first = matmul_dispatch(p, n, &one_batch);
+    for (int i = start; i < p->ndispatches; i++) { /* none past the most rows */
+        Dispatch *d = p->dispatches[i];
+        if (!d->dynamic)
+            internal_error("node '%s': a one-batch kernel of fixed work", n->name);
+        int64_t cap = one_batch.dyn_most * d->scale;
+        d->work_max = d->work_max < cap ? d->work_max : cap;
+    }
+    Dispatch *last = first;
+    while (last->variant)
+        last = last->variant;
+    s->dyn = &ext[1];
+    last->variant = matmul_dispatch(p, n, s);
+    return first;
+}
+
 void lower_matmul(Program *p, Node *n) {
     Tensor *a = n->inputs[0], *b = n->inputs[1], *out = n->outputs[0];
     MatmulShape s = {0};
@@ -1514,10 +1583,14 @@ void lower_matmul(Program *p, Node *n) {
     /* Rows follow A's prefix extent in one batch, or its row axis in each
      * batch (above); other products with a dynamic A compute their largest
      * shape. */
-    if (s.batch == 1 && a->dynamic)
+    const DimExpr *fold_ext = NULL; /* outer_rows: the rows of each block */
+    if (s.batch == 1 && a->dynamic) {
         follow_rows(&s, a, a->dyn_axis);
-    else if (s.batch == 1 && outer_rows(a, out))
+    } else if (s.batch == 1 && outer_rows(a, out)) {
         follow_rows(&s, a, 0);
+        if (a->rank == 3 && is_dyn(a, 1) && is_dyn(out, 1) && dim_expr_eq(&a->ext[1], &out->ext[1]))
+            fold_ext = &a->ext[1];
+    }
     else if (batch_rows && s.batch > 1)
         follow_rows(&s, a, a->rank - 2);
     if (batch_rows && s.batch > 1 && outer_batch(a, b, out)) {
@@ -1526,7 +1599,12 @@ void lower_matmul(Program *p, Node *n) {
     }
     if (is_dyn(a, a->rank - 1))
         s.dyn_k = &a->ext[a->rank - 1];
-    for (Dispatch *d = matmul_dispatch(p, n, &s); d; d = d->variant) {
+    DimExpr one_batch_ext[2];
+    Dispatch *first = one_batch_dispatch(p, n, &s, fold_ext, fold_ext ? a->shape[1] : 0,
+                                         one_batch_ext);
+    if (!first)
+        first = matmul_dispatch(p, n, &s);
+    for (Dispatch *d = first; d; d = d->variant) {
         if (n->epi_act)
             define_str(d, "ACT(x)", activation_expr(op_info[n->epi_act->op].name));
         Tensor *bias = NULL;

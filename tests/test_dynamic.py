@@ -1946,6 +1946,81 @@ for _p in ("f32", "f16"):
          f"two products) loop over the run's batches only, ONNX, {_p}")(outer_batch_case(_p))
 
 
+def one_batch_case(flags):
+    """A linear layer over a dynamic batch and sequence ([b, seq, 1536] x
+    [1536, 256] + bias, b 1..3, seq 2..96, as an encoder's FFN output
+    exported with both dynamic), and two products of another input side by
+    side (x2 [b, seq, 1536] x [1536, 128] twice: a QKV split, its batches
+    folded into its rows): runs of one batch take the unbatched product's
+    kernels (split along K for few rows, as a build with b fixed at 1), the
+    others those of all batches; the compiler derives min(b - 1, 1) to
+    choose. Every (b, seq) gives work to exactly one kernel of each product
+    (with its sum where split), one split at one batch (the linear layer's
+    at one batch only: its batched kernel does not split); runs of
+    both kinds, up and down, every element against numpy. flags:
+    --precision f16 (on lavapipe the tiled fallback), --weights int8."""
+    def test(workdir):
+        from test_onnx import initializer, model, node, value_info
+        workdir = Path(workdir)
+        rng = np.random.default_rng(97)
+        w, bias = fan_in_weights(rng, 1536, 256), fan_in_weights(rng, 256)
+        w2, w3 = fan_in_weights(rng, 1536, 128), fan_in_weights(rng, 1536, 128)
+        (workdir / "m.onnx").write_bytes(model(
+            [node("MatMul", ["x", "w"], ["h"], "mm"), node("Add", ["h", "bias"], ["y"], "add"),
+             node("MatMul", ["x2", "w2"], ["p2"], "m2"),
+             node("MatMul", ["x2", "w3"], ["p3"], "m3")],
+            [value_info("x", ["batch", "seq", 1536]), value_info("x2", ["batch", "seq", 1536])],
+            [value_info("y", ["batch", "seq", 256]), value_info("p2", ["batch", "seq", 128]),
+             value_info("p3", ["batch", "seq", 128])],
+            [initializer("w", w), initializer("bias", bias), initializer("w2", w2),
+             initializer("w3", w3)]))
+        r = kiln("compile", workdir / "m.onnx", "--shape", "batch=1..3", "--shape",
+                 "seq=2..96", "--name", "model", "-o", workdir / "model.c", *flags)
+        check(r.returncode == 0, r.stderr)
+        c = (workdir / "model.c").read_text()
+        check('{"min(batch - 1, 1)", KILN_DIM_MIN' in c, "no derived dim min(batch - 1, 1)")
+        check(re.search(r"\d+: m2 \(MatMul\) \+ m3 \(MatMul\) \(matmul\)", c),
+              "the two products of x2 are not one")
+        f16 = "--precision" in flags
+        for prod in ("mm", "m2"):
+            for coopmat in (True, False) if f16 else (False,):
+                for b in (1, 2, 3):
+                    split_at = 0
+                    for seq in range(2, 97):
+                        act = active_dispatches(c, [b, seq, min(b - 1, 1)], coopmat, prod)
+                        sums = [a for a in act if a[0] == "splitk"]
+                        prods = [a for a in act if a[0] != "splitk"]
+                        check(len(prods) == 1 and len(sums) <= 1,
+                              f"{prod}: b {b}, seq {seq}, coopmat {coopmat}: {act}")
+                        split_at += len(sums)
+                    # f16 without cooperative matrices: the tiled kernel takes every
+                    # run; the QKV split's rows of all batches split too where few
+                    one = b == 1 and (coopmat or not f16)
+                    check(split_at > 0 if one else prod == "m2" or split_at == 0,
+                          f"{prod}: b {b}: {split_at} runs split along K, coopmat {coopmat}")
+        wq, wq2, wq3 = w, w2, w3
+        if "--weights" in flags:
+            from test_quant import dequantized
+            wq, wq2, wq3 = (dequantized(v, "int8")[0] for v in (w, w2, w3))
+
+        def reference(x, x2, batch, seq):
+            x, x2 = x.astype(np.float64), x2.astype(np.float64)
+            return [x @ wq + bias, x2 @ wq2, x2 @ wq3]
+        steps = [{"batch": b, "seq": q} for b, q in ((1, 2), (3, 96), (1, 40), (2, 5), (1, 96),
+                                                     (3, 17), (1, 7), (2, 80))]
+        run_built(link_model(workdir), steps,
+                  lambda rng, batch, seq: [normal(rng, batch, seq, 1536),
+                                           normal(rng, batch, seq, 1536)],
+                  reference, compare=precision_compare(f16, 1e-4, 1e-4))
+    return test
+
+
+for _f in ((), ("--precision", "f16"), ("--weights", "int8")):
+    case("dynamic: a linear layer and a QKV split over a dynamic batch and sequence take the "
+         "unbatched kernels (split along K for few rows) in runs of one batch, those of all "
+         f"batches in others, {' '.join(_f) or 'f32'}")(one_batch_case(_f))
+
+
 @case("dynamic: elementwise ops, a transpose, a broadcast and a layer norm over a dynamic "
       "batch and sequence ([b, seq, 6], [b, 6, seq], a mask [b, 1, seq]) walk the run's "
       "extents of both, ONNX")
@@ -2033,15 +2108,17 @@ def test_several_axes_eltwise(workdir):
         run_built(link_model(workdir), steps, inputs, reference, rtol=1e-5, atol=1e-6)
 
 
-def active_dispatches(c, dims, coopmat):
+def active_dispatches(c, dims, coopmat, node=None):
     """The dispatches of generated C that a run at dims gives work (the
     runtime's rule: the work range, the device features; a device with
-    cooperative matrices and every other feature, or none of them):
-    [(family, groups)]."""
+    cooperative matrices and every other feature, or none of them), of
+    the node named `node` (the first of its group) or all: [(family,
+    groups)]."""
     table = c[c.index("_dispatches["):]
     table = table[:table.index("};")]
     out = []
-    for m in re.finditer(r"/\* \d+: .*?\((\w+)\) (\w+);[^\n]*\n\s*\{\d+u, \{(\d+)u, (\d+)u, "
+    for m in re.finditer(r"/\* \d+: (?:" + (re.escape(node) + " " if node else "") +
+                         r").*?\((\w+)\) (\w+);[^\n]*\n\s*\{\d+u, \{(\d+)u, (\d+)u, "
                          r"(\d+)u\}[^\n]*\n\s*(\d+)u, \{(-?\d+)ll, \{([^}]*)\}\}, (\d+)ull, \d+ull, "
                          r"(\d+)ull, (\d+)ull, (\d+)u, (\d+)u\}", table):
         family, groups = m[2], (int(m[3]), int(m[4]), int(m[5]))
