@@ -1379,7 +1379,8 @@ bool norm_after_product(Program *p, Node *n, Dispatch *nd, Tensor *o, Tensor *re
  * cache state (a view of it; append_region) is written there directly,
  * SPLIT_BASE1 or 2 elements in. */
 static void bind_split(Program *p, Dispatch *d, Node *n, const MatmulShape *s) {
-    if (s->batch != 1)
+    /* several batches: C's [batch, M, N] (KILN_STORE_C's rows) */
+    if (s->batch != 1 && (s->brank != 1 || s->ops[0].strides[0] != s->M * s->N))
         internal_error("node '%s': a split product with %lld batches", n->name,
                        (long long)s->batch);
     Tensor *a = n->inputs[0];
@@ -1431,10 +1432,9 @@ static const DimExpr *outer_batch(const Tensor *a, const Tensor *b, const Tensor
 }
 
 /* Whether a product of one batch whose A follows the dims along its outer
- * axis and others ([b, seq, K] with both dynamic, its batch folded into
- * the rows: a QKV split's, which batched_dyn_rows leaves out) takes the
- * run's outer blocks of rows only (each block of rows at its largest, a
- * prefix of A's and C's rows). */
+ * axis and others (its batch folded into the rows: one that
+ * batched_dyn_rows leaves out) takes the run's outer blocks of rows only
+ * (each block of rows at its largest, a prefix of A's and C's rows). */
 static bool outer_rows(const Tensor *a, const Tensor *c) {
     return a->rank >= 3 && c->rank == a->rank && a->shape[0] > 1 && is_dyn(a, 0) &&
            is_dyn(c, 0) && dim_expr_eq(&a->ext[0], &c->ext[0]) && !is_dyn(a, a->rank - 1);
@@ -1443,15 +1443,15 @@ static bool outer_rows(const Tensor *a, const Tensor *c) {
 /* Whether a batched product's rows follow the dims batch by batch: A's
  * row axis (the one before K) dynamic and no batch axis of A, B or C but
  * an outer one (outer_batch: then the run's batches only); C's rows the
- * same; the product no QKV split (whose parts are row-major [rows, width]
- * each). K may be dynamic too (dyn_k), and C's columns (B's then: computed
- * at their largest). */
-static bool batched_dyn_rows(const Node *n, const Tensor *a, const Tensor *b,
+ * same (a QKV split's parts too, each [batch, rows, width] as C's columns
+ * of it lie). K may be dynamic too (dyn_k), and C's columns (B's then:
+ * computed at their largest). */
+static bool batched_dyn_rows(const Tensor *a, const Tensor *b,
                              const Tensor *c) {
     /* an outer batch axis (0) that follows the dims in A and C alike (and
      * in B where B is batched): the run's batches only (outer_batch) */
     uint32_t outer = outer_batch(a, b, c) ? 1u : 0u;
-    if (a->rank < 3 || a->dynamic || n->nsiblings || n->split_out ||
+    if (a->rank < 3 || a->dynamic ||
         (a->dyn_axes & ~(1u << (a->rank - 1))) != (1u << (a->rank - 2) | outer) ||
         (c->dyn_axes & ~(1u << (c->rank - 1))) != (1u << (c->rank - 2) | outer) ||
         !dim_expr_eq(&a->ext[a->rank - 2], &c->ext[c->rank - 2]))
@@ -1460,51 +1460,39 @@ static bool batched_dyn_rows(const Node *n, const Tensor *a, const Tensor *b,
            (b->dyn_axes & ((1u << (b->rank - 2)) - 1)) == (outer & b->dyn_axes);
 }
 
-/* A product over a dynamic outer batch of one batch up (b from 1): runs of
- * one batch take the kernels of the unbatched product of seq rows, as a
- * build with b fixed at 1 takes them (split along K for few rows,
- * matrix-vector for fewer), the others the kernels of all batches, whose
- * tiles and lack of a split suit many rows. Two such products: [b, seq, K]
- * x [K, N] with the batches apart (batched_dyn_rows: rows s->dyn in each
- * of the batches s->dyn_batch), and a QKV split's, the batches folded into
- * the rows (outer_rows: s->dyn the batches, each a block of A's axis 1 at
- * its largest, fold_ext its run extent). A dim derived here, t = min(b -
- * 1, 1), chooses: the one-batch kernels' rows are seq + most * t (past
- * their most where b > 1: none runs), s->dyn of the others less its most
- * times 1 - t (none runs where b is 1). ext: the two extents, which the
- * dispatches' defines and s->dyn (the others' after this) point to.
- * Returns the first dispatch, the one-batch ones then the others as its
- * variants; NULL where this does not apply (s unchanged). Measured on an
- * H200: BERT-base exported with a dynamic batch and sequence, at b 1 and
- * seq 128 its FFN output product [128, 3072] x [3072, 768] (f32) 218 us
- * on the batched kernel, split along K as the b = 1 build's
+/* A product over a dynamic outer batch of one batch up ([b, seq, K] x
+ * [K, N], b from 1; batched_dyn_rows: rows s->dyn in each of the batches
+ * s->dyn_batch): runs of one batch take the kernels of the unbatched
+ * product of seq rows, as a build with b fixed at 1 takes them (split
+ * along K for few rows, matrix-vector for fewer), the others the batched
+ * kernels, whose tiles and lack of a split suit many rows. A dim derived
+ * here, t = min(b - 1, 1), chooses: the one-batch kernels' rows are seq +
+ * most * t (past their most where b > 1: none runs), the batched ones'
+ * seq - most * (1 - t) (none runs where b is 1). ext: the two extents,
+ * which the dispatches' defines and s->dyn (the batched ones' after this)
+ * point to. Returns the first dispatch, the one-batch ones then the
+ * batched ones as its variants; NULL where this does not apply (s
+ * unchanged). Measured on an H200: BERT-base exported with a dynamic batch
+ * and sequence, at b 1 and seq 128 (f32) its FFN output product [128,
+ * 3072] x [3072, 768] 218 -> 53 us, split along K as the b = 1 build's
  * (bench/experiments/dynamic-seq-h200.txt). */
-static Dispatch *one_batch_dispatch(Program *p, Node *n, MatmulShape *s,
-                                    const DimExpr *fold_ext, int64_t fold_most,
-                                    DimExpr ext[2]) {
+static Dispatch *one_batch_dispatch(Program *p, Node *n, MatmulShape *s, DimExpr ext[2]) {
     Graph *g = p->graph;
-    const DimExpr *batch = fold_ext ? s->dyn : s->dyn_batch;
-    const DimExpr *rows = fold_ext ? fold_ext : s->dyn;
-    MatmulShape one_batch = *s;
-    if (fold_ext) {
-        one_batch.M = fold_most;
-        one_batch.dyn_most = fold_most;
-    }
     /* rows above the matrix-vector kernel's most (which computes them all
      * in fixed work) */
-    if (!rows || !batch || one_batch.M <= MATVEC_MAX_M || s->dyn_k || s->conv.in[0] ||
-        (!fold_ext && (s->batch_per != 1 || s->brank != 1)) || dim_expr_min(g, batch) != 1 ||
-        dim_expr_max(g, batch) < 2)
+    if (!s->dyn || s->M <= MATVEC_MAX_M || !s->dyn_batch || s->batch_per != 1 ||
+        s->brank != 1 || s->dyn_k || s->conv.in[0] || dim_expr_min(g, s->dyn_batch) != 1 ||
+        dim_expr_max(g, s->dyn_batch) < 2)
         return NULL;
-    DimExpr less = *batch, one = {1, {0}}, t;
+    DimExpr less = *s->dyn_batch, one = {1, {0}}, t;
     less.c0 -= 1;
     if (!derive_dim(g, DIM_MIN, &less, &one, &t))
         return NULL;
-    DimExpr most_t = dim_expr_scale(&t, one_batch.dyn_most);
-    ext[0] = dim_expr_add(rows, &most_t);
-    most_t = dim_expr_scale(&t, s->dyn_most);
-    ext[1] = dim_expr_add(s->dyn, &most_t);
+    DimExpr most_t = dim_expr_scale(&t, s->dyn_most);
+    ext[0] = dim_expr_add(s->dyn, &most_t);
+    ext[1] = ext[0];
     ext[1].c0 -= s->dyn_most;
+    MatmulShape one_batch = *s;
     one_batch.batch = 1;
     one_batch.bshape[0] = 1;
     for (int i = 0; i < 3; i++)
@@ -1518,7 +1506,7 @@ static Dispatch *one_batch_dispatch(Program *p, Node *n, MatmulShape *s,
         Dispatch *d = p->dispatches[i];
         if (!d->dynamic)
             internal_error("node '%s': a one-batch kernel of fixed work", n->name);
-        int64_t cap = one_batch.dyn_most * d->scale;
+        int64_t cap = s->dyn_most * d->scale;
         d->work_max = d->work_max < cap ? d->work_max : cap;
     }
     Dispatch *last = first;
@@ -1565,7 +1553,7 @@ void lower_matmul(Program *p, Node *n) {
     /* Rows that follow the dims in each of several batches: A's row axis
      * (as [2, seq, K] x [K, N], two batches of seq rows at their largest
      * strides), not folded into M, where its rows would be no prefix. */
-    bool batch_rows = batched_dyn_rows(n, a, b, out);
+    bool batch_rows = batched_dyn_rows(a, b, out);
     /* A shared B and an unbroadcast A: fold the batch into M. */
     if (!batch_rows && s.brank == 1 && s.ops[2].strides[0] == 0 &&
         s.ops[1].strides[0] == s.M * s.K && a->rank >= 2) {
@@ -1583,14 +1571,10 @@ void lower_matmul(Program *p, Node *n) {
     /* Rows follow A's prefix extent in one batch, or its row axis in each
      * batch (above); other products with a dynamic A compute their largest
      * shape. */
-    const DimExpr *fold_ext = NULL; /* outer_rows: the rows of each block */
-    if (s.batch == 1 && a->dynamic) {
+    if (s.batch == 1 && a->dynamic)
         follow_rows(&s, a, a->dyn_axis);
-    } else if (s.batch == 1 && outer_rows(a, out)) {
+    else if (s.batch == 1 && outer_rows(a, out))
         follow_rows(&s, a, 0);
-        if (a->rank == 3 && is_dyn(a, 1) && is_dyn(out, 1) && dim_expr_eq(&a->ext[1], &out->ext[1]))
-            fold_ext = &a->ext[1];
-    }
     else if (batch_rows && s.batch > 1)
         follow_rows(&s, a, a->rank - 2);
     if (batch_rows && s.batch > 1 && outer_batch(a, b, out)) {
@@ -1600,8 +1584,7 @@ void lower_matmul(Program *p, Node *n) {
     if (is_dyn(a, a->rank - 1))
         s.dyn_k = &a->ext[a->rank - 1];
     DimExpr one_batch_ext[2];
-    Dispatch *first = one_batch_dispatch(p, n, &s, fold_ext, fold_ext ? a->shape[1] : 0,
-                                         one_batch_ext);
+    Dispatch *first = one_batch_dispatch(p, n, &s, one_batch_ext);
     if (!first)
         first = matmul_dispatch(p, n, &s);
     for (Dispatch *d = first; d; d = d->variant) {

@@ -62,8 +62,9 @@ KILN_BUFFER(I8, int8_t, 1)
 // A matmul kernel's store of element (m, n) of C, batch offset cc. With a
 // QKV split (SPLIT_N0, SPLIT_N1; the kernel declares outputs c1 and c2),
 // columns [0, SPLIT_N0) go to c, the next SPLIT_N1 to c1 and the rest to
-// c2, each its own row-major tensor (the batch is 1), c1 and c2 from
-// element SPLIT_BASE1 and SPLIT_BASE2 on (0 unless set).
+// c2, each its own row-major tensor, c1 and c2 from element SPLIT_BASE1
+// and SPLIT_BASE2 on (0 unless set): row m of the batch at cc (M rows of N
+// each, as C's batches lie) is row cc / N + m of each part.
 #if defined(SPLIT_N0)
 #ifndef SPLIT_BASE1 // c1 and c2 from these elements on (a decoder's cache state)
 #define SPLIT_BASE1 0u
@@ -73,12 +74,13 @@ KILN_BUFFER(I8, int8_t, 1)
 #endif
 #define KILN_STORE_C(cc, m, n, val)                                                  \
     do {                                                                             \
+        const uint row_ = (cc) / N + (m);                                            \
         if ((n) < SPLIT_N0)                                                          \
-            args.c.v[(m) * SPLIT_N0 + (n)] = (val);                                  \
+            args.c.v[row_ * SPLIT_N0 + (n)] = (val);                                 \
         else if ((n) < SPLIT_N0 + SPLIT_N1)                                          \
-            args.c1.v[SPLIT_BASE1 + (m) * SPLIT_N1 + (n) - SPLIT_N0] = (val);         \
+            args.c1.v[SPLIT_BASE1 + row_ * SPLIT_N1 + (n) - SPLIT_N0] = (val);        \
         else                                                                         \
-            args.c2.v[SPLIT_BASE2 + (m) * (N - SPLIT_N0 - SPLIT_N1) + (n) - SPLIT_N0 - \
+            args.c2.v[SPLIT_BASE2 + row_ * (N - SPLIT_N0 - SPLIT_N1) + (n) - SPLIT_N0 - \
                       SPLIT_N1] = (val);                                             \
     } while (false)
 #define KILN_SPLIT_OUTPUTS(T) T c1; T c2;

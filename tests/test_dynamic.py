@@ -1919,10 +1919,11 @@ def outer_batch_case(precision):
         c = (workdir / "model.c").read_text()
         runs = re.findall(r"^ \*   BATCH_RUN .*KILN_DIM\(0\)", c, re.M)
         check(len(runs) >= 3, f"{len(runs)} kernels loop over the run's batches, not 3 or more")
-        # x2's two products side by side (a QKV split): the rows of the run's batches
+        # x2's two products side by side (a QKV split): the run's rows of each of the
+        # run's batches (runs of one batch on their own kernels: min(b - 1, 1))
         check(re.search(r"\d+: m2 \(MatMul\) \+ m3 \(MatMul\) \(matmul\) \w+;[^\n]*"
-                        r"groups\[1\] follow b", c),
-              "the side-by-side products do not follow the batch")
+                        r"groups\[1\] follow seq \+ 40\*min\(b - 1, 1\) - 40", c),
+              "the side-by-side products do not follow the sequence in each batch")
         check(re.search(r"^ \*   ROWS \(uint\(.*KILN_DIM\(0\).*\) \* uint\(.*KILN_DIM\(1\)", c,
                         re.M), "the softmax's rows do not follow both")
 
@@ -1950,13 +1951,12 @@ def one_batch_case(flags):
     """A linear layer over a dynamic batch and sequence ([b, seq, 1536] x
     [1536, 256] + bias, b 1..3, seq 2..96, as an encoder's FFN output
     exported with both dynamic), and two products of another input side by
-    side (x2 [b, seq, 1536] x [1536, 128] twice: a QKV split, its batches
-    folded into its rows): runs of one batch take the unbatched product's
+    side (x2 [b, seq, 1536] x [1536, 128] twice: a QKV split, each part
+    [b, seq, 128]): runs of one batch take the unbatched product's
     kernels (split along K for few rows, as a build with b fixed at 1), the
     others those of all batches; the compiler derives min(b - 1, 1) to
     choose. Every (b, seq) gives work to exactly one kernel of each product
-    (with its sum where split), one split at one batch (the linear layer's
-    at one batch only: its batched kernel does not split); runs of
+    (with its sum where split), the split ones at one batch only; runs of
     both kinds, up and down, every element against numpy. flags:
     --precision f16 (on lavapipe the tiled fallback), --weights int8."""
     def test(workdir):
@@ -1993,10 +1993,8 @@ def one_batch_case(flags):
                         check(len(prods) == 1 and len(sums) <= 1,
                               f"{prod}: b {b}, seq {seq}, coopmat {coopmat}: {act}")
                         split_at += len(sums)
-                    # f16 without cooperative matrices: the tiled kernel takes every
-                    # run; the QKV split's rows of all batches split too where few
-                    one = b == 1 and (coopmat or not f16)
-                    check(split_at > 0 if one else prod == "m2" or split_at == 0,
+                    # f16 without cooperative matrices: the tiled kernel takes every run
+                    check((split_at > 0) == (b == 1 and (coopmat or not f16)),
                           f"{prod}: b {b}: {split_at} runs split along K, coopmat {coopmat}")
         wq, wq2, wq3 = w, w2, w3
         if "--weights" in flags:
