@@ -462,8 +462,12 @@ static Dispatch *coopmat_parts(Program *p, Node *n, MatmulShape *s, SplitParts *
     }
     /* the few-rows variant of dynamic rows: 64 x 64 tiles, as a fixed build
      * of its rows takes (chosen at its most rows, 128 x 128 tiles made
-     * BERT-base's [32, 768] x [768, 3072] take 28 us on an H200) */
-    if (s->rows_least)
+     * BERT-base's [32, 768] x [768, 3072] take 28 us on an H200); and rows
+     * that follow the dims in each of a dynamic batch (chosen at the most,
+     * 8 x 512, 128 x 256 tiles left BERT-base's FFN up product 96
+     * workgroups at 8 x 128: 146 us; the model 6.24 -> 4.35 ms, fixed
+     * build 3.77, bench/experiments/dynamic-seq-h200.txt) */
+    if (s->rows_least || (s->dyn && s->dyn_batch))
         bm = bn = 64, wm = wn = 2;
     /* KILN_COOPMAT_TILE=BM,BN,WM,WN,BK overrides the tiles, for tuning
      * (each subgroup's block a multiple of 16, BK 16, 32 or 64) */

@@ -38,6 +38,25 @@ import models  # noqa: E402  bench/models.py
 import export  # noqa: E402  tests/models/export.py
 
 
+def profile(wd, dims):
+    """Prints the ten slowest dispatches of the build in wd at dims
+    (run_model -p, 20 runs) and its GPU time by kernel: us (dispatches that
+    ran of those recorded)."""
+    out = models.sh([wd / "run_model", "-n", "20", "-p", wd / "profile.json", *dims, "-i",
+                     wd / "x.bin", "-o", wd / "y.bin"], cwd=wd)
+    print(out.split("GPU time")[-1], flush=True)
+    disp = json.loads((wd / "inspect.json").read_text())["dispatches"]
+    us = [x["us"] for x in json.loads((wd / "profile.json").read_text())["dispatches"]]
+    fam = {}
+    for x, t in zip(disp, us):
+        f = fam.setdefault(x["family"], [0.0, 0, 0])
+        f[0] += t
+        f[1] += t > 0.5
+        f[2] += 1
+    print(" by kernel: " + ", ".join(f"{k} {v[0]:.0f} us ({v[1]} of {v[2]})" for k, v in
+                                     sorted(fam.items(), key=lambda kv: -kv[1][0])), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--work", type=Path, default=Path("/tmp/kiln-dynseq"))
@@ -45,7 +64,8 @@ def main():
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--f16", action="store_true")
     ap.add_argument("--profile", action="store_true",
-                    help="also print each dynamic build's ten slowest dispatches at each point")
+                    help="also print each build's ten slowest dispatches and its GPU time "
+                         "by kernel at each point")
     args = ap.parse_args()
     import onnxruntime as ort
     points = [tuple(int(v) for v in p.split("x")) for p in args.shapes.split(",")]
@@ -75,6 +95,9 @@ def main():
         name, (path, flags) = item
         wd = args.work / (("f16_" if args.f16 else "") + name.replace(" ", "_"))
         wd.mkdir(exist_ok=True)
+        if args.profile:  # the dispatches' kernels, for the profile's sums by kernel
+            models.sh([models.BUILD / "kiln", "inspect", path, "--format", "json", "-o",
+                       wd / "inspect.json", *flags])
         return name, wd, models.kiln_build(wd, path, flags=flags)[0]
     with ThreadPoolExecutor(len(builds)) as ex:
         built = list(ex.map(build, builds.items()))
@@ -102,8 +125,13 @@ def main():
             if err > (1e-2 if args.f16 else 1e-4):
                 sys.exit(f"FAIL: the {name} build's output is off")
             if args.profile:
-                print(models.sh([wd / "run_model", "-n", "20", "-p", *dims, "-i", wd / "x.bin",
-                                 "-o", wd / "y.bin"], cwd=wd).split("GPU time")[-1], flush=True)
+                profile(wd, dims)
+    if args.profile:  # the fixed builds too, at their own point
+        for name, wd, _ in built[2:]:
+            b, s = (int(v) for v in name.split()[1].split("x"))
+            export.make_inputs([((b, s), np.int64, 1000)], seed=3)[0].tofile(wd / "x.bin")
+            print(f"{name} build at {b}x{s}", flush=True)
+            profile(wd, [])
     print("| build | batch x seq | ms a run | GPU ms |\n| --- | --- | --- | --- |")
     for name, wd, _ in built:
         for b, s in points:
