@@ -942,37 +942,46 @@ static void dynamic_attention_mask(Node *n, const AttentionDims *a) {
         if (!is_dyn(m, ax))
             continue;
         int full = ax + 4 - m->rank; /* of [B, H, Sq, Sk] */
-        Tensor *ref = full == 2 ? n->inputs[0] : full == 3 ? n->inputs[1] : NULL;
-        if (!ref || !is_dyn(ref, seq) || !dim_expr_eq(&m->ext[ax], &ref->ext[seq]))
+        Tensor *ref = full == 2 || full == 0 ? n->inputs[0] : full == 3 ? n->inputs[1] : NULL;
+        int at = full == 0 ? 0 : seq;
+        if (!ref || !is_dyn(ref, at) || !dim_expr_eq(&m->ext[ax], &ref->ext[at]))
             unsupported(n, "the mask '%s' is dynamic along axis %d, which is not the "
-                        "queries' or keys' dynamic positions with their extent", m->name, ax);
+                        "batch or the queries' or keys' dynamic positions with their extent",
+                        m->name, ax);
     }
 }
 
 /* Attention's q, k and v may follow the dims along their positions (axis
- * 1 of bshd, 2 of bhsd), whichever axes come before: the kernels read them
- * at their largest shape's strides and walk the run's extents (SQ, SK). */
+ * 1 of bshd, 2 of bhsd) and their batch (axis 0, the same extent in all
+ * three): the kernels read them at their largest shape's strides and walk
+ * the run's extents (SQ, SK, B). */
 static void dynamic_attention(Node *n) {
     AttentionDims a;
     attention_dims(n, &a);
     int seq = a.bshd ? 1 : 2;
+    Tensor *q = n->inputs[0], *k = n->inputs[1], *v = n->inputs[2];
     for (int i = 0; i < 3; i++) {
         Tensor *t = n->inputs[i];
         for (int ax = 0; ax < t->rank; ax++)
-            if (is_dyn(t, ax) && ax != seq)
-                unsupported(n, "'%s' is dynamic along axis %d; attention takes dynamic "
-                            "positions (axis %d of layout %s) only", t->name, ax, seq,
-                            a.bshd ? "bshd" : "bhsd");
+            if (is_dyn(t, ax) && ax != seq && ax != 0)
+                unsupported(n, "'%s' is dynamic along axis %d; attention takes a dynamic "
+                            "batch (axis 0) and dynamic positions (axis %d of layout %s) "
+                            "only", t->name, ax, seq, a.bshd ? "bshd" : "bhsd");
+        if (is_dyn(t, 0) != is_dyn(q, 0) ||
+            (is_dyn(t, 0) && !dim_expr_eq(&t->ext[0], &q->ext[0])))
+            unsupported(n, "'%s' and the queries '%s' must have the same dynamic batch",
+                        t->name, q->name);
     }
     if (n->ninputs > 3 && n->inputs[3]->dyn_axes)
         dynamic_attention_mask(n, &a);
-    Tensor *q = n->inputs[0], *k = n->inputs[1], *v = n->inputs[2];
     if (is_dyn(k, seq) != is_dyn(v, seq) ||
         (is_dyn(k, seq) && !dim_expr_eq(&k->ext[seq], &v->ext[seq])))
         unsupported(n, "keys '%s' and values '%s' must have the same dynamic extent",
                     k->name, v->name);
     if (is_dyn(q, seq))
         mark(n, n->outputs[0], seq, &q->ext[seq]);
+    if (is_dyn(q, 0))
+        mark(n, n->outputs[0], 0, &q->ext[0]);
 }
 
 /* rope: the output follows x. cos and sin ([positions, R / 2]) follow the

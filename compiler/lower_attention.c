@@ -41,6 +41,22 @@ static const DimExpr *positions(const Node *n, const AttentionDims *a, int i) {
     return is_dyn(t, seq) ? &t->ext[seq] : NULL;
 }
 
+/* The run's batch where q follows the dims along axis 0 (k and v then
+ * with it: dynamic.c), else NULL. */
+static const DimExpr *run_batch(const Node *n) {
+    const Tensor *q = n->inputs[0];
+    return is_dyn(q, 0) ? &q->ext[0] : NULL;
+}
+
+/* d's workgroups (groups[0], `tasks` a batch: its heads' rows or blocks)
+ * follow a dynamic batch where the positions are fixed; where they follow
+ * the positions (the caller's dyn_groups_along), a run of fewer batches
+ * leaves the rest of them idle (B the run's: their loop ends first). */
+static void batch_groups(Dispatch *d, const Node *n, int64_t tasks) {
+    if (run_batch(n) && !d->dynamic)
+        dyn_groups_along(d, 0, run_batch(n), tasks, 1);
+}
+
 /* The spans a row's keys split into (attention.comp's SPLITS): few query
  * rows leave most of a GPU idle, a workgroup per row walking every key
  * (a decode step: one row a head). Rows that follow the dims count at
@@ -63,7 +79,9 @@ static int64_t attention_splits(const Node *n, const AttentionDims *a) {
  * largest shapes: a run's positions, SQ and SK, may be fewer along any
  * layout's axis). */
 static void attention_defines(Dispatch *d, Node *n, const AttentionDims *a) {
-    define_int(d, "B", a->B);
+    const DimExpr *batch = run_batch(n);
+    define_str(d, "B", batch ? format("uint(%s)", dim_expr_glsl(batch, 1))
+                             : format("%lld", (long long)a->B));
     define_int(d, "H", a->H);
     define_int(d, "KVH", a->KVH);
     const DimExpr *qpos = positions(n, a, 0), *kpos = positions(n, a, 1);
@@ -224,9 +242,12 @@ static Dispatch *flash_dispatches(Program *p, Node *n, const AttentionDims *a, F
     Dispatch *cm = flash_cm_dispatch(p, n, a);
     if (cm && qpos)
         dyn_groups_along(cm, 0, qpos, a->B * a->H, 16);
+    if (cm)
+        batch_groups(cm, n, a->H * ((a->Sq + 15) / 16));
     Dispatch *fl = flash_dispatch(p, n, a, f);
     if (qpos)
         dyn_groups_along(fl, 0, qpos, a->B * a->H, f.bq);
+    batch_groups(fl, n, a->H * ((a->Sq + f.bq - 1) / f.bq));
     if (!cm)
         return fl;
     fl->unless = cm->needs; /* devices that lack one of them */
@@ -273,6 +294,7 @@ void lower_attention(Program *p, Node *n) {
     d->groups[0] = groups_for(rows * splits, 1);
     if (qpos)
         dyn_groups_along(d, 0, qpos, a.B * a.H * splits, 1);
+    batch_groups(d, n, a.H * a.Sq * splits);
     /* the spans' parts combined by each row's last span workgroup, or
      * (KILN_SPLIT_LAST=0, for comparison) by a second dispatch */
     bool last = part && !split_last_off();
@@ -319,6 +341,7 @@ static Dispatch *attention_combine(Program *p, Node *n, const AttentionDims *a, 
     const DimExpr *qpos = positions(n, a, 0);
     if (qpos)
         dyn_groups_along(c, 0, qpos, a->B * a->H, 1);
+    batch_groups(c, n, a->H * a->Sq);
     c->flops = (uint64_t)(rows * splits * a->DV) * 3;
     return c;
 }

@@ -604,6 +604,47 @@ static bool reshape_view(View *v, int rank, const int64_t *shape) {
     return true;
 }
 
+/* Transposes v's axes: axis a of the result is axis perm[a] of v. */
+static void permute_view(View *v, const int64_t *perm) {
+    View o = *v;
+    for (int a = 0; a < v->rank; a++) {
+        o.size[a] = v->size[perm[a]];
+        o.stride[a] = v->stride[perm[a]];
+        o.div[a] = v->div[perm[a]];
+    }
+    *v = o;
+}
+
+/* Whether views r1 and r2 around transpose tr (r1 -> tr -> r2) merge the
+ * first m axes of r1's input into one, transpose the rest, and split the
+ * merged axis back ([b, h, s, d] -> [b * h, s, d] -> [b * h, d, s] -> [b,
+ * h, d, s], as exporters transpose a batch of heads' keys): then perm (of
+ * r1's input's rank) is the one transpose they make. A merged axis of a
+ * batch and heads has no single stride, which the view of each step
+ * would need. */
+static bool merged_transpose(Node *r1, Node *tr, Node *r2, int64_t *perm) {
+    const Tensor *x = r1->inputs[0], *y = r1->outputs[0], *z = r2->outputs[0];
+    int m = x->rank - y->rank + 1;
+    int64_t tp[MAX_RANK], lead = 1;
+    if (!is_view(r1) || tr->op != OP_TRANSPOSE || !is_view(r2) || m < 2 ||
+        z->rank != x->rank || attr_ints(tr, "perm", tp, MAX_RANK) != y->rank || tp[0] != 0)
+        return false;
+    for (int a = 0; a < m; a++) {
+        lead *= x->shape[a];
+        if (z->shape[a] != x->shape[a])
+            return false;
+    }
+    if (y->shape[0] != lead)
+        return false;
+    for (int a = 1; a < y->rank; a++)
+        if (y->shape[a] != x->shape[m - 1 + a] ||
+            z->shape[m - 1 + a] != tr->outputs[0]->shape[a])
+            return false;
+    for (int a = 0; a < x->rank; a++)
+        perm[a] = a < m ? a : m - 1 + tp[a - m + 1];
+    return true;
+}
+
 /* t followed back through transposes, views and broadcasts to the tensor
  * whose elements it indexes. */
 static bool trace_view(Tensor *t, View *v) {
@@ -628,20 +669,18 @@ static bool trace_view(Tensor *t, View *v) {
     while (n--) {
         Node *p = chain[n];
         Tensor *out = p->outputs[0];
-        if (is_view(p)) {
+        int64_t perm[MAX_RANK];
+        if (n >= 2 && p->inputs[0]->rank == v->rank &&
+            merged_transpose(p, chain[n - 1], chain[n - 2], perm)) {
+            permute_view(v, perm);
+            n -= 2;
+        } else if (is_view(p)) {
             if (!reshape_view(v, out->rank, out->shape))
                 return false;
         } else if (p->op == OP_TRANSPOSE) {
-            int64_t perm[MAX_RANK];
-            View o = *v;
             if (attr_ints(p, "perm", perm, MAX_RANK) != v->rank)
                 return false;
-            for (int a = 0; a < v->rank; a++) {
-                o.size[a] = v->size[perm[a]];
-                o.stride[a] = v->stride[perm[a]];
-                o.div[a] = v->div[perm[a]];
-            }
-            *v = o;
+            permute_view(v, perm);
         } else { /* expand: aligned at the last axis, unit axes broadcast */
             View o = {v->root, out->rank, {0}, {0}, {0}};
             int off = out->rank - v->rank;

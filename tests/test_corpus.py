@@ -162,3 +162,26 @@ for _d in sorted(p.parent for p in (MODELS / "dynamic").glob("*/model.onnx")):
     for _prec in ("f32", "f16"):
         case(f"corpus dynamic{' f16' if _prec == 'f16' else ''}: {_d.name}, "
              f"{' x '.join(_meta['dims'])} at {runs_text(_meta)}")(dynamic_case(_d, _prec))
+
+
+@case("corpus dynamic: attention is one fused kernel in every transformer exported with a "
+      "dynamic batch (and sequence) or a batch of 2: the keys' transpose through [b * h, s, "
+      "d] and back traced, the batch followed at the run's extent (the runs against "
+      "onnxruntime are the cases above)")
+def test_dynamic_attention_fused(workdir):
+    names = [p.parent for p in sorted((MODELS / "dynamic").glob("*/model.onnx"))
+             if re.match(r"(bert|distilbert|roberta|gpt2|llama|qwen2|sentence|vit|whisper)",
+                         p.parent.name)]
+    check(len(names) >= 10, f"{len(names)} transformers in tests/models/dynamic")
+    for d in names:
+        meta = json.loads((d / "meta.json").read_text())
+        flags = [a for dim, (lo, hi) in meta["dims"].items()
+                 for a in ("--shape", f"{dim}={lo}..{hi}")]
+        r = kiln("inspect", d / "model.onnx", *flags)
+        check(r.returncode == 0, f"{d.name}: {r.stderr}")
+        kernels = re.findall(r"^\s+\d+\s+.*?\s+k\d+ (\w+)\s+\d+x\d+x\d+", r.stdout, re.M)
+        check(kernels, f"{d.name}: no dispatches read from kiln inspect")
+        fused = sum(k in ("attention", "flash", "flash_cm") for k in kernels)
+        check(fused >= 1 and "softmax" not in kernels,
+              f"{d.name} ({', '.join(meta['dims'])}): {fused} fused attention dispatches, "
+              f"softmax {'present' if 'softmax' in kernels else 'absent'}")
