@@ -460,14 +460,16 @@ static Dispatch *coopmat_parts(Program *p, Node *n, MatmulShape *s, SplitParts *
         groups_for(s->M, 64) * groups_for(s->N, 256) >= 128) {
         bm = 64, bn = 256, wm = 2, wn = 4;
     }
-    /* the few-rows variant of dynamic rows: 64 x 64 tiles, as a fixed build
-     * of its rows takes (chosen at its most rows, 128 x 128 tiles made
-     * BERT-base's [32, 768] x [768, 3072] take 28 us on an H200); and rows
-     * that follow the dims in each of a dynamic batch (chosen at the most,
-     * 8 x 512, 128 x 256 tiles left BERT-base's FFN up product 96
-     * workgroups at 8 x 128: 146 us; the model 6.24 -> 4.35 ms, fixed
-     * build 3.77, bench/experiments/dynamic-seq-h200.txt) */
-    if (s->rows_least || (s->dyn && s->dyn_batch))
+    /* rows that follow the dims: 64 x 64 tiles, whatever the most rows.
+     * Measured on an H200 (bench/experiments/dynamic-seq-h200.txt): tiles
+     * chosen at the most rows made the few-rows variants' [32, 768] x
+     * [768, 3072] take 28 us (128 x 128); over a dynamic batch, BERT-base's
+     * FFN up product at 8 x 128 146 us on 128 x 256 (96 workgroups; the
+     * model 6.24 -> 4.35 ms, a fixed build 3.77); its rows past the
+     * few-rows variants', unsplit, 82 us at 512 rows on 128 x 128 (a fixed
+     * build splits those 3 ways: under 47 us; the model at 1 x 512 f16 3.19 ->
+     * 2.24 ms, a fixed build 2.43) */
+    if (s->dyn)
         bm = bn = 64, wm = wn = 2;
     /* KILN_COOPMAT_TILE=BM,BN,WM,WN,BK overrides the tiles, for tuning
      * (each subgroup's block a multiple of 16, BK 16, 32 or 64) */
