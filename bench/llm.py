@@ -385,7 +385,9 @@ def write_md(res, path):
     for key, label in [("generate_dynamic", "transformers generate(), dynamic cache"),
                        ("generate_static", "transformers generate(), static cache"),
                        ("static_cuda_graph", "transformers static cache, CUDA graph loop")]:
-        r = res["torch"].get(key, {})
+        r = res["torch"].get(key)
+        if r is None:  # not run (--graph-only)
+            continue
         if "error" in r:
             lines.append(f"| {label} | failed: {r['error'][:80]} | | | | | |")
             continue
