@@ -240,6 +240,42 @@ case("rewrite attention: a mask without the NaN guard is left alone")(
     attention_case(4, 2, 5, 7, False, False))
 
 
+@case("rewrite attention at a batch of 2, K^T written as the exporter's SDPA writes it: "
+      "the heads' [b, h, s, d] (a transpose of the projection's [b, s, h, d]) viewed as "
+      "[b * h, s, d], transposed, viewed back as [b, h, d, s] (the merged axis of batch and "
+      "heads has no single stride)")
+def _(workdir):
+    r = rng(4411)
+    B, H, Sq, Sk, D = 2, 3, 5, 6, 8
+    proj = {n: values(r, [B, s, H * D], 1.0) for n, s in (("q", Sq), ("k", Sk), ("v", Sk))}
+    heads = {n: x.reshape(B, -1, H, D).transpose(0, 2, 1, 3).astype(np.float64)
+             for n, x in proj.items()}
+    mask = np.where(r.random([B, 1, Sq, Sk]) < 0.3, -np.inf, 0).astype(np.float32)
+    mask[..., 0] = 0
+    mask[1, 0, 2, :] = -np.inf  # a row that sees no key
+    nodes = []
+    for n, s in (("q", Sq), ("k", Sk), ("v", Sk)):
+        nodes += [node(f"{n}4", "reshape", [f"{n}in"], shape=[B, s, H, D]),
+                  node(n, "transpose", [f"{n}4"], perm=[0, 2, 1, 3])]
+    nodes += [node("k3", "reshape", ["k"], shape=[B * H, Sk, D]),
+              node("kt3", "transpose", ["k3"], perm=[0, 2, 1]),
+              node("kt", "reshape", ["kt3"], shape=[B, H, D, Sk]),
+              node("qs", "mul", ["q", "a"]),
+              node("sc", "matmul", ["qs", "kt"]), node("sm", "add", ["sc", "mask"]),
+              node("p", "softmax", ["sm"], axis=-1), node("nan", "isnan", ["p"]),
+              node("pg", "where", ["nan", "zero", "p"]), node("y", "matmul", ["pg", "v"])]
+    a = D ** -0.5
+    w = weight_specs(a=np.float32(a), zero=np.float32(0))
+    y = model_yaml("sdpa_b2", {"qin": spec(proj["q"]), "kin": spec(proj["k"]),
+                               "vin": spec(proj["v"]), "mask": spec(mask)}, nodes, ["y"], w)
+    s = (heads["q"] * a) @ heads["k"].transpose(0, 1, 3, 2) + mask
+    with np.errstate(invalid="ignore"):
+        e = np.exp(s - s.max(-1, keepdims=True))
+        pr = e / e.sum(-1, keepdims=True)
+    want = (np.where(np.isnan(pr), 0, pr) @ heads["v"]).astype(np.float32)
+    both_ways(workdir, y, [proj["q"], proj["k"], proj["v"], mask], want, {"attention": 1})
+
+
 # ---- gelu_tanh ----
 
 def gelu_tanh_case(c3):
