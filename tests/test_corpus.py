@@ -124,6 +124,11 @@ for _name in ("efficientnet_tiny_dynamo20", "mobilenet_v3_small_dynamo20",
                 corpus_case(MODELS / _name, _prec, env={"KILN_DWCONV": _tile}))
 
 
+def shape_flags(meta):
+    """--shape DIM=MIN..MAX for each of a dynamic corpus model's dims."""
+    return [a for dim, (lo, hi) in meta["dims"].items() for a in ("--shape", f"{dim}={lo}..{hi}")]
+
+
 def dynamic_case(d, precision):
     """One build at --shape DIM=MIN..MAX for each dim, every stored run
     (its dims' values, its inputs, onnxruntime's output) in turn by one
@@ -131,8 +136,7 @@ def dynamic_case(d, precision):
     def test(workdir):
         wd = Path(workdir)
         meta = json.loads((d / "meta.json").read_text())
-        flags = [a for dim, (lo, hi) in meta["dims"].items()
-                 for a in ("--shape", f"{dim}={lo}..{hi}")]
+        flags = shape_flags(meta)
         r = kiln("compile", d / "model.onnx", "--name", "model", "-o", wd / "model.c", "--guard",
                  "--precision", precision, *flags)
         check(r.returncode == 0, f"kiln compile failed:\n{r.stderr}")
@@ -175,8 +179,7 @@ def test_dynamic_attention_fused(workdir):
     check(len(names) >= 10, f"{len(names)} transformers in tests/models/dynamic")
     for d in names:
         meta = json.loads((d / "meta.json").read_text())
-        flags = [a for dim, (lo, hi) in meta["dims"].items()
-                 for a in ("--shape", f"{dim}={lo}..{hi}")]
+        flags = shape_flags(meta)
         r = kiln("inspect", d / "model.onnx", *flags)
         check(r.returncode == 0, f"{d.name}: {r.stderr}")
         kernels = re.findall(r"^\s+\d+\s+.*?\s+k\d+ (\w+)\s+\d+x\d+x\d+", r.stdout, re.M)
