@@ -108,6 +108,7 @@ static const char *feature_words(uint32_t bits) {
     } named[] = {{KILN_FEATURE_COOPMAT, "cooperative matrices"},
                  {KILN_FEATURE_SHARED48K, "48 KiB of shared memory"},
                  {KILN_FEATURE_SUBGROUP, "subgroup arithmetic"},
+                 {KILN_FEATURE_INTDOT, "8-bit integer dot products"},
                  {KILN_FEATURE_FLOAT16, "f16 arithmetic (shaderFloat16)"}};
     Str s = {0};
     for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)

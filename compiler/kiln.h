@@ -333,6 +333,8 @@ struct Node {
      * element (k, n) at n * K + k, scales and zero points at
      * n * ceil(K / QUANT_BLOCK) + k / QUANT_BLOCK. wformat may be WF_F32. */
     bool wkmajor;
+    bool act_int8;                   /* --activations int8: A as 8-bit integers where
+                                        matvec_k.comp multiplies 8- or 4-bit codes */
 };
 
 typedef struct Graph {
@@ -571,6 +573,7 @@ struct Options {
     const char **keep_f32;  /* --keep-f32: node names */
     int nkeep_f32;
     bool io_f16;            /* --io f16: f32 inputs and outputs stored f16 */
+    bool activations_int8;  /* --activations int8: matvec_k.comp's A_Q8 */
     const char *kernel_cache; /* --kernel-cache DIR, NULL: none */
 };
 

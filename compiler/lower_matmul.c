@@ -275,6 +275,20 @@ static Dispatch *matvec_k_kernel(Program *p, Node *n, const MatmulShape *s, int6
         cn /= 2;
     if (!a_fits)
         ashared = 0;
+    /* --activations int8: A's rows as bytes in shared memory, a scale per
+     * 32 k, beside the partial sums: at most 32 KiB (lavapipe's limit) */
+    bool q8 = n->act_int8 && fmt >= WF_INT8 && fmt <= WF_INT4_ASYM && s->K % 32 == 0 &&
+              mrows * s->K + mrows * s->K / 8 + mrows * cn * wg * 4 <= 32768;
+    if (q8 && !tune) { /* in teams: each workgroup's copy of A serves more columns */
+        ashared = 0;
+        wg = 256, teams = 8;
+        while (teams > 2 && groups_for(s->N, cn * teams) * s->batch < 256)
+            teams /= 2;
+        while (mrows * cn * wg > 4096 && wg > teams)
+            wg /= 2;
+    }
+    if (q8)
+        ashared = 0;
     Dispatch *d = new_dispatch(p, n, "matvec_k");
     d->local_size = (uint32_t)wg;
     define_int(d, "M", mrows);
@@ -294,7 +308,7 @@ static Dispatch *matvec_k_kernel(Program *p, Node *n, const MatmulShape *s, int6
      * 20.7; KILN_F16_PAIRS=0 turns it off, for comparison */
     const char *pairs_env = getenv("KILN_F16_PAIRS");
     if (fmt >= WF_INT8 && fmt <= WF_INT4_ASYM && s->ops[1].t->dtype == KILN_DTYPE_F16 &&
-        a_vec && !ashared && !(pairs_env && strcmp(pairs_env, "0") == 0)) {
+        a_vec && !ashared && !q8 && !(pairs_env && strcmp(pairs_env, "0") == 0)) {
         define_int(d, "F16_PAIRS", 1);
         d->alt_needs = KILN_FEATURE_FLOAT16;
     }
@@ -304,6 +318,10 @@ static Dispatch *matvec_k_kernel(Program *p, Node *n, const MatmulShape *s, int6
         define_int(d, "TEAMS", teams);
     if (ashared)
         define_int(d, "A_SHARED", 1);
+    if (q8) { /* OpSDot in the subgroup build */
+        define_int(d, "A_Q8", 1);
+        d->alt_needs |= KILN_FEATURE_INTDOT;
+    }
     define_int(d, "W_FORMAT", fmt);
     if (fmt >= WF_INT8) {
         define_int(d, "QBLOCK", QUANT_BLOCK);

@@ -19,7 +19,8 @@ static const char *const usage[] = {
     "                          [--const NAME=TENSOR.pb]... [--align BYTES]\n"
     "                          [--debug-tensors] [--guard] [--sync-check]\n"
     "                          [--no-fuse[=LIST]] [--report] [--time] [-v]\n"
-    "                          [--weights FORMAT] [--precision f32|f16]\n"
+    "                          [--weights FORMAT] [--activations int8]\n"
+    "                          [--precision f32|f16]\n"
     "                          [--keep-f32 NODE,...] [--io f32|f16]\n"
     "                          [--weights-file FILE | --embed-weights]\n"
     "                          [--kernel-cache DIR | --no-kernel-cache]\n"
@@ -60,6 +61,10 @@ static const char *const usage[] = {
     "                   int4, int4-asym, fp8-e4m3 or fp8-e5m2 (blocks of 32 along\n"
     "                   K with an f32 scale), dequantized inside the matmul;\n"
     "                   arithmetic stays f32 (default f32: as given)\n"
+    "  --activations int8  with --weights int8 or int4 (and -asym): products of\n"
+    "                   one to four rows (decode steps) quantize A to 8-bit\n"
+    "                   integers, a scale per 32 k, and multiply in integers\n"
+    "                   (default as-is: A as it is, f32 arithmetic)\n"
     "  --precision P    f16: store activations in f16 where their ops take it and\n"
     "                   matmul weights in f16 (products accumulate in f32; other\n"
     "                   ops compute in f32 through casts); inputs and outputs keep\n"
@@ -225,6 +230,11 @@ static void parse_args(int argc, char **argv, bool inspect, Args *a) {
             if (strcmp(v, "f32") != 0 && strcmp(v, "f16") != 0)
                 fatal("--io: unknown type '%s' (f32: as the model declares, f16)", v);
             a->opt.io_f16 = strcmp(v, "f16") == 0;
+        } else if (strcmp(arg, "--activations") == 0 && has_value) {
+            const char *v = argv[++i];
+            if (strcmp(v, "int8") != 0 && strcmp(v, "as-is") != 0)
+                fatal("--activations: unknown choice '%s' (as-is, int8)", v);
+            a->opt.activations_int8 = strcmp(v, "int8") == 0;
         } else if (strcmp(arg, "--keep-f32") == 0 && has_value) {
             for (char *w = xstrdup(argv[++i]), *e; *w; w = e) {
                 e = w + strcspn(w, ",");
@@ -280,6 +290,9 @@ static void parse_args(int argc, char **argv, bool inspect, Args *a) {
         fatal("--keep-f32 is for --precision f16");
     if (a->opt.io_f16 && a->opt.precision != KILN_DTYPE_F16)
         fatal("--io f16 is for --precision f16");
+    if (a->opt.activations_int8 &&
+        (a->opt.weights_format < WF_INT8 || a->opt.weights_format > WF_INT4_ASYM))
+        fatal("--activations int8 is for --weights int8, int8-asym, int4 or int4-asym");
 }
 
 /* Stops with a clear message when `path` cannot be written because of

@@ -336,6 +336,7 @@ void quantize_weights(Graph *g, const Options *opt) {
          * gets a K-major copy unless it is K-major already (trans_b), and
          * otherwise stays as it is but for 8-bit codes kept */
         n->wkmajor = !wide[b->id];
+        n->act_int8 = opt->activations_int8;
         bool f32_copy = f == WF_F32 && !tb && n->wkmajor;
         if (K * N == 0 || (f == WF_F32 && !b->quant.codes && !f32_copy)) {
             n->wkmajor = false;

@@ -299,6 +299,37 @@ static kiln_status choose_device(kiln_device *dev, int32_t index,
     return st;
 }
 
+/* 1 when pd has the device extension named ext. */
+static int has_extension(VkPhysicalDevice pd, const char *ext, const kiln_allocator *allocator) {
+    uint32_t n = 0;
+    if (vkEnumerateDeviceExtensionProperties(pd, NULL, &n, NULL) != VK_SUCCESS || n == 0)
+        return 0;
+    VkExtensionProperties *all =
+        (VkExtensionProperties *)kiln__calloc(allocator, n, sizeof *all);
+    int has = 0;
+    if (all && vkEnumerateDeviceExtensionProperties(pd, NULL, &n, all) >= 0)
+        for (uint32_t i = 0; i < n; i++)
+            has |= strcmp(all[i].extensionName, ext) == 0;
+    kiln__free(allocator, all);
+    return has;
+}
+
+/* 1 when pd has VK_KHR_shader_integer_dot_product with its feature on
+ * (KILN_FEATURE_INTDOT). */
+static int intdot_usable(VkPhysicalDevice pd, const kiln_allocator *allocator) {
+    if (!has_extension(pd, VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME, allocator))
+        return 0;
+    VkPhysicalDeviceShaderIntegerDotProductFeaturesKHR dot;
+    memset(&dot, 0, sizeof dot);
+    dot.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES_KHR;
+    VkPhysicalDeviceFeatures2 f2;
+    memset(&f2, 0, sizeof f2);
+    f2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
+    f2.pNext = &dot;
+    vkGetPhysicalDeviceFeatures2(pd, &f2);
+    return dot.shaderIntegerDotProduct == VK_TRUE;
+}
+
 /* 1 when pd has VK_NV_cooperative_matrix as coopmat.comp and flash_cm.comp
  * use it: the extension and its feature, subgroups of 32 with shuffles,
  * and (given an instance to
@@ -312,17 +343,7 @@ static int coopmat_usable(VkInstance instance, VkPhysicalDevice pd, const Featur
     if (!c->v12.shaderFloat16 || !c->v11.storageBuffer16BitAccess ||
         !c->v12.vulkanMemoryModel || !c->v12.vulkanMemoryModelDeviceScope)
         return 0;
-    uint32_t n = 0;
-    if (vkEnumerateDeviceExtensionProperties(pd, NULL, &n, NULL) != VK_SUCCESS || n == 0)
-        return 0;
-    VkExtensionProperties *ext =
-        (VkExtensionProperties *)kiln__calloc(allocator, n, sizeof *ext);
-    int has = 0;
-    if (ext && vkEnumerateDeviceExtensionProperties(pd, NULL, &n, ext) >= 0)
-        for (uint32_t i = 0; i < n; i++)
-            has |= strcmp(ext[i].extensionName, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME) == 0;
-    kiln__free(allocator, ext);
-    if (!has)
+    if (!has_extension(pd, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME, allocator))
         return 0;
     VkPhysicalDeviceCooperativeMatrixFeaturesNV cm;
     memset(&cm, 0, sizeof cm);
@@ -405,6 +426,7 @@ static uint32_t physical_features(VkInstance instance, VkPhysicalDevice pd,
     VkPhysicalDeviceProperties p;
     vkGetPhysicalDeviceProperties(pd, &p);
     return feature_bits(&c, coopmat_usable(instance, pd, &c, allocator)) |
+           (intdot_usable(pd, allocator) ? KILN_FEATURE_INTDOT : 0u) |
            property_bits(pd, &p.limits, NULL);
 }
 
@@ -451,7 +473,10 @@ static kiln_status open_device(kiln_device *dev) {
     const char *coopmat_env = getenv("KILN_COOPMAT");
     int coopmat = !(coopmat_env && strcmp(coopmat_env, "0") == 0) &&
                   coopmat_usable(dev->instance, dev->physical, &have_c, &dev->allocator);
-    dev->features = feature_bits(&have_c, coopmat);
+    const char *intdot_env = getenv("KILN_INTDOT");
+    int intdot = !(intdot_env && strcmp(intdot_env, "0") == 0) &&
+                 intdot_usable(dev->physical, &dev->allocator);
+    dev->features = feature_bits(&have_c, coopmat) | (intdot ? KILN_FEATURE_INTDOT : 0u);
     want_c.v12.bufferDeviceAddress = VK_TRUE;
     want_c.v12.shaderFloat16 = have_c.v12.shaderFloat16;
     want_c.f.features.shaderInt64 = have_c.f.features.shaderInt64;
@@ -475,16 +500,27 @@ static kiln_status open_device(kiln_device *dev) {
     VkPhysicalDeviceCooperativeMatrixFeaturesNV cm;
     memset(&cm, 0, sizeof cm);
     cm.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV;
-    const char *coopmat_ext = VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME;
+    const char *exts[2];
+    uint32_t next = 0;
     if (coopmat) {
         cm.cooperativeMatrix = VK_TRUE;
         cm.pNext = want_c.f.pNext;
         want_c.f.pNext = &cm;
         want_c.v12.vulkanMemoryModel = VK_TRUE;
         want_c.v12.vulkanMemoryModelDeviceScope = VK_TRUE;
-        ci.enabledExtensionCount = 1;
-        ci.ppEnabledExtensionNames = &coopmat_ext;
+        exts[next++] = VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME;
     }
+    VkPhysicalDeviceShaderIntegerDotProductFeaturesKHR dot;
+    memset(&dot, 0, sizeof dot);
+    dot.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES_KHR;
+    if (intdot) {
+        dot.shaderIntegerDotProduct = VK_TRUE;
+        dot.pNext = want_c.f.pNext;
+        want_c.f.pNext = &dot;
+        exts[next++] = VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME;
+    }
+    ci.enabledExtensionCount = next;
+    ci.ppEnabledExtensionNames = next ? exts : NULL;
     KILN_VK_RETURN(vkCreateDevice(dev->physical, &ci, dev->vk_alloc_driver, &dev->device));
     vkGetDeviceQueue(dev->device, dev->queue_family, 0, &dev->queue);
     return KILN_OK;

@@ -60,6 +60,14 @@ enum { KILN_BUFFER_ARENA = 0, KILN_BUFFER_WEIGHTS = 1 };
  * which devices with it run instead (kiln_kernel.alt_spirv).
  * KILN_SUBGROUP=0 in the environment turns it off. */
 #define KILN_FEATURE_SUBGROUP 64u
+/* VK_KHR_shader_integer_dot_product's shaderIntegerDotProduct: dot
+ * products of four packed 8-bit integers in one instruction (SPIR-V
+ * OpSDot). Like COOPMAT never a model's required feature: the kernels of
+ * `--activations int8` use it in their subgroup build (alt_needs) and do
+ * the same integer arithmetic without it otherwise, with identical
+ * results. KILN_INTDOT=0 in the environment turns it off on devices kiln
+ * creates. */
+#define KILN_FEATURE_INTDOT 128u
 
 #define KILN_MAX_DIMS 8 /* dynamic dimensions per model */
 #define KILN_AXIS_FIXED 3u /* kiln_dispatch.dyn_axis of a dispatch that is not dynamic */

@@ -34,8 +34,11 @@
  *   cooperativeMatrix feature, vulkanMemoryModel and
  *   vulkanMemoryModelDeviceScope (and shaderFloat16 and
  *   storageBuffer16BitAccess); without it f16 matmuls take the f32-arithmetic
- *   kernels instead. kiln_vulkan_features() says which ones the physical
- *   device has.
+ *   kernels instead. KILN_FEATURE_INTDOT declares
+ *   VK_KHR_shader_integer_dot_product enabled with shaderIntegerDotProduct;
+ *   without it `--activations int8` kernels do the same integer arithmetic
+ *   in more instructions. kiln_vulkan_features() says which ones the
+ *   physical device has.
  *
  * Synchronization: kiln submits to your queue (a run is one vkQueueSubmit
  * and a wait on kiln's own fence) and, in create and destroy, waits for

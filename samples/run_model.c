@@ -221,7 +221,8 @@ static void print_features(uint32_t f) {
                  {KILN_FEATURE_STORAGE8, "8-bit storage"},
                  {KILN_FEATURE_COOPMAT, "cooperative matrices"},
                  {KILN_FEATURE_SHARED48K, "48 KiB shared memory"},
-                 {KILN_FEATURE_SUBGROUP, "subgroup arithmetic"}};
+                 {KILN_FEATURE_SUBGROUP, "subgroup arithmetic"},
+                 {KILN_FEATURE_INTDOT, "integer dot products"}};
     const char *sep = " ";
     printf("features:");
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)

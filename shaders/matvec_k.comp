@@ -57,6 +57,16 @@
 // args.rc and args.rs) to args.r0 (args.r1 at ROPE1_BASE: a decoder's key
 // cache), the other parts as a QKV split stores them; the rope's own
 // dispatch then runs only for more rows.
+//
+// A_Q8 (8- and 4-bit codes, kiln compile --activations int8): A's rows are
+// quantized to 8-bit integers in shared memory first, each run of AB = 32
+// k with its own scale (the largest |a| over 127, rounded to even), and a
+// chunk's codes times A become integer dot products of four bytes, exact;
+// the chunk's sum is then scaled by the weights' scale times A's. The
+// KILN_SUBGROUP build multiplies four bytes in one instruction (SPIR-V
+// OpSDot, the compiler then marks it as needing KILN_FEATURE_INTDOT), the
+// other does the same integer arithmetic a byte at a time: the results are
+// identical.
 #extension GL_EXT_control_flow_attributes : enable
 #include "common.glsl"
 #include "weights.glsl"
@@ -122,6 +132,39 @@ layout(local_size_x = WG) in;
 #define ROPE_D 0
 #endif
 #define PAIRS (GLU || ROPE_D > 0) // a workgroup's columns as CH pairs
+#ifndef A_Q8
+#define A_Q8 0
+#endif
+#if A_Q8
+// The codes as the dot products read them: each word XORed with Q8_FLIP,
+// which adds Q8_SHIFT to each code (signed int8 codes as they are; int8-asym
+// bytes u as u - 128; signed nibbles q as q + 8 in [0, 15]; int4-asym ones
+// as they are): sum a (code - z) = sum a code' - (z + Q8_SHIFT) sum a.
+#if W_FORMAT == 3
+#define Q8_FLIP 0x80808080u
+#define Q8_SHIFT -128
+#elif W_FORMAT == 4
+#define Q8_FLIP 0x88888888u
+#define Q8_SHIFT 8
+#else
+#define Q8_FLIP 0u
+#define Q8_SHIFT 0
+#endif
+#if KILN_SUBGROUP // OpSDot: four signed bytes times four, summed
+#extension GL_EXT_spirv_intrinsics : require
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018],
+                  id = 4450)
+int kiln_sdot(uint a, uint b, spirv_literal int packed_4x8); // PackedVectorFormat4x8Bit 0
+int kiln_dot4(uint a, uint b) { return kiln_sdot(a, b, 0); }
+#else
+int kiln_dot4(uint a, uint b) {
+    int s = 0;
+    [[unroll]] for (int i = 0; i < 32; i += 8)
+        s += bitfieldExtract(int(a), i, 8) * bitfieldExtract(int(b), i, 8);
+    return s;
+}
+#endif
+#endif
 #ifndef R0_BUF // a part not rotated: its slot unused
 #define R0_BUF F32
 #define R0_T float
@@ -298,6 +341,9 @@ struct Chunk {
     RAW raw[CN];
     float s[CN];
     vec4 zo[CN];
+#if A_Q8
+    int zq[CN]; // the zero point in the codes as A_Q8 reads them (kiln_q8_word)
+#endif
 };
 
 Chunk load_chunk(uint cb, uint n0, uint ch) {
@@ -310,6 +356,11 @@ Chunk load_chunk(uint cb, uint n0, uint ch) {
         q.s[c] = args.bscale.v[col * NBLK + k / QBLOCK] * FP8_UNIT;
 #else
         q.s[c] = 1.0;
+#endif
+#if A_Q8 && (W_FORMAT == 3 || W_FORMAT == 5)
+        q.zq[c] = int(kiln_byte(args.bzero, col * NBLK + k / QBLOCK)) + Q8_SHIFT;
+#elif A_Q8
+        q.zq[c] = Q8_SHIFT;
 #endif
 #if W_FORMAT == 3 || W_FORMAT == 5
         q.zo[c] = kiln_offsets(float(kiln_byte(args.bzero, col * NBLK + k / QBLOCK)));
@@ -345,6 +396,82 @@ void stage_a(uint ca) {
 #define A4(ca, m, e) sa[(m) * ROWU + a_slot((e) / 4)]
 #else
 #define A4(ca, m, e) LOAD_A4((ca) + (m) * A_SM + (e))
+#endif
+
+#if A_Q8
+// A's rows as bytes: word w of row m at sq[m * AW + w]; 8-bit codes: k 4w
+// to 4w + 3 in order; 4-bit codes, whose words split into the nibbles at
+// even k and odd k: word 2j k 8j, 8j + 2, 8j + 4, 8j + 6, word 2j + 1 the
+// odd k between. sqs[m * (K / AB) + b]: the scale of run b.
+const uint AB = 32u, AW = K / 4u;
+shared uint sq[M * AW];
+shared float sqs[M * (K / AB)];
+
+uint kiln_pack4(vec4 v) {
+    const ivec4 q = ivec4(clamp(roundEven(v), -127.0, 127.0));
+    return uint(q.x & 255) | uint(q.y & 255) << 8 | uint(q.z & 255) << 16 | uint(q.w & 255) << 24;
+}
+
+// Quantizes the run's rows of A (batch at ca) into sq and sqs: an
+// invocation a run of AB k.
+void stage_q8(uint ca) {
+    for (uint u = gl_LocalInvocationID.x; u < MROWS * (K / AB); u += WG) {
+        const uint m = u / (K / AB), b = u % (K / AB);
+        vec4 v[AB / 4];
+        float most = 0.0;
+        [[unroll]] for (uint i = 0; i < AB / 4; ++i) {
+            v[i] = LOAD_A4(ca + m * A_SM + b * AB + 4u * i);
+            const vec4 av = abs(v[i]);
+            most = max(most, max(max(av.x, av.y), max(av.z, av.w)));
+        }
+        const float inv = most > 0.0 ? 127.0 / most : 0.0;
+        sqs[u] = most / 127.0;
+        const uint w0 = m * AW + b * (AB / 4);
+        [[unroll]] for (uint i = 0; i < AB / 4; i += 2) {
+            const vec4 x = v[i] * inv, y = v[i + 1] * inv;
+#if BITS == 4
+            sq[w0 + i] = kiln_pack4(vec4(x.x, x.z, y.x, y.z));
+            sq[w0 + i + 1] = kiln_pack4(vec4(x.y, x.w, y.y, y.w));
+#else
+            sq[w0 + i] = kiln_pack4(x);
+            sq[w0 + i + 1] = kiln_pack4(y);
+#endif
+        }
+    }
+}
+
+// Word i of column c's codes in chunk q, as A's layout has them (sq).
+uint kiln_code_word(Chunk q, uint c, uint i) {
+#if BITS == 4
+    return ((q.raw[c][i / 2u] ^ Q8_FLIP) >> (4u * (i & 1u))) & 0x0F0F0F0Fu;
+#else
+    return q.raw[c][i] ^ Q8_FLIP;
+#endif
+}
+
+// Chunk ch's products with A's rows: exact integer sums, each scaled by
+// the weights' and A's scales, into acc.
+void chunk_q8(uint ch, Chunk q, inout float acc[M][CN]) {
+    const uint k = ch * KV, w0 = k / 4u;
+    [[unroll]] for (uint m = 0; m < M; ++m) {
+        if (m < MROWS) {
+            int sum_a = 0;
+            int t[CN];
+            [[unroll]] for (uint c = 0; c < CN; ++c)
+                t[c] = 0;
+            [[unroll]] for (uint i = 0; i < KV / 4; ++i) {
+                const uint a = sq[m * AW + w0 + i];
+                if (Q8_SHIFT != 0 || W_FORMAT == 3 || W_FORMAT == 5)
+                    sum_a += kiln_dot4(a, 0x01010101u);
+                [[unroll]] for (uint c = 0; c < CN; ++c)
+                    t[c] += kiln_dot4(a, kiln_code_word(q, c, i));
+            }
+            const float sa = sqs[m * (K / AB) + k / AB];
+            [[unroll]] for (uint c = 0; c < CN; ++c)
+                acc[m][c] = fma(q.s[c] * sa, float(t[c] - q.zq[c] * sum_a), acc[m][c]);
+        }
+    }
+}
 #endif
 
 #if HALVES
@@ -479,6 +606,10 @@ void chunk_f32(uint ca, uint k, Chunk q, inout float d[M][CN]) {
 
 // Chunk ch's products with A's rows, scaled once, into acc.
 void add_chunk(uint ca, uint ch, Chunk q, inout float acc[M][CN]) {
+#if A_Q8
+    chunk_q8(ch, q, acc);
+    return;
+#endif
     const uint k = ch * KV;
     float d[M][CN]; // this chunk's sums of weights (codes) times A
     [[unroll]] for (uint m = 0; m < M; ++m)
@@ -631,14 +762,18 @@ void main() {
             [[unroll]] for (uint c = 0; c < CN; ++c)
                 acc[m][c] = 0.0;
         Chunk q[UNROLL]; // loaded first, all of them in flight
-#if A_SHARED // the first chunks' loads issued before A's copy
+#if A_SHARED || A_Q8 // the first chunks' loads issued before A's copy
         [[unroll]] for (uint u = 0; u < UNROLL; ++u)
             q[u] = load_chunk(cb, n0, min(lt + u * TL, CHUNKS - 1));
+#if A_Q8
+        stage_q8(ca);
+#else
         stage_a(ca);
+#endif
         barrier();
 #endif
         for (uint ch0 = lt; ch0 < CHUNKS; ch0 += TL * UNROLL) {
-#if A_SHARED
+#if A_SHARED || A_Q8
             if (ch0 != lt)
 #endif
                 [[unroll]] for (uint u = 0; u < UNROLL; ++u)

@@ -224,6 +224,11 @@ def test_usage(workdir):
     check(r.returncode == 1 and "--keep-f32 is for --precision f16" in r.stderr, r.stderr)
     r = kiln("compile", "m.yaml", "--io", "f16")
     check(r.returncode == 1 and "--io f16 is for --precision f16" in r.stderr, r.stderr)
+    r = kiln("compile", "m.yaml", "--activations", "int4")
+    check(r.returncode == 1 and "--activations: unknown choice 'int4'" in r.stderr, r.stderr)
+    r = kiln("compile", "m.yaml", "--weights", "fp8-e4m3", "--activations", "int8")
+    check(r.returncode == 1 and "--activations int8 is for --weights int8, int8-asym, int4 "
+          "or int4-asym" in r.stderr, r.stderr)
     r = kiln("compile", "m.yaml", "--precision", "f16", "--io", "bf16")
     check(r.returncode == 1 and "--io: unknown type 'bf16'" in r.stderr, r.stderr)
     r = kiln("compile", ROOT / "samples" / "mlp.yaml", "--precision", "f16", "--keep-f32",

@@ -18,7 +18,7 @@ import reference as ref
 from harness import (F16_TOLERANCE, VALIDATION, assert_close, assert_relative, build_model,
                      check, kernel_defines, kiln, link_model, model_yaml, precision_compare,
                      registry, run)
-from test_quant import dequantized
+from test_quant import a_int8, dequantized
 
 TESTS, case = registry()
 
@@ -33,6 +33,14 @@ def dyn_yaml(dims, inputs, nodes, outputs, weights=None):
 # matvec_k in 4 teams of 32 with A in shared memory (a tuning hook; the
 # default for fixed-shape int4 products only)
 TEAMS = {"KILN_MATVEC_K": "128,4,1,4,1"}
+# int4 weights with A as 8-bit integers in matvec_k.comp (runs of up to 4 rows)
+A8 = ("--weights", "int4", "--activations", "int8")
+
+
+def a_rows(x, flags, seq):
+    """x as the product multiplies it: a_int8(x) for --activations int8 on
+    matvec_k.comp's runs (up to 4 rows), else as it is (float64)."""
+    return a_int8(x) if "--activations" in flags and seq <= 4 else ref.f64(x)
 
 
 def build_tuned(sub, y, flags, env):
@@ -205,8 +213,8 @@ def test_matvec_variants(workdir):
 
 @case("dynamic: a norm after a decode step's product (its residual add fused) done by the "
       "product's last workgroup at one row, its own dispatch for more rows: rms_norm and "
-      "layer_norm, f32 and f16, many one-row runs in a row (the counter set back), the "
-      "product in teams (KILN_MATVEC_K)")
+      "layer_norm, f32 and f16, int4 weights with A as 8-bit integers, many one-row runs in a "
+      "row (the counter set back), the product in teams (KILN_MATVEC_K)")
 def test_norm_after_product(workdir):
     K, N = 96, 40
     w, g, b = w_of([K, N], 3), w_of([N], 4), w_of([N], 5)
@@ -216,7 +224,8 @@ def test_norm_after_product(workdir):
                              ("rms_norm", ("--precision", "f16"), {}),
                              ("layer_norm", ("--precision", "f16"), {}),
                              ("layer_norm", (), {"KILN_SUBGROUP": "0"}),
-                             ("rms_norm", ("--precision", "f16"), TEAMS)):
+                             ("rms_norm", ("--precision", "f16"), TEAMS),
+                             ("rms_norm", A8, {})):
         sub = Path(workdir) / f"{norm}{''.join(flags)}{''.join(env)}"
         sub.mkdir()
         params = ["g"] if norm == "rms_norm" else ["g", "b"]
@@ -236,12 +245,14 @@ def test_norm_after_product(workdir):
         check({"n", "s", "kiln.counters"} <= written,
               f"{norm} {flags}: the one-row product does not write the norm: {written}")
 
-        def want(x, r, seq, norm=norm):
-            s = ref.f64(x) @ w + r
+        wn = dequantized(w, "int4")[0] if "int4" in flags else w
+
+        def want(x, r, seq, norm=norm, flags=flags, wn=wn):
+            s = a_rows(x, flags, seq) @ wn + r
             return [ref.norm(s, -1, g, b if norm == "layer_norm" else None,
                              rms=norm == "rms_norm", eps=1e-3), s]
 
-        def compare(got, want, what, tol=F16_TOLERANCE if flags else 1e-4):
+        def compare(got, want, what, tol=F16_TOLERANCE if "f16" in flags else 1e-4):
             assert_relative(got, want, tol, what)
         run_built(prog, seq_steps([1, 1, 1, 3, 1, 64, 1, 1, 2, 1]),
                   lambda rng, seq: [normal(rng, 1, seq, K), normal(rng, 1, seq, N)], want,
@@ -250,15 +261,17 @@ def test_norm_after_product(workdir):
 
 @case("dynamic: a gated MLP's silu(gate) * up after a decode step's gate and up products "
       "(one product, two parts) done by that product at one row, its own dispatch for more "
-      "rows: the gate first or second, f32, f16, int4 weights, ragged columns, without "
-      "subgroup arithmetic, one-row runs in a row, the product in teams (KILN_MATVEC_K)")
+      "rows: the gate first or second, f32, f16, int4 weights (A as 8-bit integers too), ragged "
+      "columns, without subgroup arithmetic, one-row runs in a row, the product in teams "
+      "(KILN_MATVEC_K)")
 def test_glu_after_product(workdir):
     K = 96
     for N, gate_first, flags, env in ((40, True, (), {}), (37, False, (), {}),
                                       (40, True, ("--precision", "f16"), {}),
                                       (37, True, ("--weights", "int4"), {}),
                                       (40, False, (), {"KILN_SUBGROUP": "0"}),
-                                      (37, True, ("--weights", "int4"), TEAMS)):
+                                      (37, True, ("--weights", "int4"), TEAMS),
+                                      (40, False, A8, {})):
         sub = Path(workdir) / f"n{N}{gate_first}{''.join(flags)}{''.join(env)}"
         sub.mkdir()
         prods = [{"name": "g", "op": "matmul", "inputs": ["x", "wg"]},
@@ -283,8 +296,9 @@ def test_glu_after_product(workdir):
         if "int4" in flags:  # the weights as the format stores them
             wg, wu = dequantized(wg, "int4")[0], dequantized(wu, "int4")[0]
 
-        def want(x, seq, wg=wg, wu=wu):
-            g, u = ref.f64(x) @ wg, ref.f64(x) @ wu
+        def want(x, seq, wg=wg, wu=wu, flags=flags):
+            xa = a_rows(x, flags, seq)
+            g, u = xa @ wg, xa @ wu
             return [g / (1 + np.exp(-g)) * u]
 
         tol = F16_TOLERANCE if "f16" in flags else 1e-4
@@ -297,14 +311,14 @@ def test_glu_after_product(workdir):
 
 @case("dynamic: the rotary embedding of a decode step's query and key products (one QKV "
       "product) done by that product at one row, its pairs of head columns rotated as it "
-      "stores them, the rope's own dispatches for more rows: f32, f16, int4 weights, "
-      "without subgroup arithmetic, an interleaved rope left to its dispatch, the product in "
+      "stores them, the rope's own dispatches for more rows: f32, f16, int4 weights (A as "
+      "8-bit integers too), without subgroup arithmetic, an interleaved rope left to its dispatch, the product in "
       "teams (KILN_MATVEC_K)")
 def test_rope_after_product(workdir):
     K, H, KVH, D = 64, 3, 1, 8
     for flags, env, inter in (((), {}, 0), (("--precision", "f16"), {}, 0),
                               (("--weights", "int4"), {}, 0), ((), {"KILN_SUBGROUP": "0"}, 0),
-                              ((), {}, 1), (("--precision", "f16"), TEAMS, 0)):
+                              ((), {}, 1), (("--precision", "f16"), TEAMS, 0), (A8, {}, 0)):
         sub = Path(workdir) / f"{''.join(flags)}{''.join(env)}{inter}"
         sub.mkdir()
         nodes = [{"name": "q", "op": "matmul", "inputs": ["x", "wq"]},
@@ -333,11 +347,12 @@ def test_rope_after_product(workdir):
         if "int4" in flags:  # the weights as the format stores them
             wq, wk, wv = (dequantized(w, "int4")[0] for w in (wq, wk, wv))
 
-        def want(x, c, s, seq, wq=wq, wk=wk, wv=wv, inter=inter):
-            q = (ref.f64(x) @ wq).reshape(1, seq, H, D)
-            k = (ref.f64(x) @ wk).reshape(1, seq, KVH, D)
+        def want(x, c, s, seq, wq=wq, wk=wk, wv=wv, inter=inter, flags=flags):
+            xa = a_rows(x, flags, seq)
+            q = (xa @ wq).reshape(1, seq, H, D)
+            k = (xa @ wk).reshape(1, seq, KVH, D)
             return [ref.rope(q, c, s, inter, seq_axis=1), ref.rope(k, c, s, inter, seq_axis=1),
-                    ref.f64(x) @ wv]
+                    xa @ wv]
 
         def angles(rng, seq):
             a = rng.uniform(0, 6.3, (seq, D // 2))

@@ -354,3 +354,104 @@ def halves_case(fmt):
 for _fmt in ("int4", "int4-asym", "int8", "int8-asym"):
     case(f"--precision f16 --weights {_fmt}: a decoder's product with the codes times A in f16 "
          "pairs, chunks of A out of their range in f32 (matvec_k, F16_PAIRS)")(halves_case(_fmt))
+
+
+def a_int8(x):
+    """A's rows as --activations int8 makes them (docs/cli.md): each run of
+    32 k scaled by its largest |a| / 127 (f32), rounded half to even; the
+    values the integer products stand for, as float64."""
+    xb = x.astype(np.float32).reshape(x.shape[:-1] + (x.shape[-1] // 32, 32))
+    most = np.abs(xb).max(-1)
+    inv = np.divide(np.float32(127), most, out=np.zeros_like(most), where=most > 0)
+    q = np.clip(np.rint(xb * inv[..., None]), -127, 127)
+    scale = most / np.float32(127)
+    return (q.astype(np.float64) * scale[..., None].astype(np.float64)).reshape(x.shape)
+
+
+def act_int8_case(fmt, M, K, N, seq=None, precision_f16=False, env=None):
+    """--weights FMT --activations int8: the products that run on
+    matvec_k.comp quantize A (a_int8) and multiply codes in integers. Fixed
+    [M, K] rows, or (seq) a decoder's [1, seq, K] over runs of 1 to 4 rows
+    (A_Q8) and longer ones (the tiled kernel, A as it is). Each output
+    against a_int8(x) @ dequantized(W) within 1e-5 of its products'
+    magnitudes, and against x @ W within the documented bound (W's and A's
+    errors). The KILN_SUBGROUP build (lavapipe: OpSDot) and, with
+    env KILN_SUBGROUP=0, the one that multiplies a byte at a time."""
+    def test(workdir):
+        import test_dynamic
+        workdir = Path(workdir)
+        r = np.random.default_rng(95)
+        w = (r.standard_normal([K, N]) * 0.5).astype(np.float32)
+        w[:, 0] *= 40
+        wq, bound = dequantized(w, fmt)
+        w64 = w.astype(np.float64)
+        shape = [1, "seq", K] if seq else [M, K]
+        ins = {"x": {"dtype": "f32", "shape": shape}}
+        nodes = [{"name": "y", "op": "matmul", "inputs": ["x", "w"]}]
+        weights = {"w": {"dtype": "f32", "shape": [K, N], "file": "w.bin"}}
+        y = (test_dynamic.dyn_yaml({"seq": f"1..{max(seq)}"}, ins, nodes, ["y"], weights)
+             if seq else model_yaml("q", ins, nodes, ["y"], weights=weights))
+        flags = ("--weights", fmt, "--activations", "int8")
+        if precision_f16:
+            flags += ("--precision", "f16")
+        prog = build_model(workdir, y, {"w.bin": w.tobytes()}, flags=flags)
+        src = (workdir / "model.c").read_text()
+        check("A_Q8 1" in src and "8-bit integer dot products" in src,
+              "matvec_k without A_Q8, or its build not marked as needing integer dot products")
+
+        def reference(x, seq):
+            rows = seq
+            xs = x.astype(np.float16) if precision_f16 else x
+            xs = xs.astype(np.float32)
+            q8 = rows <= 4
+            xa = a_int8(xs) if q8 else xs.astype(np.float64)
+            # the tiled kernel at --precision f16: f16 products (dynamic_case)
+            mags.append(np.abs(xa) @ np.abs(wq) * (1 if q8 or not precision_f16 else 200))
+            # the documented bound: W's error, and A's (half its run's scale)
+            most = np.abs(xs.reshape(xs.shape[:-1] + (K // 32, 32))).max(-1) / 127
+            da = np.repeat(most, 32, axis=-1) / 2 if q8 else 0 * xs
+            true = xs.astype(np.float64) @ w64
+            bounds.append(np.abs(xs) @ bound + da @ (np.abs(w64) + bound) +
+                          2e-3 * np.abs(xs) @ np.abs(w64) * precision_f16 + 1e-6 * mags[-1])
+            trues.append(true)
+            return [xa @ wq]
+
+        def compare(got, want, what):
+            err, tol = np.abs(got - want), 1e-5 * mags.pop(0) + 1e-30
+            if precision_f16:  # the product stored as a half
+                tol += np.abs(want) * 2.0 ** -11
+            worst = np.unravel_index(np.argmax(err / tol), err.shape)
+            check((err <= tol).all(), f"{what}: error {err[worst]:.3g} at {list(worst)} "
+                  f"against a_int8(x) @ dequantized(W) past {tol[worst]:.3g}")
+            err, lim = np.abs(got - trues.pop(0)), bounds.pop(0)
+            worst = np.unravel_index(np.argmax(err - lim), err.shape)
+            check((err <= lim).all(), f"{what}: error {err[worst]:.3g} at {list(worst)} "
+                  f"against x @ W past the documented {lim[worst]:.3g}")
+
+        for e in ({}, {"KILN_SUBGROUP": "0"}):
+            mags, bounds, trues = [], [], []
+            if seq:
+                test_dynamic.run_built(
+                    prog, [{"seq": s} for s in seq],
+                    lambda rng, seq: [rng.standard_normal([1, seq, K]).astype(np.float32)],
+                    reference, compare=compare, env={**e, **(env or {})})
+            else:
+                x = (r.standard_normal([M, K]) * 3).astype(np.float32)
+                x[0, :32] *= 1e-3  # a run of small values: its own scale
+                x[-1, 32:64] = 0.0  # a run of zeros: scale 0
+                want = reference(x, M)
+                with program_env(**e, **(env or {})):
+                    got = run_program(prog, [x], [np.zeros([M, N], np.float32)])
+                compare(got[0], want[0], f"run ({e or 'subgroup build'})")
+    return test
+
+
+for _fmt in ("int8", "int8-asym", "int4", "int4-asym"):
+    case(f"--weights {_fmt} --activations int8: [1, 1024] x [1024, 600], A as 8-bit "
+         "integers (matvec_k, A_Q8)")(act_int8_case(_fmt, 1, 1024, 600))
+    case(f"--weights {_fmt} --activations int8: [3, 256] x [256, 70] (matvec_k, A_Q8)")(
+        act_int8_case(_fmt, 3, 256, 70))
+for _fmt in ("int8", "int4"):
+    case(f"--precision f16 --weights {_fmt} --activations int8: a decoder's product, runs of "
+         "1 to 4 rows with A as 8-bit integers, longer ones as they are (matvec_k, A_Q8)")(
+        act_int8_case(_fmt, None, 256, 70, seq=[1, 4, 9, 2, 1], precision_f16=True))
