@@ -31,7 +31,7 @@ Tokens per second of decoding, the prompt's latency, and for kiln the bytes
 of weights a token reads over the time per token, against the bandwidth of
 kiln's copy kernel measured in the same run.
 
-  bench/llm.py [--layers N] [--prompt P] [--new N] [--formats f16,int8,int4]
+  bench/llm.py [--layers N] [--prompt P] [--new N] [--formats f16,int8,int4,int4-a8]
                [--graph-only] [--work DIR] [--out DIR]
   bench/llm.py --from-json llm.json [--out DIR]   (LLM.md again, no GPU)
 """
@@ -55,9 +55,12 @@ sys.path.insert(0, str(ROOT / "samples" / "llm"))
 sys.path.insert(0, str(ROOT / "bench"))
 torch = tf = None  # imported by main()
 
-FORMATS = {"f16": [], "int8": ["--weights", "int8"], "int4": ["--weights", "int4"]}
+FORMATS = {"f16": [], "int8": ["--weights", "int8"], "int4": ["--weights", "int4"],
+           "int8-a8": ["--weights", "int8", "--activations", "int8"],
+           "int4-a8": ["--weights", "int4", "--activations", "int8"]}
 # bytes a weight of a matmul takes in each format (blocks of 32 with an f32 scale)
-WEIGHT_BYTES = {"f16": 2.0, "int8": 1.0 + 4 / 32, "int4": 0.5 + 4 / 32}
+WEIGHT_BYTES = {"f16": 2.0, "int8": 1.0 + 4 / 32, "int4": 0.5 + 4 / 32,
+                "int8-a8": 1.0 + 4 / 32, "int4-a8": 0.5 + 4 / 32}
 
 
 def sh(cmd, cwd=None, env=None, timeout=None):
@@ -268,7 +271,7 @@ def main():
     ap.add_argument("--layers", type=int, default=22)
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--new", type=int, default=256)
-    ap.add_argument("--formats", default="f16,int8,int4")
+    ap.add_argument("--formats", default="f16,int8,int4,int4-a8")
     ap.add_argument("--graph-only", action="store_true",
                     help="of transformers, time only the CUDA-graph loop")
     ap.add_argument("--work", type=Path, default=Path("/tmp/kiln-llm"))
@@ -396,7 +399,8 @@ def write_md(res, path):
         lines.append(f"| {label} | {pm} | {r['tokens_s']:.0f} | {sp} | | | |")
     for fmt, r in res["kiln"].items():
         sp = f"**{r['tokens_s'] / ref:.2f}**" if ref else ""
-        lines.append(f"| kiln f16, weights {fmt} | {r['prompt_ms']:.1f} | {r['tokens_s']:.0f} "
+        what = fmt.replace("-a8", ", activations int8")  # FORMATS' -a8: --activations int8
+        lines.append(f"| kiln f16, weights {what} | {r['prompt_ms']:.1f} | {r['tokens_s']:.0f} "
                      f"| {sp} | {r['weights_gbs']:.0f} ({r['share_of_copy']:.0%}) | "
                      f"{r['logits_error']:.2g} | {r['agree_with_torch']} / {res['new']} |")
     lines += [

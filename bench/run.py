@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-BUILD = ROOT / "build"
+BUILD = Path(os.environ.get("KILN_BUILD", ROOT / "build"))
 sys.path.insert(0, str(ROOT / "tests"))
 import interpret  # noqa: E402
 import reference as ref  # noqa: E402

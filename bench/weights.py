@@ -11,7 +11,7 @@ torch f16 x @ W (CUDA events), medians of 50 runs. kiln's copy kernel
 per second as a share of its bandwidth. Writes bench/WEIGHTS.md and
 bench/weights.json.
 
-  bench/weights.py [--out DIR] [--quick] [--rows 1,16,4096] [--formats f32,int4]
+  bench/weights.py [--out DIR] [--quick] [--rows 1,16,4096] [--formats f32,int4,int4+a8]
                    [--sizes 4096x4096,4096x16384]
   bench/weights.py --markdown [--out DIR]
 
@@ -29,10 +29,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run as bench  # noqa: E402
-from test_quant import dequantized, weight_bytes  # noqa: E402  (tests/ is on the path through run)
+from test_quant import a_int8, dequantized, weight_bytes  # noqa: E402  (tests/ on the path)
 
 torch = bench.torch
-FORMATS = ["f32", "f16", "int8", "int8-asym", "int4", "int4-asym", "fp8-e4m3", "fp8-e5m2"]
+# FMT+a8: --weights FMT --activations int8 (A as 8-bit integers where
+# matvec_k.comp runs; the reference then multiplies a_int8(x))
+FORMATS = ["f32", "f16", "int8", "int8-asym", "int4", "int4-asym", "fp8-e4m3", "fp8-e5m2",
+           "int8+a8", "int8-asym+a8", "int4+a8", "int4-asym+a8"]
 
 
 def main():
@@ -75,7 +78,7 @@ def main():
         (wd / "w.bin").write_bytes(w.tobytes())
         wt = torch.from_numpy(w).to(bench.DEV)
         wh = wt.half()
-        deq = {f: (w.astype(np.float64) if f == "f32" else dequantized(w, f)[0])
+        deq = {f: (w.astype(np.float64) if f == "f32" else dequantized(w, f.split("+")[0])[0])
                for f in formats}
         for M in rows:
             x = r.standard_normal((M, K)).astype(np.float32)
@@ -93,14 +96,18 @@ def main():
                        "outputs": ["y"]}
                 (wd / f"{key}.yaml").write_text(json.dumps(doc))
                 bench.sh([bench.BUILD / "kiln", "compile", wd / f"{key}.yaml", "--name", "model",
-                          "-o", wd / f"{key}.c", "--weights", fmt,
+                          "-o", wd / f"{key}.c", "--weights", fmt.split("+")[0],
+                          *(["--activations", "int8"] if fmt.endswith("+a8") else []),
                           "--weights-file", wd / f"{key}.weights"])
                 prog = wd / key
                 bench.sh(["cc", "-O2", "-std=c99", "-D_POSIX_C_SOURCE=199309L", "-I",
                           bench.ROOT / "runtime", "-DKILN_MODEL=model", "-include", wd / f"{key}.h",
                           "-o", prog, bench.ROOT / "bench" / "bench.c", wd / f"{key}.c", "-L",
                           bench.BUILD, "-lkilnrt", bench.VULKAN_LIB, "-lm"])
-                want = (xt.double() @ torch.from_numpy(deq[fmt]).to(bench.DEV)).cpu().numpy()
+                # A as the kernel multiplies it: 8-bit integers on matvec_k.comp
+                q8 = fmt.endswith("+a8") and "A_Q8 1" in (wd / f"{key}.c").read_text()
+                xa = torch.from_numpy(a_int8(x)).to(bench.DEV) if q8 else xt.double()
+                want = (xa @ torch.from_numpy(deq[fmt]).to(bench.DEV)).cpu().numpy()
                 kr, (got,) = bench.run_kiln(wd, prog, [x], [want.astype(np.float32)], runs, 5)
                 err = bench.check_close(f"{key}", got, want, 2e-4)
                 wbytes = weight_bytes(wd / f"{key}.h")
@@ -123,7 +130,9 @@ def write_markdown(res, path):
          "`bench/weights.py`. Do not edit: rerun it (`--markdown` rewrites this page from "
          "weights.json).", "",
          "y = x @ W, x [M, K], W [K, N]. kiln: `--weights FMT`, dequantized inside the "
-         "matmul, f32 arithmetic; median GPU time of 50 runs. Up to 2 rows (f32) or 8 (the "
+         "matmul, f32 arithmetic (FMT+a8: with `--activations int8`, A as 8-bit integers and "
+         "integer dot products where `matvec_k.comp` runs, its reference x then as those "
+         "integers stand for); median GPU time of 50 runs. Up to 2 rows (f32) or 8 (the "
          "other formats) kiln stores W K-major and runs `matvec_k.comp`; more rows up to 16 "
          "read W row-major on `matvec.comp`, more still on the tiled kernel "
          "(docs/performance.md). torch: x @ W in f32 and in "
@@ -132,6 +141,7 @@ def write_markdown(res, path):
          "is the quantization error itself (max |y - x @ W| / max |x @ W|). 'of copy': "
          f"the weight GB/s over kiln's copy kernel's {res['copy_gbs']:.0f} GB/s in the same "
          "run (256 MiB read and written).", "",
+         *([res["note"], ""] if res.get("note") else []),
          "| M | K x N | format | weight MiB | kiln us | torch f32 us | torch f16 us | "
          "kiln / torch f32 speed | weight GB/s | of copy | vs ref | vs f32 |",
          "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]

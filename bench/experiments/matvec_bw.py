@@ -26,6 +26,13 @@ FORMATS = {"f32": ([], 4.0), "f16": (["--weights", "f16"], 2.0),
            "fp8-e4m3": (["--weights", "fp8-e4m3"], 1.125),
            "f16-int8": (["--precision", "f16", "--weights", "int8"], 1.125),
            "f16-int4": (["--precision", "f16", "--weights", "int4"], 0.625)}
+# --activations int8 (A as 8-bit integers, integer dot products) for each
+# 8- and 4-bit format: FMT-a8
+for _f in ("int8", "int8-asym", "int4", "int4-asym", "f16-int8", "f16-int4"):
+    if _f not in FORMATS:
+        FORMATS[_f] = (["--weights", _f], 1.125 + ("asym" in _f) / 32
+                       if "int8" in _f else 0.625 + ("asym" in _f) / 32)
+    FORMATS[_f + "-a8"] = (FORMATS[_f][0] + ["--activations", "int8"], FORMATS[_f][1])
 
 
 def arg(name, default):
