@@ -53,6 +53,10 @@ typedef struct MatmulShape {
      * fewest rows of the runs it serves, the split chosen for them; 0 for
      * none. */
     int64_t rows_least;
+    /* The rows whose tiles pick_tiles gives the tiled kernel (0: M): for
+     * the few-rows variant, the rows over its range whose tiles serve the
+     * range best (few_rows_tiles). */
+    int64_t tile_rows;
     /* K's run extent when the contracted axis is dynamic (the tiled kernel
      * only, K then a run-time value; strides stay at the largest K). */
     const DimExpr *dyn_k;

@@ -714,13 +714,14 @@ static bool conv_narrow(const MatmulShape *s) {
 static Tiles pick_tiles(const Node *n, const MatmulShape *s, bool wide) {
     Tiles t = {0, 0, 0, 0, 16};
     bool shape4 = matmul_vec4_shape(n, s);
-    pick_tile(s->M, &t.bm, &t.tm);
+    int64_t M = s->tile_rows ? s->tile_rows : s->M; /* the rows chosen for */
+    pick_tile(M, &t.bm, &t.tm);
     pick_tile(s->N, &t.bn, &t.tn);
     /* Rows that leave the last 64-row tile at most half full (ViT's 197:
      * 5 of 64) take 32-row tiles: less of the work is padding, and twice the
      * workgroups (H200, inside ViT-B/16: 3.80 -> 3.34 ms of GPU time;
      * convolutions measured slower on them and keep 64) */
-    if (!s->conv.in[0] && s->M > 64 && s->M % 64 != 0 && s->M % 64 <= 32)
+    if (!s->conv.in[0] && M > 64 && M % 64 != 0 && M % 64 <= 32)
         t.bm = 32;
     /* vec4 operands and convolutions: 64 x 128 tiles (4 x 8 per
      * invocation) where they still leave 128 workgroups, a large GPU's
@@ -728,7 +729,7 @@ static Tiles pick_tiles(const Node *n, const MatmulShape *s, bool wide) {
      * the ten tiles swept there, 8 x 8 blocks, 32-wide tiles and K steps of
      * 32 were slower) */
     if ((shape4 || conv_tiles(s)) &&
-        groups_for(s->M, 64) * groups_for(s->N, 128) * s->batch >= 128)
+        groups_for(M, 64) * groups_for(s->N, 128) * s->batch >= 128)
         t = (Tiles){64, 128, 4, 8, 16};
     /* 128 x 128 tiles (8 x 8 per invocation) reuse more of what they load,
      * when they still leave enough workgroups (256) to fill a large GPU and
@@ -736,8 +737,7 @@ static Tiles pick_tiles(const Node *n, const MatmulShape *s, bool wide) {
      * K steps of 8 measured faster there (H200: 4.2 against 4.8 ms at
      * 4096), and A read one element at a time needs them (its padded
      * stages would not fit 32 KiB at 16). */
-    if (s->M > 64 && s->N > 64 &&
-        (s->M + 127) / 128 * ((s->N + 127) / 128) * s->batch >= 256)
+    if (M > 64 && s->N > 64 && (M + 127) / 128 * ((s->N + 127) / 128) * s->batch >= 256)
         t = (Tiles){128, 128, 8, 8, shape4 || !matmul_a4(n, s) ? 8 : 16};
     /* Convolutions: 128 x 128 tiles in K steps of 8 from 32 of them (the
      * split along K fills the rest), and K steps of 8 where K has at most
@@ -1177,6 +1177,57 @@ static Dispatch *coopmat_few_rows(Program *p, Node *n, const MatmulShape *s, int
  * dynamic sequence, its FFN output [128, 3072] x [3072, 768] at 128 rows:
  * 24 tiles each walking K, where a fixed build splits it in 11
  * (bench/experiments/dynamic_seq.py). */
+/* The tile rows (MatmulShape.tile_rows) for few, the few-rows variant of
+ * runs of few->rows_least to few->M rows: of the tiles pick_tiles gives
+ * the most rows, and the fewest and their geometric middle with the most
+ * each rounded up to whole 64-row tiles (no 32-row tiles for a row count
+ * that no run need have: pick_tiles' rule for a last tile at most half
+ * full), those whose model time
+ * (split_cost, at the split split_over_range then gives them) relative to
+ * the best of those tiles and splits at the same rows is least at the
+ * worst of the three. The tiles of the most rows alone (64 x 128 for BERT-
+ * base's [seq, 768] x [768, 3072] over seq 2..512) left runs of 128 rows
+ * half the workgroups of a fixed build's 64 x 64. */
+static int64_t few_rows_tiles(const Node *n, const MatmulShape *few) {
+    int64_t least = few->rows_least, most = few->M, mid = least;
+    while (mid * mid < least * most)
+        mid++;
+    const int64_t rows[3] = {least, mid, most};
+    MatmulShape at[3];
+    Tiles cand[3];
+    double best_ns[3];
+    for (int i = 0; i < 3; i++) {
+        MatmulShape c = *few;
+        c.tile_rows = i == 2 ? most : (rows[i] + 63) / 64 * 64;
+        cand[i] = pick_tiles(n, &c, false);
+        at[i] = shape_at(few, rows[i]);
+        at[i].tile_rows = 0;
+    }
+    for (int i = 0; i < 3; i++) { /* the best of any candidate at rows[i] */
+        best_ns[i] = 0.0;
+        for (int c = 0; c < 3; c++) {
+            double ns;
+            best_split(&at[i], cand[c], (few->K + cand[c].bk - 1) / cand[c].bk, &ns);
+            if (c == 0 || ns < best_ns[i])
+                best_ns[i] = ns;
+        }
+    }
+    int64_t best = most;
+    double best_worst = 0.0;
+    for (int c = 2; c >= 0; c--) { /* ties: the most rows' tiles, as before */
+        int64_t steps = (few->K + cand[c].bk - 1) / cand[c].bk;
+        int64_t k = split_over_range(few, cand[c], steps, least, most);
+        double worst = 0.0;
+        for (int i = 0; i < 3; i++) {
+            double r = split_cost(&at[i], cand[c], k) / best_ns[i];
+            worst = r > worst ? r : worst;
+        }
+        if (c == 2 || worst < best_worst)
+            best = c == 2 ? most : (rows[c] + 63) / 64 * 64, best_worst = worst;
+    }
+    return best;
+}
+
 static Dispatch *few_rows_split(Program *p, Node *n, const MatmulShape *s, int64_t least,
                                 int64_t *upto) {
     if (!s->dyn || s->batch != 1 || s->dyn_k || split_in_last(n) ||
@@ -1213,6 +1264,7 @@ static Dispatch *few_rows_split(Program *p, Node *n, const MatmulShape *s, int64
     if (cm) {
         sum = coopmat_few_rows(p, n, s, lo, hi);
     } else {
+        few.tile_rows = few_rows_tiles(n, &few);
         int64_t kchunk = split_chunk(&few, pick_tiles(n, &few, false));
         if (!kchunk)
             return NULL;

@@ -2293,3 +2293,31 @@ def test_bench_dims(workdir):
     got = np.fromfile(sub / "y.bin", np.float32)
     assert_close(got.reshape(2, 3, N), ref.f64(x[:2 * 3 * K].reshape(2, 3, K)) @ w, 1e-5, 1e-5,
                  "bench's output at b=2, s=3")
+
+
+@case("dynamic: the few-rows kernel of a product over a sequence of 2..512 ([1, seq, 768] x "
+      "[768, 3072], BERT-base's FFN input) takes the tiles that serve the range best in the "
+      "cost model, 64 x 64 as a build fixed at 128 rows (not the 64 x 128 of 512 rows), split "
+      "along K; runs of 128 and 17 rows against numpy")
+def test_few_rows_tiles(workdir):
+    workdir = Path(workdir)
+    K, N = 768, 3072
+    nodes = [{"name": "y", "op": "matmul", "inputs": ["x", "w"]}]
+    tiles = {}
+    for name, shape, dims in (("dyn", [1, "seq", K], {"seq": "2..512"}),
+                              ("fixed", [1, 128, K], None)):
+        sub = workdir / name
+        sub.mkdir()
+        ins = {"x": {**W, "shape": shape}}
+        y = (dyn_yaml(dims, ins, nodes, ["y"], {"w": weight([K, N], 3, 0.03)}) if dims else
+             model_yaml("fixed", ins, nodes, ["y"], {"w": weight([K, N], 3, 0.03)}))
+        prog = build_model(sub, y, {})
+        split = [d for d in kernel_defines(sub) if "SPLITK" in d and "BM" in d]
+        check(len(split) == 1, f"{name}: {len(split)} kernels split along K, expected one")
+        tiles[name] = (split[0]["BM"], split[0]["BN"])
+    check(tiles["dyn"] == tiles["fixed"] == ("64", "64"),
+          f"the few-rows kernel's tiles {tiles['dyn']}, the fixed build's {tiles['fixed']}")
+    w = w_of([K, N], 3, 0.03)
+    run_built(prog.parent.parent / "dyn" / prog.name, seq_steps([128, 17]),
+              lambda rng, seq: [normal(rng, 1, seq, K)], lambda x, seq: [ref.f64(x) @ w],
+              compare=lambda got, want, what: assert_relative(got, want, 1e-5, what))
