@@ -276,19 +276,25 @@ static Dispatch *matvec_k_kernel(Program *p, Node *n, const MatmulShape *s, int6
     if (!a_fits)
         ashared = 0;
     /* --activations int8: A's rows as bytes in shared memory, a scale per
-     * 32 k, beside the partial sums: at most 32 KiB (lavapipe's limit) */
-    bool q8 = n->act_int8 && fmt >= WF_INT8 && fmt <= WF_INT4_ASYM && s->K % 32 == 0 &&
-              mrows * s->K + mrows * s->K / 8 + mrows * cn * wg * 4 <= 32768;
-    if (q8 && !tune) { /* in teams: each workgroup's copy of A serves more columns */
-        ashared = 0;
-        wg = 256, teams = 8;
-        while (teams > 2 && groups_for(s->N, cn * teams) * s->batch < 256)
-            teams /= 2;
-        while (mrows * cn * wg > 4096 && wg > teams)
-            wg /= 2;
+     * 32 k (and for the asymmetric formats a sum per 16), in teams (each
+     * workgroup's copy of A then serves more columns: 256 invocations in 8
+     * teams, halved down to 2 while they leave fewer than 256 workgroups),
+     * beside the partial sums: at most 32 KiB (lavapipe's limit), else A
+     * as it is */
+    bool asym = fmt == WF_INT8_ASYM || fmt == WF_INT4_ASYM;
+    bool q8 = n->act_int8 && fmt >= WF_INT8 && fmt <= WF_INT4_ASYM && s->K % 32 == 0;
+    int64_t qwg = wg, qteams = teams;
+    if (q8 && !tune) {
+        qwg = 256, qteams = 8;
+        while (qteams > 2 && groups_for(s->N, cn * qteams) * s->batch < 256)
+            qteams /= 2;
+        while (mrows * cn * qwg > 4096 && qwg > qteams)
+            qwg /= 2;
     }
+    q8 = q8 && mrows * s->K + mrows * s->K / 8 + (asym ? mrows * s->K / 4 : 0) +
+                       mrows * cn * qwg * 4 <= 32768;
     if (q8)
-        ashared = 0;
+        wg = qwg, teams = qteams, ashared = 0;
     Dispatch *d = new_dispatch(p, n, "matvec_k");
     d->local_size = (uint32_t)wg;
     define_int(d, "M", mrows);

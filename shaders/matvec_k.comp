@@ -136,19 +136,24 @@ layout(local_size_x = WG) in;
 #define A_Q8 0
 #endif
 #if A_Q8
-// The codes as the dot products read them: each word XORed with Q8_FLIP,
-// which adds Q8_SHIFT to each code (signed int8 codes as they are; int8-asym
-// bytes u as u - 128; signed nibbles q as q + 8 in [0, 15]; int4-asym ones
-// as they are): sum a (code - z) = sum a code' - (z + Q8_SHIFT) sum a.
+// The codes as the dot products read them. int8: as they are. int4: each
+// nibble in the top half of a byte (16 q, a signed byte), the sums then
+// over Q8_UNIT = 16. The asymmetric formats' unsigned codes u: int8-asym's
+// as u - 128 (XOR 0x80 a byte), int4-asym's as they are (a nibble a byte);
+// sum a (u - z) = sum a u' - (z + Q8_SHIFT) sum a, sum a from the staging
+// (sqsum).
 #if W_FORMAT == 3
 #define Q8_FLIP 0x80808080u
 #define Q8_SHIFT -128
-#elif W_FORMAT == 4
-#define Q8_FLIP 0x88888888u
-#define Q8_SHIFT 8
 #else
 #define Q8_FLIP 0u
 #define Q8_SHIFT 0
+#endif
+#define Q8_ASYM (W_FORMAT == 3 || W_FORMAT == 5)
+#if W_FORMAT == 4
+const float Q8_UNIT = 16.0;
+#else
+const float Q8_UNIT = 1.0;
 #endif
 #if KILN_SUBGROUP // OpSDot: four signed bytes times four, summed
 #extension GL_EXT_spirv_intrinsics : require
@@ -342,7 +347,7 @@ struct Chunk {
     float s[CN];
     vec4 zo[CN];
 #if A_Q8
-    int zq[CN]; // the zero point in the codes as A_Q8 reads them (kiln_q8_word)
+    int zq[CN]; // the zero point in the codes as A_Q8 reads them (kiln_code_word)
 #endif
 };
 
@@ -357,10 +362,10 @@ Chunk load_chunk(uint cb, uint n0, uint ch) {
 #else
         q.s[c] = 1.0;
 #endif
-#if A_Q8 && (W_FORMAT == 3 || W_FORMAT == 5)
+#if A_Q8 && Q8_ASYM
         q.zq[c] = int(kiln_byte(args.bzero, col * NBLK + k / QBLOCK)) + Q8_SHIFT;
 #elif A_Q8
-        q.zq[c] = Q8_SHIFT;
+        q.zq[c] = 0;
 #endif
 #if W_FORMAT == 3 || W_FORMAT == 5
         q.zo[c] = kiln_offsets(float(kiln_byte(args.bzero, col * NBLK + k / QBLOCK)));
@@ -402,18 +407,21 @@ void stage_a(uint ca) {
 // A's rows as bytes: word w of row m at sq[m * AW + w]; 8-bit codes: k 4w
 // to 4w + 3 in order; 4-bit codes, whose words split into the nibbles at
 // even k and odd k: word 2j k 8j, 8j + 2, 8j + 4, 8j + 6, word 2j + 1 the
-// odd k between. sqs[m * (K / AB) + b]: the scale of run b.
+// odd k between. sqs[m * (K / AB) + b]: the scale of run b; Q8_ASYM:
+// sqsum[m * (K / 16) + h] the sum of the codes of k 16h to 16h + 15.
 const uint AB = 32u, AW = K / 4u;
 shared uint sq[M * AW];
 shared float sqs[M * (K / AB)];
+#if Q8_ASYM
+shared int sqsum[M * (K / 16u)];
+#endif
 
-uint kiln_pack4(vec4 v) {
-    const ivec4 q = ivec4(clamp(roundEven(v), -127.0, 127.0));
+uint kiln_pack4(ivec4 q) {
     return uint(q.x & 255) | uint(q.y & 255) << 8 | uint(q.z & 255) << 16 | uint(q.w & 255) << 24;
 }
 
-// Quantizes the run's rows of A (batch at ca) into sq and sqs: an
-// invocation a run of AB k.
+// Quantizes the run's rows of A (batch at ca) into sq, sqs (and sqsum):
+// an invocation a run of AB k.
 void stage_q8(uint ca) {
     for (uint u = gl_LocalInvocationID.x; u < MROWS * (K / AB); u += WG) {
         const uint m = u / (K / AB), b = u % (K / AB);
@@ -427,23 +435,33 @@ void stage_q8(uint ca) {
         const float inv = most > 0.0 ? 127.0 / most : 0.0;
         sqs[u] = most / 127.0;
         const uint w0 = m * AW + b * (AB / 4);
+        int sum[2] = {0, 0}; // of each 16 k
         [[unroll]] for (uint i = 0; i < AB / 4; i += 2) {
-            const vec4 x = v[i] * inv, y = v[i + 1] * inv;
+            const ivec4 x = ivec4(clamp(roundEven(v[i] * inv), -127.0, 127.0));
+            const ivec4 y = ivec4(clamp(roundEven(v[i + 1] * inv), -127.0, 127.0));
+            sum[i / 4] += x.x + x.y + x.z + x.w + y.x + y.y + y.z + y.w;
 #if BITS == 4
-            sq[w0 + i] = kiln_pack4(vec4(x.x, x.z, y.x, y.z));
-            sq[w0 + i + 1] = kiln_pack4(vec4(x.y, x.w, y.y, y.w));
+            sq[w0 + i] = kiln_pack4(ivec4(x.x, x.z, y.x, y.z));
+            sq[w0 + i + 1] = kiln_pack4(ivec4(x.y, x.w, y.y, y.w));
 #else
             sq[w0 + i] = kiln_pack4(x);
             sq[w0 + i + 1] = kiln_pack4(y);
 #endif
         }
+#if Q8_ASYM
+        sqsum[2 * u] = sum[0];
+        sqsum[2 * u + 1] = sum[1];
+#endif
     }
 }
 
 // Word i of column c's codes in chunk q, as A's layout has them (sq).
 uint kiln_code_word(Chunk q, uint c, uint i) {
-#if BITS == 4
-    return ((q.raw[c][i / 2u] ^ Q8_FLIP) >> (4u * (i & 1u))) & 0x0F0F0F0Fu;
+#if W_FORMAT == 4 // the nibble in a byte's top half: 16 q, signed
+    const uint x = q.raw[c][i / 2u];
+    return ((i & 1u) != 0u ? x : x << 4) & 0xF0F0F0F0u;
+#elif BITS == 4
+    return (q.raw[c][i / 2u] >> (4u * (i & 1u))) & 0x0F0F0F0Fu;
 #else
     return q.raw[c][i] ^ Q8_FLIP;
 #endif
@@ -455,20 +473,24 @@ void chunk_q8(uint ch, Chunk q, inout float acc[M][CN]) {
     const uint k = ch * KV, w0 = k / 4u;
     [[unroll]] for (uint m = 0; m < M; ++m) {
         if (m < MROWS) {
-            int sum_a = 0;
             int t[CN];
             [[unroll]] for (uint c = 0; c < CN; ++c)
                 t[c] = 0;
             [[unroll]] for (uint i = 0; i < KV / 4; ++i) {
                 const uint a = sq[m * AW + w0 + i];
-                if (Q8_SHIFT != 0 || W_FORMAT == 3 || W_FORMAT == 5)
-                    sum_a += kiln_dot4(a, 0x01010101u);
                 [[unroll]] for (uint c = 0; c < CN; ++c)
                     t[c] += kiln_dot4(a, kiln_code_word(q, c, i));
             }
-            const float sa = sqs[m * (K / AB) + k / AB];
+#if Q8_ASYM
+            int sum_a = sqsum[m * (K / 16u) + k / 16u];
+            if (KV == 32u)
+                sum_a += sqsum[m * (K / 16u) + k / 16u + 1u];
             [[unroll]] for (uint c = 0; c < CN; ++c)
-                acc[m][c] = fma(q.s[c] * sa, float(t[c] - q.zq[c] * sum_a), acc[m][c]);
+                t[c] -= q.zq[c] * sum_a;
+#endif
+            const float sa = sqs[m * (K / AB) + k / AB] * (1.0 / Q8_UNIT);
+            [[unroll]] for (uint c = 0; c < CN; ++c)
+                acc[m][c] = fma(q.s[c] * sa, float(t[c]), acc[m][c]);
         }
     }
 }
