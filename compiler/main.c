@@ -427,6 +427,33 @@ static void largest_shape_note(const Graph *g, const Program *p) {
                         : "");
 }
 
+/* --activations int8: how many matrix-vector dispatches multiply A as
+ * 8-bit integers (A_Q8) and how many products of few rows with 8- or
+ * 4-bit weights keep A as it is; a note when none does, or -v. */
+static void activations_note(const Program *p, const Options *o) {
+    if (!o->activations_int8)
+        return;
+    int q8 = 0, kept = 0;
+    for (int i = 0; i < p->ndispatches; i++) {
+        const Dispatch *d = p->dispatches[i];
+        if (strcmp(d->family, "matvec_k") != 0 && strcmp(d->family, "matvec") != 0)
+            continue;
+        if (d->defines.buf && strstr(d->defines.buf, "A_Q8 1\n"))
+            q8++;
+        else if (d->defines.buf && strstr(d->defines.buf, "W_FORMAT ") &&
+                 !strstr(d->defines.buf, "W_FORMAT 0\n") &&
+                 !strstr(d->defines.buf, "W_FORMAT 1\n"))
+            kept++;
+    }
+    if (!q8)
+        printf("kiln: note: --activations int8 changed no product: it applies to products "
+               "of one to four rows (decoding steps) on K-major weights (docs/cli.md, "
+               "\"Activations as 8-bit integers\")\n");
+    else if (o->verbose)
+        fprintf(stderr, "kiln: %d matrix-vector dispatches multiply A as 8-bit integers, "
+                "%d of few rows keep A as it is\n", q8, kept);
+}
+
 static int compile(int argc, char **argv) {
     Args a;
     parse_args(argc, argv, false, &a);
@@ -467,6 +494,7 @@ static int compile(int argc, char **argv) {
            (unsigned long long)p->arena_bytes, (unsigned long long)p->peak_bytes,
            (unsigned long long)p->weight_bytes);
     largest_shape_note(g, p);
+    activations_note(p, &a.opt);
     if (a.opt.weights_file)
         printf("kiln: weights in %s (%llu bytes); create reads it from there, or from "
                "kiln_model_options.weights_path\n", a.opt.weights_file,

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from harness import (assert_close, build_model, check, check_kernels, model_yaml, program_env,
-                     registry, run_program)
+from harness import (assert_close, build_model, check, check_kernels, kiln, model_yaml,
+                     program_env, registry, run_program)
 
 TESTS, case = registry()
 
@@ -455,3 +455,27 @@ for _fmt in ("int8", "int4"):
     case(f"--precision f16 --weights {_fmt} --activations int8: a decoder's product, runs of "
          "1 to 4 rows with A as 8-bit integers, longer ones as they are (matvec_k, A_Q8)")(
         act_int8_case(_fmt, None, 256, 70, seq=[1, 4, 9, 2, 1], precision_f16=True))
+
+
+@case("--activations int8: kiln compile says when it changes no product (a [70, 96] x "
+      "[96, 130] product: no matrix-vector kernel), and with -v how many dispatches it "
+      "changes ([1, 256] x [256, 70])")
+def test_act_int8_note(workdir):
+    workdir = Path(workdir)
+    w = np.random.default_rng(3).standard_normal([256, 130]).astype(np.float32)
+    for rows, k, applies in ((70, 96, False), (1, 256, True)):
+        ws = w[:k].copy()
+        (workdir / f"w{k}.bin").write_bytes(ws.tobytes())
+        y = model_yaml("q", {"x": {"dtype": "f32", "shape": [rows, k]}},
+                       [{"name": "y", "op": "matmul", "inputs": ["x", "w"]}], ["y"],
+                       weights={"w": {"dtype": "f32", "shape": [k, 130], "file": f"w{k}.bin"}})
+        (workdir / "m.yaml").write_text(y)
+        r = kiln("compile", workdir / "m.yaml", "-o", workdir / "m.c", "--weights", "int4",
+                 "--activations", "int8", "-v")
+        check(r.returncode == 0, r.stderr)
+        note = "--activations int8 changed no product" in r.stdout
+        count = re.search(r"(\d+) matrix-vector dispatches multiply A as 8-bit integers",
+                          r.stderr)
+        check(note == (not applies) and bool(count) == applies and
+              (not count or int(count[1]) == 1),
+              f"rows {rows}: stdout {r.stdout!r}, stderr {r.stderr[-400:]!r}")
