@@ -1169,20 +1169,6 @@ static Dispatch *coopmat_few_rows(Program *p, Node *n, const MatmulShape *s, int
     return first;
 }
 
-/* The few-rows variant of a product whose rows follow the dims: split
- * along K for runs of `least` rows (and the dims' least) up to *upto, the
- * most rows at which a fixed build of the same rows would split (the cost
- * model: split_chunk; coopmat.comp: fewer than COOPMAT_GROUPS tiles of 64 x
- * 64), its one chunk count chosen over that range (split_over_range;
- * coopmat.comp: as many as fill the GPU at the fewest). Returns the
- * dispatch that writes C (the chunks' sum, splitk.comp), or NULL where no
- * run of the range gains. Not with KILN_SPLIT_LAST or KILN_MATMUL_SPLITK
- * set. A run of fewer rows (a decoding step's one) leaves it idle: its
- * sum's barrier then falls to the next dispatch that runs, the product's
- * reader, which has one anyway. BERT-base exported with a
- * dynamic sequence, its FFN output [128, 3072] x [3072, 768] at 128 rows:
- * 24 tiles each walking K, where a fixed build splits it in 11
- * (bench/experiments/dynamic_seq.py). */
 /* The tile rows (MatmulShape.tile_rows) for few, the few-rows variant of
  * runs of few->rows_least to few->M rows: of the tiles pick_tiles gives
  * the most rows, and the fewest and their geometric middle with the most
@@ -1199,12 +1185,13 @@ static int64_t few_rows_tiles(const Node *n, const MatmulShape *few) {
     while (mid * mid < least * most)
         mid++;
     const int64_t rows[3] = {least, mid, most};
+    const int64_t tile_rows[3] = {(least + 63) / 64 * 64, (mid + 63) / 64 * 64, most};
     MatmulShape at[3];
     Tiles cand[3];
     double best_ns[3];
     for (int i = 0; i < 3; i++) {
         MatmulShape c = *few;
-        c.tile_rows = i == 2 ? most : (rows[i] + 63) / 64 * 64;
+        c.tile_rows = tile_rows[i];
         cand[i] = pick_tiles(n, &c, false);
         at[i] = shape_at(few, rows[i]);
         at[i].tile_rows = 0;
@@ -1229,11 +1216,25 @@ static int64_t few_rows_tiles(const Node *n, const MatmulShape *few) {
             worst = r > worst ? r : worst;
         }
         if (c == 2 || worst < best_worst)
-            best = c == 2 ? most : (rows[c] + 63) / 64 * 64, best_worst = worst;
+            best = tile_rows[c], best_worst = worst;
     }
     return best;
 }
 
+/* The few-rows variant of a product whose rows follow the dims: split
+ * along K for runs of `least` rows (and the dims' least) up to *upto, the
+ * most rows at which a fixed build of the same rows would split (the cost
+ * model: split_chunk; coopmat.comp: fewer than COOPMAT_GROUPS tiles of 64 x
+ * 64), its one chunk count chosen over that range (split_over_range;
+ * coopmat.comp: as many as fill the GPU at the fewest). Returns the
+ * dispatch that writes C (the chunks' sum, splitk.comp), or NULL where no
+ * run of the range gains. Not with KILN_SPLIT_LAST or KILN_MATMUL_SPLITK
+ * set. A run of fewer rows (a decoding step's one) leaves it idle: its
+ * sum's barrier then falls to the next dispatch that runs, the product's
+ * reader, which has one anyway. BERT-base exported with a
+ * dynamic sequence, its FFN output [128, 3072] x [3072, 768] at 128 rows:
+ * 24 tiles each walking K, where a fixed build splits it in 11
+ * (bench/experiments/dynamic_seq.py). */
 static Dispatch *few_rows_split(Program *p, Node *n, const MatmulShape *s, int64_t least,
                                 int64_t *upto) {
     if (!s->dyn || s->batch != 1 || s->dyn_k || split_in_last(n) ||

@@ -84,6 +84,16 @@ static void properties_chain(VkPhysicalDevice pd, void *next) {
     vkGetPhysicalDeviceProperties2(pd, &p2);
 }
 
+/* vkGetPhysicalDeviceFeatures2 filling the feature structure next (zeroed,
+ * with its sType set). */
+static void features_chain(VkPhysicalDevice pd, void *next) {
+    VkPhysicalDeviceFeatures2 f2;
+    memset(&f2, 0, sizeof f2);
+    f2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
+    f2.pNext = next;
+    vkGetPhysicalDeviceFeatures2(pd, &f2);
+}
+
 /* pd's queue families, *n of them (kiln__free them). NULL when it has none
  * (*n = 0) or when the allocation fails (*n > 0). */
 static VkQueueFamilyProperties *queue_families(const kiln_allocator *allocator,
@@ -322,11 +332,7 @@ static int intdot_usable(VkPhysicalDevice pd, const kiln_allocator *allocator) {
     VkPhysicalDeviceShaderIntegerDotProductFeaturesKHR dot;
     memset(&dot, 0, sizeof dot);
     dot.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES_KHR;
-    VkPhysicalDeviceFeatures2 f2;
-    memset(&f2, 0, sizeof f2);
-    f2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
-    f2.pNext = &dot;
-    vkGetPhysicalDeviceFeatures2(pd, &f2);
+    features_chain(pd, &dot);
     return dot.shaderIntegerDotProduct == VK_TRUE;
 }
 
@@ -348,11 +354,7 @@ static int coopmat_usable(VkInstance instance, VkPhysicalDevice pd, const Featur
     VkPhysicalDeviceCooperativeMatrixFeaturesNV cm;
     memset(&cm, 0, sizeof cm);
     cm.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV;
-    VkPhysicalDeviceFeatures2 f2;
-    memset(&f2, 0, sizeof f2);
-    f2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
-    f2.pNext = &cm;
-    vkGetPhysicalDeviceFeatures2(pd, &f2);
+    features_chain(pd, &cm);
     VkPhysicalDeviceSubgroupProperties sub;
     memset(&sub, 0, sizeof sub);
     sub.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES;

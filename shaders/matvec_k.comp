@@ -65,8 +65,7 @@
 // the chunk's sum is then scaled by the weights' scale times A's. The
 // KILN_SUBGROUP build multiplies four bytes in one instruction (SPIR-V
 // OpSDot, the compiler then marks it as needing KILN_FEATURE_INTDOT), the
-// other does the same integer arithmetic a byte at a time: the results are
-// identical.
+// other makes the same integer sums a byte at a time.
 #extension GL_EXT_control_flow_attributes : enable
 #include "common.glsl"
 #include "weights.glsl"
@@ -346,7 +345,7 @@ struct Chunk {
     RAW raw[CN];
     float s[CN];
     vec4 zo[CN];
-#if A_Q8
+#if A_Q8 && Q8_ASYM
     int zq[CN]; // the zero point in the codes as A_Q8 reads them (kiln_code_word)
 #endif
 };
@@ -364,8 +363,6 @@ Chunk load_chunk(uint cb, uint n0, uint ch) {
 #endif
 #if A_Q8 && Q8_ASYM
         q.zq[c] = int(kiln_byte(args.bzero, col * NBLK + k / QBLOCK)) + Q8_SHIFT;
-#elif A_Q8
-        q.zq[c] = 0;
 #endif
 #if W_FORMAT == 3 || W_FORMAT == 5
         q.zo[c] = kiln_offsets(float(kiln_byte(args.bzero, col * NBLK + k / QBLOCK)));
@@ -630,8 +627,7 @@ void chunk_f32(uint ca, uint k, Chunk q, inout float d[M][CN]) {
 void add_chunk(uint ca, uint ch, Chunk q, inout float acc[M][CN]) {
 #if A_Q8
     chunk_q8(ch, q, acc);
-    return;
-#endif
+#else
     const uint k = ch * KV;
     float d[M][CN]; // this chunk's sums of weights (codes) times A
     [[unroll]] for (uint m = 0; m < M; ++m)
@@ -650,6 +646,7 @@ void add_chunk(uint ca, uint ch, Chunk q, inout float acc[M][CN]) {
     [[unroll]] for (uint m = 0; m < M; ++m)
         [[unroll]] for (uint c = 0; c < CN; ++c)
             acc[m][c] = fma(q.s[c], d[m][c], acc[m][c]);
+#endif
 }
 
 // Stores output o (0 to M * CN - 1, row-major over M x CN) of a team's
