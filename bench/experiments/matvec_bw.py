@@ -26,12 +26,19 @@ FORMATS = {"f32": ([], 4.0), "f16": (["--weights", "f16"], 2.0),
            "fp8-e4m3": (["--weights", "fp8-e4m3"], 1.125),
            "f16-int8": (["--precision", "f16", "--weights", "int8"], 1.125),
            "f16-int4": (["--precision", "f16", "--weights", "int4"], 0.625)}
+FORMATS["fp8-e5m2"] = (["--weights", "fp8-e5m2"], 1.125)
+# f16-FMT: f16 A (--precision f16), as a decoder runs
+for _f in ("f16", "fp8-e4m3", "fp8-e5m2"):
+    FORMATS["f16-" + _f] = (["--precision", "f16"] + FORMATS[_f][0], FORMATS[_f][1])
 # --activations int8 (A as 8-bit integers, integer dot products) for each
 # 8- and 4-bit format: FMT-a8
-for _f in ("int8", "int8-asym", "int4", "int4-asym", "f16-int8", "f16-int4"):
+for _f in ("int8", "int8-asym", "int4", "int4-asym", "f16-int8", "f16-int4",
+           "f16-int8-asym", "f16-int4-asym"):
     if _f not in FORMATS:
-        FORMATS[_f] = (["--weights", _f], 1.125 + ("asym" in _f) / 32
-                       if "int8" in _f else 0.625 + ("asym" in _f) / 32)
+        _w = _f[4:] if _f.startswith("f16-") else _f
+        FORMATS[_f] = ((["--precision", "f16"] if _w != _f else []) + ["--weights", _w],
+                       1.125 + ("asym" in _f) / 32 if "int8" in _f else
+                       0.625 + ("asym" in _f) / 32)
     FORMATS[_f + "-a8"] = (FORMATS[_f][0] + ["--activations", "int8"], FORMATS[_f][1])
 
 
