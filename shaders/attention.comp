@@ -24,6 +24,12 @@
 // K_BUF, V_BUF, MASK_BUF, O_BUF, their buffer types, and O_T, o's element
 // type); arithmetic, the scores and the spans' parts are f32.
 //
+// VPRE (a span or row of at most VPRE <= WG keys: one chunk, a decode
+// step): each invocation's values of the chunk's keys, and with KVEC4 its
+// key's row, are loaded first, before the query goes to shared memory, so
+// that the workgroup waits on memory once rather than for the query, the
+// keys, then the values eight keys at a time; the arithmetic is the same.
+//
 // SPLITS > 1 (few query rows, a decode step): the keys of each row are
 // split into SPLITS spans, a workgroup each, and a workgroup writes its
 // span's running maximum, sum and unnormalized DV outputs to o (then a
@@ -150,6 +156,22 @@ void main() {
         const uint kvh = h / (H / KVH);
         const uint qbase = b * QS_B + h * QS_H + i * QS_S;
         const uint kbase = b * KS_B + kvh * KS_H, vbase = b * VS_B + kvh * VS_H;
+#ifdef VPRE // the chunk's values (past its last key: that key again) and key
+        float vpre[ACC_N][VPRE];
+        [[unroll]] for (int t = 0; t < ACC_N; ++t) {
+            const uint d = min(l + uint(t) * WG, uint(DV) - 1u);
+            [[unroll]] for (uint u = 0; u < VPRE; ++u)
+                vpre[t][u] = float(args.v.v[vbase + min(kbeg + u, max(kend, 1u) - 1u) * VS_S + d]);
+        }
+#if KVEC4
+        vec4 kpre[D / 4];
+        {
+            const uint kr = kbase + min(kbeg + l, max(kend, 1u) - 1u) * KS_S;
+            [[unroll]] for (uint d = 0; d < D; d += 4)
+                kpre[d / 4] = args.k.v[(kr + d) / 4];
+        }
+#endif
+#endif
         for (uint d = l; d < D; d += WG)
             qs[d] = float(args.q.v[qbase + d]);
         barrier();
@@ -163,7 +185,10 @@ void main() {
             if (j < kend && kiln_key_visible(j, last)) {
                 float qk = 0.0;
                 const uint kr = kbase + j * KS_S;
-#if KVEC4 // the key's row as vec4s (16-byte aligned)
+#if KVEC4 && defined(VPRE)
+                [[unroll]] for (uint d = 0; d < D; d += 4)
+                    qk += dot(vec4(qs[d], qs[d + 1], qs[d + 2], qs[d + 3]), kpre[d / 4]);
+#elif KVEC4 // the key's row as vec4s (16-byte aligned)
                 for (uint d = 0; d < D; d += 4)
                     qk += dot(vec4(qs[d], qs[d + 1], qs[d + 2], qs[d + 3]),
                               args.k.v[(kr + d) / 4]);
@@ -184,6 +209,11 @@ void main() {
             for (int t = 0; t < ACC_N; ++t) {
                 const uint d = l + uint(t) * WG;
                 float a = acc[t] * corr;
+#ifdef VPRE
+                if (d < DV)
+                    [[unroll]] for (uint u = 0; u < VPRE; ++u)
+                        a += u < n ? ps[u] * vpre[t][u] : 0.0;
+#else
                 if (d < DV)
                     // eight keys' values loaded together (past the chunk's
                     // last key: that key again, weighed 0)
@@ -194,6 +224,7 @@ void main() {
                         [[unroll]] for (uint u = 0; u < 8; ++u)
                             a += j0 + u < n ? ps[j0 + u] * vv[u] : 0.0;
                     }
+#endif
                 acc[t] = a;
             }
             barrier();

@@ -114,7 +114,7 @@ for i, (c, kernel) in enumerate(FLASH):
         attention_case(i, *c, kernel=kernel, seed=2600))
 
 
-def spans_case(split_last):
+def spans_case(split_last, vpre=True):
     """Few query rows, many keys: each row's keys in spans, whose parts the
     row's last span workgroup combines (COMBINE_LAST: one dispatch), or
     with KILN_SPLIT_LAST=0 a second dispatch; three runs of other inputs in
@@ -128,6 +128,8 @@ def spans_case(split_last):
                        [{"name": "y", "op": "attention", "inputs": ["q", "k", "v"],
                          "layout": "bhsd"}], ["y"])
         env = {} if split_last else {"KILN_SPLIT_LAST": "0"}
+        if not vpre:
+            env["KILN_ATTN_VPRE"] = "0"
         prog = build_model(workdir, y, env=env)
         r = kiln("inspect", Path(workdir) / "model.yaml", "--format", "json", env=env)
         check(r.returncode == 0, f"kiln inspect failed:\n{r.stderr}")
@@ -136,6 +138,9 @@ def spans_case(split_last):
               f"dispatches {fams}, expected {'one' if split_last else 'two'}")
         text = (Path(workdir) / "model.c").read_text()
         check((" *   COMBINE_LAST 1\n" in text) == split_last, "COMBINE_LAST")
+        # 16 spans of 57 keys (the last 45): each span's values and keys
+        # loaded first (VPRE), or eight keys' values at a time
+        check((" *   VPRE 57\n" in text) == vpre, "VPRE 57")
         wants = [ref.attention(q, k, v, None, "bhsd", None, None, None, 0, 0, 0)
                  for q, k, v in steps]
         for s, (got, want) in enumerate(zip(run_steps(prog, steps, [wants[0]]), wants)):
@@ -147,6 +152,8 @@ case("op attention spans (one query row, 900 keys) combined by each row's last s
      "workgroup, three runs")(spans_case(True))
 case("op attention spans with KILN_SPLIT_LAST=0: the combining pass, three runs")(
     spans_case(False))
+case("op attention spans with KILN_ATTN_VPRE=0: each span's values loaded eight keys at a "
+     "time after its scores, three runs")(spans_case(True, vpre=False))
 
 ROPES = [([2, 3, 6, 8], {}), ([2, 3, 6, 8], {"interleaved": 1}),
          ([1, 5, 2, 16], {"n_rot": 8, "seq_axis": 1}),
