@@ -91,6 +91,15 @@ for i, c in enumerate(ATTENTIONS):
     case(f"op attention {c[0]} B={c[1]} H={c[2]} KVH={c[3]} Sq={c[4]} Sk={c[5]} D={c[6]} "
          f"DV={c[7]} {c[8]} mask={c[9]}")(attention_case(i, *c))
 
+# A decoding step's row whose values are wider than the workgroup (DV 96 of
+# 64 invocations: two components an invocation, the second of half of them
+# past DV) and key 96 wide: its 20 keys' values and keys loaded first
+# (VPRE), one of them masked out
+case("op attention bhsd B=1 H=2 KVH=2 Sq=1 Sk=20 D=96 DV=96 causal mask=[1, 20]: values "
+     "and keys loaded first (VPRE 20), two output components an invocation")(
+    attention_case(100, "bhsd", 1, 2, 2, 1, 20, 96, 96, {"causal": 1}, [1, 20],
+                   kernel=("attention", [("VPRE", 20)]), seed=2650))
+
 # flash.comp (8 or more query rows; lower_attention.c flash_tile): ragged
 # blocks, many blocks, grouped queries, fewer queries than keys (causal
 # from an offset), more queries than keys (rows that see nothing), D != DV
