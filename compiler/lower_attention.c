@@ -290,14 +290,19 @@ void lower_attention(Program *p, Node *n) {
     operand_strides(&a, 1, ks);
     bool kvec4 = a.D % 4 == 0 && all_multiples(3, ks, 4) && n->inputs[1]->dtype == KILN_DTYPE_F32;
     define_int(d, "KVEC4", kvec4);
-    /* A span (or row) of at most 64 keys, one chunk: its values (and
-     * keys) loaded first, in registers (at most 64 values and a key's 128
-     * elements an invocation; KILN_ATTN_VPRE=0 off, for comparison) */
+    /* A span (or row) of at most 64 keys, one chunk: its values loaded
+     * first, in registers, at most 64 an invocation (VPRE), and f32 keys
+     * in vec4s too while values and key stay within 128 registers (KPRE;
+     * the 1.1B Llama's decoding step: 48 values and 64 key elements,
+     * bench/experiments/attn_decode-h200.txt). KILN_ATTN_VPRE=0 off, for
+     * comparison. */
     int64_t span = (a.Sk + splits - 1) / splits, acc_n = (a.DV + wg - 1) / wg;
     const char *vpre_env = getenv("KILN_ATTN_VPRE");
-    if (span <= wg && span * acc_n <= 64 && (!kvec4 || a.D <= 128) &&
-        !(vpre_env && strcmp(vpre_env, "0") == 0))
+    if (span <= wg && span * acc_n <= 64 && !(vpre_env && strcmp(vpre_env, "0") == 0)) {
         define_int(d, "VPRE", span);
+        if (kvec4 && span * acc_n + a.D <= 128)
+            define_int(d, "KPRE", 1);
+    }
     attention_scores(p, d, n, &a, part ? part : n->outputs[0]);
     d->groups[0] = groups_for(rows * splits, 1);
     if (qpos)

@@ -25,10 +25,11 @@
 // type); arithmetic, the scores and the spans' parts are f32.
 //
 // VPRE (a span or row of at most VPRE <= WG keys: one chunk, a decode
-// step): each invocation's values of the chunk's keys, and with KVEC4 its
-// key's row, are loaded first, before the query goes to shared memory, so
-// that the workgroup waits on memory once rather than for the query, the
-// keys, then the values eight keys at a time; the arithmetic is the same.
+// step): each invocation's values of the chunk's keys, and with KPRE (f32
+// keys in vec4s, KVEC4) its key's row, are loaded first, before the query
+// goes to shared memory, so that the workgroup waits on memory once rather
+// than for the query, the keys, then the values eight keys at a time; the
+// arithmetic is the same.
 //
 // SPLITS > 1 (few query rows, a decode step): the keys of each row are
 // split into SPLITS spans, a workgroup each, and a workgroup writes its
@@ -49,6 +50,9 @@ layout(local_size_x = WG) in;
 
 #ifndef SPLITS
 #define SPLITS 1
+#endif
+#ifndef KPRE
+#define KPRE 0
 #endif
 #ifndef COMBINE
 #define COMBINE 0
@@ -163,7 +167,7 @@ void main() {
             [[unroll]] for (uint u = 0; u < VPRE; ++u)
                 vpre[t][u] = float(args.v.v[vbase + min(kbeg + u, max(kend, 1u) - 1u) * VS_S + d]);
         }
-#if KVEC4
+#if KPRE
         vec4 kpre[D / 4];
         {
             const uint kr = kbase + min(kbeg + l, max(kend, 1u) - 1u) * KS_S;
@@ -185,7 +189,7 @@ void main() {
             if (j < kend && kiln_key_visible(j, last)) {
                 float qk = 0.0;
                 const uint kr = kbase + j * KS_S;
-#if KVEC4 && defined(VPRE)
+#if KPRE
                 [[unroll]] for (uint d = 0; d < D; d += 4)
                     qk += dot(vec4(qs[d], qs[d + 1], qs[d + 2], qs[d + 3]), kpre[d / 4]);
 #elif KVEC4 // the key's row as vec4s (16-byte aligned)

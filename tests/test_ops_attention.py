@@ -93,12 +93,23 @@ for i, c in enumerate(ATTENTIONS):
 
 # A decoding step's row whose values are wider than the workgroup (DV 96 of
 # 64 invocations: two components an invocation, the second of half of them
-# past DV) and key 96 wide: its 20 keys' values and keys loaded first
-# (VPRE), one of them masked out
+# past DV): its 20 keys' values loaded first (VPRE), one key masked out; its
+# keys, 96 wide, after the query (40 values and 96 key elements: more than
+# KPRE's 128)
+def wide_values_case():
+    inner = attention_case(100, "bhsd", 1, 2, 2, 1, 20, 96, 96, {"causal": 1}, [1, 20],
+                           kernel=("attention", [("VPRE", 20)]), seed=2650)
+
+    def test(workdir):
+        inner(workdir)
+        check(" *   KPRE 1\n" not in (Path(workdir) / "model.c").read_text(),
+              "KPRE with 40 values and a 96-element key")
+    return test
+
+
 case("op attention bhsd B=1 H=2 KVH=2 Sq=1 Sk=20 D=96 DV=96 causal mask=[1, 20]: values "
-     "and keys loaded first (VPRE 20), two output components an invocation")(
-    attention_case(100, "bhsd", 1, 2, 2, 1, 20, 96, 96, {"causal": 1}, [1, 20],
-                   kernel=("attention", [("VPRE", 20)]), seed=2650))
+     "loaded first (VPRE 20), two output components an invocation, the key not (KPRE)")(
+    wide_values_case())
 
 # flash.comp (8 or more query rows; lower_attention.c flash_tile): ragged
 # blocks, many blocks, grouped queries, fewer queries than keys (causal
@@ -148,8 +159,9 @@ def spans_case(split_last, vpre=True):
         text = (Path(workdir) / "model.c").read_text()
         check((" *   COMBINE_LAST 1\n" in text) == split_last, "COMBINE_LAST")
         # 16 spans of 57 keys (the last 45): each span's values and keys
-        # loaded first (VPRE), or eight keys' values at a time
+        # loaded first (VPRE, KPRE), or eight keys' values at a time
         check((" *   VPRE 57\n" in text) == vpre, "VPRE 57")
+        check((" *   KPRE 1\n" in text) == vpre, "KPRE 1")
         wants = [ref.attention(q, k, v, None, "bhsd", None, None, None, 0, 0, 0)
                  for q, k, v in steps]
         for s, (got, want) in enumerate(zip(run_steps(prog, steps, [wants[0]]), wants)):
