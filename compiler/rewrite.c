@@ -39,6 +39,11 @@
  *   epilogue (EfficientNet's every convolution) and which a decoder's
  *   gated MLP, silu(gate) * up, hands to its product (lower_matmul.c,
  *   glu_after_product).
+ * - outer products: matmul(a, b) with a [..., M, 1] and b [..., 1, N] is
+ *   a * b broadcast (one product an element, no sum: the same values),
+ *   which the elementwise ops around it then fuse with (the rotary
+ *   embedding's inv_freq @ position_ids in every transformers decoder:
+ *   a product dispatch and its barrier fewer a step).
  */
 #include "kiln.h"
 
@@ -50,7 +55,7 @@ typedef struct Rewriter {
     Graph *g;
     Vec order;  /* the nodes in their new order */
     Map tables; /* rope's [positions, h] cos and sin tables, by source */
-    int rms, rope, attention, transposes, gelu, silu;
+    int rms, rope, attention, transposes, gelu, silu, outer;
 } Rewriter;
 
 /* t's producer when it is an op node, else NULL. */
@@ -312,6 +317,30 @@ static void try_silu(Rewriter *r, Node *n) {
             return;
         }
     }
+}
+
+/* ---- outer products -------------------------------------------------------- */
+
+/* Whether axis `axis` (from the end: 1 the last) of t is a fixed 1. */
+static bool unit_axis(const Tensor *t, int axis) {
+    int i = t->rank - axis;
+    return t->shape[i] == 1 && !(t->dyn_axes >> i & 1u);
+}
+
+/* n = matmul(a, b), a [..., M, 1] and b [..., 1, N] (both of rank 2 or
+ * more, float, no transposes): mul(a, b), broadcast along the same axes. */
+static void try_outer_product(Rewriter *r, Node *n) {
+    if (n->op != OP_MATMUL || n->ninputs != 2 || n->nattrs)
+        return;
+    Tensor *a = n->inputs[0], *b = n->inputs[1];
+    if (a->rank < 2 || b->rank < 2 || !unit_axis(a, 1) || !unit_axis(b, 2) ||
+        a->dtype != b->dtype || (a->dtype != KILN_DTYPE_F32 && a->dtype != KILN_DTYPE_F16))
+        return;
+    Node saved;
+    Tensor saved_out;
+    Tensor *in[2] = {a, b};
+    become(n, OP_MUL, 2, in, &saved, &saved_out);
+    r->outer += settle(r, NULL, 0, n, &saved, &saved_out);
 }
 
 /* ---- rope ----------------------------------------------------------------- */
@@ -902,7 +931,7 @@ static void try_transposes(Rewriter *r, Node *n) {
 }
 
 void rewrite_patterns(Graph *g, const Options *opt) {
-    Rewriter r = {g, {0}, {0}, 0, 0, 0, 0, 0, 0};
+    Rewriter r = {g, {0}, {0}, 0, 0, 0, 0, 0, 0, 0};
     int count = g->nodes.len;
     for (int i = 0; i < count; i++) {
         Node *n = g->nodes.data[i];
@@ -914,13 +943,14 @@ void rewrite_patterns(Graph *g, const Options *opt) {
         try_transposes(&r, n);
         try_gelu_tanh(&r, n);
         try_silu(&r, n);
+        try_outer_product(&r, n);
         vec_push(&r.order, n);
     }
     g->nodes = r.order;
     for (int i = 0; i < g->nodes.len; i++)
         ((Node *)g->nodes.data[i])->id = i;
-    if (opt->verbose && r.rms + r.rope + r.attention + r.transposes + r.gelu + r.silu)
+    if (opt->verbose && r.rms + r.rope + r.attention + r.transposes + r.gelu + r.silu + r.outer)
         fprintf(stderr, "kiln: recognised %d rms_norm, %d rope, %d attention, %d gelu_tanh, "
-                "%d silu; %d transpose pairs cancelled\n", r.rms, r.rope, r.attention, r.gelu,
-                r.silu, r.transposes);
+                "%d silu, %d outer products; %d transpose pairs cancelled\n", r.rms, r.rope,
+                r.attention, r.gelu, r.silu, r.outer, r.transposes);
 }

@@ -6,10 +6,13 @@ times theta) with GridSample (kiln's grid_sample); and ConvNeXt's block
 structure, where three transpose fusions compose. The references are
 written from the ONNX operator descriptions.
 """
+import json
+from pathlib import Path
+
 import numpy as np
 
 import reference as ref
-from harness import check, registry
+from harness import check, kiln, registry
 from test_onnx import (attr, branch, expect_refused, initializer, model, node, run_onnx,
                        value_info)
 
@@ -542,3 +545,25 @@ for prec in ("f32", "f16"):
     case(f"onnx ConvNeXt's structure (a strided stem, LayerNorm2d, two blocks: depthwise conv, "
          f"transposes, layer norm, GELU MLP, layer scale, residual) matches numpy, no "
          f"transpose left a copy, {prec}")(lambda wd, prec=prec: convnext_structure(wd, prec))
+
+
+@case("onnx MatMul of [1, 3, 1] by [2, 1, 4] (an outer product, batch broadcast; the rotary "
+      "embedding's inv_freq @ position_ids) and of [5, 1] by a weight [1, 6]: elementwise "
+      "products (no matmul dispatch), equal to numpy's")
+def _(workdir):
+    rng = np.random.default_rng(40)
+    a = rng.standard_normal([1, 3, 1]).astype(np.float32)
+    b = rng.standard_normal([2, 1, 4]).astype(np.float32)
+    c = rng.standard_normal([5, 1]).astype(np.float32)
+    w = rng.standard_normal([1, 6]).astype(np.float32)
+    nodes = [node("MatMul", ["a", "b"], ["y"], "outer"),
+             node("MatMul", ["c", "w"], ["z"], "outer_w")]
+    data = model(nodes, [value_info("a", [1, 3, 1]), value_info("b", [2, 1, 4]),
+                         value_info("c", [5, 1])],
+                 [value_info("y", [2, 3, 4]), value_info("z", [5, 6])],
+                 [initializer("w", w)])
+    run_onnx(workdir, data, [a, b, c], [a @ b, c @ w], ["y", "z"], tol=(0, 0))
+    r = kiln("inspect", Path(workdir) / "m.onnx", "--format", "json")
+    check(r.returncode == 0, f"kiln inspect failed:\n{r.stderr}")
+    fams = sorted(d["family"] for d in json.loads(r.stdout)["dispatches"])
+    check(fams == ["eltwise", "eltwise"], f"dispatches {fams}, expected two elementwise")
