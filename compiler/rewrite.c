@@ -40,10 +40,10 @@
  *   gated MLP, silu(gate) * up, hands to its product (lower_matmul.c,
  *   glu_after_product).
  * - outer products: matmul(a, b) with a [..., M, 1] and b [..., 1, N] is
- *   a * b broadcast (one product an element, no sum: the same values),
- *   which the elementwise ops around it then fuse with (the rotary
- *   embedding's inv_freq @ position_ids in every transformers decoder:
- *   a product dispatch and its barrier fewer a step).
+ *   a * b broadcast (one product an element, no sum: the same values), an
+ *   elementwise dispatch in place of a product's (the rotary embedding's
+ *   inv_freq @ position_ids in every transformers decoder; not yet fused
+ *   with the cast before it or the transpose after it).
  */
 #include "kiln.h"
 
