@@ -64,8 +64,8 @@ enum { KILN_BUFFER_ARENA = 0, KILN_BUFFER_WEIGHTS = 1 };
  * products of four packed 8-bit integers in one instruction (SPIR-V
  * OpSDot). Like COOPMAT never a model's required feature: the kernels of
  * `--activations int8` use it in their subgroup build (alt_needs) and make
- * the same integer sums without it otherwise, a byte at a time. KILN_INTDOT=0 in the environment turns it off on devices kiln
- * creates. */
+ * the same integer sums without it otherwise, a byte at a time.
+ * KILN_INTDOT=0 in the environment turns it off on devices kiln creates. */
 #define KILN_FEATURE_INTDOT 128u
 
 #define KILN_MAX_DIMS 8 /* dynamic dimensions per model */

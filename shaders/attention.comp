@@ -188,7 +188,9 @@ void main() {
             float s = -1.0 / 0.0;
             if (j < kend && kiln_key_visible(j, last)) {
                 float qk = 0.0;
+#if !KPRE
                 const uint kr = kbase + j * KS_S;
+#endif
 #if KPRE
                 [[unroll]] for (uint d = 0; d < D; d += 4)
                     qk += dot(vec4(qs[d], qs[d + 1], qs[d + 2], qs[d + 3]), kpre[d / 4]);

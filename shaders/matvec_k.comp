@@ -361,11 +361,12 @@ Chunk load_chunk(uint cb, uint n0, uint ch) {
 #else
         q.s[c] = 1.0;
 #endif
-#if A_Q8 && Q8_ASYM
-        q.zq[c] = int(kiln_byte(args.bzero, col * NBLK + k / QBLOCK)) + Q8_SHIFT;
-#endif
 #if W_FORMAT == 3 || W_FORMAT == 5
-        q.zo[c] = kiln_offsets(float(kiln_byte(args.bzero, col * NBLK + k / QBLOCK)));
+        const uint z = kiln_byte(args.bzero, col * NBLK + k / QBLOCK);
+#if A_Q8
+        q.zq[c] = int(z) + Q8_SHIFT;
+#endif
+        q.zo[c] = kiln_offsets(float(z));
 #elif defined(ZERO)
         q.zo[c] = kiln_offsets(ZERO);
 #else
