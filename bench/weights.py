@@ -12,8 +12,15 @@ per second as a share of its bandwidth. Writes bench/WEIGHTS.md and
 bench/weights.json.
 
   bench/weights.py [--out DIR] [--quick] [--rows 1,16,4096] [--formats f32,int4,int4+a8]
-                   [--sizes 4096x4096,4096x16384]
-  bench/weights.py --markdown [--out DIR]
+                   [--sizes 4096x4096,4096x16384] [--page WEIGHTS.md]
+  bench/weights.py --markdown [--out DIR] [--page WEIGHTS.md]
+
+A format FMT/h is FMT with f16 A, as a decoder built with --precision f16
+runs it: `--precision f16 --io f16`, x given in halves (and rounded so in
+the reference), y returned in halves; checked within 5e-3 of the largest
+|y| (the output's own rounding, and the f16 pairs of F16_PAIRS and A_H2:
+docs/cli.md). --page names the page (and its .json beside it), which the
+run rewrites after every row.
 
 The environment reaches kiln compile (KILN_MATVEC_K=WG,CN, or 0 for the
 row-major matvec.comp, when comparing).
@@ -46,12 +53,15 @@ def main():
     ap.add_argument("--rows", default="1,16,4096", help="M of each product, comma-separated")
     ap.add_argument("--formats", default=",".join(FORMATS))
     ap.add_argument("--sizes", default="4096x4096", help="W's K x N, comma-separated")
+    ap.add_argument("--page", default="WEIGHTS.md", help="the page's name in OUT")
     ap.add_argument("--markdown", action="store_true",
-                    help="only rewrite OUT/WEIGHTS.md from OUT/weights.json")
+                    help="only rewrite OUT/PAGE from its .json")
     args = ap.parse_args()
+    out = Path(args.out)
+    page = out / args.page
+    data = page.with_name(page.stem.lower() + ".json")
     if args.markdown:
-        out = Path(args.out)
-        write_markdown(json.loads((out / "weights.json").read_text()), out / "WEIGHTS.md")
+        write_markdown(json.loads(data.read_text()), page)
         return
     torch.backends.cuda.matmul.allow_tf32 = False
     wd = Path(tempfile.mkdtemp(prefix="kiln-weights-"))
@@ -78,17 +88,18 @@ def main():
         (wd / "w.bin").write_bytes(w.tobytes())
         wt = torch.from_numpy(w).to(bench.DEV)
         wh = wt.half()
-        deq = {f: (w.astype(np.float64) if f == "f32" else dequantized(w, f.split("+")[0])[0])
-               for f in formats}
+        deq = {}  # W as each --weights format stores it, made once a format
         for M in rows:
-            x = r.standard_normal((M, K)).astype(np.float32)
-            xt = torch.from_numpy(x).to(bench.DEV)
+            x32 = r.standard_normal((M, K)).astype(np.float32)
+            xt = torch.from_numpy(x32).to(bench.DEV)
             runs = 50
             t32 = bench.cuda_time_us(lambda: xt @ wt, runs)
             xh = xt.half()
             t16 = bench.cuda_time_us(lambda: xh @ wh, runs)
             for fmt in formats:
-                key = f"mm{M}_{K}x{N}_{fmt}"
+                half = fmt.endswith("/h")  # f16 A and y: --precision f16 --io f16
+                x = x32.astype(np.float16) if half else x32
+                key = f"mm{M}_{K}x{N}_{fmt.replace('/', '_')}"
                 doc = {"name": "q", "inputs": {"x": bench.spec([M, K])},
                        "weights": {"w": {"dtype": "f32", "shape": [K, N],
                                          "file": str(wd / "w.bin")}},
@@ -96,8 +107,9 @@ def main():
                        "outputs": ["y"]}
                 (wd / f"{key}.yaml").write_text(json.dumps(doc))
                 bench.sh([bench.BUILD / "kiln", "compile", wd / f"{key}.yaml", "--name", "model",
-                          "-o", wd / f"{key}.c", "--weights", fmt.split("+")[0],
-                          *(["--activations", "int8"] if fmt.endswith("+a8") else []),
+                          "-o", wd / f"{key}.c", "--weights", base(fmt),
+                          *(["--activations", "int8"] if "+a8" in fmt else []),
+                          *(["--precision", "f16", "--io", "f16"] if half else []),
                           "--weights-file", wd / f"{key}.weights"])
                 prog = wd / key
                 bench.sh(["cc", "-O2", "-std=c99", "-D_POSIX_C_SOURCE=199309L", "-I",
@@ -105,23 +117,32 @@ def main():
                           "-o", prog, bench.ROOT / "bench" / "bench.c", wd / f"{key}.c", "-L",
                           bench.BUILD, "-lkilnrt", bench.VULKAN_LIB, "-lm"])
                 # A as the kernel multiplies it: 8-bit integers on matvec_k.comp
-                q8 = fmt.endswith("+a8") and "A_Q8 1" in (wd / f"{key}.c").read_text()
-                xa = torch.from_numpy(a_int8(x)).to(bench.DEV) if q8 else xt.double()
-                want = (xa @ torch.from_numpy(deq[fmt]).to(bench.DEV)).cpu().numpy()
-                kr, (got,) = bench.run_kiln(wd, prog, [x], [want.astype(np.float32)], runs, 5)
-                err = bench.check_close(f"{key}", got, want, 2e-4)
+                q8 = "+a8" in fmt and "A_Q8 1" in (wd / f"{key}.c").read_text()
+                x64 = x.astype(np.float64)
+                xa = torch.from_numpy(a_int8(x64) if q8 else x64).to(bench.DEV)
+                if base(fmt) not in deq:
+                    deq[base(fmt)] = dequantized(w, base(fmt))[0]
+                want = (xa @ torch.from_numpy(deq[base(fmt)]).to(bench.DEV)).cpu().numpy()
+                kr, (got,) = bench.run_kiln(wd, prog, [x], [want.astype(x.dtype)], runs, 5)
+                err = bench.check_close(f"{key}", got, want, 5e-3 if half else 2e-4)
                 wbytes = weight_bytes(wd / f"{key}.h")
                 row = {"M": M, "K": K, "N": N, "format": fmt, "kiln_us": kr["gpu_us"],
                        "torch_f32_us": t32, "torch_f16_us": t16, "weight_bytes": wbytes,
                        "rel_error_vs_reference": err,
-                       "rel_error_vs_f32": float(np.abs(got - x.astype(np.float64) @ w).max() /
-                                                 np.abs(x.astype(np.float64) @ w).max())}
+                       "rel_error_vs_f32": float(np.abs(got - x32.astype(np.float64) @ w).max() /
+                                                 np.abs(x32.astype(np.float64) @ w).max())}
                 res["rows"].append(row)
                 print(json.dumps(row), flush=True)
-    out = Path(args.out)
-    (out / "weights.json").write_text(json.dumps(res, indent=1))
-    write_markdown(res, out / "WEIGHTS.md")
-    print((out / "WEIGHTS.md").read_text())
+                data.write_text(json.dumps(res, indent=1))
+                write_markdown(res, page)
+    data.write_text(json.dumps(res, indent=1))
+    write_markdown(res, page)
+    print(page.read_text())
+
+
+def base(fmt):
+    """The --weights format of a row's format (FMT, FMT+a8, FMT/h)."""
+    return fmt.split("+")[0].split("/")[0]
 
 
 def write_markdown(res, path):
@@ -132,7 +153,10 @@ def write_markdown(res, path):
          "y = x @ W, x [M, K], W [K, N]. kiln: `--weights FMT`, dequantized inside the "
          "matmul, f32 arithmetic (FMT+a8: with `--activations int8`, A as 8-bit integers and "
          "integer dot products where `matvec_k.comp` runs, its reference x then as those "
-         "integers stand for); median GPU time of 50 runs. Up to 2 rows (f32) or 8 (the "
+         "integers stand for; FMT/h: with `--precision f16 --io f16`, x and y in halves as "
+         "a decoder built so runs the product, the 8-bit, 4-bit and fp8 codes then "
+         "multiplying A in f16 pairs where the kernel has them, checked within 5e-3 of the "
+         "largest |y|); median GPU time of 50 runs. Up to 2 rows (f32) or 8 (the "
          "other formats) kiln stores W K-major and runs `matvec_k.comp`; more rows up to 16 "
          "read W row-major on `matvec.comp`, more still on the tiled kernel "
          "(docs/performance.md). torch: x @ W in f32 and in "

@@ -280,12 +280,25 @@ static Dispatch *matvec_k_kernel(Program *p, Node *n, const MatmulShape *s, int6
      * workgroup's copy of A then serves more columns: 256 invocations in 8
      * teams, halved down to 2 while they leave fewer than 256 workgroups),
      * beside the partial sums: at most 32 KiB (lavapipe's limit), else A
-     * as it is */
+     * as it is. fp8 codes times f16 A (--precision f16) on devices with f16
+     * arithmetic: A's rows as f16 pairs in shared memory (A_H2, 52 bytes
+     * a chunk of 16 k), within the same 32 KiB, in teams of 16 (16 halved
+     * as above: its staging costs more than A_Q8's, and more columns
+     * share it). Measured on an H200 at one row (us, the second of two
+     * products; bench/experiments/act_int8-h200.txt section 8): e4m3 4096
+     * x 65536 93.4 -> 88.9 (8 teams) -> 84.9 (16), 4096 x 16384 28.1 ->
+     * 26.0 -> 24.7; e5m2 (8 teams) 95.8 -> 83.7 and 28.9 -> 24.5.
+     * KILN_F16_PAIRS=0 turns it off, as F16_PAIRS below */
+    const char *pairs_env = getenv("KILN_F16_PAIRS");
+    bool pairs_off = pairs_env && strcmp(pairs_env, "0") == 0;
+    bool a_vec = s->a_sm % 4 == 0 && all_multiples(s->brank, s->ops[1].strides, 4);
+    bool a_f16 = s->ops[1].t->dtype == KILN_DTYPE_F16;
     bool asym = fmt == WF_INT8_ASYM || fmt == WF_INT4_ASYM;
     bool q8 = n->act_int8 && fmt >= WF_INT8 && fmt <= WF_INT4_ASYM && s->K % 32 == 0;
+    bool h2 = !q8 && (fmt == WF_FP8_E4M3 || fmt == WF_FP8_E5M2) && a_f16 && a_vec && !pairs_off;
     int64_t qwg = wg, qteams = teams;
-    if (q8 && !tune) {
-        qwg = 256, qteams = 8;
+    if ((q8 || h2) && !tune) {
+        qwg = 256, qteams = h2 ? 16 : 8;
         while (qteams > 2 && groups_for(s->N, cn * qteams) * s->batch < 256)
             qteams /= 2;
         while (mrows * cn * qwg > 4096 && qwg > qteams)
@@ -293,7 +306,8 @@ static Dispatch *matvec_k_kernel(Program *p, Node *n, const MatmulShape *s, int6
     }
     q8 = q8 && mrows * s->K + mrows * s->K / 8 + (asym ? mrows * s->K / 4 : 0) +
                        mrows * cn * qwg * 4 <= 32768;
-    if (q8)
+    h2 = h2 && mrows * (s->K / 16) * 52 + mrows * cn * qwg * 4 <= 32768;
+    if (q8 || h2)
         wg = qwg, teams = qteams, ashared = 0;
     Dispatch *d = new_dispatch(p, n, "matvec_k");
     d->local_size = (uint32_t)wg;
@@ -304,7 +318,6 @@ static Dispatch *matvec_k_kernel(Program *p, Node *n, const MatmulShape *s, int6
     define_int(d, "WG", wg);
     define_int(d, "CN", cn);
     /* A four elements a load (A's rows and batches in whole vectors) */
-    bool a_vec = s->a_sm % 4 == 0 && all_multiples(s->brank, s->ops[1].strides, 4);
     define_int(d, "A_VEC", a_vec);
     /* 8- and 4-bit codes times f16 A (--precision f16) in f16 pairs on
      * devices with f16 arithmetic (the KILN_SUBGROUP build, which then
@@ -312,10 +325,13 @@ static Dispatch *matvec_k_kernel(Program *p, Node *n, const MatmulShape *s, int6
      * products (bench/experiments/matvec_k_f16-h200.txt), int4 2048 x
      * 11264 11.8 -> 10.3 us, 5632 x 2048 8.7 -> 7.6, 2048 x 32000 24.9 ->
      * 20.7; KILN_F16_PAIRS=0 turns it off, for comparison */
-    const char *pairs_env = getenv("KILN_F16_PAIRS");
-    if (fmt >= WF_INT8 && fmt <= WF_INT4_ASYM && s->ops[1].t->dtype == KILN_DTYPE_F16 &&
-        a_vec && !ashared && !q8 && !(pairs_env && strcmp(pairs_env, "0") == 0)) {
+    if (fmt >= WF_INT8 && fmt <= WF_INT4_ASYM && a_f16 && a_vec && !ashared && !q8 &&
+        !pairs_off) {
         define_int(d, "F16_PAIRS", 1);
+        d->alt_needs = KILN_FEATURE_FLOAT16;
+    }
+    if (h2) {
+        define_int(d, "A_H2", 1);
         d->alt_needs = KILN_FEATURE_FLOAT16;
     }
     if (unroll > 1)

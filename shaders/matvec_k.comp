@@ -66,6 +66,12 @@
 // KILN_SUBGROUP build multiplies four bytes in one instruction (SPIR-V
 // OpSDot, the compiler then marks it as needing KILN_FEATURE_INTDOT), the
 // other makes the same integer sums a byte at a time.
+//
+// A_H2 (fp8 codes, --precision f16): A's rows are staged in shared memory
+// as f16 pairs, each chunk's scaled by a power of two, and the codes,
+// moved into halves by their bits, multiply them in f16 pairs (four
+// products a half summed in f16), in teams as A_Q8's: no conversion to f32
+// a code.
 #extension GL_EXT_control_flow_attributes : enable
 #include "common.glsl"
 #include "weights.glsl"
@@ -73,13 +79,28 @@
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #endif
 // F16_PAIRS (8- and 4-bit codes, f16 A): the codes times A in f16 pairs
-// (chunk_halves), in the KILN_SUBGROUP build only, which the compiler then
-// marks as needing f16 arithmetic too.
-#if KILN_SUBGROUP && defined(F16_PAIRS) && F16_PAIRS
+// (chunk_halves); A_H2 (fp8 codes, f16 A): the same with A's rows staged
+// in shared memory as pairs first (stage_h2, chunk_h2). Both in the
+// KILN_SUBGROUP build only, which the compiler then marks as needing f16
+// arithmetic too; the other build sums in f32 (chunk_f32).
+#ifndef F16_PAIRS
+#define F16_PAIRS 0
+#endif
+#ifndef A_H2
+#define A_H2 0
+#endif
+#if KILN_SUBGROUP && (F16_PAIRS || A_H2)
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#endif
+#if KILN_SUBGROUP && F16_PAIRS
 #define HALVES 1
 #else
 #define HALVES 0
+#endif
+#if KILN_SUBGROUP && A_H2
+#define H2 1
+#else
+#define H2 0
 #endif
 
 layout(local_size_x = WG) in;
@@ -607,6 +628,108 @@ bool chunk_halves(uint ca, uint k, Chunk q, inout float d[M][CN]) {
 }
 #endif
 
+#if H2
+// H2 (A_H2: fp8 codes, f16 A): A's rows in shared memory as f16 pairs,
+// paired as a code word's bytes (k and k + 2, k + 1 and k + 3): chunk ch
+// of row m (16 k) at sh[m * HROW + 3 ch], two uvec4s of 8 k each, (a0,
+// a2), (a1, a3), (a4, a6), (a5, a7); the third slot unused, so that the
+// invocations of a quarter subgroup, which read chunks apart, meet
+// different banks. Each chunk's halves are scaled by a power of two that
+// puts its largest |a| in [1, 2) (exact, but for elements that fall below
+// 2^-14 of it); shf[m * CHUNKS + ch] is the factor that undoes it, 0
+// where A is not finite there (the chunk is then summed in f32 from A in
+// memory, add_chunk).
+const uint HROW = CHUNKS * 3u;
+shared uvec4 sh[M * HROW];
+shared float shf[M * CHUNKS];
+
+// Stages the run's rows of A (batch at ca) into sh and shf: an invocation
+// a chunk of a row.
+void stage_h2(uint ca) {
+    for (uint u = gl_LocalInvocationID.x; u < MROWS * CHUNKS; u += WG) {
+        const uint m = u / CHUNKS, ch = u % CHUNKS;
+        vec4 v[4];
+        float most = 0.0;
+        [[unroll]] for (uint i = 0; i < 4u; ++i) {
+            v[i] = LOAD_A4(ca + m * A_SM + ch * KV + 4u * i);
+            const vec4 av = abs(v[i]);
+            most = max(most, max(max(av.x, av.y), max(av.z, av.w)));
+        }
+        int e;
+        frexp(most, e); // most = f 2^e, f in [0.5, 1)
+        const bool scaled = most > 0.0 && !isinf(most);
+        const float up = scaled ? ldexp(1.0, 1 - e) : 1.0;
+        shf[u] = isinf(most) ? 0.0 : scaled ? ldexp(1.0, e - 1) : 1.0;
+        [[unroll]] for (uint j = 0; j < 2u; ++j) {
+            const vec4 x = v[2u * j] * up, y = v[2u * j + 1u] * up;
+            sh[m * HROW + 3u * ch + j] =
+                uvec4(packHalf2x16(x.xz), packHalf2x16(x.yw), packHalf2x16(y.xz),
+                      packHalf2x16(y.yw));
+        }
+    }
+}
+
+// The fp8 codes of a word as two f16 pairs, bytes 0 and 2 (even) and 1
+// and 3 (odd), times H2_UNIT: e4m3's magnitude moved under an f16's sign
+// (as kiln_w4: 2^-8, FP8_UNIT), e5m2's the top byte of an f16 times
+// 2^-14: at most 1.75 and 3.5, so that four products with A's halves in
+// [-2, 2] and their sum stay far from an f16's largest.
+#if W_FORMAT == 6
+const float H2_UNIT = 1.0; // FP8_UNIT in the scale makes up the 2^-8
+#else
+const float H2_UNIT = 16384.0;
+#endif
+void kiln_fp8_pairs(uint x, out f16vec2 even, out f16vec2 odd) {
+#if W_FORMAT == 6
+    odd = unpackFloat2x16((x & 0x80008000u) | ((x >> 1) & 0x3F803F80u));
+    even = unpackFloat2x16(((x << 8) & 0x80008000u) | ((x << 7) & 0x3F803F80u));
+#else
+    const f16vec2 unit = f16vec2(float16_t(1.0 / 16384.0));
+    odd = unpackFloat2x16(x & 0xFF00FF00u) * unit;
+    even = unpackFloat2x16((x << 8) & 0xFF00FF00u) * unit;
+#endif
+}
+
+// Chunk ch's (16 k) sums of codes times A into d, as add_chunk's: the
+// codes times A's staged halves in f16 pairs, four products a half summed
+// in f16, then in f32 times the chunk's factor; false (d then partial)
+// where a row's A is not finite in the chunk.
+bool chunk_h2(uint ch, Chunk q, inout float d[M][CN]) {
+    f16vec2 s[M][CN][2];
+    [[unroll]] for (uint m = 0; m < M; ++m)
+        [[unroll]] for (uint c = 0; c < CN; ++c)
+            s[m][c][0] = s[m][c][1] = f16vec2(0.0);
+    [[unroll]] for (uint i = 0; i < 4u; ++i) { // a word (four k) a step
+        f16vec2 we[CN], wo[CN];
+        [[unroll]] for (uint c = 0; c < CN; ++c)
+            kiln_fp8_pairs(q.raw[c][i], we[c], wo[c]);
+        [[unroll]] for (uint m = 0; m < M; ++m) {
+            if (m < MROWS) {
+                const uvec4 av = sh[m * HROW + 3u * ch + i / 2u];
+                const f16vec2 ae = unpackFloat2x16((i & 1u) != 0u ? av.z : av.x);
+                const f16vec2 ao = unpackFloat2x16((i & 1u) != 0u ? av.w : av.y);
+                [[unroll]] for (uint c = 0; c < CN; ++c) {
+                    s[m][c][i / 2u] = fma(we[c], ae, s[m][c][i / 2u]);
+                    s[m][c][i / 2u] = fma(wo[c], ao, s[m][c][i / 2u]);
+                }
+            }
+        }
+    }
+    bool ok = true;
+    [[unroll]] for (uint m = 0; m < M; ++m) {
+        if (m < MROWS) {
+            const float f = shf[m * CHUNKS + ch];
+            ok = ok && f != 0.0;
+            [[unroll]] for (uint c = 0; c < CN; ++c) {
+                const vec2 t = vec2(s[m][c][0]) + vec2(s[m][c][1]);
+                d[m][c] += (t.x + t.y) * (f * H2_UNIT);
+            }
+        }
+    }
+    return ok;
+}
+#endif
+
 // Chunk's (k on) sums of codes (less their zero point) times A into d, in
 // f32.
 void chunk_f32(uint ca, uint k, Chunk q, inout float d[M][CN]) {
@@ -634,8 +757,12 @@ void add_chunk(uint ca, uint ch, Chunk q, inout float acc[M][CN]) {
     [[unroll]] for (uint m = 0; m < M; ++m)
         [[unroll]] for (uint c = 0; c < CN; ++c)
             d[m][c] = 0.0;
+#if HALVES || H2
 #if HALVES
     if (!chunk_halves(ca, k, q, d)) { // A out of the halves' range: again in f32
+#else
+    if (!chunk_h2(ch, q, d)) { // A not finite: again in f32
+#endif
         [[unroll]] for (uint m = 0; m < M; ++m)
             [[unroll]] for (uint c = 0; c < CN; ++c)
                 d[m][c] = 0.0;
@@ -782,18 +909,20 @@ void main() {
             [[unroll]] for (uint c = 0; c < CN; ++c)
                 acc[m][c] = 0.0;
         Chunk q[UNROLL]; // loaded first, all of them in flight
-#if A_SHARED || A_Q8 // the first chunks' loads issued before A's copy
+#if A_SHARED || A_Q8 || H2 // the first chunks' loads issued before A's copy
         [[unroll]] for (uint u = 0; u < UNROLL; ++u)
             q[u] = load_chunk(cb, n0, min(lt + u * TL, CHUNKS - 1));
 #if A_Q8
         stage_q8(ca);
+#elif H2
+        stage_h2(ca);
 #else
         stage_a(ca);
 #endif
         barrier();
 #endif
         for (uint ch0 = lt; ch0 < CHUNKS; ch0 += TL * UNROLL) {
-#if A_SHARED || A_Q8
+#if A_SHARED || A_Q8 || H2
             if (ch0 != lt)
 #endif
                 [[unroll]] for (uint u = 0; u < UNROLL; ++u)

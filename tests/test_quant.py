@@ -288,16 +288,23 @@ case("--precision f16: rows that follow a dim, the weight f16 K-major (matvec_k,
     dynamic_case("f16", precision_f16=True))
 
 
-def halves_case(fmt):
-    """--precision f16 with 8- or 4-bit weights, a decoder's product ([1, seq,
-    K], runs of 1 to 4 rows on matvec_k.comp): on devices with f16 and
-    subgroup arithmetic the codes multiply A's halves in f16 pairs
-    (F16_PAIRS), a chunk whose A leaves [1/64, 1024] in f32; every run
-    against x (as halves) @ the dequantized weight within 2e-3 of the sum
-    of each output's products' magnitudes: activations of order 1, some
-    chunks past 1024 (up to 3e4), all near 1e-6 (a column of large weights
-    makes their outputs normal halves), and mixed; then KILN_SUBGROUP=0
-    (the f32 build)."""
+def halves_case(fmt, tune=None):
+    """--precision f16 with 8-, 4-bit or fp8 weights, a decoder's product
+    ([1, seq, K], runs of 1 to 4 rows on matvec_k.comp): on devices with
+    f16 and subgroup arithmetic the codes multiply A's halves in f16 pairs
+    (F16_PAIRS: a chunk whose A leaves [1/64, 1024] in f32; fp8, A_H2: A
+    staged in shared memory as pairs, each chunk scaled by a power of two,
+    a chunk with an infinite element in f32); every run against x (as
+    halves) @ the dequantized weight within 2e-3 of the sum of each
+    output's products' magnitudes: activations of order 1, some chunks past
+    1024 (up to 3e4), all near 1e-6 (a column of large weights makes their
+    outputs normal halves), and mixed (fp8: and one infinite element in a
+    row, whose outputs must be the same infinities and NaNs as numpy's);
+    then KILN_SUBGROUP=0 (the f32 build). tune: KILN_MATVEC_K for the
+    compiler (16 teams of 16 invocations, which a product this small would
+    not get: their sums meet in shared memory where a subgroup is wider)."""
+    fp8 = fmt.startswith("fp8")
+
     def test(workdir):
         import test_dynamic
         workdir = Path(workdir)
@@ -312,13 +319,16 @@ def halves_case(fmt):
             [{"name": "y", "op": "matmul", "inputs": ["x", "w"]}], ["y"],
             {"w": {"dtype": "f32", "shape": [K, N], "file": "w.bin"}})
         prog = build_model(workdir, y, {"w.bin": w.tobytes()},
-                           flags=("--precision", "f16", "--weights", fmt))
+                           flags=("--precision", "f16", "--weights", fmt),
+                           env={"KILN_MATVEC_K": tune} if tune else None)
         check_kernels(workdir, {"matvec_k", "eltwise"})
         src = (workdir / "model.c").read_text()
-        check("F16_PAIRS 1" in src and "and f16 arithmetic (shaderFloat16)" in src,
-              "matvec_k without F16_PAIRS, or its build not marked as needing f16 arithmetic")
-        kinds = ["normal", "large", "tiny", "mixed", "normal"]
-        seqs = [1, 4, 3, 2, 1]
+        check(not tune or "TEAMS 16" in src, "matvec_k not in 16 teams")
+        marker = "A_H2 1" if fp8 else "F16_PAIRS 1"
+        check(marker in src and "and f16 arithmetic (shaderFloat16)" in src,
+              f"matvec_k without {marker}, or its build not marked as needing f16 arithmetic")
+        kinds = ["normal", "large", "tiny", "mixed", "normal"] + (["inf"] if fp8 else [])
+        seqs = [1, 4, 3, 2, 1] + ([3] if fp8 else [])
 
         def inputs(rng, seq):
             kind = next(run_kinds)
@@ -330,19 +340,29 @@ def halves_case(fmt):
             elif kind == "mixed":  # the first 64 k past 1024, the rest small
                 x[..., :64] *= 2e3
                 x[..., 64:] *= 1e-2
-            return [np.clip(x, -6e4, 6e4).astype(np.float32)]
+            x = np.clip(x, -6e4, 6e4)
+            if kind == "inf":  # row 1's chunk of k 32 to 47 not finite, with a large
+                x[0, 1, 37] = np.inf  # a whose products would overflow halves
+                x[0, 1, 40] = -6e4
+            return [x.astype(np.float32)]
 
         def reference(x, seq):
             xh = x.astype(np.float16).astype(np.float64)
-            mags.append(np.abs(xh) @ np.abs(wq))  # each output's sum of |products|
-            return [xh @ wq]
+            with np.errstate(invalid="ignore"):
+                mags.append(np.abs(xh) @ np.abs(wq))  # each output's sum of |products|
+                return [xh @ wq]
 
         def compare(got, want, what):  # within 2e-3 of each output's magnitudes
-            err, bound = np.abs(got - want), 2e-3 * mags.pop(0) + 1e-30
-            worst = np.unravel_index(np.argmax(err / bound), err.shape)
-            check((err <= bound).all(), f"{what}: error {err[worst]:.3g} at {list(worst)} "
-                  f"(got {got[worst]:.6g}, expected {want[worst]:.6g}) past 2e-3 of the "
-                  f"sum of its products' magnitudes, {bound[worst]:.3g}")
+            odd = ~np.isfinite(want)  # an infinite A's row: numpy's infinities and NaNs
+            check((np.isnan(got) == np.isnan(want)).all() and
+                  (got[odd & ~np.isnan(want)] == want[odd & ~np.isnan(want)]).all(),
+                  f"{what}: not the reference's infinities and NaNs")
+            got, want, mag = got[~odd], want[~odd], mags.pop(0)[~odd]
+            err, bound = np.abs(got - want), 2e-3 * mag + 1e-30
+            worst = np.argmax(err / bound)
+            check((err <= bound).all(), f"{what}: error {err[worst]:.3g} (got "
+                  f"{got[worst]:.6g}, expected {want[worst]:.6g}) past 2e-3 of the sum of "
+                  f"its products' magnitudes, {bound[worst]:.3g}")
         for env in ({}, {"KILN_SUBGROUP": "0"}):
             run_kinds = iter(kinds)
             mags = []
@@ -354,6 +374,12 @@ def halves_case(fmt):
 for _fmt in ("int4", "int4-asym", "int8", "int8-asym"):
     case(f"--precision f16 --weights {_fmt}: a decoder's product with the codes times A in f16 "
          "pairs, chunks of A out of their range in f32 (matvec_k, F16_PAIRS)")(halves_case(_fmt))
+for _fmt in ("fp8-e4m3", "fp8-e5m2"):
+    case(f"--precision f16 --weights {_fmt}: a decoder's product with A staged as f16 pairs "
+         "that the codes multiply, a chunk with an infinite A in f32 (matvec_k, A_H2)")(
+        halves_case(_fmt))
+case("--precision f16 --weights fp8-e4m3: A_H2 in 16 teams of 16 invocations (matvec_k)")(
+    halves_case("fp8-e4m3", tune="256,4,1,16"))
 
 
 def a_int8(x):

@@ -10,6 +10,12 @@ KILN_VULKAN_LIB as bench/llm.py).
 
   bench/experiments/matvec_bw.py [--work DIR] [--formats f16,int8]
       [--shapes 4096x16384] [--repeat R] [--configs 'FMT:WG,CN,U,T,S;...']
+      [--copy-sizes 22,24]
+
+A format FMT@VAR=VALUE compiles FMT with that environment variable set (a
+compiler knob such as KILN_F16_PAIRS=0, for an A/B in one run).
+--copy-sizes times the copy kernel also at 2^S f32 elements each (16 MiB
+at 22), for the fixed cost a dispatch pays at the products' sizes.
 """
 import json
 import os
@@ -79,6 +85,11 @@ def main():
             "nodes": [{"name": "y", "op": "cast", "inputs": ["x"], "to": "f32"}],
             "outputs": ["y"]}
     points = [(work / "copy", copy, [], {})]
+    copy_sizes = [int(v) for v in arg("--copy-sizes", "").split(",") if v]
+    for lg in copy_sizes:
+        small = json.loads(json.dumps(copy))
+        small["inputs"]["x"]["shape"] = [1 << lg]
+        points.append((work / f"copy{lg}", small, [], {}))
     meta = []
     for K, N in shapes:
         for f in fmts:
@@ -91,23 +102,32 @@ def main():
                          "nodes": [{"name": f"y{i}", "op": "matmul", "inputs": [f"x{i}", f"w{i}"]}
                                    for i in range(reps)],
                          "outputs": [f"y{i}" for i in range(reps)]}
-                d = work / f"{K}x{N}-{f}-{c or 'd'}".replace(",", "_")
-                points.append((d, model, FORMATS[f][0], {"KILN_MATVEC_K": c} if c else {}))
+                d = work / f"{K}x{N}-{f}-{c or 'd'}".replace(",", "_").replace("@", "_")
+                base, *knobs = f.split("@")
+                env = dict(kv.split("=", 1) for kv in knobs)
+                if c:
+                    env["KILN_MATVEC_K"] = c
+                points.append((d, model, FORMATS[base][0], env))
                 meta.append((K, N, f, c, d))
     with ThreadPoolExecutor(max(1, (os.cpu_count() or 2) - 2)) as ex:
         errs = list(ex.map(_safe_build, points))
     if errs[0]:
         sys.exit(errs[0])
+    errs = errs[:1] + errs[1 + len(copy_sizes):]
     copy_us = times(work / "copy", ["y"])[0]
     copy_gbs = 2 * n * 4 / copy_us / 1e3
     print(f"copy: {copy_us:.1f} us, {copy_gbs:.0f} GB/s", flush=True)
+    for lg in copy_sizes:
+        us = times(work / f"copy{lg}", ["y"])[0]
+        print(f"copy 2^{lg} f32: {us:.1f} us, {2 * (1 << lg) * 4 / us / 1e3:.0f} GB/s",
+              flush=True)
     rows = []
     for (K, N, f, c, d), err in zip(meta, errs[1:]):
         if err:
             print(f"{K}x{N} {f} {c or 'default'}: {err[-400:]}", flush=True)
             continue
         us = times(d, [f"y{i}" for i in range(reps)])
-        gb = K * N * FORMATS[f][1]
+        gb = K * N * FORMATS[f.split("@")[0]][1]
         shares = [100 * gb / u / 1e3 / copy_gbs for u in us]
         print(f"{K}x{N} {f:9s} {c or 'default':14s} " +
               " ".join(f"{u:7.1f} us {s:4.0f}%" for u, s in zip(us, shares)), flush=True)
