@@ -9,7 +9,7 @@ reference), then times kiln (GPU timestamps) against torch f32 x @ W and
 torch f16 x @ W (CUDA events), medians of 50 runs. kiln's copy kernel
 (bench/run.py's, 256 MiB) is timed in the same run: each row's weight bytes
 per second as a share of its bandwidth. Writes bench/WEIGHTS.md and
-bench/weights.json.
+bench/weights.json (--page: another page, its .json beside it).
 
   bench/weights.py [--out DIR] [--quick] [--rows 1,16,4096] [--formats f32,int4,int4+a8]
                    [--sizes 4096x4096,4096x16384] [--page WEIGHTS.md]
@@ -149,7 +149,7 @@ def write_markdown(res, path):
     L = ["# kiln matmuls with quantized weights, against PyTorch", "",
          f"Measured {res['date']} on {res['gpu']} (driver {res['driver']}), TF32 off, by "
          "`bench/weights.py`. Do not edit: rerun it (`--markdown` rewrites this page from "
-         "weights.json).", "",
+         f"{Path(path).stem.lower()}.json).", "",
          "y = x @ W, x [M, K], W [K, N]. kiln: `--weights FMT`, dequantized inside the "
          "matmul, f32 arithmetic (FMT+a8: with `--activations int8`, A as 8-bit integers and "
          "integer dot products where `matvec_k.comp` runs, its reference x then as those "
