@@ -635,10 +635,11 @@ bool chunk_halves(uint ca, uint k, Chunk q, inout float d[M][CN]) {
 // a2), (a1, a3), (a4, a6), (a5, a7); the third slot unused, so that the
 // invocations of a quarter subgroup, which read chunks apart, meet
 // different banks. Each chunk's halves are scaled by a power of two that
-// puts its largest |a| in [1, 2) (exact, but for elements that fall below
-// 2^-14 of it); shf[m * CHUNKS + ch] is the factor that undoes it, 0
-// where A is not finite there (the chunk is then summed in f32 from A in
-// memory, add_chunk).
+// puts its largest |a| in [1, 2) (exact, but for elements under 2^-14 of
+// it, which may lose low bits as subnormal halves); shf[m * CHUNKS + ch]
+// is the factor that undoes it, 0 where the chunk holds an infinity (it
+// is then summed in f32 from A in memory, add_chunk: a large finite
+// element beside it could overflow a half; a NaN stays a NaN in halves).
 const uint HROW = CHUNKS * 3u;
 shared uvec4 sh[M * HROW];
 shared float shf[M * CHUNKS];
