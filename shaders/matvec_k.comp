@@ -637,9 +637,11 @@ bool chunk_halves(uint ca, uint k, Chunk q, inout float d[M][CN]) {
 // different banks. Each chunk's halves are scaled by a power of two that
 // puts its largest |a| in [1, 2) (exact, but for elements under 2^-14 of
 // it, which may lose low bits as subnormal halves); shf[m * CHUNKS + ch]
-// is the factor that undoes it, 0 where the chunk holds an infinity (it
+// is the factor that undoes it, -1 where the chunk holds an infinity (it
 // is then summed in f32 from A in memory, add_chunk: a large finite
 // element beside it could overflow a half; a NaN stays a NaN in halves).
+// Not 0: a chunk left unstaged by mistake (shared memory often starts
+// zeroed) would then be summed from memory and hide the mistake.
 const uint HROW = CHUNKS * 3u;
 shared uvec4 sh[M * HROW];
 shared float shf[M * CHUNKS];
@@ -660,7 +662,7 @@ void stage_h2(uint ca) {
         frexp(most, e); // most = f 2^e, f in [0.5, 1)
         const bool scaled = most > 0.0 && !isinf(most);
         const float up = scaled ? ldexp(1.0, 1 - e) : 1.0;
-        shf[u] = isinf(most) ? 0.0 : scaled ? ldexp(1.0, e - 1) : 1.0;
+        shf[u] = isinf(most) ? -1.0 : scaled ? ldexp(1.0, e - 1) : 1.0;
         [[unroll]] for (uint j = 0; j < 2u; ++j) {
             const vec4 x = v[2u * j] * up, y = v[2u * j + 1u] * up;
             sh[m * HROW + 3u * ch + j] =
@@ -694,7 +696,7 @@ void kiln_fp8_pairs(uint x, out f16vec2 even, out f16vec2 odd) {
 // Chunk ch's (16 k) sums of codes times A into d, as add_chunk's: the
 // codes times A's staged halves in f16 pairs, four products a half summed
 // in f16, then in f32 times the chunk's factor; false (d then partial)
-// where a row's A is not finite in the chunk.
+// where a row's chunk of A holds an infinity.
 bool chunk_h2(uint ch, Chunk q, inout float d[M][CN]) {
     f16vec2 s[M][CN][2];
     [[unroll]] for (uint m = 0; m < M; ++m)
@@ -720,7 +722,7 @@ bool chunk_h2(uint ch, Chunk q, inout float d[M][CN]) {
     [[unroll]] for (uint m = 0; m < M; ++m) {
         if (m < MROWS) {
             const float f = shf[m * CHUNKS + ch];
-            ok = ok && f != 0.0;
+            ok = ok && f >= 0.0;
             [[unroll]] for (uint c = 0; c < CN; ++c) {
                 const vec2 t = vec2(s[m][c][0]) + vec2(s[m][c][1]);
                 d[m][c] += (t.x + t.y) * (f * H2_UNIT);

@@ -382,6 +382,48 @@ case("--precision f16 --weights fp8-e4m3: A_H2 in 16 teams of 16 invocations (ma
     halves_case("fp8-e4m3", tune="256,4,1,16"))
 
 
+def h2_rows_case(fmt):
+    """--precision f16 --weights FMT (fp8), fixed [3, 2048] x [2048, 40] in
+    16 teams of 16 (KILN_MATVEC_K): each invocation stages two chunks of A
+    and multiplies eight of each column, where the other A_H2 cases have
+    one. Each chunk of 16 k of x at its own scale (1e-4 to 1e3: the power
+    of two staging picks differs chunk to chunk); against x (as halves) @
+    the dequantized weight within 2e-3 of each output's products'
+    magnitudes, in both builds."""
+    def test(workdir):
+        workdir = Path(workdir)
+        r = np.random.default_rng(91)
+        M, K, N = 3, 2048, 40
+        w = (r.standard_normal([K, N]) * 0.05).astype(np.float32)
+        wq, _ = dequantized(w, fmt)
+        x = r.standard_normal([M, K]) * np.repeat(10.0 ** r.uniform(-4, 3, [M, K // 16]), 16, 1)
+        x = x.astype(np.float32)
+        y = model_yaml("q", {"x": {"dtype": "f32", "shape": [M, K]}},
+                       [{"name": "y", "op": "matmul", "inputs": ["x", "w"]}], ["y"],
+                       weights={"w": {"dtype": "f32", "shape": [K, N], "file": "w.bin"}})
+        prog = build_model(workdir, y, {"w.bin": w.tobytes()},
+                           flags=("--precision", "f16", "--weights", fmt),
+                           env={"KILN_MATVEC_K": "256,4,1,16"})
+        src = (workdir / "model.c").read_text()
+        check("A_H2 1" in src and "TEAMS 16" in src, "matvec_k without A_H2 in 16 teams")
+        xh = x.astype(np.float16).astype(np.float64)
+        want, mag = xh @ wq, np.abs(xh) @ np.abs(wq)
+        for env in ({}, {"KILN_SUBGROUP": "0"}):
+            with program_env(**env):
+                got, = run_program(prog, [x], [np.zeros([M, N], np.float32)])
+            err, bound = np.abs(got - want), 2e-3 * mag
+            worst = np.unravel_index(np.argmax(err / bound), err.shape)
+            check((err <= bound).all(), f"{env or 'default build'}: error {err[worst]:.3g} at "
+                  f"{list(worst)} past 2e-3 of the sum of its products' magnitudes, "
+                  f"{bound[worst]:.3g}")
+    return test
+
+
+for _fmt in ("fp8-e4m3", "fp8-e5m2"):
+    case(f"--precision f16 --weights {_fmt}: [3, 2048] x [2048, 40], A_H2 in 16 teams, "
+         "chunks of A at scales 1e-4 to 1e3 (matvec_k)")(h2_rows_case(_fmt))
+
+
 def a_int8(x):
     """A's rows as --activations int8 makes them (docs/cli.md): each run of
     32 k scaled by its largest |a| / 127 (f32), rounded half to even; the
