@@ -764,7 +764,7 @@ void add_chunk(uint ca, uint ch, Chunk q, inout float acc[M][CN]) {
 #if HALVES
     if (!chunk_halves(ca, k, q, d)) { // A out of the halves' range: again in f32
 #else
-    if (!chunk_h2(ch, q, d)) { // A not finite: again in f32
+    if (!chunk_h2(ch, q, d)) { // A holds an infinity: again in f32
 #endif
         [[unroll]] for (uint m = 0; m < M; ++m)
             [[unroll]] for (uint c = 0; c < CN; ++c)

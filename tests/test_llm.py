@@ -84,41 +84,41 @@ def step_inputs(d, step):
             for n in ("input_ids", "attention_mask", "position_ids")]
 
 
-def dynamic_steps_case(d, precision, flags=()):
-    """The prompt (seq 8, past 0) then one token (seq 1, past 8) in one
-    process, the cache kept on the GPU between them: every logit against
+def run_two_steps(d, prog, compare):
+    """Runs the prompt (seq 8, past 0) then one token (seq 1, past 8) on a
+    dynamic build of d in one process, the cache kept on the GPU between
+    them; compare(got, want, what) gets each step's logits and
     onnxruntime's."""
+    inputs = {(8, 0): step_inputs(d, 0), (1, 8): step_inputs(d, 1)}
+    logits = {(8, 0): np.load(d / "step0_out_logits.npy"),
+              (1, 8): np.load(d / "step1_out_logits.npy")}
+    run_built(prog, [{"seq": 8, "past": 0}, {"seq": 1, "past": 8}],
+              lambda rng, seq, past: inputs[seq, past],
+              lambda *xs, seq, past: [logits[seq, past]], compare=compare)
+
+
+def dynamic_steps_case(d, precision, flags=()):
+    """The two steps of run_two_steps: every logit against onnxruntime's."""
     def test(workdir):
         wd = Path(workdir)
         r = kiln("compile", d / "model.onnx", "--name", "model", "-o", wd / "model.c",
                  "--precision", precision, *DYN_SHAPES, *flags)
         check(r.returncode == 0, f"kiln compile failed:\n{r.stderr}")
-        inputs = {(8, 0): step_inputs(d, 0), (1, 8): step_inputs(d, 1)}
-        logits = {(8, 0): np.load(d / "step0_out_logits.npy"),
-                  (1, 8): np.load(d / "step1_out_logits.npy")}
-        compare = precision_compare(precision == "f16", 1e-3, 1e-5)
-        run_built(link_model(wd), [{"seq": 8, "past": 0}, {"seq": 1, "past": 8}],
-                  lambda rng, seq, past: inputs[seq, past],
-                  lambda *xs, seq, past: [logits[seq, past]], compare=compare)
+        run_two_steps(d, link_model(wd), precision_compare(precision == "f16", 1e-3, 1e-5))
     return test
 
 
 def quant_steps_case(d, fmt, tol):
-    """--precision f16 --weights FMT, the prompt and one token as
-    dynamic_steps_case runs them, twice: with the codes times A in f16
-    pairs (A_H2 for fp8, F16_PAIRS for 8- and 4-bit codes; what a decoder
-    built so runs on a device with f16 arithmetic) and with KILN_F16_PAIRS=0
-    (the codes in f32). Every logit of the first within F16_TOLERANCE of
+    """--precision f16 --weights FMT, the two steps of run_two_steps, twice:
+    with the codes times A in f16 pairs (A_H2 for fp8, F16_PAIRS for 8- and
+    4-bit codes; what a decoder built so runs on a device with f16
+    arithmetic) and with KILN_F16_PAIRS=0 (the codes in f32). Every logit of the first within F16_TOLERANCE of
     the largest of the second's, and both within tol of the largest of
     onnxruntime's (from the f32 weights: tol bounds the format's own
     error)."""
     def test(workdir):
         wd = Path(workdir)
-        inputs = {(8, 0): step_inputs(d, 0), (1, 8): step_inputs(d, 1)}
-        logits = {(8, 0): np.load(d / "step0_out_logits.npy"),
-                  (1, 8): np.load(d / "step1_out_logits.npy")}
-        steps = [{"seq": 8, "past": 0}, {"seq": 1, "past": 8}]
-        got = {}
+        got = {}  # each build's (logits, onnxruntime's) a step
         for name, env in (("pairs", None), ("f32", {"KILN_F16_PAIRS": "0"})):
             sub = wd / name
             sub.mkdir()
@@ -129,15 +129,12 @@ def quant_steps_case(d, fmt, tol):
             check((marker in (sub / "model.c").read_text()) == (env is None),
                   f"{name}: {marker} expected only without KILN_F16_PAIRS=0")
             got[name] = []
-            run_built(link_model(sub), steps, lambda rng, seq, past: inputs[seq, past],
-                      lambda *xs, seq, past: [logits[seq, past]],
-                      compare=lambda g, w, what, out=got[name]: out.append(g))
-        for (g, f, s) in zip(got["pairs"], got["f32"], steps):
-            what = f"step seq {s['seq']} past {s['past']}"
+            run_two_steps(d, link_model(sub),
+                          lambda g, w, what, out=got[name]: out.append((g, w, what)))
+        for (g, want, what), (f, _, _) in zip(got["pairs"], got["f32"]):
             assert_relative(g, f, F16_TOLERANCE, f"{what}: f16 pairs against the codes in f32")
             for name, v in (("pairs", g), ("f32", f)):
-                assert_relative(v, logits[s["seq"], s["past"]], tol,
-                                f"{what}: {name} against onnxruntime (f32 weights)")
+                assert_relative(v, want, tol, f"{what}: {name} against onnxruntime (f32 weights)")
     return test
 
 

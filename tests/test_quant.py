@@ -288,6 +288,16 @@ case("--precision f16: rows that follow a dim, the weight f16 K-major (matvec_k,
     dynamic_case("f16", precision_f16=True))
 
 
+def check_magnitudes(got, want, mag, what):
+    """Every output within 2e-3 of mag, its products' sum of magnitudes
+    (the f16 pairs' bound: F16_PAIRS, A_H2)."""
+    err, bound = np.abs(got - want), 2e-3 * mag + 1e-30
+    worst = np.unravel_index(np.argmax(err / bound), err.shape)
+    check((err <= bound).all(), f"{what}: error {err[worst]:.3g} at {list(worst)} (got "
+          f"{got[worst]:.6g}, expected {want[worst]:.6g}) past 2e-3 of the sum of its "
+          f"products' magnitudes, {bound[worst]:.3g}")
+
+
 def halves_case(fmt, tune=None):
     """--precision f16 with 8-, 4-bit or fp8 weights, a decoder's product
     ([1, seq, K], runs of 1 to 4 rows on matvec_k.comp): on devices with
@@ -357,12 +367,7 @@ def halves_case(fmt, tune=None):
             check((np.isnan(got) == np.isnan(want)).all() and
                   (got[odd & ~np.isnan(want)] == want[odd & ~np.isnan(want)]).all(),
                   f"{what}: not the reference's infinities and NaNs")
-            got, want, mag = got[~odd], want[~odd], mags.pop(0)[~odd]
-            err, bound = np.abs(got - want), 2e-3 * mag + 1e-30
-            worst = np.argmax(err / bound)
-            check((err <= bound).all(), f"{what}: error {err[worst]:.3g} (got "
-                  f"{got[worst]:.6g}, expected {want[worst]:.6g}) past 2e-3 of the sum of "
-                  f"its products' magnitudes, {bound[worst]:.3g}")
+            check_magnitudes(got[~odd], want[~odd], mags.pop(0)[~odd], what)
         for env in ({}, {"KILN_SUBGROUP": "0"}):
             run_kinds = iter(kinds)
             mags = []
@@ -411,11 +416,7 @@ def h2_rows_case(fmt):
         for env in ({}, {"KILN_SUBGROUP": "0"}):
             with program_env(**env):
                 got, = run_program(prog, [x], [np.zeros([M, N], np.float32)])
-            err, bound = np.abs(got - want), 2e-3 * mag
-            worst = np.unravel_index(np.argmax(err / bound), err.shape)
-            check((err <= bound).all(), f"{env or 'default build'}: error {err[worst]:.3g} at "
-                  f"{list(worst)} past 2e-3 of the sum of its products' magnitudes, "
-                  f"{bound[worst]:.3g}")
+            check_magnitudes(got, want, mag, str(env or "default build"))
     return test
 
 
