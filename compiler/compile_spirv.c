@@ -306,6 +306,21 @@ static Module finish_job(Job *j, KernelCache *cache) {
                        j->d->node->name, j->error, j->all);
     if (!j->cached)
         kernel_cache_put(cache, j->d->family, j->key, j->words, j->nwords);
+    /* coopmat_wg.comp: written with NV cooperative matrices of workgroup
+     * scope, validated as such (and cached), run as KHR ones */
+    if (strcmp(j->d->family, "coopmat_wg") == 0) {
+        char *error;
+        size_t n;
+        uint32_t *khr = spirv_khr_coopmat(j->words, j->nwords, &n, &error);
+        if (!khr)
+            internal_error("kernel %s for node '%s': %s", j->d->family, j->d->node->name,
+                           error);
+        free(j->words);
+        j->words = NULL;
+        Module m = module_of(j->d, khr, n);
+        xfree(khr);
+        return m;
+    }
     Module m = module_of(j->d, j->words, j->nwords);
     free(j->words);
     j->words = NULL;

@@ -105,7 +105,8 @@ static const char *feature_words(uint32_t bits) {
     static const struct {
         uint32_t bit;
         const char *words;
-    } named[] = {{KILN_FEATURE_COOPMAT, "cooperative matrices"},
+    } named[] = {{KILN_FEATURE_COOPMAT_WG, "cooperative matrices of workgroup scope"},
+                 {KILN_FEATURE_COOPMAT, "cooperative matrices"},
                  {KILN_FEATURE_SHARED48K, "48 KiB of shared memory"},
                  {KILN_FEATURE_SUBGROUP, "subgroup arithmetic"},
                  {KILN_FEATURE_INTDOT, "8-bit integer dot products"},

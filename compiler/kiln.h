@@ -772,6 +772,10 @@ typedef struct KernelCache KernelCache;
 void compile_kernels(Program *p, KernelCache *cache);
 /* Bytes of SPIR-V in p's kernels, second builds included. */
 uint64_t spirv_bytes(const Program *p);
+/* spirv_khr.c: a kernel's GL_NV_cooperative_matrix words (workgroup-scope
+ * matrices) as SPV_KHR_cooperative_matrix; NULL and *error (malloc'ed) when
+ * it cannot. */
+uint32_t *spirv_khr_coopmat(const uint32_t *words, size_t n, size_t *out_n, char **error);
 
 /* ---- kernel_cache.c ------------------------------------------------------ */
 

@@ -1095,6 +1095,64 @@ static Dispatch *matvec_variant(Program *p, Node *n, MatmulShape *s, int64_t per
     return v;
 }
 
+/* coopmat_wg.comp for s (cooperative matrices of workgroup scope), or NULL
+ * where it does not apply: a fixed f16 product (not a convolution, B as
+ * given) whose tiles are whole and vectors of eight halves, at least
+ * COOPMAT_WG_GROUPS workgroups of 128 x 128 tiles, or of 128 x 64 (fewer
+ * products are left to coopmat.comp, which splits K); with a fused
+ * epilogue (a bias, an activation, a QKV split, gemm) on 128 x 64 tiles,
+ * whose f32 accumulator fits in shared memory. The dispatch needs
+ * KILN_FEATURE_COOPMAT_WG. Measured on an H200
+ * (bench/experiments/cm2-h200.txt), against coopmat.comp in the same run:
+ * 4096^3 505 against 723 us, 2048^3 69 against 96, 8192^3 3826 against
+ * 5609, 1024^3 (128 x 64 tiles) 19 against 36. */
+#define COOPMAT_WG_GROUPS 128
+static Dispatch *coopmat_wg_kernel(Program *p, Node *n, MatmulShape *s) {
+    Tensor *c = s->ops[0].t, *b = s->ops[2].t;
+    if (!coopmat_takes(n, s) || s->dyn || s->dyn_batch || n->op == OP_CONV || n->wq ||
+        b->dtype != KILN_DTYPE_F16 || s->b_sn != 1 || s->conv.images)
+        return NULL;
+    bool epilogue = n->epi_bias || n->epi_act || n->nsiblings || n->split_out ||
+                    n->op == OP_GEMM;
+    int64_t bm = 128, bn = 128, bk = 32;
+    if (s->M % bm || s->K % bk || s->N % 64 || s->a_sm % 8 || s->b_sk % 8 ||
+        !all_multiples(s->brank, s->ops[1].strides, 8) ||
+        !all_multiples(s->brank, s->ops[2].strides, 8) ||
+        !all_multiples(s->brank, s->ops[0].strides, 8))
+        return NULL;
+    if (epilogue || s->N % 128 || s->M / bm * (s->N / 128) * s->batch < COOPMAT_WG_GROUPS)
+        bn = 64;
+    if (s->M / bm * (s->N / bn) * s->batch < COOPMAT_WG_GROUPS)
+        return NULL;
+    Dispatch *d = new_dispatch(p, n, "coopmat_wg");
+    d->needs = KILN_FEATURE_COOPMAT_WG;
+    d->local_size = 128;
+    define_int(d, "M", s->M);
+    define_product(d, s);
+    bool need[3] = {false, false, false};
+    need_dtype(p, need, c->dtype);
+    define_res_type(p, d, need, s);
+    need_dtype(p, need, KILN_DTYPE_F16);
+    define_needs(d, need);
+    define_int(d, "C_F16", c->dtype == KILN_DTYPE_F16);
+    define_int(d, "EPILOGUE", epilogue);
+    define_int(d, "STORE8", epilogue && !n->nsiblings && !n->split_out);
+    define_int(d, "BM", bm);
+    define_int(d, "BN", bn);
+    define_int(d, "BK", bk);
+    const char *tune_ceiling = getenv("KILN_COOPMAT_CEILING"); /* as coopmat_parts */
+    if (tune_ceiling && atoi(tune_ceiling) >= 1 && atoi(tune_ceiling) <= 2)
+        define_int(d, "CEILING", 1);
+    dispatch_arg(d, c, true);
+    dispatch_arg(d, s->ops[1].t, false);
+    dispatch_arg(d, b, false);
+    d->flops = 2ull * (uint64_t)(s->M * s->N) * (uint64_t)s->K * (uint64_t)s->batch;
+    d->groups[0] = s->N / bn;
+    d->groups[1] = s->M / bm;
+    d->groups[2] = groups_for(s->batch, 1);
+    return d;
+}
+
 /* coopmat.comp's dispatch cm, with the tiled kernel recorded after it as
  * its variant for devices without cooperative matrices. Returns cm. */
 static Dispatch *with_tiled_variant(Program *p, Node *n, MatmulShape *s, Dispatch *cm) {
@@ -1341,9 +1399,24 @@ Dispatch *matmul_dispatch(Program *p, Node *n, MatmulShape *s) {
         s->b_sk = 1;
         s->b_sn = s->K;
     }
+    /* devices with cooperative matrices of workgroup scope run
+     * coopmat_wg.comp, others with cooperative matrices coopmat.comp (its
+     * dispatches from `before` on), the rest the tiled kernel */
+    Dispatch *wg = s->dyn ? NULL : coopmat_wg_kernel(p, n, s);
+    int before = p->ndispatches;
     Dispatch *cm = s->dyn ? NULL : coopmat_kernel(p, n, s);
-    if (cm) /* devices without cooperative matrices run the tiled kernel */
-        return with_tiled_variant(p, n, s, cm);
+    if (wg && !cm)
+        internal_error("coopmat_wg.comp without coopmat.comp for node '%s'", n->name);
+    if (wg)
+        for (int i = before; i < p->ndispatches; i++)
+            p->dispatches[i]->unless |= KILN_FEATURE_COOPMAT_WG;
+    if (cm) { /* devices without cooperative matrices run the tiled kernel */
+        with_tiled_variant(p, n, s, cm);
+        if (!wg)
+            return cm;
+        wg->variant = cm;
+        return wg;
+    }
     if (s->M <= MATVEC_MAX_M && s->M > 1 && s->dyn && n->wkmajor &&
         s->M / s->dyn_most == 1) { /* one row, then 2 to M (see below) */
         Dispatch *one = matvec_variant(p, n, s, 1, 1, 1);

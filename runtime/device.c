@@ -390,6 +390,83 @@ static int coopmat_usable(VkInstance instance, VkPhysicalDevice pd, const Featur
     return found;
 }
 
+/* VK_KHR_cooperative_matrix and VK_NV_cooperative_matrix2 postdate the
+ * Vulkan headers kiln builds with (Debian 12's 1.3.239): their structures
+ * and values, from the Vulkan registry, under kiln's own names. */
+#define KILN_KHR_COOPMAT_EXTENSION "VK_KHR_cooperative_matrix"
+#define KILN_NV_COOPMAT2_EXTENSION "VK_NV_cooperative_matrix2"
+#define KILN_ST_KHR_COOPMAT_FEATURES ((VkStructureType)1000506000)
+#define KILN_ST_COOPMAT2_FEATURES ((VkStructureType)1000593000)
+#define KILN_ST_COOPMAT_FLEXIBLE ((VkStructureType)1000593001)
+typedef struct KilnKhrCoopmatFeatures { /* VkPhysicalDeviceCooperativeMatrixFeaturesKHR */
+    VkStructureType sType;
+    void *pNext;
+    VkBool32 cooperativeMatrix, cooperativeMatrixRobustBufferAccess;
+} KilnKhrCoopmatFeatures;
+typedef struct KilnCoopmat2Features { /* VkPhysicalDeviceCooperativeMatrix2FeaturesNV */
+    VkStructureType sType;
+    void *pNext;
+    VkBool32 workgroupScope, flexibleDimensions, reductions, conversions,
+        perElementOperations, tensorAddressing, blockLoads;
+} KilnCoopmat2Features;
+typedef struct KilnCoopmatFlexible { /* VkCooperativeMatrixFlexibleDimensionsPropertiesNV */
+    VkStructureType sType;
+    void *pNext;
+    uint32_t MGranularity, NGranularity, KGranularity;
+    uint32_t AType, BType, CType, ResultType; /* VkComponentTypeKHR: f16 0, f32 1 */
+    VkBool32 saturatingAccumulation;
+    uint32_t scope; /* VkScopeKHR: workgroup 2 */
+    uint32_t workgroupInvocations;
+} KilnCoopmatFlexible;
+typedef VkResult(VKAPI_PTR *KilnFlexibleQuery)(VkPhysicalDevice, uint32_t *,
+                                               KilnCoopmatFlexible *);
+
+/* 1 when pd has cooperative matrices of workgroup scope as coopmat_wg.comp
+ * uses them (KILN_FEATURE_COOPMAT_WG; coopmat: whether coopmat_usable said
+ * yes, which this needs too): both extensions and their features, and
+ * (given an instance to query it through) f16 x f16 + f32 matrices of
+ * workgroup scope for 128 invocations whose granularities divide its
+ * 128 x 64 x 32 tiles. */
+static int coopmat_wg_usable(VkInstance instance, VkPhysicalDevice pd, int coopmat,
+                             const kiln_allocator *allocator) {
+    if (!coopmat || !has_extension(pd, KILN_KHR_COOPMAT_EXTENSION, allocator) ||
+        !has_extension(pd, KILN_NV_COOPMAT2_EXTENSION, allocator))
+        return 0;
+    KilnCoopmat2Features c2;
+    memset(&c2, 0, sizeof c2);
+    c2.sType = KILN_ST_COOPMAT2_FEATURES;
+    KilnKhrCoopmatFeatures khr;
+    memset(&khr, 0, sizeof khr);
+    khr.sType = KILN_ST_KHR_COOPMAT_FEATURES;
+    khr.pNext = &c2;
+    features_chain(pd, &khr);
+    if (!khr.cooperativeMatrix || !c2.workgroupScope || !c2.flexibleDimensions)
+        return 0;
+    if (!instance)
+        return 1;
+    KilnFlexibleQuery query = (KilnFlexibleQuery)vkGetInstanceProcAddr(
+        instance, "vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV");
+    uint32_t np = 0;
+    if (!query || query(pd, &np, NULL) < 0 || np == 0)
+        return 0;
+    KilnCoopmatFlexible *p = (KilnCoopmatFlexible *)kiln__calloc(allocator, np, sizeof *p);
+    if (!p) /* the model then runs on coopmat.comp */
+        return 0;
+    for (uint32_t i = 0; i < np; i++)
+        p[i].sType = KILN_ST_COOPMAT_FLEXIBLE;
+    int found = 0;
+    if (query(pd, &np, p) >= 0)
+        for (uint32_t i = 0; i < np && !found; i++)
+            found = p[i].AType == 0 && p[i].BType == 0 && p[i].CType == 1 &&
+                    p[i].ResultType == 1 && p[i].scope == 2 &&
+                    p[i].workgroupInvocations == 128 && p[i].MGranularity &&
+                    128 % p[i].MGranularity == 0 && p[i].NGranularity &&
+                    64 % p[i].NGranularity == 0 && p[i].KGranularity &&
+                    32 % p[i].KGranularity == 0;
+    kiln__free(allocator, p);
+    return found;
+}
+
 /* The KILN_FEATURE_* bits of a chain filled by vkGetPhysicalDeviceFeatures2;
  * coopmat: whether coopmat_usable said yes. */
 static uint32_t feature_bits(const FeatureChain *c, int coopmat) {
@@ -427,7 +504,10 @@ static uint32_t physical_features(VkInstance instance, VkPhysicalDevice pd,
     vkGetPhysicalDeviceFeatures2(pd, &c.f);
     VkPhysicalDeviceProperties p;
     vkGetPhysicalDeviceProperties(pd, &p);
-    return feature_bits(&c, coopmat_usable(instance, pd, &c, allocator)) |
+    int coopmat = coopmat_usable(instance, pd, &c, allocator);
+    return feature_bits(&c, coopmat) |
+           (coopmat_wg_usable(instance, pd, coopmat, allocator) ? KILN_FEATURE_COOPMAT_WG
+                                                                : 0u) |
            (intdot_usable(pd, allocator) ? KILN_FEATURE_INTDOT : 0u) |
            property_bits(pd, &p.limits, NULL);
 }
@@ -478,7 +558,11 @@ static kiln_status open_device(kiln_device *dev) {
     const char *intdot_env = getenv("KILN_INTDOT");
     int intdot = !(intdot_env && strcmp(intdot_env, "0") == 0) &&
                  intdot_usable(dev->physical, &dev->allocator);
-    dev->features = feature_bits(&have_c, coopmat) | (intdot ? KILN_FEATURE_INTDOT : 0u);
+    const char *wg_env = getenv("KILN_COOPMAT_WG");
+    int wg = !(wg_env && strcmp(wg_env, "0") == 0) &&
+             coopmat_wg_usable(dev->instance, dev->physical, coopmat, &dev->allocator);
+    dev->features = feature_bits(&have_c, coopmat) | (intdot ? KILN_FEATURE_INTDOT : 0u) |
+                    (wg ? KILN_FEATURE_COOPMAT_WG : 0u);
     want_c.v12.bufferDeviceAddress = VK_TRUE;
     want_c.v12.shaderFloat16 = have_c.v12.shaderFloat16;
     want_c.f.features.shaderInt64 = have_c.f.features.shaderInt64;
@@ -502,7 +586,7 @@ static kiln_status open_device(kiln_device *dev) {
     VkPhysicalDeviceCooperativeMatrixFeaturesNV cm;
     memset(&cm, 0, sizeof cm);
     cm.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV;
-    const char *exts[2];
+    const char *exts[4];
     uint32_t next = 0;
     if (coopmat) {
         cm.cooperativeMatrix = VK_TRUE;
@@ -520,6 +604,22 @@ static kiln_status open_device(kiln_device *dev) {
         dot.pNext = want_c.f.pNext;
         want_c.f.pNext = &dot;
         exts[next++] = VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME;
+    }
+    KilnKhrCoopmatFeatures khr;
+    memset(&khr, 0, sizeof khr);
+    khr.sType = KILN_ST_KHR_COOPMAT_FEATURES;
+    KilnCoopmat2Features c2;
+    memset(&c2, 0, sizeof c2);
+    c2.sType = KILN_ST_COOPMAT2_FEATURES;
+    if (wg) {
+        khr.cooperativeMatrix = VK_TRUE;
+        c2.workgroupScope = VK_TRUE;
+        c2.flexibleDimensions = VK_TRUE;
+        khr.pNext = &c2;
+        c2.pNext = want_c.f.pNext;
+        want_c.f.pNext = &khr;
+        exts[next++] = KILN_KHR_COOPMAT_EXTENSION;
+        exts[next++] = KILN_NV_COOPMAT2_EXTENSION;
     }
     ci.enabledExtensionCount = next;
     ci.ppEnabledExtensionNames = next ? exts : NULL;
@@ -643,6 +743,10 @@ kiln_status kiln_device_create_vulkan(const kiln_vulkan_handles *h,
         return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT,
                          "queue family %u %s", h->queue_family,
                          h->queue_family >= nfam ? "does not exist" : "has no compute");
+    if ((h->features & KILN_FEATURE_COOPMAT_WG) && !(h->features & KILN_FEATURE_COOPMAT))
+        return KILN_FAIL(KILN_ERROR_INVALID_ARGUMENT,
+                         "features declares KILN_FEATURE_COOPMAT_WG without "
+                         "KILN_FEATURE_COOPMAT");
     uint32_t unsupported =
         h->features & ~physical_features(h->instance, h->physical_device, allocator);
     if (unsupported)

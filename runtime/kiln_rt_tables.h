@@ -67,6 +67,16 @@ enum { KILN_BUFFER_ARENA = 0, KILN_BUFFER_WEIGHTS = 1 };
  * the same integer sums without it otherwise, a byte at a time.
  * KILN_INTDOT=0 in the environment turns it off on devices kiln creates. */
 #define KILN_FEATURE_INTDOT 128u
+/* Cooperative matrices of workgroup scope (VK_KHR_cooperative_matrix with
+ * its cooperativeMatrix feature, VK_NV_cooperative_matrix2 with
+ * cooperativeMatrixWorkgroupScope and cooperativeMatrixFlexibleDimensions,
+ * and f16 x f16 + f32 matrices of workgroup scope for 128 invocations in
+ * granularities that divide 128 x 64 x 32), on top of KILN_FEATURE_COOPMAT,
+ * which a device with this bit always has too. Like COOPMAT only a
+ * dispatch with a fallback needs it (coopmat_wg.comp's f16 products, which
+ * coopmat.comp computes elsewhere). KILN_COOPMAT_WG=0 (or KILN_COOPMAT=0)
+ * in the environment turns it off on devices kiln creates. */
+#define KILN_FEATURE_COOPMAT_WG 256u
 
 #define KILN_MAX_DIMS 8 /* dynamic dimensions per model */
 #define KILN_AXIS_FIXED 3u /* kiln_dispatch.dyn_axis of a dispatch that is not dynamic */

@@ -222,7 +222,8 @@ static void print_features(uint32_t f) {
                  {KILN_FEATURE_COOPMAT, "cooperative matrices"},
                  {KILN_FEATURE_SHARED48K, "48 KiB shared memory"},
                  {KILN_FEATURE_SUBGROUP, "subgroup arithmetic"},
-                 {KILN_FEATURE_INTDOT, "integer dot products"}};
+                 {KILN_FEATURE_INTDOT, "integer dot products"},
+                 {KILN_FEATURE_COOPMAT_WG, "workgroup cooperative matrices"}};
     const char *sep = " ";
     printf("features:");
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)

@@ -3,6 +3,7 @@ formats, QKV splits) and gemm (shaders/matmul.comp, matvec.comp,
 coopmat.comp), on Vulkan against the CPU reference (ops_common.py says how).
 """
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -106,6 +107,7 @@ MATMUL_F16_SHAPES = [
     ([5, 24], [24, 16]),
     ([33, 65], [65, 17]),
     ([128, 96], [96, 192]),  # coopmat.comp's 64 x 64 tiles divide it, 3 K steps
+    ([128, 64], [64, 8192]),  # and coopmat_wg.comp's 128 x 64 (128 of them)
 ]
 
 
@@ -172,6 +174,58 @@ for _m, _k, _n, _tiles, _splits in ((2048, 2048, 2048, (128, 256), 1),
                                     (128, 3072, 768, (64, 64), 11)):
     case(f"op matmul f16 coopmat split [{_m}, {_k}] x [{_k}, {_n}]: {_tiles}, {_splits}")(
         coopmat_split_case(_m, _k, _n, _tiles, _splits))
+
+
+def coopmat_wg_case(sa, sb, bn, op="matmul"):
+    """A product in f16 and the kernels it compiles to: coopmat_wg.comp
+    on 128 x bn tiles (bn None: not taken) for devices with cooperative
+    matrices of workgroup scope, then coopmat.comp for those with only
+    subgroup ones, then the tiled kernel for the rest, each recorded only
+    where the ones before it are not (the dispatch table's needs and
+    unless, as its comments say them). Compiled only: lavapipe runs the
+    tiled kernel, which the f16 cases above check, among them a shape
+    coopmat_wg.comp takes; an H200 ran coopmat_wg.comp
+    (bench/experiments/cm2-h200.txt)."""
+    def test(workdir):
+        dt = "f32" if op == "gemm" else "f16"  # gemm: f16 by --precision
+        ins = {"a": {"dtype": dt, "shape": sa}, "b": {"dtype": dt, "shape": sb}}
+        node = {"name": "y", "op": op, "inputs": ["a", "b"]}
+        if op == "gemm":  # with a bias: an epilogue
+            ins["c"] = {"dtype": dt, "shape": [sb[-1]]}
+            node["inputs"].append("c")
+        build_model(workdir, model_yaml("mm", ins, [node], ["y"]), None,
+                    ["--precision", "f16"] if op == "gemm" else [])
+        c = (Path(workdir) / "model.c").read_text()
+        wg = [dict(re.findall(r"^ \*   (\w+) (\S+)$", block, re.M))
+              for block in re.findall(r"/\* kernel \d+: coopmat_wg\n.*?\*/", c, re.S)]
+        order = re.findall(r"/\* \d+: y \((?:matmul|gemm)\) (\w+)(;[^*]*)?\*/", c)
+        if bn is None:  # coopmat.comp's alone
+            check("coopmat_wg" not in [k for k, _ in order] and
+                  "coopmat" in [k for k, _ in order], f"kernels {order}")
+            return
+        check(len(wg) == 1 and wg[0]["BN"] == str(bn),
+              f"coopmat_wg tiles {[d.get('BN') for d in wg]}, expected 128 x {bn}")
+        kinds = [k for k, _ in order]
+        check(kinds[0] == "coopmat_wg" and kinds[-1] == "matmul" and "coopmat" in kinds,
+              f"kernels in order {kinds}")
+        say = dict(order)
+        check(say["coopmat_wg"].strip().endswith(
+                  "; only on devices with cooperative matrices of workgroup scope") and
+              "only on devices without cooperative matrices of workgroup scope"
+              in say["coopmat"] and
+              say["matmul"].strip().endswith("; only on devices without cooperative matrices")
+              and "of workgroup scope" not in say["matmul"], f"alternatives {say}")
+    return test
+
+
+for _sa, _sb, _bn, _op in (([2048, 2048], [2048, 2048], 128, "matmul"),
+                           ([1024, 1024], [1024, 1024], 64, "matmul"),
+                           ([2, 1024, 512], [2, 512, 1024], 128, "matmul"),
+                           ([128, 3072], [3072, 768], None, "matmul"),
+                           ([2048, 2048], [2048, 2048], 64, "gemm"),
+                           ([2048, 2040], [2040, 2048], None, "matmul")):
+    case(f"op {_op} f16 coopmat_wg {_sa} x {_sb}: "
+         f"{'128 x ' + str(_bn) if _bn else 'not taken'}")(coopmat_wg_case(_sa, _sb, _bn, _op))
 
 
 def matmul_weights_case(workdir):
@@ -483,10 +537,18 @@ def _(workdir):
 # (lavapipe) matmul.comp with f16 A, B and C. The reference multiplies the
 # f16-rounded operands in f64. ----
 
-def f16_product_case(qkv, K=64):
+def wg_epilogue(workdir, wanted):
+    """That coopmat_wg.comp has (wanted) or lacks an epilogue kernel."""
+    c = (Path(workdir) / "model.c").read_text()
+    wg = re.findall(r"/\* kernel \d+: coopmat_wg\n.*?\*/", c, re.S)
+    check(bool(wg) == wanted and all(" *   EPILOGUE 1\n" in k for k in wg),
+          f"coopmat_wg kernels: {wg}")
+
+
+def f16_product_case(qkv, K=64, N=96):
     def test(workdir):
-        r = rng(2100 + qkv + K)
-        M, N = 128, 96
+        r = rng(2100 + qkv + K + N)
+        M = 128
         x = values(r, [M, K], 1.0)
         ws = [values(r, [K, N], 0.2) for _ in range(3 if qkv else 1)]
         b = values(r, [N], 1.0)
@@ -523,6 +585,7 @@ def f16_product_case(qkv, K=64):
         else:
             check(defs[0].get("HAS_BIAS") == "1" or K > 256,  # split: splitk.comp's bias
                   f"no bias: {defs[0]}")
+        wg_epilogue(workdir, N >= 8192)
         gots = run_program(prog, [x], [w.astype(np.float32) for w in wants])
         for i, (g, w) in enumerate(zip(gots, wants)):
             assert_close(g, w, 2e-3, 2e-3, f"output {i}")
@@ -537,12 +600,17 @@ case("op matmul --precision f16: [128, 512] x [512, 96] + bias, gelu (coopmat sp
      "K in 4 chunks, the epilogue by splitk.comp, where the device has "
      "cooperative matrices)")(
     f16_product_case(False, K=512))
+case("op matmul --precision f16: [128, 64] x [64, 8192] + bias, gelu (coopmat_wg's "
+     "epilogue where the device has cooperative matrices of workgroup scope)")(
+    f16_product_case(False, N=8192))
+case("op matmul --precision f16: a QKV split of three [64, 8192] weights (coopmat_wg's "
+     "epilogue, element by element)")(f16_product_case(True, N=8192))
 
 
-def f16_gemm_case(trans_b):
+def f16_gemm_case(trans_b, N=96):
     def test(workdir):
-        r = rng(2200 + trans_b)
-        M, K, N = 128, 64, 96
+        r = rng(2200 + trans_b + N)
+        M, K = 128, 64
         x, c = values(r, [M, K], 1.0), values(r, [N], 1.0)
         w = values(r, [N, K] if trans_b else [K, N], 0.2)
         weights = weight_specs(w=w, c=c)
@@ -556,6 +624,7 @@ def f16_gemm_case(trans_b):
         # the matrix units read B as given only when it is not transposed
         check(bool(coop) == (not trans_b) and all(d.get("EPILOGUE") == "1" for d in coop),
               f"cooperative-matrix kernels {coop}")
+        wg_epilogue(workdir, N >= 8192 and not trans_b)
         wb = half(w).T if trans_b else half(w)
         want = -np.maximum(0.5 * (-half(x)) @ wb + 2.0 * c, 0)
         got, = run_program(prog, [x], [want.astype(np.float32)])
@@ -566,6 +635,9 @@ def f16_gemm_case(trans_b):
 for _tb in (0, 1):
     case(f"op gemm --precision f16: alpha, beta, relu, trans_b={_tb} (coopmat epilogue where "
          "the device has cooperative matrices and B is not transposed)")(f16_gemm_case(_tb))
+case("op gemm --precision f16: alpha, beta, relu, [128, 64] x [64, 8192] (coopmat_wg's "
+     "epilogue where the device has cooperative matrices of workgroup scope)")(
+    f16_gemm_case(0, N=8192))
 
 
 @case("op matmul f16 coopmat pipeline: KILN_COOPMAT_PIPE=2,2 reaches coopmat.comp (PF, NS) "

@@ -24,11 +24,18 @@
  *              nesting, alias bombs and cycles, dimensions near 2^63:
  *              each a located error or a success, never a crash (the
  *              sanitizer build checks the rest)
+ *   spirv_khr  the rewrite of NV cooperative matrices of workgroup scope
+ *              as KHR ones (compiler/spirv_khr.c) on GLSL compiled here:
+ *              no NV instruction left, each type's use from the
+ *              multiply-add, the layouts and strides kept, the constants
+ *              it adds defined once within the bound; A and B of one shape
+ *              refused by name
  */
 #include "kiln.h"
 #include "../runtime/kiln_hash.h"
 
 #include <setjmp.h>
+#include <shaderc/shaderc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -449,6 +456,148 @@ static void test_hostile(void) {
                         hostile_head));
 }
 
+/* GLSL with NV cooperative matrices of workgroup scope, BM x BK times
+ * BK x BN, compiled by shaderc (NULL when it does not compile). */
+static uint32_t *nv_kernel(int bm, int bk, int bn, size_t *n) {
+    char *src = format(
+        "#version 460\n"
+        "#extension GL_NV_cooperative_matrix : require\n"
+        "#extension GL_KHR_memory_scope_semantics : require\n"
+        "#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require\n"
+        "layout(local_size_x = 128) in;\n"
+        "layout(binding = 0) buffer C { float16_t c[]; };\n"
+        "shared uvec4 As[%d]; shared uvec4 Bs[%d];\n"
+        "void main() {\n"
+        "  As[gl_LocalInvocationID.x] = uvec4(gl_LocalInvocationID.x); Bs[0] = uvec4(1);\n"
+        "  barrier();\n"
+        "  fcoopmatNV<32, gl_ScopeWorkgroup, %d, %d> acc = fcoopmatNV<32, gl_ScopeWorkgroup, "
+        "%d, %d>(0.0);\n"
+        "  fcoopmatNV<16, gl_ScopeWorkgroup, %d, %d> fa;\n"
+        "  fcoopmatNV<16, gl_ScopeWorkgroup, %d, %d> fb;\n"
+        "  coopMatLoadNV(fa, As, 0, 5, false);\n"
+        "  coopMatLoadNV(fb, Bs, 0, 17, true);\n"
+        "  acc = coopMatMulAddNV(fa, fb, acc);\n"
+        "  fcoopmatNV<16, gl_ScopeWorkgroup, %d, %d> h = fcoopmatNV<16, gl_ScopeWorkgroup, "
+        "%d, %d>(acc);\n"
+        "  coopMatStoreNV(h, c, 0, 4096, false);\n"
+        "}\n",
+        bm * 5, bk * 17, bm, bn, bm, bn, bm, bk, bk, bn, bm, bn, bm, bn);
+    shaderc_compiler_t sc = shaderc_compiler_initialize();
+    shaderc_compile_options_t o = shaderc_compile_options_initialize();
+    shaderc_compile_options_set_target_env(o, shaderc_target_env_vulkan,
+                                           shaderc_env_version_vulkan_1_2);
+    shaderc_compilation_result_t r = shaderc_compile_into_spv(
+        sc, src, strlen(src), shaderc_compute_shader, "t.comp", "main", o);
+    uint32_t *w = NULL;
+    if (shaderc_result_get_compilation_status(r) == shaderc_compilation_status_success) {
+        *n = shaderc_result_get_length(r) / 4;
+        w = xcalloc(*n, sizeof *w);
+        memcpy(w, shaderc_result_get_bytes(r), *n * 4);
+    } else {
+        printf("# %s\n", shaderc_result_get_error_message(r));
+    }
+    shaderc_result_release(r);
+    shaderc_compile_options_release(o);
+    shaderc_compiler_release(sc);
+    return w;
+}
+
+/* What is wrong with the KHR words w of nv_kernel(bm, bk, bn), or NULL. */
+static const char *khr_wrong(const uint32_t *w, size_t n, int bm, int bk, int bn) {
+    uint32_t bound = w[3];
+    uint32_t *value = xcalloc(bound, sizeof *value);   /* uint constants */
+    uint8_t *defined = xcalloc(bound, 1);
+    int32_t *use_of = xcalloc(bound, sizeof *use_of);  /* matrix type: use + 1 */
+    uint32_t *rows = xcalloc(bound, sizeof *rows), *cols = xcalloc(bound, sizeof *cols);
+    uint32_t *type_of = xcalloc(bound, sizeof *type_of);
+    int khr_cap = 0, khr_ext = 0, loads = 0, muladds = 0, stores = 0;
+    const char *why = NULL;
+    for (size_t i = 5; i < n && !why; i += w[i] >> 16) {
+        uint32_t op = w[i] & 0xffffu, len = w[i] >> 16;
+        const uint32_t *a = w + i + 1;
+        if (op >= 5357 && op <= 5362)
+            why = format("NV instruction %u left", op);
+        if (op == 17 && a[0] == 5357)
+            why = "NV capability left";
+        khr_cap |= op == 17 && a[0] == 6022;
+        khr_ext |= op == 10 && strcmp((const char *)a, "SPV_KHR_cooperative_matrix") == 0;
+        if (op == 43 && len == 4) { /* OpConstant */
+            if (defined[a[1]])
+                why = format("id %u defined twice", a[1]);
+            defined[a[1]] = 1;
+            value[a[1]] = a[2];
+        }
+        if (op == 4456) { /* OpTypeCooperativeMatrixKHR T S R C Use */
+            if (len != 7 || !defined[a[2]] || !defined[a[3]] || !defined[a[4]] ||
+                !defined[a[5]] || value[a[2]] != 2)
+                why = "a matrix type's operands";
+            else {
+                use_of[a[0]] = (int32_t)value[a[5]] + 1;
+                rows[a[0]] = value[a[3]];
+                cols[a[0]] = value[a[4]];
+            }
+        }
+        if (len >= 3 && a[0] < bound && use_of[a[0]] && op != 4456)
+            type_of[a[1]] = a[0]; /* a matrix value (a load, a variable's load, ...) */
+        if (op == 4457) { /* OpCooperativeMatrixLoadKHR T R ptr layout stride ... */
+            uint32_t want_layout = rows[a[0]] == (uint32_t)bk ? 1 : 0; /* B: column-major */
+            uint32_t want_stride = rows[a[0]] == (uint32_t)bk ? 17 : 5;
+            if (!defined[a[3]] || value[a[3]] != want_layout || value[a[4]] != want_stride)
+                why = format("load %d: layout %u stride %u", loads, value[a[3]], value[a[4]]);
+            loads++;
+        }
+        if (op == 4459) { /* MulAddKHR T R a b c */
+            muladds++;
+            uint32_t ta = type_of[a[2]], tb = type_of[a[3]];
+            if (use_of[ta] != 1 || rows[ta] != (uint32_t)bm || cols[ta] != (uint32_t)bk ||
+                use_of[tb] != 2 || rows[tb] != (uint32_t)bk || cols[tb] != (uint32_t)bn ||
+                use_of[a[0]] != 3 || rows[a[0]] != (uint32_t)bm || cols[a[0]] != (uint32_t)bn)
+                why = "the multiply-add's types: uses or shapes";
+        }
+        if (op == 4458) { /* StoreKHR ptr obj layout stride */
+            stores++;
+            if (value[a[2]] != 0 || value[a[3]] != 4096)
+                why = "the store's layout or stride";
+        }
+    }
+    if (!why && (!khr_cap || !khr_ext || loads != 2 || muladds != 1 || stores != 1))
+        why = format("capability %d, extension %d, %d loads, %d multiply-adds, %d stores",
+                     khr_cap, khr_ext, loads, muladds, stores);
+    xfree(value);
+    xfree(defined);
+    xfree(use_of);
+    xfree(rows);
+    xfree(cols);
+    xfree(type_of);
+    return why;
+}
+
+static void test_spirv_khr(void) {
+    size_t n, out_n;
+    char *error = NULL;
+    uint32_t *nv = nv_kernel(128, 32, 64, &n);
+    const char *why = nv ? NULL : "the NV kernel does not compile";
+    uint32_t *khr = nv ? spirv_khr_coopmat(nv, n, &out_n, &error) : NULL;
+    if (!why && !khr)
+        why = format("refused: %s", error);
+    if (!why)
+        why = khr_wrong(khr, out_n, 128, 32, 64);
+    report("spirv_khr rewrite", why);
+    xfree(khr);
+    xfree(nv);
+    /* A and B of one shape: one NV type in two uses */
+    nv = nv_kernel(32, 32, 32, &n);
+    error = NULL;
+    khr = nv ? spirv_khr_coopmat(nv, n, &out_n, &error) : NULL;
+    report("spirv_khr refuses A and B of one type",
+           !nv ? "the NV kernel does not compile"
+           : khr ? "rewritten"
+           : strstr(error, "more than one of A, B") ? NULL
+                                                    : format("refused as: %s", error));
+    xfree(khr);
+    xfree(nv);
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* progress shows as it happens */
     test_broadcast();
@@ -458,6 +607,7 @@ int main(void) {
     test_schedule();
     test_planner();
     test_hostile();
+    test_spirv_khr();
     printf("%d passed, %d failed\n", passes, failures);
     return failures ? 1 : 0;
 }

@@ -64,8 +64,12 @@ def main():
             y = bench.yaml_model("mm", {"a": bench.spec([M, K], "f16"),
                                         "b": bench.spec([K, N], "f16")},
                                  [{"name": "c", "op": "matmul", "inputs": ["a", "b"]}], ["c"])
-            progs = []
+            progs, envs = [], []
             for ci, cfg in enumerate(configs):
+                # the configuration's variables at run time too (the
+                # runtime's: KILN_COOPMAT_WG=0)
+                envs.append({"KILN_STAGED_IO": "1", **({} if cfg == "default" else
+                             dict(kv.split("=", 1) for kv in cfg.split("&")))})
                 saved = dict(os.environ)
                 if cfg != "default":
                     for kv in cfg.split("&"):
@@ -83,17 +87,20 @@ def main():
             times = [float("inf")] * len(configs)
             errs = [0.0] * len(configs)
             for pas in range(args.passes):
-                for ci, (cfg, prog) in enumerate(zip(configs, progs)):
+                for ci, (cfg, prog, env) in enumerate(zip(configs, progs, envs)):
                     # staged I/O: inputs up to 64 KiB would otherwise be
                     # read from host memory by the kernel (direct I/O),
                     # outputs to 1 MiB written there
                     res, outs = bench.run_kiln(wd, prog, [a, b], [want.astype(np.float16)],
-                                               args.runs, warmup_ms=300,
-                                               env={"KILN_STAGED_IO": "1"})
+                                               args.runs, warmup_ms=300, env=env)
                     # KILN_COOPMAT_CEILING: the matrix units alone, no
                     # product to check
                     if pas == 0 and "KILN_COOPMAT_CEILING" not in cfg:
-                        errs[ci] = bench.check_close(f"{shp} {cfg}", outs[0], want, 1e-2)
+                        try:
+                            errs[ci] = bench.check_close(f"{shp} {cfg}", outs[0], want, 1e-2)
+                        except RuntimeError as e:  # a wrong variant: reported, not timed
+                            print(f"WRONG {e}", flush=True)
+                            errs[ci] = float("inf")
                     times[ci] = min(times[ci], res["gpu_us"])
             cells = [f"{us:8.1f} us {2 * M * N * K / us / 1e6:6.1f} TF " +
                      ("ceil " if "KILN_COOPMAT_CEILING" in cfg else f"{err:.0e}")
