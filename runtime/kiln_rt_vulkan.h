@@ -34,7 +34,10 @@
  *   cooperativeMatrix feature, vulkanMemoryModel and
  *   vulkanMemoryModelDeviceScope (and shaderFloat16 and
  *   storageBuffer16BitAccess); without it f16 matmuls take the f32-arithmetic
- *   kernels instead. KILN_FEATURE_INTDOT declares
+ *   kernels instead. KILN_FEATURE_COOPMAT_WG (with KILN_FEATURE_COOPMAT)
+ *   declares VK_KHR_cooperative_matrix enabled with cooperativeMatrix and
+ *   VK_NV_cooperative_matrix2 with cooperativeMatrixWorkgroupScope and
+ *   cooperativeMatrixFlexibleDimensions. KILN_FEATURE_INTDOT declares
  *   VK_KHR_shader_integer_dot_product enabled with shaderIntegerDotProduct;
  *   without it `--activations int8` kernels do the same integer arithmetic
  *   in more instructions. kiln_vulkan_features() says which ones the
