@@ -25,8 +25,9 @@
  * the result, and an f16 copy of it to store). One NV type in two uses
  * (a kernel whose A and B tiles have the same shape) is refused. The
  * layout is an id of the constant 0 (RowMajor) or 1 (ColumnMajor) where
- * the NV form had a boolean constant. Constants the module lacks (0, 1 and
- * 2 as 32-bit unsigned integers) are added after its 32-bit unsigned type.
+ * the NV form had a boolean constant. Those constants (0, 1 and 2 as 32-bit
+ * unsigned integers) are the module's own where it defines them before its
+ * first matrix type, else added right after its 32-bit unsigned type.
  *
  * The rewritten words are not validated again: Debian 12's spirv-tools
  * (2022.4) does not know the KHR extension. The NV form was validated
@@ -105,6 +106,7 @@ uint32_t *spirv_khr_coopmat(const uint32_t *w, size_t n, size_t *out_n, char **e
     int8_t *boolean = xcalloc(bound, 1); /* 1 false, 2 true */
     memset(use, USE_NONE, bound);
     uint32_t uint_type = 0, have[3] = {0, 0, 0};
+    bool typed = false; /* a matrix type seen */
     bool in_function = false;
     for (size_t i = 5; i < n;) {
         uint32_t op = w[i] & 0xffffu, len = w[i] >> 16;
@@ -117,9 +119,10 @@ uint32_t *spirv_khr_coopmat(const uint32_t *w, size_t n, size_t *out_n, char **e
             in_function = true;
         if (op == OP_TYPE_INT && len == 4 && a[1] == 32 && a[2] == 0)
             uint_type = a[0];
-        if (op == OP_CONSTANT && len == 4 && a[0] == uint_type && uint_type && a[2] < 3 &&
-            !have[a[2]])
+        if (op == OP_CONSTANT && len == 4 && uint_type && a[0] == uint_type && a[2] < 3 &&
+            !have[a[2]] && !typed)
             have[a[2]] = a[1];
+        typed |= op == OP_TYPE_CM_NV;
         if ((op == OP_CONSTANT_TRUE || op == OP_CONSTANT_FALSE) && len == 3)
             boolean[a[1]] = op == OP_CONSTANT_TRUE ? 2 : 1;
         if (op == OP_TYPE_CM_NV && len == 6)
@@ -161,7 +164,7 @@ uint32_t *spirv_khr_coopmat(const uint32_t *w, size_t n, size_t *out_n, char **e
         *error = xstrdup("no 32-bit unsigned integer type");
         goto fail_seen;
     }
-    uint32_t need = 0;
+    uint32_t need = 0; /* constants to add, under new ids */
     for (int v = 0; v < 3; v++)
         if (!have[v])
             have[v] = bound + need++;
