@@ -398,6 +398,7 @@ static int coopmat_usable(VkInstance instance, VkPhysicalDevice pd, const Featur
 #define KILN_ST_KHR_COOPMAT_FEATURES ((VkStructureType)1000506000)
 #define KILN_ST_COOPMAT2_FEATURES ((VkStructureType)1000593000)
 #define KILN_ST_COOPMAT_FLEXIBLE ((VkStructureType)1000593001)
+#define KILN_ST_COOPMAT2_PROPERTIES ((VkStructureType)1000593002)
 typedef struct KilnKhrCoopmatFeatures { /* VkPhysicalDeviceCooperativeMatrixFeaturesKHR */
     VkStructureType sType;
     void *pNext;
@@ -409,6 +410,12 @@ typedef struct KilnCoopmat2Features { /* VkPhysicalDeviceCooperativeMatrix2Featu
     VkBool32 workgroupScope, flexibleDimensions, reductions, conversions,
         perElementOperations, tensorAddressing, blockLoads;
 } KilnCoopmat2Features;
+typedef struct KilnCoopmat2Properties { /* VkPhysicalDeviceCooperativeMatrix2PropertiesNV */
+    VkStructureType sType;
+    void *pNext;
+    uint32_t workgroupScopeMaxWorkgroupSize, flexibleDimensionsMaxDimension,
+        workgroupScopeReservedSharedMemory;
+} KilnCoopmat2Properties;
 typedef struct KilnCoopmatFlexible { /* VkCooperativeMatrixFlexibleDimensionsPropertiesNV */
     VkStructureType sType;
     void *pNext;
@@ -426,7 +433,9 @@ typedef VkResult(VKAPI_PTR *KilnFlexibleQuery)(VkPhysicalDevice, uint32_t *,
  * yes, which this needs too): both extensions and their features, and
  * (given an instance to query it through) f16 x f16 + f32 matrices of
  * workgroup scope for 128 invocations whose granularities divide its
- * 128 x 64 x 32 tiles. */
+ * 128 x 64 x 32 tiles; workgroups of 128, matrices of 128 rows, and 32 KiB
+ * of shared memory (its largest use, the epilogue's accumulator) beside
+ * what the driver reserves for them. */
 static int coopmat_wg_usable(VkInstance instance, VkPhysicalDevice pd, int coopmat,
                              const kiln_allocator *allocator) {
     if (!coopmat || !has_extension(pd, KILN_KHR_COOPMAT_EXTENSION, allocator) ||
@@ -441,6 +450,16 @@ static int coopmat_wg_usable(VkInstance instance, VkPhysicalDevice pd, int coopm
     khr.pNext = &c2;
     features_chain(pd, &khr);
     if (!khr.cooperativeMatrix || !c2.workgroupScope || !c2.flexibleDimensions)
+        return 0;
+    KilnCoopmat2Properties props;
+    memset(&props, 0, sizeof props);
+    props.sType = KILN_ST_COOPMAT2_PROPERTIES;
+    properties_chain(pd, &props);
+    VkPhysicalDeviceProperties limits;
+    vkGetPhysicalDeviceProperties(pd, &limits);
+    if (props.workgroupScopeMaxWorkgroupSize < 128 || props.flexibleDimensionsMaxDimension < 128 ||
+        (uint64_t)props.workgroupScopeReservedSharedMemory + 32768 >
+            limits.limits.maxComputeSharedMemorySize)
         return 0;
     if (!instance)
         return 1;

@@ -71,7 +71,8 @@ enum { KILN_BUFFER_ARENA = 0, KILN_BUFFER_WEIGHTS = 1 };
  * its cooperativeMatrix feature, VK_NV_cooperative_matrix2 with
  * cooperativeMatrixWorkgroupScope and cooperativeMatrixFlexibleDimensions,
  * and f16 x f16 + f32 matrices of workgroup scope for 128 invocations in
- * granularities that divide 128 x 64 x 32), on top of KILN_FEATURE_COOPMAT,
+ * granularities that divide 128 x 64 x 32, with 32 KiB of shared memory
+ * beside the driver's reservation for them), on top of KILN_FEATURE_COOPMAT,
  * which a device with this bit always has too. Like COOPMAT only a
  * dispatch with a fallback needs it (coopmat_wg.comp's f16 products, which
  * coopmat.comp computes elsewhere). KILN_COOPMAT_WG=0 (or KILN_COOPMAT=0)

@@ -591,7 +591,7 @@ def test_vulkan_handles(workdir):
     r = run([prog], env={"KILN_VALIDATION": VALIDATION}, timeout=600)
     check(r.returncode == 0 and "FAIL" not in r.stdout, r.stdout + r.stderr[-2000:])
     oks = [ln for ln in r.stdout.splitlines() if ln.startswith("ok ")]
-    check(len(oks) == 20 and r.stdout.rstrip().endswith("\n0 failures"), r.stdout)
+    check(len(oks) == 22 and r.stdout.rstrip().endswith("\n0 failures"), r.stdout)
 
 
 @case("make install PREFIX=...: samples/embed builds out of tree with pkg-config alone "

@@ -355,6 +355,19 @@ int main(void) {
            kiln_device_create_vulkan(&bad, NULL, &dev) == KILN_ERROR_INVALID_ARGUMENT &&
                dev == NULL && strstr(kiln_last_error(), "queue family 99"));
     bad = h;
+    bad.features |= KILN_FEATURE_COOPMAT_WG;
+    bad.features &= ~KILN_FEATURE_COOPMAT;
+    EXPECT("workgroup cooperative matrices declared without KILN_FEATURE_COOPMAT: "
+           "INVALID_ARGUMENT",
+           kiln_device_create_vulkan(&bad, NULL, &dev) == KILN_ERROR_INVALID_ARGUMENT &&
+               dev == NULL && strstr(kiln_last_error(), "KILN_FEATURE_COOPMAT_WG without"));
+    bad = h;
+    bad.features |= KILN_FEATURE_COOPMAT_WG | KILN_FEATURE_COOPMAT;
+    EXPECT("cooperative matrices the GPU lacks (lavapipe) declared: INVALID_ARGUMENT",
+           (kiln_vulkan_features(h.physical_device) & KILN_FEATURE_COOPMAT) ||
+               (kiln_device_create_vulkan(&bad, NULL, &dev) == KILN_ERROR_INVALID_ARGUMENT &&
+                dev == NULL && strstr(kiln_last_error(), "does not support")));
+    bad = h;
     bad.device = VK_NULL_HANDLE;
     EXPECT("a missing VkDevice: INVALID_ARGUMENT",
            kiln_device_create_vulkan(&bad, NULL, &dev) == KILN_ERROR_INVALID_ARGUMENT);
