@@ -30,7 +30,8 @@
  * first matrix type, else added right after its 32-bit unsigned type.
  *
  * The rewritten words are not validated again: Debian 12's spirv-tools
- * (2022.4) does not know the KHR extension. The NV form was validated
+ * (2022.4) does not know the KHR extension (tests/test_ops_matmul.py
+ * validates them with a newer spirv-val where KILN_SPIRV_VAL names one). The NV form was validated
  * before (compile_spirv.c), and the rewrite changes no control flow, no
  * type other than the matrices', and no id but the constants it adds.
  */

@@ -3,6 +3,7 @@ formats, QKV splits) and gemm (shaders/matmul.comp, matvec.comp,
 coopmat.comp), on Vulkan against the CPU reference (ops_common.py says how).
 """
 import json
+import os
 import re
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import numpy as np
 import reference as ref
 from harness import (F16_TOLERANCE, assert_close, assert_relative, build_model, check,
                      check_defines, check_kernels, kernel_defines, kiln, model_yaml, registry,
-                     run, run_model, run_program, run_steps)
+                     run, run_model, run_program, run_steps, Skip)
 from ops_common import half, one_op, rng, spec, values, weight_specs
 
 TESTS, case = registry()
@@ -226,6 +227,35 @@ for _sa, _sb, _bn, _op in (([2048, 2048], [2048, 2048], 128, "matmul"),
                            ([2048, 2040], [2040, 2048], None, "matmul")):
     case(f"op {_op} f16 coopmat_wg {_sa} x {_sb}: "
          f"{'128 x ' + str(_bn) if _bn else 'not taken'}")(coopmat_wg_case(_sa, _sb, _bn, _op))
+
+
+@case("op matmul f16 coopmat_wg: its SPIR-V (KHR cooperative matrices of workgroup scope, "
+      "rewritten from NV ones) valid to a spirv-val that knows the extension "
+      "(KILN_SPIRV_VAL=path; skipped without one: Debian 12's predates it)")
+def test_coopmat_wg_spirv(workdir):
+    val = os.environ.get("KILN_SPIRV_VAL")
+    if not val:
+        raise Skip("KILN_SPIRV_VAL names no spirv-val newer than SPV_KHR_cooperative_matrix")
+    wd = Path(workdir)
+    shapes = {"plain": ([2048, 2048], [2048, 2048], []),
+              "batched": ([2, 1024, 512], [2, 512, 1024], []),
+              "ceiling": ([1024, 1024], [1024, 1024], ["KILN_COOPMAT_CEILING"])}
+    for sub, (sa, sb, env) in shapes.items():
+        (wd / sub).mkdir()
+        build_model(wd / sub, model_yaml("mm", {"a": {"dtype": "f16", "shape": sa},
+                                                "b": {"dtype": "f16", "shape": sb}},
+                                         [{"name": "y", "op": "matmul", "inputs": ["a", "b"]}],
+                                         ["y"]), env={k: "1" for k in env})
+        c = (wd / sub / "model.c").read_text()
+        arrays = dict(re.findall(r"static const uint32_t (\w+_spirv_\d+)\[\d*\] = \{(.*?)\};",
+                                 c, re.S))
+        names = re.findall(r"\{(\w+_spirv_\d+), \d+u, \"coopmat_wg\"", c)
+        check(len(names) == 1, f"{sub}: coopmat_wg kernels {names}")
+        words = [int(x, 0) for x in re.findall(r"0x[0-9a-fA-F]+|\b\d+\b", arrays[names[0]])]
+        spv = wd / sub / "wg.spv"
+        spv.write_bytes(np.array(words, dtype="<u4").tobytes())
+        r = run([val, "--target-env", "vulkan1.2", spv])
+        check(r.returncode == 0, f"{sub}: {r.stdout}{r.stderr}")
 
 
 def matmul_weights_case(workdir):
