@@ -177,6 +177,13 @@ for _m, _k, _n, _tiles, _splits in ((2048, 2048, 2048, (128, 256), 1),
         coopmat_split_case(_m, _k, _n, _tiles, _splits))
 
 
+def wg_defines(workdir):
+    """The defines of each coopmat_wg.comp kernel in workdir/model.c."""
+    c = (Path(workdir) / "model.c").read_text()
+    return [dict(re.findall(r"^ \*   (\w+) (\S+)$", block, re.M))
+            for block in re.findall(r"/\* kernel \d+: coopmat_wg\n.*?\*/", c, re.S)]
+
+
 def coopmat_wg_case(sa, sb, bn, op="matmul"):
     """A product in f16 and the kernels it compiles to: coopmat_wg.comp
     on 128 x bn tiles (bn None: not taken) for devices with cooperative
@@ -197,8 +204,7 @@ def coopmat_wg_case(sa, sb, bn, op="matmul"):
         build_model(workdir, model_yaml("mm", ins, [node], ["y"]), None,
                     ["--precision", "f16"] if op == "gemm" else [])
         c = (Path(workdir) / "model.c").read_text()
-        wg = [dict(re.findall(r"^ \*   (\w+) (\S+)$", block, re.M))
-              for block in re.findall(r"/\* kernel \d+: coopmat_wg\n.*?\*/", c, re.S)]
+        wg = wg_defines(workdir)
         order = re.findall(r"/\* \d+: y \((?:matmul|gemm)\) (\w+)(;[^*]*)?\*/", c)
         if bn is None:  # coopmat.comp's alone
             check("coopmat_wg" not in [k for k, _ in order] and
@@ -569,9 +575,8 @@ def _(workdir):
 
 def wg_epilogue(workdir, wanted):
     """That coopmat_wg.comp has (wanted) or lacks an epilogue kernel."""
-    c = (Path(workdir) / "model.c").read_text()
-    wg = re.findall(r"/\* kernel \d+: coopmat_wg\n.*?\*/", c, re.S)
-    check(bool(wg) == wanted and all(" *   EPILOGUE 1\n" in k for k in wg),
+    wg = wg_defines(workdir)
+    check(bool(wg) == wanted and all(d.get("EPILOGUE") == "1" for d in wg),
           f"coopmat_wg kernels: {wg}")
 
 
