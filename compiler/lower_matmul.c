@@ -429,6 +429,31 @@ static bool coopmat_takes(const Node *n, const MatmulShape *s) {
            (s->b_sn == 1 || conv || f16_kmajor);
 }
 
+/* Whether n's product writes C through a fused epilogue (product.glsl's
+ * store_c): a bias, an activation, a QKV split or gemm's alpha and beta. */
+static bool fused_epilogue(const Node *n) {
+    return n->epi_bias || n->epi_act || n->nsiblings || n->split_out || n->op == OP_GEMM;
+}
+
+/* KILN_COOPMAT_CEILING=1 or 2, for benchmarks only (0 otherwise): the
+ * cooperative-matrix kernels' K steps multiply without loading
+ * (coopmat.comp's and coopmat_wg.comp's CEILING), C not the product; said
+ * once on stderr. */
+static int coopmat_ceiling(void) {
+    const char *tune_ceiling = getenv("KILN_COOPMAT_CEILING");
+    int ceiling = tune_ceiling ? atoi(tune_ceiling) : 0;
+    if (ceiling != 1 && ceiling != 2)
+        return 0;
+    static bool ceiling_told;
+    if (!ceiling_told) {
+        fprintf(stderr, "kiln: KILN_COOPMAT_CEILING=%d: the cooperative-matrix kernels do "
+                        "not compute their products (a benchmark of the matrix units only)\n",
+                ceiling);
+        ceiling_told = true;
+    }
+    return ceiling;
+}
+
 static Dispatch *coopmat_parts(Program *p, Node *n, MatmulShape *s, SplitParts *parts);
 
 /* coopmat.comp for s, when it applies: an f16 A (its rows contiguous), B
@@ -531,20 +556,8 @@ static Dispatch *coopmat_parts(Program *p, Node *n, MatmulShape *s, SplitParts *
         pf = tp[0];
         ns = tp[1];
     }
-    /* KILN_COOPMAT_CEILING=1 or 2, for benchmarks only: the K steps
-     * multiply without loading (coopmat.comp's CEILING), C not the
-     * product; one step in flight, one stage */
-    const char *tune_ceiling = getenv("KILN_COOPMAT_CEILING");
-    int ceiling = tune_ceiling ? atoi(tune_ceiling) : 0;
-    if (ceiling != 1 && ceiling != 2)
-        ceiling = 0;
-    static bool ceiling_told;
-    if (ceiling && !ceiling_told) {
-        fprintf(stderr, "kiln: KILN_COOPMAT_CEILING=%d: the cooperative-matrix kernels do "
-                        "not compute their products (a benchmark of the matrix units only)\n",
-                ceiling);
-        ceiling_told = true;
-    }
+    /* the ceiling: one step in flight, one stage */
+    int ceiling = coopmat_ceiling();
     if (ceiling)
         pf = ns = 1;
     if (coopmat_shared_bytes(bm, bn, bk, wm * wn, ns, !b_vec) > 49152)
@@ -595,8 +608,7 @@ static Dispatch *coopmat_parts(Program *p, Node *n, MatmulShape *s, SplitParts *
     need_dtype(p, need, KILN_DTYPE_F16); /* a gathered A or B (F16R) */
     define_needs(d, need);
     define_int(d, "C_F16", (!partial || last) && c->dtype == KILN_DTYPE_F16);
-    bool epilogue = !partial && (n->epi_bias || n->epi_act || n->nsiblings || n->split_out ||
-                                 n->op == OP_GEMM || conv);
+    bool epilogue = !partial && (fused_epilogue(n) || conv);
     define_int(d, "EPILOGUE", epilogue);
     define_int(d, "C_DIRECT", !epilogue && (partial ? s->N % 8 == 0
                                                       : c_rows8 && !s->conv.images));
@@ -1112,8 +1124,7 @@ static Dispatch *coopmat_wg_kernel(Program *p, Node *n, MatmulShape *s) {
     if (!coopmat_takes(n, s) || s->dyn || s->dyn_batch || n->op == OP_CONV || n->wq ||
         b->dtype != KILN_DTYPE_F16 || s->b_sn != 1 || s->conv.images)
         return NULL;
-    bool epilogue = n->epi_bias || n->epi_act || n->nsiblings || n->split_out ||
-                    n->op == OP_GEMM;
+    bool epilogue = fused_epilogue(n);
     int64_t bm = 128, bn = 128, bk = 32;
     if (s->M % bm || s->K % bk || s->N % 64 || s->a_sm % 8 || s->b_sk % 8 ||
         !all_multiples(s->brank, s->ops[1].strides, 8) ||
@@ -1140,8 +1151,7 @@ static Dispatch *coopmat_wg_kernel(Program *p, Node *n, MatmulShape *s) {
     define_int(d, "BM", bm);
     define_int(d, "BN", bn);
     define_int(d, "BK", bk);
-    const char *tune_ceiling = getenv("KILN_COOPMAT_CEILING"); /* as coopmat_parts */
-    if (tune_ceiling && atoi(tune_ceiling) >= 1 && atoi(tune_ceiling) <= 2)
+    if (coopmat_ceiling())
         define_int(d, "CEILING", 1);
     dispatch_arg(d, c, true);
     dispatch_arg(d, s->ops[1].t, false);

@@ -309,6 +309,22 @@ static kiln_status choose_device(kiln_device *dev, int32_t index,
     return st;
 }
 
+/* Whether the environment variable `name` is "0" (a feature turned off). */
+static int env_off(const char *name) {
+    const char *v = getenv(name);
+    return v && strcmp(v, "0") == 0;
+}
+
+/* n zeroed structures of `size` bytes each, their sType set: the list a
+ * Vulkan query fills (kiln__free it); NULL when out of memory. */
+static void *structure_list(const kiln_allocator *allocator, uint32_t n, size_t size,
+                            VkStructureType type) {
+    unsigned char *p = (unsigned char *)kiln__calloc(allocator, n, size);
+    for (uint32_t i = 0; p && i < n; i++)
+        ((VkBaseOutStructure *)(void *)(p + (size_t)i * size))->sType = type;
+    return p;
+}
+
 /* 1 when pd has the device extension named ext. */
 static int has_extension(VkPhysicalDevice pd, const char *ext, const kiln_allocator *allocator) {
     uint32_t n = 0;
@@ -371,12 +387,10 @@ static int coopmat_usable(VkInstance instance, VkPhysicalDevice pd, const Featur
     uint32_t np = 0;
     if (!props || props(pd, &np, NULL) < 0 || np == 0)
         return 0;
-    VkCooperativeMatrixPropertiesNV *p =
-        (VkCooperativeMatrixPropertiesNV *)kiln__calloc(allocator, np, sizeof *p);
+    VkCooperativeMatrixPropertiesNV *p = (VkCooperativeMatrixPropertiesNV *)structure_list(
+        allocator, np, sizeof *p, VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV);
     if (!p) /* the model then runs without cooperative matrices */
         return 0;
-    for (uint32_t i = 0; i < np; i++)
-        p[i].sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV;
     int found = 0;
     if (props(pd, &np, p) >= 0)
         for (uint32_t i = 0; i < np && !found; i++)
@@ -468,11 +482,10 @@ static int coopmat_wg_usable(VkInstance instance, VkPhysicalDevice pd, int coopm
     uint32_t np = 0;
     if (!query || query(pd, &np, NULL) < 0 || np == 0)
         return 0;
-    KilnCoopmatFlexible *p = (KilnCoopmatFlexible *)kiln__calloc(allocator, np, sizeof *p);
+    KilnCoopmatFlexible *p = (KilnCoopmatFlexible *)structure_list(
+        allocator, np, sizeof *p, KILN_ST_COOPMAT_FLEXIBLE);
     if (!p) /* the model then runs on coopmat.comp */
         return 0;
-    for (uint32_t i = 0; i < np; i++)
-        p[i].sType = KILN_ST_COOPMAT_FLEXIBLE;
     int found = 0;
     if (query(pd, &np, p) >= 0)
         for (uint32_t i = 0; i < np && !found; i++)
@@ -554,8 +567,7 @@ static void query_device(kiln_device *dev) {
     vkGetPhysicalDeviceProperties(dev->physical, &dev->props);
     /* added to a device's own features or the caller's */
     dev->features |= property_bits(dev->physical, &dev->props.limits, &dev->subgroup_size);
-    const char *subgroup_env = getenv("KILN_SUBGROUP");
-    if (subgroup_env && strcmp(subgroup_env, "0") == 0)
+    if (env_off("KILN_SUBGROUP"))
         dev->features &= ~KILN_FEATURE_SUBGROUP;
     vkGetPhysicalDeviceMemoryProperties(dev->physical, &dev->memory);
     uint32_t nfam;
@@ -571,14 +583,10 @@ static kiln_status open_device(kiln_device *dev) {
     feature_chain(&have_c);
     feature_chain(&want_c);
     vkGetPhysicalDeviceFeatures2(dev->physical, &have_c.f);
-    const char *coopmat_env = getenv("KILN_COOPMAT");
-    int coopmat = !(coopmat_env && strcmp(coopmat_env, "0") == 0) &&
+    int coopmat = !env_off("KILN_COOPMAT") &&
                   coopmat_usable(dev->instance, dev->physical, &have_c, &dev->allocator);
-    const char *intdot_env = getenv("KILN_INTDOT");
-    int intdot = !(intdot_env && strcmp(intdot_env, "0") == 0) &&
-                 intdot_usable(dev->physical, &dev->allocator);
-    const char *wg_env = getenv("KILN_COOPMAT_WG");
-    int wg = !(wg_env && strcmp(wg_env, "0") == 0) &&
+    int intdot = !env_off("KILN_INTDOT") && intdot_usable(dev->physical, &dev->allocator);
+    int wg = !env_off("KILN_COOPMAT_WG") &&
              coopmat_wg_usable(dev->instance, dev->physical, coopmat, &dev->allocator);
     dev->features = feature_bits(&have_c, coopmat) | (intdot ? KILN_FEATURE_INTDOT : 0u) |
                     (wg ? KILN_FEATURE_COOPMAT_WG : 0u);
