@@ -213,10 +213,11 @@ int main(int argc, char **argv) {
         barriers += d->dispatches[k].barrier;
     printf("{\"model\": \"%s\", \"device\": \"%s\", \"gpu_us\": %.3f, \"wall_us\": %.3f, "
            "\"mapped_us\": %.3f, \"create_us\": %.1f, \"dispatches\": %u, \"barriers\": %u, "
-           "\"arena_bytes\": %llu}\n",
+           "\"arena_bytes\": %llu, \"features\": %u}\n",
            d->name, kiln_device_name(dev), median(gpu, runs), median(wall, runs),
            median(mapped, runs), create_us,
-           d->dispatch_count, barriers, (unsigned long long)d->arena_bytes);
+           d->dispatch_count, barriers, (unsigned long long)d->arena_bytes,
+           kiln_device_features(dev));
     kiln_model_destroy(m);
     kiln_device_destroy(dev);
     for (uint32_t i = 0; i < d->input_count; i++)

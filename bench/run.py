@@ -55,16 +55,16 @@ def sh(cmd, **kw):
     return r.stdout
 
 
-def build_kiln(wd, yaml_text, name):
-    """Compiles a model; returns (program, compile seconds cold and with a
-    warm kernel cache, inspect summary)."""
+def build_kiln(wd, yaml_text, name, env=None):
+    """Compiles a model (env: variables for the compiler); returns (program,
+    compile seconds cold and with a warm kernel cache, inspect summary)."""
     (wd / f"{name}.yaml").write_text(yaml_text)
     cache = wd / f"cache-{name}"  # empty: the first compile is cold
     compile_s = []
     for _ in range(2):
         t0 = time.monotonic()
         sh([BUILD / "kiln", "compile", wd / f"{name}.yaml", "--name", "model", "-o",
-            wd / f"{name}.c", "--kernel-cache", cache])
+            wd / f"{name}.c", "--kernel-cache", cache], env={**os.environ, **(env or {})})
         compile_s.append(time.monotonic() - t0)
     summary = json.loads(sh([BUILD / "kiln", "inspect", wd / f"{name}.yaml", "--format",
                              "json"]))["summary"]
@@ -300,6 +300,28 @@ def model_rows(quick, wd):
     return rows
 
 
+FEATURE_COOPMAT, FEATURE_COOPMAT_WG = 16, 256  # runtime/kiln_rt_tables.h's bits
+CEILINGS = {"1": "multiply-adds alone", "2": "+ matrix loads from shared memory",
+            "3": "tiles' traffic alone"}
+
+
+def ceilings(wd, key, yml, inputs, want, runs, wg):
+    """The f16 product's cooperative-matrix kernel rebuilt with each
+    KILN_COOPMAT_CEILING mode (docs/performance.md): its K steps without
+    part of their work, the product not computed (not checked), timed as
+    the product was; {mode: us}. Mode 3 is coopmat_wg.comp's alone (wg:
+    the device runs it)."""
+    out = {}
+    for mode in CEILINGS:
+        if mode == "3" and not wg:
+            continue
+        name = f"{key}_ceiling{mode}"
+        prog, _, _ = build_kiln(wd, yml, name, env={"KILN_COOPMAT_CEILING": mode})
+        kr, _ = run_kiln(wd, prog, inputs, [want.cpu().numpy()], runs)
+        out[mode] = kr["gpu_us"]
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -334,6 +356,9 @@ def main():
         row = {"key": key, "title": title, "kiln_us": kr["gpu_us"], "torch_us": tus,
                "bytes": nbytes, "flops": flops, "rel_error": err, "compile_s": compile_s,
                "create_us": kr["create_us"], "dispatches": kr["dispatches"]}
+        if key.startswith("matmul_f16_") and kr.get("features", 0) & FEATURE_COOPMAT:
+            row["ceilings"] = ceilings(wd, key, yml, inputs, want, runs,
+                                       kr["features"] & FEATURE_COOPMAT_WG)
         if key == "copy":
             copy_gbs = nbytes / kr["gpu_us"] / 1e3
         results["kernels"].append(row)
@@ -419,6 +444,20 @@ def write_markdown(res, path):
               "share of it: " + ", ".join(
                   f"{r['key']} {100 * r['bytes'] / r['kiln_us'] / 1e3 / res['copy_gbs']:.0f}%"
                   for r in res["kernels"] if r["key"] in ("add", "softmax", "layer_norm")) + "."]
+    cm = [r for r in res["kernels"] if r.get("ceilings")]
+    if cm:
+        L += ["", "### f16 matmul against the matrix units' rate", "",
+              "The same kernel built with `KILN_COOPMAT_CEILING` (docs/performance.md), timed "
+              "in the same run: its K steps without part of their work (not the product). "
+              "Share = the ceiling's time / the product's time.", "",
+              "| row | kiln us | " + " | ".join(f"{m}: {t} us (share)"
+                                             for m, t in CEILINGS.items()) + " |",
+              "| --- | --- | " + " | ".join("---" for _ in CEILINGS) + " |"]
+        for r in cm:
+            c = r["ceilings"]
+            L.append(f"| {r['title']} | {r['kiln_us']:.1f} | " + " | ".join(
+                f"{c[m]:.1f} ({100 * c[m] / r['kiln_us']:.0f}%)" if m in c else "-"
+                for m in CEILINGS) + " |")
     L += ["", "## Whole models", "",
           "| model | kiln us | kiln us, I/O copied | torch eager us | torch CUDA graph us "
           "| kiln vs eager | kiln vs graph "

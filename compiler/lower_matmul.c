@@ -435,14 +435,17 @@ static bool fused_epilogue(const Node *n) {
     return n->epi_bias || n->epi_act || n->nsiblings || n->split_out || n->op == OP_GEMM;
 }
 
-/* KILN_COOPMAT_CEILING=1 or 2, for benchmarks only (0 otherwise): the
- * cooperative-matrix kernels' K steps multiply without loading
- * (coopmat.comp's and coopmat_wg.comp's CEILING), C not the product; said
- * once on stderr. */
-static int coopmat_ceiling(void) {
+/* KILN_COOPMAT_CEILING, for benchmarks only: the cooperative-matrix
+ * kernels' K steps without part of their work (coopmat.comp's and
+ * coopmat_wg.comp's CEILING), C not the product; said once on stderr. 1:
+ * multiply-adds alone, 2: with the matrices' loads from shared memory, 3:
+ * the tiles' traffic alone, without the matrices (coopmat_wg.comp's only).
+ * The mode for a kernel that has modes 1 to most; 0 where it is unset, out
+ * of range or past the kernel's modes. */
+static int coopmat_ceiling(int most) {
     const char *tune_ceiling = getenv("KILN_COOPMAT_CEILING");
     int ceiling = tune_ceiling ? atoi(tune_ceiling) : 0;
-    if (ceiling != 1 && ceiling != 2)
+    if (ceiling < 1 || ceiling > most)
         return 0;
     static bool ceiling_told;
     if (!ceiling_told) {
@@ -557,7 +560,7 @@ static Dispatch *coopmat_parts(Program *p, Node *n, MatmulShape *s, SplitParts *
         ns = tp[1];
     }
     /* the ceiling: one step in flight, one stage */
-    int ceiling = coopmat_ceiling();
+    int ceiling = coopmat_ceiling(2);
     if (ceiling)
         pf = ns = 1;
     if (coopmat_shared_bytes(bm, bn, bk, wm * wn, ns, !b_vec) > 49152)
@@ -1151,8 +1154,9 @@ static Dispatch *coopmat_wg_kernel(Program *p, Node *n, MatmulShape *s) {
     define_int(d, "BM", bm);
     define_int(d, "BN", bn);
     define_int(d, "BK", bk);
-    if (coopmat_ceiling())
-        define_int(d, "CEILING", 1);
+    int ceiling = coopmat_ceiling(3);
+    if (ceiling)
+        define_int(d, "CEILING", ceiling);
     dispatch_arg(d, c, true);
     dispatch_arg(d, s->ops[1].t, false);
     dispatch_arg(d, b, false);

@@ -33,8 +33,13 @@
 // BRANK, BSHAPE, C_BSTRIDES, A_BSTRIDES, B_BSTRIDES, BM, BN, BK, C_F16,
 // EPILOGUE, STORE8 and product.glsl's epilogue defines.
 // CEILING (KILN_COOPMAT_CEILING, for benchmarks only: C is then not the
-// product): the first step's matrices multiplied every step, nothing
-// loaded after them, the matrix units' rate for these tiles.
+// product): 1, the first step's matrices multiplied every step, nothing
+// loaded after them, the matrix units' rate for these tiles; 2, the
+// matrices loaded again from the shared tiles every step (at offsets that
+// alternate, so that the loads cannot be hoisted), no memory traffic and
+// no barriers: the rate at which shared memory feeds the matrix units; 3,
+// the tiles' traffic alone (every step's loads, stores and barriers, no
+// matrices until one multiply-add of the last step's tiles).
 #extension GL_NV_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
@@ -119,15 +124,40 @@ void main() {
         fcoopmatNV<32, gl_ScopeWorkgroup, BM, BN> acc =
             fcoopmatNV<32, gl_ScopeWorkgroup, BM, BN>(0.0);
         load_tiles(ca, cb, m0, n0, 0, tid);
-#if CEILING
+#if CEILING == 3
+        for (uint k0 = 0; k0 < K; k0 += BK) {
+            store_tiles(tid);
+            barrier();
+            if (k0 + BK < K)
+                load_tiles(ca, cb, m0, n0, k0 + BK, tid);
+            barrier();
+        }
+        fcoopmatNV<16, gl_ScopeWorkgroup, BM, BK> fa;
+        fcoopmatNV<16, gl_ScopeWorkgroup, BK, BN> fb;
+        coopMatLoadNV(fa, S, 0, AS_STRIDE, false);
+        coopMatLoadNV(fb, S, A_TILE, BS_STRIDE, false);
+        acc = coopMatMulAddNV(fa, fb, acc);
+        barrier();
+#elif CEILING
+#if CEILING == 2 // the tiles' padding read too: zeros, not what memory held
+        for (uint e = tid; e < S.length(); e += NT)
+            S[e] = uvec4(0);
+        barrier();
+#endif
         store_tiles(tid);
         barrier();
         fcoopmatNV<16, gl_ScopeWorkgroup, BM, BK> fa;
         fcoopmatNV<16, gl_ScopeWorkgroup, BK, BN> fb;
         coopMatLoadNV(fa, S, 0, AS_STRIDE, false);
         coopMatLoadNV(fb, S, A_TILE, BS_STRIDE, false);
-        for (uint k0 = 0; k0 < K; k0 += BK)
+        for (uint k0 = 0; k0 < K; k0 += BK) {
+#if CEILING == 2 // within S: A's reads end before B_TILE, B's start after 0
+            const uint o = (k0 / BK % 2) * 8;
+            coopMatLoadNV(fa, S, o, AS_STRIDE, false);
+            coopMatLoadNV(fb, S, A_TILE - o, BS_STRIDE, false);
+#endif
             acc = coopMatMulAddNV(fa, fb, acc);
+        }
         barrier();
 #else
         for (uint k0 = 0; k0 < K; k0 += BK) {

@@ -243,15 +243,16 @@ def test_coopmat_wg_spirv(workdir):
     if not val:
         raise Skip("KILN_SPIRV_VAL names no spirv-val newer than SPV_KHR_cooperative_matrix")
     wd = Path(workdir)
-    shapes = {"plain": ([2048, 2048], [2048, 2048], []),
-              "batched": ([2, 1024, 512], [2, 512, 1024], []),
-              "ceiling": ([1024, 1024], [1024, 1024], ["KILN_COOPMAT_CEILING"])}
+    shapes = {"plain": ([2048, 2048], [2048, 2048], {}),
+              "batched": ([2, 1024, 512], [2, 512, 1024], {})}
+    for mode in "123":
+        shapes[f"ceiling{mode}"] = ([1024, 1024], [1024, 1024], {"KILN_COOPMAT_CEILING": mode})
     for sub, (sa, sb, env) in shapes.items():
         (wd / sub).mkdir()
         build_model(wd / sub, model_yaml("mm", {"a": {"dtype": "f16", "shape": sa},
                                                 "b": {"dtype": "f16", "shape": sb}},
                                          [{"name": "y", "op": "matmul", "inputs": ["a", "b"]}],
-                                         ["y"]), env={k: "1" for k in env})
+                                         ["y"]), env=env)
         c = (wd / sub / "model.c").read_text()
         arrays = dict(re.findall(r"static const uint32_t (\w+_spirv_\d+)\[\d*\] = \{(.*?)\};",
                                  c, re.S))
@@ -262,6 +263,36 @@ def test_coopmat_wg_spirv(workdir):
         spv.write_bytes(np.array(words, dtype="<u4").tobytes())
         r = run([val, "--target-env", "vulkan1.2", spv])
         check(r.returncode == 0, f"{sub}: {r.stdout}{r.stderr}")
+
+
+@case("op matmul f16 coopmat_wg KILN_COOPMAT_CEILING=1, 2, 3 (benchmarks of the matrix units, "
+      "of shared memory feeding them, of the tiles' traffic): the mode reaches coopmat_wg.comp "
+      "and, but for 3 (coopmat_wg's alone), coopmat.comp; the compiler says the products are "
+      "not computed; the tiled kernel lavapipe runs still computes it")
+def test_coopmat_wg_ceiling(workdir):
+    wd = Path(workdir)
+    r = rng(3311)
+    a, b = values(r, [1024, 256]), values(r, [256, 1024])
+    y = model_yaml("mm", {"a": {"dtype": "f16", "shape": [1024, 256]},
+                          "b": {"dtype": "f16", "shape": [256, 1024]}},
+                   [{"name": "y", "op": "matmul", "inputs": ["a", "b"]}], ["y"])
+    want = half(a) @ half(b)
+    for mode in "123":
+        sub = wd / mode
+        sub.mkdir()
+        env = {"KILN_COOPMAT_CEILING": mode}
+        prog = build_model(sub, y, env=env)
+        wg = wg_defines(sub)
+        cm = [d for d in kernel_defines(sub) if "WM" in d]
+        check(len(wg) == 1 and wg[0].get("CEILING") == mode,
+              f"mode {mode}: coopmat_wg defines {wg}")
+        check(len(cm) == 1 and cm[0].get("CEILING") == (None if mode == "3" else mode),
+              f"mode {mode}: coopmat.comp defines {cm}")
+        r2 = kiln("compile", sub / "model.yaml", "-o", sub / "again.c", env=env)
+        check(r2.returncode == 0 and "do not compute their products" in r2.stderr, r2.stderr)
+        got, = run_program(prog, [a.astype(np.float16), b.astype(np.float16)],
+                           [want.astype(np.float16)])
+        assert_close(got.astype(np.float64), want, 1e-2, 1e-2)
 
 
 def matmul_weights_case(workdir):

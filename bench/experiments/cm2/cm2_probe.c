@@ -9,6 +9,9 @@
  *
  *   cm2_probe M K N runs kernel.spv:BM:BN:NT ...
  *
+ * CM2_STATS=1: also the driver's statistics of each pipeline (registers,
+ * shared memory), through VK_KHR_pipeline_executable_properties.
+ *
  * Debian 12's Vulkan headers (1.3.239) predate both extensions: their
  * structures are declared here from the registry. */
 #include <math.h>
@@ -118,6 +121,34 @@ static Buf buffer(VkDeviceSize size, int host) {
     if (host) CHECK(vkMapMemory(dev, r.m, 0, size, 0, &r.map));
     return r;
 }
+/* The driver's statistics of a pipeline (VK_KHR_pipeline_executable_properties:
+ * registers, shared memory, ...), one line. */
+static void print_stats(VkPipeline pipe) {
+    PFN_vkGetPipelineExecutableStatisticsKHR gs = (PFN_vkGetPipelineExecutableStatisticsKHR)
+        vkGetDeviceProcAddr(dev, "vkGetPipelineExecutableStatisticsKHR");
+    if (!gs) return;
+    VkPipelineExecutableInfoKHR ei = {VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR, NULL, pipe, 0};
+    VkPipelineExecutableStatisticKHR st[32];
+    uint32_t ns = 32;
+    for (uint32_t j = 0; j < ns; j++) {
+        memset(&st[j], 0, sizeof st[j]);
+        st[j].sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR;
+    }
+    if (gs(dev, &ei, &ns, st) < 0) return;
+    printf("    stats:");
+    for (uint32_t j = 0; j < ns; j++) {
+        if (st[j].format == VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_UINT64_KHR)
+            printf(" %s %llu;", st[j].name, (unsigned long long)st[j].value.u64);
+        else if (st[j].format == VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_INT64_KHR)
+            printf(" %s %lld;", st[j].name, (long long)st[j].value.i64);
+        else if (st[j].format == VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_BOOL32_KHR)
+            printf(" %s %u;", st[j].name, st[j].value.b32);
+        else
+            printf(" %s %g;", st[j].name, st[j].value.f64);
+    }
+    printf("\n");
+}
+
 static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -196,8 +227,12 @@ int main(int argc, char **argv) {
     VkDeviceQueueCreateInfo qi = {VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
     qi.queueCount = 1;
     qi.pQueuePriorities = &prio; /* family 0: NVIDIA's graphics+compute */
-    const char *exts[] = {"VK_KHR_cooperative_matrix", "VK_NV_cooperative_matrix2"};
-    Cm2Features wcf = {ST_CM2_FEATURES, NULL, 1, 1, 0, 0, 0, 1, 0};
+    const char *exts[] = {"VK_KHR_cooperative_matrix", "VK_NV_cooperative_matrix2",
+                          "VK_KHR_pipeline_executable_properties"};
+    VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR pef = {
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR, NULL, 1};
+    const int stats = getenv("CM2_STATS") != NULL; /* the driver's statistics of each kernel */
+    Cm2Features wcf = {ST_CM2_FEATURES, stats ? &pef : NULL, 1, 1, 0, 0, 0, 1, 0};
     KhrFeatures wkf = {ST_KHR_FEATURES, &wcf, 1, 0};
     VkPhysicalDeviceVulkan12Features w12 = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES, &wkf};
     w12.shaderFloat16 = 1;
@@ -209,7 +244,7 @@ int main(int argc, char **argv) {
     VkDeviceCreateInfo dci = {VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, &wf2};
     dci.queueCreateInfoCount = 1;
     dci.pQueueCreateInfos = &qi;
-    dci.enabledExtensionCount = 2;
+    dci.enabledExtensionCount = stats ? 3 : 2;
     dci.ppEnabledExtensionNames = exts;
     CHECK(vkCreateDevice(phys, &dci, NULL, &dev));
     VkQueue q;
@@ -329,6 +364,8 @@ int main(int argc, char **argv) {
         cpi.stage.module = sm;
         cpi.stage.pName = "main";
         cpi.layout = pl;
+        if (stats)
+            cpi.flags = VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
         VkPipeline pipe;
         VkResult pr_ = vkCreateComputePipelines(dev, VK_NULL_HANDLE, 1, &cpi, NULL, &pipe);
         if (pr_ != VK_SUCCESS) {
@@ -361,6 +398,8 @@ int main(int argc, char **argv) {
         SUBMIT();
         const uint16_t *C = hc.map;
         double worst = 0, big = 0;
+        /* a kernel named *-bt* reads B as [N, K] (K contiguous) */
+        const int bt = strstr(path, "-bt") != NULL;
         if (!strstr(path, "ceil")) {
             srand(7);
             for (int s = 0; s < 4096; s++) {
@@ -368,7 +407,7 @@ int main(int argc, char **argv) {
                 double want = 0;
                 for (uint32_t k = 0; k < K; k++)
                     want += (double)from_half(A[(size_t)i * K + k]) *
-                            from_half(B[(size_t)k * N + j]);
+                            from_half(bt ? B[(size_t)j * K + k] : B[(size_t)k * N + j]);
                 double got = from_half(C[(size_t)i * N + j]);
                 if (fabs(got - want) > worst || got != got) worst = got != got ? INFINITY : fabs(got - want);
                 if (fabs(want) > big) big = fabs(want);
@@ -377,6 +416,8 @@ int main(int argc, char **argv) {
         printf("%-40s %ux%ux%u: %9.1f us %6.1f TFLOP/s  (min %.1f)  %s %.1e\n", path, M, K, N,
                med, 2.0 * M * N * K / med / 1e6, us[0],
                strstr(path, "ceil") ? "not checked" : "max |err| / max |C|", big ? worst / big : 0);
+        if (stats)
+            print_stats(pipe);
         fflush(stdout);
         free(us);
         vkDestroyPipeline(dev, pipe, NULL);

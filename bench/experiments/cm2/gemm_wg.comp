@@ -6,7 +6,10 @@
 // K step's tiles loaded into registers one step ahead, stored to shared
 // (NS stages, rows padded by PADV vectors of eight halves), one workgroup
 // matrix of A (BM x BK) and of B (BK x BN) loaded from there and
-// multiplied into the BM x BN accumulator.
+// multiplied into the BM x BN accumulator. BT=1: B given as [N, K], its
+// tile kept K-major in shared memory and loaded column-major. LOADONLY=1:
+// the tiles' loads, stores and barriers alone, no matrices (C is not the
+// product).
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_NV_cooperative_matrix2 : require
 #extension GL_KHR_memory_scope_semantics : require
@@ -25,9 +28,22 @@ layout(binding = 2) writeonly buffer C { float16_t c[]; };
 #ifndef PADV
 #define PADV 1
 #endif
+#ifndef BT
+#define BT 0
+#endif
 #define AS_STRIDE (BK / 8 + PADV)
+#if BT // B given as [N, K] and its tile kept so: BN rows of BK halves, loaded column-major
+#define BS_STRIDE (BK / 8 + PADV)
+#define B_STAGE_ROWS BN
+#define B_ROW_VECS (BK / 8)
+#define B_LAYOUT gl_CooperativeMatrixLayoutColumnMajor
+#else
 #define BS_STRIDE (BN / 8 + PADV)
-const uint A_STAGE = BM * AS_STRIDE, B_STAGE = BK * BS_STRIDE;
+#define B_STAGE_ROWS BK
+#define B_ROW_VECS (BN / 8)
+#define B_LAYOUT gl_CooperativeMatrixLayoutRowMajor
+#endif
+const uint A_STAGE = BM * AS_STRIDE, B_STAGE = B_STAGE_ROWS * BS_STRIDE;
 const uint A_VECS = BM * BK / 8, B_VECS = BK * BN / 8;
 const uint LA = A_VECS / NT, LB = B_VECS / NT;
 shared uvec4 As[NS * A_STAGE];
@@ -40,8 +56,12 @@ void load(uint m0, uint n0, uint k0, uint tid) {
         ra[i] = a[((m0 + row) * p.K + k0) / 8 + v];
     }
     [[unroll]] for (uint i = 0; i < LB; ++i) {
-        const uint e = tid + i * NT, row = e / (BN / 8), v = e % (BN / 8);
+        const uint e = tid + i * NT, row = e / B_ROW_VECS, v = e % B_ROW_VECS;
+#if BT
+        rb[i] = b[((n0 + row) * p.K + k0) / 8 + v];
+#else
         rb[i] = b[((k0 + row) * p.N + n0) / 8 + v];
+#endif
     }
 }
 void store(uint s, uint tid) {
@@ -51,7 +71,7 @@ void store(uint s, uint tid) {
     }
     [[unroll]] for (uint i = 0; i < LB; ++i) {
         const uint e = tid + i * NT;
-        Bs[s * B_STAGE + e / (BN / 8) * BS_STRIDE + e % (BN / 8)] = rb[i];
+        Bs[s * B_STAGE + e / B_ROW_VECS * BS_STRIDE + e % B_ROW_VECS] = rb[i];
     }
 }
 
@@ -67,12 +87,18 @@ void main() {
         barrier();                                                                            \
         if (k0 + BK < p.K)                                                                    \
             load(m0, n0, k0 + BK, tid);                                                       \
+        MATRICES(S)                                                                           \
+    }
+#if LOADONLY // the tiles' traffic alone: no matrices
+#define MATRICES(S)
+#else
+#define MATRICES(S)                                                                           \
         coopmat<float16_t, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA> fa;                      \
         coopmat<float16_t, gl_ScopeWorkgroup, BK, BN, gl_MatrixUseB> fb;                      \
         coopMatLoad(fa, As, (S) * A_STAGE, AS_STRIDE, gl_CooperativeMatrixLayoutRowMajor);    \
-        coopMatLoad(fb, Bs, (S) * B_STAGE, BS_STRIDE, gl_CooperativeMatrixLayoutRowMajor);    \
-        acc = coopMatMulAdd(fa, fb, acc);                                                     \
-    }
+        coopMatLoad(fb, Bs, (S) * B_STAGE, BS_STRIDE, B_LAYOUT);                              \
+        acc = coopMatMulAdd(fa, fb, acc);
+#endif
 #if NS == 1
     for (uint k0 = 0; k0 < p.K; k0 += BK) {
         STEP(0)
@@ -84,6 +110,11 @@ void main() {
         k0 += BK;
         STEP(1)
     }
+#endif
+#if LOADONLY // keep the stores: one vector of the last tiles to C
+    barrier();
+    c[m0 * p.N + n0 + tid] = float16_t(unpackHalf2x16(As[tid].x ^ Bs[tid].y).x);
+    return;
 #endif
     coopmat<float16_t, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> h =
         coopmat<float16_t, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>(acc);
