@@ -9,7 +9,8 @@
 // multiplied into the BM x BN accumulator. BT=1: B given as [N, K], its
 // tile kept K-major in shared memory and loaded column-major. LOADONLY=1:
 // the tiles' loads, stores and barriers alone, no matrices (C is not the
-// product).
+// product). HYBRID=1: A's matrix loaded from memory by coopMatLoadTensorNV
+// a step ahead, only B's tile through shared memory.
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_NV_cooperative_matrix2 : require
 #extension GL_KHR_memory_scope_semantics : require
@@ -19,6 +20,7 @@
 layout(local_size_x = NT) in;
 layout(push_constant) uniform Args { uint M, N, K; } p;
 layout(binding = 0) readonly buffer A { uvec4 a[]; };
+layout(binding = 0) readonly buffer A16 { float16_t a16[]; }; // HYBRID's view of A
 layout(binding = 1) readonly buffer B { uvec4 b[]; };
 layout(binding = 2) writeonly buffer C { float16_t c[]; };
 
@@ -50,8 +52,11 @@ shared uvec4 As[NS * A_STAGE];
 shared uvec4 Bs[NS * B_STAGE];
 uvec4 ra[LA], rb[LB];
 
+#ifndef HYBRID
+#define HYBRID 0
+#endif
 void load(uint m0, uint n0, uint k0, uint tid) {
-    [[unroll]] for (uint i = 0; i < LA; ++i) {
+    [[unroll]] for (uint i = 0; i < (HYBRID != 0 ? 0u : LA); ++i) {
         const uint e = tid + i * NT, row = e / (BK / 8), v = e % (BK / 8);
         ra[i] = a[((m0 + row) * p.K + k0) / 8 + v];
     }
@@ -65,7 +70,7 @@ void load(uint m0, uint n0, uint k0, uint tid) {
     }
 }
 void store(uint s, uint tid) {
-    [[unroll]] for (uint i = 0; i < LA; ++i) {
+    [[unroll]] for (uint i = 0; i < (HYBRID != 0 ? 0u : LA); ++i) {
         const uint e = tid + i * NT;
         As[s * A_STAGE + e / (BK / 8) * AS_STRIDE + e % (BK / 8)] = ra[i];
     }
@@ -81,16 +86,35 @@ void main() {
     coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> acc =
         coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>(0.0);
     load(m0, n0, 0, tid);
+#if HYBRID // A's matrix loaded by the driver from memory, a step ahead
+    tensorLayoutNV<2> la = createTensorLayoutNV(2);
+    la = setTensorLayoutDimensionNV(la, p.M, p.K & ~7u);
+    la = setTensorLayoutStrideNV(la, p.K & ~7u, 1);
+    coopmat<float16_t, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA> fa, na;
+    coopMatLoadTensorNV(fa, a16, 0, sliceTensorLayoutNV(la, m0, BM, 0, BK));
+#define LOAD_A_AHEAD                                                                          \
+        if (k0 + BK < p.K)                                                                    \
+            coopMatLoadTensorNV(na, a16, 0, sliceTensorLayoutNV(la, m0, BM, k0 + BK, BK));
+#else
+#define LOAD_A_AHEAD
+#endif
 #define STEP(S)                                                                               \
     {                                                                                         \
         store(S, tid);                                                                        \
         barrier();                                                                            \
+        LOAD_A_AHEAD                                                                          \
         if (k0 + BK < p.K)                                                                    \
             load(m0, n0, k0 + BK, tid);                                                       \
         MATRICES(S)                                                                           \
     }
 #if LOADONLY // the tiles' traffic alone: no matrices
 #define MATRICES(S)
+#elif HYBRID
+#define MATRICES(S)                                                                           \
+        coopmat<float16_t, gl_ScopeWorkgroup, BK, BN, gl_MatrixUseB> fb;                      \
+        coopMatLoad(fb, Bs, (S) * B_STAGE, BS_STRIDE, B_LAYOUT);                              \
+        acc = coopMatMulAdd(fa, fb, acc);                                                     \
+        fa = na;
 #else
 #define MATRICES(S)                                                                           \
         coopmat<float16_t, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA> fa;                      \
