@@ -131,15 +131,20 @@ for i, (sa, sb) in enumerate(MATMUL_F16_SHAPES):
     case(f"op matmul f16 {sa} {sb}")(matmul_f16_case(i, sa, sb))
 
 
+def f16_matmul_yaml(sa, sb):
+    """A model of one f16 matmul y = a x b (a of shape sa, b of sb)."""
+    return model_yaml("mm", {"a": {"dtype": "f16", "shape": list(sa)},
+                             "b": {"dtype": "f16", "shape": list(sb)}},
+                      [{"name": "y", "op": "matmul", "inputs": ["a", "b"]}], ["y"])
+
+
 def coopmat_tile_case(K, bm):
     """[1024, K] x [K, 1024] in f16: 64 tiles of 128 x 128, which
     coopmat.comp takes for K over 256 and not for fewer steps of K (64 x 64
     then); compiled only (lavapipe runs the tiled variant, which the f16
     cases above check)."""
     def test(workdir):
-        y = model_yaml("mm", {"a": {"dtype": "f16", "shape": [1024, K]},
-                              "b": {"dtype": "f16", "shape": [K, 1024]}},
-                       [{"name": "y", "op": "matmul", "inputs": ["a", "b"]}], ["y"])
+        y = f16_matmul_yaml([1024, K], [K, 1024])
         build_model(workdir, y)
         cm = [d for d in kernel_defines(workdir) if "WM" in d]
         check(len(cm) == 1 and cm[0].get("BM") == str(bm) and cm[0].get("BN") == str(bm),
@@ -159,9 +164,7 @@ def coopmat_split_case(m, k, n, tiles, splits):
     fewer, smaller tiles is, until about 264 workgroups. Compiled only, as
     above."""
     def test(workdir):
-        y = model_yaml("mm", {"a": {"dtype": "f16", "shape": [m, k]},
-                              "b": {"dtype": "f16", "shape": [k, n]}},
-                       [{"name": "y", "op": "matmul", "inputs": ["a", "b"]}], ["y"])
+        y = f16_matmul_yaml([m, k], [k, n])
         build_model(workdir, y)
         cm = [d for d in kernel_defines(workdir) if "WM" in d]
         got = [(d.get("BM"), d.get("BN"), d.get("SPLITS", "1")) for d in cm]
@@ -249,10 +252,7 @@ def test_coopmat_wg_spirv(workdir):
         shapes[f"ceiling{mode}"] = ([1024, 1024], [1024, 1024], {"KILN_COOPMAT_CEILING": mode})
     for sub, (sa, sb, env) in shapes.items():
         (wd / sub).mkdir()
-        build_model(wd / sub, model_yaml("mm", {"a": {"dtype": "f16", "shape": sa},
-                                                "b": {"dtype": "f16", "shape": sb}},
-                                         [{"name": "y", "op": "matmul", "inputs": ["a", "b"]}],
-                                         ["y"]), env=env)
+        build_model(wd / sub, f16_matmul_yaml(sa, sb), env=env)
         c = (wd / sub / "model.c").read_text()
         arrays = dict(re.findall(r"static const uint32_t (\w+_spirv_\d+)\[\d*\] = \{(.*?)\};",
                                  c, re.S))
@@ -265,31 +265,41 @@ def test_coopmat_wg_spirv(workdir):
         check(r.returncode == 0, f"{sub}: {r.stdout}{r.stderr}")
 
 
+def f16_product(seed, m, k, n):
+    """Seeded values of a [m, k] and b [k, n], and the model of their f16
+    product."""
+    r = rng(seed)
+    return values(r, [m, k]), values(r, [k, n]), f16_matmul_yaml([m, k], [k, n])
+
+
+def ceiling_build(wd, y, mode, env=None):
+    """The model y built in wd/mode with KILN_COOPMAT_CEILING=mode (and
+    env), once the compiler has said that the products are not computed:
+    (that folder, the program)."""
+    sub = wd / mode
+    sub.mkdir()
+    env = {"KILN_COOPMAT_CEILING": mode, **(env or {})}
+    prog = build_model(sub, y, env=env)
+    r = kiln("compile", sub / "model.yaml", "-o", sub / "again.c", env=env)
+    check(r.returncode == 0 and "do not compute their products" in r.stderr, r.stderr)
+    return sub, prog
+
+
 @case("op matmul f16 coopmat_wg KILN_COOPMAT_CEILING=1, 2, 3 (benchmarks of the matrix units, "
       "of shared memory feeding them, of the tiles' traffic): the mode reaches coopmat_wg.comp "
       "and, but for 3 (coopmat_wg's alone), coopmat.comp; the compiler says the products are "
       "not computed; the tiled kernel lavapipe runs still computes it")
 def test_coopmat_wg_ceiling(workdir):
-    wd = Path(workdir)
-    r = rng(3311)
-    a, b = values(r, [1024, 256]), values(r, [256, 1024])
-    y = model_yaml("mm", {"a": {"dtype": "f16", "shape": [1024, 256]},
-                          "b": {"dtype": "f16", "shape": [256, 1024]}},
-                   [{"name": "y", "op": "matmul", "inputs": ["a", "b"]}], ["y"])
+    a, b, y = f16_product(3311, 1024, 256, 1024)
     want = half(a) @ half(b)
     for mode in "123":
-        sub = wd / mode
-        sub.mkdir()
-        env = {"KILN_COOPMAT_CEILING": mode}
-        prog = build_model(sub, y, env=env)
+        sub, prog = ceiling_build(Path(workdir), y, mode)
         wg = wg_defines(sub)
         cm = [d for d in kernel_defines(sub) if "WM" in d]
         check(len(wg) == 1 and wg[0].get("CEILING") == mode,
               f"mode {mode}: coopmat_wg defines {wg}")
         check(len(cm) == 1 and cm[0].get("CEILING") == (None if mode == "3" else mode),
               f"mode {mode}: coopmat.comp defines {cm}")
-        r2 = kiln("compile", sub / "model.yaml", "-o", sub / "again.c", env=env)
-        check(r2.returncode == 0 and "do not compute their products" in r2.stderr, r2.stderr)
         got, = run_program(prog, [a.astype(np.float16), b.astype(np.float16)],
                            [want.astype(np.float16)])
         assert_close(got.astype(np.float64), want, 1e-2, 1e-2)
@@ -714,9 +724,7 @@ def test_coopmat_pipe(workdir):
     for sub, (M, K, N), ns, even in (("small", (256, 512, 256), "2", "1"),
                                      ("wide", (4096, 512, 4096), None, "1"),
                                      ("odd", (512, 480, 512), "2", None)):
-        y = model_yaml("mm", {"a": {"dtype": "f16", "shape": [M, K]},
-                              "b": {"dtype": "f16", "shape": [K, N]}},
-                       [{"name": "y", "op": "matmul", "inputs": ["a", "b"]}], ["y"])
+        y = f16_matmul_yaml([M, K], [K, N])
         (wd / sub).mkdir()
         build_model(wd / sub, y, env={"KILN_COOPMAT_PIPE": "2,2"})
         cm = [d for d in kernel_defines(wd / sub) if "WM" in d]
@@ -734,24 +742,14 @@ def test_coopmat_pipe(workdir):
       "are not computed; the tiled variant lavapipe runs still is, and on the matrix units "
       "each step multiplies the first step's fragments")
 def test_coopmat_ceiling(workdir):
-    wd = Path(workdir)
-    r = rng(3310)
-    a, b = values(r, [128, 96]), values(r, [96, 192])
-    y = model_yaml("mm", {"a": {"dtype": "f16", "shape": [128, 96]},
-                          "b": {"dtype": "f16", "shape": [96, 192]}},
-                   [{"name": "y", "op": "matmul", "inputs": ["a", "b"]}], ["y"])
+    a, b, y = f16_product(3310, 128, 96, 192)
     for ceiling in ("1", "2"):
-        sub = wd / ceiling
-        sub.mkdir()
-        env = {"KILN_COOPMAT_CEILING": ceiling, "KILN_COOPMAT_PIPE": "2,2"}
-        prog = build_model(sub, y, env=env)
+        sub, prog = ceiling_build(Path(workdir), y, ceiling, {"KILN_COOPMAT_PIPE": "2,2"})
         cm = [d for d in kernel_defines(sub) if "WM" in d]
         check(len(cm) == 1 and cm[0].get("CEILING") == ceiling and "PF" not in cm[0] and
               "NS" not in cm[0], f"coopmat defines {cm}")
         text = (sub / "model.c").read_text()[:4000]
         check("KILN_COOPMAT_CEILING" in text, "the generated C does not name the variable")
-        r2 = kiln("compile", sub / "model.yaml", "-o", sub / "again.c", env=env)
-        check(r2.returncode == 0 and "do not compute their products" in r2.stderr, r2.stderr)
         want = half(a) @ half(b)
         got, = run_program(prog, [a.astype(np.float16), b.astype(np.float16)],
                            [want.astype(np.float16)])
