@@ -55,19 +55,20 @@ def sh(cmd, **kw):
     return r.stdout
 
 
-def build_kiln(wd, yaml_text, name, env=None):
-    """Compiles a model (env: variables for the compiler); returns (program,
-    compile seconds cold and with a warm kernel cache, inspect summary)."""
+def build_kiln(wd, yaml_text, name, env=None, flags=()):
+    """Compiles a model (env: variables for the compiler; flags: more
+    arguments to kiln compile); returns (program, compile seconds cold and
+    with a warm kernel cache, inspect summary)."""
     (wd / f"{name}.yaml").write_text(yaml_text)
     cache = wd / f"cache-{name}"  # empty: the first compile is cold
     compile_s = []
     for _ in range(2):
         t0 = time.monotonic()
         sh([BUILD / "kiln", "compile", wd / f"{name}.yaml", "--name", "model", "-o",
-            wd / f"{name}.c", "--kernel-cache", cache], env={**os.environ, **(env or {})})
+            wd / f"{name}.c", "--kernel-cache", cache, *flags], env={**os.environ, **(env or {})})
         compile_s.append(time.monotonic() - t0)
     summary = json.loads(sh([BUILD / "kiln", "inspect", wd / f"{name}.yaml", "--format",
-                             "json"]))["summary"]
+                             "json", *flags]))["summary"]
     prog = wd / name
     sh(["cc", "-O2", "-std=c99", "-D_POSIX_C_SOURCE=199309L", "-I", ROOT / "runtime",
         "-DKILN_MODEL=model",

@@ -418,6 +418,12 @@ static MatmulShape shape_at(const MatmulShape *s, int64_t units) {
     return at;
 }
 
+/* Whether B is K-major as given: each column's K contiguous (gemm's
+ * trans_b, a transposed operand), not a convolution's input. */
+static bool b_kmajor(const Node *n, const MatmulShape *s) {
+    return n->op != OP_CONV && s->b_sk == 1 && s->b_sn != 1;
+}
+
 /* Whether coopmat.comp applies to s (coopmat_kernel says when). */
 static bool coopmat_takes(const Node *n, const MatmulShape *s) {
     /* a decoder's weight stored f16 K-major (quantize.c): B is that copy */
@@ -426,7 +432,7 @@ static bool coopmat_takes(const Node *n, const MatmulShape *s) {
     bool conv = n->op == OP_CONV;
     return a->dtype == KILN_DTYPE_F16 && (!n->wq || f16_kmajor) && !s->dyn_k &&
            s->M > MATVEC_MAX_M && s->a_sk == 1 && (b->dtype == KILN_DTYPE_F16 || conv) &&
-           (s->b_sn == 1 || conv || f16_kmajor);
+           (s->b_sn == 1 || conv || f16_kmajor || b_kmajor(n, s));
 }
 
 /* Whether n's product writes C through a fused epilogue (product.glsl's
@@ -460,9 +466,10 @@ static int coopmat_ceiling(int most) {
 static Dispatch *coopmat_parts(Program *p, Node *n, MatmulShape *s, SplitParts *parts);
 
 /* coopmat.comp for s, when it applies: an f16 A (its rows contiguous), B
- * f16 as given (not re-encoded; its rows contiguous along N), f16 stored
- * K-major for a decoder (n->wkmajor, B_KVEC) or a convolution's input (f16
- * or f32), more rows than matvec takes; rows that follow the dims (one
+ * f16 as given (not re-encoded; its rows contiguous along N, or its
+ * columns along K: gemm's trans_b, B_GATHER and, in whole vectors, B_KVEC),
+ * f16 stored K-major for a decoder (n->wkmajor, B_KVEC) or a convolution's
+ * input (f16 or f32), more rows than matvec takes; rows that follow the dims (one
  * batch; not split along K) take their tiles' workgroups from the run's
  * rows. Operands in whole 16-byte-aligned vectors of eight halves (K, N
  * and every row and batch stride multiples of 8; a 1 x 1 convolution's
@@ -497,7 +504,8 @@ static Dispatch *coopmat_parts(Program *p, Node *n, MatmulShape *s, SplitParts *
     bool f16_kmajor = n->wkmajor && n->wq && n->wformat == WF_F16;
     const Tensor *c = s->ops[0].t, *b = f16_kmajor ? n->wq : s->ops[2].t;
     bool conv = n->op == OP_CONV;
-    bool kvec = f16_kmajor && s->K % 8 == 0 && all_multiples(s->brank, s->ops[2].strides, 8);
+    bool kvec = (f16_kmajor || b_kmajor(n, s)) && s->K % 8 == 0 && s->b_sn % 8 == 0 &&
+                all_multiples(s->brank, s->ops[2].strides, 8);
     bool a_vec = s->a_sm % 8 == 0 && s->K % 8 == 0 &&
                  all_multiples(s->brank, s->ops[1].strides, 8);
     bool b_vec = !s->conv.in[0] && b->dtype == KILN_DTYPE_F16 && s->b_sn == 1 &&

@@ -40,8 +40,9 @@
 // where B_F32 (converted to f16 as loaded). A convolution's B in
 // vectors: a 1 x 1 kernel's images (CIMG) of a multiple of 8 positions.
 // B_KVEC: a K-major f16 B (B_SK 1; K, B_SN and its batch strides
-// multiples of 8: a decoder's weight stored for matvec_k.comp) gathered by
-// columns, each vector of eight k one 16-byte load. M may follow the
+// multiples of 8: a decoder's weight stored for matvec_k.comp, gemm's
+// trans_b, a transposed operand) gathered by columns, each vector of eight
+// k one 16-byte load. M may follow the
 // dynamic dims (a decoder's prompt; the row tiles' workgroups then too).
 // C_DIRECT: tiles wholly inside C are stored straight from the fragments
 // (no epilogue, C aligned); otherwise every tile goes through the staging

@@ -285,13 +285,45 @@ def ceiling_build(wd, y, mode, env=None):
     return sub, prog
 
 
+def wg_ceiling_want(a, b, mode, bm, bn, bk):
+    """What coopmat_wg.comp's KILN_COOPMAT_CEILING=mode build writes for
+    a x b (f16 values as float64) on bm x bn tiles of K steps of bk: 1, the
+    first step's matrices multiplied every step; 3, the last step's
+    multiplied once; 2, the matrices loaded every step from the shared array
+    (zeroed, then the first step's tiles stored: A's rows bk / 8 + 1
+    vectors of eight halves apart, B's tile after A's, its rows bn / 8 + 1
+    apart) at offsets of 0 (even steps) or 8 vectors (odd steps: A's
+    after, B's before)."""
+    steps = a.shape[1] // bk
+    if mode == "1":
+        return steps * (a[:, :bk] @ b[:bk])
+    if mode == "3":
+        return a[:, -bk:] @ b[-bk:]
+    av, bv = bk // 8 + 1, bn // 8 + 1  # row strides in vectors
+    a_tile = bm * av
+    want = np.zeros((a.shape[0], b.shape[1]))
+    for m0 in range(0, a.shape[0], bm):
+        for n0 in range(0, b.shape[1], bn):
+            sh = np.zeros((a_tile + bk * bv) * 8)
+            for r in range(bm):
+                sh[r * av * 8:r * av * 8 + bk] = a[m0 + r, :bk]
+            for k in range(bk):
+                sh[(a_tile + k * bv) * 8:(a_tile + k * bv) * 8 + bn] = b[k, n0:n0 + bn]
+            for o, times in ((0, (steps + 1) // 2), (8, steps // 2)):
+                fa = np.array([sh[(o + r * av) * 8:(o + r * av) * 8 + bk] for r in range(bm)])
+                fb = np.array([sh[(a_tile - o + k * bv) * 8:(a_tile - o + k * bv) * 8 + bn]
+                               for k in range(bk)])
+                want[m0:m0 + bm, n0:n0 + bn] += times * (fa @ fb)
+    return want
+
+
 @case("op matmul f16 coopmat_wg KILN_COOPMAT_CEILING=1, 2, 3 (benchmarks of the matrix units, "
       "of shared memory feeding them, of the tiles' traffic): the mode reaches coopmat_wg.comp "
       "and, but for 3 (coopmat_wg's alone), coopmat.comp; the compiler says the products are "
       "not computed; the tiled kernel lavapipe runs still computes it")
 def test_coopmat_wg_ceiling(workdir):
     a, b, y = f16_product(3311, 1024, 256, 1024)
-    want = half(a) @ half(b)
+    product = half(a) @ half(b)
     for mode in "123":
         sub, prog = ceiling_build(Path(workdir), y, mode)
         wg = wg_defines(sub)
@@ -300,6 +332,16 @@ def test_coopmat_wg_ceiling(workdir):
               f"mode {mode}: coopmat_wg defines {wg}")
         check(len(cm) == 1 and cm[0].get("CEILING") == (None if mode == "3" else mode),
               f"mode {mode}: coopmat.comp defines {cm}")
+        # which of the three the device recorded (-p: the others take no time)
+        r = run([prog, "-n", "1", "-p", sub / "p.json"])
+        check(r.returncode == 0, r.stderr)
+        us = [d["us"] for d in json.loads((sub / "p.json").read_text())["dispatches"]]
+        want = product
+        if us[0] > 0:  # coopmat_wg.comp: its ceiling's values
+            want = wg_ceiling_want(half(a), half(b), mode, *(int(wg[0][k])
+                                                             for k in ("BM", "BN", "BK")))
+        elif us[1] > 0 and mode != "3":  # coopmat.comp: test_coopmat_ceiling checks its
+            continue
         got, = run_program(prog, [a.astype(np.float16), b.astype(np.float16)],
                            [want.astype(np.float16)])
         assert_close(got.astype(np.float64), want, 1e-2, 1e-2)
@@ -683,10 +725,10 @@ case("op matmul --precision f16: a QKV split of three [64, 8192] weights (coopma
      "epilogue, element by element)")(f16_product_case(True, N=8192))
 
 
-def f16_gemm_case(trans_b, N=96):
+def f16_gemm_case(trans_b, N=96, K=64):
     def test(workdir):
-        r = rng(2200 + trans_b + N)
-        M, K = 128, 64
+        r = rng(2200 + trans_b + N + K)
+        M = 128
         x, c = values(r, [M, K], 1.0), values(r, [N], 1.0)
         w = values(r, [N, K] if trans_b else [K, N], 0.2)
         weights = weight_specs(w=w, c=c)
@@ -697,9 +739,12 @@ def f16_gemm_case(trans_b, N=96):
         prog = build_model(workdir, model_yaml("f16gemm", {"x": spec(x)}, nodes, ["y"], weights),
                            flags=("--precision", "f16"))
         coop = [d for d in kernel_defines(workdir) if "WM" in d]
-        # the matrix units read B as given only when it is not transposed
-        check(bool(coop) == (not trans_b) and all(d.get("EPILOGUE") == "1" for d in coop),
-              f"cooperative-matrix kernels {coop}")
+        # a transposed B (K-major) is gathered by columns: eight k a vector
+        # where K is a multiple of 8 (B_KVEC), else one at a time
+        gather = ("1", "1" if K % 8 == 0 else None) if trans_b else (None, None)
+        check(len(coop) == 1 and coop[0].get("EPILOGUE") == "1" and
+              (coop[0].get("B_GATHER"), coop[0].get("B_KVEC")) == gather,
+              f"cooperative-matrix kernels {coop}, expected B_GATHER and B_KVEC {gather}")
         wg_epilogue(workdir, N >= 8192 and not trans_b)
         wb = half(w).T if trans_b else half(w)
         want = -np.maximum(0.5 * (-half(x)) @ wb + 2.0 * c, 0)
@@ -708,9 +753,10 @@ def f16_gemm_case(trans_b, N=96):
     return test
 
 
-for _tb in (0, 1):
-    case(f"op gemm --precision f16: alpha, beta, relu, trans_b={_tb} (coopmat epilogue where "
-         "the device has cooperative matrices and B is not transposed)")(f16_gemm_case(_tb))
+for _tb, _k in ((0, 64), (1, 64), (1, 60)):
+    case(f"op gemm --precision f16: alpha, beta, relu, trans_b={_tb}, K {_k} (coopmat "
+         "epilogue where the device has cooperative matrices; a transposed B gathered by "
+         "columns)")(f16_gemm_case(_tb, K=_k))
 case("op gemm --precision f16: alpha, beta, relu, [128, 64] x [64, 8192] (coopmat_wg's "
      "epilogue where the device has cooperative matrices of workgroup scope)")(
     f16_gemm_case(0, N=8192))

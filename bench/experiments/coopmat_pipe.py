@@ -23,6 +23,10 @@ configuration's speed as a share of it (issue: the f16 product's share of
 what Vulkan's matrix units allow), e.g.
   --configs "default;KILN_COOPMAT_CEILING=1;KILN_COOPMAT_CEILING=2"
 
+--trans-b: B given as [N, K] (K-major), the product gemm's trans_b compiled
+with --precision f16 --io f16 (f16 at the edges, no conversions): a
+transposed B, which coopmat.comp gathers by columns (B_KVEC).
+
 Runs where bench/run.py runs (kiln built or carried, PyTorch with CUDA).
 """
 import argparse
@@ -47,6 +51,8 @@ def main():
     ap.add_argument("--configs", default="default;KILN_COOPMAT_PIPE=2,1;KILN_COOPMAT_PIPE=1,2;"
                                          "KILN_COOPMAT_PIPE=2,2")
     ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument("--trans-b", action="store_true",
+                    help="B as [N, K]: gemm with trans_b (--precision f16 --io f16)")
     ap.add_argument("--passes", type=int, default=2,
                     help="times each configuration is timed, in turn; the fastest counts")
     args = ap.parse_args()
@@ -59,11 +65,20 @@ def main():
         for si, shp in enumerate(args.shapes.split(",")):
             M, K, N = (int(v) for v in shp.split("x"))
             a = (rng.standard_normal((M, K)) * 0.5).astype(np.float16)
-            b = (rng.standard_normal((K, N)) * 0.5).astype(np.float16)
-            want = a.astype(np.float32) @ b.astype(np.float32)
-            y = bench.yaml_model("mm", {"a": bench.spec([M, K], "f16"),
-                                        "b": bench.spec([K, N], "f16")},
-                                 [{"name": "c", "op": "matmul", "inputs": ["a", "b"]}], ["c"])
+            b = (rng.standard_normal((N, K) if args.trans_b else (K, N)) * 0.5).astype(
+                np.float16)
+            bkn = b.T if args.trans_b else b
+            want = a.astype(np.float32) @ bkn.astype(np.float32)
+            if args.trans_b:  # f32 declared, f16 at the edges (--io f16)
+                y = bench.yaml_model("gm", {"a": bench.spec([M, K]), "b": bench.spec([N, K])},
+                                     [{"name": "c", "op": "gemm", "inputs": ["a", "b"],
+                                       "trans_b": 1}], ["c"])
+            else:
+                y = bench.yaml_model("mm", {"a": bench.spec([M, K], "f16"),
+                                            "b": bench.spec([K, N], "f16")},
+                                     [{"name": "c", "op": "matmul", "inputs": ["a", "b"]}],
+                                     ["c"])
+            flags = ("--precision", "f16", "--io", "f16") if args.trans_b else ()
             progs, envs = [], []
             for ci, cfg in enumerate(configs):
                 # the configuration's variables at run time too (the
@@ -76,7 +91,7 @@ def main():
                         k, v = kv.split("=", 1)
                         os.environ[k] = v
                 try:
-                    progs.append(bench.build_kiln(wd, y, f"s{si}c{ci}")[0])
+                    progs.append(bench.build_kiln(wd, y, f"s{si}c{ci}", flags=flags)[0])
                 finally:
                     os.environ.clear()
                     os.environ.update(saved)
@@ -108,7 +123,7 @@ def main():
             tus = float("nan")
             if bench.torch is not None and bench.torch.cuda.is_available():
                 ta = bench.torch.from_numpy(a).cuda()
-                tb = bench.torch.from_numpy(b).cuda()
+                tb = bench.torch.from_numpy(np.ascontiguousarray(bkn)).cuda()
                 tus = bench.cuda_time_us(lambda: ta @ tb, args.runs)
             # the first configuration's time as a share of the first ceiling's
             ceil = [t for c, t in zip(configs, times) if "KILN_COOPMAT_CEILING=1" in c]
