@@ -151,7 +151,7 @@ void main() {
         coopMatLoadNV(fa, S, 0, AS_STRIDE, false);
         coopMatLoadNV(fb, S, A_TILE, BS_STRIDE, false);
         for (uint k0 = 0; k0 < K; k0 += BK) {
-#if CEILING == 2 // within S: A's reads end before B_TILE, B's start after 0
+#if CEILING == 2 // odd steps: A's rows 8 vectors on, B's 8 back, both within S
             const uint o = (k0 / BK % 2) * 8;
             coopMatLoadNV(fa, S, o, AS_STRIDE, false);
             coopMatLoadNV(fb, S, A_TILE - o, BS_STRIDE, false);
