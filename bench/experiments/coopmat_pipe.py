@@ -15,10 +15,10 @@ A @ B in f16 (cuBLAS) in the same run for scale.
 Each configuration is timed in --passes passes (2), all configurations in
 turn each pass, and the fastest pass counts.
 
-A configuration with KILN_COOPMAT_CEILING=1 (multiply-adds only) or =2 (with
-the fragments' loads from shared memory) times the kernel's tiles on the
-matrix units without loading A and B (its output is not the product and is
-not checked); with a CEILING=1 configuration each row ends with the first
+A configuration with KILN_COOPMAT_CEILING=1 (multiply-adds only), =2 (with
+the fragments' loads from shared memory) or =3 (coopmat_wg.comp's tiles'
+traffic alone, no matrices) times the kernel without part of its work (its
+output is not the product and is not checked); with a CEILING=1 configuration each row ends with the first
 configuration's speed as a share of it (issue: the f16 product's share of
 what Vulkan's matrix units allow), e.g.
   --configs "default;KILN_COOPMAT_CEILING=1;KILN_COOPMAT_CEILING=2"
