@@ -1120,7 +1120,8 @@ static Dispatch *matvec_variant(Program *p, Node *n, MatmulShape *s, int64_t per
 
 /* coopmat_wg.comp for s (cooperative matrices of workgroup scope), or NULL
  * where it does not apply: a fixed f16 product (not a convolution, B as
- * given) whose tiles are whole and vectors of eight halves, at least
+ * given, row-major or K-major: B_KMAJOR) whose tiles are whole and vectors
+ * of eight halves, at least
  * COOPMAT_WG_GROUPS workgroups of 128 x 128 tiles, or of 128 x 64 (fewer
  * products are left to coopmat.comp, which splits K); with a fused
  * epilogue (a bias, an activation, a QKV split, gemm) on 128 x 64 tiles,
@@ -1132,12 +1133,14 @@ static Dispatch *matvec_variant(Program *p, Node *n, MatmulShape *s, int64_t per
 #define COOPMAT_WG_GROUPS 128
 static Dispatch *coopmat_wg_kernel(Program *p, Node *n, MatmulShape *s) {
     Tensor *c = s->ops[0].t, *b = s->ops[2].t;
+    bool kmajor = b_kmajor(n, s); /* gemm's trans_b: B_KMAJOR */
     if (!coopmat_takes(n, s) || s->dyn || s->dyn_batch || n->op == OP_CONV || n->wq ||
-        b->dtype != KILN_DTYPE_F16 || s->b_sn != 1 || s->conv.images)
+        b->dtype != KILN_DTYPE_F16 || (s->b_sn != 1 && !kmajor) || s->conv.images)
         return NULL;
     bool epilogue = fused_epilogue(n);
     int64_t bm = 128, bn = 128, bk = 32;
-    if (s->M % bm || s->K % bk || s->N % 64 || s->a_sm % 8 || s->b_sk % 8 ||
+    if (s->M % bm || s->K % bk || s->N % 64 || s->a_sm % 8 ||
+        (kmajor ? s->b_sn : s->b_sk) % 8 ||
         !all_multiples(s->brank, s->ops[1].strides, 8) ||
         !all_multiples(s->brank, s->ops[2].strides, 8) ||
         !all_multiples(s->brank, s->ops[0].strides, 8))
@@ -1162,6 +1165,8 @@ static Dispatch *coopmat_wg_kernel(Program *p, Node *n, MatmulShape *s) {
     define_int(d, "BM", bm);
     define_int(d, "BN", bn);
     define_int(d, "BK", bk);
+    if (kmajor)
+        define_int(d, "B_KMAJOR", 1);
     int ceiling = coopmat_ceiling(3);
     if (ceiling)
         define_int(d, "CEILING", ceiling);

@@ -18,7 +18,13 @@
 //
 // Every tile whole: M a multiple of BM, N of BN, K of BK, A's rows and B's
 // rows (and their batch strides) multiples of 8 halves, so that each
-// invocation loads 16-byte vectors of eight halves. Each K step's tiles
+// invocation loads 16-byte vectors of eight halves. B_KMAJOR: B is K-major
+// as given (gemm's trans_b: B_SK 1, its columns B_SN apart, a multiple of
+// 8), its tile kept so in shared memory (BN columns of BK halves) and
+// loaded column-major. On an H200 (bench/experiments/
+// coopmat-transb-h200.txt; gemm, so 128 x 64 tiles with the epilogue):
+// [512, 768] x [768, 3072] 30.3 against 49.7 us on coopmat.comp's gathered
+// columns, 2048^3 133.4 both, 4096^3 1126.6 against 1094.2. Each K step's tiles
 // are loaded into registers one step ahead, stored to shared memory (rows
 // padded by one vector: unpadded rows ran 4x slower), and the matrices
 // loaded from there. Without EPILOGUE, C (f16 with C_F16, else f32) is
@@ -29,7 +35,8 @@
 // epilogue to its elements from there. Batches as in matmul.comp
 // (product.glsl).
 //
-// Defines: M, N, K, A_SM, B_SK (row strides; A_SK and B_SN are 1), BATCH,
+// Defines: M, N, K, A_SM, B_SK (row strides; A_SK and B_SN are 1, or with
+// B_KMAJOR B_SK 1 and B_SN the column stride), BATCH,
 // BRANK, BSHAPE, C_BSTRIDES, A_BSTRIDES, B_BSTRIDES, BM, BN, BK, C_F16,
 // EPILOGUE, STORE8 and product.glsl's epilogue defines.
 // CEILING (KILN_COOPMAT_CEILING, for benchmarks only: C is then not the
@@ -77,11 +84,21 @@ layout(push_constant) uniform Args {
 #define EPILOGUE 0
 #endif
 
+#ifndef B_KMAJOR
+#define B_KMAJOR 0
+#endif
 #define AS_STRIDE (BK / 8 + 1) // A tile: BM rows of BK halves, in vectors
-#define BS_STRIDE (BN / 8 + 1) // B tile: BK rows of BN halves
+#if B_KMAJOR // B tile as B is given: BN columns of BK halves, loaded column-major
+#define B_ROW_VECS (BK / 8)
+#define B_LINES BN
+#else // B tile: BK rows of BN halves
+#define B_ROW_VECS (BN / 8)
+#define B_LINES BK
+#endif
+#define BS_STRIDE (B_ROW_VECS + 1)
 const uint A_VECS = BM * BK / 8, B_VECS = BK * BN / 8;
 const uint LA = A_VECS / NT, LB = B_VECS / NT;
-const uint A_TILE = BM * AS_STRIDE, B_TILE = BK * BS_STRIDE;
+const uint A_TILE = BM * AS_STRIDE, B_TILE = B_LINES * BS_STRIDE;
 // The tiles of A and B (B's after A's), and with EPILOGUE the accumulator
 // after the K loop (f32, BN / 4 vectors a row)
 #if EPILOGUE && BM * BN / 4 > A_TILE + B_TILE
@@ -98,8 +115,12 @@ void load_tiles(uint ca, uint cb, uint m0, uint n0, uint k0, uint tid) {
         ra[i] = args.a.v[(ca + (m0 + row) * A_SM + k0) / 8 + v];
     }
     [[unroll]] for (uint i = 0; i < LB; ++i) {
-        const uint e = tid + i * NT, row = e / (BN / 8), v = e % (BN / 8);
-        rb[i] = args.b.v[B_INDEX(cb, k0 + row, n0) / 8 + v];
+        const uint e = tid + i * NT, line = e / B_ROW_VECS, v = e % B_ROW_VECS;
+#if B_KMAJOR // line: a column of the tile, v: eight k of it
+        rb[i] = args.b.v[B_INDEX(cb, k0, n0 + line) / 8 + v];
+#else
+        rb[i] = args.b.v[B_INDEX(cb, k0 + line, n0) / 8 + v];
+#endif
     }
 }
 
@@ -111,7 +132,7 @@ void store_tiles(uint tid) {
     }
     [[unroll]] for (uint i = 0; i < LB; ++i) {
         const uint e = tid + i * NT;
-        S[A_TILE + e / (BN / 8) * BS_STRIDE + e % (BN / 8)] = rb[i];
+        S[A_TILE + e / B_ROW_VECS * BS_STRIDE + e % B_ROW_VECS] = rb[i];
     }
 }
 
@@ -135,7 +156,7 @@ void main() {
         fcoopmatNV<16, gl_ScopeWorkgroup, BM, BK> fa;
         fcoopmatNV<16, gl_ScopeWorkgroup, BK, BN> fb;
         coopMatLoadNV(fa, S, 0, AS_STRIDE, false);
-        coopMatLoadNV(fb, S, A_TILE, BS_STRIDE, false);
+        coopMatLoadNV(fb, S, A_TILE, BS_STRIDE, B_KMAJOR != 0);
         acc = coopMatMulAddNV(fa, fb, acc);
         barrier();
 #elif CEILING
@@ -149,12 +170,12 @@ void main() {
         fcoopmatNV<16, gl_ScopeWorkgroup, BM, BK> fa;
         fcoopmatNV<16, gl_ScopeWorkgroup, BK, BN> fb;
         coopMatLoadNV(fa, S, 0, AS_STRIDE, false);
-        coopMatLoadNV(fb, S, A_TILE, BS_STRIDE, false);
+        coopMatLoadNV(fb, S, A_TILE, BS_STRIDE, B_KMAJOR != 0);
         for (uint k0 = 0; k0 < K; k0 += BK) {
 #if CEILING == 2 // odd steps: A's rows 8 vectors on, B's 8 back, both within S
             const uint o = (k0 / BK % 2) * 8;
             coopMatLoadNV(fa, S, o, AS_STRIDE, false);
-            coopMatLoadNV(fb, S, A_TILE - o, BS_STRIDE, false);
+            coopMatLoadNV(fb, S, A_TILE - o, BS_STRIDE, B_KMAJOR != 0);
 #endif
             acc = coopMatMulAddNV(fa, fb, acc);
         }
@@ -168,7 +189,7 @@ void main() {
             fcoopmatNV<16, gl_ScopeWorkgroup, BM, BK> fa;
             fcoopmatNV<16, gl_ScopeWorkgroup, BK, BN> fb;
             coopMatLoadNV(fa, S, 0, AS_STRIDE, false);
-            coopMatLoadNV(fb, S, A_TILE, BS_STRIDE, false);
+            coopMatLoadNV(fb, S, A_TILE, BS_STRIDE, B_KMAJOR != 0);
             acc = coopMatMulAddNV(fa, fb, acc);
             barrier(); // every matrix loaded before the next step's stores
         }

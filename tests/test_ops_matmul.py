@@ -187,7 +187,7 @@ def wg_defines(workdir):
             for block in re.findall(r"/\* kernel \d+: coopmat_wg\n.*?\*/", c, re.S)]
 
 
-def coopmat_wg_case(sa, sb, bn, op="matmul"):
+def coopmat_wg_case(sa, sb, bn, op="matmul", trans_b=0):
     """A product in f16 and the kernels it compiles to: coopmat_wg.comp
     on 128 x bn tiles (bn None: not taken) for devices with cooperative
     matrices of workgroup scope, then coopmat.comp for those with only
@@ -204,6 +204,9 @@ def coopmat_wg_case(sa, sb, bn, op="matmul"):
         if op == "gemm":  # with a bias: an epilogue
             ins["c"] = {"dtype": dt, "shape": [sb[-1]]}
             node["inputs"].append("c")
+        if trans_b:  # B given as [N, K]: B_KMAJOR
+            ins["b"]["shape"] = sb[:-2] + [sb[-1], sb[-2]]
+            node["trans_b"] = 1
         build_model(workdir, model_yaml("mm", ins, [node], ["y"]), None,
                     ["--precision", "f16"] if op == "gemm" else [])
         c = (Path(workdir) / "model.c").read_text()
@@ -213,8 +216,10 @@ def coopmat_wg_case(sa, sb, bn, op="matmul"):
             check("coopmat_wg" not in [k for k, _ in order] and
                   "coopmat" in [k for k, _ in order], f"kernels {order}")
             return
-        check(len(wg) == 1 and wg[0]["BN"] == str(bn),
-              f"coopmat_wg tiles {[d.get('BN') for d in wg]}, expected 128 x {bn}")
+        check(len(wg) == 1 and wg[0]["BN"] == str(bn) and
+              wg[0].get("B_KMAJOR") == ("1" if trans_b else None),
+              f"coopmat_wg tiles {[(d.get('BN'), d.get('B_KMAJOR')) for d in wg]}, expected "
+              f"128 x {bn}, B_KMAJOR {trans_b}")
         kinds = [k for k, _ in order]
         check(kinds[0] == "coopmat_wg" and kinds[-1] == "matmul" and "coopmat" in kinds,
               f"kernels in order {kinds}")
@@ -228,14 +233,16 @@ def coopmat_wg_case(sa, sb, bn, op="matmul"):
     return test
 
 
-for _sa, _sb, _bn, _op in (([2048, 2048], [2048, 2048], 128, "matmul"),
-                           ([1024, 1024], [1024, 1024], 64, "matmul"),
-                           ([2, 1024, 512], [2, 512, 1024], 128, "matmul"),
-                           ([128, 3072], [3072, 768], None, "matmul"),
-                           ([2048, 2048], [2048, 2048], 64, "gemm"),
-                           ([2048, 2040], [2040, 2048], None, "matmul")):
-    case(f"op {_op} f16 coopmat_wg {_sa} x {_sb}: "
-         f"{'128 x ' + str(_bn) if _bn else 'not taken'}")(coopmat_wg_case(_sa, _sb, _bn, _op))
+for _sa, _sb, _bn, _op, _tb in (([2048, 2048], [2048, 2048], 128, "matmul", 0),
+                                ([1024, 1024], [1024, 1024], 64, "matmul", 0),
+                                ([2, 1024, 512], [2, 512, 1024], 128, "matmul", 0),
+                                ([128, 3072], [3072, 768], None, "matmul", 0),
+                                ([2048, 2048], [2048, 2048], 64, "gemm", 0),
+                                ([2048, 2048], [2048, 2048], 64, "gemm", 1),
+                                ([2048, 2040], [2040, 2048], None, "matmul", 0)):
+    case(f"op {_op} f16 coopmat_wg {_sa} x {_sb}{', trans_b' if _tb else ''}: "
+         f"{'128 x ' + str(_bn) if _bn else 'not taken'}")(
+        coopmat_wg_case(_sa, _sb, _bn, _op, _tb))
 
 
 @case("op matmul f16 coopmat_wg: its SPIR-V (KHR cooperative matrices of workgroup scope, "
@@ -246,13 +253,21 @@ def test_coopmat_wg_spirv(workdir):
     if not val:
         raise Skip("KILN_SPIRV_VAL names no spirv-val newer than SPV_KHR_cooperative_matrix")
     wd = Path(workdir)
-    shapes = {"plain": ([2048, 2048], [2048, 2048], {}),
-              "batched": ([2, 1024, 512], [2, 512, 1024], {})}
+    builds = {"plain": (f16_matmul_yaml([2048, 2048], [2048, 2048]), (), {}),
+              "batched": (f16_matmul_yaml([2, 1024, 512], [2, 512, 1024]), (), {}),
+              # B K-major (B_KMAJOR: its matrix loaded column-major), with an epilogue
+              "trans_b": (model_yaml("gm", {"a": {"dtype": "f32", "shape": [1024, 512]},
+                                            "b": {"dtype": "f32", "shape": [2048, 512]},
+                                            "c": {"dtype": "f32", "shape": [2048]}},
+                                     [{"name": "y", "op": "gemm", "inputs": ["a", "b", "c"],
+                                       "trans_b": 1}], ["y"]),
+                          ("--precision", "f16"), {})}
     for mode in "123":
-        shapes[f"ceiling{mode}"] = ([1024, 1024], [1024, 1024], {"KILN_COOPMAT_CEILING": mode})
-    for sub, (sa, sb, env) in shapes.items():
+        builds[f"ceiling{mode}"] = (f16_matmul_yaml([1024, 1024], [1024, 1024]), (),
+                                    {"KILN_COOPMAT_CEILING": mode})
+    for sub, (y, flags, env) in builds.items():
         (wd / sub).mkdir()
-        build_model(wd / sub, f16_matmul_yaml(sa, sb), env=env)
+        build_model(wd / sub, y, None, flags, env=env)
         c = (wd / sub / "model.c").read_text()
         arrays = dict(re.findall(r"static const uint32_t (\w+_spirv_\d+)\[\d*\] = \{(.*?)\};",
                                  c, re.S))
@@ -745,7 +760,9 @@ def f16_gemm_case(trans_b, N=96, K=64):
         check(len(coop) == 1 and coop[0].get("EPILOGUE") == "1" and
               (coop[0].get("B_GATHER"), coop[0].get("B_KVEC")) == gather,
               f"cooperative-matrix kernels {coop}, expected B_GATHER and B_KVEC {gather}")
-        wg_epilogue(workdir, N >= 8192 and not trans_b)
+        wg_epilogue(workdir, N >= 8192)
+        check(all(d.get("B_KMAJOR") == ("1" if trans_b else None) for d in wg_defines(workdir)),
+              f"coopmat_wg B_KMAJOR {[d.get('B_KMAJOR') for d in wg_defines(workdir)]}")
         wb = half(w).T if trans_b else half(w)
         want = -np.maximum(0.5 * (-half(x)) @ wb + 2.0 * c, 0)
         got, = run_program(prog, [x], [want.astype(np.float32)])
@@ -757,9 +774,10 @@ for _tb, _k in ((0, 64), (1, 64), (1, 60)):
     case(f"op gemm --precision f16: alpha, beta, relu, trans_b={_tb}, K {_k} (coopmat "
          "epilogue where the device has cooperative matrices; a transposed B gathered by "
          "columns)")(f16_gemm_case(_tb, K=_k))
-case("op gemm --precision f16: alpha, beta, relu, [128, 64] x [64, 8192] (coopmat_wg's "
-     "epilogue where the device has cooperative matrices of workgroup scope)")(
-    f16_gemm_case(0, N=8192))
+for _tb in (0, 1):
+    case(f"op gemm --precision f16: alpha, beta, relu, [128, 64] x [64, 8192], trans_b={_tb} "
+         "(coopmat_wg's epilogue where the device has cooperative matrices of workgroup "
+         "scope; a transposed B loaded column-major)")(f16_gemm_case(_tb, N=8192))
 
 
 @case("op matmul f16 coopmat pipeline: KILN_COOPMAT_PIPE=2,2 reaches coopmat.comp (PF, NS) "
