@@ -287,6 +287,15 @@ def f16_product(seed, m, k, n):
     return values(r, [m, k]), values(r, [k, n]), f16_matmul_yaml([m, k], [k, n])
 
 
+def dispatch_us(prog, folder):
+    """The GPU microseconds of each of prog's dispatches in one run (-p,
+    its profile written to folder/p.json): a variant the device did not
+    record takes none."""
+    r = run([prog, "-n", "1", "-p", folder / "p.json"])
+    check(r.returncode == 0, r.stderr)
+    return [d["us"] for d in json.loads((folder / "p.json").read_text())["dispatches"]]
+
+
 def ceiling_build(wd, y, mode, env=None):
     """The model y built in wd/mode with KILN_COOPMAT_CEILING=mode (and
     env), once the compiler has said that the products are not computed:
@@ -347,10 +356,7 @@ def test_coopmat_wg_ceiling(workdir):
               f"mode {mode}: coopmat_wg defines {wg}")
         check(len(cm) == 1 and cm[0].get("CEILING") == (None if mode == "3" else mode),
               f"mode {mode}: coopmat.comp defines {cm}")
-        # which of the three the device recorded (-p: the others take no time)
-        r = run([prog, "-n", "1", "-p", sub / "p.json"])
-        check(r.returncode == 0, r.stderr)
-        us = [d["us"] for d in json.loads((sub / "p.json").read_text())["dispatches"]]
+        us = dispatch_us(prog, sub)  # which of the three the device recorded
         want = product
         if us[0] > 0:  # coopmat_wg.comp: its ceiling's values
             want = wg_ceiling_want(half(a), half(b), mode, *(int(wg[0][k])
@@ -761,8 +767,8 @@ def f16_gemm_case(trans_b, N=96, K=64):
               (coop[0].get("B_GATHER"), coop[0].get("B_KVEC")) == gather,
               f"cooperative-matrix kernels {coop}, expected B_GATHER and B_KVEC {gather}")
         wg_epilogue(workdir, N >= 8192)
-        check(all(d.get("B_KMAJOR") == ("1" if trans_b else None) for d in wg_defines(workdir)),
-              f"coopmat_wg B_KMAJOR {[d.get('B_KMAJOR') for d in wg_defines(workdir)]}")
+        kmajor = [d.get("B_KMAJOR") for d in wg_defines(workdir)]
+        check(all(k == ("1" if trans_b else None) for k in kmajor), f"coopmat_wg B_KMAJOR {kmajor}")
         wb = half(w).T if trans_b else half(w)
         want = -np.maximum(0.5 * (-half(x)) @ wb + 2.0 * c, 0)
         got, = run_program(prog, [x], [want.astype(np.float32)])
@@ -817,10 +823,7 @@ def test_coopmat_ceiling(workdir):
         want = half(a) @ half(b)
         got, = run_program(prog, [a.astype(np.float16), b.astype(np.float16)],
                            [want.astype(np.float16)])
-        # which variant ran: the device records the one it runs (-p)
-        r2 = run([prog, "-n", "1", "-p", sub / "p.json"])
-        check(r2.returncode == 0, r2.stderr)
-        us = [d["us"] for d in json.loads((sub / "p.json").read_text())["dispatches"]]
+        us = dispatch_us(prog, sub)  # which variant ran
         if us[0] > 0:
             # the matrix units ran the ceiling: each of the 3 steps of BK
             # multiplies the first step's fragments, CEILING 1 the first 16
