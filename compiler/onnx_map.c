@@ -485,10 +485,29 @@ static void map_scan(Ctx *c, const OnnxOp *op) {
     }
 }
 
+/* A name the node writes that is already defined: ONNX graphs are
+ * single-assignment (a second writer would silently replace the first). */
+static void check_single_assignment(Ctx *c) {
+    for (size_t o = 0; o < c->node->n_output; o++) {
+        const char *name = c->node->output[o];
+        if (!*name)
+            continue;
+        Onnx__NodeProto *prev = map_get(&c->producer, name);
+        if (prev == c->node)
+            node_fail(c, format("it writes '%s' twice: a tensor has one writer", name));
+        if (prev)
+            node_fail(c, format("it writes '%s', which node '%s (%s)' already writes: a "
+                                "tensor has one writer",
+                                name, *prev->name ? prev->name : "unnamed", prev->op_type));
+        if (map_get(&c->values, name))
+            node_fail(c, format("it writes '%s', which is a graph input or initializer: a "
+                                "tensor has one writer", name));
+        map_put(&c->producer, name, c->node);
+    }
+}
+
 void map_node(Ctx *c) {
-    for (size_t o = 0; o < c->node->n_output; o++)
-        if (*c->node->output[o])
-            map_put(&c->producer, c->node->output[o], c->node);
+    check_single_assignment(c);
     check_op_version(c);
     if (c->past_states.len && strcmp(c->node->op_type, "Concat") == 0 &&
         onnx_decoder_append(c))

@@ -48,6 +48,7 @@ void require_f32(Node *n);
 void require_float(Node *n);
 void check_channel_param(Node *n, int i, int64_t c);
 void check_index_extent(Node *n, const Tensor *x, const Tensor *idx);
+void check_const_indices(Node *n, int k, const Tensor *x, int axis);
 void same_shape(Node *n, int i, const Tensor *like, const char *what);
 void set_output_i(Node *n, int i, const Tensor *like, int rank, const int64_t *shape);
 

@@ -99,6 +99,31 @@ void check_index_extent(Node *n, const Tensor *x, const Tensor *idx) {
                           d);
 }
 
+/* A constant index (input k of n, a weight) outside [-len, len), len the
+ * size of data x's axis `axis`: refused by name and position. ONNX calls
+ * such an index an error; the kernels would read zeros or skip it. */
+void check_const_indices(Node *n, int k, const Tensor *x, int axis) {
+    const Tensor *idx = n->inputs[k];
+    if (idx->kind != T_WEIGHT || !idx->data || idx->dyn_axes || idx->dynamic)
+        return;
+    int64_t len = x->shape[axis], count = tensor_count(idx);
+    for (int64_t i = 0; i < count; i++) {
+        int64_t v;
+        if (idx->dtype == KILN_DTYPE_I64) {
+            memcpy(&v, idx->data + 8 * i, 8);
+        } else {
+            int32_t w;
+            memcpy(&w, idx->data + 4 * i, 4);
+            v = w;
+        }
+        if (v < -len || v >= len)
+            node_error_at(n, n->input_locs[k], "index %lld (element %lld of '%s') is outside "
+                          "axis %d of '%s', of size %lld (indices %lld to %lld)", (long long)v,
+                          (long long)i, idx->name, axis, x->name, (long long)len,
+                          (long long)-len, (long long)(len - 1));
+    }
+}
+
 void same_shape(Node *n, int i, const Tensor *like, const char *what) {
     Tensor *t = n->inputs[i];
     if (t->rank != like->rank ||

@@ -22,6 +22,7 @@ void shape_gather(Node *n) {
         node_error_at(n, n->input_locs[1], "the embedding table '%s' must be 2-D, not %s",
                       x->name, shape_str(x->rank, x->shape));
     int axis = emb ? 0 : norm_axis(n, "axis", attr_int(n, "axis"), x->rank);
+    check_const_indices(n, emb ? 0 : 1, x, axis);
     int rank = x->rank - 1 + idx->rank;
     if (rank > MAX_RANK)
         node_error(n, "the result would have rank %d", rank);
@@ -79,6 +80,7 @@ void shape_gather_elements(Node *n) {
                       "data %s", idx->name, shape_str(idx->rank, idx->shape),
                       shape_str(x->rank, x->shape));
     check_index_extent(n, x, idx);
+    check_const_indices(n, 1, x, norm_axis(n, "axis", attr_int(n, "axis"), x->rank));
     set_output(n, x->dtype, idx->rank, idx->shape);
 }
 
@@ -94,6 +96,7 @@ void shape_scatter(Node *n) {
                    "the data's rank (%s)", shape_str(idx->rank, idx->shape),
                    shape_str(u->rank, u->shape), shape_str(x->rank, x->shape));
     check_index_extent(n, x, idx);
+    check_const_indices(n, 1, x, norm_axis(n, "axis", attr_int(n, "axis"), x->rank));
     set_output(n, x->dtype, x->rank, x->shape);
 }
 

@@ -182,6 +182,31 @@ bad_case("--shape of an input the model does not have", _BS,
 bad_case("--shape DIM given twice (fixed and dynamic)", _BS,
          ["dimension 'batch' is given twice (batch=1, batch=1..4)"],
          ["--shape", "batch=1", "--shape", "batch=1..4", "--shape", "seq=1..4"])
+# Graphs that onnx's checker rejects but that would compile to something:
+# a second writer of a name (kiln kept one of the two), an index constant
+# outside its axis (the kernel read zeros).
+_X23 = [value_info("x", [2, 3])]
+bad_case("a tensor written by two nodes",
+         model([node("Relu", ["x"], ["a"], "first"), node("Neg", ["x"], ["a"], "second"),
+                node("Abs", ["a"], ["y"], "abs")], _X23, [value_info("y", [2, 3])]),
+         ["second (Neg)", "it writes 'a', which node 'first (Relu)' already writes"])
+bad_case("a node that writes a graph input's name",
+         model([node("Relu", ["x"], ["x"], "again"), node("Abs", ["x"], ["y"], "abs")], _X23,
+               [value_info("y", [2, 3])]),
+         ["again (Relu)", "it writes 'x', which is a graph input or initializer"])
+bad_case("a node that reads a name nothing defines",
+         model([node("Add", ["x", "nowhere"], ["y"], "add")], _X23, [value_info("y", [2, 3])]),
+         ["add (Add)", "input 'nowhere' is not defined before it is used"])
+for _op, _idx, _words in (
+        ("Gather", np.array([1, 7], np.int64), ["index 7 (element 1 of 'i')",
+                                                "axis 1 of 'x', of size 3 (indices -3 to 2)"]),
+        ("Gather", np.array([-4], np.int32), ["index -4 (element 0 of 'i')"]),
+        ("GatherElements", np.array([[0, 1, 2], [2, 3, 0]], np.int64),
+         ["index 3 (element 4 of 'i')", "axis 1 of 'x'"])):
+    bad_case(f"{_op}: a constant index outside its axis ({_idx.dtype.name})",
+             model([node(_op, ["x", "i"], ["y"], "g", attr("axis", 1))], _X23,
+                   [value_info("y", [2, 3] if _idx.ndim == 2 else [2, _idx.size])],
+                   [initializer("i", _idx)]), _words)
 bad_case("--shape DIM=N not a number", _BS,
          ["--shape batch=2x", "expected DIM=N"], ["--shape", "batch=2x", "--shape", "seq=3"])
 
