@@ -84,7 +84,11 @@ $(B)/compiler/embedded.o: $(B)/compiler/embedded.c compiler/kiln.h
 	$(CC) $(CFLAGS) -std=c11 -Icompiler -c -o $@ $<
 
 # onnx.proto (from libonnx-dev) through protobuf-c: generated, not committed.
-$(B)/compiler/onnx.pb-c.c $(B)/compiler/onnx.pb-c.h: $(ONNX_PROTO) | deps
+# The package step installs it: a parallel make on a bare machine waits for
+# deps here rather than stopping with "No rule to make target". One run of
+# protoc-c makes both files (a grouped target: &:).
+$(ONNX_PROTO): | deps ;
+$(B)/compiler/onnx.pb-c.c $(B)/compiler/onnx.pb-c.h &: $(ONNX_PROTO) | deps
 	@mkdir -p $(B)/compiler
 	cp $(ONNX_PROTO) $(B)/compiler/onnx.proto
 	cd $(B)/compiler && protoc-c --c_out=. onnx.proto

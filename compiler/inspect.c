@@ -99,6 +99,11 @@ void inspect_text(Graph *g, Program *p, FILE *f) {
     fputs(table.buf, f);
     Totals t = totals(p);
     fprintf(f, "\ndispatches  %d, with %d barriers\n", p->ndispatches, barrier_count(p));
+    DeviceCounts dc = device_counts(p);
+    if (dc.most < dc.listed) /* a device records one of each pair of variants */
+        fprintf(f, "            %s run on one device; the others are variants for devices "
+                "with other features\n", dc.fewest == dc.most ? format("%d", dc.most)
+                : format("%d to %d, by its features,", dc.fewest, dc.most));
     fprintf(f, "kernels     %d distinct, %llu bytes of SPIR-V", p->nmodules,
             (unsigned long long)spirv_bytes(p));
     if (alt_count(p))
@@ -171,6 +176,7 @@ static bool placed(const Tensor *t) {
 
 void inspect_json(Graph *g, Program *p, FILE *f) {
     Totals t = totals(p);
+    DeviceCounts dc = device_counts(p);
     fprintf(f, "{\n  \"schema\": \"kiln-inspect/1\",\n  \"model\": ");
     json_string(f, g->name);
     fprintf(f, ",\n  \"source\": ");
@@ -178,12 +184,13 @@ void inspect_json(Graph *g, Program *p, FILE *f) {
     fprintf(f, ",\n  \"summary\": {\"dispatches\": %d, \"barriers\": %d, \"kernels\": %d, "
                "\"spirv_bytes\": %llu, \"arena_bytes\": %llu, \"peak_live_bytes\": %llu, "
                "\"weight_bytes\": %llu, \"staging_bytes\": %llu, \"alignment\": %llu, "
-               "\"flops\": %llu, \"bytes_moved\": %llu},\n",
+               "\"flops\": %llu, \"bytes_moved\": %llu, \"most_on_one_device\": %d, "
+               "\"fewest_on_one_device\": %d},\n",
             p->ndispatches, barrier_count(p), p->nmodules, (unsigned long long)spirv_bytes(p),
             (unsigned long long)p->arena_bytes, (unsigned long long)p->peak_bytes,
             (unsigned long long)p->weight_bytes, (unsigned long long)p->io_bytes,
             (unsigned long long)p->alignment, (unsigned long long)t.flops,
-            (unsigned long long)t.bytes);
+            (unsigned long long)t.bytes, dc.most, dc.fewest);
     static const char *const dim_ops[] = {NULL, "mul", "div", "max", "min"};
     fprintf(f, "  \"dims\": [");
     for (int i = 0; i < g->ndims; i++) {
@@ -266,7 +273,7 @@ void inspect_json(Graph *g, Program *p, FILE *f) {
                     (unsigned long long)(r->offset + d->arg_begin[k]),
                     (unsigned long long)(r->offset + d->arg_end[k]));
         }
-        fprintf(f, "], \"barrier\": ");
+        fprintf(f, "], \"needs\": %u, \"unless\": %u, \"barrier\": ", d->needs, d->unless);
         if (d->barrier) {
             fprintf(f, "{\"after\": %d, \"reason\": ", d->wait_on);
             json_string(f, d->reason);

@@ -747,6 +747,20 @@ void dispatch_rebind(Dispatch *d, int i, Tensor *t, bool written);
 /* Bytes a dispatch reads and writes (from its arguments' ranges). */
 uint64_t dispatch_bytes_read(const Dispatch *d);
 uint64_t dispatch_bytes_written(const Dispatch *d);
+/* Whether a device with the KILN_FEATURE_* bits `features` records d (it
+ * has every bit of d->needs and lacks one of d->unless, as the runtime
+ * decides), and how many of p's dispatches it records. */
+bool dispatch_runs_on(const Dispatch *d, uint32_t features);
+int dispatches_on(const Program *p, uint32_t features);
+/* The dispatches one device records, over every combination of the
+ * features p's dispatches name: a dispatch with a variant for other
+ * devices is listed but not run. most_features: a combination that runs
+ * the most (the largest such). listed: p->ndispatches. */
+typedef struct DeviceCounts {
+    int listed, most, fewest;
+    uint32_t most_features;
+} DeviceCounts;
+DeviceCounts device_counts(const Program *p);
 
 /* ---- plan_memory.c ------------------------------------------------------- */
 

@@ -117,6 +117,35 @@ uint64_t dispatch_bytes_written(const Dispatch *d) {
     return b;
 }
 
+bool dispatch_runs_on(const Dispatch *d, uint32_t features) {
+    return (d->needs & ~features) == 0 && (d->unless == 0 || (d->unless & ~features) != 0);
+}
+
+int dispatches_on(const Program *p, uint32_t features) {
+    int n = 0;
+    for (int i = 0; i < p->ndispatches; i++)
+        n += dispatch_runs_on(p->dispatches[i], features);
+    return n;
+}
+
+DeviceCounts device_counts(const Program *p) {
+    uint32_t bits = 0;
+    for (int i = 0; i < p->ndispatches; i++)
+        bits |= p->dispatches[i]->needs | p->dispatches[i]->unless;
+    DeviceCounts c = {p->ndispatches, 0, 0, 0};
+    /* every subset of the bits the dispatches name (a handful) */
+    for (uint32_t sub = bits;; sub = (sub - 1) & bits) {
+        int n = dispatches_on(p, sub);
+        if (n > c.most || (n == c.most && sub > c.most_features))
+            c.most = n, c.most_features = sub;
+        if (sub == bits || n < c.fewest)
+            c.fewest = n;
+        if (!sub)
+            break;
+    }
+    return c;
+}
+
 uint32_t groups_for(int64_t items, int64_t per_group) {
     int64_t g = (items + per_group - 1) / per_group;
     return g > MAX_GROUPS ? MAX_GROUPS : (uint32_t)(g < 1 ? 1 : g);

@@ -454,6 +454,17 @@ static void activations_note(const Program *p, const Options *o) {
                 "%d of few rows keep A as it is\n", q8, kept);
 }
 
+/* Without -o: the model file's name without its folder and extension,
+ * in the current directory (models/cnn.onnx: cnn.c and cnn.h). */
+static char *default_output(const char *model) {
+    const char *base = strrchr(model, '/');
+    char *stem = xstrdup(base ? base + 1 : model);
+    char *dot = strrchr(stem, '.');
+    if (dot && dot != stem)
+        *dot = 0;
+    return format("%s.c", stem);
+}
+
 static int compile(int argc, char **argv) {
     Args a;
     parse_args(argc, argv, false, &a);
@@ -463,7 +474,7 @@ static int compile(int argc, char **argv) {
     check_output_dir(a.opt.weights_file);
     Graph *g;
     Program *p = build(&a, &g);
-    const char *out = a.out ? a.out : format("%s.c", a.opt.name);
+    const char *out = a.out ? a.out : default_output(a.model);
     char *header = xstrdup(out);
     header[strlen(header) - 1] = 'h';
     if (!a.opt.weights_file && !a.opt.embed_weights && p->weight_bytes > EMBED_LIMIT) {
@@ -488,9 +499,13 @@ static int compile(int argc, char **argv) {
     int barriers = 0;
     for (int i = 0; i < p->ndispatches; i++)
         barriers += p->dispatches[i]->barrier;
-    printf("kiln: %s -> %s: %d dispatches (%d barriers), %d kernels, arena %llu bytes "
+    /* a dispatch with a variant for other devices is listed, not run */
+    DeviceCounts dc = device_counts(p);
+    const char *run = dc.most < dc.listed
+                          ? format("at most %d run on one device; ", dc.most) : "";
+    printf("kiln: %s -> %s: %d dispatches (%s%d barriers), %d kernels, arena %llu bytes "
            "(lower bound %llu), weights %llu bytes\n",
-           a.model, out, p->ndispatches, barriers, p->nmodules,
+           a.model, out, p->ndispatches, run, barriers, p->nmodules,
            (unsigned long long)p->arena_bytes, (unsigned long long)p->peak_bytes,
            (unsigned long long)p->weight_bytes);
     largest_shape_note(g, p);

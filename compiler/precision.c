@@ -7,7 +7,8 @@
  * node that is not fused into another), from the table below:
  *
  *   ANY   elementwise ops (eltwise.comp converts each operand on load and
- *         the result on store), rope (an elementwise dispatch), norms and
+ *         the result on store), rope and batch normalization (elementwise
+ *         dispatches; batch norm's statistics read f32), norms and
  *         softmax (their data, residual, result and sum in either dtype;
  *         scale and bias f32), attention (q, k, v, the mask and the result
  *         in either dtype, the scores f32), pooling and the reductions
@@ -16,7 +17,8 @@
  *         every f32 result f16. Sums, products and norms of many elements
  *         stay f32 (their results can leave f16's range);
  *   SAME  layout and indexing ops (copies): the result takes the dtype of
- *         the data it moves; f16 data makes it f16;
+ *         the data it moves; f16 data makes it f16 (a concat of f16 and
+ *         f32 pieces too: each piece is converted as it is copied);
  *   MATMUL  matmul and gemm: both operands f16 (f32 activations cast, f32
  *         weights converted here, once each), the product accumulated in
  *         f32 and stored f16; an epilogue's bias (gemm's C) is read as
@@ -27,6 +29,9 @@
  *         weights converted here), the bias f32, arithmetic f32, the
  *         result f16; where the device has cooperative matrices the
  *         products take the matrix units with the input gathered as halves;
+ *   SUM   the reductions whose result can leave f16's range (sum, product,
+ *         L1, L2, sum of squares, log-sum-exp): the data read in either
+ *         dtype (reduce.comp converts on load), the result f32;
  *   F32   everything else, and every group named by --keep-f32: f16
  *         operands are cast to f32 first, results stay f32 (those kernels
  *         compute and store f32).
@@ -50,7 +55,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum Rule { R_F32, R_ANY, R_SAME, R_MATMUL, R_CONV } Rule;
+typedef enum Rule { R_F32, R_ANY, R_SAME, R_MATMUL, R_CONV, R_SUM } Rule;
 
 /* The rule of an op run as a group's head. */
 static Rule op_rule(OpKind op) {
@@ -69,8 +74,11 @@ static Rule op_rule(OpKind op) {
     case OP_SOFTMAX: case OP_LOG_SOFTMAX:
     case OP_MAX_POOL: case OP_AVG_POOL: case OP_GLOBAL_AVG_POOL: case OP_GLOBAL_MAX_POOL:
     case OP_REDUCE_MEAN: case OP_REDUCE_MAX: case OP_REDUCE_MIN: case OP_ARGMAX:
-    case OP_ARGMIN: case OP_ROPE: case OP_ATTENTION:
+    case OP_ARGMIN: case OP_ROPE: case OP_ATTENTION: case OP_BATCH_NORM:
         return R_ANY;
+    case OP_REDUCE_SUM: case OP_REDUCE_PROD: case OP_REDUCE_L1: case OP_REDUCE_L2:
+    case OP_REDUCE_SUM_SQUARE: case OP_REDUCE_LOG_SUM_EXP:
+        return R_SUM;
     default:
         return op_info[op].expr ? R_ANY : R_F32;
     }
@@ -86,6 +94,8 @@ static bool reads_f16(Rule r, const Node *h, const Node *m, int k) {
         return m == h ? k < 2 : m->op == OP_MATMUL;
     if (r == R_CONV)
         return m == h ? k < 2 : m == h->epi_res;
+    if (r == R_SUM)
+        return m == h && k == 0;
     if (r != R_ANY)
         return false;
     switch (m->op) {
@@ -114,6 +124,7 @@ typedef struct Pass {
     const Options *opt;
     Vec order;           /* the new node order */
     bool *io;            /* by tensor id: made f16 by --io f16 */
+    bool *declared16;    /* by tensor id: f16 before the pass (the model's) */
     int nio;             /* entries in io (the tensors before the pass) */
     Tensor **cast[2];    /* by tensor id: its f32 and f16 casts */
     Tensor **half;       /* by tensor id: a weight's f16 copy */
@@ -277,8 +288,9 @@ static void conv_weights(Pass *p, Node *h) {
 }
 
 /* A copy's group: f16 data stays f16 unless the copy writes an f32 model
- * tensor or mixes f16 with f32 (concat): then the f16 data is cast. A copy
- * into an f16 model tensor (--io f16) casts f32 data to f16. */
+ * tensor: then the f16 data is cast (a view converts nothing). A copy
+ * into an f16 model tensor (--io f16) casts f32 data to f16. A concat
+ * converts each piece as it copies it, and casts nothing. */
 static void copy_group(Pass *p, Node *h) {
     bool f16 = false, f32 = false, out = false, out16 = false;
     for (int k = 0; k < h->ninputs; k++)
@@ -289,6 +301,15 @@ static void copy_group(Pass *p, Node *h) {
     for (int k = 0; k < h->noutputs; k++) {
         out |= pinned_f32(h->outputs[k]);
         out16 |= pinned(h->outputs[k]) && h->outputs[k]->dtype == KILN_DTYPE_F16;
+    }
+    /* A concat copies each piece with its own conversion (eltwise.comp
+     * loads either dtype and stores the result's; a piece appended in
+     * place is one of the result's dtype): mixed pieces need no cast. Its
+     * result is f16 where a piece is, unless it is an f32 model tensor. */
+    if (h->op == OP_CONCAT && !h->fused_into) {
+        if (f16 && !out)
+            h->outputs[0]->dtype = KILN_DTYPE_F16;
+        return;
     }
     if (out16 && !out && f32) {
         for (int k = 0; k < h->ninputs; k++)
@@ -311,13 +332,16 @@ static void copy_group(Pass *p, Node *h) {
 }
 
 /* Every f16 input from outside the group that its kernel reads as f32
- * (reads_f16) cast to f32. */
+ * (reads_f16) cast to f32; under rule F32 not one the model declares f16
+ * (its kernel reads it as it would without --precision: a gather of f16
+ * data writes f16). */
 static void cast_inputs(Pass *p, Rule r, Node *h, Node **members, int nm) {
     for (int j = 0; j < nm; j++)
         for (int k = 0; k < members[j]->ninputs; k++) {
             Tensor *t = members[j]->inputs[k];
+            bool declared = t->id < p->nio && p->declared16[t->id];
             if (t->dtype == KILN_DTYPE_F16 && !made_inside(t, h) &&
-                !reads_f16(r, h, members[j], k))
+                !reads_f16(r, h, members[j], k) && !(r == R_F32 && declared))
                 replace_input(members[j], k, cast_to(p, t, KILN_DTYPE_F32));
         }
 }
@@ -373,11 +397,14 @@ void apply_precision(Graph *g, const Options *opt) {
     }
     if (opt->precision != KILN_DTYPE_F16)
         return;
-    Pass p = {g, opt, {0}, NULL, 0, {NULL, NULL}, NULL, 0, 0, 0};
+    Pass p = {g, opt, {0}, NULL, NULL, 0, {NULL, NULL}, NULL, 0, 0, 0};
     /* --io f16: the f32 inputs and outputs that the user reads and writes
      * as f16 (not the state, nor the outputs that update it) */
     p.nio = g->tensors.len;
     p.io = xcalloc((size_t)p.nio + 1, sizeof *p.io);
+    p.declared16 = xcalloc((size_t)p.nio + 1, sizeof *p.declared16);
+    for (int i = 0; i < g->tensors.len; i++)
+        p.declared16[i] = ((Tensor *)g->tensors.data[i])->dtype == KILN_DTYPE_F16;
     for (int i = 0; i < g->tensors.len && opt->io_f16; i++) {
         Tensor *t = g->tensors.data[i];
         if ((t->kind == T_INPUT || t->is_output) && t->dtype == KILN_DTYPE_F32 &&
@@ -411,7 +438,7 @@ void apply_precision(Graph *g, const Options *opt) {
             }
             if (r == R_ANY || ((r == R_MATMUL || r == R_CONV) && !any_f32(g, members, nm)))
                 store_f16(g, members, nm);
-            f32_head = r == R_F32;
+            f32_head = r == R_F32 || r == R_SUM;
         }
         vec_push(&p.order, n);
         if (f32_head)
@@ -426,4 +453,5 @@ void apply_precision(Graph *g, const Options *opt) {
     xfree(nodes);
     xfree(members);
     xfree(p.io);
+    xfree(p.declared16);
 }

@@ -2,8 +2,10 @@
  * run_model.c: a command-line driver for any kiln-generated model.
  *
  * Build it with the generated file, naming the model's C prefix:
- *   cc -DKILN_MODEL=mlp -include mlp.h run_model.c mlp.c -lkilnrt -lvulkan
- * (or -DKILN_DECLARE_MODEL instead of -include, as the tests do).
+ *   cc -std=c99 -DKILN_MODEL=mlp -DKILN_DECLARE_MODEL run_model.c mlp.c -lkilnrt -lvulkan
+ * (-include mlp.h declares them too, but its system headers come first and
+ * fix the feature macros: under -std=c99 that form also needs
+ * -D_POSIX_C_SOURCE=199309L for the clock, as the Makefile passes).
  *
  *   run_model [-i IN.bin]... [-o OUT.bin]... [-n RUNS] [-q]
  *             [-p [PROFILE.json]] [--dump DIR] [-w WEIGHTS]
@@ -274,13 +276,22 @@ static void print_tensor(const kiln_model *m, const kiln_tensor_info *t, const v
     printf("%s\n", n > 8 ? " ..." : "");
 }
 
+/* Whether a device with these KILN_FEATURE_* bits records dispatch x: it
+ * has every feature x needs and lacks one of those in x's unless
+ * (kiln_rt_tables.h). The others are variants for other devices. */
+static int recorded(uint32_t features, const kiln_dispatch *x) {
+    return (x->needs & ~features) == 0 && (x->unless == 0 || (x->unless & ~features) != 0);
+}
+
 /* The ten slowest dispatches, and the whole profile as JSON when asked. */
 static int print_profile(const kiln_model_desc *d, const double *us, const char *json,
-                         const char *device) {
-    uint32_t n = d->dispatch_count, order[10], top = 0;
+                         const char *device, uint32_t features) {
+    uint32_t n = d->dispatch_count, order[10], top = 0, run = 0;
     double total = 0;
-    for (uint32_t i = 0; i < n; i++)
+    for (uint32_t i = 0; i < n; i++) {
         total += us[i];
+        run += recorded(features, &d->dispatches[i]) != 0;
+    }
     for (top = 0; top < 10 && top < n; top++) {
         uint32_t best = UINT32_MAX;
         for (uint32_t i = 0; i < n; i++) {
@@ -292,7 +303,11 @@ static int print_profile(const kiln_model_desc *d, const double *us, const char 
         }
         order[top] = best;
     }
-    printf("GPU time %.1f us over %u dispatches; the slowest:\n", total, n);
+    if (run < n)
+        printf("GPU time %.1f us over %u dispatches (%u listed, the others variants for other "
+               "devices); the slowest:\n", total, run, n);
+    else
+        printf("GPU time %.1f us over %u dispatches; the slowest:\n", total, n);
     printf("%9s  %-28s %10s %7s %9s %10s\n", "dispatch", "node", "us", "share", "GB/s",
            "GFLOP/s");
     for (uint32_t k = 0; k < top; k++) {
@@ -587,7 +602,8 @@ int main(int argc, char **argv) {
         for (uint32_t i = 0; i < d->output_count; i++)
             print_tensor(m, &d->outputs[i], outputs[i]);
     }
-    if (profile && (print_profile(d, sum_us, profile_json, kiln_device_name(dev)) != 0))
+    if (profile && (print_profile(d, sum_us, profile_json, kiln_device_name(dev),
+                                 kiln_device_features(dev)) != 0))
         goto done;
     if (dump_dir && dump_tensors(m, d, dump_dir) != 0)
         goto done;

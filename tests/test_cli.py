@@ -280,16 +280,27 @@ def test_usage_lists_every_option(workdir):
 
 
 def test_name_and_output(workdir):
-    """--name sets the prefix; the default is the sanitized model name."""
+    """--name sets the prefix; the default is the sanitized model name. The
+    output files default to the model file's name, in the current directory
+    (an ONNX file's graph name, often torch_jit or main_graph, is not used),
+    and the summary line names them."""
     wd = Path(workdir)
-    (wd / "m.yaml").write_text("name: 2-layer net\ninputs:\n  x: {dtype: f32, shape: [3]}\n"
-                               "nodes:\n  - {name: y, op: relu, inputs: [x]}\n"
-                               "outputs: [y]\n")
-    r = kiln("compile", "m.yaml", cwd=wd)
+    (wd / "sub").mkdir()
+    (wd / "sub" / "m.v2.yaml").write_text(
+        "name: 2-layer net\ninputs:\n  x: {dtype: f32, shape: [3]}\n"
+        "nodes:\n  - {name: y, op: relu, inputs: [x]}\noutputs: [y]\n")
+    r = kiln("compile", "sub/m.v2.yaml", cwd=wd)
     check(r.returncode == 0, r.stderr)
-    check((wd / "m_2_layer_net.c").exists() and (wd / "m_2_layer_net.h").exists(),
+    check((wd / "m.v2.c").exists() and (wd / "m.v2.h").exists(),
           f"default output: {sorted(p.name for p in wd.iterdir())}")
-    check("m_2_layer_net_create(" in (wd / "m_2_layer_net.h").read_text(), "prefix")
+    check("-> m.v2.c:" in r.stdout, r.stdout)
+    check("m_2_layer_net_create(" in (wd / "m.v2.h").read_text(), "prefix")
+    onnx = ROOT / "tests" / "models" / "resnet_tiny_dynamo20" / "model.onnx"
+    (wd / "cnn.onnx").write_bytes(onnx.read_bytes())
+    r = kiln("compile", "cnn.onnx", cwd=wd)
+    check(r.returncode == 0 and (wd / "cnn.c").exists() and (wd / "cnn.h").exists(),
+          f"{r.stderr} {sorted(p.name for p in wd.iterdir())}")
+    (wd / "m.yaml").write_text((wd / "sub" / "m.v2.yaml").read_text())
     r = kiln("compile", "m.yaml", "--name", "net", "-o", "sub.c", cwd=wd)
     check(r.returncode == 0, r.stderr)
     h = (wd / "sub.h").read_text()

@@ -90,11 +90,32 @@ def declared_dtypes(header):
     return [names.get(d, d) for d in re.findall(r"\[\d+\] \S+: (\w+) \[", part)]
 
 
+def recorded(dispatches, features):
+    """How many of inspect's dispatches a device with the KILN_FEATURE_*
+    bits `features` records (it has every bit of needs and lacks one of
+    unless: the runtime's rule; the others are variants for other
+    devices)."""
+    return sum(1 for d in dispatches if d["needs"] & ~features == 0 and
+               (d["unless"] == 0 or d["unless"] & ~features != 0))
+
+
+# The f16 builds that still record more dispatches than f32, each by the
+# casts it needs today (docs/performance.md, "f16 dispatch counts"): an f32
+# model input read by a product (its kernels read f16 A), RoiAlign's
+# kernel (f32 only), an LSTM's gemm whose C (the bias) is an f16 sum (the
+# product kernels read an epilogue's bias as f32). A fix lowers the count;
+# the test then asks for the new one.
+EXTRA_F16_DISPATCHES = {"einsum_block": 3, "roi_head": 2, "rnn_block": 70}
+
+
 def arena_case(d):
     """The arena at its lower bound (the peak of live bytes at any
     dispatch), f32 and --precision f16, as kiln compile reports them (no
-    guard bands: those the other cases add widen both)."""
+    guard bands: those the other cases add widen both); and the f16 build
+    records no more dispatches than the f32 build on any device: every
+    combination of the features either build's dispatches name."""
     def test(workdir):
+        builds = {}
         for flags in ((), ("--precision", "f16")):
             r = kiln("compile", d / "model.onnx", "-o", Path(workdir) / "a.c", *flags)
             check(r.returncode == 0, f"kiln compile {' '.join(flags)} failed:\n{r.stderr}")
@@ -103,12 +124,28 @@ def arena_case(d):
             check(m.group(1) == m.group(2),
                   f"{' '.join(flags) or 'f32'}: arena {m.group(1)} bytes, lower bound "
                   f"{m.group(2)}")
+            r = kiln("inspect", d / "model.onnx", "--format", "json", *flags)
+            check(r.returncode == 0, f"kiln inspect {' '.join(flags)} failed:\n{r.stderr}")
+            builds[flags[-1] if flags else "f32"] = json.loads(r.stdout)["dispatches"]
+        bits = 0
+        for ds in builds.values():
+            for x in ds:
+                bits |= x["needs"] | x["unless"]
+        subsets = [s for s in range(bits + 1) if s & ~bits == 0]
+        extra = EXTRA_F16_DISPATCHES.get(d.name.rsplit("_", 1)[0], 0)
+        for feats in subsets:
+            n32, n16 = (recorded(builds[k], feats) for k in ("f32", "f16"))
+            check(n16 - n32 == extra if extra else n16 <= n32,
+                  f"features {feats:#x}: f16 records {n16} dispatches, f32 {n32} (expected "
+                  f"{extra} more): "
+                  f"{[x['node'] for x in builds['f16'] if '/to_f' in x['node']][:6]}")
     return test
 
 
 for _d in sorted(p.parent for p in MODELS.glob("*/model.onnx")):
     case(f"corpus: {_d.name}")(corpus_case(_d))
-    case(f"corpus arena at its lower bound: {_d.name}")(arena_case(_d))
+    case(f"corpus arena at its lower bound, f16 no more dispatches than f32: {_d.name}")(
+        arena_case(_d))
     case(f"corpus f16: {_d.name}")(corpus_case(_d, "f16"))
     if _d.name.endswith("_dynamo20"):
         case(f"corpus f16 --io f16: {_d.name}")(corpus_case(_d, "f16", "f16"))

@@ -2,13 +2,14 @@
 (shaders/conv.comp, pool.comp, resize.comp), on Vulkan against the CPU
 reference (ops_common.py says how).
 """
+import json
 from pathlib import Path
 
 import numpy as np
 
 import reference as ref
 from harness import (assert_close, assert_relative, build_model, check, check_defines,
-                     run_steps,
+                     kiln, run_steps,
                      check_kernels, kernel_defines, model_yaml, registry, run_model,
                      run_program)
 from ops_common import half, one_op, rng, spec, values, weight_specs
@@ -467,6 +468,60 @@ def f16_pool_case(op, attrs, reference):
 
 for _op, _attrs, _ref in F16_POOLS:
     case(f"op {_op} --precision f16: f16 storage {_attrs}")(f16_pool_case(_op, _attrs, _ref))
+
+
+# --precision f16 adds no cast dispatch where a kernel converts on load: the
+# sums read f16 data and keep an f32 result (reduce.comp), batch norm reads
+# and writes f16 (an elementwise dispatch), a concat of an f16 and an f32
+# piece converts each as it copies it into an f16 result. Each case: hx =
+# -x (f16), the op, y = -(the op) or the op itself into the f32 output.
+def f16_uncast_case(op, attrs, reference, result_dtype, extra=None):
+    def test(workdir):
+        r = rng(2611)
+        x = values(r, [2, 3, 5, 4], 1.0)
+        ins, arrays, weights, args = {"x": spec(x)}, [x], None, ["hx"]
+        if op == "batch_norm":
+            stats = [values(r, [3], 1.0) for _ in range(3)]
+            stats.append((np.abs(values(r, [3], 1.0)) + 0.1).astype(np.float32))
+            weights = weight_specs(s=stats[0], b=stats[1], m=stats[2], v=stats[3])
+            args += ["s", "b", "m", "v"]
+        if op == "concat":  # an f32 model input as the second piece
+            x2 = values(r, [2, 2, 5, 4], 1.0)
+            ins["x2"] = spec(x2)
+            arrays.append(x2)
+            args.append("x2")
+        nodes = [{"name": "hx", "op": "neg", "inputs": ["x"]},
+                 dict({"name": "p", "op": op, "inputs": args}, **attrs),
+                 {"name": "y", "op": "neg", "inputs": ["p"]}]
+        y = model_yaml("f16uncast", ins, nodes, ["y"], weights)
+        prog = build_model(workdir, y, flags=("--precision", "f16"))
+        j = json.loads(kiln("inspect", Path(workdir) / "model.yaml", "--format", "json",
+                            "--precision", "f16").stdout)
+        nodes_run = [d["node"] for d in j["dispatches"]]
+        check(not [n for n in nodes_run if "/to_f" in n], f"casts among {nodes_run}")
+        dt = {t["name"]: t["dtype"] for t in j["tensors"]}
+        check(dt["hx"] == "f16" and dt["p"] == result_dtype,
+              f"hx {dt['hx']}, p {dt['p']}: want f16 and {result_dtype}")
+        others = stats if op == "batch_norm" else [half(a) for a in arrays[1:]]
+        want = -reference(-half(x), *others)
+        got, = run_program(prog, arrays, [want.astype(np.float32)])
+        assert_relative(got, want, 2e-3, "output")
+    return test
+
+
+F16_UNCAST = [  # op, attrs, reference over f64 operands, the op's result dtype
+    ("reduce_sum", {"axes": [1, 3]}, lambda x: x.sum(axis=(1, 3), keepdims=True), "f32"),
+    ("reduce_l2", {"axes": [2], "keep_dims": 0},
+     lambda x: np.sqrt((x * x).sum(axis=2)), "f32"),
+    ("reduce_log_sum_exp", {"axes": [3]},
+     lambda x: np.log(np.exp(x).sum(axis=3, keepdims=True)), "f32"),
+    ("batch_norm", {}, lambda x, s, b, m, v: ref.batch_norm(x, s, b, m, v), "f16"),
+    ("concat", {"axis": 1}, lambda x, x2: np.concatenate([x, x2], 1), "f16"),
+]
+
+for _op, _attrs, _ref, _dt in F16_UNCAST:
+    case(f"op {_op} --precision f16: no cast dispatch, result {_dt}")(
+        f16_uncast_case(_op, _attrs, _ref, _dt))
 
 
 ROI_ALIGNS = [  # x shape, rois, output, sampling, scale, mode, half_pixel, index dtype

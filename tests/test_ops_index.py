@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 
 import reference as ref
-from harness import registry
-from ops_common import ints, one_op, rng, values
+from harness import build_model, model_yaml, registry, run_program
+from ops_common import ints, one_op, rng, spec, values
 
 TESTS, case = registry()
 
@@ -66,6 +66,29 @@ def _(workdir):
                np.take_along_axis(x, np.where(e < 0, e + 4, e), 1), {"axis": 1})
         one_op(sub("trilu"), "trilu", [x], np.triu(x, 1), {"upper": 1, "k": 1})
         one_op(sub("pad"), "pad", [x], np.pad(x, [(1, 0), (0, 2)]), {"pads": [1, 0, 0, 2]})
+
+
+@case("op gather_elements and gather_nd of the model's f16 data under --precision f16")
+def _(workdir):
+    # Their rule keeps f32 (precision.c, F32): data the model declares f16
+    # stays f16 for them as without --precision, not cast to f32 while the
+    # result stays f16 (index.comp then read f32 into f16: no kernel).
+    r = rng(2215)
+    x = values(r, [6, 5, 4]).astype(np.float16)
+    e = r.integers(-5, 5, size=[6, 3, 4]).astype(np.int64)
+    nd = r.integers(0, 5, size=[4, 2]).astype(np.int64)
+    ins = {"x": spec(x), "e": spec(e), "nd": spec(nd)}
+    nodes = [{"name": "ye", "op": "gather_elements", "inputs": ["x", "e"], "axis": 1},
+             {"name": "yn", "op": "gather_nd", "inputs": ["x", "nd"]}]
+    prog = build_model(workdir, model_yaml("f16data", ins, nodes, ["ye", "yn"]),
+                       flags=("--precision", "f16"))
+    want_e = np.take_along_axis(x, np.where(e < 0, e + 5, e), 1)
+    want_n = x[nd[:, 0], nd[:, 1]]
+    got_e, got_n = run_program(prog, [x, e, nd], [want_e, want_n])
+    for got, want, name in ((got_e, want_e, "gather_elements"), (got_n, want_n, "gather_nd")):
+        if got.dtype != np.float16 or not np.array_equal(got, want):
+            raise AssertionError(f"{name}: {got.dtype}, "
+                                 f"{int((got != want).sum())} of {want.size} differ")
 
 
 def gather_nd_want(x, idx, b):
