@@ -303,6 +303,9 @@ kiln_status kiln__begin_commands(kiln_model *m, VkCommandBufferUsageFlags flags,
 kiln_status kiln__submit_once(kiln_model *m, VkCommandBuffer cmd);
 kiln_status kiln__upload(kiln_model *m, VkBuffer dst, uint64_t offset, uint64_t bytes,
                          const void *src);
+void kiln__memory_barrier(VkCommandBuffer cmd, VkPipelineStageFlags src_stage,
+                          VkAccessFlags src, VkPipelineStageFlags dst_stage,
+                          VkAccessFlags dst);
 
 /* model_io.c */
 const kiln__buffer *kiln__buffer_of(const kiln_model *m, uint32_t which);
@@ -328,9 +331,6 @@ void kiln__fill_staging_gaps(kiln_model *m);
 VkCommandBuffer kiln__recording(kiln_model *m);
 /* Whether this device records dispatch x (kiln_dispatch.needs, .unless). */
 int kiln__dispatch_active(const kiln_device *dev, const kiln_dispatch *x);
-void kiln__memory_barrier(VkCommandBuffer cmd, VkPipelineStageFlags src_stage,
-                          VkAccessFlags src, VkPipelineStageFlags dst_stage,
-                          VkAccessFlags dst);
 kiln_status kiln__record(kiln_model *m);
 
 #endif /* KILN_INTERNAL_H */

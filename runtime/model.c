@@ -204,6 +204,8 @@ static kiln_status create_objects(kiln_model *m, int staged) {
 
     KILN_RETURN_IF_ERROR(kiln__upload_weights(m));
     KILN_RETURN_IF_ERROR(kiln__choose_direct_io(m, staged));
+    if (m->direct_count && d->guard_count) /* direct I/O's staging gaps checked too */
+        KILN_RETURN_IF_ERROR(kiln__find_staging_gaps(m));
     if (d->sync_check)
         KILN_RETURN_IF_ERROR(kiln__create_sync_sets(m));
     KILN_RETURN_IF_ERROR(create_pipelines(m));

@@ -99,8 +99,8 @@ static int can_be_direct(const kiln_model *m, uint32_t which, uint64_t begin,
 /* Picks the direct inputs and outputs (none with KILN_MODEL_STAGED_IO or
  * KILN_STAGED_IO=1, or a staging buffer kernels cannot address): those
  * within the size limits whose arena offset keeps the 16-byte alignment the
- * compiler planned with. A guarded model also gets the gaps of its staging
- * checked. */
+ * compiler planned with. (A guarded model's staging gaps, which then hold
+ * no tensor, are found by model.c: kiln__find_staging_gaps.) */
 kiln_status kiln__choose_direct_io(kiln_model *m, int staged) {
     const kiln_model_desc *d = m->desc;
     if (staged || !m->io.address)
@@ -126,7 +126,7 @@ kiln_status kiln__choose_direct_io(kiln_model *m, int staged) {
         r->end = end;
         r->io = t->io_offset;
     }
-    return m->direct_count && d->guard_count ? kiln__find_staging_gaps(m) : KILN_OK;
+    return KILN_OK;
 }
 
 void *kiln_model_input_memory(kiln_model *m, uint32_t i) {

@@ -30,17 +30,6 @@ int kiln__dispatch_active(const kiln_device *dev, const kiln_dispatch *x) {
            (x->unless == 0 || (x->unless & ~dev->features) != 0);
 }
 
-void kiln__memory_barrier(VkCommandBuffer cmd, VkPipelineStageFlags src_stage,
-                           VkAccessFlags src, VkPipelineStageFlags dst_stage,
-                           VkAccessFlags dst) {
-    VkMemoryBarrier b;
-    memset(&b, 0, sizeof b);
-    b.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
-    b.srcAccessMask = src;
-    b.dstAccessMask = dst;
-    vkCmdPipelineBarrier(cmd, src_stage, dst_stage, 0, 1, &b, 0, NULL, 0, NULL);
-}
-
 /* Records a copy of `bytes` bytes (none when 0). */
 static void copy_bytes(VkCommandBuffer cmd, VkBuffer src, uint64_t from, VkBuffer dst,
                        uint64_t to, uint64_t bytes) {

@@ -2,11 +2,24 @@
  * model_transfer.c: one-time transfers outside the recorded run, each a
  * command buffer of its own submitted and waited for: the weights at
  * create, a tensor read back for debugging, states reset, read and written
- * from the host.
+ * from the host; and the command-buffer and barrier helpers that the
+ * recorded run (model_record.c) shares.
  */
 #include "internal.h"
 
 #include <string.h>
+
+/* One global memory barrier (used here and by model_record.c). */
+void kiln__memory_barrier(VkCommandBuffer cmd, VkPipelineStageFlags src_stage,
+                           VkAccessFlags src, VkPipelineStageFlags dst_stage,
+                           VkAccessFlags dst) {
+    VkMemoryBarrier b;
+    memset(&b, 0, sizeof b);
+    b.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
+    b.srcAccessMask = src;
+    b.dstAccessMask = dst;
+    vkCmdPipelineBarrier(cmd, src_stage, dst_stage, 0, 1, &b, 0, NULL, 0, NULL);
+}
 
 /* Allocates a primary command buffer from the model's pool and begins it;
  * on failure nothing is left allocated. */

@@ -78,25 +78,47 @@ def _(workdir):
     check(texts[0] == texts[1], "the generated C depends on the number of threads")
 
 
-@case("structure: no two compiler files call each other")
-def _(workdir):
-    """From the objects' symbols (nm): file A uses what B defines and B what A
-    defines is a cycle; the passes and the families within them depend one
-    way (driver, family, shared builders)."""
+def file_cycles(objdir):
+    """The circles among one directory's objects, from their symbols (nm):
+    file A uses what B defines, B (perhaps through others) what A defines.
+    Returns (the number of objects, [each circle's files, sorted], uses,
+    defs)."""
     defs, uses = {}, {}
-    for o in sorted((BUILD / "compiler").glob("*.o")):
+    for o in sorted(objdir.glob("*.o")):
         r = subprocess.run(["nm", str(o)], capture_output=True, text=True)
         check(r.returncode == 0, f"nm {o}: {r.stderr}")
         rows = [ln.split() for ln in r.stdout.splitlines()]
         defs[o.stem] = {f[2] for f in rows if len(f) == 3 and f[1] in "TDRB"}
         uses[o.stem] = {f[1] for f in rows if len(f) == 2 and f[0] == "U"}
-    check(len(defs) > 20, f"only {len(defs)} compiler objects in {BUILD / 'compiler'}")
     owner = {sym: f for f, syms in defs.items() for sym in syms}
     calls = {f: {owner[s] for s in u if s in owner and owner[s] != f} for f, u in uses.items()}
-    pairs = sorted({tuple(sorted((a, b))) for a in calls for b in calls[a] if a in calls[b]})
-    check(not pairs, "files that call each other: " + ", ".join(
-        f"{a}.c and {b}.c ({sorted(uses[a] & defs[b])[:3]} / {sorted(uses[b] & defs[a])[:3]})"
-        for a, b in pairs))
+
+    def reach(a):  # every file a depends on, directly or through others
+        seen, todo = set(), [a]
+        while todo:
+            for b in calls[todo.pop()] - seen:
+                seen.add(b)
+                todo.append(b)
+        return seen
+    reached = {f: reach(f) for f in calls}
+    circles = sorted({tuple(sorted(b for b in reached[a] if a in reached[b]))
+                      for a in calls if a in reached[a]})
+    return len(defs), circles, uses, defs
+
+
+@case("structure: the files of compiler/ and of runtime/ depend one way (no circles)")
+def _(workdir):
+    """The passes and the families within them depend one way (driver,
+    family, shared builders); so do the runtime's files (model.c, the
+    model_* parts, the shared helpers)."""
+    for sub, least in (("compiler", 20), ("runtime", 10)):
+        n, circles, uses, defs = file_cycles(BUILD / sub)
+        check(n >= least, f"only {n} objects in {BUILD / sub}")
+        check(not circles, f"{sub}/: files that depend on each other: " + "; ".join(
+            " -> ".join(f"{f}.c" for f in c) + " (" + ", ".join(
+                f"{a} uses {sorted(uses[a] & defs[b])[:2]} of {b}"
+                for a in c for b in c if a != b and uses[a] & defs[b]) + ")"
+            for c in circles))
 
 
 if __name__ == "__main__":
