@@ -46,7 +46,8 @@ const char *const tuning_variables[] = {
     "KILN_MATMUL_TILE", "KILN_MATMUL_SPLITK", "KILN_COOPMAT_TILE", "KILN_COOPMAT_SPLITK",
     "KILN_COOPMAT_PIPE", "KILN_COOPMAT_CEILING", "KILN_MATVEC_NCOL", "KILN_MATVEC_K",
     "KILN_MATVEC_K_M", "KILN_DIRECT_CONV", "KILN_DWCONV", "KILN_FLASH", "KILN_FLASH_CM",
-    "KILN_ATTN_SPLITS", "KILN_ATTN_VPRE", "KILN_SPLIT_LAST", "KILN_F16_PAIRS", NULL};
+    "KILN_ATTN_SPLITS", "KILN_ATTN_VPRE", "KILN_SPLIT_LAST", "KILN_F16_PAIRS",
+    "KILN_ROW_SPLIT", NULL};
 
 /* A product's rows at the run's extent, in GLSL (the constant M when they
  * are fixed), and groups[1] of d following them, per_group rows a group. */

@@ -13,7 +13,69 @@ static int node_axis(Node *n) {
     return (int)(axis < 0 ? axis + n->inputs[0]->rank : axis);
 }
 
+/* KILN_ROW_SPLIT=0: every row kernel a workgroup a row, as before the
+ * splits below (the norms', softmax's, cumsum's and the reductions' chunks
+ * and the reductions' invocation an output), for comparison. */
+static bool row_split_off(void) {
+    const char *env = getenv("KILN_ROW_SPLIT");
+    return env && strcmp(env, "0") == 0;
+}
+
+/* Workgroups that fill a large GPU with a memory-bound pass over long
+ * rows: eight a multiprocessor of an H100 or H200 (132). */
+#define ROW_FILL_GROUPS 1024
+
+/* How many chunks of at least 2 Ki elements each of rows rows of len is cut
+ * into for about ROW_FILL_GROUPS workgroups (1: none, where there are 128
+ * rows or more, or fewer than 16 Ki elements a row). */
+static int64_t long_row_chunks(int64_t rows, int64_t len) {
+    if (len < 16384 || rows >= 128)
+        return 1;
+    int64_t fill = (ROW_FILL_GROUPS + rows - 1) / rows, most = len / 2048;
+    int64_t c = fill < most ? fill : most;
+    int64_t chunk = (len + c - 1) / c;
+    return (len + chunk - 1) / chunk; /* none empty */
+}
+
+/* A softmax's chunks (softmax.comp SPLIT): fixed rows along the last axis;
+ * a workgroup a row left a GPU idle where there are few, long ones (a
+ * softmax over 262,144 elements: 272 us on an H100, torch 61).
+ * KILN_ROW_SPLIT=0 keeps a workgroup a row. */
+static int64_t softmax_chunks(const Node *n, int axis) {
+    const Tensor *x = n->inputs[0], *y = n->outputs[0];
+    if (row_split_off() || axis != x->rank - 1 || x->dyn_axes || x->dynamic ||
+        y->dyn_axes || y->dynamic)
+        return 1;
+    int64_t len = x->shape[axis];
+    return long_row_chunks(len ? tensor_count(x) / len : 0, len);
+}
+
 void lower_softmax(Program *p, Node *n) {
+    int64_t chunks = softmax_chunks(n, node_axis(n));
+    if (chunks > 1) {
+        Tensor *x = n->inputs[0], *y = n->outputs[0];
+        int64_t len = x->shape[x->rank - 1], rows = tensor_count(x) / len;
+        Tensor *stats = scratch(p, n, "stats", 1, (int64_t[]){2 * rows * chunks});
+        for (int pass = 1; pass <= 2; pass++) {
+            Dispatch *d = row_dispatch(p, n, "softmax", rows, len, 1, NULL);
+            define_int(d, "SPLIT", pass);
+            define_int(d, "CHUNK", (len + chunks - 1) / chunks);
+            define_int(d, "CHUNKS", chunks);
+            define_int(d, "LOG", n->op == OP_LOG_SOFTMAX);
+            d->groups[0] = groups_for(rows * chunks, 1);
+            bool need[3] = {false, false, false};
+            define_storage(p, d, need, "Y", y, true);
+            define_storage(p, d, need, "X", x, false);
+            define_needs(d, need);
+            if (pass == 1) /* the statistics pass writes no y */
+                dispatch_unused(d, x);
+            else
+                dispatch_arg(d, y, true);
+            dispatch_arg(d, x, false);
+            dispatch_arg(d, stats, pass == 1);
+        }
+        return;
+    }
     Dispatch *d = axis_dispatch(p, n, "softmax", node_axis(n));
     if (!d)
         return;
@@ -28,10 +90,54 @@ void lower_softmax(Program *p, Node *n) {
     define_needs(d, need);
 }
 
+/* A cumsum's chunks (cumsum.comp SPLIT): fixed rows of f32; a workgroup a
+ * row walked a long one alone (a cumsum of 2^20 elements: 2.8 ms on an
+ * H100, torch 21 us). KILN_ROW_SPLIT=0 keeps a workgroup a row. */
+static int64_t cumsum_chunks(const Node *n, int axis) {
+    const Tensor *x = n->inputs[0], *y = n->outputs[0];
+    int64_t len = x->shape[axis];
+    if (row_split_off() || x->dtype != KILN_DTYPE_F32 || x->dyn_axes || x->dynamic ||
+        y->dyn_axes || y->dynamic)
+        return 1;
+    return long_row_chunks(len ? tensor_count(x) / len : 0, len);
+}
+
+/* cumsum's direction and kind (cumsum_grad: the transpose of a cumulative
+ * sum runs the other way). */
+static void define_scan(Dispatch *d, Node *n) {
+    define_int(d, "EXCLUSIVE", attr_int(n, "exclusive") != 0);
+    define_int(d, "REVERSE", (attr_int(n, "reverse") != 0) != (n->op == OP_CUMSUM_GRAD));
+}
+
 void lower_cumsum(Program *p, Node *n) {
-    Dispatch *d = axis_dispatch(p, n, "cumsum", node_axis(n));
-    kiln_dtype dt = n->inputs[0]->dtype;
-    if (d && (dt == KILN_DTYPE_I32 || dt == KILN_DTYPE_I64)) { /* integer sums */
+    int axis = node_axis(n);
+    Tensor *x = n->inputs[0], *y = n->outputs[0];
+    int64_t chunks = cumsum_chunks(n, axis);
+    if (chunks > 1) {
+        int64_t len = x->shape[axis], rows = tensor_count(x) / len;
+        int64_t inner = shape_count(x->rank - axis - 1, x->shape + axis + 1);
+        Tensor *sums = scratch(p, n, "sums", 1, (int64_t[]){rows * chunks});
+        for (int pass = 1; pass <= 2; pass++) {
+            Dispatch *d = row_dispatch(p, n, "cumsum", rows, len, inner, NULL);
+            define_int(d, "SPLIT", pass);
+            define_int(d, "CHUNK", (len + chunks - 1) / chunks);
+            define_int(d, "CHUNKS", chunks);
+            define_scan(d, n);
+            d->groups[0] = groups_for(rows * chunks, 1);
+            if (pass == 1) /* the sums pass writes no y */
+                dispatch_unused(d, x);
+            else
+                dispatch_arg(d, y, true);
+            dispatch_arg(d, x, false);
+            dispatch_arg(d, sums, pass == 1);
+        }
+        return;
+    }
+    Dispatch *d = axis_dispatch(p, n, "cumsum", axis);
+    if (!d)
+        return;
+    kiln_dtype dt = x->dtype;
+    if (dt == KILN_DTYPE_I32 || dt == KILN_DTYPE_I64) { /* integer sums */
         bool need[3] = {false, false, false};
         need_dtype(p, need, dt);
         define_needs(d, need);
@@ -39,113 +145,184 @@ void lower_cumsum(Program *p, Node *n) {
         define_str(d, "Y_BUF", buffer_type(dt, false));
         define_str(d, "X_BUF", buffer_type(dt, true));
     }
-    if (d) {
-        define_int(d, "EXCLUSIVE", attr_int(n, "exclusive") != 0);
-        /* cumsum_grad: the transpose of a cumulative sum runs the other way */
-        define_int(d, "REVERSE", (attr_int(n, "reverse") != 0) != (n->op == OP_CUMSUM_GRAD));
-    }
+    define_scan(d, n);
 }
 
-/* norm.comp for every normalization but batch_norm. Arguments in order:
- * y, x, gamma, beta, residual, sum; absent ones are filled with x (read,
- * never touched) so each keeps its push-constant slot. */
+/* What lower_norm works out once for norm.comp's dispatches: the
+ * operands (x after a fused residual add's, res, the sum where one is
+ * written, else NULL) and the rows, len elements each, inner apart; gamma
+ * and beta of row r's element j at (r % pr) * pj + j / pd. */
+typedef struct NormShape {
+    Node *add;
+    Tensor *x, *y, *res, *sum;
+    bool rms, has_res;
+    int first_param, nparams;
+    int64_t rows, len, inner, pr, pj, pd;
+    const Tensor *dyn;
+} NormShape;
+
+/* Workgroups that fill a large GPU: two a multiprocessor of an H100 or
+ * H200 (132). */
+#define NORM_FILL_GROUPS 256
+
+/* How many chunks each row is cut into (1: none). A workgroup a row leaves
+ * a GPU idle where there are few, long rows: a group norm of one group over
+ * a feature map is one row of C x H x W elements (64 x 56 x 56 in a
+ * PoolFormer), which one workgroup read at 4-8 GB/s on an H100. Fixed
+ * contiguous rows of at least 16 Ki elements, fewer of them than
+ * NORM_FILL_GROUPS / 2: chunks of at least 2 Ki elements, enough for
+ * NORM_FILL_GROUPS workgroups, and at most 16 an invocation of 256 (so that
+ * norm.comp holds its chunk in registers). KILN_ROW_SPLIT=0 keeps a
+ * workgroup a row, for comparison. */
+static int64_t norm_chunks(const NormShape *s) {
+    if (row_split_off() || s->inner != 1 || s->x->dyn_axes || s->x->dynamic ||
+        s->add || s->len < 16384 || s->rows >= NORM_FILL_GROUPS / 2)
+        return 1;
+    int64_t fill = (NORM_FILL_GROUPS + s->rows - 1) / s->rows;
+    int64_t most = (s->len + 2047) / 2048, least = (s->len + 4095) / 4096;
+    int64_t c = fill < most ? fill : most;
+    c = c > least ? c : least;
+    int64_t chunk = (s->len + c - 1) / c;
+    return (s->len + chunk - 1) / chunk; /* none empty */
+}
+
+/* One dispatch of norm.comp. pass 0: the whole norm, a workgroup a row;
+ * with chunks, pass 1 writes each chunk's mean and squared deviations to
+ * stats and pass 2 combines its row's and normalizes its chunk (norm.comp
+ * SPLIT). Arguments in order: y, x, gamma, beta, residual, sum, then the
+ * statistics (passes 1 and 2); a slot a pass does not use holds x (never
+ * touched), so each keeps its push-constant slot. */
+static Dispatch *norm_pass(Program *p, Node *n, const NormShape *s, int pass, int64_t chunks,
+                           Tensor *stats) {
+    Dispatch *d = row_dispatch(p, n, "norm", s->rows, s->len, s->inner, s->dyn);
+    if (!d)
+        return NULL;
+    if (pass) {
+        define_int(d, "SPLIT", pass);
+        define_int(d, "CHUNK", (s->len + chunks - 1) / chunks);
+        define_int(d, "CHUNKS", chunks);
+        d->groups[0] = groups_for(s->rows * chunks, 1);
+        d->flops = 3ull * (uint64_t)(s->rows * s->len);
+    }
+    define_float(d, "EPS", attr_float(n, "eps"));
+    define_int(d, "RMS", s->rms);
+    define_int(d, "HAS_GAMMA", s->nparams > 0);
+    define_int(d, "HAS_BETA", s->nparams > 1);
+    define_int(d, "HAS_RES", s->has_res);
+    define_int(d, "HAS_SUM", s->sum != NULL);
+    define_int(d, "PR", s->pr);
+    define_int(d, "PJ", s->pj);
+    define_int(d, "PD", s->pd);
+    Tensor *x = s->x, *res = s->has_res ? s->res : x, *sum = s->sum ? s->sum : s->y;
+    bool need[3] = {false, false, false};
+    define_storage(p, d, need, "Y", s->y, true);
+    define_storage(p, d, need, "X", x, false);
+    define_storage(p, d, need, "RES", res, false);
+    define_storage(p, d, need, "SUM", sum, true);
+    define_needs(d, need);
+    if (pass == 1) /* the statistics pass writes neither y nor the sum */
+        dispatch_unused(d, x);
+    else
+        dispatch_arg(d, s->y, true);
+    dispatch_arg(d, x, false);
+    for (int k = 0; k < 2; k++) {
+        if (s->nparams > k && pass != 1)
+            dispatch_arg(d, n->inputs[s->first_param + k], false);
+        else
+            dispatch_unused(d, x);
+    }
+    if (s->has_res)
+        dispatch_arg(d, res, false);
+    else
+        dispatch_unused(d, x);
+    if (s->sum && pass != 1)
+        dispatch_arg(d, sum, true);
+    else if (pass)
+        dispatch_unused(d, x);
+    if (pass)
+        dispatch_arg(d, stats, pass == 1);
+    return d;
+}
+
+/* norm.comp for every normalization but batch_norm. */
 void lower_norm(Program *p, Node *n) {
-    Tensor *x = n->inputs[0];
+    NormShape s;
+    memset(&s, 0, sizeof s);
+    s.x = n->inputs[0];
     bool residual = n->op == OP_RESIDUAL_LAYER_NORM || n->op == OP_RESIDUAL_RMS_NORM;
     /* A residual add fused into this norm (optimize.c): one kernel adds,
      * writes the sum where anything else reads it, and normalizes. */
-    Node *add = x->producer && x->producer->fused_into == n && x->producer->op == OP_ADD
-                    ? x->producer : NULL;
+    Node *add = s.x->producer && s.x->producer->fused_into == n && s.x->producer->op == OP_ADD
+                    ? s.x->producer : NULL;
+    s.add = add;
     /* Between transposes to channels last and back (optimize.c,
      * fuse_channels_first_norms): over the channels of the untransposed
      * input, each row's elements `inner` (the positions) apart, written in
      * that layout to the second transpose's output. */
     Node *perm = n->epi_perm;
     if (perm)
-        x = x->producer->inputs[0];
-    Tensor *y = perm ? perm->outputs[0] : n->outputs[0];
-    bool rms = n->op == OP_RMS_NORM || n->op == OP_RESIDUAL_RMS_NORM;
-    int first_param = residual ? 2 : 1, nparams = n->ninputs - first_param;
-    int64_t rows, len, pr = 1, pj = 0, pd = 1, inner = 1;
+        s.x = s.x->producer->inputs[0];
+    Tensor *x = s.x;
+    s.y = perm ? perm->outputs[0] : n->outputs[0];
+    s.rms = n->op == OP_RMS_NORM || n->op == OP_RESIDUAL_RMS_NORM;
+    s.first_param = residual ? 2 : 1;
+    s.nparams = n->ninputs - s.first_param;
+    s.pr = 1, s.pj = 0, s.pd = 1, s.inner = 1;
     bool outer_ok = false; /* rows over an outer and an inner dynamic axis */
     int64_t spatial = x->rank >= 2 ? shape_count(x->rank - 2, x->shape + 2) : 1;
     if (n->op == OP_INSTANCE_NORM) {
-        rows = x->shape[0] * x->shape[1];
-        len = spatial;
-        pr = x->shape[1];
-        pj = 1;
-        pd = len;
+        s.rows = x->shape[0] * x->shape[1];
+        s.len = spatial;
+        s.pr = x->shape[1];
+        s.pj = 1;
+        s.pd = s.len;
     } else if (n->op == OP_GROUP_NORM) {
         int64_t g = attr_int(n, "groups");
-        rows = x->shape[0] * g;
-        len = x->shape[1] / g * spatial;
-        pr = g;
-        pj = x->shape[1] / g;
-        pd = spatial;
+        s.rows = x->shape[0] * g;
+        s.len = x->shape[1] / g * spatial;
+        s.pr = g;
+        s.pj = x->shape[1] / g;
+        s.pd = spatial;
     } else if (perm) {
-        len = x->shape[1];
-        inner = spatial;
-        rows = x->shape[0] * spatial;
+        s.len = x->shape[1];
+        s.inner = spatial;
+        s.rows = x->shape[0] * spatial;
     } else {
         int axis = node_axis(n);
-        len = shape_count(x->rank - axis, x->shape + axis);
-        rows = len ? tensor_count(x) / len : 0;
+        s.len = shape_count(x->rank - axis, x->shape + axis);
+        s.rows = s.len ? tensor_count(x) / s.len : 0;
         outer_ok = dyn_outer_inner(x) && inner_dyn_axis(x) < axis;
     }
     /* layer and rms norms follow a dynamic axis inside their rows too, and
      * an outer one with it */
-    Dispatch *d = row_dispatch(p, n, "norm", rows, len, inner,
-                               pr == 1 && dyn_inside(x) ? x : outer_ok ? x : dyn_of(x));
-    if (!d)
-        return;
-    define_float(d, "EPS", attr_float(n, "eps"));
-    define_int(d, "RMS", rms);
-    define_int(d, "HAS_GAMMA", nparams > 0);
-    define_int(d, "HAS_BETA", nparams > 1);
+    s.dyn = s.pr == 1 && dyn_inside(x) ? x : outer_ok ? x : dyn_of(x);
     bool write_sum = n->noutputs > 1 ||
                      (add && (add->outputs[0]->is_output || add->outputs[0]->uses > 1));
-    define_int(d, "HAS_RES", residual || add);
-    define_int(d, "HAS_SUM", write_sum);
-    define_int(d, "PR", pr);
-    define_int(d, "PJ", pj);
-    define_int(d, "PD", pd);
+    s.has_res = residual || add;
     if (add)
-        x = add->inputs[0];
-    Tensor *res = residual || add ? (add ? add->inputs[1] : n->inputs[1]) : x;
-    Tensor *sum = write_sum ? (add ? add->outputs[0] : n->outputs[1]) : y;
-    bool need[3] = {false, false, false};
-    define_storage(p, d, need, "Y", y, true);
-    define_storage(p, d, need, "X", x, false);
-    define_storage(p, d, need, "RES", res, false);
-    define_storage(p, d, need, "SUM", sum, true);
-    define_needs(d, need);
-    dispatch_arg(d, y, true);
-    dispatch_arg(d, x, false);
-    if (nparams > 0)
-        dispatch_arg(d, n->inputs[first_param], false);
-    else
-        dispatch_unused(d, x);
-    if (nparams > 1)
-        dispatch_arg(d, n->inputs[first_param + 1], false);
-    else
-        dispatch_unused(d, x);
-    if (residual || add)
-        dispatch_arg(d, res, false);
-    else
-        dispatch_unused(d, x);
-    if (write_sum)
-        dispatch_arg(d, sum, true);
+        s.x = add->inputs[0];
+    s.res = s.has_res ? (add ? add->inputs[1] : n->inputs[1]) : NULL;
+    s.sum = write_sum ? (add ? add->outputs[0] : n->outputs[1]) : NULL;
+    int64_t chunks = norm_chunks(&s);
+    Dispatch *d;
+    if (chunks > 1) {
+        Tensor *stats = scratch(p, n, "stats", 1, (int64_t[]){2 * s.rows * chunks});
+        norm_pass(p, n, &s, 1, chunks, stats);
+        d = norm_pass(p, n, &s, 2, chunks, stats);
+    } else {
+        d = norm_pass(p, n, &s, 0, 1, NULL);
+    }
+    if (!d)
+        return;
     /* A decoding step's row after a product (o + res, the residual add
      * fused here): the product's last workgroup normalizes it */
     if (add && n->noutputs == 1 && (n->op == OP_RMS_NORM || n->op == OP_LAYER_NORM) &&
-        n->outputs[0]->rank >= 1 && len == n->outputs[0]->shape[n->outputs[0]->rank - 1]) {
-        Tensor *gamma = nparams > 0 ? n->inputs[first_param] : NULL;
-        Tensor *beta = nparams > 1 ? n->inputs[first_param + 1] : NULL;
+        n->outputs[0]->rank >= 1 && s.len == n->outputs[0]->shape[n->outputs[0]->rank - 1]) {
+        Tensor *gamma = s.nparams > 0 ? n->inputs[s.first_param] : NULL;
+        Tensor *beta = s.nparams > 1 ? n->inputs[s.first_param + 1] : NULL;
         Tensor *o = add->inputs[0], *other = add->inputs[1];
-        if (!norm_after_product(p, n, d, o, other, n->outputs[0], write_sum ? sum : NULL,
-                                gamma, beta, rms))
-            norm_after_product(p, n, d, other, o, n->outputs[0], write_sum ? sum : NULL, gamma,
-                               beta, rms);
+        if (!norm_after_product(p, n, d, o, other, n->outputs[0], s.sum, gamma, beta, s.rms))
+            norm_after_product(p, n, d, other, o, n->outputs[0], s.sum, gamma, beta, s.rms);
     }
 }
 
@@ -197,58 +374,88 @@ static const char *const reduce_kinds[] = {
     [OP_ARGMIN] = "K_ARGMIN", [OP_GLOBAL_AVG_POOL] = "K_MEAN",
     [OP_GLOBAL_MAX_POOL] = "K_MAX"};
 
-void lower_reduce(Program *p, Node *n) {
+/* What lower_reduce works out once for reduce.comp's dispatches: the kept
+ * (k) and reduced (r) dimensions with their strides in x, merged where
+ * contiguous; a dynamic reduced axis (dyn, or -1) and the elements inside
+ * it (dyn_in); rows outputs of len elements each. */
+typedef struct ReduceShape {
+    int kr, rr, dyn;
+    int64_t kshape[MAX_RANK], kstr[MAX_RANK], rshape[MAX_RANK], rstr[MAX_RANK];
+    int64_t dyn_in, rows, len;
+} ReduceShape;
+
+/* Whether reduce.comp gives each output an invocation (PER_THREAD), not a
+ * workgroup: fixed shapes, many outputs (at least 2048: eight workgroups)
+ * of at most 64 elements each, not ARGMAX / ARGMIN. KILN_ROW_SPLIT=0
+ * keeps a workgroup an output. */
+static bool reduce_per_thread(const Node *n, const ReduceShape *s) {
+    const Tensor *x = n->inputs[0], *out = n->outputs[0];
+    return !row_split_off() && s->dyn < 0 && !out->dyn_axes && !out->dynamic &&
+           !x->dyn_axes && !x->dynamic && n->op != OP_ARGMAX && n->op != OP_ARGMIN &&
+           s->len <= 64 && s->rows >= 2048;
+}
+
+/* Whether reduce.comp gives a workgroup 32 neighbouring outputs (COLS):
+ * fixed shapes, not ARGMAX / ARGMIN, at least 32 outputs of at least 8
+ * elements, the outputs' innermost axis contiguous in x and every reduced
+ * axis strided (a reduction down columns, or over a sequence: [b, seq, d]
+ * over seq), where a workgroup an output read its elements far apart. */
+static bool reduce_cols(const Node *n, const ReduceShape *s) {
+    const Tensor *x = n->inputs[0], *out = n->outputs[0];
+    if (row_split_off() || s->dyn >= 0 || out->dyn_axes || out->dynamic || x->dyn_axes ||
+        x->dynamic || n->op == OP_ARGMAX || n->op == OP_ARGMIN || s->rows < 32 ||
+        s->len < 8 || s->kr < 1 || s->kstr[s->kr - 1] != 1)
+        return false;
+    for (int i = 0; i < s->rr; i++)
+        if (s->rstr[i] == 1)
+            return false;
+    return true;
+}
+
+/* One dispatch of reduce.comp: pass 0 the whole reduction, a workgroup an
+ * output (or an invocation: reduce_per_thread; or 32: reduce_cols); with chunks, pass 1 each
+ * chunk's partial into part and pass 2 each output from its chunks'
+ * (reduce.comp SPLIT). */
+static void reduce_pass(Program *p, Node *n, const ReduceShape *s, int pass, int64_t chunks,
+                        Tensor *part) {
     Tensor *x = n->inputs[0], *out = n->outputs[0];
-    bool reduced[MAX_RANK];
-    reduced_axes(n, reduced);
-    int64_t own[MAX_RANK], kshape[MAX_RANK], kstr[MAX_RANK], rshape[MAX_RANK],
-        rstr[MAX_RANK];
-    contiguous_strides(x->rank, x->shape, own);
-    int kr = 0, rr = 0;
-    for (int i = 0; i < x->rank; i++) {
-        if (reduced[i]) {
-            rshape[rr] = x->shape[i];
-            rstr[rr++] = own[i];
-        } else {
-            kshape[kr] = x->shape[i];
-            kstr[kr++] = own[i];
-        }
-    }
-    int64_t rows = tensor_count(out), len = shape_count(rr, rshape);
-    /* a dynamic reduced axis (dynamic.c: one at most): reduced element j's
-     * coordinate along it, (j / RDYN_IN) % RDYN_S, below the run's extent */
-    int dyn = -1;
-    int64_t dyn_in = 1;
-    for (int i = 0; i < x->rank; i++) {
-        if (reduced[i] && dyn >= 0)
-            dyn_in *= x->shape[i];
-        if (reduced[i] && is_dyn(x, i))
-            dyn = i;
-    }
-    kr = merge_dims(kr, kshape, kstr);
-    rr = merge_dims(rr, rshape, rstr);
-    if (rows == 0)
-        return;
     bool arg = n->op == OP_ARGMAX || n->op == OP_ARGMIN;
     Dispatch *d = new_dispatch(p, n, "reduce");
-    d->local_size = row_workgroup(len);
+    bool per_thread = pass == 0 && reduce_per_thread(n, s);
+    bool cols = pass == 0 && !per_thread && reduce_cols(n, s);
+    d->local_size = per_thread || cols ? 256 : row_workgroup(pass == 2 ? chunks : s->len);
     define_int(d, "WG", d->local_size);
     /* the output's rows follow its dynamic axis, outermost or inside (never
      * a reduced one: dynamic.c) */
-    row_groups(d, rows, len, 1, true, out);
-    define_int(d, "KRANK", kr);
-    define_list(d, "KSHAPE", kr, kshape);
-    define_list(d, "KSTRIDES", kr, kstr);
-    define_int(d, "RRANK", rr);
-    define_list(d, "RSHAPE", rr, rshape);
-    define_list(d, "RSTRIDES", rr, rstr);
+    row_groups(d, s->rows, s->len, 1, true, out);
+    if (per_thread) {
+        define_int(d, "PER_THREAD", 1);
+        d->groups[0] = groups_for(s->rows, d->local_size);
+    }
+    if (cols) {
+        define_int(d, "COLS", 1);
+        d->groups[0] = groups_for(s->rows, 32);
+    }
+    if (pass) {
+        define_int(d, "SPLIT", pass);
+        define_int(d, "CHUNK", (s->len + chunks - 1) / chunks);
+        define_int(d, "CHUNKS", chunks);
+        if (pass == 1)
+            d->groups[0] = groups_for(s->rows * chunks, 1);
+    }
+    define_int(d, "KRANK", s->kr);
+    define_list(d, "KSHAPE", s->kr, s->kshape);
+    define_list(d, "KSTRIDES", s->kr, s->kstr);
+    define_int(d, "RRANK", s->rr);
+    define_list(d, "RSHAPE", s->rr, s->rshape);
+    define_list(d, "RSTRIDES", s->rr, s->rstr);
     define_str(d, "KIND", reduce_kinds[n->op]);
     define_int(d, "ARG", arg);
     define_int(d, "LAST_INDEX", arg && attr_int(n, "select_last_index"));
-    if (dyn >= 0) {
-        define_int(d, "RDYN_S", x->shape[dyn]);
-        define_int(d, "RDYN_IN", dyn_in);
-        define_str(d, "RDYN_EXT", format("uint%s", dim_expr_glsl(&x->ext[dyn], 1)));
+    if (s->dyn >= 0) {
+        define_int(d, "RDYN_S", x->shape[s->dyn]);
+        define_int(d, "RDYN_IN", s->dyn_in);
+        define_str(d, "RDYN_EXT", format("uint%s", dim_expr_glsl(&x->ext[s->dyn], 1)));
     }
     bool need[3] = {false, false, false};
     if (arg && (x->dtype == KILN_DTYPE_I32 || x->dtype == KILN_DTYPE_I64))
@@ -259,29 +466,149 @@ void lower_reduce(Program *p, Node *n) {
         define_storage(p, d, need, "Y", out, true);
     define_storage(p, d, need, "X", x, false);
     define_needs(d, need);
-    dispatch_arg(d, out, true);
-    dispatch_arg(d, x, false);
-    d->flops = (uint64_t)(rows * len) * (n->op == OP_REDUCE_LOG_SUM_EXP ? 3u : 1u);
+    if (pass == 1) /* the partials pass writes no output */
+        dispatch_unused(d, x);
+    else
+        dispatch_arg(d, out, true);
+    if (pass == 2) /* nor does the combining pass read x */
+        dispatch_unused(d, part);
+    else
+        dispatch_arg(d, x, false);
+    if (pass)
+        dispatch_arg(d, part, pass == 1);
+    if (pass != 2)
+        d->flops = (uint64_t)(s->rows * s->len) * (n->op == OP_REDUCE_LOG_SUM_EXP ? 3u : 1u);
+}
+
+/* How many chunks each output's reduction is cut into (1: none). A
+ * workgroup an output leaves a GPU idle where there are few outputs over
+ * many elements: a sum of 2^24 elements was one workgroup, 5.7 ms on an
+ * H100 against torch's 21 us (bench/OPS.md). Fixed shapes, not ARGMAX /
+ * ARGMIN, as long_row_chunks cuts them. KILN_ROW_SPLIT=0 keeps a
+ * workgroup an output, for comparison. */
+static int64_t reduce_chunks(const Node *n, const ReduceShape *s) {
+    const Tensor *x = n->inputs[0], *out = n->outputs[0];
+    if (row_split_off() || s->dyn >= 0 || out->dyn_axes || out->dynamic ||
+        x->dyn_axes || x->dynamic || n->op == OP_ARGMAX || n->op == OP_ARGMIN)
+        return 1;
+    return long_row_chunks(s->rows, s->len);
+}
+
+void lower_reduce(Program *p, Node *n) {
+    Tensor *x = n->inputs[0], *out = n->outputs[0];
+    bool reduced[MAX_RANK];
+    reduced_axes(n, reduced);
+    ReduceShape s;
+    memset(&s, 0, sizeof s);
+    int64_t own[MAX_RANK];
+    contiguous_strides(x->rank, x->shape, own);
+    for (int i = 0; i < x->rank; i++) {
+        if (reduced[i]) {
+            s.rshape[s.rr] = x->shape[i];
+            s.rstr[s.rr++] = own[i];
+        } else {
+            s.kshape[s.kr] = x->shape[i];
+            s.kstr[s.kr++] = own[i];
+        }
+    }
+    s.rows = tensor_count(out);
+    s.len = shape_count(s.rr, s.rshape);
+    /* a dynamic reduced axis (dynamic.c: one at most): reduced element j's
+     * coordinate along it, (j / RDYN_IN) % RDYN_S, below the run's extent */
+    s.dyn = -1;
+    s.dyn_in = 1;
+    for (int i = 0; i < x->rank; i++) {
+        if (reduced[i] && s.dyn >= 0)
+            s.dyn_in *= x->shape[i];
+        if (reduced[i] && is_dyn(x, i))
+            s.dyn = i;
+    }
+    s.kr = merge_dims(s.kr, s.kshape, s.kstr);
+    s.rr = merge_dims(s.rr, s.rshape, s.rstr);
+    if (s.rows == 0)
+        return;
+    int64_t chunks = reduce_chunks(n, &s);
+    if (chunks == 1) {
+        reduce_pass(p, n, &s, 0, 1, NULL);
+        return;
+    }
+    Tensor *part = scratch(p, n, "partials", 1, (int64_t[]){2 * s.rows * chunks});
+    reduce_pass(p, n, &s, 1, chunks, part);
+    reduce_pass(p, n, &s, 2, chunks, part);
 }
 
 
 /* ---- selection and scans ---- */
 
+/* The most candidates topk.comp's second pass selects from (CHUNKS x K):
+ * its K rounds each read them all, in one workgroup a row. */
+#define TOPK_CANDIDATES 8192
+
+/* A top-k's chunks (topk.comp SPLIT): fixed rows, K of at most 64; a
+ * workgroup a row made K passes over a long one alone (the 10 largest of
+ * 2^20: 9.8 ms on an H100, torch 93 us). KILN_ROW_SPLIT=0 keeps a
+ * workgroup a row. */
+static int64_t topk_chunks(const Node *n, int axis, int64_t k) {
+    const Tensor *x = n->inputs[0];
+    int64_t len = x->shape[axis];
+    if (row_split_off() || k > 64 || x->dyn_axes || x->dynamic || n->outputs[0]->dyn_axes ||
+        n->outputs[0]->dynamic)
+        return 1;
+    int64_t c = long_row_chunks(len ? tensor_count(x) / len : 0, len);
+    if (c * k > TOPK_CANDIDATES) { /* fewer, longer chunks */
+        int64_t chunk = (len + TOPK_CANDIDATES / k - 1) / (TOPK_CANDIDATES / k);
+        c = (len + chunk - 1) / chunk;
+    }
+    return c;
+}
+
+/* K, the order and the outputs of a topk.comp dispatch (its values, the
+ * data and its indices bound before). */
+static void define_topk(Program *p, Dispatch *d, Node *n, int64_t k) {
+    define_int(d, "K", k);
+    define_int(d, "LARGEST", attr_int(n, "largest") != 0);
+    define_int(d, "NEED_I64", 1);
+    p->features |= KILN_FEATURE_INT64;
+}
+
 void lower_topk(Program *p, Node *n) {
-    Tensor *x = n->inputs[0];
+    Tensor *x = n->inputs[0], *values = n->outputs[0], *indices = n->outputs[1];
     int axis = attr_axis(n, x->rank);
     int64_t k = attr_int(n, "k");
     if (k == 0)
         return;
+    int64_t chunks = topk_chunks(n, axis, k);
+    if (chunks > 1) {
+        int64_t len = x->shape[axis], rows = tensor_count(x) / len;
+        int64_t inner = shape_count(x->rank - axis - 1, x->shape + axis + 1);
+        Tensor *cand = scratch(p, n, "candidates", 1, (int64_t[]){2 * rows * chunks * k});
+        for (int pass = 1; pass <= 2; pass++) {
+            Dispatch *d = row_dispatch(p, n, "topk", rows, len, inner, NULL);
+            define_int(d, "SPLIT", pass);
+            define_int(d, "CHUNK", (len + chunks - 1) / chunks);
+            define_int(d, "CHUNKS", chunks);
+            define_topk(p, d, n, k);
+            d->groups[0] = groups_for(pass == 1 ? rows * chunks : rows, 1);
+            d->flops = pass == 1 ? (uint64_t)(rows * len * k) : (uint64_t)(rows * chunks * k * k);
+            if (pass == 1) { /* the candidates pass reads x only */
+                dispatch_unused(d, x);
+                dispatch_arg(d, x, false);
+                dispatch_unused(d, x);
+            } else {
+                dispatch_arg(d, values, true);
+                dispatch_unused(d, cand);
+                dispatch_arg(d, indices, true);
+            }
+            dispatch_arg(d, cand, pass == 1);
+        }
+        return;
+    }
     Dispatch *d = axis_dispatch(p, n, "topk", axis);
     if (!d)
         return;
-    define_int(d, "K", k);
+    define_topk(p, d, n, k);
     d->flops *= (uint64_t)k;
-    define_int(d, "LARGEST", attr_int(n, "largest") != 0);
-    define_int(d, "NEED_I64", 1);
-    p->features |= KILN_FEATURE_INT64;
-    dispatch_arg(d, n->outputs[1], true);
+    dispatch_arg(d, indices, true);
 }
 
 /* nms: one workgroup per (batch, class) selects its boxes greedily into a

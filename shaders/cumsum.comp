@@ -7,6 +7,12 @@
 // leaves each element out of its own sum; REVERSE 1 sums from the row's end.
 // SCAN_T (with Y_BUF and X_BUF): the elements' type, float by default, int
 // or int64_t for integer sums (exact, wrapping as the integers do).
+//
+// SPLIT (few long rows of floats, fixed: lower_rows.c, cumsum_chunks): each
+// row's LEN elements, in the scan's order, in CHUNKS chunks of CHUNK, a
+// workgroup a chunk, in two dispatches. SPLIT 1 writes each chunk's sum to
+// sums[w] (w = row * CHUNKS + chunk); SPLIT 2 starts its chunk's scan from
+// the sum of the row's chunks before it.
 #include "common.glsl"
 
 layout(local_size_x = WG) in;
@@ -20,6 +26,9 @@ layout(local_size_x = WG) in;
 layout(push_constant) uniform Args {
     Y_BUF y;
     X_BUF x;
+#if SPLIT
+    F32 sums;
+#endif
     KILN_DIMS
 } args;
 
@@ -27,15 +36,40 @@ layout(push_constant) uniform Args {
 
 shared SCAN_T scan[WG];
 
+#if SPLIT
+#define ITEMS (ROWS * CHUNKS)
+#else
+#define ITEMS ROWS
+#define CHUNKS 1
+#define CHUNK LEN
+#endif
+
 void main() {
     const uint l = gl_LocalInvocationID.x;
-    for (uint row = gl_WorkGroupID.x; row < ROWS; row += gl_NumWorkGroups.x) {
+    for (uint w = gl_WorkGroupID.x; w < ITEMS; w += gl_NumWorkGroups.x) {
+        const uint row = w / CHUNKS, begin = (w % CHUNKS) * CHUNK;
+        const uint end = min(begin + CHUNK, uint(LEN));
         const uint base = kiln_row_base(kiln_row_of(row));
+#if SPLIT == 1 // the chunk's sum
+        SCAN_T s = SCAN_T(0);
+        for (uint c = begin + l; c < end; c += WG)
+            s += args.x.v[base + (REVERSE != 0 ? LEN - 1 - c : c) * INNER];
+        s = kiln_reduce_sum(s);
+        if (l == 0)
+            args.sums.v[w] = s;
+#else
+#if SPLIT == 2 // the chunks' before it
+        SCAN_T before = SCAN_T(0);
+        for (uint i = l; i < w % CHUNKS; i += WG)
+            before += args.sums.v[row * CHUNKS + i];
+        SCAN_T carry = kiln_reduce_sum(before);
+#else
         SCAN_T carry = SCAN_T(0);
-        for (uint c0 = 0; c0 < LEN; c0 += WG) {
+#endif
+        for (uint c0 = begin; c0 < end; c0 += WG) {
             const uint c = c0 + l;
             const uint j = REVERSE != 0 ? LEN - 1 - c : c;
-            const SCAN_T v = c < LEN ? args.x.v[base + j * INNER] : SCAN_T(0);
+            const SCAN_T v = c < end ? args.x.v[base + j * INNER] : SCAN_T(0);
             scan[l] = v;
             barrier();
             for (uint s = 1; s < WG; s <<= 1) {
@@ -45,10 +79,11 @@ void main() {
                 barrier();
             }
             const SCAN_T inclusive = scan[l] + carry;
-            if (c < LEN)
+            if (c < end)
                 args.y.v[base + j * INNER] = EXCLUSIVE != 0 ? inclusive - v : inclusive;
             carry += scan[WG - 1];
             barrier();
         }
+#endif
     }
 }

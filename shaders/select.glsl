@@ -21,17 +21,27 @@ bool ranks_before(float v, uint i, float w, uint j) {
     return i < j;
 }
 
-// The best element of the row ranked after (pv, pi); NONE_I when none is.
-// Every invocation of the group must call it.
-void select_next(uint base, float pv, uint pi, out float bv, out uint bi) {
+// SEL_LOAD(base, c, v, i): candidate c of a selection, its value v and
+// index i (by default element c of the row at base, index c; topk.comp's
+// second pass reads the first's candidates instead).
+#ifndef SEL_LOAD
+#define SEL_LOAD(base, c, v, i) v = args.x.v[(base) + (c) * INNER]; i = (c)
+#endif
+
+// The best of candidates begin to end - 1 ranked after (pv, pi); NONE_I
+// when none is. Every invocation of the group must call it.
+void select_range(uint base, uint begin, uint end, float pv, uint pi, out float bv,
+                  out uint bi) {
     const uint l = gl_LocalInvocationID.x;
     bv = 0.0;
     bi = NONE_I;
-    for (uint c = l; c < LEN; c += WG) {
-        float v = args.x.v[base + c * INNER];
-        if ((pi == NONE_I || ranks_before(pv, pi, v, c)) && ranks_before(v, c, bv, bi)) {
+    for (uint c = begin + l; c < end; c += WG) {
+        float v;
+        uint i;
+        SEL_LOAD(base, c, v, i);
+        if ((pi == NONE_I || ranks_before(pv, pi, v, i)) && ranks_before(v, i, bv, bi)) {
             bv = v;
-            bi = c;
+            bi = i;
         }
     }
     sel_v[l] = bv;
@@ -47,4 +57,9 @@ void select_next(uint base, float pv, uint pi, out float bv, out uint bi) {
     bv = sel_v[0];
     bi = sel_i[0];
     barrier();
+}
+
+// The best element of the row ranked after (pv, pi).
+void select_next(uint base, float pv, uint pi, out float bv, out uint bi) {
+    select_range(base, 0, LEN, pv, pi, bv, bi);
 }

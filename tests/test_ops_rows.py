@@ -39,6 +39,45 @@ for i, shape in enumerate(SOFTMAX_SHAPES):
     case(f"op softmax {shape}")(softmax_case(i, shape, 3.0))
 case("op softmax [5, 300] large logits")(softmax_case(20, [5, 300], 60.0))
 
+# Few long rows (lower_rows.c, softmax_chunks): chunks of a row, a workgroup
+# each, a first dispatch writing each chunk's maximum and sum, a second
+# combining them (softmax.comp SPLIT). The logits rise along the row, so
+# that the chunks' maxima differ; a chunk of -inf only (a masked span)
+# must not poison its row; log_softmax and f16 storage.
+def split_softmax_case(i, shape, op, masked=False, precision="f32"):
+    def test(workdir):
+        r = rng(420 + i)
+        ramp = np.linspace(-8, 8, shape[-1], dtype=np.float32)
+        x = (values(r, shape, 3.0) + ramp).astype(np.float32)
+        if masked:
+            x[..., 100:9000] = -np.inf
+        f16 = precision == "f16"  # then op(-x): the negation is an f16 operand
+        xin = -half(x) if f16 else x
+        want = ref.softmax(xin) if op == "softmax" else ref.log_softmax(xin)
+        nodes = [{"name": "y", "op": op, "inputs": ["nx" if f16 else "x"], "axis": -1}]
+        if f16:
+            nodes.insert(0, {"name": "nx", "op": "neg", "inputs": ["x"]})
+        prog = build_model(workdir, model_yaml("sm", {"x": spec(x)}, nodes, ["y"]),
+                           flags=("--precision", precision))
+        splits = sorted(d.get("SPLIT") for d in kernel_defines(workdir) if "CHUNKS" in d)
+        check(splits == ["1", "2"], f"softmax kernels' SPLIT {splits}, expected 1 and 2")
+        got, = run_program(prog, [x], [want.astype(np.float32)])
+        if op == "log_softmax" and masked:  # -inf where masked, compared apart
+            check(np.array_equal(np.isinf(got), np.isinf(want)), "-inf positions differ")
+            got, want = got[np.isfinite(want)], want[np.isfinite(want)]
+        assert_close(got, want, 2e-3 if f16 else 1e-5, 1e-4 if f16 else 1e-7)
+    return test
+
+
+case("op softmax [3, 40000]: few long rows in chunks")(split_softmax_case(0, [3, 40000],
+                                                                           "softmax"))
+case("op softmax [1, 70001], a span of -inf: in chunks")(
+    split_softmax_case(1, [1, 70001], "softmax", masked=True))
+case("op log_softmax [2, 30000], a span of -inf: in chunks")(
+    split_softmax_case(2, [2, 30000], "log_softmax", masked=True))
+case("op softmax [3, 40000] in chunks, f16 storage (--precision f16)")(
+    split_softmax_case(0, [3, 40000], "softmax", precision="f16"))
+
 # ---- layer_norm ----
 
 LN_CASES = [
@@ -106,6 +145,31 @@ for i, (shape, axis, excl, rev) in enumerate(CUMSUMS):
         axis_case("cumsum", 10 + i, shape, axis,
                   lambda x, a=axis, e=excl, r=rev: ref.cumsum(x, a, e, r),
                   {"exclusive": excl, "reverse": rev}, tol=(1e-5, 2e-4)))
+
+# Few long rows of f32 (lower_rows.c, cumsum_chunks): a first dispatch sums
+# each chunk, a second scans each chunk from the sum of those before it
+# (cumsum.comp SPLIT): along the last axis and down the first (strided),
+# exclusive, reversed. Sums of up to 40,000 values of scale 3 (~600) in f32.
+SPLIT_CUMSUMS = [([2, 40000], -1, 0, 0), ([1, 70001], -1, 1, 1), ([20000, 3], 0, 0, 1)]
+
+
+def split_cumsum_case(i, shape, axis, excl, rev):
+    def test(workdir):
+        x = values(rng(1530 + i), shape, 3.0)
+        node = {"name": "y", "op": "cumsum", "inputs": ["x"], "axis": axis,
+                "exclusive": excl, "reverse": rev}
+        prog = build_model(workdir, model_yaml("cs", {"x": spec(x)}, [node], ["y"]))
+        splits = sorted(d.get("SPLIT") for d in kernel_defines(workdir) if "CHUNKS" in d)
+        check(splits == ["1", "2"], f"cumsum kernels' SPLIT {splits}, expected 1 and 2")
+        want = ref.cumsum(x, axis, excl, rev)
+        got, = run_program(prog, [x], [want.astype(np.float32)])
+        assert_close(got, want, 1e-5, 2e-3)
+    return test
+
+
+for _i, (_shape, _axis, _excl, _rev) in enumerate(SPLIT_CUMSUMS):
+    case(f"op cumsum {_shape} axis={_axis} exclusive={_excl} reverse={_rev}: in chunks")(
+        split_cumsum_case(_i, _shape, _axis, _excl, _rev))
 
 NORMS = [  # op, shape, axis, params, eps, offset
     ("layer_norm", [2, 3, 4], 1, 2, 1e-5, 0.0),
@@ -239,6 +303,79 @@ case("op add + layer_norm in f16 storage, the sum written too (--precision f16)"
     f16_rows_case(9, "layer_norm", [5, 96], {}, residual=True))
 
 
+# Few long rows (lower_rows.c, norm_chunks): each row cut into chunks, a
+# workgroup a chunk; a first dispatch writes each chunk's mean and squared
+# deviations, a second combines its row's and normalizes (norm.comp SPLIT).
+# Uneven last chunks, gamma and beta across chunk edges, a large mean
+# (offset: the combination stays centered), RMS, a residual whose sum is
+# written, and f16 storage.
+SPLIT_NORMS = [  # op, shape, attrs, offset, outputs
+    ("group_norm", [1, 64, 28, 28], {"groups": 1}, 100.0, 1),
+    ("group_norm", [2, 8, 60, 70], {"groups": 2, "eps": 1e-3}, 0.0, 1),
+    ("instance_norm", [1, 3, 130, 129], {}, 3.0, 1),
+    ("layer_norm", [2, 20000], {"axis": -1}, 50.0, 1),
+    ("rms_norm", [1, 40000], {"axis": -1}, 0.0, 1),
+    ("residual_layer_norm", [1, 17000], {"axis": -1}, 0.0, 2),
+]
+
+
+def split_norm_case(i, op, shape, attrs, offset, nout, precision="f32"):
+    def test(workdir):
+        r = rng(2700 + i)
+        # a ramp along each row: the chunks' means differ, so that their
+        # combination's between-chunk term matters
+        ramp = np.linspace(0, 4, int(np.prod(shape)), dtype=np.float32).reshape(shape)
+        x = values(r, shape) + np.float32(offset) + ramp
+        c = shape[1] if op in ("group_norm", "instance_norm") else shape[-1]
+        g, b = values(r, [c], 1.0), values(r, [c], 1.0)
+        res = values(r, shape)
+        f16 = precision == "f16"  # then norm(-x), negated: an f16 operand and result
+        xin = -half(x) if f16 else x.astype(np.float64)
+        if op == "group_norm":
+            want = ref.group_norm(xin, g, b, attrs["groups"], attrs.get("eps", 1e-5))
+            args = ["x", "g", "b"]
+        elif op == "instance_norm":
+            want = ref.group_norm(xin, g, b, shape[1])
+            args = ["x", "g", "b"]
+        elif op == "residual_layer_norm":
+            xin = xin + res
+            want = ref.norm(xin, -1, g, b)
+            args = ["x", "res", "g", "b"]
+        else:
+            want = ref.norm(xin, -1, g, *([b] if op == "layer_norm" else []),
+                            rms=op == "rms_norm")
+            args = ["x", "g"] + (["b"] if op == "layer_norm" else [])
+        ins = {"x": spec(x), "res": spec(res), "g": spec(g), "b": spec(b)}
+        ins = {k: v for k, v in ins.items() if k in args}
+        node = dict({"name": "n", "op": op, "inputs": args,
+                     "outputs": ["y", "s"][:nout]}, **attrs)
+        nodes = [node]
+        if f16:
+            node["inputs"] = ["nx"] + args[1:]
+            node["outputs"] = ["o"]
+            nodes = [{"name": "nx", "op": "neg", "inputs": ["x"]}, node,
+                     {"name": "y", "op": "neg", "inputs": ["o"]}]
+            want = -want
+        model = model_yaml("split", ins, nodes, ["y", "s"][:nout])
+        prog = build_model(workdir, model, flags=("--precision", precision))
+        splits = sorted(d.get("SPLIT") for d in kernel_defines(workdir) if "CHUNKS" in d)
+        check(splits == ["1", "2"], f"norm kernels' SPLIT {splits}, expected 1 and 2")
+        wants = [want] + ([xin] if nout == 2 else [])
+        arrays = {"x": x, "res": res, "g": g, "b": b}
+        gots = run_program(prog, [arrays[k] for k in args],
+                           [w.astype(np.float32) for w in wants])
+        for k, (got, w) in enumerate(zip(gots, wants)):
+            assert_close(got, w, 1e-3 if f16 else 1e-4, 2e-3 if f16 else 2e-4, f"output {k}")
+    return test
+
+
+for _i, _c in enumerate(SPLIT_NORMS):
+    case(f"op {_c[0]} {_c[1]} {_c[2]} offset={_c[3]}: few long rows in chunks")(
+        split_norm_case(_i, *_c))
+case("op group_norm [1, 64, 28, 28] groups=1 in chunks, f16 storage (--precision f16)")(
+    split_norm_case(0, *SPLIT_NORMS[0], precision="f16"))
+
+
 @case("op instance_norm [2, 3, 5, 4]")
 def _(workdir):
     r = rng(1800)
@@ -290,6 +427,124 @@ for op in ref.REDUCE:
     for i, (shape, axes, keep) in enumerate(REDUCTIONS if op == "reduce_sum" else REDUCTIONS[:4]):
         case(f"op {op} {shape} axes={axes} keep_dims={keep}")(
             reduce_case(op, i, shape, axes, keep))
+
+# Few outputs over long reductions (lower_rows.c, reduce_chunks): each
+# output's elements cut into chunks, a workgroup a chunk; a first dispatch
+# writes each chunk's partial, a second combines them (reduce.comp SPLIT).
+# Rows of uneven chunks, a reduction over every axis of a 3-D tensor, one
+# down the columns (strided), and every kind; the data rises along each
+# reduction, so that the chunks' partials differ.
+SPLIT_REDUCTIONS = [([3, 20000], [-1], 0), ([5, 7, 1000], None, 1), ([20000, 3], [0], 1)]
+
+
+def split_reduce_case(op, i, shape, axes, keep, precision="f32"):
+    def test(workdir):
+        r = rng(1950 + i)
+        ramp = np.linspace(-1, 1, int(np.prod(shape)), dtype=np.float32).reshape(shape)
+        x = (values(r, shape, 1.0) + ramp).astype(np.float32)
+        if op == "reduce_prod":
+            x = (1 + 0.002 * x).astype(np.float32)  # keep products of 35,000 finite
+        if op == "reduce_log_sum_exp":
+            x = (x * 40).astype(np.float32)
+        a = tuple(range(len(shape))) if axes is None else tuple(ax % len(shape) for ax in axes)
+        f16 = precision == "f16"  # then op(-x): the negation is an f16 operand
+        xin = -half(x) if f16 else x.astype(np.float64)
+        want = np.asarray(ref.REDUCE[op](xin, a, bool(keep)))
+        attrs = {"keep_dims": keep}
+        if axes is not None:
+            attrs["axes"] = axes
+        nodes = [dict({"name": "y", "op": op, "inputs": ["nx" if f16 else "x"]}, **attrs)]
+        if f16:
+            nodes.insert(0, {"name": "nx", "op": "neg", "inputs": ["x"]})
+        prog = build_model(workdir, model_yaml("split", {"x": spec(x)}, nodes, ["y"]),
+                           flags=("--precision", precision))
+        splits = sorted(d.get("SPLIT") for d in kernel_defines(workdir) if "CHUNKS" in d)
+        check(splits == ["1", "2"], f"reduce kernels' SPLIT {splits}, expected 1 and 2")
+        got, = run_program(prog, [x], [want.astype(np.float32)])
+        assert_close(got, want, 2e-3 if f16 else 1e-4, 1e-3 if f16 else 1e-4)
+    return test
+
+
+for op in ref.REDUCE:
+    for i, (shape, axes, keep) in enumerate(SPLIT_REDUCTIONS if op == "reduce_sum"
+                                            else SPLIT_REDUCTIONS[:1]):
+        case(f"op {op} {shape} axes={axes}: few outputs, long reductions in chunks")(
+            split_reduce_case(op, i, shape, axes, keep))
+case("op reduce_mean [3, 20000] in chunks, f16 data (--precision f16)")(
+    split_reduce_case("reduce_mean", 0, [3, 20000], [-1], 0, precision="f16"))
+case("op reduce_log_sum_exp [3, 20000] in chunks, f16 data (--precision f16)")(
+    split_reduce_case("reduce_log_sum_exp", 0, [3, 20000], [-1], 0, precision="f16"))
+
+# Many short reductions (lower_rows.c, reduce_per_thread): an invocation an
+# output, in order (reduce.comp PER_THREAD): rows, a global pool's
+# positions ([2, 1100, 7, 7] over its last two axes, as global_avg_pool too)
+# and a strided middle axis, every kind.
+PER_THREAD_REDUCTIONS = [([4100, 9], [-1], 0), ([2, 1100, 7, 7], [2, 3], 1),
+                         ([64, 5, 40], [1], 1)]
+
+
+def per_thread_case(op, i, shape, axes, keep):
+    def test(workdir):
+        r = rng(1970 + i)
+        x = values(r, shape, 1.0)
+        if op == "reduce_prod":
+            x = (1 + 0.05 * x).astype(np.float32)
+        if op == "reduce_log_sum_exp":
+            x = (x * 40).astype(np.float32)
+        a = tuple(ax % len(shape) for ax in axes)
+        want = np.asarray(ref.REDUCE.get(op, ref.REDUCE["reduce_mean"])(
+            x.astype(np.float64), a, bool(keep)))
+        node = {"name": "y", "op": op, "inputs": ["x"]}
+        if op != "global_avg_pool":
+            node.update({"axes": axes, "keep_dims": keep})
+        prog = build_model(workdir, model_yaml("pt", {"x": spec(x)}, [node], ["y"]))
+        kinds = [d.get("PER_THREAD") for d in kernel_defines(workdir) if "KIND" in d]
+        check(kinds and all(k == "1" for k in kinds), f"reduce kernels' PER_THREAD {kinds}")
+        got, = run_program(prog, [x], [want.astype(np.float32)])
+        assert_close(got, want, 1e-5, 1e-5)
+    return test
+
+
+for op in ref.REDUCE:
+    for i, (shape, axes, keep) in enumerate(PER_THREAD_REDUCTIONS if op == "reduce_sum"
+                                            else PER_THREAD_REDUCTIONS[:1]):
+        case(f"op {op} {shape} axes={axes}: many short reductions, an invocation each")(
+            per_thread_case(op, i, shape, axes, keep))
+case("op global_avg_pool [2, 1100, 7, 7]: an invocation an output")(
+    per_thread_case("global_avg_pool", 1, [2, 1100, 7, 7], [2, 3], 1))
+
+# Reductions down strided axes to neighbouring outputs (lower_rows.c,
+# reduce_cols): a workgroup 32 outputs, its parts sharing each one's
+# elements (reduce.comp COLS). Columns of a matrix (300 outputs: a last,
+# partial group), a mean over a sequence ([b, seq, d] over seq), two
+# reduced axes merged; every kind.
+COL_REDUCTIONS = [([1024, 300], [0], 0), ([2, 64, 100], [1], 1), ([3, 50, 40], [0, 1], 0)]
+
+
+def cols_case(op, i, shape, axes, keep):
+    def test(workdir):
+        r = rng(1990 + i)
+        x = values(r, shape, 1.0)
+        if op == "reduce_prod":
+            x = (1 + 0.01 * x).astype(np.float32)
+        if op == "reduce_log_sum_exp":
+            x = (x * 40).astype(np.float32)
+        a = tuple(ax % len(shape) for ax in axes)
+        want = np.asarray(ref.REDUCE[op](x.astype(np.float64), a, bool(keep)))
+        node = {"name": "y", "op": op, "inputs": ["x"], "axes": axes, "keep_dims": keep}
+        prog = build_model(workdir, model_yaml("cols", {"x": spec(x)}, [node], ["y"]))
+        kinds = [d.get("COLS") for d in kernel_defines(workdir) if "KIND" in d]
+        check(kinds and all(k == "1" for k in kinds), f"reduce kernels' COLS {kinds}")
+        got, = run_program(prog, [x], [want.astype(np.float32)])
+        assert_close(got, want, 1e-5, 1e-5)
+    return test
+
+
+for op in ref.REDUCE:
+    for i, (shape, axes, keep) in enumerate(COL_REDUCTIONS if op == "reduce_sum"
+                                            else COL_REDUCTIONS[:1]):
+        case(f"op {op} {shape} axes={axes}: strided reductions, 32 outputs a workgroup")(
+            cols_case(op, i, shape, axes, keep))
 
 ARGS = [([6, 7], 1, 1, 0), ([6, 7], 0, 0, 0), ([3, 4, 500], 2, 1, 0), ([5, 9], 1, 1, 1)]
 

@@ -5,7 +5,8 @@ nms.comp, sample.comp, scan.comp), on Vulkan against the CPU reference
 import numpy as np
 
 import reference as ref
-from harness import assert_close, model_yaml, registry, run_model
+from harness import (assert_close, build_model, check, kernel_defines, model_yaml, registry,
+                     run_model, run_program)
 from ops_common import one_op, rng, spec, values
 
 TESTS, case = registry()
@@ -40,6 +41,34 @@ def check_equal(got, want, what):
 
 for i, c in enumerate(TOPKS):
     case(f"op topk {c[0]} k={c[1]} axis={c[2]} largest={c[3]}")(topk_case(i, *c))
+
+
+# Few long rows (lower_rows.c, topk_chunks): a first dispatch selects each
+# chunk's K best, a second the row's K from those candidates (topk.comp
+# SPLIT). Ties everywhere (integers from a few values): the original
+# indices must order equal values across chunks; K as large as the split
+# takes (64), K more than a chunk's tail holds, and down the first axis.
+SPLIT_TOPKS = [([2, 40000], 5, -1, 1, 40), ([1, 70001], 64, -1, 0, 3), ([20000, 3], 7, 0, 1, 9)]
+
+
+def split_topk_case(i, shape, k, axis, largest, spread):
+    def test(workdir):
+        x = rng(2620 + i).integers(-spread, spread + 1, size=shape).astype(np.float32)
+        wv, wi = ref.topk(x, k, axis, largest)
+        node = {"name": "t", "op": "topk", "inputs": ["x"], "k": k, "axis": axis,
+                "largest": largest, "outputs": ["v", "i"]}
+        prog = build_model(workdir, model_yaml("topk", {"x": spec(x)}, [node], ["v", "i"]))
+        splits = sorted(d.get("SPLIT") for d in kernel_defines(workdir) if "CHUNKS" in d)
+        check(splits == ["1", "2"], f"topk kernels' SPLIT {splits}, expected 1 and 2")
+        gv, gi = run_program(prog, [x], [wv, wi])
+        assert_close(gv, wv, 0, 0, "values")
+        check_equal(gi, wi, "indices")
+    return test
+
+
+for i, c in enumerate(SPLIT_TOPKS):
+    case(f"op topk {c[0]} k={c[1]} axis={c[2]} largest={c[3]}: in chunks")(
+        split_topk_case(i, *c))
 
 
 NMSES = [  # batches, classes, boxes, max_per_class, iou_threshold, score_threshold, center
