@@ -470,6 +470,10 @@ void lower_resize(Program *p, Node *n) {
         define_float(d, "EXTRAPOLATION", attr_float(n, "extrapolation_value"));
     }
     define_int(d, "NEAREST", attr_choice(n, "nearest_mode", resize_nearest, 4));
+    bool need[3] = {false, false, false};
+    define_storage(p, d, need, "Y", y, true);
+    define_storage(p, d, need, "X", x, false);
+    define_needs(d, need);
     dispatch_arg(d, y, true);
     dispatch_arg(d, x, false);
     d->groups[0] = groups_for(count, d->local_size);

@@ -425,13 +425,19 @@ static bool b_kmajor(const Node *n, const MatmulShape *s) {
     return n->op != OP_CONV && s->b_sk == 1 && s->b_sn != 1;
 }
 
-/* Whether coopmat.comp applies to s (coopmat_kernel says when). */
+/* Whether coopmat.comp applies to s (coopmat_kernel says when). Not to a
+ * batch of products of at most 64 x 64 each (windowed attention's [192, 49,
+ * 32] x [192, 32, 49]: 57 us on an H200's matrix units, a workgroup and a
+ * gathered B a product, against 9 us for the tiled kernel in f32,
+ * bench/OPS.md): a tile of one fragment row per subgroup has nothing to
+ * pipeline. */
 static bool coopmat_takes(const Node *n, const MatmulShape *s) {
     /* a decoder's weight stored f16 K-major (quantize.c): B is that copy */
     bool f16_kmajor = n->wkmajor && n->wq && n->wformat == WF_F16;
     const Tensor *a = s->ops[1].t, *b = f16_kmajor ? n->wq : s->ops[2].t;
     bool conv = n->op == OP_CONV;
-    return a->dtype == KILN_DTYPE_F16 && (!n->wq || f16_kmajor) && !s->dyn_k &&
+    bool small = s->batch > 1 && s->M <= 64 && s->N <= 64 && !conv;
+    return a->dtype == KILN_DTYPE_F16 && (!n->wq || f16_kmajor) && !s->dyn_k && !small &&
            s->M > MATVEC_MAX_M && s->a_sk == 1 && (b->dtype == KILN_DTYPE_F16 || conv) &&
            (s->b_sn == 1 || conv || f16_kmajor || b_kmajor(n, s));
 }

@@ -13,7 +13,7 @@
  *         scale and bias f32), attention (q, k, v, the mask and the result
  *         in either dtype, the scores f32), pooling and the reductions
  *         whose result stays in its input's range (mean, max, min; argmax
- *         and argmin, whose result is i64): those operands as they are,
+ *         and argmin, whose result is i64), resize: those operands as they are,
  *         every f32 result f16. Sums, products and norms of many elements
  *         stay f32 (their results can leave f16's range);
  *   SAME  layout and indexing ops (copies): the result takes the dtype of
@@ -31,7 +31,8 @@
  *         products take the matrix units with the input gathered as halves;
  *   SUM   the reductions whose result can leave f16's range (sum, product,
  *         L1, L2, sum of squares, log-sum-exp): the data read in either
- *         dtype (reduce.comp converts on load), the result f32;
+ *         dtype (reduce.comp converts on load), the result f32 (but an f16
+ *         model output, --io f16, which the kernel stores as f16);
  *   F32   everything else, and every group named by --keep-f32: f16
  *         operands are cast to f32 first, results stay f32 (those kernels
  *         compute and store f32).
@@ -63,7 +64,8 @@ static Rule op_rule(OpKind op) {
     case OP_RESHAPE: case OP_SQUEEZE: case OP_UNSQUEEZE: case OP_FLATTEN:
     case OP_TRANSPOSE: case OP_SLICE: case OP_CONCAT: case OP_SPLIT: case OP_EXPAND:
     case OP_TILE: case OP_DEPTH_TO_SPACE: case OP_SPACE_TO_DEPTH: case OP_GATHER:
-    case OP_EMBEDDING: case OP_PAD: case OP_TRILU:
+    case OP_EMBEDDING: case OP_PAD: case OP_TRILU: case OP_GATHER_ELEMENTS:
+    case OP_GATHER_ND:
         return R_SAME;
     case OP_MATMUL: case OP_GEMM:
         return R_MATMUL;
@@ -74,7 +76,7 @@ static Rule op_rule(OpKind op) {
     case OP_SOFTMAX: case OP_LOG_SOFTMAX:
     case OP_MAX_POOL: case OP_AVG_POOL: case OP_GLOBAL_AVG_POOL: case OP_GLOBAL_MAX_POOL:
     case OP_REDUCE_MEAN: case OP_REDUCE_MAX: case OP_REDUCE_MIN: case OP_ARGMAX:
-    case OP_ARGMIN: case OP_ROPE: case OP_ATTENTION: case OP_BATCH_NORM:
+    case OP_ARGMIN: case OP_ROPE: case OP_ATTENTION: case OP_BATCH_NORM: case OP_RESIZE:
         return R_ANY;
     case OP_REDUCE_SUM: case OP_REDUCE_PROD: case OP_REDUCE_L1: case OP_REDUCE_L2:
     case OP_REDUCE_SUM_SQUARE: case OP_REDUCE_LOG_SUM_EXP:
@@ -438,7 +440,7 @@ void apply_precision(Graph *g, const Options *opt) {
             }
             if (r == R_ANY || ((r == R_MATMUL || r == R_CONV) && !any_f32(g, members, nm)))
                 store_f16(g, members, nm);
-            f32_head = r == R_F32 || r == R_SUM;
+            f32_head = r == R_F32; /* a sum writes an f16 output itself */
         }
         vec_push(&p.order, n);
         if (f32_head)

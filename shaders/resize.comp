@@ -13,14 +13,21 @@
 // MODE 1 interpolates between the two nearest source elements of each
 // dimension; MODE 2 between the four nearest, with Keys' cubic of
 // coefficient CUBIC_A, EXCLUDE 1 dropping (and renormalizing without) the
-// taps outside the input. Taps past an edge read the edge element.
+// taps outside the input. Taps past an edge read the edge element. x and
+// y f32 or f16 (X_BUF, Y_BUF, Y_T), the arithmetic f32.
 #include "common.glsl"
 
 layout(local_size_x = WG) in;
 
+#ifndef Y_BUF
+#define Y_BUF F32
+#define Y_T float
+#define X_BUF F32R
+#endif
+
 layout(push_constant) uniform Args {
-    F32 y;
-    F32R x;
+    Y_BUF y;
+    X_BUF x;
     KILN_DIMS
 } args;
 
@@ -138,13 +145,13 @@ void main() {
                 xi = xi * XS[d] + idx[d][k];
             }
             if (weight != 0.0)
-                acc += weight * args.x.v[xi];
+                acc += weight * float(args.x.v[xi]);
         }
 #if COORD == 5
         if (outside)
             acc = EXTRAPOLATION;
 #endif
-        args.y.v[o] = acc;
+        args.y.v[o] = Y_T(acc);
         if (COUNT - o <= step)
             break;
         o += step;

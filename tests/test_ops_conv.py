@@ -517,11 +517,34 @@ F16_UNCAST = [  # op, attrs, reference over f64 operands, the op's result dtype
      lambda x: np.log(np.exp(x).sum(axis=3, keepdims=True)), "f32"),
     ("batch_norm", {}, lambda x, s, b, m, v: ref.batch_norm(x, s, b, m, v), "f16"),
     ("concat", {"axis": 1}, lambda x, x2: np.concatenate([x, x2], 1), "f16"),
+    ("resize", {"mode": "nearest", "scales": [1, 1, 2, 2],
+                "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"},
+     lambda x: x.repeat(2, axis=2).repeat(2, axis=3), "f16"),
+    ("resize", {"mode": "linear", "scales": [1, 1, 2, 2],
+                "coordinate_transformation_mode": "align_corners"},
+     lambda x: ref.resize(x, [x.shape[0], x.shape[1], 2 * x.shape[2], 2 * x.shape[3]],
+                          "linear", "align_corners"), "f16"),
 ]
 
 for _op, _attrs, _ref, _dt in F16_UNCAST:
-    case(f"op {_op} --precision f16: no cast dispatch, result {_dt}")(
+    case(f"op {_op} {_attrs.get('mode', '')} --precision f16: no cast dispatch, result {_dt}")(
         f16_uncast_case(_op, _attrs, _ref, _dt))
+
+
+@case("op reduce_sum --precision f16 --io f16: the f16 output written by the sum itself")
+def _(workdir):
+    r = rng(2612)
+    x = values(r, [3, 40, 50], 1.0)
+    node = {"name": "y", "op": "reduce_sum", "inputs": ["x"], "axes": [2], "keep_dims": 0}
+    flags = ("--precision", "f16", "--io", "f16")
+    prog = build_model(workdir, model_yaml("sum16", {"x": spec(x)}, [node], ["y"]), flags=flags)
+    j = json.loads(kiln("inspect", Path(workdir) / "model.yaml", "--format", "json",
+                        *flags).stdout)
+    nodes_run = [d["node"] for d in j["dispatches"]]
+    check(nodes_run == ["y"], f"dispatches {nodes_run}, expected the sum alone")
+    want = half(x).sum(axis=2)
+    got, = run_program(prog, [x.astype(np.float16)], [want.astype(np.float16)])
+    assert_relative(got.astype(np.float64), want, 2e-3, "output")
 
 
 ROI_ALIGNS = [  # x shape, rois, output, sampling, scale, mode, half_pixel, index dtype

@@ -832,3 +832,18 @@ def test_coopmat_ceiling(workdir):
             kf = 16 if ceiling == "1" else bk
             want = steps * (bk // kf) * (half(a)[:, :kf] @ half(b)[:kf])
         assert_close(got.astype(np.float64), want, 1e-2, 1e-2)
+
+
+@case("op matmul f16 batch of small products ([24, 49, 32] x [24, 32, 49], windowed "
+      "attention's): the tiled kernel, not coopmat.comp (a fragment row per subgroup)")
+def _(workdir):
+    r = rng(3320)
+    a, b = values(r, [24, 49, 32], 1.0), values(r, [24, 32, 49], 1.0)
+    a16, b16 = a.astype(np.float16), b.astype(np.float16)
+    y = model_yaml("win", {"a": spec(a16), "b": spec(b16)},
+                   [{"name": "y", "op": "matmul", "inputs": ["a", "b"]}], ["y"])
+    prog = build_model(workdir, y, flags=("--precision", "f16"))
+    check_kernels(workdir, {"matmul"})
+    want = half(a).astype(np.float64) @ half(b)
+    got, = run_program(prog, [a16, b16], [want.astype(np.float16)])
+    assert_close(got.astype(np.float64), want, 2e-3, 2e-3)
