@@ -91,7 +91,7 @@ void inspect_table(Program *p, Str *s) {
     }
 }
 
-void inspect_text(Graph *g, Program *p, FILE *f) {
+void inspect_text(Graph *g, Program *p, FILE *f, bool why) {
     fprintf(f, "model %s (%s)\n\n", g->name, g->path);
     Str table = {0};
     str_add(&table, "");
@@ -134,6 +134,16 @@ void inspect_text(Graph *g, Program *p, FILE *f) {
                 : tensor_root(s->update) == s ? format("appended in place by '%s'",
                                                         s->update->name)
                 : format("copied from '%s' after each run", s->update->name));
+    }
+    if (!why)
+        return;
+    /* -v: the rule that chose each product's kernel (lower_matmul.c), once
+     * for a dispatch and the variants after it */
+    fprintf(f, "\nwhy each product got its kernel:\n");
+    for (int i = 0; i < p->ndispatches; i++) {
+        const Dispatch *d = p->dispatches[i];
+        if (d->why && !(i > 0 && p->dispatches[i - 1]->why == d->why))
+            fprintf(f, "  #%d %s: %s\n", i, d->node->name, d->why);
     }
 }
 
@@ -273,7 +283,12 @@ void inspect_json(Graph *g, Program *p, FILE *f) {
                     (unsigned long long)(r->offset + d->arg_begin[k]),
                     (unsigned long long)(r->offset + d->arg_end[k]));
         }
-        fprintf(f, "], \"needs\": %u, \"unless\": %u, \"barrier\": ", d->needs, d->unless);
+        fprintf(f, "], \"needs\": %u, \"unless\": %u, \"why\": ", d->needs, d->unless);
+        if (d->why)
+            json_string(f, d->why);
+        else
+            fputs("null", f);
+        fputs(", \"barrier\": ", f);
         if (d->barrier) {
             fprintf(f, "{\"after\": %d, \"reason\": ", d->wait_on);
             json_string(f, d->reason);

@@ -178,7 +178,7 @@ typedef struct DimExpr {
 } DimExpr;
 
 /* How a dimension gets its value: given (declared), or derived from the
- * dims before it (dynamic.c derive_dim): the product, the quotient rounded
+ * dims before it (dynamic_dims.c derive_dim): the product, the quotient rounded
  * down, the maximum or the minimum of two expressions of them. The values
  * match the runtime's KILN_DIM_MUL ... KILN_DIM_MIN. */
 typedef enum DimOp { DIM_DECLARED = 0, DIM_MUL, DIM_DIV, DIM_MAX, DIM_MIN } DimOp;
@@ -351,7 +351,7 @@ typedef struct Graph {
 } Graph;
 
 /* ---- graph.c ------------------------------------------------------------- */
-/* The declared dims (the first ones; the rest are derived: dynamic.c). */
+/* The declared dims (the first ones; the rest are derived: dynamic_dims.c). */
 int declared_dims(const Graph *g);
 
 /* Constructors for loaders that build graphs in code (ONNX). Names must be
@@ -481,7 +481,7 @@ bool depth_to_space_crd(Node *n);
 bool broadcast_shapes(int ra, const int64_t *a, int rb, const int64_t *b,
                       int *rout, int64_t *out);
 
-/* ---- dynamic.c ----------------------------------------------------------- */
+/* ---- dynamic_dims.c (the dims) and dynamic.c (which axes follow them) ---- */
 
 /* "LO..HI" into lo and hi; false when s is not that. */
 bool parse_dim_range(const char *s, int64_t *lo, int64_t *hi);
@@ -652,6 +652,7 @@ typedef struct Dispatch {
     bool barrier;           /* a barrier before this dispatch */
     int wait_on;            /* the dispatch that made it needed, or -1 */
     const char *reason;     /* "read after write of t", ... */
+    const char *why;        /* a product's: the rule that chose its kernel */
     /* Work that follows the dynamic dimensions: groups[dyn_axis] is
      * min(groups[dyn_axis], ceil(work * scale / per_group)) at run time. */
     bool dynamic;
@@ -837,7 +838,8 @@ bool write_weights_file(const Graph *g, Program *p, const char *path);
 
 /* ---- inspect.c ----------------------------------------------------------- */
 
-void inspect_text(Graph *g, Program *p, FILE *f);
+/* why: also the rule that chose each product's kernel (kiln inspect -v). */
+void inspect_text(Graph *g, Program *p, FILE *f, bool why);
 /* inspect's dispatch table (node, op, kernel, groups, bytes, barrier
  * reason), one line per dispatch under a heading line. */
 void inspect_table(Program *p, Str *s);

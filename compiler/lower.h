@@ -200,11 +200,11 @@ Dispatch *one_row_of(Program *p, const Node *prod, const Dispatch *nd);
 bool every_run(const Dispatch *nd);
 /* KILN_SPLIT_LAST=0: attention's spans combined by a second dispatch, not
  * by each row's last span workgroup; for comparison (split products add
- * their chunks with splitk.comp unless KILN_SPLIT_LAST=1: lower_matmul.c,
+ * their chunks with splitk.comp unless KILN_SPLIT_LAST=1: matmul_tiled.c,
  * split_in_last). */
 bool split_last_off(void);
 
-/* ---- lower_matmul.c ---------------------------------------------------- */
+/* ---- lower_matmul.c (the kernels themselves: matmul_*.c, matmul.h) ------ */
 
 Dispatch *matmul_dispatch(Program *p, Node *n, MatmulShape *s);
 /* The norm nd of node n (layer_norm or rms_norm of one row of o + res, y
@@ -217,6 +217,7 @@ bool norm_after_product(Program *p, Node *n, Dispatch *nd, Tensor *o, Tensor *re
 MatmulShape matrix_product(Tensor *c, Tensor *a, Tensor *b, int64_t M, int64_t N,
                            int64_t K, bool ta, bool tb);
 void bind_bias(Dispatch *d, Tensor *bias, Operand bo, double beta, Tensor *a);
+/* (matmul_common.c) */
 void bind_weight_scales(Dispatch *d, Node *n, bool later);
 const char *activation_expr(const char *name);
 /* e with each identifier that sub (given ctx) maps to text replaced by it

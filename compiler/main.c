@@ -558,7 +558,7 @@ static int inspect(int argc, char **argv) {
     else if (strcmp(a.format, "dot") == 0)
         inspect_dot(g, p, f);
     else
-        inspect_text(g, p, f);
+        inspect_text(g, p, f, a.opt.verbose);
     if (f != stdout && fclose(f) != 0)
         fatal("cannot write %s", a.out);
     if (a.html) {

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """test_golden.py: the generated C of the samples, byte for byte; and the
-compiler's files depend one way.
+compiler's files depend one way, none of its, the runtime's or the
+shaders' files over 1,000 lines.
 
 Each sample (samples/*.yaml, samples/decode/decoder.yaml) and one exported
 ONNX model (tests/models/densenet_tiny_legacy17) is compiled as a user would
@@ -119,6 +120,19 @@ def _(workdir):
                 f"{a} uses {sorted(uses[a] & defs[b])[:2]} of {b}"
                 for a in c for b in c if a != b and uses[a] & defs[b]) + ")"
             for c in circles))
+
+
+@case("structure: no file in compiler/, runtime/ or shaders/ over 1,000 lines")
+def _(workdir):
+    """Every C source and header, compute shader and GLSL include there
+    stays within 1,000 lines: a file that grows past it is split by family
+    (as lower_matmul.c into the matmul_*.c files). No exceptions."""
+    counts = {f.relative_to(ROOT).as_posix(): len(f.read_bytes().splitlines())
+              for sub in ("compiler", "runtime", "shaders") for f in sorted((ROOT / sub).iterdir())
+              if f.is_file() and f.suffix in (".c", ".h", ".comp", ".glsl")}
+    check(len(counts) >= 50, f"only {len(counts)} files found under {ROOT}")
+    over = [f"{name} ({n} lines)" for name, n in counts.items() if n > 1000]
+    check(not over, "files over 1,000 lines: " + ", ".join(over))
 
 
 if __name__ == "__main__":

@@ -294,6 +294,31 @@ def _(workdir):
 
 
 
+@case("inspect -v: why each product got its kernel; the JSON's why")
+def _(workdir):
+    # two f16 products: [64, 256] x [256, 128], which the matrix units take,
+    # and a batch of [12, 49, 32] x [12, 32, 49], which they do not
+    wd = Path(workdir)
+    (wd / "m.yaml").write_text(
+        "name: why\ninputs:\n  a: {dtype: f16, shape: [64, 256]}\n"
+        "  q: {dtype: f16, shape: [12, 49, 32]}\n  k: {dtype: f16, shape: [12, 32, 49]}\n"
+        "weights:\n  w: {dtype: f16, shape: [256, 128], init: {normal: 0.05, seed: 1}}\n"
+        "nodes:\n  - {name: big, op: matmul, inputs: [a, w]}\n"
+        "  - {name: win, op: matmul, inputs: [q, k]}\n"
+        "outputs: [big, win]\n")
+    r = kiln("inspect", wd / "m.yaml", "-v")
+    check(r.returncode == 0, r.stderr)
+    text = r.stdout[r.stdout.index("why each product got its kernel:"):]
+    check(re.search(r"#\d+ big: f16 operands: coopmat", text) is not None, text)
+    check(re.search(r"#\d+ win: not on the matrix units \(a batch of products of at most "
+                    r"64 x 64[^)]*\); the tiled kernel", text) is not None, text)
+    plain = kiln("inspect", wd / "m.yaml").stdout
+    check("why each product" not in plain, "the reasons print without -v")
+    j = json.loads(kiln("inspect", wd / "m.yaml", "--format", "json").stdout)
+    whys = {d["node"]: d["why"] for d in j["dispatches"]}
+    check(whys["win"].endswith("the tiled kernel") and "coopmat" in whys["big"], str(whys))
+
+
 def opening_comment(path):
     text = Path(path).read_text()
     return text[:text.index("*/")]

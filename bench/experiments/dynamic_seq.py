@@ -8,7 +8,7 @@ the first point against onnxruntime; prints the wall time of one run
 (bench/bench.c: host to host, the median of --runs after a warm-up) and the
 GPU time of its dispatches for each build at its points. The question it
 answers: a product whose rows follow the dims is not split along K
-(lower_matmul.c split_chunk), where a fixed build of few rows splits (BERT's
+(matmul_tiled.c split_chunk), where a fixed build of few rows splits (BERT's
 [128, 3072] x [3072, 768] into 11 chunks); convolutions over a dynamic
 batch lost 6.6x at batch 1 to the same rule
 (bench/experiments/dynamic-batch-h200.txt). Also the dynamic export
