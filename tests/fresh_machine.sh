@@ -12,6 +12,7 @@
 # exit status and time are printed, then a summary; the exit status is 1
 # when any command failed. The root is removed at the end unless --keep.
 #
+# KILN_FRESH_MAKEFLAGS=-j8 runs the block's make commands in parallel.
 # Needs: root, the Debian mirror, about 4 GiB of disk and 30 to 40 minutes
 # on a 2-core machine (mostly the test suite). Not part of `make test`
 # (CI's run would exceed its budget): run it before resolving anything
@@ -60,8 +61,11 @@ mount -t sysfs sys "$root/sys"
 mount --bind /dev "$root/dev"
 mount --bind /dev/pts "$root/dev/pts"
 
+# KILN_FRESH_MAKEFLAGS (say -j8): MAKEFLAGS for the commands, so that the
+# README's `make` runs in parallel as a user's `make -j8` would.
 in_root() {
   chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 \
+    ${KILN_FRESH_MAKEFLAGS:+MAKEFLAGS=$KILN_FRESH_MAKEFLAGS} \
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin /bin/bash -c "$1"
 }
 step "apt-get install git (to clone, as a user would)"
