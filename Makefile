@@ -72,7 +72,9 @@ test-deps: deps
 
 # ---- the compiler ----
 
-$(B)/embed: compiler/embed.c
+# Every rule that runs the C compiler waits for the package step (| deps):
+# under make -jN on a bare machine cc is not there until it has run.
+$(B)/embed: compiler/embed.c | deps
 	@mkdir -p $(B)
 	$(CC) $(CFLAGS) $(WARN) -std=c11 -o $@ $<
 
@@ -193,7 +195,7 @@ llm: deps $(B)/llm
 
 # The model runner the tests link every generated test model with
 # (compiled with --name model).
-$(B)/run_model_test.o: samples/run_model.c runtime/kiln_rt.h runtime/kiln_rt_tables.h
+$(B)/run_model_test.o: samples/run_model.c runtime/kiln_rt.h runtime/kiln_rt_tables.h | deps
 	$(CC) $(CFLAGS) $(WARN) -std=c99 -Iruntime -DKILN_MODEL=model \
 	  -DKILN_DECLARE_MODEL -c -o $@ $<
 

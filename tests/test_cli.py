@@ -6,7 +6,9 @@ containing the expected words (the node's name among them), and no output
 file left behind.
 """
 import json
+import os
 import re
+import stat
 import struct
 from pathlib import Path
 
@@ -715,3 +717,33 @@ for target_dir in sorted(REGRESSIONS.iterdir()) if REGRESSIONS.is_dir() else []:
     for p in sorted(target_dir.iterdir()):
         TESTS.append((f"cli fuzz regression: {target_dir.name}/{p.name}",
                       fuzz_regression(target_dir.name, p)))
+
+
+def test_make_waits_for_packages(workdir):
+    """make -jN on a bare machine: every rule that runs the C compiler waits
+    for the package step (| deps), since cc is not there before it. The
+    Makefile's package recipe is replaced by a slow stand-in that leaves a
+    mark, and CC by a wrapper that fails without the mark; the first
+    compiles of each kind (the embedder, a compiler and a runtime object,
+    the test driver's object, the protobuf-c sources) built with -j8."""
+    wd = Path(workdir)
+    mark = wd / "packages-done"
+    text = (ROOT / "Makefile").read_text()
+    recipe = "\t@sh tools/packages.sh $(PACKAGES)\n"
+    check(recipe in text, "the Makefile's deps recipe changed: update this test")
+    (wd / "Makefile").write_text(text.replace(recipe, f"\t@sleep 2; touch {mark}\n"))
+    cc = wd / "cc"
+    cc.write_text(f"#!/bin/sh\n[ -f {mark} ] || {{ echo 'cc before the package step:' "
+                  f"\"$@\" >&2; exit 99; }}\nexec cc \"$@\"\n")
+    cc.chmod(cc.stat().st_mode | stat.S_IXUSR)
+    b = wd / "b"
+    targets = [b / "embed", b / "compiler" / "util.o", b / "runtime" / "dtype.o",
+               b / "run_model_test.o", b / "compiler" / "onnx.pb-c.c"]
+    r = run(["make", "-f", wd / "Makefile", "-C", ROOT, "-j8", f"B={b}", f"CC={cc}",
+             *targets], timeout=600, env=dict(os.environ, MAKEFLAGS=""))
+    check(r.returncode == 0, (r.stdout + r.stderr)[-3000:])
+    check(all(t.exists() for t in targets), f"not built: {[t for t in targets if not t.exists()]}")
+
+
+TESTS.append(("build: make -j8 runs no compiler before the package step",
+              test_make_waits_for_packages))
