@@ -37,6 +37,30 @@ static int64_t long_row_chunks(int64_t rows, int64_t len) {
     return (len + chunk - 1) / chunk; /* none empty */
 }
 
+/* Pass 1 or 2 of a split row kernel (softmax.comp, cumsum.comp SPLIT):
+ * rows of len elements, inner apart, cut into chunks, a workgroup a
+ * chunk; the caller adds its own defines, then split_io binds it. */
+static Dispatch *split_pass(Program *p, Node *n, const char *family, int pass, int64_t rows,
+                            int64_t len, int64_t inner, int64_t chunks) {
+    Dispatch *d = row_dispatch(p, n, family, rows, len, inner, NULL);
+    define_int(d, "SPLIT", pass);
+    define_int(d, "CHUNK", (len + chunks - 1) / chunks);
+    define_int(d, "CHUNKS", chunks);
+    d->groups[0] = groups_for(rows * chunks, 1);
+    return d;
+}
+
+/* A split pass's arguments: y (pass 1 writes none of it), x, and the
+ * chunks' partials, written by pass 1 and read by pass 2. */
+static void split_io(Dispatch *d, int pass, Tensor *y, Tensor *x, Tensor *partials) {
+    if (pass == 1)
+        dispatch_unused(d, x);
+    else
+        dispatch_arg(d, y, true);
+    dispatch_arg(d, x, false);
+    dispatch_arg(d, partials, pass == 1);
+}
+
 /* A softmax's chunks (softmax.comp SPLIT): fixed rows along the last axis;
  * a workgroup a row left a GPU idle where there are few, long ones (a
  * softmax over 262,144 elements: 272 us on an H100, torch 61).
@@ -57,22 +81,13 @@ void lower_softmax(Program *p, Node *n) {
         int64_t len = x->shape[x->rank - 1], rows = tensor_count(x) / len;
         Tensor *stats = scratch(p, n, "stats", 1, (int64_t[]){2 * rows * chunks});
         for (int pass = 1; pass <= 2; pass++) {
-            Dispatch *d = row_dispatch(p, n, "softmax", rows, len, 1, NULL);
-            define_int(d, "SPLIT", pass);
-            define_int(d, "CHUNK", (len + chunks - 1) / chunks);
-            define_int(d, "CHUNKS", chunks);
+            Dispatch *d = split_pass(p, n, "softmax", pass, rows, len, 1, chunks);
             define_int(d, "LOG", n->op == OP_LOG_SOFTMAX);
-            d->groups[0] = groups_for(rows * chunks, 1);
             bool need[3] = {false, false, false};
             define_storage(p, d, need, "Y", y, true);
             define_storage(p, d, need, "X", x, false);
             define_needs(d, need);
-            if (pass == 1) /* the statistics pass writes no y */
-                dispatch_unused(d, x);
-            else
-                dispatch_arg(d, y, true);
-            dispatch_arg(d, x, false);
-            dispatch_arg(d, stats, pass == 1);
+            split_io(d, pass, y, x, stats);
         }
         return;
     }
@@ -118,18 +133,9 @@ void lower_cumsum(Program *p, Node *n) {
         int64_t inner = shape_count(x->rank - axis - 1, x->shape + axis + 1);
         Tensor *sums = scratch(p, n, "sums", 1, (int64_t[]){rows * chunks});
         for (int pass = 1; pass <= 2; pass++) {
-            Dispatch *d = row_dispatch(p, n, "cumsum", rows, len, inner, NULL);
-            define_int(d, "SPLIT", pass);
-            define_int(d, "CHUNK", (len + chunks - 1) / chunks);
-            define_int(d, "CHUNKS", chunks);
+            Dispatch *d = split_pass(p, n, "cumsum", pass, rows, len, inner, chunks);
             define_scan(d, n);
-            d->groups[0] = groups_for(rows * chunks, 1);
-            if (pass == 1) /* the sums pass writes no y */
-                dispatch_unused(d, x);
-            else
-                dispatch_arg(d, y, true);
-            dispatch_arg(d, x, false);
-            dispatch_arg(d, sums, pass == 1);
+            split_io(d, pass, y, x, sums);
         }
         return;
     }
