@@ -40,7 +40,7 @@ endif
 PACKAGES = build-essential libvulkan-dev libshaderc-dev glslc spirv-tools \
            libyaml-dev mesa-vulkan-drivers vulkan-validationlayers \
            libprotobuf-c-dev protobuf-c-compiler libonnx-dev pkg-config
-TEST_PACKAGES = python3 python3-numpy python3-yaml clang g++ libonnx-testdata \
+TEST_PACKAGES = python3 python3-numpy python3-yaml python3-venv python3-pip clang g++ libonnx-testdata \
                 graphviz chromium man-db cmake
 
 COMPILER_SRC = $(filter-out compiler/embed.c, $(wildcard compiler/*.c))
@@ -60,7 +60,7 @@ COMPILER_LIBS = -lyaml -lprotobuf-c -Wl,--start-group -l:libshaderc_combined.a -
 .PHONY: all deps test-deps run-sample samples decode llm test onnx-report clean install uninstall
 .DEFAULT_GOAL := all
 
-all: deps $(B)/kiln $(B)/libkilnrt.a run-sample
+all: deps $(B)/kiln $(B)/libkilnrt.a $(B)/shared/libkilnrt.so run-sample
 
 # ---- packages ----
 
@@ -203,7 +203,7 @@ $(B)/test_units: tests/test_units.c $(filter-out $(B)/compiler/main.o, $(COMPILE
 	$(CC) $(CFLAGS) $(WARN) -std=c11 -Icompiler -o $@ $^ $(COMPILER_LIBS)
 
 # What the tests run: tests/run_tests.py, run by hand, makes it first.
-test-build: $(B)/kiln $(B)/libkilnrt.a $(B)/run_model_test.o $(B)/test_units
+test-build: $(B)/kiln $(B)/libkilnrt.a $(B)/shared/libkilnrt.so $(B)/run_model_test.o $(B)/test_units
 
 # The build on every core once the packages are in (test-deps first).
 NPROC := $(shell nproc 2>/dev/null || echo 1)

@@ -51,6 +51,7 @@ import test_llm  # noqa: E402
 import test_rewrite  # noqa: E402
 import test_readme  # noqa: E402
 import test_golden  # noqa: E402
+import test_python  # noqa: E402
 from harness import BUILD, SANITIZING, Failure, Skip  # noqa: E402
 
 SKIPPED = "skipped: "  # a `why` that starts so is a skip, not a failure
@@ -115,7 +116,8 @@ def run_one(name, fn, keep):
 # The tiers, in the order they run.
 TIERS = (test_ops, test_quant, test_dynamic, test_experts, test_signal, test_backward,
          test_limits, test_corpus, test_llm, test_rewrite, test_readme, test_golden, test_cli,
-         test_models, test_inspect, test_onnx, test_onnx_quant, test_onnx_rnn, test_onnx_more)
+         test_models, test_inspect, test_python, test_onnx, test_onnx_quant, test_onnx_rnn,
+         test_onnx_more)
 
 
 def all_tests():
@@ -138,6 +140,7 @@ SANITIZE_SHARE = {
     test_ops: 10, test_quant: 6, test_dynamic: 3, test_experts: 2, test_signal: 4,
     test_backward: 4, test_limits: 1, test_corpus: 10, test_llm: 6, test_rewrite: 6,
     test_readme: 0, test_golden: 0, test_cli: 1, test_models: 1, test_inspect: 2,
+    test_python: 0,
     test_onnx_quant: 4, test_onnx_rnn: 4, test_onnx_more: 4,
     # the conformance cases one in 16, the loader's own tests one in 3
     test_onnx: lambda name: 16 if test_onnx.is_conformance(name) else 3,

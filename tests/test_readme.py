@@ -24,7 +24,7 @@ TESTS, case = registry()
 
 DOCS = ROOT / "docs"
 # The order their blocks run in, after the README's.
-DOC_PAGES = ["embedding.md", "cli.md", "onnx.md", "onnx-ops.md", "yaml.md", "ops.md",
+DOC_PAGES = ["embedding.md", "python.md", "cli.md", "onnx.md", "onnx-ops.md", "yaml.md", "ops.md",
              "runtime.md", "design.md", "tests.md", "performance.md", "unsupported.md"]
 
 
