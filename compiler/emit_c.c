@@ -368,17 +368,25 @@ static void emit_dims(Str *s, Graph *g, const char *px) {
     str_add(s, "};\n");
 }
 
-/* --guard: the bands between arena slots; the table is empty otherwise. */
+/* --guard: the bands between arena slots and the index reports; the table
+ * is empty otherwise. */
 static void emit_guards(Str *s, Program *p, const char *px) {
-    str_addf(s, "\n/* Guard bands (--guard): {arena offset, bytes, staging offset, after} */\n"
+    str_addf(s, "\n/* Guard bands (--guard): {arena offset, bytes, staging offset, after, "
+                "index report of} */\n"
                 "static const kiln_guard %s_guards[%d] = {\n",
              px, p->nguards ? p->nguards : 1);
-    for (int i = 0; i < p->nguards; i++)
-        str_addf(s, "    {%lluull, %lluull, %lluull, \"%s\"},\n",
-                 (unsigned long long)p->guards[i].offset, (unsigned long long)p->guards[i].bytes,
-                 (unsigned long long)p->guards[i].io_offset, c_string(p->guards[i].after));
+    for (int i = 0; i < p->nguards; i++) {
+        const kiln_guard *g = &p->guards[i];
+        str_addf(s, "    {%lluull, %lluull, %lluull, \"%s\", ", (unsigned long long)g->offset,
+                 (unsigned long long)g->bytes, (unsigned long long)g->io_offset,
+                 c_string(g->after));
+        if (g->index_node)
+            str_addf(s, "\"%s\"},\n", c_string(g->index_node));
+        else
+            str_add(s, "NULL},\n");
+    }
     if (!p->nguards)
-        str_add(s, "    {0ull, 0ull, 0ull, \"\"}\n");
+        str_add(s, "    {0ull, 0ull, 0ull, \"\", NULL}\n");
     str_add(s, "};\n");
 }
 

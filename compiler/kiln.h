@@ -246,6 +246,9 @@ typedef struct Tensor {
     DimExpr extent;
     Loc loc;            /* where it is defined */
     Node *producer;     /* NULL for inputs and weights */
+    /* --guard: the 16 bytes where a dispatch reports a run-time index outside
+     * its axis (lower_index.c), and which: a guard entry's index_node */
+    const char *index_report;
     /* weights */
     WeightSource src;
     uint8_t *data;      /* little-endian, bytes() long, after load */
@@ -729,7 +732,7 @@ typedef struct Program {
 
 #define DIMS_SLOT (MAX_ARGS - 1) /* push-constant slot of the dims address */
 
-Program *lower(Graph *g);
+Program *lower(Graph *g, bool guard);
 
 /* ---- lower_dispatch.c ---------------------------------------------------- */
 

@@ -108,9 +108,10 @@ static void copy_inner_states(Graph *g, Program *p) {
     }
 }
 
-Program *lower(Graph *g) {
+Program *lower(Graph *g, bool guard) {
     Program *p = xcalloc(1, sizeof *p);
     p->graph = g;
+    p->guard = guard; /* index reports (lower_index.c), then the planner's bands */
     plan_states(g, p);
     for (int i = 0; i < g->nodes.len; i++) {
         Node *n = g->nodes.data[i];

@@ -9,6 +9,30 @@
 #include <string.h>
 
 
+/* --guard: a dispatch that reads indices computed at run time reports the
+ * first it finds outside its axis (INDEX_CHECK in index.comp and
+ * scatter.comp) into 16 bytes of its own, which the planner makes a guard
+ * entry and the runtime turns into an error naming the node. Constant
+ * indices were checked at compile time (check_const_indices). */
+static void index_report(Program *p, Node *n, Dispatch *d, const Tensor *idx, int axis,
+                         const Tensor *x, const Tensor *y) { /* axis -1: gather_nd's tuples */
+    /* A dispatch that runs the largest shape of dynamic indices reads the
+     * don't-care elements past a run's extent too (dynamic.c): no report.
+     * One whose count follows its prefix-layout output (y; NULL: a fixed
+     * count) reads only the run's. */
+    bool past_extent = idx->dyn_axes && !(y && y->dynamic && idx->dynamic);
+    if (!p->guard || idx->kind == T_WEIGHT || past_extent)
+        return;
+    Tensor *r = scratch(p, n, "index_report", 1, (int64_t[]){4});
+    r->dtype = KILN_DTYPE_I32;
+    r->index_report = axis < 0 ? format("node '%s' (%s): '%s' into '%s'", n->name,
+                                        op_info[n->op].name, idx->name, x->name)
+                               : format("node '%s' (%s): '%s' into axis %d of '%s'", n->name,
+                                        op_info[n->op].name, idx->name, axis, x->name);
+    define_int(d, "INDEX_CHECK", 1);
+    dispatch_arg(d, r, true);
+}
+
 /* A dispatch of index.comp writing y from x (and idx, when not NULL). */
 Dispatch *index_dispatch(Program *p, Node *n, const char *mode, Tensor *y,
                          Tensor *x, Tensor *idx) {
@@ -50,6 +74,7 @@ void lower_gather(Program *p, Node *n) {
     Dispatch *d = index_dispatch(p, n, "MODE_GATHER", n->outputs[0], x, idx);
     if (!d)
         return;
+    index_report(p, n, d, idx, axis, x, n->outputs[0]);
     define_int(d, "OUTER", shape_count(axis, x->shape));
     define_int(d, "NIDX", tensor_count(idx));
     define_int(d, "AXIS_LEN", x->shape[axis]);
@@ -65,6 +90,7 @@ void lower_gather_nd(Program *p, Node *n) {
     Dispatch *d = index_dispatch(p, n, "MODE_GATHER_ND", n->outputs[0], x, idx);
     if (!d)
         return;
+    index_report(p, n, d, idx, -1, x, n->outputs[0]); /* a tuple's axes */
     int64_t tuples = tensor_count(idx) / k;
     int64_t batches = shape_count((int)b, x->shape);
     define_int(d, "TUPLE", k);
@@ -87,6 +113,7 @@ void lower_gather_elements(Program *p, Node *n) {
     int64_t xs[MAX_RANK];
     contiguous_strides(x->rank, x->shape, xs);
     int axis = attr_axis(n, x->rank);
+    index_report(p, n, d, idx, axis, x, n->outputs[0]);
     define_int(d, "RANK", x->rank);
     define_list(d, "SHAPE", idx->rank, idx->shape);
     define_list(d, "XSTRIDES", x->rank, xs);
@@ -175,6 +202,7 @@ Dispatch *scatter_dispatch(Program *p, Node *n, Tensor *y, Tensor *idx, Tensor *
     dispatch_arg(d, y, true);
     dispatch_arg(d, idx, false);
     dispatch_arg(d, upd, false);
+    index_report(p, n, d, idx, axis, y, NULL);
     d->groups[0] = groups_for(count, d->local_size);
     return d;
 }

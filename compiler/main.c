@@ -50,7 +50,7 @@ static const char *const usage[] = {
     "                   turns fusion off\n"
     "  --guard          test mode: no arena reuse, and a guard band after every\n"
     "                   tensor that each run fills and checks (a kernel writing\n"
-    "                   out of bounds makes run fail with KILN_ERROR_OUT_OF_BOUNDS)\n"
+    "                   out of bounds, or an index outside its axis, fails the run)\n"
     "  --sync-check     test mode: kernels also bind what they read and write as\n"
     "                   descriptors, so that Vulkan's synchronization validation\n"
     "                   (KILN_VALIDATION=1) checks every barrier\n"
@@ -358,10 +358,9 @@ static Program *build(Args *a, Graph **out_graph) {
     stage_done(o, "optimize");
     if (!a->opt.name)
         a->opt.name = sanitize_name(g->name);
-    Program *p = lower(g);
+    Program *p = lower(g, a->opt.guard);
     p->alignment = a->opt.alignment;
     p->debug_tensors = a->opt.debug_tensors;
-    p->guard = a->opt.guard;
     p->sync_check = a->opt.sync_check;
     stage_done(o, "lower");
     plan_memory(g, p);

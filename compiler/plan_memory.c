@@ -257,6 +257,7 @@ static void add_guard(Program *p, uint64_t from, uint64_t to, const char *after)
     g->bytes = to - from;
     g->io_offset = 0; /* place_io */
     g->after = after;
+    g->index_node = NULL;
 }
 
 static void place_arena_guarded(Graph *g, Program *p) {
@@ -270,6 +271,10 @@ static void place_arena_guarded(Graph *g, Program *p) {
         t->buffer = KILN_BUFFER_ARENA;
         t->offset = cursor;
         uint64_t end = cursor + slot_bytes(t);
+        if (t->index_report) { /* the slot itself is checked: the kernel's report */
+            add_guard(p, cursor, end, t->name);
+            p->guards[p->nguards - 1].index_node = t->index_report;
+        }
         cursor = align_up(end, p->alignment) + band;
         add_guard(p, end, cursor, t->name);
         peak += align_up(slot_bytes(t), p->alignment);

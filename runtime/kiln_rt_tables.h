@@ -18,7 +18,7 @@
 extern "C" {
 #endif
 
-#define KILN_ABI_VERSION 9u
+#define KILN_ABI_VERSION 10u
 
 typedef enum kiln_dtype {
     KILN_DTYPE_F32 = 0,
@@ -180,15 +180,23 @@ typedef struct kiln_dispatch {
 } kiln_dispatch;
 
 /* A guard band of a model compiled with --guard: arena bytes no kernel may
- * write, filled with KILN_GUARD_PATTERN before every run and checked after. */
+ * write, filled with KILN_GUARD_PATTERN before every run and checked after.
+ * With index_node set, the band is instead the 16 bytes where one dispatch
+ * that reads indices at run time (a gather or scatter) reports the first it
+ * found outside its axis: word 0 becomes KILN_GUARD_INDEX, then the index
+ * (its low 32 bits), the axis' size, and the index's position among the
+ * indices; index_node says which node and tensors ("node 'g' (gather):
+ * 'idx' into axis 0 of 'x'"). */
 typedef struct kiln_guard {
     uint64_t offset;    /* bytes into the arena; a multiple of 4 */
     uint64_t bytes;     /* a multiple of 4 */
     uint64_t io_offset; /* where the run copies it in the staging buffer */
     const char *after;  /* the tensor just before it ("" for the first band) */
+    const char *index_node; /* NULL: a band; else an index report (above) */
 } kiln_guard;
 
 #define KILN_GUARD_PATTERN 0xA5C3E1F7u
+#define KILN_GUARD_INDEX 1u
 
 /* After the dispatches: bytes from src to dst in the arena (a state update). */
 typedef struct kiln_state_copy {

@@ -231,6 +231,16 @@ kiln_status kiln__check_guards(const kiln_model *m) {
     for (uint32_t i = 0; i < d->guard_count; i++) {
         const kiln_guard *g = &d->guards[i];
         uint64_t k = band_broken(io + g->io_offset, g->bytes, &w);
+        uint32_t r[4];
+        if (k < g->bytes && g->index_node && g->bytes >= sizeof r) {
+            memcpy(r, io + g->io_offset, sizeof r);
+            if (r[0] == KILN_GUARD_INDEX)
+                return KILN_FAIL(KILN_ERROR_OUT_OF_BOUNDS,
+                                 "%s: index %d (element %u of the indices) is outside the "
+                                 "axis, of size %u (a run-time index out of range; --guard "
+                                 "checks them)", g->index_node, (int)r[1], (unsigned)r[3],
+                                 (unsigned)r[2]);
+        }
         if (k < g->bytes)
             return KILN_FAIL(KILN_ERROR_OUT_OF_BOUNDS,
                              "a kernel wrote past %s%s%s: the guard band at arena "

@@ -138,6 +138,21 @@ int kiln_index(int64_t v, uint len) {
 int kiln_slot(int64_t v, uint len) { return (v < 0 || v >= int64_t(len)) ? -1 : int(v); }
 #endif
 
+// --guard (INDEX_CHECK): the first index outside its axis that a dispatch
+// meets, into its report (16 bytes the run filled with the guard pattern):
+// a marker, the index, the axis' size and the index's position. The runtime
+// names the node (kiln_guard.index_node).
+#ifdef INDEX_CHECK
+#define KILN_REPORT_INDEX(rep, value, len, pos)                                   \
+    if (atomicCompSwap(rep.v[0], 0xA5C3E1F7u, 1u) == 0xA5C3E1F7u) {              \
+        rep.v[1] = uint(value);                                                   \
+        rep.v[2] = uint(len);                                                     \
+        rep.v[3] = uint(pos);                                                     \
+    }
+#else
+#define KILN_REPORT_INDEX(rep, value, len, pos)
+#endif
+
 const float KILN_PI = 3.14159265358979323846;
 
 float kiln_sigmoid(float x) { return 1.0 / (1.0 + exp(-x)); }

@@ -17,7 +17,8 @@
 //                        (VALUE), 1 reflect, 2 edge: RANK, SHAPE (of y), XSHAPE,
 //                        XSTRIDES, BEGIN
 // Indices are i32 or i64 (TIDX); negative ones count from the end; an index
-// outside the axis reads 0 (gather) rather than outside the tensor.
+// outside the axis reads 0 (gather) rather than outside the tensor, and with
+// INDEX_CHECK (--guard) is reported (KILN_REPORT_INDEX).
 // TDATA / TDATA_R are the data's buffer types; CONV(x) converts a float to
 // the data's element type.
 #include "common.glsl"
@@ -39,6 +40,9 @@ layout(push_constant) uniform Args {
     TDATA y;
     TDATA_R x;
     TIDX idx;
+#ifdef INDEX_CHECK
+    U32 report; // --guard: KILN_REPORT_INDEX
+#endif
     KILN_DIMS
 } args;
 
@@ -59,8 +63,18 @@ const uint XSHAPE_[RANK] = uint[RANK](XSHAPE);
 const int BEGIN_[RANK] = int[RANK](BEGIN);
 #endif
 
-// The index at position p, made non-negative against len; -1 when outside.
-int index_at(uint p, uint len) { return kiln_index(args.idx.v[p], len); }
+// The index at position p, made non-negative against len; -1 when outside
+// (reported under --guard).
+int index_at(uint p, uint len) {
+    const int i = kiln_index(args.idx.v[p], len);
+#if defined(INDEX_CHECK) && (MODE == MODE_GATHER || MODE == MODE_GATHER_ND || \
+                             MODE == MODE_GATHER_ELEMENTS)
+    if (i < 0) {
+        KILN_REPORT_INDEX(args.report, args.idx.v[p], len, p)
+    }
+#endif
+    return i;
+}
 
 #if MODE == MODE_PAD
 // Maps a padded coordinate to the source's, or -1 for the constant.

@@ -22,6 +22,9 @@ layout(push_constant) uniform Args {
     U32 y;
     TIDX idx;
     F32R upd;
+#ifdef INDEX_CHECK
+    U32 report; // --guard: KILN_REPORT_INDEX
+#endif
     KILN_DIMS
 } args;
 
@@ -51,6 +54,9 @@ void main() {
             if (d == AXIS) {
                 const int i = kiln_index(args.idx.v[IDX_AT(o)], AXIS_LEN);
                 ok = i >= 0;
+                if (!ok) {
+                    KILN_REPORT_INDEX(args.report, args.idx.v[IDX_AT(o)], AXIS_LEN, IDX_AT(o))
+                }
                 c = uint(max(i, 0));
             }
             dst += c * YSTR[d];

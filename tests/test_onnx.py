@@ -14,8 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from harness import (ROOT, assert_close, check, kiln, link_model, registry,
+from harness import (ROOT, assert_close, check, kiln, link_model, registry, run,
                      run_program)
+
 
 sys.path.insert(0, str(ROOT / "tests" / "onnx"))
 import conformance  # noqa: E402
@@ -136,13 +137,16 @@ def check_outputs(workdir, names, expected):
               f"output {name}: kiln's shape {got[name][1]}, expected {list(np.shape(want))}")
 
 
-def run_onnx(workdir, data, inputs, expected, out_names, flags=(), tol=(1e-4, 1e-5)):
+def run_onnx(workdir, data, inputs, expected, out_names, flags=(), tol=(1e-4, 1e-5),
+             guard=True):
     """Compiles an ONNX model, checks its output shapes in the header, runs it
-    on the inputs and compares every element with expected (rtol, atol)."""
+    on the inputs and compares every element with expected (rtol, atol).
+    guard=False: without --guard (which fails a run-time index outside its
+    axis)."""
     wd = Path(workdir)
     (wd / "m.onnx").write_bytes(data)
-    r = kiln("compile", wd / "m.onnx", "--name", "model", "-o", wd / "model.c", "--guard",
-             *flags)
+    r = kiln("compile", wd / "m.onnx", "--name", "model", "-o", wd / "model.c",
+             *(("--guard",) if guard else ()), *flags)
     check(r.returncode == 0, f"kiln compile failed:\n{r.stderr}")
     check_outputs(wd, out_names, expected)
     got = run_program(link_model(wd), inputs, expected)
@@ -535,7 +539,7 @@ for _op, _kw in [
 
 
 @case("onnx GatherND and ScatterND with run-time indices: a tuple with an index outside its "
-      "dimension gathers zeros and scatters nothing")
+      "dimension gathers zeros and scatters nothing; under --guard the run fails naming it")
 def _(workdir):
     rng = np.random.default_rng(5)
     d = rng.standard_normal([4, 3]).astype(np.float32)
@@ -543,14 +547,37 @@ def _(workdir):
     g = model([node("GatherND", ["d", "i"], ["y"], "g")],
               [value_info("d", [4, 3]), value_info("i", [4, 1], 7)], [value_info("y", [4, 3])])
     want = np.stack([d[1], np.zeros(3), np.zeros(3), d[3]]).astype(np.float32)
-    run_onnx(workdir, g, [d, i], [want], ["y"], tol=(0, 0))
+    wd = Path(workdir)
+    for sub in ("g", "s", "g_guard", "s_guard"):
+        (wd / sub).mkdir()
+    run_onnx(wd / "g", g, [d, i], [want], ["y"], tol=(0, 0), guard=False)
     u = rng.standard_normal([4, 3]).astype(np.float32)
     s = model([node("ScatterND", ["d", "i", "u"], ["y"], "s")],
               [value_info("d", [4, 3]), value_info("i", [4, 1], 7), value_info("u", [4, 3])],
               [value_info("y", [4, 3])])
-    want = d.copy()
-    want[1], want[3] = u[0], u[3]
-    run_onnx(workdir, s, [d, i, u], [want], ["y"], tol=(0, 0))
+    want_s = d.copy()
+    want_s[1], want_s[3] = u[0], u[3]
+    run_onnx(wd / "s", s, [d, i, u], [want_s], ["y"], tol=(0, 0), guard=False)
+    # --guard: GatherND's own kernel names the index; ScatterND's rows are
+    # found on the GPU (an index outside gives one past the last row), and
+    # its scatter reports that row number
+    for sub, m, ins, words in [
+            ("g_guard", g, [d, i], ["node 'g (GatherND)' (gather_nd): 'i' into 'd': index 4 "
+                                    "(element 1 of the indices)", "of size 4"]),
+            ("s_guard", s, [d, i, u], ["node 's (ScatterND)' (scatter_elements)", "index 4 ("
+                                       "element", "is outside the axis, of size 4"])]:
+        (wd / sub / "m.onnx").write_bytes(m)
+        r = kiln("compile", wd / sub / "m.onnx", "--name", "model", "-o", wd / sub / "model.c",
+                 "--guard")
+        check(r.returncode == 0, f"kiln compile failed:\n{r.stderr}")
+        prog = link_model(wd / sub)
+        for k, a in enumerate(ins):
+            a.tofile(wd / sub / f"in{k}.bin")
+        args = [x for k in range(len(ins)) for x in ("-i", wd / sub / f"in{k}.bin")]
+        res = run([prog, "-q", *args, "-o", wd / sub / "out.bin"], cwd=wd / sub)
+        check(res.returncode == 1 and "KILN_ERROR_OUT_OF_BOUNDS" in res.stderr and
+              all(w in res.stderr for w in words),
+              f"{sub}: status {res.returncode}, lacking one of {words}:\n{res.stderr[-1500:]}")
 
 
 @case("onnx GatherND and ScatterND: constant indices out of range and a reduction newer "

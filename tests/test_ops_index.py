@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 
 import reference as ref
-from harness import build_model, model_yaml, registry, run_program
+from harness import (VALIDATION, assert_close, build_model, check, model_yaml, registry, run,
+                     run_program)
 from ops_common import ints, one_op, rng, spec, values
 
 TESTS, case = registry()
@@ -60,7 +61,7 @@ def _(workdir):
         for j, i in enumerate(idx):
             if -5 <= i < 5:
                 want[j] = x[i]
-        one_op(sub("gather"), "gather", [x, idx], want, {"axis": 0})
+        one_op(sub("gather"), "gather", [x, idx], want, {"axis": 0}, guard=False)
         e = r.integers(-4, 4, size=[5, 2]).astype(np.int64)
         one_op(sub("gather_elements"), "gather_elements", [x, e],
                np.take_along_axis(x, np.where(e < 0, e + 4, e), 1), {"axis": 1})
@@ -120,7 +121,8 @@ def gather_nd_case(i, shape, ishape, b, idt):
         dims = np.array(shape[b:b + k])
         # in range, negative, and (every few) outside: zeros
         idx = r.integers(-dims - 1, dims + 1, size=ishape).astype(idt)
-        one_op(workdir, "gather_nd", [x, idx], gather_nd_want(x, idx, b), {"batch_dims": b})
+        one_op(workdir, "gather_nd", [x, idx], gather_nd_want(x, idx, b), {"batch_dims": b},
+               guard=False)
     return test
 
 
@@ -184,15 +186,15 @@ def _(workdir):
         return d
     want = np.zeros([len(idx), 4], np.float32)
     want[0], want[-1] = x[1], x[-1]
-    one_op(sub("gather"), "gather", [x, idx], want, {"axis": 0})
+    one_op(sub("gather"), "gather", [x, idx], want, {"axis": 0}, guard=False)
     nd = np.stack([idx, np.ones_like(idx)], 1)  # tuples (i, 1)
     want_nd = np.zeros([len(idx)], np.float32)
     want_nd[0], want_nd[-1] = x[1, 1], x[-1, 1]
-    one_op(sub("gather_nd"), "gather_nd", [x, nd], want_nd)
+    one_op(sub("gather_nd"), "gather_nd", [x, nd], want_nd, guard=False)
     e = np.array([[0, 2 ** 32 + 1, 3, -(2 ** 32) + 1]] * 5, np.int64)
     want_e = np.zeros([5, 4], np.float32)
     want_e[:, 0], want_e[:, 2] = x[:, 0], x[:, 3]
-    one_op(sub("gather_elements"), "gather_elements", [x, e], want_e, {"axis": 1})
+    one_op(sub("gather_elements"), "gather_elements", [x, e], want_e, {"axis": 1}, guard=False)
     oh = np.array([2, 2 ** 32 + 2], np.int64)
     want_oh = np.zeros([2, 5], np.float32)
     want_oh[0, 2] = 1
@@ -204,7 +206,68 @@ def _(workdir):
         i = int(s_idx[a, b])
         if -5 <= i < 5:
             want_s[i, b] = v
-    one_op(sub("scatter"), "scatter_elements", [x, s_idx, u], want_s, {"axis": 0}, 1e-6, 1e-6)
+    one_op(sub("scatter"), "scatter_elements", [x, s_idx, u], want_s, {"axis": 0}, 1e-6, 1e-6,
+           guard=False)
+
+
+@case("op gather, gather_nd, gather_elements, scatter_elements, embedding: a run-time index "
+      "outside its axis fails a --guard run, naming the node, the index and where")
+def _(workdir):
+    """Each model with every index inside runs and matches numpy; with one
+    index outside, the run fails with KILN_ERROR_OUT_OF_BOUNDS and the
+    runtime's message."""
+    r = rng(2241)
+    x, u, table = values(r, [5, 4]), values(r, [2, 4]), values(r, [11, 3])
+    i64, i32 = np.int64, np.int32
+    cases = [  # op, attrs, inputs with every index inside, the indices with one outside, message
+        ("gather", {"axis": 0}, [x, np.array([1, -2, 4, 0], i64)], np.array([1, -2, 5, 0], i64),
+         "'b' into axis 0 of 'a': index 5 (element 2 of the indices) is outside the axis, "
+         "of size 5"),
+        ("gather_elements", {"axis": 1}, [x, np.array([[0, 1, 2, 3]] * 5, i32)],
+         np.array([[0, 1, 2, 3]] * 4 + [[0, -9, 1, 2]], i32),
+         "index -9 (element 17 of the indices) is outside the axis, of size 4"),
+        ("gather_nd", {}, [x, np.array([[1, 1], [4, 3], [0, 3]], i64)],
+         np.array([[1, 1], [4, 4], [0, 3]], i64),
+         "'b' into 'a': index 4 (element 3 of the indices) is outside the axis, of size 4"),
+        ("scatter_elements", {"axis": 0}, [x, np.array([[0, 1, 2, 3], [4, 2, 1, 0]], i64), u],
+         np.array([[0, 1, 2, 3], [4, 6, 1, 0]], i64),
+         "index 6 (element 5 of the indices) is outside the axis, of size 5"),
+        ("embedding", {}, [np.array([[3, 10]], i64), table], np.array([[3, 11]], i64),
+         "'a' into axis 0 of 'b': index 11 (element 1 of the indices) is outside the axis, "
+         "of size 11"),
+    ]
+    for op, attrs, good, bad_idx, message in cases:
+        d = Path(workdir) / op
+        d.mkdir()
+        k = 0 if op == "embedding" else 1  # where the indices are
+        names = "abc"[:len(good)]
+        node = {"name": f"my_{op}", "op": op, "inputs": list(names), **attrs}
+        prog = build_model(d, model_yaml(op, {n: spec(v) for n, v in zip(names, good)}, [node],
+                                         [f"my_{op}"]))
+        want = {"gather": lambda: np.take(x, good[1], 0),
+                "gather_elements": lambda: np.take_along_axis(x, good[1], 1),
+                "gather_nd": lambda: gather_nd_want(x, good[1], 0),
+                "scatter_elements": lambda: ref.scatter_elements(x, good[1], u, 0, "none"),
+                "embedding": lambda: table[good[0]]}[op]()
+        got, = run_program(prog, good, [np.asarray(want, np.float32)])
+        assert_close(got, want, 1e-6, 1e-6, f"{op}, every index inside")
+        bad = list(good)
+        bad[k] = bad_idx
+        res = run_raw(prog, bad)
+        check(res.returncode == 1 and "KILN_ERROR_OUT_OF_BOUNDS" in res.stderr and
+              f"node 'my_{op}' ({op})" in res.stderr and message in res.stderr,
+              f"{op}: status {res.returncode}, stderr:\n{res.stderr[-1500:]}")
+
+
+def run_raw(prog, inputs):
+    """Runs a built model on inputs; returns the process (no check)."""
+    args = [prog, "-q"]
+    for i, a in enumerate(inputs):
+        p = Path(prog).parent / f"raw{i}.bin"
+        np.ascontiguousarray(a).tofile(p)
+        args += ["-i", p]
+    return run(args + ["-o", Path(prog).parent / "raw_out.bin"], cwd=Path(prog).parent,
+               env={"KILN_VALIDATION": VALIDATION})
 
 
 for i, red in enumerate(["none", "add", "mul", "max", "min"]):

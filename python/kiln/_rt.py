@@ -1,6 +1,6 @@
 """_rt.py: libkilnrt through ctypes.
 
-The structures mirror runtime/kiln_rt_tables.h at KILN_ABI_VERSION 9 (the
+The structures mirror runtime/kiln_rt_tables.h at KILN_ABI_VERSION 10 (the
 fields up to those the session reads; a model from another kiln version is
 refused by its abi_version before anything else is read) and the functions
 are those of runtime/kiln_rt.h that the session calls.
@@ -9,7 +9,7 @@ import ctypes
 from ctypes import (POINTER, Structure, c_char_p, c_double, c_int, c_int64,
                     c_uint32, c_uint64, c_void_p)
 
-ABI_VERSION = 9
+ABI_VERSION = 10
 MAX_RANK = 8
 MAX_DIMS = 8
 
