@@ -25,11 +25,16 @@ run:
   - generate() with its default (dynamic) cache and with
     cache_implementation="static";
   - a decode loop of our own over a StaticCache whose one-token forward is
-    captured in a CUDA graph once and replayed per token (the strong
-    baseline).
-Tokens per second of decoding, the prompt's latency, and for kiln the bytes
-of weights a token reads over the time per token, against the bandwidth of
-kiln's copy kernel measured in the same run.
+    captured in a CUDA graph once and replayed per token;
+and a gpt-fast-style decoder in plain PyTorch over the same weights
+(bench/fast_decoder.py: fused q/k/v and gate/up weights, a static cache,
+SDPA with grouped-query heads, the step under torch.compile's
+reduce-overhead mode: the fastest thing a user would write; its ids are
+compared with the CUDA-graph loop's). Tokens per second of decoding, the
+prompt's latency, and for kiln and the decode loops the bytes of weights a
+token reads over the time per token, against the bandwidth of kiln's copy
+kernel measured in the same run; kiln's speed is over the fastest torch
+decoder's.
 
   bench/llm.py [--layers N] [--prompt P] [--new N] [--formats f16,int8,int4,int4-a8]
                [--graph-only] [--work DIR] [--out DIR]
@@ -273,7 +278,7 @@ def main():
     ap.add_argument("--new", type=int, default=256)
     ap.add_argument("--formats", default="f16,int8,int4,int4-a8")
     ap.add_argument("--graph-only", action="store_true",
-                    help="of transformers, time only the CUDA-graph loop")
+                    help="of torch, time only the CUDA-graph loop and the gpt-fast decoder")
     ap.add_argument("--work", type=Path, default=Path("/tmp/kiln-llm"))
     ap.add_argument("--out", type=Path, default=ROOT / "bench")
     ap.add_argument("--from-json", type=Path)
@@ -301,7 +306,7 @@ def main():
     model = llama(a.layers)
     params = sum(p.numel() for p in model.parameters())
     embed = model.model.embed_tokens.weight.numel()
-    res["params"] = params
+    res["params"], res["embed_params"] = params, embed
     onnx_path = a.work / "model.onnx"
     if not onnx_path.exists():
         t0 = time.monotonic()
@@ -319,10 +324,12 @@ def main():
     def save():  # after each stage: a run cut short keeps what it measured
         (a.out / "llm.json").write_text(json.dumps(res, indent=1) + "\n")
 
-    for key, fn in [("static_cuda_graph", lambda: torch_graph_loop(m16, prompt, a.new)),
-                    ("generate_dynamic", lambda: torch_generate(m16, prompt, a.new, False)),
-                    ("generate_static", lambda: torch_generate(m16, prompt, a.new, True))
-                    ][:1 if a.graph_only else 3]:
+    import fast_decoder
+    stages = [("static_cuda_graph", lambda: torch_graph_loop(m16, prompt, a.new)),
+              ("gpt_fast", lambda: fast_decoder.decode(m16, prompt, a.new)),
+              ("generate_dynamic", lambda: torch_generate(m16, prompt, a.new, False)),
+              ("generate_static", lambda: torch_generate(m16, prompt, a.new, True))]
+    for key, fn in stages[:2 if a.graph_only else 4]:
         try:
             res["torch"][key] = fn()
         except Exception as e:  # noqa: BLE001
@@ -330,7 +337,7 @@ def main():
         print(key, {k: v for k, v in res["torch"][key].items() if k != "ids"}, flush=True)
         save()
     ref_ids = next((r["ids"] for r in res["torch"].values() if "ids" in r), [])
-    del m16, model
+    stages = m16 = model = None  # the GPU's memory back for kiln
     torch.cuda.empty_cache()
 
     res["copy_gbs"] = copy_bandwidth(a.work)
@@ -373,21 +380,30 @@ def write_md(res, path):
         "with `--precision f16` and each `--weights` format; `samples/llm/llm.c` runs a",
         f"prompt of {res['prompt']} ids in one run, then {res['new']} greedy tokens, one run",
         "each (set the dims, ids in, submit, wait, logits out, argmax on the host).",
-        "transformers runs in f16 on the same GPU in the same run. Speed = tokens/s over",
-        "the CUDA-graph loop's; generate()'s tokens/s count its whole call, prompt",
-        "included.",
+        "transformers runs in f16 on the same GPU in the same run, and so does a",
+        "gpt-fast-style decoder in plain PyTorch (`bench/fast_decoder.py`: the same",
+        "weights with q/k/v and gate/up fused, a static cache, SDPA with grouped-query",
+        "heads, the one-token step under `torch.compile(mode=\"reduce-overhead\",",
+        "fullgraph=True)`). Speed = tokens/s over the fastest torch decoder's;",
+        "generate()'s tokens/s count its whole call, prompt included.",
         "",
         f"{res['date']}, {res['gpu']}, driver {res['driver']}, PyTorch {res['torch_version']}, "
         f"transformers {res['transformers']}; kiln {res.get('kiln_commit', '?')}.",
         "",
-        "| decoder | prompt ms | decode tokens/s | speed / CUDA graph | weights GB/s "
+        "| decoder | prompt ms | decode tokens/s | speed / fastest torch | weights GB/s "
         "(share of copy) | logits error | ids as torch |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
-    ref = graph.get("tokens_s")
+    timed = [r["tokens_s"] for r in res["torch"].values() if "tokens_s" in r]
+    ref = max(timed) if timed else None  # the fastest torch decoder
+    # f16 weights a token reads (the embedding table aside): as kiln's f16 row
+    wbytes = (res["params"] - res["embed_params"]) * 2 if "embed_params" in res else None
+    copy = res.get("copy_gbs")
     for key, label in [("generate_dynamic", "transformers generate(), dynamic cache"),
                        ("generate_static", "transformers generate(), static cache"),
-                       ("static_cuda_graph", "transformers static cache, CUDA graph loop")]:
+                       ("static_cuda_graph", "transformers static cache, CUDA graph loop"),
+                       ("gpt_fast", "gpt-fast-style PyTorch decoder, torch.compile "
+                                    "reduce-overhead")]:
         r = res["torch"].get(key)
         if r is None:  # not run (--graph-only)
             continue
@@ -396,7 +412,13 @@ def write_md(res, path):
             continue
         sp = f"{r['tokens_s'] / ref:.2f}" if ref else ""
         pm = f"{r['prompt_ms']:.1f}" if "prompt_ms" in r else "-"
-        lines.append(f"| {label} | {pm} | {r['tokens_s']:.0f} | {sp} | | | |")
+        gbs = ""
+        if wbytes and "prompt_ms" in r:  # a decode loop's tokens/s, not generate()'s
+            g = wbytes * r["tokens_s"] / 1e9
+            gbs = f"{g:.0f}" + (f" ({g / copy:.0%})" if copy else "")
+        agree_ids = (f"{agree(r['ids'], graph['ids'])} / {res['new']}"
+                     if key == "gpt_fast" and graph.get("ids") else "")
+        lines.append(f"| {label} | {pm} | {r['tokens_s']:.0f} | {sp} | {gbs} | | {agree_ids} |")
     for fmt, r in res["kiln"].items():
         sp = f"**{r['tokens_s'] / ref:.2f}**" if ref else ""
         what = fmt.replace("-a8", ", activations int8")  # FORMATS' -a8: --activations int8

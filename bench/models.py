@@ -27,8 +27,9 @@ onnxruntime are (the GPU machine), with kiln built there or carried
    bench/run.py does: torch's fastest copies); with --compile also
    torch.compile, mode "max-autotune" and mode "reduce-overhead" (Inductor's
    kernels replayed as a CUDA graph), each warmed up past its compile and
-   recording; the speed against the fastest of torch's ways is the claim
-   ("kiln / fastest torch"). f32 with TF32 off in torch;
+   recording (--compile f16: in f16 only); the speed against the fastest
+   of torch's ways is the claim ("kiln / fastest torch"). f32 with TF32
+   off in torch;
 4. kiln's five slowest dispatches (run_model -p: GPU microseconds, and the
    TFLOP/s and GB/s that the compiler's operation and byte counts give);
 5. with --f16, half precision too: kiln compiled with --precision f16, its
@@ -41,7 +42,7 @@ onnxruntime are (the GPU machine), with kiln built there or carried
    inputs and gives the outputs in f16, as the torch module does (its
    rows are marked so).
 
-  bench/models.py [--only NAME[,NAME...] | --held-out] [--runs N] [--compile]
+  bench/models.py [--only NAME[,NAME...] | --held-out] [--runs N] [--compile [f16]]
                   [--f16 [--io-f16]]
                   [--out DIR]
   bench/models.py --from-json A.json [B.json...] [--out DIR]
@@ -342,7 +343,7 @@ def bench_one(name, runs, compile_too, wd, f16=False, io_f16=False):
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     modes = COMPILE_MODES if compile_too else ()
-    row.update(torch_times(module, inputs, runs, modes))
+    row.update(torch_times(module, inputs, runs, modes if compile_too == "all" else ()))
     row["kiln_vs_graph"] = row["graph_us"] / row["kiln_wall_us"]
     row["kiln_vs_eager"] = row["eager_us"] / row["kiln_wall_us"]
     us, way = fastest_torch(row)
@@ -489,8 +490,9 @@ def main():
     ap.add_argument("--only", default=",".join(MODELS))
     ap.add_argument("--runs", type=int, default=300)
     ap.add_argument("--held-out", action="store_true", help="the models of HELD_OUT")
-    ap.add_argument("--compile", action="store_true",
-                    help="also time torch.compile (max-autotune and reduce-overhead)")
+    ap.add_argument("--compile", nargs="?", const="all", choices=["all", "f16"],
+                    help="also time torch.compile (max-autotune and reduce-overhead); "
+                    "--compile f16: in f16 only (half the compile time)")
     ap.add_argument("--f16", action="store_true",
                     help="also kiln --precision f16 against torch in f16")
     ap.add_argument("--io-f16", action="store_true",
