@@ -194,6 +194,8 @@ static void reshape_dynamic(Node *n, Tensor *x, Tensor *out) {
         int b = -1;
         DimExpr split;
         for (int j = 0; j < out->rank && b < 0; j++) {
+            if ((n->fixed_axes >> j) & 1u)
+                continue; /* the shape gave it as a constant */
             int64_t o_outer = shape_count(j, out->shape);
             int64_t o_inner = shape_count(out->rank - j - 1, out->shape + j + 1);
             if (o_outer == outer && o_inner && inner % o_inner == 0 &&
@@ -327,6 +329,7 @@ static bool repack_reshape(Node *n, Tensor *x, Tensor *out) {
         a++;
     DimExpr e;
     if ((n->op == OP_RESHAPE || n->op == OP_FLATTEN) && x->dyn_axes == 3u << a &&
+        !((n->fixed_axes >> a) & 1u) &&
         x->shape[a] > 1 && x->shape[a + 1] > 1 && merges_at(x, out, a, true) &&
         derive_dim(g, DIM_MUL, &x->ext[a], &x->ext[a + 1], &e)) {
         mark(n, out, a, &e);
@@ -338,7 +341,7 @@ static bool repack_reshape(Node *n, Tensor *x, Tensor *out) {
      * viewed as rows) */
     a = one_dyn_axis(x);
     if ((n->op == OP_RESHAPE || n->op == OP_FLATTEN) && a >= 1 && x->shape[a - 1] > 1 &&
-        x->shape[a] > 1 && merges_at(x, out, a - 1, true)) {
+        !((n->fixed_axes >> (a - 1)) & 1u) && x->shape[a] > 1 && merges_at(x, out, a - 1, true)) {
         if (scale_small(&x->ext[a], x->shape[a - 1], &e) &&
             (!is_dyn(out, a - 1) || dim_expr_eq(&out->ext[a - 1], &e))) {
             mark(n, out, a - 1, &e);
@@ -351,7 +354,8 @@ static bool repack_reshape(Node *n, Tensor *x, Tensor *out) {
     /* and back: rows k * (an extent) split into [k, the extent], k fixed */
     int64_t k = out->shape[a];
     DimExpr q;
-    if (k > 1 && !is_dyn(out, a) && div_exact(&x->ext[a], k, &q) && !dim_expr_const(&q) &&
+    if (k > 1 && !is_dyn(out, a) && !((n->fixed_axes >> (a + 1)) & 1u) &&
+        div_exact(&x->ext[a], k, &q) && !dim_expr_const(&q) &&
         dim_expr_max(g, &q) == out->shape[a + 1] &&
         (!is_dyn(out, a + 1) || dim_expr_eq(&out->ext[a + 1], &q))) {
         mark(n, out, a + 1, &q);

@@ -307,6 +307,10 @@ struct Node {
     struct Graph *graph; /* the graph it belongs to (its dims) */
     bool inferred;      /* infer_node has checked it and set its outputs */
     bool dead;          /* removed by optimize */
+    /* A reshape's output axes that its shape gives as constants (an ONNX
+     * Reshape's positive literals): never dynamic, whatever their sizes
+     * match (dynamic.c). */
+    uint32_t fixed_axes;
     /* Fusion (optimize.c): the node whose dispatch computes this one, and
      * for a matmul or conv the bias add (conv: batch_norm, folded into its
      * weights), a conv's residual add and the activation its epilogue

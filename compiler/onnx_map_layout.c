@@ -38,6 +38,9 @@ void map_view(Ctx *c, const OnnxOp *op) {
     const char *name = op->name;
     if (strcmp(name, "Reshape") == 0) {
         int n = nshape = shape_ints(c, 1, "the shape", v, exprs, &follows, MAX_RANK);
+        for (int i = 0; i < n; i++)
+            if (v[i] > 0 && dim_expr_const(&exprs[i]))
+                k->fixed_axes |= 1u << i;
         if (oattr_int(c, "allowzero", 0))
             for (int i = 0; i < n; i++)
                 if (v[i] == 0)
@@ -74,9 +77,11 @@ void map_view(Ctx *c, const OnnxOp *op) {
         }
     }
     if (!x->data) {
-        finish(c, k);
-        if (follows)
+        if (follows) { /* the shape's expressions first: the dynamic rule keeps them */
+            infer_node(k);
             follow_shape(c, k->outputs[0], nshape, exprs);
+        }
+        finish(c, k);
         return;
     }
     infer_node(k);

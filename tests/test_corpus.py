@@ -179,8 +179,10 @@ def dynamic_case(d, precision):
         check(r.returncode == 0, f"kiln compile failed:\n{r.stderr}")
         runs = meta["runs"]
         nin = len(list(d.glob("run0_input_*.npy")))
+        nout = len(list(d.glob("run0_ort_*.npy")))
         data = [([np.load(d / f"run{k}_input_{i}.npy") for i in range(nin)],
-                 np.load(d / f"run{k}_ort_0.npy")) for k in range(len(runs))]
+                 [np.load(d / f"run{k}_ort_{j}.npy") for j in range(nout)])
+                for k in range(len(runs))]
         compare = precision_compare(precision == "f16", 1e-3, 1e-4)
         step = iter(range(len(runs)))
         current = {}
@@ -189,7 +191,7 @@ def dynamic_case(d, precision):
             current["k"] = next(step)
             check(dims == runs[current["k"]], f"run {current['k']}: dims {dims}")
             return data[current["k"]][0]
-        run_built(link_model(wd), runs, inputs, lambda *xs, **dims: [data[current["k"]][1]],
+        run_built(link_model(wd), runs, inputs, lambda *xs, **dims: data[current["k"]][1],
                   compare=compare)
     return test
 
@@ -203,6 +205,14 @@ for _d in sorted(p.parent for p in (MODELS / "dynamic").glob("*/model.onnx")):
     for _prec in ("f32", "f16"):
         case(f"corpus dynamic{' f16' if _prec == 'f16' else ''}: {_d.name}, "
              f"{' x '.join(_meta['dims'])} at {runs_text(_meta)}")(dynamic_case(_d, _prec))
+# transformers models exported by a plain torch.onnx.export with dynamic_shapes
+# (export.py plain), every output at the smallest, a middle and the largest size
+for _d in sorted(p.parent for p in (MODELS / "plain").glob("*/model.onnx")):
+    _meta = json.loads((_d / "meta.json").read_text())
+    for _prec in ("f32", "f16"):
+        case(f"corpus plain dynamic_shapes export{' f16' if _prec == 'f16' else ''}: "
+             f"{_d.name}, {' x '.join(_meta['dims'])} at {runs_text(_meta)}")(
+                 dynamic_case(_d, _prec))
 
 
 @case("corpus dynamic: attention is one fused kernel in every transformer exported with a "

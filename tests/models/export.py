@@ -32,6 +32,14 @@ not CI). Two commands:
       --shape DIM=MIN..MAX and runs every run in one process. With --kiln
       BUILD, also on this machine's GPU (f32 and --precision f16).
 
+  export.py plain [--out tests/models/plain] [NAME...]
+      transformers models exported as a user would, with nothing of the
+      project's around them (plain_models(): decoders as *ForCausalLM,
+      encoders, a ViT): torch.onnx.export(model, (x,), dynamo=True,
+      dynamic_shapes=({1: Dim("seq", min=2, max=32)},)) (a ViT's batch,
+      1..4); each NAME/ holds model.onnx, meta.json and, at three sizes,
+      runK_input_0.npy and every output of onnxruntime (runK_ort_J.npy).
+
   export.py run DIR... [--kiln BUILD]
       Runs stored corpus directories with kiln on this machine's GPU and
       compares each output element with the stored onnxruntime outputs.
@@ -739,6 +747,106 @@ def dynamic_corpus(out, only, build=None):
     return 1 if failed else 0
 
 
+PLAIN_MAX = 32
+PLAIN_RUNS = [2, 17, 32]  # the smallest, a middle and the largest size, in run order
+
+
+def plain_models():
+    """(name, make, example shape, dynamic axis, dtype): transformers models
+    as a user exports them, with nothing of the project's around them: the
+    decoders as *ForCausalLM (logits and, with use_cache left on, every
+    layer's key and value), the encoders as their base model, and a ViT with
+    a dynamic batch."""
+    import transformers as tf
+    small = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                 intermediate_size=64, max_position_embeddings=64)
+    gqa = dict(small, num_key_value_heads=2)
+
+    def make(cls, cfg):
+        def build():
+            torch.manual_seed(0)
+            return cls(cfg).eval()
+        return build
+    ids = ((1, 8), "seq", np.int64)
+    return [
+        ("gpt2", make(tf.GPT2LMHeadModel, tf.GPT2Config(vocab_size=100, n_positions=64, n_embd=32,
+                                                         n_layer=2, n_head=2)), *ids),
+        ("llama", make(tf.LlamaForCausalLM, tf.LlamaConfig(**gqa)), *ids),
+        ("qwen2", make(tf.Qwen2ForCausalLM, tf.Qwen2Config(**gqa)), *ids),
+        ("mistral", make(tf.MistralForCausalLM, tf.MistralConfig(**gqa, sliding_window=None)),
+         *ids),
+        ("phi3", make(tf.Phi3ForCausalLM, tf.Phi3Config(**gqa, pad_token_id=0)), *ids),
+        ("gemma", make(tf.GemmaForCausalLM, tf.GemmaConfig(**gqa, head_dim=8)), *ids),
+        ("bert", make(tf.BertModel, tf.BertConfig(**small)), *ids),
+        ("roberta", make(tf.RobertaModel, tf.RobertaConfig(**dict(small, max_position_embeddings=80),
+                                                           pad_token_id=1)), *ids),
+        ("distilbert", make(tf.DistilBertModel, tf.DistilBertConfig(
+            vocab_size=100, dim=32, n_layers=2, n_heads=4, hidden_dim=64,
+            max_position_embeddings=64)), *ids),
+        ("vit", make(tf.ViTModel, tf.ViTConfig(hidden_size=32, num_hidden_layers=2,
+                                               num_attention_heads=4, intermediate_size=64,
+                                               image_size=32, patch_size=8)),
+         (2, 3, 32, 32), "batch", np.float32),
+    ]
+
+
+def plain_corpus(out, only):
+    """Writes tests/models/plain/NAME/: model.onnx exported by a plain
+    torch.onnx.export(model, (x,), dynamo=True, dynamic_shapes=...) with
+    one dynamic axis (the sequence, 2..32, or the batch, 1..4), and at each
+    of three sizes runK_input_0.npy and every output of onnxruntime
+    (runK_ort_J.npy); meta.json names the dim as the exporter did."""
+    failed = 0
+    for name, make, example, axis_name, dt in plain_models():
+        if only and name not in only:
+            continue
+        d = Path(out) / name
+        d.mkdir(parents=True, exist_ok=True)
+        module = make()
+        axis = 1 if axis_name == "seq" else 0
+        lo, hi = (2, PLAIN_MAX) if axis_name == "seq" else (1, 4)
+        runs = PLAIN_RUNS if axis_name == "seq" else [1, 3, 4]
+        rng = np.random.default_rng(0)
+
+        def inputs(n):
+            shape = list(example)
+            shape[axis] = n
+            if dt == np.int64:
+                return rng.integers(3, 100, size=shape).astype(dt)
+            return rng.standard_normal(shape).astype(dt)
+        try:
+            with torch.no_grad():
+                torch.onnx.export(module, (torch.from_numpy(inputs(example[axis])),),
+                                  str(d / "model.onnx"), dynamo=True, external_data=False,
+                                  dynamic_shapes=({axis: torch.export.Dim(axis_name, min=lo,
+                                                                          max=hi)},))
+        except Exception as e:
+            print(f"{name}: export failed: {type(e).__name__}: {str(e)[:1500]}", flush=True)
+            failed += 1
+            continue
+        m = onnx.load(str(d / "model.onnx"))
+        dim = m.graph.input[0].type.tensor_type.shape.dim[axis].dim_param
+        sess = ort.InferenceSession(str(d / "model.onnx"), providers=["CPUExecutionProvider"])
+        for k, n in enumerate(runs):
+            x = inputs(n)
+            np.save(d / f"run{k}_input_0.npy", x)
+            for j, y in enumerate(sess.run(None, {sess.get_inputs()[0].name: x})):
+                np.save(d / f"run{k}_ort_{j}.npy", y)
+        opset, ops = op_counts(d / "model.onnx")
+        meta = {"model": f"transformers {type(module).__name__} (tiny config)",
+                "exporter": "dynamo, plain dynamic_shapes", "opset": opset,
+                "dims": {dim: [lo, hi]}, "runs": [{dim: n} for n in runs],
+                "outputs": [o.name for o in m.graph.output],
+                "torch": torch.__version__, "onnx": onnx.__version__,
+                "onnxruntime": ort.__version__, "date": datetime.date.today().isoformat(),
+                "ops": ops}
+        import transformers
+        meta["transformers"] = transformers.__version__
+        (d / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+        print(f"{name}: dim {dim}, {len(m.graph.output)} outputs, opset {opset}", flush=True)
+    return 1 if failed else 0
+
+
 def transformers_model(name):
     """Full-size transformers models (random weights): bert-base, gpt2, vit-b16,
     and a Llama architecture of width 1024, 8 layers, grouped-query heads."""
@@ -982,6 +1090,9 @@ def main():
     y.add_argument("--out", default=str(ROOT / "tests" / "models" / "dynamic"))
     y.add_argument("only", nargs="*", help="the models to export (all by default)")
     y.add_argument("--kiln", help="a kiln build: also run each model on this GPU")
+    p = sub.add_parser("plain")
+    p.add_argument("--out", default=str(ROOT / "tests" / "models" / "plain"))
+    p.add_argument("only", nargs="*", help="the models to export (all by default)")
     r = sub.add_parser("run")
     r.add_argument("dirs", nargs="+", help="stored corpus directories")
     r.add_argument("--kiln", default=str(ROOT / "build"))
@@ -996,6 +1107,8 @@ def main():
         return corpus(a.out, a.only, a.kiln, a.skip_existing)
     if a.cmd == "dynamic":
         return dynamic_corpus(a.out, a.only, a.kiln)
+    if a.cmd == "plain":
+        return plain_corpus(a.out, a.only)
     if a.cmd == "run":
         return run_stored(a.dirs, a.kiln)
     return check(a.models, a.kiln, a.out)
