@@ -250,7 +250,7 @@ static void emit_tensor_table(Str *s, Vec *list, const char *px, const char *wha
                  (unsigned long long)slot_bytes(t),
                  r->buffer == KILN_BUFFER_WEIGHTS ? "KILN_BUFFER_WEIGHTS"
                                                   : "KILN_BUFFER_ARENA",
-                 (unsigned long long)r->offset, (unsigned long long)t->io_offset,
+                 (unsigned long long)tensor_base(t), (unsigned long long)t->io_offset,
                  t->dyn_axes);
         if (t->dyn_axes)
             str_addf(s, "%s_%s_%d_extents},\n", px, what, i);
@@ -275,12 +275,13 @@ static void emit_schedule(Str *s, Program *p, const char *px) {
         Dispatch *d = p->dispatches[i];
         for (int k = 0; k < d->nargs; k++) {
             Tensor *t = d->args[k], *r = tensor_root(t);
+            uint64_t base = tensor_base(t);
             str_addf(s, "    {%s, %lluull, %lluull, %lluull, %uu}, /* %d.%d %s %s */\n",
                      r->buffer == KILN_BUFFER_WEIGHTS ? "KILN_BUFFER_WEIGHTS"
                                                       : "KILN_BUFFER_ARENA",
-                     (unsigned long long)(r->offset + d->arg_offset[k]),
-                     (unsigned long long)(r->offset + d->arg_begin[k]),
-                     (unsigned long long)(r->offset + d->arg_end[k]), (d->writes >> k) & 1u,
+                     (unsigned long long)(base + d->arg_offset[k]),
+                     (unsigned long long)(base + d->arg_begin[k]),
+                     (unsigned long long)(base + d->arg_end[k]), (d->writes >> k) & 1u,
                      i, k, (d->unused >> k) & 1u ? "unused, holds" : (d->writes >> k) & 1u
                      ? "writes" : "reads", c_comment(t->name));
         }

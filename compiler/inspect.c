@@ -53,12 +53,11 @@ static char *writes_of(const Dispatch *d) {
     for (int k = 0; k < d->nargs; k++) {
         if (!((d->writes >> k) & 1u))
             continue;
-        Tensor *r = tensor_root(d->args[k]);
         kiln_dtype dt = d->args[k]->dtype;
         const char *type = dt == KILN_DTYPE_F32 ? "" : format(" %s", kiln_dtype_name(dt));
         str_addf(&s, "%s%s%s [%llu, %llu)", s.len ? ", " : "", d->args[k]->name, type,
-                 (unsigned long long)(r->offset + d->arg_begin[k]),
-                 (unsigned long long)(r->offset + d->arg_end[k]));
+                 (unsigned long long)(tensor_base(d->args[k]) + d->arg_begin[k]),
+                 (unsigned long long)(tensor_base(d->args[k]) + d->arg_end[k]));
     }
     return s.buf;
 }
@@ -252,7 +251,7 @@ void inspect_json(Graph *g, Program *p, FILE *f) {
         fprintf(f, ", \"bytes\": %llu, \"buffer\": \"%s\", \"offset\": %llu, \"view_of\": ",
                 (unsigned long long)tensor_bytes(x),
                 r->buffer == KILN_BUFFER_WEIGHTS ? "weights" : "arena",
-                (unsigned long long)r->offset);
+                (unsigned long long)tensor_base(x));
         if (x->alias)
             json_string(f, r->name);
         else
@@ -280,8 +279,8 @@ void inspect_json(Graph *g, Program *p, FILE *f) {
                        "\"end\": %llu}",
                     unused ? "none" : (d->writes >> k) & 1u ? "write" : "read",
                     r->buffer == KILN_BUFFER_WEIGHTS ? "weights" : "arena",
-                    (unsigned long long)(r->offset + d->arg_begin[k]),
-                    (unsigned long long)(r->offset + d->arg_end[k]));
+                    (unsigned long long)(tensor_base(d->args[k]) + d->arg_begin[k]),
+                    (unsigned long long)(tensor_base(d->args[k]) + d->arg_end[k]));
         }
         fprintf(f, "], \"needs\": %u, \"unless\": %u, \"why\": ", d->needs, d->unless);
         if (d->why)

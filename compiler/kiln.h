@@ -255,6 +255,8 @@ typedef struct Tensor {
     QuantCodes quant;   /* rank-2 f32 weights folded from 8-bit codes */
     /* memory: set by lower (views) and plan_memory */
     struct Tensor *alias; /* the tensor whose bytes this one shares, or NULL */
+    uint64_t view_offset; /* bytes into alias's where this one starts (a gather
+                           * of one index where the axes before it are 1) */
     uint32_t buffer;    /* KILN_BUFFER_* */
     uint64_t offset;    /* bytes into that buffer */
     int first, last;    /* live range in dispatch indices (plan_memory) */
@@ -281,6 +283,9 @@ int64_t tensor_count(const Tensor *t);
 bool shape_equal(const Tensor *a, const Tensor *b);
 /* The tensor that owns the bytes (follows alias). */
 Tensor *tensor_root(Tensor *t);
+/* Where t's bytes start in its root's buffer: the root's offset plus the
+ * views' offsets on the way. */
+uint64_t tensor_base(Tensor *t);
 
 typedef struct Attr {
     const char *key;

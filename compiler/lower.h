@@ -150,6 +150,13 @@ Operand whole(Tensor *t);
  * nothing (lower_layout.c). */
 bool append_region(Program *p, Tensor *piece, Operand *o);
 Operand broadcast(Tensor *t, int rank, const int64_t *shape);
+/* A slice, split part or one-index gather whose elements are one
+ * contiguous block of x, in out's own order (read through `in`, x's
+ * strides and base, out's rank): out becomes a view of x at that block's
+ * offset, no dispatch, and true. False (nothing changed) for dynamic
+ * tensors (a run's elements have holes), states, a graph output (its own
+ * bytes) or a block that is not contiguous (lower_layout.c). */
+bool block_view(Tensor *x, Tensor *out, const Operand *in);
 /* Transpose n's input as an operand of n's output shape (lower_layout.c). */
 Operand transposed_input(Node *n);
 int collapse(int rank, int64_t *shape, int nops, Operand *ops);

@@ -65,12 +65,42 @@ Dispatch *index_dispatch(Program *p, Node *n, const char *mode, Tensor *y,
     return d;
 }
 
+/* A gather of one constant index along an axis that only axes of 1
+ * precede takes a contiguous block of x: a view at its offset, no dispatch
+ * (timm's and torchvision's attention take q, k and v so, qkv[0], qkv[1],
+ * qkv[2] of [3, B, heads, S, d]); block_view's conditions. */
+static bool gather_view(Node *n, Tensor *x, Tensor *idx, int axis) {
+    Tensor *y = n->outputs[0];
+    if (n->op != OP_GATHER || idx->kind != T_WEIGHT || !idx->data || tensor_count(idx) != 1 ||
+        shape_count(axis, x->shape) != 1)
+        return false;
+    int64_t v;
+    if (idx->dtype == KILN_DTYPE_I64) {
+        memcpy(&v, idx->data, 8);
+    } else {
+        int32_t w;
+        memcpy(&w, idx->data, 4);
+        v = w;
+    }
+    if (v < 0)
+        v += x->shape[axis];
+    if (v < 0 || v >= x->shape[axis]) /* refused by the shape rule; never here */
+        return false;
+    /* y's axes are x's with `axis` (before it only 1s) replaced by idx's */
+    Operand in = {x, {0}, v * shape_count(x->rank - axis - 1, x->shape + axis + 1), false,
+                  {0, {0}}};
+    contiguous_strides(y->rank, y->shape, in.strides);
+    return block_view(x, y, &in);
+}
+
 void lower_gather(Program *p, Node *n) {
     bool emb = n->op == OP_EMBEDDING;
     Tensor *x = n->inputs[emb ? 1 : 0], *idx = n->inputs[emb ? 0 : 1];
     int axis = emb ? 0 : (int)attr_int(n, "axis");
     if (axis < 0)
         axis += x->rank;
+    if (gather_view(n, x, idx, axis))
+        return;
     Dispatch *d = index_dispatch(p, n, "MODE_GATHER", n->outputs[0], x, idx);
     if (!d)
         return;

@@ -102,6 +102,21 @@ void lower_repack(Program *p, Node *n) {
 }
 
 
+bool block_view(Tensor *x, Tensor *out, const Operand *in) {
+    if (x->dyn_axes || out->dyn_axes || x->kind == T_STATE || out->is_output ||
+        out->is_update || out->dtype != x->dtype || in->dyn_base || in->base < 0 ||
+        !tensor_bytes(out))
+        return false;
+    int64_t own[MAX_RANK];
+    contiguous_strides(out->rank, out->shape, own);
+    for (int i = 0; i < out->rank; i++)
+        if (out->shape[i] > 1 && in->strides[i] != own[i])
+            return false;
+    out->alias = x;
+    out->view_offset = (uint64_t)in->base * kiln_dtype_size(x->dtype);
+    return true;
+}
+
 void lower_slice(Program *p, Node *n) {
     Tensor *x = n->inputs[0], *out = n->outputs[0];
     int64_t start[MAX_RANK], step[MAX_RANK], shape[MAX_RANK];
@@ -111,6 +126,8 @@ void lower_slice(Program *p, Node *n) {
         in.base += start[i] * in.strides[i];
         in.strides[i] *= step[i];
     }
+    if (block_view(x, out, &in))
+        return;
     copy(p, n, out->rank, out->shape, whole(out), in, dyn_one(out));
 }
 
@@ -197,7 +214,8 @@ void lower_split(Program *p, Node *n) {
         Tensor *t = n->outputs[k];
         Operand in = whole(x);
         in.base = at * in.strides[axis];
-        copy(p, n, t->rank, t->shape, whole(t), in, dyn_one(t));
+        if (!block_view(x, t, &in)) /* a part of a contiguous block: a view */
+            copy(p, n, t->rank, t->shape, whole(t), in, dyn_one(t));
         at += sizes[k];
     }
 }

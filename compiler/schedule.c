@@ -49,9 +49,9 @@ void schedule(Graph *g, Program *p) {
         Access mine[MAX_ARGS];
         for (int k = 0; k < d->nargs; k++) {
             Tensor *r = tensor_root(d->args[k]);
-            mine[k] = (Access){r->buffer, r->offset + d->arg_begin[k],
-                               r->offset + d->arg_end[k], (d->writes >> k) & 1u, i,
-                               d->args[k]};
+            uint64_t base = tensor_base(d->args[k]);
+            mine[k] = (Access){r->buffer, base + d->arg_begin[k], base + d->arg_end[k],
+                               (d->writes >> k) & 1u, i, d->args[k]};
         }
         /* Reads first, so a barrier's reason names the data dependency
          * (read after write) when there is one. */

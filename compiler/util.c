@@ -447,6 +447,13 @@ Tensor *tensor_root(Tensor *t) {
     return t;
 }
 
+uint64_t tensor_base(Tensor *t) {
+    uint64_t at = 0;
+    for (; t->alias; t = t->alias)
+        at += t->view_offset;
+    return t->offset + at;
+}
+
 /* IEEE half precision, round to nearest even. */
 float half_to_float(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ffu, x;

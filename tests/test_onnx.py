@@ -7,6 +7,7 @@
   node names and counts), symbolic dimensions (and --shape fixing them), a
   missing external data file: a clear error, exit 1, nothing written.
 """
+import json
 import re
 import struct
 import sys
@@ -578,6 +579,65 @@ def _(workdir):
         check(res.returncode == 1 and "KILN_ERROR_OUT_OF_BOUNDS" in res.stderr and
               all(w in res.stderr for w in words),
               f"{sub}: status {res.returncode}, lacking one of {words}:\n{res.stderr[-1500:]}")
+
+
+@case("onnx attention with q, k and v taken from one [3, B, heads, S, d] tensor by Gather "
+      "(timm's and torchvision's qkv[0], qkv[1], qkv[2]): views at their offsets, no gather "
+      "dispatch, f32 and f16")
+def _(workdir):
+    B, S, D, H = 2, 9, 16, 2
+    hd = D // H
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal([B, S, D]).astype(np.float32)
+    wqkv = (rng.standard_normal([D, 3 * D]) * 0.3).astype(np.float32)
+    wo = (rng.standard_normal([D, D]) * 0.3).astype(np.float32)
+    scale = np.array(hd ** -0.25, np.float32)
+    inits = [initializer("wqkv", wqkv), initializer("wo", wo), initializer("scale", scale),
+             initializer("s5", np.array([B, S, 3, H, hd], np.int64)),
+             initializer("s3", np.array([B, S, D], np.int64))] + [
+        # scalar indices (no dims; initializer() makes 0-d arrays [1]); the last negative
+        field(2, ONNX_ELEM["int64"]) + field(8, f"i{c}") +
+        field(9, np.array(c - 3 if c == 2 else c, np.int64).tobytes()) for c in range(3)]
+    nodes = [node("MatMul", ["x", "wqkv"], ["mm"], "qkv_proj"),
+             node("Reshape", ["mm", "s5"], ["r5"], "split_heads"),
+             node("Transpose", ["r5"], ["qkv"], "to_front", attr("perm", [2, 0, 3, 1, 4]))]
+    nodes += [node("Gather", ["qkv", f"i{c}"], [n], f"take_{n}", attr("axis", 0))
+              for c, n in enumerate("qkv")]
+    nodes += [node("Mul", ["q", "scale"], ["qs"], "scale_q"),
+              node("Transpose", ["k"], ["kt"], "k_t", attr("perm", [0, 1, 3, 2])),
+              node("Mul", ["kt", "scale"], ["kts"], "scale_k"),
+              node("MatMul", ["qs", "kts"], ["sc"], "scores"),
+              node("Softmax", ["sc"], ["p"], "softmax", attr("axis", -1)),
+              node("MatMul", ["p", "v"], ["o"], "pv"),
+              node("Transpose", ["o"], ["ot"], "merge", attr("perm", [0, 2, 1, 3])),
+              node("Reshape", ["ot", "s3"], ["o3"], "merge_heads"),
+              node("MatMul", ["o3", "wo"], ["y"], "out_proj")]
+    m = model(nodes, [value_info("x", [B, S, D])], [value_info("y", [B, S, D])], inits,
+              opset=17)
+    qkv = (x @ wqkv).reshape(B, S, 3, H, hd).transpose(2, 0, 3, 1, 4)
+    q, k, v = qkv[0] * scale, qkv[1] * scale, qkv[2]
+    sc = q @ k.transpose(0, 1, 3, 2)
+    p = np.exp(sc - sc.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    want = ((p @ v).transpose(0, 2, 1, 3).reshape(B, S, D) @ wo).astype(np.float32)
+    wd = Path(workdir)
+    for prec in ("f32", "f16"):
+        (wd / prec).mkdir()
+        flags = ("--precision", prec)
+        run_onnx(wd / prec, m, [x], [want], ["y"], flags=flags,
+                 tol=(1e-4, 1e-5) if prec == "f32" else (2e-2, 2e-2))
+        r = kiln("inspect", wd / prec / "m.onnx", "--format", "json", *flags)
+        check(r.returncode == 0, r.stderr)
+        doc = json.loads(r.stdout)
+        nodes_run = {d["node"] for d in doc["dispatches"]}
+        check(not any(n.startswith("take_") for n in nodes_run),
+              f"{prec}: gather dispatches remain: {sorted(nodes_run)}")
+        views = {t["name"]: t for t in doc["tensors"] if t["name"] in ("q", "k", "v")}
+        base = [t for t in doc["tensors"] if t["name"] == "qkv"][0]["offset"]
+        third = B * H * S * hd * (4 if prec == "f32" else 2)
+        check(all(views[n]["view_of"] == "qkv" and views[n]["offset"] == base + c * third
+                  for c, n in enumerate("qkv")),
+              f"{prec}: q, k, v are not views of qkv at thirds: {views}")
 
 
 @case("onnx GatherND and ScatterND: constant indices out of range and a reduction newer "

@@ -2,13 +2,14 @@
 expand, tile, views, depth_to_space (shaders/index.comp), on Vulkan against
 the CPU reference (ops_common.py says how).
 """
+import json
 from pathlib import Path
 
 import numpy as np
 
 import reference as ref
-from harness import (assert_close, build_model, check, check_kernels, model_yaml, registry,
-                     run_model, run_program)
+from harness import (assert_close, build_model, check, check_kernels, kiln, model_yaml,
+                     registry, run_model, run_program)
 from ops_common import half, ints, one_op, rng, spec, values, weight_specs
 
 TESTS, case = registry()
@@ -202,6 +203,50 @@ def split_case(i, shape, axis, sizes, nout):
         for k, (g, w) in enumerate(zip(gots, wants)):
             assert_close(g, w, 0, 0, f"output {k}")
     return test
+
+
+@case("op slice, split and gather of contiguous blocks read by another op are views: no "
+      "copy dispatch, the reader binds the block's offset")
+def _(workdir):
+    """Each block (rows 2..5 of [6, 4, 3], parts of [1, 6, 4] along axis 1,
+    index -2 of [3, 2, 5]) read by a tanh; the block itself is no dispatch,
+    the tanh reads it at its offset in x. Against numpy, every element, and
+    kiln inspect's dispatch count (the tanh alone, or one a part)."""
+    r = rng(1330)
+    x3, x1, xg = values(r, [6, 4, 3]), values(r, [1, 6, 4]), values(r, [3, 2, 5])
+    i = np.array(-2, np.int64)
+    cases = [
+        ("slice", [x3], [{"name": "v", "op": "slice", "inputs": ["a"], "starts": [2],
+                          "ends": [5], "outputs": ["v0"]}], [np.tanh(x3[2:5])]),
+        ("split", [x1], [{"name": "v", "op": "split", "inputs": ["a"], "axis": 1,
+                          "sizes": [1, 3, 2], "outputs": ["v0", "v1", "v2"]}],
+         [np.tanh(p) for p in np.split(x1, [1, 4], 1)]),
+        ("gather", [xg, i], [{"name": "v", "op": "gather", "inputs": ["a", "b"], "axis": 0,
+                              "outputs": ["v0"]}], [np.tanh(xg[-2])]),
+    ]
+    for what, ins, nodes, wants in cases:
+        d = Path(workdir) / what
+        d.mkdir()
+        nodes = nodes + [{"name": f"t{k}", "op": "tanh", "inputs": [f"v{k}"],
+                          "outputs": [f"y{k}"]} for k in range(len(wants))]
+        specs = {n: spec(v) for n, v in zip("ab", ins)}
+        if what == "gather":  # the index a weight, as exporters write qkv[1]
+            specs = {"a": spec(xg)}
+            nodes[0]["inputs"] = ["a", "b"]
+            y = model_yaml(what, specs, nodes, [f"y{k}" for k in range(len(wants))],
+                           weights={"b": {"dtype": "i64", "shape": [], "values": [-2]}})
+            ins = [xg]
+        else:
+            y = model_yaml(what, specs, nodes, [f"y{k}" for k in range(len(wants))])
+        gots = run_program(build_model(d, y), ins, wants)
+        for k, (g, w) in enumerate(zip(gots, wants)):
+            assert_close(g, w, 1e-6, 1e-6, f"{what} output {k}")
+        (d / "m.yaml").write_text(y)
+        res = kiln("inspect", d / "m.yaml", "--format", "json")
+        check(res.returncode == 0, res.stderr)
+        ds = json.loads(res.stdout)["dispatches"]
+        check(len(ds) == len(wants) and all(x["family"] == "eltwise" for x in ds),
+              f"{what}: dispatches {[(x['node'], x['family']) for x in ds]}")
 
 
 case("op split [6, 4] axis 0 into 3")(split_case(0, [6, 4], 0, None, 3))
