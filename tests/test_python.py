@@ -138,7 +138,9 @@ def test_errors(workdir):
             "option": raised(lambda: kiln.InferenceSession("bad.yaml", precision="f8",
                                                            cache_dir="c"), kiln.CompileError),
         }}))
-        s = kiln.InferenceSession({str(DENSENET / "model.onnx")!r}, cache_dir="c", **OPTS)
+        s = kiln.InferenceSession({str(DENSENET / "model.onnx")!r}, cache_dir="c",
+                                  providers=["CUDAExecutionProvider"], sess_options=None,
+                                  **OPTS)  # onnxruntime's arguments: ignored
         x = np.load({str(DENSENET / "input_0.npy")!r})
         print(json.dumps({{
             "dtype": raised(lambda: s.run(None, {{"x0": x.astype(np.float64)}}), TypeError),

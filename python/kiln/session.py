@@ -118,7 +118,9 @@ class InferenceSession:
     """A model compiled by kiln and loaded, with onnxruntime's shape.
 
     InferenceSession(path, precision="f32", shapes=None, cache_dir=None,
-    **compile_options): path is an ONNX model or a YAML graph; precision and
+    **compile_options): path is an ONNX model or a YAML graph (onnxruntime's
+    sess_options, providers and provider_options are accepted and ignored:
+    kiln runs on its Vulkan device); precision and
     compile_options are kiln compile's options (io="f16", weights="int8",
     no_fuse=["eltwise"], guard=True, ...); shapes fixes or bounds the model's
     symbolic dims ({"seq": range(1, 129)} compiles seq as a dynamic dim of
@@ -127,7 +129,11 @@ class InferenceSession:
     loaded; each session creates its own model on the process' device.
     """
 
-    def __init__(self, path, precision="f32", shapes=None, cache_dir=None, **compile_options):
+    def __init__(self, path, precision="f32", shapes=None, cache_dir=None, sess_options=None,
+                 providers=None, provider_options=None, **compile_options):
+        # onnxruntime's own arguments are taken and left alone, so that a
+        # session made for onnxruntime swaps in by its class name alone
+        del sess_options, providers, provider_options
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"kiln: no model file {path}")
