@@ -43,6 +43,7 @@ onnxruntime are (the GPU machine), with kiln built there or carried
    rows are marked so).
 
   bench/models.py [--only NAME[,NAME...] | --held-out] [--runs N] [--compile [f16]]
+                  [--compile-modes max-autotune,reduce-overhead]
                   [--f16 [--io-f16]]
                   [--out DIR]
   bench/models.py --from-json A.json [B.json...] [--out DIR]
@@ -186,6 +187,7 @@ def slowest(wd, inspect, inputs, runs=20, top=5):
 
 
 COMPILE_MODES = ("max-autotune", "reduce-overhead")
+MODES = list(COMPILE_MODES)  # --compile-modes
 
 
 def torch_times(module, inputs, runs, compile_modes=()):
@@ -342,7 +344,7 @@ def bench_one(name, runs, compile_too, wd, f16=False, io_f16=False):
                        "gbs": round(b, 1)} for u, n, f, t, b in top]
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    modes = COMPILE_MODES if compile_too else ()
+    modes = tuple(MODES) if compile_too else ()
     row.update(torch_times(module, inputs, runs, modes if compile_too == "all" else ()))
     row["kiln_vs_graph"] = row["graph_us"] / row["kiln_wall_us"]
     row["kiln_vs_eager"] = row["eager_us"] / row["kiln_wall_us"]
@@ -493,6 +495,9 @@ def main():
     ap.add_argument("--compile", nargs="?", const="all", choices=["all", "f16"],
                     help="also time torch.compile (max-autotune and reduce-overhead); "
                     "--compile f16: in f16 only (half the compile time)")
+    ap.add_argument("--compile-modes", default=",".join(COMPILE_MODES),
+                    help="with --compile: the torch.compile modes, comma-separated "
+                    "(max-autotune compiles 1.5-3 minutes a held-out model on an H100)")
     ap.add_argument("--f16", action="store_true",
                     help="also kiln --precision f16 against torch in f16")
     ap.add_argument("--io-f16", action="store_true",
@@ -502,7 +507,11 @@ def main():
     ap.add_argument("--keep", metavar="DIR",
                     help="write every dispatch's profile to DIR/MODEL.tsv (MODELf16.tsv)")
     a = ap.parse_args()
-    global KEEP
+    global KEEP, MODES
+    MODES = [m for m in a.compile_modes.split(",") if m]
+    bad = [m for m in MODES if m not in COMPILE_MODES]
+    if bad:
+        ap.error(f"--compile-modes: unknown {', '.join(bad)} (of {', '.join(COMPILE_MODES)})")
     KEEP = Path(a.keep) if a.keep else None
     if KEEP:
         KEEP.mkdir(parents=True, exist_ok=True)

@@ -65,6 +65,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 import numpy as np
@@ -820,8 +821,8 @@ def plain_corpus(out, only):
                                   str(d / "model.onnx"), dynamo=True, external_data=False,
                                   dynamic_shapes=({axis: torch.export.Dim(axis_name, min=lo,
                                                                           max=hi)},))
-        except Exception as e:
-            print(f"{name}: export failed: {type(e).__name__}: {str(e)[:1500]}", flush=True)
+        except Exception:  # the exporter's whole story: its last frames decide
+            print(f"{name}: export failed:\n{traceback.format_exc()[-4000:]}", flush=True)
             failed += 1
             continue
         m = onnx.load(str(d / "model.onnx"))
