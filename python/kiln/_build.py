@@ -130,16 +130,21 @@ def cli_options(precision="f32", shapes=None, options=None):
 _digests = {}
 
 
-def _file_digest(path):
+def _file_digest(path, look_for=None):
+    """sha256 of a file (kept per path, size and time in this process), and
+    whether look_for occurs in it, in one pass."""
     st = path.stat()
-    key = (str(path), st.st_size, st.st_mtime_ns)
+    key = (str(path), st.st_size, st.st_mtime_ns, look_for)
     if key not in _digests:
-        h = hashlib.sha256()
+        h, found, tail = hashlib.sha256(), False, b""
         with open(path, "rb") as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 h.update(chunk)
-        _digests[key] = h.hexdigest()
-    return _digests[key]
+                if look_for and not found:
+                    found = look_for in tail + chunk
+                    tail = chunk[-len(look_for):]
+        _digests[key] = (h.hexdigest(), found)
+    return _digests[key] if look_for else _digests[key][0]
 
 
 def model_key(model, args, tc, cc):
@@ -148,11 +153,9 @@ def model_key(model, args, tc, cc):
     an ONNX file with external data), the options, kiln's binary, the runtime
     library and the C compiler."""
     h = hashlib.sha256()
-    h.update(_file_digest(model).encode())
-    refers = model.suffix.lower() in (".yaml", ".yml")
-    if not refers:
-        with open(model, "rb") as f:
-            refers = b"location" in f.read()  # an external_data entry's key
+    digest, external = _file_digest(model, b"location")  # an external_data entry's key
+    h.update(digest.encode())
+    refers = model.suffix.lower() in (".yaml", ".yml") or external
     if refers:
         for p in sorted(model.parent.iterdir()):
             if p.is_file() and p != model:
