@@ -742,8 +742,8 @@ static void dynamic_attention(Node *n) {
         (is_dyn(k, seq) && !dim_expr_eq(&k->ext[seq], &v->ext[seq])))
         unsupported(n, "keys '%s' and values '%s' must have the same dynamic extent",
                     k->name, v->name);
-    if (is_dyn(q, seq))
-        mark(n, n->outputs[0], seq, &q->ext[seq]);
+    if (is_dyn(q, seq)) /* the output's positions: axis 1 of bshd, 2 of bhsd */
+        mark(n, n->outputs[0], a.out_bshd ? 1 : 2, &q->ext[seq]);
     if (is_dyn(q, 0))
         mark(n, n->outputs[0], 0, &q->ext[0]);
 }

@@ -456,6 +456,7 @@ int64_t *split_sizes(Node *n, int *axis);
 int reduced_axes(Node *n, bool *reduced);
 typedef struct AttentionDims {
     bool bshd;
+    bool out_bshd; /* the output's layout (out_layout; default: layout) */
     int64_t B, H, KVH, Sq, Sk, D, DV;
 } AttentionDims;
 void attention_dims(Node *n, AttentionDims *a);

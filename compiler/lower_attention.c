@@ -16,9 +16,10 @@
 static void operand_strides(const AttentionDims *a, int t, int64_t st[3]) {
     int64_t heads = t == 1 || t == 2 ? a->KVH : a->H, seq = t == 1 || t == 2 ? a->Sk : a->Sq;
     int64_t width = t < 2 ? a->D : a->DV;
+    bool bshd = t == 3 ? a->out_bshd : a->bshd; /* the output's own layout */
     st[0] = heads * seq * width;
-    st[1] = a->bshd ? width : seq * width;
-    st[2] = a->bshd ? heads * width : width;
+    st[1] = bshd ? width : seq * width;
+    st[2] = bshd ? heads * width : width;
 }
 
 /* QS_B, QS_H, QS_S, KS_*, VS_*, OS_*: operand_strides as defines. */

@@ -427,7 +427,8 @@ int pad_mode(Node *n) {
 /* attention(q, k, v, [mask]). layout bhsd: q [B, H, Sq, D], k [B, KVH, Sk, D],
  * v [B, KVH, Sk, DV]. layout bshd: q [B, Sq, H*D], k [B, Sk, KVH*D],
  * v [B, Sk, KVH*DV] with heads (and kv_heads) given. H divides by KVH. The
- * mask is additive f32, broadcast to [B, H, Sq, Sk]. */
+ * mask is additive f32, broadcast to [B, H, Sq, Sk]. out_layout (default:
+ * layout) is the output's: bhsd [B, H, Sq, DV], bshd [B, Sq, H*DV]. */
 void attention_dims(Node *n, AttentionDims *a) {
     Tensor *q = n->inputs[0], *k = n->inputs[1], *v = n->inputs[2];
     Attr *lay = node_attr(n, "layout");
@@ -477,6 +478,13 @@ void attention_dims(Node *n, AttentionDims *a) {
                    "heads", (long long)a->H, (long long)a->KVH);
     if (a->D > 1024)
         node_error(n, "head size %lld exceeds 1024", (long long)a->D);
+    Attr *out = node_attr(n, "out_layout");
+    a->out_bshd = a->bshd;
+    if (out) {
+        a->out_bshd = !out->is_list && strcmp(out->scalar, "bshd") == 0;
+        if (!a->out_bshd && (out->is_list || strcmp(out->scalar, "bhsd") != 0))
+            node_error_at(n, out->loc, "out_layout must be bhsd or bshd");
+    }
 }
 
 /* Reads an attribute of `n` spatial values (default dflt each). */

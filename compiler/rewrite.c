@@ -27,7 +27,10 @@
  *   key/value heads) to the tensors they index, which must be contiguous
  *   [batch, heads, positions, width] or [batch, positions, heads, width]:
  *   attention reads them in place (a decoder's cache state directly) and
- *   never stores the scores. The mask, if any, is its additive input.
+ *   never stores the scores. The mask, if any, is its additive input. A
+ *   result that only transposes to [batch, positions, heads, width] read
+ *   (the heads' merge before the output projection) is written in that
+ *   layout by the kernel itself (out_layout bshd): the transposes cancel.
  * - transposes: a transpose of a transpose that permute nothing together
  *   is its readers reading the original.
  * - gelu_tanh: 0.5 x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 pow(x, 3))))
@@ -833,6 +836,27 @@ static void try_attention(Rewriter *r, Node *n) {
     r->attention += traced_attention(r, n, &qv, &kv, &vv, mask, scale, NULL);
 }
 
+/* Whether every reader of t [B, H, S, D] (one at least) is a transpose to
+ * [B, S, H, D], and t is no model output. */
+static bool heads_merged(Graph *g, const Tensor *t) {
+    int readers = 0;
+    if (t->is_output || t->is_update || t->rank != 4)
+        return false;
+    for (int i = 0; i < g->nodes.len; i++) {
+        Node *m = g->nodes.data[i];
+        for (int k = 0; k < m->ninputs; k++) {
+            if (m->inputs[k] != t)
+                continue;
+            int64_t perm[MAX_RANK];
+            if (m->op != OP_TRANSPOSE || attr_ints(m, "perm", perm, MAX_RANK) != 4 ||
+                perm[0] != 0 || perm[1] != 2 || perm[2] != 1 || perm[3] != 3)
+                return false;
+            readers++;
+        }
+    }
+    return readers > 0;
+}
+
 /* n's value [B, H, Sq, DV] computed by one attention of Q, K and V read in
  * place through their views; causal, softcap and window from `like` (an
  * attention node) when given. Whether the rewrite settled. */
@@ -867,11 +891,17 @@ static bool traced_attention(Rewriter *r, Node *n, const View *qv, const View *k
                             strcmp(a->key, "window") == 0))
             node_set_attr(att, a->key, a->scalar);
     }
+    /* bhsd operands whose result only a transpose to [B, Sq, H, DV] reads
+     * (the heads' merge before the output projection): the kernel writes
+     * that layout itself, and the transpose below cancels against it */
+    bool out_bshd = bshd || heads_merged(r->g, n->outputs[0]);
+    if (out_bshd && !bshd)
+        node_set_attr(att, "out_layout", "bshd");
     fresh[nfresh++] = att;
     Node saved;
     Tensor saved_out;
     Tensor *out = n->outputs[0]; /* [B, H, Sq, DV] */
-    if (bshd) { /* [B, Sq, H * DV] as [B, Sq, H, DV], then transposed */
+    if (out_bshd) { /* [B, Sq, H * DV] as [B, Sq, H, DV], then transposed */
         Node *v = new_view(r, n, "heads", att->outputs[0], 4,
                            (int64_t[]){out->shape[0], out->shape[2], out->shape[1],
                                        out->shape[3]});

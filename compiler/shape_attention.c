@@ -10,10 +10,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The shape of attention's output: q's, with the value width per head. */
-static void attention_output_shape(const Tensor *q, const AttentionDims *a, int64_t *shape) {
-    memcpy(shape, q->shape, sizeof(int64_t) * (size_t)q->rank);
-    shape[q->rank - 1] = a->bshd ? a->H * a->DV : a->DV;
+/* The shape of attention's output in its layout (out_bshd): [B, Sq, H *
+ * DV] or [B, H, Sq, DV]; returns its rank. */
+static int attention_output_shape(const AttentionDims *a, int64_t *shape) {
+    if (a->out_bshd) {
+        int64_t s[3] = {a->B, a->Sq, a->H * a->DV};
+        memcpy(shape, s, sizeof s);
+        return 3;
+    }
+    int64_t s[4] = {a->B, a->H, a->Sq, a->DV};
+    memcpy(shape, s, sizeof s);
+    return 4;
 }
 
 void shape_attention(Node *n) {
@@ -36,8 +43,8 @@ void shape_attention(Node *n) {
     if (attr_int(n, "window") < 0)
         node_error_at(n, attr_loc(n, "window"), "window must not be negative");
     int64_t shape[4];
-    attention_output_shape(q, &a, shape);
-    set_output(n, q->dtype, q->rank, shape);
+    int rank = attention_output_shape(&a, shape);
+    set_output(n, q->dtype, rank, shape);
 }
 
 /* rope(x, cos, sin): x [..., S, ..., D] with positions along seq_axis;
@@ -75,13 +82,13 @@ void shape_attention_grad(Node *n) {
     if (n->noutputs != 3)
         node_error(n, "attention_grad has three outputs; list them with "
                    "outputs: [dq, dk, dv]");
-    Tensor *q = n->inputs[0], *dy = n->inputs[3];
+    Tensor *dy = n->inputs[3];
     int64_t want[4];
-    attention_output_shape(q, &a, want);
-    if (dy->rank != q->rank || memcmp(dy->shape, want, sizeof(int64_t) * (size_t)q->rank))
+    int rank = attention_output_shape(&a, want);
+    if (dy->rank != rank || memcmp(dy->shape, want, sizeof(int64_t) * (size_t)rank))
         node_error_at(n, n->input_locs[3], "the gradient '%s' is %s; it must be %s, the "
                       "attention's output", dy->name, shape_str(dy->rank, dy->shape),
-                      shape_str(q->rank, want));
+                      shape_str(rank, want));
     for (int i = 0; i < 3; i++)
         set_output_i(n, i, n->inputs[i], n->inputs[i]->rank, n->inputs[i]->shape);
 }

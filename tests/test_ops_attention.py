@@ -64,6 +64,12 @@ def attention_case(i, layout, B, H, KVH, Sq, Sk, D, DV, attrs, mshape, f16=False
                              H if layout == "bshd" else None, KVH if layout == "bshd" else None,
                              attrs.get("scale"), attrs.get("softcap", 0),
                              attrs.get("causal", 0), attrs.get("window", 0))
+        out = attrs.get("out_layout", layout)
+        if out != layout and layout == "bhsd":  # [B, H, Sq, DV] as [B, Sq, H * DV]
+            want = want.transpose(0, 2, 1, 3).reshape(B, Sq, H * DV)
+        elif out != layout:  # [B, Sq, H * DV] as [B, H, Sq, DV]
+            want = want.reshape(B, Sq, H, DV).transpose(0, 2, 1, 3)
+        want = np.ascontiguousarray(want)
         if f16:
             one_op(workdir, "attention", ins, want.astype(np.float16), a, 2e-3, 2e-3,
                    names=["q", "k", "v", "m"])
@@ -72,6 +78,18 @@ def attention_case(i, layout, B, H, KVH, Sq, Sk, D, DV, attrs, mshape, f16=False
         if kernel:
             check_kernel(workdir, *kernel)
     return test
+
+
+# The output in the other layout (out_layout): flash's many rows and
+# attention.comp's few, grouped-query heads, a mask, f32 and f16.
+for _i, _c in enumerate([
+        ("bhsd", 2, 4, 2, 12, 20, 16, 8, {"out_layout": "bshd"}, [2, 1, 12, 20]),
+        ("bhsd", 1, 4, 4, 1, 33, 16, 16, {"out_layout": "bshd", "causal": 1}, None),
+        ("bshd", 2, 4, 2, 9, 9, 8, 8, {"out_layout": "bhsd", "causal": 1}, None)]):
+    for _f16 in (False, True):
+        case(f"op attention {_c[0]} out_layout={_c[8]['out_layout']} B={_c[1]} H={_c[2]} "
+             f"KVH={_c[3]} Sq={_c[4]} Sk={_c[5]}{' f16' if _f16 else ''}")(
+            attention_case(140 + _i, *_c, f16=_f16))
 
 
 def check_kernel(workdir, family, defines=()):
