@@ -286,6 +286,8 @@ Tensor *tensor_root(Tensor *t);
 /* Where t's bytes start in its root's buffer: the root's offset plus the
  * views' offsets on the way. */
 uint64_t tensor_base(Tensor *t);
+/* Element i of a weight of i32 or i64 indices, as int64. */
+int64_t index_value(const Tensor *t, int64_t i);
 
 typedef struct Attr {
     const char *key;

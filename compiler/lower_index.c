@@ -74,14 +74,7 @@ static bool gather_view(Node *n, Tensor *x, Tensor *idx, int axis) {
     if (n->op != OP_GATHER || idx->kind != T_WEIGHT || !idx->data || tensor_count(idx) != 1 ||
         shape_count(axis, x->shape) != 1)
         return false;
-    int64_t v;
-    if (idx->dtype == KILN_DTYPE_I64) {
-        memcpy(&v, idx->data, 8);
-    } else {
-        int32_t w;
-        memcpy(&w, idx->data, 4);
-        v = w;
-    }
+    int64_t v = index_value(idx, 0);
     if (v < 0)
         v += x->shape[axis];
     if (v < 0 || v >= x->shape[axis]) /* refused by the shape rule; never here */

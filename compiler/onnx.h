@@ -118,6 +118,9 @@ Node *emit(Ctx *c, OpKind op, int n, Value **ins, const char *out);
 Node *emit_outputs(Ctx *c, OpKind op, Value *x, int n);
 Node *emit_tmp(Ctx *c, OpKind op, int n, Value **ins);
 Value *finish(Ctx *c, Node *k);
+/* finish's last step alone: the node's outputs bound to their ONNX names
+ * (for a mapper that marks dynamic axes of its own before infer_dynamic). */
+Value *bind_outputs(Ctx *c, Node *k);
 void copy_attrs(Ctx *c, Node *k, const char *renames);
 int const_ints(Ctx *c, int i, const char *what, int64_t *out, int max);
 /* A shape input (Reshape's, Expand's): a constant, or one that follows the

@@ -77,11 +77,11 @@ void map_view(Ctx *c, const OnnxOp *op) {
         }
     }
     if (!x->data) {
-        if (follows) { /* the shape's expressions first: the dynamic rule keeps them */
-            infer_node(k);
+        infer_node(k);
+        if (follows) /* the shape's expressions first: the dynamic rule keeps them */
             follow_shape(c, k->outputs[0], nshape, exprs);
-        }
-        finish(c, k);
+        infer_dynamic(c->g, k);
+        bind_outputs(c, k);
         return;
     }
     infer_node(k);

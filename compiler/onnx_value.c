@@ -531,6 +531,10 @@ Node *emit_tmp(Ctx *c, OpKind op, int n, Value **ins) {
 Value *finish(Ctx *c, Node *k) {
     infer_node(k);
     infer_dynamic(c->g, k);
+    return bind_outputs(c, k);
+}
+
+Value *bind_outputs(Ctx *c, Node *k) {
     Value *first = NULL;
     for (int i = 0; i < k->noutputs; i++) {
         Value *v = value_of_tensor(k->outputs[i]);

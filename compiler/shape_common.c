@@ -108,14 +108,7 @@ void check_const_indices(Node *n, int k, const Tensor *x, int axis) {
         return;
     int64_t len = x->shape[axis], count = tensor_count(idx);
     for (int64_t i = 0; i < count; i++) {
-        int64_t v;
-        if (idx->dtype == KILN_DTYPE_I64) {
-            memcpy(&v, idx->data + 8 * i, 8);
-        } else {
-            int32_t w;
-            memcpy(&w, idx->data + 4 * i, 4);
-            v = w;
-        }
+        int64_t v = index_value(idx, i);
         if (v < -len || v >= len)
             node_error_at(n, n->input_locs[k], "index %lld (element %lld of '%s') is outside "
                           "axis %d of '%s', of size %lld (indices %lld to %lld)", (long long)v,

@@ -447,6 +447,17 @@ Tensor *tensor_root(Tensor *t) {
     return t;
 }
 
+int64_t index_value(const Tensor *t, int64_t i) {
+    if (t->dtype == KILN_DTYPE_I64) {
+        int64_t v;
+        memcpy(&v, t->data + 8 * i, 8);
+        return v;
+    }
+    int32_t w;
+    memcpy(&w, t->data + 4 * i, 4);
+    return w;
+}
+
 uint64_t tensor_base(Tensor *t) {
     uint64_t at = 0;
     for (; t->alias; t = t->alias)

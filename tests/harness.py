@@ -153,20 +153,29 @@ def check_defines(workdir, want):
           f"kernel defines {got}, expected {want}")
 
 
-def run_program(prog, inputs, expected, validation=True):
-    """Runs a built model on `inputs` (arrays, in the model's input order)
-    and returns its outputs read with the dtypes and shapes of `expected`."""
+def run_program_raw(prog, inputs, outputs=1, validation=True):
+    """Runs a built model on `inputs` (arrays, in the model's input order),
+    its outputs to out0.bin ... in its directory; returns the finished
+    process, unchecked (run_program checks it; a test of a run that must
+    fail reads its status and message)."""
     workdir = Path(prog).parent
     args = [prog, "-q"]
     for i, a in enumerate(inputs):
         p = workdir / f"in{i}.bin"
         np.ascontiguousarray(a).tofile(p)
         args += ["-i", p]
-    for i in range(len(expected)):
+    for i in range(outputs):
         args += ["-o", workdir / f"out{i}.bin"]
     # In the model's directory: a relative weights file name resolves there.
-    r = run(args, cwd=workdir, env={"KILN_VALIDATION": VALIDATION if validation else "0",
-                                    **getattr(_thread, "env", {})})
+    return run(args, cwd=workdir, env={"KILN_VALIDATION": VALIDATION if validation else "0",
+                                       **getattr(_thread, "env", {})})
+
+
+def run_program(prog, inputs, expected, validation=True):
+    """Runs a built model on `inputs` (arrays, in the model's input order)
+    and returns its outputs read with the dtypes and shapes of `expected`."""
+    workdir = Path(prog).parent
+    r = run_program_raw(prog, inputs, len(expected), validation)
     check(r.returncode != 3, f"Vulkan validation messages:\n{r.stderr[-3000:]}")
     check(r.returncode == 0, f"the model program failed ({r.returncode}):\n{r.stderr}")
     outs = []

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from harness import (ROOT, assert_close, check, kiln, link_model, registry, run,
-                     run_program)
+from harness import (ROOT, assert_close, check, kiln, link_model, registry, run_program,
+                     run_program_raw)
 
 
 sys.path.insert(0, str(ROOT / "tests" / "onnx"))
@@ -571,11 +571,7 @@ def _(workdir):
         r = kiln("compile", wd / sub / "m.onnx", "--name", "model", "-o", wd / sub / "model.c",
                  "--guard")
         check(r.returncode == 0, f"kiln compile failed:\n{r.stderr}")
-        prog = link_model(wd / sub)
-        for k, a in enumerate(ins):
-            a.tofile(wd / sub / f"in{k}.bin")
-        args = [x for k in range(len(ins)) for x in ("-i", wd / sub / f"in{k}.bin")]
-        res = run([prog, "-q", *args, "-o", wd / sub / "out.bin"], cwd=wd / sub)
+        res = run_program_raw(link_model(wd / sub), ins)
         check(res.returncode == 1 and "KILN_ERROR_OUT_OF_BOUNDS" in res.stderr and
               all(w in res.stderr for w in words),
               f"{sub}: status {res.returncode}, lacking one of {words}:\n{res.stderr[-1500:]}")

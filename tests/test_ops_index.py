@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 
 import reference as ref
-from harness import (VALIDATION, assert_close, build_model, check, model_yaml, registry, run,
-                     run_program)
+from harness import (assert_close, build_model, check, model_yaml, registry, run_program,
+                     run_program_raw)
 from ops_common import ints, one_op, rng, spec, values
 
 TESTS, case = registry()
@@ -253,21 +253,10 @@ def _(workdir):
         assert_close(got, want, 1e-6, 1e-6, f"{op}, every index inside")
         bad = list(good)
         bad[k] = bad_idx
-        res = run_raw(prog, bad)
+        res = run_program_raw(prog, bad)
         check(res.returncode == 1 and "KILN_ERROR_OUT_OF_BOUNDS" in res.stderr and
               f"node 'my_{op}' ({op})" in res.stderr and message in res.stderr,
               f"{op}: status {res.returncode}, stderr:\n{res.stderr[-1500:]}")
-
-
-def run_raw(prog, inputs):
-    """Runs a built model on inputs; returns the process (no check)."""
-    args = [prog, "-q"]
-    for i, a in enumerate(inputs):
-        p = Path(prog).parent / f"raw{i}.bin"
-        np.ascontiguousarray(a).tofile(p)
-        args += ["-i", p]
-    return run(args + ["-o", Path(prog).parent / "raw_out.bin"], cwd=Path(prog).parent,
-               env={"KILN_VALIDATION": VALIDATION})
 
 
 for i, red in enumerate(["none", "add", "mul", "max", "min"]):

@@ -214,39 +214,32 @@ def _(workdir):
     kiln inspect's dispatch count (the tanh alone, or one a part)."""
     r = rng(1330)
     x3, x1, xg = values(r, [6, 4, 3]), values(r, [1, 6, 4]), values(r, [3, 2, 5])
-    i = np.array(-2, np.int64)
-    cases = [
-        ("slice", [x3], [{"name": "v", "op": "slice", "inputs": ["a"], "starts": [2],
-                          "ends": [5], "outputs": ["v0"]}], [np.tanh(x3[2:5])]),
-        ("split", [x1], [{"name": "v", "op": "split", "inputs": ["a"], "axis": 1,
-                          "sizes": [1, 3, 2], "outputs": ["v0", "v1", "v2"]}],
+    cases = [  # what, x, the node viewing it (input "a"), its weights, the outputs
+        ("slice", x3, {"op": "slice", "inputs": ["a"], "starts": [2], "ends": [5],
+                       "outputs": ["v0"]}, None, [np.tanh(x3[2:5])]),
+        ("split", x1, {"op": "split", "inputs": ["a"], "axis": 1, "sizes": [1, 3, 2],
+                       "outputs": ["v0", "v1", "v2"]}, None,
          [np.tanh(p) for p in np.split(x1, [1, 4], 1)]),
-        ("gather", [xg, i], [{"name": "v", "op": "gather", "inputs": ["a", "b"], "axis": 0,
-                              "outputs": ["v0"]}], [np.tanh(xg[-2])]),
+        # the index a weight, as exporters write qkv[1]
+        ("gather", xg, {"op": "gather", "inputs": ["a", "b"], "axis": 0, "outputs": ["v0"]},
+         {"b": {"dtype": "i64", "shape": [], "values": [-2]}}, [np.tanh(xg[-2])]),
     ]
-    for what, ins, nodes, wants in cases:
+    for what, x, view, weights, wants in cases:
         d = Path(workdir) / what
         d.mkdir()
-        nodes = nodes + [{"name": f"t{k}", "op": "tanh", "inputs": [f"v{k}"],
-                          "outputs": [f"y{k}"]} for k in range(len(wants))]
-        specs = {n: spec(v) for n, v in zip("ab", ins)}
-        if what == "gather":  # the index a weight, as exporters write qkv[1]
-            specs = {"a": spec(xg)}
-            nodes[0]["inputs"] = ["a", "b"]
-            y = model_yaml(what, specs, nodes, [f"y{k}" for k in range(len(wants))],
-                           weights={"b": {"dtype": "i64", "shape": [], "values": [-2]}})
-            ins = [xg]
-        else:
-            y = model_yaml(what, specs, nodes, [f"y{k}" for k in range(len(wants))])
-        gots = run_program(build_model(d, y), ins, wants)
+        nodes = [{"name": "v", **view}] + [{"name": f"t{k}", "op": "tanh",
+                                            "inputs": [f"v{k}"], "outputs": [f"y{k}"]}
+                                           for k in range(len(wants))]
+        y = model_yaml(what, {"a": spec(x)}, nodes, [f"y{k}" for k in range(len(wants))],
+                       weights=weights)
+        gots = run_program(build_model(d, y), [x], wants)
         for k, (g, w) in enumerate(zip(gots, wants)):
             assert_close(g, w, 1e-6, 1e-6, f"{what} output {k}")
-        (d / "m.yaml").write_text(y)
-        res = kiln("inspect", d / "m.yaml", "--format", "json")
+        res = kiln("inspect", d / "model.yaml", "--format", "json")
         check(res.returncode == 0, res.stderr)
         ds = json.loads(res.stdout)["dispatches"]
-        check(len(ds) == len(wants) and all(x["family"] == "eltwise" for x in ds),
-              f"{what}: dispatches {[(x['node'], x['family']) for x in ds]}")
+        check(len(ds) == len(wants) and all(e["family"] == "eltwise" for e in ds),
+              f"{what}: dispatches {[(e['node'], e['family']) for e in ds]}")
 
 
 case("op split [6, 4] axis 0 into 3")(split_case(0, [6, 4], 0, None, 3))

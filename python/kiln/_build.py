@@ -130,9 +130,9 @@ def cli_options(precision="f32", shapes=None, options=None):
 _digests = {}
 
 
-def _file_digest(path, look_for=None):
-    """sha256 of a file (kept per path, size and time in this process), and
-    whether look_for occurs in it, in one pass."""
+def _file_digest(path, look_for=b""):
+    """(sha256, whether look_for occurs) of a file, in one pass; kept per
+    path, size and time in this process."""
     st = path.stat()
     key = (str(path), st.st_size, st.st_mtime_ns, look_for)
     if key not in _digests:
@@ -144,7 +144,7 @@ def _file_digest(path, look_for=None):
                     found = look_for in tail + chunk
                     tail = chunk[-len(look_for):]
         _digests[key] = (h.hexdigest(), found)
-    return _digests[key] if look_for else _digests[key][0]
+    return _digests[key]
 
 
 def model_key(model, args, tc, cc):
@@ -162,8 +162,8 @@ def model_key(model, args, tc, cc):
                 st = p.stat()
                 h.update(f"{p.name}:{st.st_size}:{st.st_mtime_ns}\n".encode())
     h.update("\0".join(args).encode())
-    h.update(_file_digest(tc.kiln).encode())
-    h.update(_file_digest(tc.lib).encode())
+    h.update(_file_digest(tc.kiln)[0].encode())
+    h.update(_file_digest(tc.lib)[0].encode())
     h.update(cc.encode())
     return h.hexdigest()[:32]
 

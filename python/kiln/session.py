@@ -7,6 +7,7 @@ destroy) holds one process-wide lock. A session may be used from several
 threads: their runs take turns.
 """
 import atexit
+import shutil
 import ctypes
 import threading
 import weakref
@@ -315,7 +316,6 @@ class InferenceSession:
                 self._model = None
                 _sessions.discard(self)
         if self._temporary:
-            import shutil
             shutil.rmtree(self._dir, ignore_errors=True)
             self._temporary = False
 
