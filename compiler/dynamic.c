@@ -406,15 +406,57 @@ static void dynamic_transpose(Node *n) {
     }
 }
 
+/* A slice of a dynamic axis, with a start and an end as the node gives
+ * them (ONNX counts negative ones from the end: of the run's extent, which
+ * kiln does not know until run time). Taken, with step 1 and a start s at
+ * or after 0: an end at or past the axis's largest size (the run's
+ * elements s.., extent ext - s, whenever ext > s), or an end e within the
+ * axis's least extent (the fixed elements s..e - 1). */
+static void slice_dynamic_axis(Node *n, Tensor *x, int a, int64_t s, int64_t e, int64_t st,
+                               Tensor *out) {
+    const Graph *g = n->graph;
+    int64_t lo = dim_expr_min(g, &x->ext[a]), hi = x->shape[a];
+    const char *ext = dim_expr_str(g, &x->ext[a]);
+    if (st != 1 || s < 0 || e < 0)
+        unsupported(n, "it slices the dynamic axis %d of '%s' (%s, %lld..%lld) with start "
+                    "%lld, end %lld, step %lld; kiln slices a dynamic axis with step 1 from a "
+                    "start at or after 0 (a negative start or end counts from the run's "
+                    "extent, known only at run time)", a, x->name, ext, (long long)lo,
+                    (long long)hi, (long long)s, (long long)e, (long long)st);
+    if (e >= hi) {
+        if (s >= lo)
+            unsupported(n, "it slices the dynamic axis %d of '%s' (%s, %lld..%lld) from %lld "
+                        "to its end, which leaves no elements when %s <= %lld; declare the "
+                        "dims' least value above %lld", a, x->name, ext, (long long)lo,
+                        (long long)hi, (long long)s, ext, (long long)s, (long long)s);
+        DimExpr start = {-s, {0}};
+        DimExpr rest = dim_expr_add(&x->ext[a], &start);
+        mark(n, out, a, &rest);
+    } else if (e > lo) {
+        unsupported(n, "it slices the dynamic axis %d of '%s' (%s, %lld..%lld) up to %lld, "
+                    "inside its range: kiln slices a dynamic axis to its end, or to an end "
+                    "within its least extent", a, x->name, ext, (long long)lo, (long long)hi,
+                    (long long)e);
+    }
+}
+
 static void dynamic_slice(Node *n) {
-    Tensor *x = n->inputs[0];
-    int64_t start[MAX_RANK], step[MAX_RANK], shape[MAX_RANK];
-    slice_params(n, start, step, shape);
+    Tensor *x = n->inputs[0], *out = n->outputs[0];
+    int64_t starts[MAX_RANK], ends[MAX_RANK], axes[MAX_RANK], steps[MAX_RANK];
+    int ns = attr_ints(n, "starts", starts, MAX_RANK);
+    int na = attr_ints(n, "axes", axes, MAX_RANK);
+    int nt = attr_ints(n, "steps", steps, MAX_RANK);
+    attr_ints(n, "ends", ends, MAX_RANK); /* as many as starts: slice_params checked */
+    bool sliced[MAX_RANK] = {false};
+    for (int i = 0; i < ns; i++) {
+        int64_t a = na < 0 ? i : axes[i] < 0 ? axes[i] + x->rank : axes[i];
+        sliced[a] = true;
+        if (is_dyn(x, (int)a))
+            slice_dynamic_axis(n, x, (int)a, starts[i], ends[i], nt < 0 ? 1 : steps[i], out);
+    }
     for (int a = 0; a < x->rank; a++)
-        if (is_dyn(x, a) && (start[a] != 0 || step[a] != 1 || shape[a] != x->shape[a]))
-            unsupported(n, "it slices the dynamic axis %d of '%s'; kiln slices only fixed "
-                        "axes of a dynamic tensor", a, x->name);
-    same_as(n, x);
+        if (is_dyn(x, a) && !sliced[a])
+            mark(n, out, a, &x->ext[a]);
 }
 
 /* Along a dynamic axis the extents add up (each piece lands after the

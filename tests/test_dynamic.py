@@ -147,6 +147,26 @@ def test_views(workdir):
                               x.transpose(0, 1, 3, 2).reshape(-1, 12)])
 
 
+@case("dynamic: slices of a dynamic axis: from a start to its end (extent seq - s, outer "
+      "and inner axis) and up to an end within its least extent (a fixed axis)")
+def test_slice_dynamic_axis(workdir):
+    y = dyn_yaml({"seq": "3..40"}, {"x": {**W, "shape": ["seq", 5]},
+                                    "z": {**W, "shape": [2, "seq", 3]}},
+                 [{"name": "a", "op": "slice", "inputs": ["x"], "starts": [2], "ends": [99],
+                   "axes": [0]},
+                  {"name": "y", "op": "exp", "inputs": ["a"]},
+                  {"name": "b", "op": "slice", "inputs": ["z"], "starts": [1, 1],
+                   "ends": [1000, 3], "axes": [1, 2]},
+                  {"name": "w", "op": "neg", "inputs": ["b"]},
+                  {"name": "c", "op": "slice", "inputs": ["x"], "starts": [0], "ends": [3],
+                   "axes": [0]},
+                  {"name": "v", "op": "tanh", "inputs": ["c"]}],
+                 ["y", "w", "v"])
+    run_steps(workdir, y, seq_steps([3, 40, 17, 4]),
+              lambda rng, seq: [normal(rng, seq, 5), normal(rng, 2, seq, 3)],
+              lambda x, z, seq: [np.exp(x[2:]), -z[:, 1:, 1:3], np.tanh(x[:3])])
+
+
 @case("dynamic: matmul (tiled and matrix-vector) with bias and activation, gemm")
 def test_matmul(workdir):
     # rows above 16: tiled (scalar; vec4, K and N multiples of 4, with loops
@@ -1162,7 +1182,13 @@ def test_errors(workdir):
         (ok_dims, x, [{"name": "y", "op": "matmul", "inputs": ["w", "x"]}],
          {"w": weight([3, 64], 1)}, ["contracted axis"]),
         (ok_dims, x, [{"name": "y", "op": "slice", "inputs": ["x"], "starts": [1],
-                       "ends": [5], "axes": [0]}], None, ["slices the dynamic axis"]),
+                       "ends": [5], "axes": [0]}], None, ["slices the dynamic axis",
+                                                          "inside its range"]),
+        (ok_dims, x, [{"name": "y", "op": "slice", "inputs": ["x"], "starts": [-2],
+                       "ends": [99], "axes": [0]}], None, ["start -2", "counts from the run"]),
+        (ok_dims, x, [{"name": "y", "op": "slice", "inputs": ["x"], "starts": [1],
+                       "ends": [99], "axes": [0]}], None, ["leaves no elements",
+                                                           "least value above 1"]),
         ({"seq": "4..2"}, x, [{"name": "y", "op": "exp", "inputs": ["x"]}], None,
          ["range 4..2"]),
         ({"seq": "1-8"}, x, [{"name": "y", "op": "exp", "inputs": ["x"]}], None,
