@@ -413,10 +413,27 @@ static void dynamic_transpose(Node *n) {
  * elements s.., extent ext - s, whenever ext > s), or an end e within the
  * axis's least extent (the fixed elements s..e - 1). */
 static void slice_dynamic_axis(Node *n, Tensor *x, int a, int64_t s, int64_t e, int64_t st,
-                               Tensor *out) {
+                               const DimExpr *end, Tensor *out) {
     const Graph *g = n->graph;
     int64_t lo = dim_expr_min(g, &x->ext[a]), hi = x->shape[a];
     const char *ext = dim_expr_str(g, &x->ext[a]);
+    if (end && !dim_expr_const(end)) {
+        DimExpr minus = dim_expr_scale(&x->ext[a], -1), start = {-s, {0}};
+        DimExpr past = dim_expr_add(end, &minus), rest = dim_expr_add(end, &start);
+        const char *es = dim_expr_str(g, end);
+        if (st != 1 || s < 0 || !dim_expr_const(&past) || past.c0 > 0)
+            unsupported(n, "it slices the dynamic axis %d of '%s' (%s) from %lld to %s with "
+                        "step %lld; kiln takes an end that follows the dims on a dynamic axis "
+                        "with step 1, a start at or after 0, and the end the axis's extent "
+                        "or a constant less", a, x->name, ext, (long long)s, es,
+                        (long long)st);
+        if (dim_expr_min(g, &rest) < 1)
+            unsupported(n, "it slices the dynamic axis %d of '%s' from %lld to %s, which "
+                        "leaves no elements when %s <= %lld", a, x->name, (long long)s, es,
+                        es, (long long)s);
+        mark(n, out, a, &rest);
+        return;
+    }
     if (st != 1 || s < 0 || e < 0)
         unsupported(n, "it slices the dynamic axis %d of '%s' (%s, %lld..%lld) with start "
                     "%lld, end %lld, step %lld; kiln slices a dynamic axis with step 1 from a "
@@ -447,12 +464,18 @@ static void dynamic_slice(Node *n) {
     int na = attr_ints(n, "axes", axes, MAX_RANK);
     int nt = attr_ints(n, "steps", steps, MAX_RANK);
     attr_ints(n, "ends", ends, MAX_RANK); /* as many as starts: slice_params checked */
+    Attr *ed = node_attr(n, "end_dims"); /* the ends' expressions, where they follow dims */
     bool sliced[MAX_RANK] = {false};
     for (int i = 0; i < ns; i++) {
         int64_t a = na < 0 ? i : axes[i] < 0 ? axes[i] + x->rank : axes[i];
         sliced[a] = true;
+        DimExpr end;
+        if (ed && (!ed->is_list || i >= ed->nitems || !parse_dim_expr(n->graph, ed->items[i],
+                                                                        &end)))
+            node_error(n, "end_dims must list an expression of the dims for every end");
         if (is_dyn(x, (int)a))
-            slice_dynamic_axis(n, x, (int)a, starts[i], ends[i], nt < 0 ? 1 : steps[i], out);
+            slice_dynamic_axis(n, x, (int)a, starts[i], ends[i], nt < 0 ? 1 : steps[i],
+                               ed ? &end : NULL, out);
     }
     for (int a = 0; a < x->rank; a++)
         if (is_dyn(x, a) && !sliced[a])

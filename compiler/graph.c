@@ -103,6 +103,10 @@ void node_set_ints(Node *n, const char *key, int count, const int64_t *v) {
     set_list(n, key, count, items);
 }
 
+void node_set_strs(Node *n, const char *key, int count, char **items) {
+    set_list(n, key, count, items);
+}
+
 void node_set_floats(Node *n, const char *key, int count, const double *v) {
     char **items = xcalloc((size_t)count + 1, sizeof(char *));
     for (int i = 0; i < count; i++)

@@ -379,6 +379,7 @@ void node_add_input(Node *n, Tensor *t);
 /* The operand of a two-input node that is not t (an add's other side). */
 Tensor *other_input(const Node *n, const Tensor *t);
 void node_add_output(Node *n, Tensor *t);
+void node_set_strs(Node *n, const char *key, int count, char **items);
 void node_set_attr(Node *n, const char *key, const char *scalar);
 void node_set_int(Node *n, const char *key, int64_t v);
 void node_set_float(Node *n, const char *key, double v);

@@ -117,8 +117,11 @@ typedef struct SliceBounds {
  * with a constant start s at or after 0, step 1, on an axis of x that is
  * fixed and holds e at its most. The slice then computes its largest
  * shape (ends at their most: a run's elements are its prefix) and the
- * output's axis follows e - s. Other dynamic bounds are refused by name. */
-static void slice_dynamic_ends(Ctx *c, Value *x, const SliceBounds *b, bool *follows,
+ * output's axis follows e - s. An end on an axis that is dynamic itself
+ * (`torch.diff`'s x[..., :n - 1] of an x of n) goes to the node as its
+ * expression (`end_dims`), for dynamic.c's rule. Other dynamic bounds are
+ * refused by name. */
+static void slice_dynamic_ends(Ctx *c, Node *k, Value *x, const SliceBounds *b, bool *follows,
                                DimExpr *ext) {
     if (b->ns != b->n)
         node_fail(c, "starts and ends differ in length");
@@ -133,10 +136,13 @@ static void slice_dynamic_ends(Ctx *c, Value *x, const SliceBounds *b, bool *fol
             node_fail(c, format("axis %lld is out of range for rank %d", (long long)axis,
                                 x->rank));
         int64_t lo = dim_expr_min(c->g, &b->exprs[i]), s = b->starts[i];
-        if (x->t && is_dyn(x->t, a))
-            node_fail(c, format("unsupported: the end of axis %d (%s) follows the dynamic dims "
-                                "and so does the axis itself", a,
-                                dim_expr_str(c->g, &b->exprs[i])));
+        if (x->t && is_dyn(x->t, a)) {
+            char **items = xcalloc((size_t)b->n + 1, sizeof *items);
+            for (int j = 0; j < b->n; j++)
+                items[j] = dim_expr_str(c->g, &b->exprs[j]);
+            node_set_strs(k, "end_dims", b->n, items);
+            continue;
+        }
         if (step != 1 || s < 0 || lo <= s || b->ends[i] > x->shape[a])
             node_fail(c, format("unsupported: the end of axis %d follows the dynamic dims (%s, "
                                 "%lld..%lld over %lld elements) with start %lld and step %lld; "
@@ -166,7 +172,7 @@ void map_slice(Ctx *c, const OnnxOp *op) {
         b.na = in_opt(c, 3) ? const_ints(c, 3, "axes", b.axes, MAX_RANK) : -1;
         b.nt = in_opt(c, 4) ? const_ints(c, 4, "steps", b.steps, MAX_RANK) : -1;
         if (dynamic)
-            slice_dynamic_ends(c, x, &b, follows, ext);
+            slice_dynamic_ends(c, k, x, &b, follows, ext);
         node_set_ints(k, "starts", b.ns, b.starts);
         node_set_ints(k, "ends", b.n, b.ends);
         if (b.na >= 0)

@@ -1223,6 +1223,51 @@ def test_errors(workdir):
         compile_error(sub, dyn_yaml(dims, ins, nodes, ["y"], weights), *needles)
 
 
+@case("dynamic: ONNX Slices whose ends follow the dims on a dynamic axis: torch.diff's "
+      "x[..., :n - 1] and x[..., 1:n] of [1, seq + 1] (as transformers' packed-sequence check "
+      "writes it); ends past the axis's extent refused")
+def test_onnx_slice_dynamic_end(workdir):
+    from test_onnx import attr, initializer, model, node, value_info
+    workdir = Path(workdir)
+
+    def diff_model(end_of_b):
+        return model(
+            [node("Shape", ["x"], ["s"], "sh", attr("start", 1)),
+             node("Slice", ["x", "z", "one", "m1"], ["x0"], "first"),
+             node("Sub", ["x0", "onef"], ["p"], "prepend"),
+             node("Concat", ["p", "x"], ["cat"], "cat", attr("axis", -1)),
+             node("Add", ["s", "one"], ["s1"], "plus1"),
+             node("Slice", ["cat", "z", "s", "m1"], ["a"], "head"),
+             node("Slice", ["cat", "one", end_of_b, "m1"], ["b"], "tail"),
+             node("Sub", ["b", "a"], ["y"], "diff")],
+            [value_info("x", [2, "seq"])], [value_info("y", [2, "seq"])],
+            [i64_init("z", [0]), i64_init("one", [1]), i64_init("m1", [-1]),
+             initializer("onef", np.float32(1.0))])
+    (workdir / "d.onnx").write_bytes(diff_model("s1"))
+    r = kiln("compile", workdir / "d.onnx", "--shape", "seq=2..24", "--name", "model",
+             "-o", workdir / "model.c", "--guard")
+    check(r.returncode == 0, r.stderr)
+
+    def diff(x, seq):
+        cat = np.concatenate([x[:, :1] - 1, x], axis=-1)
+        return [cat[:, 1:] - cat[:, :-1]]
+    run_built(link_model(workdir), seq_steps([2, 24, 9, 3]),
+              lambda rng, seq: [normal(rng, 2, seq)], diff)
+    # an end of seq + 2 on an axis of seq + 1 would pass the axis's end
+    sub = workdir / "past"
+    sub.mkdir()
+    (sub / "p.onnx").write_bytes(model(
+        [node("Shape", ["x"], ["s"], "sh", attr("start", 1)),
+         node("Concat", ["x", "x"], ["cat"], "cat", attr("axis", -1)),
+         node("Add", ["s", "s"], ["s2"], "dbl"), node("Add", ["s2", "one"], ["e"], "plus1"),
+         node("Slice", ["cat", "z", "e", "m1"], ["y"], "over")],
+        [value_info("x", [2, "seq"])], [value_info("y", [2, "n"])],
+        [i64_init("z", [0]), i64_init("one", [1]), i64_init("m1", [-1])]))
+    r = kiln("compile", sub / "p.onnx", "--shape", "seq=2..24", "-o", sub / "p.c")
+    check(r.returncode == 1 and "'over (Slice)'" in r.stderr and "2*seq + 1" in r.stderr and
+          "the axis's extent or a constant less" in r.stderr, f"exit {r.returncode}: {r.stderr}")
+
+
 @case("dynamic: ONNX shape arithmetic that is no sum of the dims follows derived dims, "
       "evaluated by kiln_model_set_dims: Range(0, seq, 2) of (seq + 1)/2 elements, "
       "Range(0, seq / 3) (Div rounding down), Range(0, Max(seq, 5)); the header and "

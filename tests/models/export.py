@@ -755,13 +755,14 @@ PLAIN_RUNS = [2, 17, 32]  # the smallest, a middle and the largest size, in run 
 def plain_models():
     """(name, make, example shape, dynamic axis, dtype): transformers models
     as a user exports them, with nothing of the project's around them: the
-    decoders as *ForCausalLM (logits and, with use_cache left on, every
-    layer's key and value), the encoders as their base model, and a ViT with
+    decoders as *ForCausalLM with use_cache=False (the logits), the encoders as their base model, and a ViT with
     a dynamic batch."""
     import transformers as tf
     small = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                  intermediate_size=64, max_position_embeddings=64)
-    gqa = dict(small, num_key_value_heads=2)
+    # a decoder for scoring or prompt processing: no cache (torch.export
+    # cannot return transformers' DynamicCache without its pytree registered)
+    gqa = dict(small, num_key_value_heads=2, use_cache=False)
 
     def make(cls, cfg):
         def build():
@@ -771,7 +772,8 @@ def plain_models():
     ids = ((1, 8), "seq", np.int64)
     return [
         ("gpt2", make(tf.GPT2LMHeadModel, tf.GPT2Config(vocab_size=100, n_positions=64, n_embd=32,
-                                                         n_layer=2, n_head=2)), *ids),
+                                                         n_layer=2, n_head=2, use_cache=False)),
+         *ids),
         ("llama", make(tf.LlamaForCausalLM, tf.LlamaConfig(**gqa)), *ids),
         ("qwen2", make(tf.Qwen2ForCausalLM, tf.Qwen2Config(**gqa)), *ids),
         ("mistral", make(tf.MistralForCausalLM, tf.MistralConfig(**gqa, sliding_window=None)),
