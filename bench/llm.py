@@ -205,16 +205,18 @@ def kiln_build(wd, onnx_path, fmt, layers):
     return d / "llm", (line or [""])[-1], secs
 
 
-def kiln_profile(d, past):
-    """samples/run_model.c with the decoder: one decoding step (seq 1, past
-    tokens cached) run 200 times: its wall time per run, and with GPU
+def kiln_profile(d, past, seq=1):
+    """samples/run_model.c with the decoder: one run of seq tokens (1: a
+    decoding step; the prompt's length with past 0: the prompt) after past
+    tokens cached, run 200 times: its wall time per run, and with GPU
     timestamps the GPU time and the slowest dispatches."""
     prog = d / "run_model"
-    sh(["cc", "-O2", "-std=c99", "-D_POSIX_C_SOURCE=199309L", "-I", ROOT / "runtime",
-        "-DKILN_MODEL=llm", "-include", d / "llm_model.h", "-o", prog,
-        ROOT / "samples" / "run_model.c", d / "llm_model.c", "-L", BUILD, "-lkilnrt",
-        VULKAN_LIB, "-lm"])
-    dims = ["-d", "seq=1", "-d", f"past={past}"]
+    if not prog.exists():
+        sh(["cc", "-O2", "-std=c99", "-D_POSIX_C_SOURCE=199309L", "-I", ROOT / "runtime",
+            "-DKILN_MODEL=llm", "-include", d / "llm_model.h", "-o", prog,
+            ROOT / "samples" / "run_model.c", d / "llm_model.c", "-L", BUILD, "-lkilnrt",
+            VULKAN_LIB, "-lm"])
+    dims = ["-d", f"seq={seq}", "-d", f"past={past}"]
     wall = sh([prog, *dims, "-n", 200], cwd=d)
     prof = sh([prog, *dims, "-n", 50, "-p", d / "profile.json"], cwd=d)
     m = re.search(r"([\d.]+) us per run", wall)
@@ -358,6 +360,7 @@ def main():
                "weights_gbs": wbytes * best["tokens_s"] / 1e9}
         row["share_of_copy"] = row["weights_gbs"] / res["copy_gbs"]
         row["step"] = kiln_profile(prog.parent, a.prompt + a.new // 2)
+        row["prompt_profile"] = kiln_profile(prog.parent, 0, a.prompt)
         res["kiln"][fmt] = row
         print(fmt, {k: v for k, v in row.items() if k != "step"}, flush=True)
         save()
@@ -443,14 +446,22 @@ def write_md(res, path):
               f"{res['prompt'] + res['new'] // 2}) by `samples/run_model.c`: wall time per "
               "run (200 runs, inputs in and logits out), and with GPU timestamps the sum of "
               "the dispatches' GPU times and the slowest of them:", ""]
-    for fmt, r in res["kiln"].items():
-        st = r.get("step", {})
-        lines += [f"**{fmt}**: {st.get('wall_us')} us a run, {st.get('gpu_us')} us of GPU "
-                  f"time in {st.get('dispatches')} dispatches ({st.get('barriers')} barriers)",
-                  "", "| kernel | dispatches (ran) | GPU us |", "| --- | --- | --- |"]
-        lines += [f"| {k} | {v['dispatches']} ({v['ran']}) | {v['us']} |"
-                  for k, v in st.get("by_family", {}).items()]
-        lines += ["", "```", *st.get("slowest", []), "```", ""]
+    profiles = [("step", "")]
+    if any("prompt_profile" in r for r in res["kiln"].values()):
+        lines_p = ["", f"The prompt (seq {res['prompt']}, past 0) the same way:", ""]
+        profiles.append(("prompt_profile", " prompt"))
+    for key, what in profiles:
+        if what:
+            lines += lines_p
+        for fmt, r in res["kiln"].items():
+            st = r.get(key, {})
+            lines += [f"**{fmt}{what}**: {st.get('wall_us')} us a run, {st.get('gpu_us')} us "
+                      f"of GPU time in {st.get('dispatches')} dispatches "
+                      f"({st.get('barriers')} barriers)",
+                      "", "| kernel | dispatches (ran) | GPU us |", "| --- | --- | --- |"]
+            lines += [f"| {k} | {v['dispatches']} ({v['ran']}) | {v['us']} |"
+                      for k, v in st.get("by_family", {}).items()]
+            lines += ["", "```", *st.get("slowest", []), "```", ""]
     path.write_text("\n".join(lines) + "\n")
 
 

@@ -71,7 +71,8 @@ def cells():
         node = dict({"name": "y", "op": op, "inputs": [n for n, _, _ in inputs],
                      "outputs": ["y", "y1"][:nout]}, **attrs)
         other = ({"KILN_ROW_SPLIT": "0"} if family in ("norm", "softmax", "reduce", "scan")
-                 or "global" in label else None)
+                 or "global" in label else {"KILN_FLASH_CM": "0"} if family == "attention"
+                 else None)
         out.append(Cell(family, label, node, inputs, fn, flops, nout, other))
 
     # ---- norms: layer, RMS, batch, instance, group (1 to C groups) ----

@@ -155,7 +155,9 @@ static int64_t flash_shared_bytes(const AttentionDims *a, FlashTile f) {
  * row, and the longest chunk of keys (64 down to 16) that fits 32 KiB of
  * shared memory (32 for D = 64; measured on an H200 in BERT-base, GPT-2,
  * ViT-B/16 and a Llama: 16 rows of 16 invocations in chunks of 32 were
- * fastest but for ViT's f32, bench/experiments/flash-h200.txt).
+ * fastest but for ViT's f32, bench/experiments/flash-h200.txt); wider
+ * heads fall back to 8 rows and 8 invocations a row (D 256 in f32: 8, 8
+ * and chunks of 8 keys) rather than to attention.comp's row a workgroup.
  * KILN_FLASH=BQ,BK[,TPR] overrides the blocks (for tuning; TPR invocations
  * a row, default 16, a divisor of BK), KILN_FLASH=0 keeps attention.comp. */
 static bool flash_tile(const AttentionDims *a, FlashTile *f) {
@@ -174,9 +176,16 @@ static bool flash_tile(const AttentionDims *a, FlashTile *f) {
         f->tpr = v[2];
         return flash_shared_bytes(a, *f) <= 32768;
     }
-    for (f->bk = 64; f->bk >= f->tpr; f->bk /= 2)
-        if (flash_shared_bytes(a, *f) <= 32768)
-            return true;
+    /* wide heads (D 256 in f32: a chunk of 16 keys with 16 rows passes 32
+     * KiB) take fewer rows, then fewer invocations a row */
+    static const int64_t rows_lanes[4][2] = {{16, 16}, {8, 16}, {16, 8}, {8, 8}};
+    for (int i = 0; i < 4; i++) {
+        f->bq = rows_lanes[i][0];
+        f->tpr = rows_lanes[i][1];
+        for (f->bk = 64; f->bk >= f->tpr; f->bk /= 2)
+            if (flash_shared_bytes(a, *f) <= 32768)
+                return true;
+    }
     return false;
 }
 

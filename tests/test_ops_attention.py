@@ -133,8 +133,8 @@ case("op attention bhsd B=1 H=2 KVH=2 Sq=1 Sk=20 D=96 DV=96 causal mask=[1, 20]:
 # blocks, many blocks, grouped queries, fewer queries than keys (causal
 # from an offset), more queries than keys (rows that see nothing), D != DV
 # and neither a multiple of 4 (rows padded to vec4s), a window with softcap,
-# D = 128 in chunks of 16 keys; and past what fits
-# 32 KiB of shared memory, attention.comp again.
+# D = 128 in chunks of 16 keys, D = 256 in blocks of 8 rows of 8 invocations;
+# and past what fits 32 KiB of shared memory, attention.comp again.
 FLASH = [  # the ATTENTIONS fields, then kernel
     (("bhsd", 1, 3, 3, 37, 37, 64, 64, {}, None), ("flash", [("BQ", 16), ("BK", 32)])),
     (("bhsd", 1, 16, 4, 129, 129, 16, 16, {"causal": 1}, None),
@@ -144,6 +144,8 @@ FLASH = [  # the ATTENTIONS fields, then kernel
     (("bhsd", 1, 2, 1, 50, 50, 10, 13, {"causal": 1, "window": 7, "softcap": 4.0},
       [50, 50]), ("flash", [])),
     (("bhsd", 1, 2, 2, 16, 70, 128, 128, {}, None), ("flash", [("BK", 16)])),
+    (("bhsd", 1, 2, 2, 21, 30, 256, 256, {"causal": 1}, None),
+     ("flash", [("BQ", 8), ("BK", 8), ("TPR", 8)])),
     (("bhsd", 1, 1, 1, 8, 9, 512, 16, {}, None), ("attention", [])),
 ]
 for i, (c, kernel) in enumerate(FLASH):
