@@ -280,6 +280,19 @@ void lower_conv(Program *p, Node *n) {
     define_spatial(d, "STRIDE", nsp, win.stride, 1);
     define_spatial(d, "PAD", nsp, win.pad_begin, 0);
     define_spatial(d, "DIL", nsp, win.dil, 1);
+    if (n->op == OP_CONV_TRANSPOSE) { /* the taps that reach an output: every KSTEP */
+        int64_t kstep[MAX_RANK];
+        for (int i = 0; i < nsp; i++) {
+            int64_t a = win.stride[i], b = win.dil[i];
+            while (b) {
+                int64_t t = a % b;
+                a = b;
+                b = t;
+            }
+            kstep[i] = win.stride[i] / a;
+        }
+        define_spatial(d, "KSTEP", nsp, kstep, 1);
+    }
     define_int(d, "HAS_BIAS", n->ninputs > 2);
     define_str(d, "ACT(x)", act_expr);
     dispatch_arg(d, yw, true);

@@ -72,6 +72,61 @@ const uint COUNT = N * OC * OUT_VOL;
 #endif
 const uint CG = C / G, OCG = OC / G;
 
+#if TRANSPOSED
+// A transpose's output o: only the taps k with o + PAD - k DIL a multiple
+// of STRIDE along each axis reach it (one in STRIDE^2 for a 2-D kernel of
+// STRIDE's size): the first in [0, KSTEP) (KSTEP = STRIDE / gcd(STRIDE,
+// DIL), from the compiler), then every KSTEP; for each, the products over
+// the input channels first, first + SPLIT, ... of o's group.
+const int KSTEP_[3] = int[3](KSTEP);
+
+float conv_sum(uint o, uint first) {
+    const uint sp = o % OUT_VOL, oc = (o / OUT_VOL) % OC, n = o / (OUT_VOL * OC);
+    const int op[3] = int[3](int(sp / (OUT_[1] * OUT_[2])), int((sp / OUT_[2]) % OUT_[1]),
+                             int(sp % OUT_[2]));
+    const uint g = oc / OCG, ocl = oc - g * OCG;
+    int kf[3];
+    [[unroll]] for (int d = 0; d < 3; ++d) {
+        kf[d] = int(K_[d]); // no tap reaches o along d
+        // + STRIDE K DIL: a multiple of STRIDE that keeps % from negatives
+        for (int k = KSTEP_[d] - 1; k >= 0; --k)
+            if (k < int(K_[d]) &&
+                (op[d] + PAD_[d] - k * DIL_[d] + STRIDE_[d] * int(K_[d]) * DIL_[d]) %
+                        STRIDE_[d] == 0)
+                kf[d] = k;
+    }
+    float acc = 0.0;
+    for (int kz = kf[0]; kz < int(K_[0]); kz += KSTEP_[0]) {
+        const int tz = op[0] + PAD_[0] - kz * DIL_[0], iz = tz / STRIDE_[0];
+        if (tz < 0)
+            break; // and every later tap
+        if (iz >= int(IN_[0]))
+            continue;
+        for (int ky = kf[1]; ky < int(K_[1]); ky += KSTEP_[1]) {
+            const int ty = op[1] + PAD_[1] - ky * DIL_[1], iy = ty / STRIDE_[1];
+            if (ty < 0)
+                break;
+            if (iy >= int(IN_[1]))
+                continue;
+            for (int kx = kf[2]; kx < int(K_[2]); kx += KSTEP_[2]) {
+                const int tx = op[2] + PAD_[2] - kx * DIL_[2], ix = tx / STRIDE_[2];
+                if (tx < 0)
+                    break;
+                if (ix >= int(IN_[2]))
+                    continue;
+                const uint xi = (uint(iz) * IN_[1] + uint(iy)) * IN_[2] + uint(ix);
+                const uint kk = (uint(kz) * K_[1] + uint(ky)) * K_[2] + uint(kx);
+                for (uint ci = first; ci < CG; ci += SPLIT) {
+                    const uint c = g * CG + ci;
+                    acc += float(args.x.v[(n * C + c) * IN_VOL + xi]) *
+                           float(args.w.v[(c * OCG + ocl) * K_VOL + kk]);
+                }
+            }
+        }
+    }
+    return acc;
+}
+#else
 // Output o's products over the input channels first, first + SPLIT, ...
 // of its group.
 float conv_sum(uint o, uint first) {
@@ -83,25 +138,15 @@ float conv_sum(uint o, uint first) {
     for (uint ci = first; ci < CG; ci += SPLIT) {
         const uint c = g * CG + ci;
         const uint xbase = (n * C + c) * IN_VOL;
-#if TRANSPOSED
-        const uint wbase = (c * OCG + (oc - g * OCG)) * K_VOL;
-#else
         const uint wbase = (oc * CG + ci) * K_VOL;
-#endif
         for (uint kk = 0; kk < K_VOL; ++kk) {
             const int kp[3] = int[3](int(kk / (K_[1] * K_[2])), int((kk / K_[2]) % K_[1]),
                                      int(kk % K_[2]));
             bool ok = true;
             uint xi = 0;
             [[unroll]] for (int d = 0; d < 3; ++d) {
-#if TRANSPOSED
-                int t = op[d] + PAD_[d] - kp[d] * DIL_[d];
-                int i = t / STRIDE_[d];
-                ok = ok && t >= 0 && t % STRIDE_[d] == 0 && i < int(IN_[d]);
-#else
                 int i = op[d] * STRIDE_[d] - PAD_[d] + kp[d] * DIL_[d];
                 ok = ok && i >= 0 && i < int(IN_[d]);
-#endif
                 xi = xi * IN_[d] + uint(max(i, 0));
             }
             if (ok)
@@ -110,6 +155,7 @@ float conv_sum(uint o, uint first) {
     }
     return acc;
 }
+#endif
 
 // Where output o (in [N, OC, spatial] order) is stored: there, or with
 // Y_CLAST at [N, spatial, OC] (a transpose to channels last fused).

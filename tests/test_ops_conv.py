@@ -357,7 +357,18 @@ CONV_TS = [([1, 2, 4, 5], [2, 3, 3, 3], {}, True),
            ([1, 4, 3, 3], [4, 1, 3, 3], {"strides": [2, 2], "pads": [1, 1, 1, 1], "group": 2},
             False),
            ([2, 2, 4, 3], [2, 2, 2, 2], {"strides": [2, 3], "output_padding": [1, 0],
-                                         "dilations": [1, 2]}, True)]
+                                         "dilations": [1, 2]}, True),
+           # conv.comp walks only the taps that reach an output (every KSTEP =
+           # stride / gcd(stride, dilation)): a kernel of the stride's size (a
+           # UNet's upsampling), strides 4 with dilation 2 (every second tap)
+           # and 2 with 2 (all), a kernel smaller than the stride (outputs no
+           # tap reaches), 1-D and 3-D
+           ([2, 8, 5, 6], [8, 3, 2, 2], {"strides": [2, 2]}, True),
+           ([1, 3, 4, 5], [3, 2, 5, 3], {"strides": [4, 2], "dilations": [2, 2],
+                                         "pads": [2, 1, 3, 0]}, False),
+           ([1, 2, 7], [2, 4, 1], {"strides": [3], "output_padding": [2]}, True),
+           ([1, 2, 3, 2, 3], [2, 2, 3, 2, 2], {"strides": [2, 3, 1], "pads": [1, 0, 0, 1, 1, 0]},
+            True)]
 
 
 def conv_t_case(i, xs, ws, attrs, bias):
