@@ -572,6 +572,11 @@ static int64_t topk_chunks(const Node *n, int axis, int64_t k) {
  * data and its indices bound before). */
 static void define_topk(Program *p, Dispatch *d, Node *n, int64_t k) {
     define_int(d, "K", k);
+    /* radix selection (about five passes over a row) where its K fit
+     * shared memory, else K selection rounds; KILN_TOPK_RADIX=0 keeps
+     * the rounds (for comparison) */
+    const char *radix = getenv("KILN_TOPK_RADIX");
+    define_int(d, "RADIX", k <= 256 && !(radix && strcmp(radix, "0") == 0));
     define_int(d, "LARGEST", attr_int(n, "largest") != 0);
     define_int(d, "NEED_I64", 1);
     p->features |= KILN_FEATURE_INT64;

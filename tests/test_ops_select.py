@@ -71,6 +71,39 @@ for i, c in enumerate(SPLIT_TOPKS):
         split_topk_case(i, *c))
 
 
+# topk.comp's radix selection (K up to 256; shaders/topk.comp RADIX) on
+# values that are not ties: normal floats with infinities and signed zeros
+# (-0 equal to +0: index order), in chunks and a workgroup a row, largest
+# and smallest; K = 300 keeps the selection rounds (RADIX 0).
+RADIX_TOPKS = [([5, 3000], 50, -1, 1, "1"), ([3, 40000], 64, -1, 0, "1"),
+               ([2, 700], 256, -1, 1, "1"), ([2, 700], 300, -1, 0, "0")]
+
+
+def radix_topk_case(i, shape, k, axis, largest, radix):
+    def test(workdir):
+        r = rng(2640 + i)
+        x = r.standard_normal(shape).astype(np.float32)
+        flat = x.reshape(-1)
+        spots = r.choice(flat.size, 12, replace=False)
+        flat[spots] = [np.inf, -np.inf, 0.0, -0.0, 0.0, -0.0, np.inf, -np.inf, 0.0, -0.0,
+                       1e-30, -1e-30]
+        wv, wi = ref.topk(x, k, axis, largest)
+        node = {"name": "t", "op": "topk", "inputs": ["x"], "k": k, "axis": axis,
+                "largest": largest, "outputs": ["v", "i"]}
+        prog = build_model(workdir, model_yaml("topk", {"x": spec(x)}, [node], ["v", "i"]))
+        got = sorted({d.get("RADIX") for d in kernel_defines(workdir) if "K" in d})
+        check(got == [radix], f"topk kernels' RADIX {got}, expected {radix}")
+        gv, gi = run_program(prog, [x], [wv, wi])
+        assert_close(gv, wv, 0, 0, "values")
+        check_equal(gi, wi, "indices")
+    return test
+
+
+for i, c in enumerate(RADIX_TOPKS):
+    case(f"op topk {c[0]} k={c[1]} axis={c[2]} largest={c[3]}: normal values, infinities, "
+         f"signed zeros (RADIX {c[4]})")(radix_topk_case(i, *c))
+
+
 NMSES = [  # batches, classes, boxes, max_per_class, iou_threshold, score_threshold, center
     (1, 1, 6, 3, 0.5, None, 0),
     (2, 3, 40, 10, 0.3, 0.2, 0),
