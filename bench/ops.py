@@ -50,12 +50,14 @@ F = run.F if torch else None
 
 class Cell:
     """One op at one shape: kiln's node, its inputs (name, array, data: the
-    data is f16 in an f16 cell), torch's function of the same tensors, and
-    the bytes and operations that make its roofline."""
+    data is f16 in an f16 cell), torch's function of the same tensors, the
+    same in numpy (ref, over float64 arrays: the small grid's reference in
+    tests/test_ops_grid.py), and the bytes and operations that make its
+    roofline."""
 
-    def __init__(self, family, label, node, inputs, fn, flops=0, nout=1, other=None):
+    def __init__(self, family, label, node, inputs, fn, ref, flops=0, nout=1, other=None):
         self.family, self.label, self.node, self.inputs = family, label, node, inputs
-        self.fn, self.flops, self.nout = fn, flops, nout
+        self.fn, self.ref, self.flops, self.nout = fn, ref, flops, nout
         self.other = other  # a compiler variable whose build is timed beside (KILN_*_SPLIT)
 
 
@@ -63,87 +65,120 @@ def data(r, shape, scale=1.0, offset=0.0):
     return (r.standard_normal(shape) * scale + offset).astype(np.float32)
 
 
-def cells():
+def cells(small=False):
+    """The grid; small: the same cells at shapes lavapipe runs in seconds
+    (tests/test_ops_grid.py), each still of its cell's class (a long row
+    still past the chunking threshold, many rows still many, a batch of
+    tiny products still many, a product still split along K) so that it
+    takes the same kernels: by `kiln inspect`, the same dispatch families
+    as the full cell in f32 and f16 but for the largest products, whose
+    variants for other devices differ (2026-12-07)."""
     r = np.random.default_rng(66)
     out = []
+    ref = run.ref
 
-    def add(family, label, op, attrs, inputs, fn, flops=0, nout=1):
+    def sz(big, little):
+        return little if small else big
+
+    def add(family, label, op, attrs, inputs, fn, rfn, flops=0, nout=1):
         node = dict({"name": "y", "op": op, "inputs": [n for n, _, _ in inputs],
                      "outputs": ["y", "y1"][:nout]}, **attrs)
         other = ({"KILN_ROW_SPLIT": "0"} if family in ("norm", "softmax", "reduce", "scan")
                  or "global" in label else {"KILN_FLASH_CM": "0"} if family == "attention"
                  else None)
-        out.append(Cell(family, label, node, inputs, fn, flops, nout, other))
+        out.append(Cell(family, label, node, inputs, fn, rfn, flops, nout, other))
 
     # ---- norms: layer, RMS, batch, instance, group (1 to C groups) ----
-    for shape in ([197, 768], [4096, 4096], [8, 65536]):
+    for shape in sz(([197, 768], [4096, 4096], [8, 65536]), ([5, 768], [64, 256], [2, 20000])):
         c = shape[-1]
         add("norm", f"layer_norm {shape}", "layer_norm", {},
             [("x", data(r, shape), True), ("g", data(r, [c]), False), ("b", data(r, [c]), False)],
-            lambda t, c=c: F.layer_norm(t[0], (c,), t[1], t[2]))
-    for shape in ([1, 4096], [128, 4096], [2048, 8192]):
+            lambda t, c=c: F.layer_norm(t[0], (c,), t[1], t[2]),
+            lambda a: ref.layer_norm(a[0], a[1], a[2]))
+    for shape in sz(([1, 4096], [128, 4096], [2048, 8192]), ([1, 4096], [16, 512], [128, 1024])):
         c = shape[-1]
         add("norm", f"rms_norm {shape}", "rms_norm", {},
             [("x", data(r, shape), True), ("g", data(r, [c]), False)],
-            lambda t, c=c: F.rms_norm(t[0], (c,), t[1], 1e-5))
-    for shape, groups in (([1, 64, 56, 56], 1), ([8, 64, 56, 56], 1), ([1, 320, 14, 14], 1),
-                          ([2, 256, 28, 28], 32), ([1, 64, 56, 56], 64), ([32, 128, 28, 28], 8)):
+            lambda t, c=c: F.rms_norm(t[0], (c,), t[1], 1e-5),
+            lambda a: ref.norm(a[0], -1, a[1], None, 1e-5, rms=True))
+    for shape, groups in sz(
+            (([1, 64, 56, 56], 1), ([8, 64, 56, 56], 1), ([1, 320, 14, 14], 1),
+             ([2, 256, 28, 28], 32), ([1, 64, 56, 56], 64), ([32, 128, 28, 28], 8)),
+            (([1, 8, 48, 48], 1), ([2, 8, 48, 48], 1), ([1, 96, 14, 14], 1), ([2, 64, 8, 8], 32),
+             ([1, 16, 12, 12], 16), ([4, 32, 6, 6], 8))):
         c = shape[1]
         add("norm", f"group_norm {shape} groups={groups}", "group_norm", {"groups": groups},
             [("x", data(r, shape, 1.0, 2.0), True), ("g", data(r, [c]), False),
              ("b", data(r, [c]), False)],
-            lambda t, g=groups: F.group_norm(t[0], g, t[1], t[2], 1e-5))
-    for shape in ([1, 3, 224, 224], [8, 64, 32, 32], [1, 2, 256, 256]):
+            lambda t, g=groups: F.group_norm(t[0], g, t[1], t[2], 1e-5),
+            lambda a, g=groups: ref.group_norm(a[0], a[1], a[2], g, 1e-5))
+    for shape in sz(([1, 3, 224, 224], [8, 64, 32, 32], [1, 2, 256, 256]),
+                    ([1, 3, 130, 130], [2, 8, 16, 16], [1, 2, 130, 130])):
         c = shape[1]
         add("norm", f"instance_norm {shape}", "instance_norm", {},
             [("x", data(r, shape), True), ("g", data(r, [c]), False), ("b", data(r, [c]), False)],
-            lambda t: F.instance_norm(t[0], weight=t[1], bias=t[2], eps=1e-5))
-    for shape in ([32, 64, 56, 56], [1, 256, 14, 14]):
+            lambda t: F.instance_norm(t[0], weight=t[1], bias=t[2], eps=1e-5),
+            lambda a, c=c: ref.group_norm(a[0], a[1], a[2], c, 1e-5))
+    for shape in sz(([32, 64, 56, 56], [1, 256, 14, 14]), ([4, 8, 10, 10], [1, 32, 7, 7])):
         c = shape[1]
         v = (np.abs(data(r, [c])) + 0.5).astype(np.float32)
         add("norm", f"batch_norm {shape}", "batch_norm", {},
             [("x", data(r, shape), True), ("s", data(r, [c]), False), ("b", data(r, [c]), False),
              ("m", data(r, [c]), False), ("v", v, False)],
-            lambda t: F.batch_norm(t[0], t[3], t[4], t[1], t[2], False, 0.0, 1e-5))
+            lambda t: F.batch_norm(t[0], t[3], t[4], t[1], t[2], False, 0.0, 1e-5),
+            lambda a: ref.batch_norm(a[0], a[1], a[2], a[3], a[4], 1e-5))
 
     # ---- softmax and reductions, long and short axes, few and many outputs ----
-    for shape, axis in (([2364, 197], -1), ([16384, 4096], -1), ([1, 262144], -1),
-                        ([4, 1000, 1000], 1), ([64, 49, 49], -1)):
+    for shape, axis in sz((([2364, 197], -1), ([16384, 4096], -1), ([1, 262144], -1),
+                           ([4, 1000, 1000], 1), ([64, 49, 49], -1)),
+                          (([300, 197], -1), ([64, 512], -1), ([1, 40000], -1),
+                           ([2, 300, 50], 1), ([8, 49, 49], -1))):
         add("softmax", f"softmax {shape} axis={axis}", "softmax", {"axis": axis},
-            [("x", data(r, shape), True)], lambda t, a=axis: torch.softmax(t[0], a))
+            [("x", data(r, shape), True)], lambda t, a=axis: torch.softmax(t[0], a),
+            lambda x, a=axis: ref.softmax(x[0], a))
     for op, tfn in (("reduce_sum", "sum"), ("reduce_max", "amax"), ("reduce_mean", "mean")):
-        for shape, axes in (([1 << 24], [0]), ([8192, 1024], [1]), ([1024, 8192], [0]),
-                            ([32, 2048, 7, 7], [2, 3]), ([64, 4096], [0, 1])):
+        for shape, axes in sz((([1 << 24], [0]), ([8192, 1024], [1]), ([1024, 8192], [0]),
+                               ([32, 2048, 7, 7], [2, 3]), ([64, 4096], [0, 1])),
+                              (([70000], [0]), ([256, 64], [1]), ([512, 96], [0]),
+                               ([8, 512, 7, 7], [2, 3]), ([16, 4096], [0, 1]))):
+            nfn = {"sum": np.sum, "amax": np.max, "mean": np.mean}[tfn]
             add("reduce", f"{op} {shape} axes={axes}", op, {"axes": axes, "keep_dims": 1},
                 [("x", data(r, shape), True)],
-                lambda t, f=tfn, a=axes: getattr(torch, f)(t[0], dim=tuple(a), keepdim=True))
-    for shape in ([64, 4096], [1, 1 << 20]):
+                lambda t, f=tfn, a=axes: getattr(torch, f)(t[0], dim=tuple(a), keepdim=True),
+                lambda x, f=nfn, a=axes: f(x[0], axis=tuple(a), keepdims=True))
+    for shape in sz(([64, 4096], [1, 1 << 20]), ([16, 512], [1, 40000])):
         add("scan", f"cumsum {shape}", "cumsum", {"axis": -1}, [("x", data(r, shape), True)],
-            lambda t: torch.cumsum(t[0], -1))
-    for shape, k in (([64, 32000], 50), ([1, 1 << 20], 10)):
+            lambda t: torch.cumsum(t[0], -1), lambda x: np.cumsum(x[0], -1))
+    for shape, k in sz((([64, 32000], 50), ([1, 1 << 20], 10)),
+                       (([4, 20000], 50), ([1, 50000], 10))):
         add("topk", f"topk {shape} k={k}", "topk", {"k": k, "axis": -1},
-            [("x", data(r, shape), True)], lambda t, k=k: list(torch.topk(t[0], k, -1)), nout=2)
+            [("x", data(r, shape), True)], lambda t, k=k: list(torch.topk(t[0], k, -1)),
+            lambda x, k=k: list(ref.topk(x[0], k, -1)), nout=2)
 
     # ---- pools ----
-    x = data(r, [32, 64, 112, 112])
-    add("pool", "max_pool 3x3/2 [32, 64, 112, 112]", "max_pool",
-        {"kernel": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, [("x", x, True)],
-        lambda t: F.max_pool2d(t[0], 3, 2, 1))
-    add("pool", "avg_pool 2x2/2 [8, 128, 56, 56]", "avg_pool",
-        {"kernel": [2, 2], "strides": [2, 2]}, [("x", data(r, [8, 128, 56, 56]), True)],
-        lambda t: F.avg_pool2d(t[0], 2, 2))
-    for shape in ([32, 2048, 7, 7], [1, 64, 112, 112]):
+    shape = sz([32, 64, 112, 112], [2, 4, 20, 20])
+    add("pool", f"max_pool 3x3/2 {shape}", "max_pool",
+        {"kernel": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+        [("x", data(r, shape), True)], lambda t: F.max_pool2d(t[0], 3, 2, 1),
+        lambda x: ref.pool(x[0], [3, 3], "max", [2, 2], [1, 1, 1, 1]))
+    shape = sz([8, 128, 56, 56], [2, 8, 12, 12])
+    add("pool", f"avg_pool 2x2/2 {shape}", "avg_pool",
+        {"kernel": [2, 2], "strides": [2, 2]}, [("x", data(r, shape), True)],
+        lambda t: F.avg_pool2d(t[0], 2, 2), lambda x: ref.pool(x[0], [2, 2], "avg", [2, 2]))
+    for shape in sz(([32, 2048, 7, 7], [1, 64, 112, 112]), ([8, 512, 7, 7], [1, 8, 100, 100])):
         add("pool", f"global_avg_pool {shape}", "global_avg_pool", {},
-            [("x", data(r, shape), True)], lambda t: t[0].mean((2, 3), keepdim=True))
+            [("x", data(r, shape), True)], lambda t: torch.mean(t[0], (2, 3), keepdim=True),
+            lambda x: np.mean(x[0], (2, 3), keepdims=True))
 
     # ---- convolutions: depthwise, grouped, dilated, strided, transposed ----
-    def conv(label, xs, ws, attrs, stride=1, pad=0, dil=1, groups=1, transpose=False):
-        xa, wa, ba = data(r, xs), data(r, ws, 0.1), data(r, [ws[1] if transpose else ws[0]])
+    def conv(label, xs, ws, attrs, stride=1, pad=0, dil=1, groups=1, transpose=False,
+             arrow=False):
+        xa, wa, ba = data(r, xs), data(r, ws, 0.1), data(r, [ws[1] * groups if transpose
+                                                              else ws[0]])
         n, _, h, w = xs
         oc = ws[1] * groups if transpose else ws[0]
         kh, kw = ws[2], ws[3]
         if transpose:
-            oh, ow = (h - 1) * stride - 2 * pad + kh, (w - 1) * stride - 2 * pad + kw
             flops = 2 * n * xs[1] * h * w * ws[1] * kh * kw
         else:
             oh = (h + 2 * pad - dil * (kh - 1) - 1) // stride + 1
@@ -151,85 +186,116 @@ def cells():
             flops = 2 * n * oc * oh * ow * ws[1] * kh * kw
         fn = (lambda t: F.conv_transpose2d(t[0], t[1], t[2], stride, pad, 0, groups)) \
             if transpose else (lambda t: F.conv2d(t[0], t[1], t[2], stride, pad, dil, groups))
-        add("conv", label, "conv_transpose" if transpose else "conv", attrs,
-            [("x", xa, True), ("w", wa, False), ("b", ba, False)], fn, flops)
+        pads, st, dl = [pad] * 4, [stride] * 2, [dil] * 2
+        rfn = (lambda a: ref.conv_transpose(a[0], a[1], a[2], st, pads, None, groups)) \
+            if transpose else (lambda a: ref.conv(a[0], a[1], a[2], st, pads, dl, groups))
+        add("conv", f"{label} {xs}" + (f" -> {oc}" if arrow else ""),
+            "conv_transpose" if transpose else "conv", attrs,
+            [("x", xa, True), ("w", wa, False), ("b", ba, False)], fn, rfn, flops)
 
-    conv("depthwise 3x3 [8, 128, 56, 56]", [8, 128, 56, 56], [128, 1, 3, 3],
-         {"pads": [1, 1, 1, 1], "group": 128}, pad=1, groups=128)
-    conv("depthwise 7x7 [1, 384, 14, 14]", [1, 384, 14, 14], [384, 1, 7, 7],
-         {"pads": [3, 3, 3, 3], "group": 384}, pad=3, groups=384)
-    conv("grouped 3x3 g=8 [8, 128, 28, 28]", [8, 128, 28, 28], [128, 16, 3, 3],
-         {"pads": [1, 1, 1, 1], "group": 8}, pad=1, groups=8)
-    conv("grouped 3x3 g=32 [32, 256, 28, 28]", [32, 256, 28, 28], [256, 8, 3, 3],
-         {"pads": [1, 1, 1, 1], "group": 32}, pad=1, groups=32)
-    conv("dilated 3x3 d=2 [4, 64, 56, 56]", [4, 64, 56, 56], [64, 64, 3, 3],
-         {"pads": [2, 2, 2, 2], "dilations": [2, 2]}, pad=2, dil=2)
-    conv("strided 3x3/2 [8, 64, 56, 56] -> 128", [8, 64, 56, 56], [128, 64, 3, 3],
-         {"pads": [1, 1, 1, 1], "strides": [2, 2]}, stride=2, pad=1)
-    conv("1x1 [32, 256, 56, 56] -> 64", [32, 256, 56, 56], [64, 256, 1, 1], {})
-    conv("transposed 2x2/2 [8, 64, 28, 28] -> 32", [8, 64, 28, 28], [64, 32, 2, 2],
-         {"strides": [2, 2]}, stride=2, transpose=True)
+    conv("depthwise 3x3", sz([8, 128, 56, 56], [2, 16, 20, 20]), sz([128, 1, 3, 3], [16, 1, 3, 3]),
+         {"pads": [1, 1, 1, 1], "group": sz(128, 16)}, pad=1, groups=sz(128, 16))
+    conv("depthwise 7x7", sz([1, 384, 14, 14], [1, 32, 14, 14]), sz([384, 1, 7, 7], [32, 1, 7, 7]),
+         {"pads": [3, 3, 3, 3], "group": sz(384, 32)}, pad=3, groups=sz(384, 32))
+    conv("grouped 3x3 g=8", sz([8, 128, 28, 28], [2, 32, 10, 10]),
+         sz([128, 16, 3, 3], [32, 4, 3, 3]), {"pads": [1, 1, 1, 1], "group": 8}, pad=1, groups=8)
+    conv("grouped 3x3 g=32", sz([32, 256, 28, 28], [2, 64, 8, 8]),
+         sz([256, 8, 3, 3], [64, 2, 3, 3]), {"pads": [1, 1, 1, 1], "group": 32}, pad=1,
+         groups=32)
+    conv("dilated 3x3 d=2", sz([4, 64, 56, 56], [1, 64, 20, 20]),
+         sz([64, 64, 3, 3], [32, 64, 3, 3]), {"pads": [2, 2, 2, 2], "dilations": [2, 2]},
+         pad=2, dil=2)
+    conv("strided 3x3/2", sz([8, 64, 56, 56], [2, 64, 12, 12]),
+         sz([128, 64, 3, 3], [32, 64, 3, 3]), {"pads": [1, 1, 1, 1], "strides": [2, 2]},
+         stride=2, pad=1, arrow=True)
+    conv("1x1", sz([32, 256, 56, 56], [4, 32, 10, 10]), sz([64, 256, 1, 1], [24, 32, 1, 1]),
+         {}, arrow=True)
+    conv("transposed 2x2/2", sz([8, 64, 28, 28], [2, 8, 7, 7]),
+         sz([64, 32, 2, 2], [8, 4, 2, 2]), {"strides": [2, 2]}, stride=2, transpose=True,
+         arrow=True)
 
     # ---- resize in every mode ----
-    for mode, shape in (("nearest", [8, 64, 56, 56]), ("linear", [8, 64, 56, 56]),
-                        ("cubic", [1, 3, 224, 224])):
+    for mode, shape in (("nearest", sz([8, 64, 56, 56], [2, 4, 9, 9])),
+                        ("linear", sz([8, 64, 56, 56], [2, 4, 9, 9])),
+                        ("cubic", sz([1, 3, 224, 224], [1, 3, 17, 17]))):
         attrs = {"mode": mode, "scales": [1, 1, 2, 2]}
         tmode = {"nearest": "nearest", "linear": "bilinear", "cubic": "bicubic"}[mode]
         if mode == "nearest":
             attrs["coordinate_transformation_mode"] = "asymmetric"
             attrs["nearest_mode"] = "floor"
+        outs = shape[:2] + [2 * shape[2], 2 * shape[3]]
+        coord = "asymmetric" if mode == "nearest" else "half_pixel"
         add("resize", f"resize {mode} x2 {shape}", "resize", attrs,
             [("x", data(r, shape), True)],
             lambda t, m=tmode: F.interpolate(t[0], scale_factor=2, mode=m,
                                              **({} if m == "nearest" else
-                                                {"align_corners": False})))
+                                                {"align_corners": False})),
+            lambda x, m=mode, o=outs, c=coord: ref.resize(x[0], o, m, c, "floor",
+                                                          scales=[1, 1, 2, 2]))
 
     # ---- gathers and scatters ----
-    table = data(r, [32000, 2048])
-    ids = r.integers(0, 32000, (1, 512)).astype(np.int64)
-    add("gather", "embedding [32000, 2048] x 512 ids", "gather", {"axis": 0},
-        [("x", table, True), ("i", ids, False)], lambda t: t[0][t[1]])
-    src = data(r, [1024, 1024])
-    idx = r.integers(0, 1024, (1024, 256)).astype(np.int64)
-    add("gather", "gather_elements [1024, 1024] axis=1, 256 a row", "gather_elements",
+    rows, width, nids = sz((32000, 2048, 512), (500, 64, 40))
+    table = data(r, [rows, width])
+    ids = r.integers(0, rows, (1, nids)).astype(np.int64)
+    add("gather", f"embedding [{rows}, {width}] x {nids} ids", "gather", {"axis": 0},
+        [("x", table, True), ("i", ids, False)], lambda t: t[0][t[1]], lambda a: a[0][a[1]])
+    side, per = sz((1024, 256), (64, 16))
+    src = data(r, [side, side])
+    idx = r.integers(0, side, (side, per)).astype(np.int64)
+    add("gather", f"gather_elements [{side}, {side}] axis=1, {per} a row", "gather_elements",
         {"axis": 1}, [("x", src, True), ("i", idx, False)],
-        lambda t: torch.gather(t[0], 1, t[1]))
-    nd = r.integers(0, 512, (4096, 2)).astype(np.int64)
-    add("gather", "gather_nd [512, 512, 64], 4096 pairs", "gather_nd", {},
-        [("x", data(r, [512, 512, 64]), True), ("i", nd, False)],
-        lambda t: t[0][t[1][:, 0], t[1][:, 1]])
+        lambda t: torch.gather(t[0], 1, t[1]), lambda a: np.take_along_axis(a[0], a[1], 1))
+    shape, pairs = sz(([512, 512, 64], 4096), ([32, 32, 8], 100))
+    nd = r.integers(0, shape[0], (pairs, 2)).astype(np.int64)
+    add("gather", f"gather_nd {shape}, {pairs} pairs", "gather_nd", {},
+        [("x", data(r, shape), True), ("i", nd, False)],
+        lambda t: t[0][t[1][:, 0], t[1][:, 1]], lambda a: a[0][a[1][:, 0], a[1][:, 1]])
 
     # ---- copies: concat and split of many parts, pad, transposes of every rank ----
-    parts = [("x%d" % k, data(r, [8, 32, 56, 56]), True) for k in range(8)]
-    add("copy", "concat 8 x [8, 32, 56, 56] axis=1", "concat", {"axis": 1}, parts,
-        lambda t: torch.cat(t, 1))
-    add("copy", "pad 1 [8, 64, 56, 56] constant", "pad",
-        {"pads": [0, 0, 1, 1, 0, 0, 1, 1]}, [("x", data(r, [8, 64, 56, 56]), True)],
-        lambda t: F.pad(t[0], (1, 1, 1, 1)))
-    add("copy", "pad 3 [8, 64, 56, 56] reflect", "pad",
+    shape = sz([8, 32, 56, 56], [2, 4, 6, 6])
+    parts = [("x%d" % k, data(r, shape), True) for k in range(8)]
+    add("copy", f"concat 8 x {shape} axis=1", "concat", {"axis": 1}, parts,
+        lambda t: torch.cat(t, 1), lambda a: np.concatenate(a, 1))
+    shape = sz([8, 64, 56, 56], [2, 4, 9, 9])
+    add("copy", f"pad 1 {shape} constant", "pad",
+        {"pads": [0, 0, 1, 1, 0, 0, 1, 1]}, [("x", data(r, shape), True)],
+        lambda t: F.pad(t[0], (1, 1, 1, 1)), lambda a: ref.pad(a[0], [0, 0, 1, 1, 0, 0, 1, 1]))
+    add("copy", f"pad 3 {shape} reflect", "pad",
         {"pads": [0, 0, 3, 3, 0, 0, 3, 3], "mode": "reflect"},
-        [("x", data(r, [8, 64, 56, 56]), True)], lambda t: F.pad(t[0], (3, 3, 3, 3), "reflect"))
-    for shape, perm in (([4096, 4096], [1, 0]), ([64, 197, 64], [1, 0, 2]),
-                        ([8, 64, 56, 56], [0, 2, 3, 1]), ([2, 16, 8, 32, 32], [0, 2, 1, 4, 3]),
-                        ([1, 8, 7, 8, 7, 96], [0, 1, 3, 2, 4, 5])):
+        [("x", data(r, shape), True)], lambda t: F.pad(t[0], (3, 3, 3, 3), "reflect"),
+        lambda a: ref.pad(a[0], [0, 0, 3, 3, 0, 0, 3, 3], "reflect"))
+    for shape, perm in sz(
+            (([4096, 4096], [1, 0]), ([64, 197, 64], [1, 0, 2]), ([8, 64, 56, 56], [0, 2, 3, 1]),
+             ([2, 16, 8, 32, 32], [0, 2, 1, 4, 3]), ([1, 8, 7, 8, 7, 96], [0, 1, 3, 2, 4, 5])),
+            (([70, 90], [1, 0]), ([6, 19, 8], [1, 0, 2]), ([2, 8, 6, 7], [0, 2, 3, 1]),
+             ([2, 4, 3, 5, 6], [0, 2, 1, 4, 3]), ([1, 2, 7, 3, 7, 8], [0, 1, 3, 2, 4, 5]))):
         add("copy", f"transpose {shape} perm={perm}", "transpose", {"perm": perm},
             [("x", data(r, shape), True)],
-            lambda t, p=perm: t[0].permute(*p).contiguous())
+            lambda t, p=perm: torch.permute(t[0], p).contiguous(),
+            lambda a, p=perm: np.transpose(a[0], p))
 
     # ---- batched products: 4x4 to 4096^2, batches 1 to 4096 ----
-    for b, m, k, n in ((192, 49, 32, 49), (192, 49, 49, 32), (4096, 4, 4, 4), (1024, 16, 16, 16),
-                       (144, 197, 64, 197), (96, 64, 64, 64), (8, 512, 512, 512),
-                       (1, 4096, 4096, 4096), (1, 128, 768, 3072)):
+    for b, m, k, n in sz(((192, 49, 32, 49), (192, 49, 49, 32), (4096, 4, 4, 4),
+                          (1024, 16, 16, 16), (144, 197, 64, 197), (96, 64, 64, 64),
+                          (8, 512, 512, 512), (1, 4096, 4096, 4096), (1, 128, 768, 3072)),
+                         ((12, 49, 32, 49), (12, 49, 49, 32), (300, 4, 4, 4), (64, 16, 16, 16),
+                          (6, 67, 64, 53), (8, 64, 64, 64), (16, 128, 64, 512),
+                          (1, 1024, 256, 1024), (1, 32, 768, 512))):
         a, bb = data(r, [b, m, k]), data(r, [b, k, n])
         add("matmul", f"matmul [{b}, {m}, {k}] x [{b}, {k}, {n}]", "matmul", {},
-            [("a", a, True), ("b", bb, True)], lambda t: t[0] @ t[1], 2 * b * m * k * n)
+            [("a", a, True), ("b", bb, True)], lambda t: t[0] @ t[1], lambda x: x[0] @ x[1],
+            2 * b * m * k * n)
 
     # ---- attention: heads 32-256, sequences 1-8192, masks, grouped-query ----
-    for b, h, kvh, s, kv, d, causal, mask in (
-            (1, 12, 12, 197, 197, 64, 0, False), (64, 3, 3, 49, 49, 32, 0, True),
-            (1, 8, 8, 4096, 4096, 64, 1, False), (1, 32, 8, 2048, 2048, 128, 1, False),
-            (1, 32, 8, 1, 4096, 128, 0, False), (1, 8, 8, 8192, 8192, 128, 1, False),
-            (1, 16, 16, 512, 512, 256, 0, False), (8, 12, 12, 128, 128, 64, 0, True)):
+    for b, h, kvh, s, kv, d, causal, mask in sz(
+            ((1, 12, 12, 197, 197, 64, 0, False), (64, 3, 3, 49, 49, 32, 0, True),
+             (1, 8, 8, 4096, 4096, 64, 1, False), (1, 32, 8, 2048, 2048, 128, 1, False),
+             (1, 32, 8, 1, 4096, 128, 0, False), (1, 8, 8, 8192, 8192, 128, 1, False),
+             (1, 16, 16, 512, 512, 256, 0, False), (8, 12, 12, 128, 128, 64, 0, True)),
+            ((1, 2, 2, 37, 37, 64, 0, False), (4, 3, 3, 49, 49, 32, 0, True),
+             (1, 2, 2, 100, 100, 64, 1, False), (1, 4, 2, 40, 40, 128, 1, False),
+             (1, 4, 2, 1, 300, 128, 0, False), (1, 1, 1, 70, 70, 128, 1, False),
+             (1, 2, 2, 20, 20, 256, 0, False), (2, 2, 2, 16, 16, 64, 0, True))):
         q, k, v = data(r, [b, h, s, d]), data(r, [b, kvh, kv, d]), data(r, [b, kvh, kv, d])
         ins = [("q", q, True), ("k", k, True), ("v", v, True)]
         if mask:
@@ -244,10 +310,13 @@ def cells():
                 kk, vv = kk.repeat_interleave(h // kvh, 1), vv.repeat_interleave(h // kvh, 1)
             return F.scaled_dot_product_attention(t[0], kk, vv, t[3] if mask else None,
                                                   is_causal=bool(causal))
+
+        def sdpa_ref(a, causal=causal, mask=mask):
+            return ref.attention(a[0], a[1], a[2], a[3] if mask else None, causal=bool(causal))
         flops = 4 * b * h * s * kv * d // (2 if causal else 1)
         add("attention", f"attention b={b} heads={h}/{kvh} seq={s} keys={kv} d={d}"
             f"{' causal' if causal else ''}{' mask' if mask else ''}", "attention", attrs,
-            ins, sdpa, flops)
+            ins, sdpa, sdpa_ref, flops)
     return out
 
 

@@ -550,7 +550,9 @@ def max_pool_indices(x, kernel, strides=None, pads=None, dilations=None, ceil_mo
 
 
 def resize(x, out_shape, mode="nearest", coord="half_pixel", nearest="round_prefer_floor",
-           scales=None, roi=None, extrapolation=0.0):
+           scales=None, roi=None, extrapolation=0.0, cubic_a=-0.75):
+    """ONNX Resize: nearest, linear, or cubic (Keys' kernel with cubic_a,
+    the four taps' indices clamped to the axis, as exclude_outside 0)."""
     y = f64(x)
     outside = np.zeros(out_shape, bool)
     for d, out in enumerate(out_shape):
@@ -581,6 +583,20 @@ def resize(x, out_shape, mode="nearest", coord="half_pixel", nearest="round_pref
                  "round_prefer_ceil": np.where(frac_half, np.ceil(s), np.round(s)),
                  "floor": np.floor(s), "ceil": np.ceil(s)}[nearest]
             y = np.take(y, np.clip(r, 0, n - 1).astype(int), axis=d)
+        elif mode == "cubic":
+            f = np.floor(s)
+            t = s - f
+            shape = [1] * y.ndim
+            shape[d] = out
+            acc = 0
+            for j in (-1, 0, 1, 2):
+                u = np.abs(t - j)
+                w = np.where(u <= 1, ((cubic_a + 2) * u - (cubic_a + 3)) * u * u + 1,
+                             np.where(u < 2, ((cubic_a * u - 5 * cubic_a) * u + 8 * cubic_a) * u
+                                      - 4 * cubic_a, 0))
+                at = np.clip(f + j, 0, n - 1).astype(int)
+                acc = acc + np.take(y, at, axis=d) * w.reshape(shape)
+            y = acc
         else:
             f = np.floor(s)
             w = s - f

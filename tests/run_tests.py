@@ -40,6 +40,7 @@ import test_onnx_rnn  # noqa: E402
 import test_onnx_more  # noqa: E402
 import test_models  # noqa: E402
 import test_ops  # noqa: E402
+import test_ops_grid  # noqa: E402
 import test_quant  # noqa: E402
 import test_dynamic  # noqa: E402
 import test_experts  # noqa: E402
@@ -114,7 +115,7 @@ def run_one(name, fn, keep):
 
 
 # The tiers, in the order they run.
-TIERS = (test_ops, test_quant, test_dynamic, test_experts, test_signal, test_backward,
+TIERS = (test_ops, test_ops_grid, test_quant, test_dynamic, test_experts, test_signal, test_backward,
          test_limits, test_corpus, test_llm, test_rewrite, test_readme, test_golden, test_cli,
          test_models, test_inspect, test_python, test_onnx, test_onnx_quant, test_onnx_rnn,
          test_onnx_more)
@@ -137,7 +138,7 @@ def all_tests():
 # lists, whose host paths the plain run and the fuzz targets also cover.
 # KILN_SANITIZE_ALL=1 runs them all; -k selects among all of them.
 SANITIZE_SHARE = {
-    test_ops: 10, test_quant: 6, test_dynamic: 3, test_experts: 2, test_signal: 4,
+    test_ops: 10, test_ops_grid: 10, test_quant: 6, test_dynamic: 3, test_experts: 2, test_signal: 4,
     test_backward: 4, test_limits: 1, test_corpus: 10, test_llm: 6, test_rewrite: 6,
     test_readme: 0, test_golden: 0, test_cli: 1, test_models: 1, test_inspect: 2,
     test_python: 0,
