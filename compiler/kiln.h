@@ -461,6 +461,10 @@ typedef struct AttentionDims {
     bool bshd;
     bool out_bshd; /* the output's layout (out_layout; default: layout) */
     int64_t B, H, KVH, Sq, Sk, D, DV;
+    /* bshd: q, k and v's heads start off[i] elements into rows of row[i]
+     * (head_dim and q_offset, k_offset, v_offset: the packed output of one
+     * QKV product, read in place); else 0 and the heads' width */
+    int64_t off[3], row[3];
 } AttentionDims;
 void attention_dims(Node *n, AttentionDims *a);
 /* The signal ops (dft, stft, log_mel, welch) as transforms: OUTER x INNER

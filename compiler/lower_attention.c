@@ -12,17 +12,20 @@
 
 
 /* Element strides of (batch, head, position) of operand t (0 q, 1 k, 2 v,
- * 3 the output) in either layout. */
+ * 3 the output) in either layout; bshd rows of a->row[t] elements (wider
+ * than the heads where they are a packed QKV product's). */
 static void operand_strides(const AttentionDims *a, int t, int64_t st[3]) {
     int64_t heads = t == 1 || t == 2 ? a->KVH : a->H, seq = t == 1 || t == 2 ? a->Sk : a->Sq;
     int64_t width = t < 2 ? a->D : a->DV;
     bool bshd = t == 3 ? a->out_bshd : a->bshd; /* the output's own layout */
-    st[0] = heads * seq * width;
+    int64_t row = t < 3 && a->bshd ? a->row[t] : heads * width;
+    st[0] = bshd ? seq * row : heads * seq * width;
     st[1] = bshd ? width : seq * width;
-    st[2] = bshd ? heads * width : width;
+    st[2] = bshd ? row : width;
 }
 
-/* QS_B, QS_H, QS_S, KS_*, VS_*, OS_*: operand_strides as defines. */
+/* QS_B, QS_H, QS_S, KS_*, VS_*, OS_*: operand_strides as defines; Q_OFF,
+ * K_OFF, V_OFF: where q's, k's and v's heads start in their rows. */
 void attention_strides(Dispatch *d, const AttentionDims *a) {
     const char *names[4] = {"QS", "KS", "VS", "OS"};
     for (int t = 0; t < 4; t++) {
@@ -32,6 +35,9 @@ void attention_strides(Dispatch *d, const AttentionDims *a) {
         define_int(d, format("%s_H", names[t]), st[1]);
         define_int(d, format("%s_S", names[t]), st[2]);
     }
+    define_int(d, "Q_OFF", a->off[0]);
+    define_int(d, "K_OFF", a->off[1]);
+    define_int(d, "V_OFF", a->off[2]);
 }
 
 /* The run's positions of operand i (q, k or v) where they follow the dims
@@ -222,6 +228,9 @@ static Dispatch *flash_cm_dispatch(Program *p, Node *n, const AttentionDims *a) 
     if ((tune && strcmp(tune, "0") == 0) || a->D % 16 || a->DV % 16 || a->D > 256 ||
         a->DV > 256)
         return NULL;
+    for (int i = 0; i < 3; i++) /* rows and heads in vectors of eight halves */
+        if (a->row[i] % 8 || a->off[i] % 8)
+            return NULL;
     for (int i = 0; i < 3; i++)
         if (n->inputs[i]->dtype != KILN_DTYPE_F16)
             return NULL;
@@ -298,7 +307,8 @@ void lower_attention(Program *p, Node *n) {
     define_int(d, "SPLITS", splits);
     int64_t ks[3];
     operand_strides(&a, 1, ks);
-    bool kvec4 = a.D % 4 == 0 && all_multiples(3, ks, 4) && n->inputs[1]->dtype == KILN_DTYPE_F32;
+    bool kvec4 = a.D % 4 == 0 && all_multiples(3, ks, 4) && a.off[1] % 4 == 0 &&
+                 n->inputs[1]->dtype == KILN_DTYPE_F32;
     define_int(d, "KVEC4", kvec4);
     /* A span (or row) of at most 64 keys, one chunk: its values loaded
      * first, in registers, at most 64 an invocation (VPRE), and f32 keys

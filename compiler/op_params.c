@@ -436,6 +436,9 @@ void attention_dims(Node *n, AttentionDims *a) {
     a->bshd = strcmp(layout, "bshd") == 0;
     if (!a->bshd && strcmp(layout, "bhsd") != 0)
         node_error_at(n, lay->loc, "layout must be bhsd or bshd");
+    if (node_attr(n, "head_dim") && (!a->bshd || n->op != OP_ATTENTION))
+        node_error_at(n, attr_loc(n, "head_dim"), "head_dim (q, k and v at offsets in wider "
+                      "rows) takes attention with layout bshd only");
     int want = a->bshd ? 3 : 4;
     for (int i = 0; i < 3; i++)
         if (n->inputs[i]->rank != want)
@@ -443,22 +446,42 @@ void attention_dims(Node *n, AttentionDims *a) {
                           "not %s", layout, n->inputs[i]->name, want,
                           shape_str(n->inputs[i]->rank, n->inputs[i]->shape));
     a->B = q->shape[0];
+    static const char *const offs[3] = {"q_offset", "k_offset", "v_offset"};
+    for (int i = 0; i < 3; i++) {
+        a->off[i] = 0;
+        if (node_attr(n, offs[i]) && !node_attr(n, "head_dim"))
+            node_error_at(n, attr_loc(n, offs[i]), "%s needs head_dim (and layout bshd)",
+                          offs[i]);
+    }
     if (a->bshd) {
         a->H = attr_int(n, "heads");
-        if (a->H < 1 || q->shape[2] % a->H)
+        bool packed = node_attr(n, "head_dim") != NULL;
+        if (a->H < 1 || (!packed && q->shape[2] % a->H))
             node_error_at(n, node_attr(n, "heads") ? attr_loc(n, "heads") : n->loc,
                           "layout bshd needs heads, a positive divisor of %lld",
                           (long long)q->shape[2]);
         a->KVH = attr_int_or(n, "kv_heads", a->H);
-        if (a->KVH < 1 || k->shape[2] % a->KVH || v->shape[2] % a->KVH)
+        if (a->KVH < 1 || (!packed && (k->shape[2] % a->KVH || v->shape[2] % a->KVH)))
             node_error_at(n, node_attr(n, "kv_heads") ? attr_loc(n, "kv_heads") : n->loc,
                           "kv_heads must divide the key and value widths");
         a->Sq = q->shape[1];
         a->Sk = k->shape[1];
-        a->D = q->shape[2] / a->H;
-        a->DV = v->shape[2] / a->KVH;
-        if (k->shape[2] / a->KVH != a->D || v->shape[1] != a->Sk || k->shape[0] != a->B ||
-            v->shape[0] != a->B)
+        a->D = packed ? attr_int(n, "head_dim") : q->shape[2] / a->H;
+        a->DV = packed ? a->D : v->shape[2] / a->KVH;
+        for (int i = 0; i < 3; i++) {
+            int64_t width = (i ? a->KVH : a->H) * a->D, row = n->inputs[i]->shape[2];
+            a->off[i] = packed && node_attr(n, offs[i]) ? attr_int(n, offs[i]) : 0;
+            a->row[i] = row;
+            if (packed && (a->D < 1 || a->off[i] < 0 || a->off[i] + width > row))
+                node_error_at(n, node_attr(n, offs[i]) ? attr_loc(n, offs[i])
+                                                       : attr_loc(n, "head_dim"),
+                              "%c's %lld heads of head_dim %lld at %s %lld pass the end of "
+                              "'%s''s rows of %lld", "qkv"[i], (long long)(i ? a->KVH : a->H),
+                              (long long)a->D, offs[i], (long long)a->off[i],
+                              n->inputs[i]->name, (long long)row);
+        }
+        if ((!packed && k->shape[2] / a->KVH != a->D) || v->shape[1] != a->Sk ||
+            k->shape[0] != a->B || v->shape[0] != a->B)
             node_error(n, "q %s, k %s and v %s do not agree",
                        shape_str(3, q->shape), shape_str(3, k->shape), shape_str(3, v->shape));
     } else {
@@ -468,6 +491,10 @@ void attention_dims(Node *n, AttentionDims *a) {
         a->Sk = k->shape[2];
         a->D = q->shape[3];
         a->DV = v->shape[3];
+        for (int i = 0; i < 3; i++) {
+            a->off[i] = 0;
+            a->row[i] = n->inputs[i]->shape[3];
+        }
         if (k->shape[0] != a->B || v->shape[0] != a->B || v->shape[1] != a->KVH ||
             v->shape[2] != a->Sk || k->shape[3] != a->D)
             node_error(n, "q %s, k %s and v %s do not agree",

@@ -11,7 +11,8 @@
 //
 // Defines: B, H, KVH (key/value heads; query head h reads kv head
 // h / (H / KVH)), SQ, SK, D, DV; element strides QS_B, QS_H, QS_S (and KS_*,
-// VS_*, OS_*; the last dimension is contiguous); SCALE; SOFTCAP (0: off);
+// VS_*, OS_*; the last dimension is contiguous), Q_OFF, K_OFF, V_OFF (where
+// q's, k's and v's elements start: a packed QKV product's rows); SCALE; SOFTCAP (0: off);
 // CAUSAL (key j visible to query i when j <= i + SK - SQ); WINDOW (0: off;
 // else only the WINDOW newest visible keys); HAS_MASK with MS_B, MS_H, MS_I,
 // MS_J (an additive mask, broadcast through zero strides). A query row that
@@ -158,8 +159,8 @@ void main() {
         const uint kbeg = sp * span, kend = min(uint(SK), kbeg + span);
         const uint i = row % SQ, h = (row / SQ) % H, b = row / (SQ * H);
         const uint kvh = h / (H / KVH);
-        const uint qbase = b * QS_B + h * QS_H + i * QS_S;
-        const uint kbase = b * KS_B + kvh * KS_H, vbase = b * VS_B + kvh * VS_H;
+        const uint qbase = Q_OFF + b * QS_B + h * QS_H + i * QS_S;
+        const uint kbase = K_OFF + b * KS_B + kvh * KS_H, vbase = V_OFF + b * VS_B + kvh * VS_H;
 #ifdef VPRE // the chunk's values (past its last key: that key again) and key
         float vpre[ACC_N][VPRE];
         [[unroll]] for (int t = 0; t < ACC_N; ++t) {

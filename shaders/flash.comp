@@ -103,7 +103,7 @@ void main() {
         const uint kvh = h / (H / KVH);
         const uint q0 = blk * BQ, i = q0 + r;
         const bool row_ok = i < SQ;
-        const uint kbase = b * KS_B + kvh * KS_H, vbase = b * VS_B + kvh * VS_H;
+        const uint kbase = K_OFF + b * KS_B + kvh * KS_H, vbase = V_OFF + b * VS_B + kvh * VS_H;
         // the keys some row of the block sees: [kbeg, kend)
         const int shift = int(SK) - int(SQ); // row i's newest key: i + shift
         int kend = int(SK), kbeg = 0;
@@ -121,7 +121,7 @@ void main() {
             qreg[u] = vec4(0.0);
             if (rr < BQ && q0 + rr < SQ)
                 for (uint c = 0; c < 4 && d + c < D; ++c)
-                    qreg[u][c] = float(args.q.v[b * QS_B + h * QS_H + (q0 + rr) * QS_S + d + c]);
+                    qreg[u][c] = float(args.q.v[Q_OFF + b * QS_B + h * QS_H + (q0 + rr) * QS_S + d + c]);
         }
         for (int u = 0; u < QL; ++u) {
             const uint e = l + uint(u) * WG;

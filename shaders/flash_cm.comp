@@ -149,8 +149,8 @@ void main() {
     for (uint task = gl_WorkGroupID.x; task < B * H * NBLK; task += gl_NumWorkGroups.x) {
         const uint blk = task % NBLK, h = (task / NBLK) % H, b = task / (NBLK * H);
         const uint kvh = h / (H / KVH), q0 = blk * 16, i = q0 + r;
-        const uint kbase = b * KS_B + kvh * KS_H, vbase = b * VS_B + kvh * VS_H;
-        const uint qbase = b * QS_B + h * QS_H;
+        const uint kbase = K_OFF + b * KS_B + kvh * KS_H, vbase = V_OFF + b * VS_B + kvh * VS_H;
+        const uint qbase = Q_OFF + b * QS_B + h * QS_H;
         // the keys some row of the block sees: [kbeg, kend)
         const int shift = int(SK) - int(SQ); // row i's newest key: i + shift
         int kend_i = int(SK), kbeg_i = 0;

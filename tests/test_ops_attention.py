@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 
 import reference as ref
-from harness import assert_close, build_model, check, kiln, model_yaml, registry, run_steps
+from harness import (assert_close, build_model, check, kiln, model_yaml, registry,
+                     run_program, run_steps)
 from ops_common import one_op, rng, spec, values
 
 TESTS, case = registry()
@@ -90,6 +91,69 @@ for _i, _c in enumerate([
         case(f"op attention {_c[0]} out_layout={_c[8]['out_layout']} B={_c[1]} H={_c[2]} "
              f"KVH={_c[3]} Sq={_c[4]} Sk={_c[5]}{' f16' if _f16 else ''}")(
             attention_case(140 + _i, *_c, f16=_f16))
+
+
+# q, k and v at offsets in wider rows (head_dim, q_offset, k_offset,
+# v_offset): a packed QKV product's [B, S, 3 * H * D] read in place (timm's
+# ViTs), a fused grouped-query product [q | k | v], and q and k/v from
+# different tensors with spare columns; flash.comp (8 or more rows),
+# attention.comp's spans (few rows, many keys), f32 and f16.
+PACKED = [  # B, Sq, Sk, H, KVH, D, (q row, q offset), (kv row, k offset, v offset), attrs,
+            # one tensor for q, k and v
+    (2, 37, 37, 3, 3, 16, (144, 0), (144, 48, 96), {}, True),
+    (1, 20, 20, 4, 2, 8, (64, 0), (64, 32, 48), {"causal": 1}, True),
+    (1, 3, 50, 2, 2, 8, (40, 8), (72, 0, 40), {"causal": 1}, False),
+    (1, 1, 300, 4, 1, 32, (200, 64), (96, 8, 48), {}, False),
+]
+
+
+def packed_case(i, B, Sq, Sk, H, KVH, D, qrow, kvrow, attrs, one, f16):
+    def test(workdir):
+        r = rng(2700 + i)
+        x = values(r, [B, Sk, kvrow[0]], 1)
+        xq = x if one else values(r, [B, Sq, qrow[0]], 1)
+        if f16:
+            x, xq = x.astype(np.float16), xq.astype(np.float16)
+        q = xq[:, :, qrow[1]:qrow[1] + H * D]
+        k = x[:, :, kvrow[1]:kvrow[1] + KVH * D]
+        v = x[:, :, kvrow[2]:kvrow[2] + KVH * D]
+        want = ref.attention(q, k, v, None, "bshd", H, KVH, None, 0, attrs.get("causal", 0))
+        node = dict({"name": "y", "op": "attention",
+                     "inputs": ["x", "x", "x"] if one else ["xq", "x", "x"],
+                     "layout": "bshd", "heads": H, "kv_heads": KVH, "head_dim": D,
+                     "q_offset": qrow[1], "k_offset": kvrow[1], "v_offset": kvrow[2]}, **attrs)
+        ins = {"x": spec(x)} if one else {"xq": spec(xq), "x": spec(x)}
+        feeds = [x] if one else [xq, x]
+        want = want.astype(np.float16) if f16 else want
+        got, = run_program(build_model(workdir, model_yaml("packed", ins, [node], ["y"])),
+                           feeds, [want])
+        assert_close(got, want, 2e-3 if f16 else 1e-4, 2e-3 if f16 else 1e-5)
+    return test
+
+
+for _i, _c in enumerate(PACKED):
+    for _f16 in (False, True):
+        case(f"op attention bshd packed: B={_c[0]} Sq={_c[1]} Sk={_c[2]} H={_c[3]} "
+             f"KVH={_c[4]} D={_c[5]} q at {_c[6][1]} of {_c[6][0]}, k, v at {_c[7][1]}, "
+             f"{_c[7][2]} of {_c[7][0]} {_c[8]}{' f16' if _f16 else ''}")(
+            packed_case(_i, *_c, _f16))
+
+
+@case("op attention: head_dim and offsets refused where they do not fit (past the row, "
+      "without head_dim, with layout bhsd)")
+def _(workdir):
+    x = {"x": {"dtype": "f32", "shape": [1, 4, 48]}}
+    base = {"name": "y", "op": "attention", "inputs": ["x", "x", "x"], "layout": "bshd",
+            "heads": 2}
+    for extra, needle in (({"head_dim": 8, "v_offset": 36}, "pass the end of 'x''s rows of 48"),
+                          ({"k_offset": 16}, "k_offset needs head_dim"),
+                          ({"head_dim": 8, "layout": "bhsd"}, "takes attention with layout "
+                                                              "bshd only")):
+        y = model_yaml("bad", x, [dict(base, **extra)], ["y"])
+        (Path(workdir) / "bad.yaml").write_text(y)
+        r = kiln("compile", Path(workdir) / "bad.yaml", "-o", Path(workdir) / "bad.c")
+        check(r.returncode == 1 and needle in r.stderr and "bad.yaml:" in r.stderr,
+              f"{extra}: exit {r.returncode}: {r.stderr}")
 
 
 def check_kernel(workdir, family, defines=()):
