@@ -24,10 +24,14 @@
  *   over the keys, or P NaN-guarded (where(isnan(P), 0, P): a row that sees
  *   no key gives zeros, as the attention kernel does). Q, K^T and V are
  *   followed back through transposes, views and broadcasts (repeated
- *   key/value heads) to the tensors they index, which must be contiguous
- *   [batch, heads, positions, width] or [batch, positions, heads, width]:
- *   attention reads them in place (a decoder's cache state directly) and
- *   never stores the scores. The mask, if any, is its additive input. A
+ *   key/value heads) and parts picked by a constant index, a slice or a
+ *   split to the tensors they index, which must be contiguous [batch,
+ *   heads, positions, width] or [batch, positions, heads, width], or rows
+ *   [batch, positions, ...] holding the heads at an offset (one packed QKV
+ *   product's output, [B, S, 3 * heads * width] as timm, GPT-2 and Phi-3
+ *   compute q, k and v: attention's head_dim and offsets): attention reads
+ *   them in place (a decoder's cache state directly; the packed product
+ *   without its transposes or split) and never stores the scores. The mask, if any, is its additive input. A
  *   result that only transposes to [batch, positions, heads, width] read
  *   (the heads' merge before the output projection) is written in that
  *   layout by the kernel itself (out_layout bshd): the transposes cancel.
@@ -561,13 +565,15 @@ static void try_rope(Rewriter *r, Node *n) {
 /* ---- following views back to the bytes ------------------------------------ */
 
 /* A tensor seen as an index map into root's elements (contiguous at root's
- * stored shape): element i lies at sum over axes of (i[a] / div[a]) *
- * stride[a]. div > 1 comes from merging a broadcast axis into the axis
- * before it: heads repeated for grouped-query attention. */
+ * stored shape): element i lies at base + the sum over axes of (i[a] /
+ * div[a]) * stride[a]. div > 1 comes from merging a broadcast axis into
+ * the axis before it: heads repeated for grouped-query attention; base
+ * from a part taken by a constant index or slice (qkv[1]). */
 typedef struct View {
     Tensor *root;
     int rank;
     int64_t size[MAX_RANK], stride[MAX_RANK], div[MAX_RANK];
+    int64_t base;
 } View;
 
 /* Merges the axes [a, b) of v into one (size, stride, div); false when
@@ -595,7 +601,7 @@ static bool merge_axes(const View *v, int a, int b, int64_t *stride, int64_t *di
 }
 
 static bool reshape_view(View *v, int rank, const int64_t *shape) {
-    View o = {v->root, rank, {0}, {0}, {0}};
+    View o = {v->root, rank, {0}, {0}, {0}, v->base};
     int i = 0, j = 0;
     while (i < v->rank || j < rank) {
         if (j < rank && shape[j] == 1) {
@@ -677,22 +683,70 @@ static bool merged_transpose(Node *r1, Node *tr, Node *r2, int64_t *perm) {
     return true;
 }
 
-/* t followed back through transposes, views and broadcasts to the tensor
- * whose elements it indexes. */
+/* The index of a gather of one constant index (a scalar: the axis goes),
+ * normalized; -1 where p is no such gather. */
+static int64_t one_index(Node *p) {
+    const Tensor *i = p->ninputs == 2 ? p->inputs[1] : NULL;
+    if (p->op != OP_GATHER || !i || i->kind != T_WEIGHT || !i->data || i->rank != 0 ||
+        (i->dtype != KILN_DTYPE_I64 && i->dtype != KILN_DTYPE_I32))
+        return -1;
+    const Tensor *x = p->inputs[0];
+    int64_t a = attr_int(p, "axis"), at;
+    a = a < 0 ? a + x->rank : a;
+    if (i->dtype == KILN_DTYPE_I64) {
+        memcpy(&at, i->data, 8);
+    } else {
+        int32_t v32;
+        memcpy(&v32, i->data, 4);
+        at = v32;
+    }
+    at = at < 0 ? at + x->shape[a] : at;
+    return a >= 0 && a < x->rank && at >= 0 && at < x->shape[a] ? at : -1;
+}
+
+/* Whether p moves no element but picks a part: a gather of one constant
+ * index, a split's part, or a slice with unit steps; dynamic axes (a run's
+ * extent) whole. */
+static bool picks_part(Node *p) {
+    const Tensor *x = p->inputs[0];
+    if (p->op == OP_GATHER)
+        return !x->dyn_axes && one_index(p) >= 0;
+    if (p->op == OP_SPLIT) {
+        int axis;
+        split_sizes(p, &axis);
+        return !is_dyn(x, axis);
+    }
+    if (p->op != OP_SLICE)
+        return false;
+    int64_t start[MAX_RANK], step[MAX_RANK], shape[MAX_RANK];
+    slice_params(p, start, step, shape);
+    for (int a = 0; a < x->rank; a++)
+        if (step[a] != 1 || (is_dyn(x, a) && (start[a] || shape[a] != x->shape[a])))
+            return false;
+    return true;
+}
+
+/* t followed back through transposes, views, broadcasts and parts picked
+ * (picks_part) to the tensor whose elements it indexes. */
 static bool trace_view(Tensor *t, View *v) {
     if (tensor_count(t) == 0)
         return false;
     Node *chain[32];
+    int part[32]; /* which of a split's outputs */
     int n = 0;
     Tensor *root = t;
     for (Node *p = root->producer; p && n < 32; p = root->producer) {
-        if (!is_view(p) && p->op != OP_TRANSPOSE && p->op != OP_EXPAND)
+        if (!is_view(p) && p->op != OP_TRANSPOSE && p->op != OP_EXPAND && !picks_part(p))
             break;
+        part[n] = 0;
+        while (part[n] < p->noutputs && p->outputs[part[n]] != root)
+            part[n]++;
         chain[n++] = p;
         root = p->inputs[0];
     }
     v->root = root;
     v->rank = root->rank;
+    v->base = 0;
     for (int a = root->rank - 1, s = 1; a >= 0; s *= (int)root->shape[a--]) {
         v->size[a] = root->shape[a];
         v->stride[a] = s;
@@ -706,6 +760,38 @@ static bool trace_view(Tensor *t, View *v) {
             merged_transpose(p, chain[n - 1], chain[n - 2], perm)) {
             permute_view(v, perm);
             n -= 2;
+        } else if (p->op == OP_GATHER) { /* one index: its axis goes */
+            int64_t a = attr_int(p, "axis");
+            a = a < 0 ? a + v->rank : a;
+            if (v->div[a] != 1 || v->rank != p->inputs[0]->rank)
+                return false;
+            v->base += one_index(p) * v->stride[a];
+            for (int b = (int)a; b + 1 < v->rank; b++) {
+                v->size[b] = v->size[b + 1];
+                v->stride[b] = v->stride[b + 1];
+                v->div[b] = v->div[b + 1];
+            }
+            v->rank--;
+        } else if (p->op == OP_SPLIT) { /* part k: after the parts before it */
+            int axis;
+            int64_t *sizes = split_sizes(p, &axis), at = 0;
+            if (v->rank != p->inputs[0]->rank || v->div[axis] != 1)
+                return false;
+            for (int k = 0; k < part[n]; k++)
+                at += sizes[k];
+            v->base += at * v->stride[axis];
+            v->size[axis] = sizes[part[n]];
+        } else if (p->op == OP_SLICE) {
+            int64_t start[MAX_RANK], step[MAX_RANK], shape[MAX_RANK];
+            slice_params(p, start, step, shape);
+            if (v->rank != p->inputs[0]->rank)
+                return false;
+            for (int a = 0; a < v->rank; a++) {
+                if (start[a] && v->div[a] != 1)
+                    return false;
+                v->base += start[a] * v->stride[a];
+                v->size[a] = shape[a];
+            }
         } else if (is_view(p)) {
             if (!reshape_view(v, out->rank, out->shape))
                 return false;
@@ -714,7 +800,7 @@ static bool trace_view(Tensor *t, View *v) {
                 return false;
             permute_view(v, perm);
         } else { /* expand: aligned at the last axis, unit axes broadcast */
-            View o = {v->root, out->rank, {0}, {0}, {0}};
+            View o = {v->root, out->rank, {0}, {0}, {0}, v->base};
             int off = out->rank - v->rank;
             if (off < 0)
                 return false;
@@ -737,10 +823,13 @@ static bool trace_view(Tensor *t, View *v) {
 
 /* An operand of attention: a view [batch, heads, positions, width] of a
  * contiguous root in layout bshd or bhsd, heads in groups of `group`
- * sharing one of the root's `heads`. */
+ * sharing one of the root's `heads`. In bshd the root's rows (a position
+ * of a batch) may be wider than the heads (`row` elements), the heads
+ * `off` elements in: a packed QKV product's part (qkv[1] of [3, B, heads,
+ * S, d] transposed from its [B, S, 3, heads, d]). */
 typedef struct Operand4 {
     Tensor *root;
-    int64_t B, H, S, W, group, heads;
+    int64_t B, H, S, W, group, heads, row, off;
 } Operand4;
 
 static bool as_operand(const View *v, Operand4 *o, int layout) {
@@ -755,11 +844,16 @@ static bool as_operand(const View *v, Operand4 *o, int layout) {
         return false;
     o->heads = o->H / o->group;
     int64_t W = o->W, S = o->S, HK = o->heads;
+    o->row = HK * W;
+    o->off = v->base;
+    if (layout == 1 && S > 1 && v->stride[2] > HK * W) /* wider rows: a packed product */
+        o->row = v->stride[2];
     bool head_ok[2] = {v->size[1] == 1 || v->stride[1] == S * W,
                        v->size[1] == 1 || v->stride[1] == W};
-    bool pos_ok[2] = {S == 1 || v->stride[2] == W, S == 1 || v->stride[2] == HK * W};
-    bool batch_ok = o->B == 1 || v->stride[0] == HK * S * W;
-    if (tensor_count(v->root) != o->B * HK * S * W || !batch_ok)
+    bool pos_ok[2] = {S == 1 || v->stride[2] == W, S == 1 || v->stride[2] == o->row};
+    bool batch_ok = o->B == 1 || v->stride[0] == (layout ? S * o->row : HK * S * W);
+    if (tensor_count(v->root) != o->B * S * o->row || !batch_ok ||
+        (layout == 0 && o->off) || o->off < 0 || o->off + HK * W > o->row)
         return false;
     return head_ok[layout] && pos_ok[layout];
 }
@@ -770,7 +864,7 @@ static Tensor *operand_tensor(Rewriter *r, Node *at, const char *what, const Ope
                               bool bshd, Node **fresh, int *nfresh) {
     int64_t shape[4] = {o->B, o->heads, o->S, o->W};
     if (bshd)
-        shape[1] = o->S, shape[2] = o->heads * o->W;
+        shape[1] = o->S, shape[2] = o->row;
     int rank = bshd ? 3 : 4;
     if (o->root->rank == rank &&
         memcmp(o->root->shape, shape, sizeof(int64_t) * (size_t)rank) == 0)
@@ -873,6 +967,12 @@ static bool traced_attention(Rewriter *r, Node *n, const View *qv, const View *k
         V.root->dtype != KILN_DTYPE_F32)
         return false;
     bool bshd = layout == 1;
+    /* rows wider than the heads, or heads not at their start: the packed
+     * form (head_dim, offsets), one width for all three */
+    bool packed = bshd && (Q.row != Q.heads * Q.W || K.row != K.heads * K.W ||
+                           V.row != V.heads * V.W || Q.off || K.off || V.off);
+    if (packed && Q.W != V.W)
+        return false;
     Node *fresh[6];
     int nfresh = 0;
     Tensor *in[4] = {operand_tensor(r, n, "q", &Q, bshd, fresh, &nfresh),
@@ -883,6 +983,12 @@ static bool traced_attention(Rewriter *r, Node *n, const View *qv, const View *k
     if (bshd) {
         node_set_int(att, "heads", Q.H);
         node_set_int(att, "kv_heads", K.heads);
+    }
+    if (packed) {
+        node_set_int(att, "head_dim", Q.W);
+        node_set_int(att, "q_offset", Q.off);
+        node_set_int(att, "k_offset", K.off);
+        node_set_int(att, "v_offset", V.off);
     }
     node_set_float(att, "scale", scale);
     for (int i = 0; like && i < like->nattrs; i++) {

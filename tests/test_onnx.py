@@ -578,7 +578,8 @@ def _(workdir):
 
 
 @case("onnx attention with q, k and v taken from one [3, B, heads, S, d] tensor by Gather "
-      "(timm's and torchvision's qkv[0], qkv[1], qkv[2]): views at their offsets, no gather "
+      "(timm's and torchvision's qkv[0], qkv[1], qkv[2]): attention reads the QKV product "
+      "[B, S, 3 * heads * d] in place (head_dim and offsets), no transpose or gather "
       "dispatch; the heads' merge after it written by the attention kernel; f32 and f16")
 def _(workdir):
     B, S, D, H = 2, 9, 16, 2
@@ -626,14 +627,79 @@ def _(workdir):
         check(r.returncode == 0, r.stderr)
         doc = json.loads(r.stdout)
         nodes_run = {d["node"] for d in doc["dispatches"]}
-        check(not any(n.startswith(("take_", "merge")) for n in nodes_run),
-              f"{prec}: gather or heads-merge dispatches remain: {sorted(nodes_run)}")
-        views = {t["name"]: t for t in doc["tensors"] if t["name"] in ("q", "k", "v")}
-        base = [t for t in doc["tensors"] if t["name"] == "qkv"][0]["offset"]
-        third = B * H * S * hd * (4 if prec == "f32" else 2)
-        check(all(views[n]["view_of"] == "qkv" and views[n]["offset"] == base + c * third
-                  for c, n in enumerate("qkv")),
-              f"{prec}: q, k, v are not views of qkv at thirds: {views}")
+        check(not any(n.startswith(("take_", "merge", "to_front")) for n in nodes_run),
+              f"{prec}: gather, transpose or heads-merge dispatches remain: "
+              f"{sorted(nodes_run)}")
+        text = (wd / prec / "model.c").read_text()
+        check(all(f" *   {k} {v}\n" in text for k, v in
+                  (("Q_OFF", 0), ("K_OFF", D), ("V_OFF", 2 * D), ("QS_S", 3 * D))),
+              f"{prec}: attention does not read the product's rows at the thirds")
+
+
+@case("onnx attention over one QKV product's parts taken by Split (GPT-2's c_attn) and by "
+      "Slice (Phi-3's qkv_proj, grouped-query heads, the value's slice to the row's end): "
+      "attention reads the product's rows at offsets, no split or slice dispatch")
+def _(workdir):
+    B, S, H, KVH, hd = 2, 11, 4, 2, 8
+    D, W = H * hd, (H + 2 * KVH) * hd
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal([B, S, D]).astype(np.float32)
+    wqkv = (rng.standard_normal([D, W]) * 0.3).astype(np.float32)
+    ends = [(0, D), (D, D + KVH * hd), (D + KVH * hd, W)]
+    qkv = x @ wqkv
+    parts = [qkv[..., a:b].reshape(B, S, -1, hd).transpose(0, 2, 1, 3) for a, b in ends]
+    q, k, v = parts[0], np.repeat(parts[1], H // KVH, 1), np.repeat(parts[2], H // KVH, 1)
+    sc = q @ k.transpose(0, 1, 3, 2) / np.sqrt(hd)
+    p_ = np.exp(sc - sc.max(-1, keepdims=True))
+    p_ /= p_.sum(-1, keepdims=True)
+    want = (p_ @ v).astype(np.float32)
+    for how in ("split", "slice"):
+        wd = Path(workdir) / how
+        wd.mkdir()
+        inits = [initializer("wqkv", wqkv), initializer("scale", np.array(hd ** -0.5, np.float32)),
+                 initializer("sq", np.array([B, S, H, hd], np.int64)),
+                 initializer("skv", np.array([B, S, KVH, hd], np.int64)),
+                 initializer("sizes", np.array([D, KVH * hd, KVH * hd], np.int64)),
+                 initializer("s5", np.array([B, KVH, H // KVH, S, hd], np.int64)),
+                 initializer("s4", np.array([B, H, S, hd], np.int64)),
+                 initializer("ax", np.array([2], np.int64)),
+                 initializer("ax_last", np.array([-1], np.int64))]
+        nodes = [node("MatMul", ["x", "wqkv"], ["mm"], "qkv_proj")]
+        if how == "split":
+            nodes.append(node("Split", ["mm", "sizes"], ["q0", "k0", "v0"], "c_attn_split",
+                              attr("axis", 2)))
+        else:
+            for n_, (a, b) in zip(("q0", "k0", "v0"), ends):
+                end = 2 ** 62 if n_ == "v0" else b  # to the row's end, as torch writes [..., a:]
+                inits += [initializer(f"st_{n_}", np.array([a], np.int64)),
+                          initializer(f"en_{n_}", np.array([end], np.int64))]
+                nodes.append(node("Slice", ["mm", f"st_{n_}", f"en_{n_}", "ax_last"], [n_],
+                                  f"slice_{n_}"))
+        for n_, shape in (("q", "sq"), ("k", "skv"), ("v", "skv")):
+            nodes += [node("Reshape", [f"{n_}0", shape], [f"{n_}1"], f"view_{n_}"),
+                      node("Transpose", [f"{n_}1"], [f"{n_}2"], f"heads_{n_}",
+                           attr("perm", [0, 2, 1, 3]))]
+        for n_ in ("k", "v"):  # repeat the key/value heads: [B, KVH, 1, S, hd] expanded
+            nodes += [node("Unsqueeze", [f"{n_}2", "ax"], [f"{n_}3"], f"unsq_{n_}"),
+                      node("Expand", [f"{n_}3", "s5"], [f"{n_}4"], f"rep_{n_}"),
+                      node("Reshape", [f"{n_}4", "s4"], [f"{n_}5"], f"flat_{n_}")]
+        nodes += [node("Transpose", ["k5"], ["kt"], "k_t", attr("perm", [0, 1, 3, 2])),
+                  node("Mul", ["q2", "scale"], ["qs"], "scaled"),
+                  node("MatMul", ["qs", "kt"], ["sc"], "scores"),
+                  node("Softmax", ["sc"], ["p"], "softmax", attr("axis", -1)),
+                  node("MatMul", ["p", "v5"], ["y"], "pv")]
+        m = model(nodes, [value_info("x", [B, S, D])], [value_info("y", [B, H, S, hd])],
+                  inits, opset=17)
+        run_onnx(wd, m, [x], [want], ["y"])
+        r = kiln("inspect", wd / "m.onnx", "--format", "json")
+        check(r.returncode == 0, r.stderr)
+        ran = sorted({d["node"] for d in json.loads(r.stdout)["dispatches"]})
+        check(not any(n.startswith(("c_attn", "slice_", "heads_", "rep_")) for n in ran),
+              f"{how}: split, slice, transpose or repeat dispatches remain: {ran}")
+        text = (wd / "model.c").read_text()
+        check(all(f" *   {k} {v}\n" in text for k, v in
+                  (("Q_OFF", 0), ("K_OFF", D), ("V_OFF", D + KVH * hd), ("QS_S", W))),
+              f"{how}: attention does not read the product's rows at the parts' offsets")
 
 
 @case("onnx GatherND and ScatterND: constant indices out of range and a reduction newer "
