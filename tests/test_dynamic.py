@@ -475,6 +475,26 @@ def test_embedding_rope(workdir):
     run_steps(workdir, y, seq_steps(), inputs, want, rtol=1e-5, atol=1e-5)
 
 
+@case("dynamic: attention over a packed QKV product's rows [1, seq, 3 * 32] at offsets "
+      "(head_dim, q_offset, k_offset, v_offset): flash.comp for runs of 8 or more, "
+      "attention.comp for fewer")
+def test_attention_packed(workdir):
+    y = dyn_yaml({"seq": "1..40"}, {"x": {**W, "shape": [1, "seq", 16]}},
+                 [{"name": "qkv", "op": "matmul", "inputs": ["x", "w"]},
+                  {"name": "o", "op": "attention", "inputs": ["qkv", "qkv", "qkv"],
+                   "layout": "bshd", "heads": 4, "kv_heads": 2, "head_dim": 8,
+                   "q_offset": 0, "k_offset": 32, "v_offset": 48, "causal": 1}],
+                 ["o"], {"w": weight([16, 64], 31)})
+    w = w_of([16, 64], 31)
+
+    def want(x, seq):
+        p = ref.f64(x) @ w
+        return [ref.attention(p[..., :32], p[..., 32:48], p[..., 48:], None, "bshd", 4, 2,
+                              causal=True)]
+    run_steps(workdir, y, seq_steps([1, 40, 9, 3, 17]), lambda rng, seq: [normal(rng, 1, seq, 16)],
+              want, rtol=1e-4, atol=1e-5)
+
+
 @case("dynamic: causal attention with dynamic queries and keys (two dims)")
 def test_attention(workdir):
     # queries: seq new positions; keys: past + seq (a concatenation).
