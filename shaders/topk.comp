@@ -48,7 +48,11 @@ layout(push_constant) uniform Args {
 // then gathered (an atomic counter) and each one's place is its count of
 // better elements among them (K^2 comparisons). Fewer valid elements than
 // K (a short last chunk; candidates NONE_I): all of them, the rest NONE_I.
+#if WG < 16
+#error "radix selection sums its 16 groups of bins with 16 invocations"
+#endif
 shared uint rs_hist[256];
+shared uint rs_group[16];
 // rs_state: the key's prefix, ~index's prefix, how many still wanted
 // (0xffffffff: all), passes done (16 + the pass where the threshold's
 // elements were exactly those wanted), how many gathered
@@ -109,19 +113,37 @@ uint radix_select(uint base, uint begin, uint end) {
                 atomicAdd(rs_hist[(~i >> shift) & 255u], 1u);
         }
         barrier();
+        // the byte's bins in 16 groups of 16, summed by 16 invocations, so
+        // that one invocation walks 16 group sums and one group's bins
+        // (not 256 bins serially)
+        if (l < 16u) {
+            uint t = 0u;
+            for (uint h = 0u; h < 16u; ++h)
+                t += rs_hist[16u * l + h];
+            rs_group[l] = t;
+        }
+        barrier();
         if (l == 0u) {
-            uint want = rs_state[2], above = 0u, total = 0u, d = 0u;
-            for (uint h = 0u; h < 256u; ++h)
-                total += rs_hist[h];
+            uint want = rs_state[2], above = 0u, total = 0u, d = 0u, g = 0u;
+            for (uint h = 0u; h < 16u; ++h)
+                total += rs_group[h];
             if (pass == 0u && total <= want) {
                 rs_state[2] = 0xffffffffu; // all of them
             } else {
-                for (int h = 255; h >= 0; --h) {
-                    if (above + rs_hist[h] >= want) {
-                        d = uint(h);
+                for (int h = 15; h >= 0; --h) {
+                    if (above + rs_group[h] >= want) {
+                        g = uint(h);
                         break;
                     }
-                    above += rs_hist[h];
+                    above += rs_group[h];
+                }
+                for (int h = 15; h >= 0; --h) {
+                    const uint c = rs_hist[16u * g + uint(h)];
+                    if (above + c >= want) {
+                        d = 16u * g + uint(h);
+                        break;
+                    }
+                    above += c;
                 }
                 if (pass < 4u)
                     rs_state[0] = kp | (d << shift);
