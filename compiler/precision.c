@@ -245,18 +245,54 @@ static bool only_copied_out(const Graph *g, const Tensor *t, int depth) {
     return read;
 }
 
-/* A result stored f32: the model's own tensors and those only copied
- * into them. */
-static bool keeps_f32(const Graph *g, const Tensor *t) {
-    return pinned_f32(t) || only_copied_out(g, t, 0);
+/* Whether --keep-f32 names n. */
+static bool named_f32(const Pass *p, const Node *n) {
+    for (int i = 0; i < p->opt->nkeep_f32; i++)
+        if (strcmp(n->name, p->opt->keep_f32[i]) == 0)
+            return true;
+    return false;
+}
+
+/* Whether t is read, and every reader's kernel reads it as f32 (gemm's C,
+ * an op of rule F32), directly or through copies and views that keep its
+ * dtype: an f16 t would only be cast back to f32 for them (an LSTM's input
+ * projection, sliced a step at a time into the recurrence's gemm as C). */
+static bool only_read_f32(const Pass *p, const Tensor *t, int depth) {
+    const Graph *g = p->g;
+    bool read = false;
+    for (int i = 0; i < g->nodes.len; i++) {
+        Node *m = g->nodes.data[i];
+        for (int k = 0; k < m->ninputs && !m->dead; k++) {
+            Node *h = fused_head(m);
+            if (m->inputs[k] != t || (t->producer && fused_head(t->producer) == h))
+                continue; /* not read, or read inside the group that makes it */
+            read = true;
+            Rule r = named_f32(p, h) || named_f32(p, m) ? R_F32 : op_rule(h->op);
+            if (r == R_SAME && m == h && data_input(m, k) && m->op != OP_CONCAT) {
+                if (pinned(m->outputs[0]) ? !pinned_f32(m->outputs[0])
+                    : depth >= 8 || !only_read_f32(p, m->outputs[0], depth + 1))
+                    return false;
+                continue;
+            }
+            if (r == R_SAME || reads_f16(r, h, m, k))
+                return false;
+        }
+    }
+    return read;
+}
+
+/* A result stored f32: the model's own tensors, those only copied into
+ * them, and those only read as f32. */
+static bool keeps_f32(const Pass *p, const Tensor *t) {
+    return pinned_f32(t) || only_copied_out(p->g, t, 0) || only_read_f32(p, t, 0);
 }
 
 /* Every float result of the group f16, but those that keep f32. */
-static void store_f16(const Graph *g, Node **members, int nm) {
+static void store_f16(const Pass *p, Node **members, int nm) {
     for (int j = 0; j < nm; j++)
         for (int k = 0; k < members[j]->noutputs; k++) {
             Tensor *t = members[j]->outputs[k];
-            if (t->dtype == KILN_DTYPE_F32 && !keeps_f32(g, t))
+            if (t->dtype == KILN_DTYPE_F32 && !keeps_f32(p, t))
                 t->dtype = KILN_DTYPE_F16;
         }
 }
@@ -381,10 +417,10 @@ static void cast_outputs(Pass *p, Node **members, int nm) {
 /* Whether a result of the group keeps f32: a product's results share one
  * dtype (a QKV split writes three, a gemm its Split's parts), f32 when one
  * of them is. */
-static bool any_f32(const Graph *g, Node **members, int nm) {
+static bool any_f32(const Pass *p, Node **members, int nm) {
     for (int j = 0; j < nm; j++)
         for (int k = 0; k < members[j]->noutputs; k++)
-            if (keeps_f32(g, members[j]->outputs[k]))
+            if (keeps_f32(p, members[j]->outputs[k]))
                 return true;
     return false;
 }
@@ -438,8 +474,8 @@ void apply_precision(Graph *g, const Options *opt) {
                     conv_weights(&p, n);
                 cast_inputs(&p, r, n, members, nm);
             }
-            if (r == R_ANY || ((r == R_MATMUL || r == R_CONV) && !any_f32(g, members, nm)))
-                store_f16(g, members, nm);
+            if (r == R_ANY || ((r == R_MATMUL || r == R_CONV) && !any_f32(&p, members, nm)))
+                store_f16(&p, members, nm);
             f32_head = r == R_F32; /* a sum writes an f16 output itself */
         }
         vec_push(&p.order, n);
