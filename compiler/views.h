@@ -1,0 +1,29 @@
+/*
+ * views.h: a tensor followed back through views, transposes, broadcasts
+ * and parts picked out of another (views.c), as the rewrites read their
+ * operands in place.
+ */
+#ifndef KILN_VIEWS_H
+#define KILN_VIEWS_H
+
+#include "kiln.h"
+
+/* A tensor seen as an index map into root's elements (contiguous at root's
+ * stored shape): element i lies at base + the sum over axes of (i[a] /
+ * div[a]) * stride[a]. div > 1 comes from merging a broadcast axis into
+ * the axis before it: heads repeated for grouped-query attention; base
+ * from a part taken by a constant index or slice (qkv[1]). */
+typedef struct View {
+    Tensor *root;
+    int rank;
+    int64_t size[MAX_RANK], stride[MAX_RANK], div[MAX_RANK];
+    int64_t base;
+} View;
+
+/* t followed back through transposes, views, broadcasts and parts picked
+ * (a gather of one constant index, a split's part, a slice of unit steps)
+ * to the tensor whose elements it indexes; false where the chain is not one
+ * such map. */
+bool trace_view(Tensor *t, View *v);
+
+#endif
