@@ -408,53 +408,47 @@ static void dynamic_transpose(Node *n) {
 
 /* A slice of a dynamic axis, with a start and an end as the node gives
  * them (ONNX counts negative ones from the end: of the run's extent, which
- * kiln does not know until run time). Taken, with step 1 and a start s at
- * or after 0: an end at or past the axis's largest size (the run's
- * elements s.., extent ext - s, whenever ext > s), or an end e within the
- * axis's least extent (the fixed elements s..e - 1). */
+ * kiln does not know until run time), or the end as an expression of the
+ * dims (end_dims). Taken, with step 1 and a start s at or after 0: an end
+ * that is the axis's extent or a constant less (a constant end at or past
+ * the axis's largest size is its extent; `torch.diff`'s x[..., :n - 1]),
+ * whose output follows end - s while that leaves elements; or a constant
+ * end e within the axis's least extent (the fixed elements s..e - 1). */
 static void slice_dynamic_axis(Node *n, Tensor *x, int a, int64_t s, int64_t e, int64_t st,
                                const DimExpr *end, Tensor *out) {
     const Graph *g = n->graph;
     int64_t lo = dim_expr_min(g, &x->ext[a]), hi = x->shape[a];
     const char *ext = dim_expr_str(g, &x->ext[a]);
-    if (end && !dim_expr_const(end)) {
-        DimExpr minus = dim_expr_scale(&x->ext[a], -1), start = {-s, {0}};
-        DimExpr past = dim_expr_add(end, &minus), rest = dim_expr_add(end, &start);
-        const char *es = dim_expr_str(g, end);
-        if (st != 1 || s < 0 || !dim_expr_const(&past) || past.c0 > 0)
-            unsupported(n, "it slices the dynamic axis %d of '%s' (%s) from %lld to %s with "
-                        "step %lld; kiln takes an end that follows the dims on a dynamic axis "
-                        "with step 1, a start at or after 0, and the end the axis's extent "
-                        "or a constant less", a, x->name, ext, (long long)s, es,
-                        (long long)st);
-        if (dim_expr_min(g, &rest) < 1)
-            unsupported(n, "it slices the dynamic axis %d of '%s' from %lld to %s, which "
-                        "leaves no elements when %s <= %lld", a, x->name, (long long)s, es,
-                        es, (long long)s);
-        mark(n, out, a, &rest);
-        return;
-    }
-    if (st != 1 || s < 0 || e < 0)
+    bool follows = end && !dim_expr_const(end);
+    if (st != 1 || s < 0 || (!follows && e < 0))
         unsupported(n, "it slices the dynamic axis %d of '%s' (%s, %lld..%lld) with start "
-                    "%lld, end %lld, step %lld; kiln slices a dynamic axis with step 1 from a "
+                    "%lld, end %s, step %lld; kiln slices a dynamic axis with step 1 from a "
                     "start at or after 0 (a negative start or end counts from the run's "
                     "extent, known only at run time)", a, x->name, ext, (long long)lo,
-                    (long long)hi, (long long)s, (long long)e, (long long)st);
-    if (e >= hi) {
-        if (s >= lo)
-            unsupported(n, "it slices the dynamic axis %d of '%s' (%s, %lld..%lld) from %lld "
-                        "to its end, which leaves no elements when %s <= %lld; declare the "
-                        "dims' least value above %lld", a, x->name, ext, (long long)lo,
-                        (long long)hi, (long long)s, ext, (long long)s, (long long)s);
-        DimExpr start = {-s, {0}};
-        DimExpr rest = dim_expr_add(&x->ext[a], &start);
-        mark(n, out, a, &rest);
-    } else if (e > lo) {
+                    (long long)hi, (long long)s,
+                    follows ? dim_expr_str(g, end) : format("%lld", (long long)e),
+                    (long long)st);
+    if (!follows && e < hi && e > lo)
         unsupported(n, "it slices the dynamic axis %d of '%s' (%s, %lld..%lld) up to %lld, "
                     "inside its range: kiln slices a dynamic axis to its end, or to an end "
                     "within its least extent", a, x->name, ext, (long long)lo, (long long)hi,
                     (long long)e);
-    }
+    if (!follows && e < hi)
+        return; /* fixed elements: the output's axis is fixed */
+    const DimExpr *stop = follows ? end : &x->ext[a];
+    DimExpr minus = dim_expr_scale(&x->ext[a], -1), start = {-s, {0}};
+    DimExpr past = dim_expr_add(stop, &minus), rest = dim_expr_add(stop, &start);
+    const char *es = dim_expr_str(g, stop);
+    if (!dim_expr_const(&past) || past.c0 > 0)
+        unsupported(n, "it slices the dynamic axis %d of '%s' (%s) from %lld to %s; kiln "
+                    "takes an end that follows the dims on a dynamic axis with step 1, a "
+                    "start at or after 0, and the end the axis's extent or a constant less",
+                    a, x->name, ext, (long long)s, es);
+    if (dim_expr_min(g, &rest) < 1)
+        unsupported(n, "it slices the dynamic axis %d of '%s' from %lld to %s, which leaves "
+                    "no elements when %s <= %lld; declare the dims' least value above %lld",
+                    a, x->name, (long long)s, es, es, (long long)s, (long long)s);
+    mark(n, out, a, &rest);
 }
 
 static void dynamic_slice(Node *n) {

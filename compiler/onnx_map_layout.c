@@ -136,11 +136,13 @@ static void slice_dynamic_ends(Ctx *c, Node *k, Value *x, const SliceBounds *b, 
             node_fail(c, format("axis %lld is out of range for rank %d", (long long)axis,
                                 x->rank));
         int64_t lo = dim_expr_min(c->g, &b->exprs[i]), s = b->starts[i];
-        if (x->t && is_dyn(x->t, a)) {
-            char **items = xcalloc((size_t)b->n + 1, sizeof *items);
-            for (int j = 0; j < b->n; j++)
-                items[j] = dim_expr_str(c->g, &b->exprs[j]);
-            node_set_strs(k, "end_dims", b->n, items);
+        if (x->t && is_dyn(x->t, a)) { /* every end's expression, once */
+            if (!node_attr(k, "end_dims")) {
+                char **items = xcalloc((size_t)b->n + 1, sizeof *items);
+                for (int j = 0; j < b->n; j++)
+                    items[j] = dim_expr_str(c->g, &b->exprs[j]);
+                node_set_strs(k, "end_dims", b->n, items);
+            }
             continue;
         }
         if (step != 1 || s < 0 || lo <= s || b->ends[i] > x->shape[a])

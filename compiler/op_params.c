@@ -491,10 +491,8 @@ void attention_dims(Node *n, AttentionDims *a) {
         a->Sk = k->shape[2];
         a->D = q->shape[3];
         a->DV = v->shape[3];
-        for (int i = 0; i < 3; i++) {
-            a->off[i] = 0;
+        for (int i = 0; i < 3; i++)
             a->row[i] = n->inputs[i]->shape[3];
-        }
         if (k->shape[0] != a->B || v->shape[0] != a->B || v->shape[1] != a->KVH ||
             v->shape[2] != a->Sk || k->shape[3] != a->D)
             node_error(n, "q %s, k %s and v %s do not agree",

@@ -245,14 +245,6 @@ static bool only_copied_out(const Graph *g, const Tensor *t, int depth) {
     return read;
 }
 
-/* Whether --keep-f32 names n. */
-static bool named_f32(const Pass *p, const Node *n) {
-    for (int i = 0; i < p->opt->nkeep_f32; i++)
-        if (strcmp(n->name, p->opt->keep_f32[i]) == 0)
-            return true;
-    return false;
-}
-
 /* Whether t is read, and every reader's kernel reads it as f32 (gemm's C,
  * an op of rule F32), directly or through copies and views that keep its
  * dtype: an f16 t would only be cast back to f32 for them (an LSTM's input
@@ -267,7 +259,7 @@ static bool only_read_f32(const Pass *p, const Tensor *t, int depth) {
             if (m->inputs[k] != t || (t->producer && fused_head(t->producer) == h))
                 continue; /* not read, or read inside the group that makes it */
             read = true;
-            Rule r = named_f32(p, h) || named_f32(p, m) ? R_F32 : op_rule(h->op);
+            Rule r = kept(p, (Node *[]){h, m}, 2) ? R_F32 : op_rule(h->op);
             if (r == R_SAME && m == h && data_input(m, k) && m->op != OP_CONCAT) {
                 if (pinned(m->outputs[0]) ? !pinned_f32(m->outputs[0])
                     : depth >= 8 || !only_read_f32(p, m->outputs[0], depth + 1))

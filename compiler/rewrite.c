@@ -31,10 +31,11 @@
  *   product's output, [B, S, 3 * heads * width] as timm, GPT-2 and Phi-3
  *   compute q, k and v: attention's head_dim and offsets): attention reads
  *   them in place (a decoder's cache state directly; the packed product
- *   without its transposes or split) and never stores the scores. The mask, if any, is its additive input. A
- *   result that only transposes to [batch, positions, heads, width] read
- *   (the heads' merge before the output projection) is written in that
- *   layout by the kernel itself (out_layout bshd): the transposes cancel.
+ *   without its transposes or split) and never stores the scores. The
+ *   mask, if any, is its additive input. A result that only transposes to
+ *   [batch, positions, heads, width] read (the heads' merge before the
+ *   output projection) is written in that layout by the kernel itself
+ *   (out_layout bshd): the transposes cancel.
  * - transposes: a transpose of a transpose that permute nothing together
  *   is its readers reading the original.
  * - gelu_tanh: 0.5 x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 pow(x, 3))))

@@ -6,8 +6,6 @@
  */
 #include "views.h"
 
-#include <string.h>
-
 static bool is_view(const Node *n) { return n && is_view_op(n->op); }
 
 /* Merges the axes [a, b) of v into one (size, stride, div); false when
@@ -125,15 +123,8 @@ static int64_t one_index(Node *p) {
         (i->dtype != KILN_DTYPE_I64 && i->dtype != KILN_DTYPE_I32))
         return -1;
     const Tensor *x = p->inputs[0];
-    int64_t a = attr_int(p, "axis"), at;
+    int64_t a = attr_int(p, "axis"), at = index_value(i, 0);
     a = a < 0 ? a + x->rank : a;
-    if (i->dtype == KILN_DTYPE_I64) {
-        memcpy(&at, i->data, 8);
-    } else {
-        int32_t v32;
-        memcpy(&v32, i->data, 4);
-        at = v32;
-    }
     at = at < 0 ? at + x->shape[a] : at;
     return a >= 0 && a < x->rank && at >= 0 && at < x->shape[a] ? at : -1;
 }
