@@ -34,6 +34,9 @@ KILN_BUFFER(I32, int, 4)
 KILN_BUFFER(U32, uint, 4)
 KILN_BUFFER(U4, uvec4, 16)
 KILN_BUFFER(U2, uvec2, 8)
+
+// Four halves read as one uvec2 (an f16vec4 without 16-bit storage).
+vec4 kiln_half4(uvec2 u) { return vec4(unpackHalf2x16(u.x), unpackHalf2x16(u.y)); }
 #if defined(NEED_F16) && NEED_F16
 #extension GL_EXT_shader_16bit_storage : require
 KILN_BUFFER(F16, float16_t, 2)

@@ -32,15 +32,16 @@
 // while this one multiplies, and shared memory holds two stages of vec4s;
 // each invocation's rows and columns come in groups of 4 (vec4 reads of
 // shared memory), the groups spread at the group's width. A and B are read
-// as vec4s (f32, rows contiguous and 16-byte aligned) unless A_SCALAR or
-// B_SCALAR: then one element at a time (a convolution's input, gathered
-// through conv_at, is always B_SCALAR). A's scalar loads go 8 along K and 4
-// down M a warp (32-byte runs of each row), its stage rows padded by one
-// vec4 so that those stores hit 32 banks; B_KMAJOR (B_SCALAR, B_SK 1: a
-// decoder's K-major weights, a transposed operand) loads B the same way,
-// 8 along K and 4 across N. Without VEC4 (f16 or quantized operands) the
-// tiles load one element at a time: A along k, and B along n or, with
-// B_KMAJOR, along k.
+// as vec4s (f32, or f16 as four halves; rows contiguous, at multiples of 4
+// elements) unless A_SCALAR or B_SCALAR: then one element at a time (a
+// convolution's input, gathered through conv_at, is always B_SCALAR). A's
+// scalar loads go 8 along K and 4 down M a warp (32-byte runs of each
+// row), its stage rows padded by one vec4 so that those stores hit 32
+// banks; B_KMAJOR (B_SCALAR, B_SK 1: a decoder's K-major weights, a
+// transposed operand) loads B the same way, 8 along K and 4 across N.
+// Without VEC4 (quantized weights, tiles of fewer than 4 x 4) the tiles
+// load one element at a time: A along k, and B along n or, with B_KMAJOR,
+// along k.
 //
 // CIMG (a convolution over several images, VEC4 or not): the images fold
 // into N, image i's OH * OW = CIMG positions at columns i * CIMG on, its
@@ -85,13 +86,23 @@ layout(local_size_x = NTX, local_size_y = NTY) in;
 #ifndef B_KMAJOR
 #define B_KMAJOR 0
 #endif
-#if VEC4 && !A_SCALAR
+// The VEC4 path's vec4 loads: f32 as vec4s, f16 (A_F16, B's W_FORMAT 1)
+// as uvec2s of four halves (kiln_half4: no 16-bit storage needed).
+#if VEC4 && !A_SCALAR && A_F16
+#define AT U2R
+#define A_VEC4(i) kiln_half4(args.a.v[i])
+#elif VEC4 && !A_SCALAR
 #define AT V4R
+#define A_VEC4(i) args.a.v[i]
 #else
 #define AT A_BUF
 #endif
-#if VEC4 && !B_SCALAR
+#if VEC4 && !B_SCALAR && W_FORMAT == 1
+#define BT U2R
+#define B_VEC4(i) kiln_half4(args.b.v[i])
+#elif VEC4 && !B_SCALAR
 #define BT V4R
+#define B_VEC4(i) args.b.v[i]
 #else
 #define BT B_BUF
 #endif
@@ -227,7 +238,7 @@ void load_step(uint ca, uint cb, uint m0, uint n0, uint k0, uint tid,
 #if A_SCALAR
         ra[l] = gm < M && gk < K ? LOAD_A_AT(ca, gm, gk) : 0.0;
 #else
-        ra[l] = gm < M && gk < K ? args.a.v[(ca + gm * A_SM + gk) / 4] : vec4(0.0);
+        ra[l] = gm < M && gk < K ? A_VEC4((ca + gm * A_SM + gk) / 4) : vec4(0.0);
 #endif
     }
     [[unroll]] for (uint l = 0; l < B_LOADS; ++l) {
@@ -243,7 +254,7 @@ void load_step(uint ca, uint cb, uint m0, uint n0, uint k0, uint tid,
 #else
         uint v = tid + l * NT;
         uint gk = k0 + v / BN4, gn = n0 + 4 * (v % BN4);
-        rb[l] = gk < K && gn < N ? args.b.v[B_INDEX(cb, gk, gn) / 4] : vec4(0.0);
+        rb[l] = gk < K && gn < N ? B_VEC4(B_INDEX(cb, gk, gn) / 4) : vec4(0.0);
 #endif
     }
 }

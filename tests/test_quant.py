@@ -176,6 +176,9 @@ for i, fmt in enumerate(FORMATS):
         quant_case(fmt, 70, 96, 130, seed=10 + i))
     case(f"--weights {fmt}: gemm, transposed weight [33, 64] x [50, 64]^T")(
         quant_case(fmt, 33, 64, 50, gemm=True, seed=20 + i))
+# f16 weights read four halves at a time (matmul.comp's VEC4 B, N a multiple of 4)
+case("--weights f16: tiled matmul [70, 96] x [96, 128], B as vec4s")(
+    quant_case("f16", 70, 96, 128, seed=17))
 case("--weights int4: one weight, two matmuls, one copy")(
     quant_case("int4", 6, 40, 24, shared=True, seed=40))
 case("--weights int8: a weight another op reads stays f32")(
