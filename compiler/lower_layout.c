@@ -194,12 +194,42 @@ bool append_region(Program *p, Tensor *piece, Operand *o) {
     return false;
 }
 
+/* Piece k of concat n written in place by its producer: where the piece's
+ * region of the output is one contiguous block (the axes before the
+ * concatenated one of extent 1, as at batch 1 along channels), the piece,
+ * or the tensor it is a whole view of (a reshape's input), becomes a view
+ * of the output there: its producer's dispatch writes into the output and
+ * no copy runs. Not a graph input, output, state or weight, nor a piece
+ * that is a view of part of another tensor, one placed already (a piece
+ * given twice, or to two concats: the later ones copy it) or one whose
+ * shape follows the dims. */
+static bool piece_in_place(Program *p, Node *n, int k) {
+    Tensor *x = n->inputs[k], *out = n->outputs[0];
+    if (p->debug_tensors || x->dyn_axes || out->dyn_axes || out->is_update ||
+        x->dtype != out->dtype || !tensor_bytes(x))
+        return false;
+    Tensor *t = x;
+    while (t->alias && t->view_offset == 0 && tensor_bytes(t) == tensor_bytes(t->alias) &&
+           t->alias->dtype == x->dtype)
+        t = t->alias;
+    if (t->alias || t->kind != T_VALUE || !t->producer || t->is_output || t->is_update ||
+        t->dyn_axes || t == tensor_root(out))
+        return false;
+    Operand region = concat_region(n, k), own = whole(x);
+    for (int a = 0; a < x->rank; a++)
+        if (x->shape[a] > 1 && own.strides[a] != region.strides[a])
+            return false;
+    t->alias = out;
+    t->view_offset = (uint64_t)region.base * kiln_dtype_size(out->dtype);
+    return true;
+}
+
 /* Each input (or output) a region of the concatenation along axis. */
 void lower_concat(Program *p, Node *n) {
     for (int k = 0; k < n->ninputs; k++) {
         Tensor *x = n->inputs[k];
         /* a state's own bytes, or a piece its producer wrote in place */
-        if ((k == 0 && appends_in_place(n)) || x->appended)
+        if ((k == 0 && appends_in_place(n)) || x->appended || piece_in_place(p, n, k))
             continue;
         copy(p, n, x->rank, x->shape, concat_region(n, k), whole(x), dyn_one(x));
     }

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 
 import reference as ref
-from harness import (assert_close, build_model, check, check_kernels, kiln, model_yaml,
-                     registry, run_model, run_program)
+from harness import (assert_close, assert_relative, build_model, check, check_kernels, kiln,
+                     model_yaml, registry, run_model, run_program)
 from ops_common import half, ints, one_op, rng, spec, values, weight_specs
 
 TESTS, case = registry()
@@ -187,6 +187,54 @@ case("op concat bool")(concat_case(9, [[3, 2], [3, 5]], 1, np.bool_))
 for _n, _len in [(4, 30), (5, 7), (8, 30), (16, 3)]:
     case(f"op concat of {_n} [{_len}] parts (not 16-byte multiples)")(
         concat_case(10 + _n, [[_len]] * _n, 0))
+
+
+def concat_in_place_case(batch, precision):
+    """Pieces computed by kernels land in the concatenation directly at
+    batch 1 (each piece's region one block of the output): a relu, a 1 x 1
+    convolution's output read again by a later node, a reshape of a product
+    (the product writes in place through the view), a piece given twice
+    (its second region copied), and an input (copied). At batch 2 the
+    regions are strided: every piece is copied. Every element against
+    numpy."""
+    def test(workdir):
+        r = rng(770 + batch)
+        x = values(r, [batch, 4, 5, 6])
+        w = values(r, [6, 4, 1, 1])
+        wm = values(r, [30, 30])
+        nodes = [{"name": "a", "op": "relu", "inputs": ["x"]},
+                 {"name": "c", "op": "conv", "inputs": ["x", "w"]},
+                 {"name": "f", "op": "reshape", "inputs": ["x"], "shape": [batch, 4, 30]},
+                 {"name": "m", "op": "matmul", "inputs": ["f", "wm"]},
+                 {"name": "mr", "op": "reshape", "inputs": ["m"], "shape": [batch, 4, 5, 6]},
+                 {"name": "y", "op": "concat", "inputs": ["a", "c", "mr", "a", "x"], "axis": 1},
+                 {"name": "z", "op": "neg", "inputs": ["c"]}]
+        y = model_yaml("cip", {"x": spec(x)}, nodes, ["y", "z"], weight_specs(w=w, wm=wm))
+        flags = ("--precision", "f16") if precision == "f16" else ()
+        prog = build_model(workdir, y, flags=flags)
+        q = half if precision == "f16" else np.asarray
+        xq = q(x)
+        a = np.maximum(xq, 0)
+        c = q(np.einsum("nchw,oc->nohw", xq, q(w[:, :, 0, 0])))
+        m = q(xq.reshape(batch, 4, 30) @ q(wm)).reshape(batch, 4, 5, 6)
+        want = [np.concatenate([a, c, m, a, xq], 1), -c]
+        got = run_program(prog, [x], [v.astype(np.float32) for v in want])
+        for j, (g_, w_) in enumerate(zip(got, want)):
+            if precision == "f16":  # which values kiln keeps f32 is its own choice
+                assert_relative(g_, w_, 1e-2, f"output {j}")
+            else:
+                assert_close(g_, w_, 1e-5, 1e-5)
+        # batch 1: the piece given twice and the input copied; in f16 the
+        # convolution's f16 output too (a cast into the f32 result)
+        copies = (Path(workdir) / "model.c").read_text().count("(concat)")
+        want_copies = 5 if batch > 1 else 3 if precision == "f16" else 2
+        check(copies == want_copies, f"{copies} concat copies, expected {want_copies}")
+    return test
+
+
+for _b, _p in ((1, "f32"), (1, "f16"), (2, "f32")):
+    case(f"op concat of computed pieces at batch {_b}, {_p}: in place where a block")(
+        concat_in_place_case(_b, _p))
 
 
 def split_case(i, shape, axis, sizes, nout):
