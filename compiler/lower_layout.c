@@ -224,12 +224,86 @@ static bool piece_in_place(Program *p, Node *n, int k) {
     return true;
 }
 
+/* The bytes from t's root to t (the views' offsets on the way). */
+static uint64_t view_bytes(const Tensor *t) {
+    uint64_t at = 0;
+    for (; t->alias; t = t->alias)
+        at += t->view_offset;
+    return at;
+}
+
+/* Whether piece k of concat n is where its region of the output is already:
+ * a piece of an earlier concat whose output is a prefix of n's (below). */
+static bool piece_placed(Node *n, int k) {
+    Tensor *x = n->inputs[k], *out = n->outputs[0];
+    Operand region = concat_region(n, k), own = whole(x);
+    if (region.dyn_base || tensor_root(x) != tensor_root(out) ||
+        view_bytes(x) != view_bytes(out) + (uint64_t)region.base * kiln_dtype_size(out->dtype))
+        return false;
+    for (int a = 0; a < x->rank; a++)
+        if (x->shape[a] > 1 && own.strides[a] != region.strides[a])
+            return false;
+    return true;
+}
+
+/* The next concat after n whose pieces begin with all of n's, in order,
+ * along the same axis and of n's dtype, or NULL. */
+static Node *extending_concat(Graph *g, Node *n) {
+    bool after = false;
+    for (int i = 0; i < g->nodes.len; i++) {
+        Node *m = g->nodes.data[i];
+        if (m == n)
+            after = true;
+        if (!after || m == n || m->dead || m->op != OP_CONCAT || m->ninputs <= n->ninputs ||
+            attr_int(m, "axis") != attr_int(n, "axis") ||
+            m->outputs[0]->dtype != n->outputs[0]->dtype)
+            continue;
+        bool prefix = true;
+        for (int k = 0; k < n->ninputs; k++)
+            prefix &= m->inputs[k] == n->inputs[k];
+        if (prefix)
+            return m;
+    }
+    return NULL;
+}
+
+/* A concat whose pieces a later concat begins with (DenseNet's dense
+ * blocks: each layer concatenates the features so far, and the block's
+ * end all of them): its output is a view of the last such concat's, the
+ * first block of it where it is one block (batch 1 along channels), so
+ * that the pieces written in place there serve every concat of the chain
+ * and none is copied. */
+static void concat_prefix_view(Program *p, Node *n) {
+    Tensor *out = n->outputs[0];
+    Node *last = n;
+    for (Node *m = extending_concat(p->graph, n); m; m = extending_concat(p->graph, m))
+        last = m;
+    Tensor *all = last->outputs[0];
+    if (last == n || p->debug_tensors || out->alias || out->dyn_axes || all->dyn_axes ||
+        out->is_output || out->is_update || all->is_update || out->kind != T_VALUE ||
+        tensor_root(all) == out || appends_in_place(n) || all->rank != out->rank)
+        return;
+    int axis = (int)attr_int(n, "axis");
+    if (axis < 0)
+        axis += out->rank;
+    Operand own = whole(out), region = whole(all);
+    for (int a = 0; a < out->rank; a++)
+        if ((a != axis && out->shape[a] != all->shape[a]) ||
+            (out->shape[a] > 1 && own.strides[a] != region.strides[a]))
+            return;
+    out->alias = all;
+    out->view_offset = 0;
+}
+
 /* Each input (or output) a region of the concatenation along axis. */
 void lower_concat(Program *p, Node *n) {
+    concat_prefix_view(p, n);
     for (int k = 0; k < n->ninputs; k++) {
         Tensor *x = n->inputs[k];
-        /* a state's own bytes, or a piece its producer wrote in place */
-        if ((k == 0 && appends_in_place(n)) || x->appended || piece_in_place(p, n, k))
+        /* a state's own bytes, a piece its producer wrote in place, or one
+         * an earlier concat of the chain placed */
+        if ((k == 0 && appends_in_place(n)) || x->appended || piece_placed(n, k) ||
+            piece_in_place(p, n, k))
             continue;
         copy(p, n, x->rank, x->shape, concat_region(n, k), whole(x), dyn_one(x));
     }

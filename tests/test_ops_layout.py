@@ -237,6 +237,46 @@ for _b, _p in ((1, "f32"), (1, "f16"), (2, "f32")):
         concat_in_place_case(_b, _p))
 
 
+def dense_block_case(batch):
+    """DenseNet's dense block: each layer concatenates the features so far
+    (a prefix of the next layer's pieces) and adds its own. At batch 1
+    every concat's output is a view of the last one's and each piece is
+    written once, in place: no copy. At batch 2 every piece is copied."""
+    def test(workdir):
+        r = rng(780 + batch)
+        x = values(r, [batch, 4, 5, 6])
+        ws = [values(r, [3, 4 + 3 * k, 1, 1]) for k in range(3)]
+        nodes = [{"name": "x0", "op": "relu", "inputs": ["x"]}]
+        feats = ["x0"]
+        for k in range(3):
+            src = feats[0] if k == 0 else f"c{k}"
+            nodes.append({"name": f"f{k + 1}", "op": "conv", "inputs": [src, f"w{k}"]})
+            feats.append(f"f{k + 1}")
+            nodes.append({"name": f"c{k + 1}", "op": "concat", "inputs": list(feats), "axis": 1})
+        nodes.append({"name": "z", "op": "neg", "inputs": ["c1"]})
+        y = model_yaml("dense", {"x": spec(x)}, nodes, ["c3", "z"],
+                       weight_specs(**{f"w{k}": w for k, w in enumerate(ws)}))
+        prog = build_model(workdir, y)
+        f = [np.maximum(x, 0)]
+        cats = []
+        for k in range(3):
+            src = f[0] if k == 0 else cats[-1]
+            f.append(np.einsum("nchw,oc->nohw", src, ws[k][:, :, 0, 0]))
+            cats.append(np.concatenate(f, 1))
+        got = run_program(prog, [x], [cats[2], -cats[0]])
+        for g_, w_ in zip(got, [cats[2], -cats[0]]):
+            assert_close(g_, w_, 1e-5, 1e-5)
+        copies = (Path(workdir) / "model.c").read_text().count("(concat)")
+        want_copies = 0 if batch == 1 else 2 + 3 + 4
+        check(copies == want_copies, f"{copies} concat copies, expected {want_copies}")
+    return test
+
+
+for _b in (1, 2):
+    case(f"op concat chain of a dense block at batch {_b}: one buffer, no copy at batch 1")(
+        dense_block_case(_b))
+
+
 def split_case(i, shape, axis, sizes, nout):
     def test(workdir):
         x = values(rng(1300 + i), shape)
