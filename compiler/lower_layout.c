@@ -295,18 +295,86 @@ static void concat_prefix_view(Program *p, Node *n) {
     out->view_offset = 0;
 }
 
-/* Each input (or output) a region of the concatenation along axis. */
+/* Pieces ks[0..np) of concat n (fixed shapes, n's dtype) copied by one
+ * concat.comp dispatch: the output as [outer, OW] rows, each piece's
+ * [outer, W] at its offset in them, in 16-byte units where every width
+ * and offset allows (else elements). */
+#define CONCAT_MAX_PIECES 14
+static void concat_pieces(Program *p, Node *n, const int *ks, int np) {
+    Tensor *out = n->outputs[0];
+    int axis = (int)attr_int(n, "axis");
+    if (axis < 0)
+        axis += out->rank;
+    int64_t inner = shape_count(out->rank - axis - 1, out->shape + axis + 1);
+    int64_t outer = shape_count(axis, out->shape), ow = out->shape[axis] * inner;
+    int64_t es = kiln_dtype_size(out->dtype), w[CONCAT_MAX_PIECES], off[CONCAT_MAX_PIECES];
+    bool unit4 = ow * es % 16 == 0;
+    for (int i = 0; i < np; i++) {
+        w[i] = n->inputs[ks[i]]->shape[axis] * inner;
+        off[i] = concat_region(n, ks[i]).base;
+        unit4 &= w[i] * es % 16 == 0 && off[i] * es % 16 == 0;
+    }
+    int64_t per = unit4 ? 16 / es : 1, lo = ow, hi = 0, groups = 0;
+    Dispatch *d = new_dispatch(p, n, "concat");
+    d->local_size = 256;
+    bool need[3] = {false, false, false};
+    if (!unit4)
+        need_dtype(p, need, out->dtype);
+    define_needs(d, need);
+    define_int(d, "P", np);
+    define_int(d, "OUTER", outer);
+    define_int(d, "OW", ow / per);
+    define_str(d, "TOUT", unit4 ? "U4" : buffer_type(out->dtype, false));
+    dispatch_arg(d, out, true);
+    for (int i = 0; i < np; i++) {
+        int64_t units = outer * w[i] / per;
+        int64_t ng = (units + 255) / 256;
+        ng = ng < 1 ? 1 : ng > 4096 ? 4096 : ng;
+        define_int(d, format("W%d", i), w[i] / per);
+        define_int(d, format("OFF%d", i), off[i] / per);
+        define_int(d, format("GB%d", i), groups);
+        define_int(d, format("NG%d", i), ng);
+        define_str(d, format("T%d", i), unit4 ? "U4R" : buffer_type(out->dtype, true));
+        dispatch_arg(d, n->inputs[ks[i]], false);
+        groups += ng;
+        lo = off[i] < lo ? off[i] : lo;
+        hi = off[i] + w[i] > hi ? off[i] + w[i] : hi;
+    }
+    /* the bytes it writes: from the first piece's region to the last's */
+    d->arg_begin[0] = (uint64_t)(lo * es);
+    d->arg_end[0] = (uint64_t)(((outer - 1) * ow + hi) * es);
+    d->groups[0] = groups_for(groups, 1);
+}
+
+/* Each input (or output) a region of the concatenation along axis: those
+ * not in place copied, by one dispatch where they are several of fixed
+ * shapes and the output's dtype (concat_pieces), else one each. */
 void lower_concat(Program *p, Node *n) {
     concat_prefix_view(p, n);
+    int ks[CONCAT_MAX_PIECES], np = 0;
+    Tensor *out = n->outputs[0];
     for (int k = 0; k < n->ninputs; k++) {
         Tensor *x = n->inputs[k];
         /* a state's own bytes, a piece its producer wrote in place, or one
          * an earlier concat of the chain placed */
         if ((k == 0 && appends_in_place(n)) || x->appended || piece_placed(n, k) ||
-            piece_in_place(p, n, k))
+            piece_in_place(p, n, k) || !tensor_bytes(x))
             continue;
-        copy(p, n, x->rank, x->shape, concat_region(n, k), whole(x), dyn_one(x));
+        if (x->dyn_axes || out->dyn_axes || x->dtype != out->dtype) {
+            copy(p, n, x->rank, x->shape, concat_region(n, k), whole(x), dyn_one(x));
+            continue;
+        }
+        ks[np++] = k;
+        if (np == CONCAT_MAX_PIECES) {
+            concat_pieces(p, n, ks, np);
+            np = 0;
+        }
     }
+    if (np == 1)
+        copy(p, n, n->inputs[ks[0]]->rank, n->inputs[ks[0]]->shape, concat_region(n, ks[0]),
+             whole(n->inputs[ks[0]]), NULL);
+    else if (np > 1)
+        concat_pieces(p, n, ks, np);
 }
 
 void lower_split(Program *p, Node *n) {
