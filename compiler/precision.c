@@ -225,30 +225,12 @@ static bool kept(const Pass *p, Node **members, int nm) {
     return false;
 }
 
-/* Whether t is read, and only as the data of copies into the model's own
- * tensors (through views): an f16 t would be cast back to f32 for them. */
-static bool only_copied_out(const Graph *g, const Tensor *t, int depth) {
-    bool read = false;
-    for (int i = 0; i < g->nodes.len; i++) {
-        Node *m = g->nodes.data[i];
-        for (int k = 0; k < m->ninputs && !m->dead; k++) {
-            if (m->inputs[k] != t)
-                continue;
-            read = true;
-            if (m->fused_into || op_rule(m->op) != R_SAME || !data_input(m, k))
-                return false;
-            if (!pinned_f32(m->outputs[0]) &&
-                !(is_view_op(m->op) && depth < 8 && only_copied_out(g, m->outputs[0], depth + 1)))
-                return false;
-        }
-    }
-    return read;
-}
-
 /* Whether t is read, and every reader's kernel reads it as f32 (gemm's C,
  * an op of rule F32), directly or through copies and views that keep its
- * dtype: an f16 t would only be cast back to f32 for them (an LSTM's input
- * projection, sliced a step at a time into the recurrence's gemm as C). */
+ * dtype, or copies it into the model's own f32 tensors (a concat too, into
+ * an output): an f16 t would only be cast back to f32 for them (an LSTM's
+ * input projection, sliced a step at a time into the recurrence's gemm as
+ * C). */
 static bool only_read_f32(const Pass *p, const Tensor *t, int depth) {
     const Graph *g = p->g;
     bool read = false;
@@ -260,9 +242,12 @@ static bool only_read_f32(const Pass *p, const Tensor *t, int depth) {
                 continue; /* not read, or read inside the group that makes it */
             read = true;
             Rule r = kept(p, (Node *[]){h, m}, 2) ? R_F32 : op_rule(h->op);
-            if (r == R_SAME && m == h && data_input(m, k) && m->op != OP_CONCAT) {
+            if (r == R_SAME && m == h && data_input(m, k)) {
+                /* a concat's other pieces may be f16: followed only into
+                 * the model's own tensors */
                 if (pinned(m->outputs[0]) ? !pinned_f32(m->outputs[0])
-                    : depth >= 8 || !only_read_f32(p, m->outputs[0], depth + 1))
+                    : m->op == OP_CONCAT || depth >= 8 ||
+                          !only_read_f32(p, m->outputs[0], depth + 1))
                     return false;
                 continue;
             }
@@ -273,10 +258,10 @@ static bool only_read_f32(const Pass *p, const Tensor *t, int depth) {
     return read;
 }
 
-/* A result stored f32: the model's own tensors, those only copied into
- * them, and those only read as f32. */
+/* A result stored f32: the model's own tensors, and those only read as
+ * f32 (copied into them, among others). */
 static bool keeps_f32(const Pass *p, const Tensor *t) {
-    return pinned_f32(t) || only_copied_out(p->g, t, 0) || only_read_f32(p, t, 0);
+    return pinned_f32(t) || only_read_f32(p, t, 0);
 }
 
 /* Every float result of the group f16, but those that keep f32. */
