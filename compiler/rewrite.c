@@ -354,8 +354,6 @@ static void try_outer_product(Rewriter *r, Node *n) {
 
 /* ---- rope ----------------------------------------------------------------- */
 
-static bool is_view(const Node *n) { return n && is_view_op(n->op); }
-
 /* The sizes other than 1, in order; returns their count. */
 static int big_dims(const Tensor *t, int64_t *out) {
     int n = 0;

@@ -6,7 +6,7 @@
  */
 #include "views.h"
 
-static bool is_view(const Node *n) { return n && is_view_op(n->op); }
+bool is_view(const Node *n) { return n && is_view_op(n->op); }
 
 /* Merges the axes [a, b) of v into one (size, stride, div); false when
  * their elements are not one strided run. */

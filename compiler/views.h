@@ -25,5 +25,7 @@ typedef struct View {
  * to the tensor whose elements it indexes; false where the chain is not one
  * such map. */
 bool trace_view(Tensor *t, View *v);
+/* Whether n is a view node (reshape and the like: no dispatch of its own). */
+bool is_view(const Node *n);
 
 #endif
