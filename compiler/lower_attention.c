@@ -209,20 +209,87 @@ static int64_t flash_cm_shared_bytes(const AttentionDims *a, int64_t nsg) {
     return 16 * (16 * krs + nsg * area) + 4 * nsg * 16;
 }
 
-/* flash.comp on the matrix units (flash_cm.comp), for devices with
- * cooperative matrices, where it applies: q, k and v f16 (read as vectors
- * of eight halves: D and DV multiples of 16 make every stride a multiple of
- * 8), D and DV at most 256; blocks of 16 query rows, 8 subgroups a block
- * sharing its keys (fewer where their shared memory would pass 48 KiB;
- * past 32 KiB the dispatch needs KILN_FEATURE_SHARED48K too). Measured on
- * an H200 inside BERT-base, GPT-2, ViT-B/16 and a Llama (D 64; us an
- * attention, 8 / 4 / 2 subgroups): 10.1 / 11.3 / 15.2, 10.0 / 11.1 / 15.2,
- * 16.3 / 21.0 / 18.9, 10.3 / 11.6 / 15.9; flash.comp 13.3 in GPT-2, 29.2
- * in ViT-B/16 (bench/experiments/flash-h200.txt).
- * NULL where it does not apply, or with KILN_FLASH_CM=0 (for comparison;
- * KILN_FLASH_CM=1, 2, 4 or 8 sets the subgroups, for tuning); the caller
- * records flash.comp as its variant for the other devices. */
-static Dispatch *flash_cm_dispatch(Program *p, Node *n, const AttentionDims *a) {
+/* flash_rows.comp's shared memory for nsg subgroups of 16 rows, chunks of
+ * 16 * kf keys, the values in slices of dvh columns, the queries in shared
+ * memory (qshared) or staged there only: a chunk's keys and values' slice,
+ * the subgroups' scores (rows padded by a vector). */
+static int64_t flash_rows_shared_bytes(const AttentionDims *a, int64_t nsg, int64_t kf,
+                                       int64_t dvh, bool qshared) {
+    int64_t kc = 16 * kf, krs = a->D / 8 + 1, vrs = dvh / 8 + 1, srs = kc / 4 + 1;
+    int64_t chunk = kc * (krs + vrs) + nsg * 16 * srs, q = 16 * nsg * krs;
+    return 16 * (qshared ? chunk + q : chunk > q ? chunk : q);
+}
+
+/* The fewest query rows a run of n's attention has (its positions' least
+ * where they follow the dims). */
+static int64_t least_rows(const Node *n, const AttentionDims *a) {
+    const DimExpr *qpos = positions(n, a, 0);
+    return qpos ? dim_expr_min(n->graph, qpos) : a->Sq;
+}
+
+/* flash_rows.comp (blocks of 16 * NSG query rows, each chunk of keys
+ * loaded once for them) where its blocks alone fill a large GPU (at least
+ * FLASH_ROWS_GROUPS workgroups at the fewest rows a run has): long
+ * sequences, where flash_cm.comp's blocks of 16 rows re-read every key and
+ * value once per 16 rows, twice the keys. Queries wider than 128 stay in
+ * shared memory, values wider than 128 go by in slices (registers).
+ * Not yet the default: it has not run on a GPU with cooperative matrices
+ * (lavapipe has none), so it is taken only with KILN_FLASH_ROWS=auto (the
+ * rule above) or =1 (wherever it applies, for tests and tuning); NULL
+ * otherwise, where it does not apply, or where it would not fill the
+ * GPU. */
+#define FLASH_ROWS_GROUPS 128
+static Dispatch *flash_rows_dispatch(Program *p, Node *n, const AttentionDims *a) {
+    const char *tune = getenv("KILN_FLASH_ROWS");
+    if (!tune || (strcmp(tune, "auto") != 0 && strcmp(tune, "1") != 0))
+        return NULL;
+    int64_t dvh = a->DV; /* the largest multiple of 16 dividing DV, up to 128 */
+    while (dvh > 128 || a->DV % dvh || dvh % 16)
+        dvh -= 16;
+    bool qshared = a->D > 128;
+    int64_t nsg = 4, kf = 2;
+    while (flash_rows_shared_bytes(a, nsg, kf, dvh, qshared) > 49152 && (nsg > 2 || kf > 1)) {
+        if (kf > 1)
+            kf--;
+        else
+            nsg /= 2;
+    }
+    int64_t bytes = flash_rows_shared_bytes(a, nsg, kf, dvh, qshared);
+    int64_t groups = a->B * a->H * ((least_rows(n, a) + 16 * nsg - 1) / (16 * nsg));
+    if (bytes > 49152 || (!(tune && strcmp(tune, "1") == 0) && groups < FLASH_ROWS_GROUPS))
+        return NULL;
+    Dispatch *d = new_dispatch(p, n, "flash_rows");
+    d->needs = KILN_FEATURE_COOPMAT;
+    if (bytes > 32768) /* past what every device has */
+        d->needs |= KILN_FEATURE_SHARED48K;
+    d->local_size = (uint32_t)(32 * nsg);
+    define_int(d, "NSG", nsg);
+    define_int(d, "KF", kf);
+    define_int(d, "DVH", dvh);
+    define_int(d, "QSHARED", qshared);
+    attention_defines(d, n, a);
+    attention_scores(p, d, n, a, n->outputs[0]);
+    d->groups[0] = groups_for(a->B * a->H * ((a->Sq + 16 * nsg - 1) / (16 * nsg)), 1);
+    return d;
+}
+
+/* flash.comp on the matrix units, for devices with cooperative matrices,
+ * where it applies: q, k and v f16 (read as vectors of eight halves: D and
+ * DV multiples of 16 make every stride a multiple of 8), D and DV at most
+ * 256. flash_rows.comp where it fills the GPU (above), else flash_cm.comp:
+ * blocks of 16 query rows, 8 subgroups a block sharing its keys (fewer
+ * where their shared memory would pass 48 KiB; past 32 KiB the dispatch
+ * needs KILN_FEATURE_SHARED48K too). Measured on an H200 inside BERT-base,
+ * GPT-2, ViT-B/16 and a Llama (D 64; us an attention, 8 / 4 / 2
+ * subgroups): 10.1 / 11.3 / 15.2, 10.0 / 11.1 / 15.2, 16.3 / 21.0 / 18.9,
+ * 10.3 / 11.6 / 15.9; flash.comp 13.3 in GPT-2, 29.2 in ViT-B/16
+ * (bench/experiments/flash-h200.txt). NULL where neither applies, or with
+ * KILN_FLASH_CM=0 (for comparison; KILN_FLASH_CM=1, 2, 4 or 8 sets
+ * flash_cm.comp's subgroups, for tuning); the caller records flash.comp as
+ * its variant for the other devices. *rows: the query rows a workgroup
+ * takes. */
+static Dispatch *flash_cm_dispatch(Program *p, Node *n, const AttentionDims *a,
+                                   int64_t *rows) {
     const char *tune = getenv("KILN_FLASH_CM");
     long want = tune ? strtol(tune, NULL, 10) : 8; /* 0: off; 1, 2, 4, 8: NSG */
     if ((tune && strcmp(tune, "0") == 0) || a->D % 16 || a->DV % 16 || a->D > 256 ||
@@ -234,12 +301,17 @@ static Dispatch *flash_cm_dispatch(Program *p, Node *n, const AttentionDims *a) 
     for (int i = 0; i < 3; i++)
         if (n->inputs[i]->dtype != KILN_DTYPE_F16)
             return NULL;
+    Dispatch *d = flash_rows_dispatch(p, n, a);
+    if (d) {
+        *rows = 16 * (int64_t)d->local_size / 32;
+        return d;
+    }
     int64_t nsg = want == 1 || want == 2 || want == 4 ? want : 8;
     while (nsg > 1 && flash_cm_shared_bytes(a, nsg) > 49152)
         nsg /= 2;
     if (flash_cm_shared_bytes(a, nsg) > 49152)
         return NULL;
-    Dispatch *d = new_dispatch(p, n, "flash_cm");
+    d = new_dispatch(p, n, "flash_cm");
     d->needs = KILN_FEATURE_COOPMAT;
     if (flash_cm_shared_bytes(a, nsg) > 32768) /* past what every device has */
         d->needs |= KILN_FEATURE_SHARED48K;
@@ -248,6 +320,7 @@ static Dispatch *flash_cm_dispatch(Program *p, Node *n, const AttentionDims *a) 
     attention_defines(d, n, a);
     attention_scores(p, d, n, a, n->outputs[0]);
     d->groups[0] = groups_for(a->B * a->H * ((a->Sq + 15) / 16), 1);
+    *rows = 16;
     return d;
 }
 
@@ -258,11 +331,12 @@ static Dispatch *flash_cm_dispatch(Program *p, Node *n, const AttentionDims *a) 
  * other. */
 static Dispatch *flash_dispatches(Program *p, Node *n, const AttentionDims *a, FlashTile f,
                                   const DimExpr *qpos) {
-    Dispatch *cm = flash_cm_dispatch(p, n, a);
+    int64_t rows = 16;
+    Dispatch *cm = flash_cm_dispatch(p, n, a, &rows);
     if (cm && qpos)
-        dyn_groups_along(cm, 0, qpos, a->B * a->H, 16);
+        dyn_groups_along(cm, 0, qpos, a->B * a->H, rows);
     if (cm)
-        batch_groups(cm, n, a->H * ((a->Sq + 15) / 16));
+        batch_groups(cm, n, a->H * ((a->Sq + rows - 1) / rows));
     Dispatch *fl = flash_dispatch(p, n, a, f);
     if (qpos)
         dyn_groups_along(fl, 0, qpos, a->B * a->H, f.bq);

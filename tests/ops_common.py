@@ -46,16 +46,18 @@ def weight_specs(**arrays):
             for k, a in arrays.items()}
 
 
-def one_op(workdir, op, inputs, want, attrs=None, rtol=0, atol=0, names="abcdef", guard=True):
+def one_op(workdir, op, inputs, want, attrs=None, rtol=0, atol=0, names="abcdef", guard=True,
+           env=None):
     """A model of one node over `inputs`; compares with `want`. guard=False
     compiles without --guard (which fails a run on an index outside its
-    axis): for the tests of what such an index gives by default."""
+    axis): for the tests of what such an index gives by default. env: added
+    to the compiler's environment (a KILN_* kernel choice)."""
     ins = {names[i]: spec(x) for i, x in enumerate(inputs)}
     node = {"name": "y", "op": op, "inputs": list(ins)}
     node.update(attrs or {})
     y = model_yaml(op, ins, [node], ["y"])
     want = np.asarray(want)
-    got, = run_program(build_model(workdir, y, guard=guard), list(inputs), [want])
+    got, = run_program(build_model(workdir, y, guard=guard, env=env), list(inputs), [want])
     if want.dtype.kind in "biu":
         bad = got != want
         if bad.any():

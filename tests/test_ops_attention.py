@@ -35,11 +35,12 @@ ATTENTIONS = [  # layout, B, H, KVH, Sq, Sk, D, DV, attrs, mask shape
 
 
 def attention_case(i, layout, B, H, KVH, Sq, Sk, D, DV, attrs, mshape, f16=False,
-                   kernel=None, seed=2300):
+                   kernel=None, seed=2300, env=None):
     """f16: q, k, v, the mask and the result stored f16 (as --precision f16
     stores them), the arithmetic f32; with a mask, a third of the way in,
     one key masked out. kernel: the family the dispatch must take (flash, attention), and
-    flash's blocks (BQ, BK) as a (define, value) list."""
+    flash's blocks (BQ, BK) as a (define, value) list. env: the compiler's
+    (a kernel choice)."""
     def test(workdir):
         r = rng((2500 if f16 else seed) + i)
         if layout == "bhsd":
@@ -73,7 +74,7 @@ def attention_case(i, layout, B, H, KVH, Sq, Sk, D, DV, attrs, mshape, f16=False
         want = np.ascontiguousarray(want)
         if f16:
             one_op(workdir, "attention", ins, want.astype(np.float16), a, 2e-3, 2e-3,
-                   names=["q", "k", "v", "m"])
+                   names=["q", "k", "v", "m"], env=env)
         else:
             one_op(workdir, "attention", ins, want, a, 1e-4, 1e-5, names=["q", "k", "v", "m"])
         if kernel:
@@ -333,6 +334,67 @@ def flash_cm_case(i, c, nsg):
 for i, (c, nsg) in enumerate(FLASH_CM):
     case(f"op attention f16 storage (flash_cm) {c[0]} B={c[1]} H={c[2]} KVH={c[3]} Sq={c[4]} "
          f"Sk={c[5]} D={c[6]} DV={c[7]} {c[8]} mask={c[9]}")(flash_cm_case(i, c, nsg))
+
+
+# The same on flash_rows.comp (the long sequences' kernel: blocks of 16 *
+# NSG rows, each chunk of keys loaded once for them), forced by
+# KILN_FLASH_ROWS=1 at these short ones: ragged blocks and chunks, grouped
+# queries, two batches in bshd with D != DV and a mask, fewer queries than
+# keys and rows that see no key, a window with softcap (the subgroups that
+# skip chunks), D = 128, and D = 256 (queries in shared memory, two
+# subgroups, the values in two slices of 128). lavapipe runs flash.comp;
+# the NVIDIA run of the attention tests runs flash_rows.
+FLASH_ROWS = [
+    (("bhsd", 1, 3, 3, 70, 45, 64, 64, {}, None), 4, 2),
+    (("bhsd", 1, 4, 2, 129, 129, 16, 16, {"causal": 1}, None), 4, 2),
+    (("bshd", 2, 4, 2, 20, 29, 16, 32, {"causal": 1}, [2, 1, 20, 29]), 4, 2),
+    (("bhsd", 1, 2, 2, 40, 24, 32, 32, {"causal": 1}, None), 4, 2),
+    (("bhsd", 1, 2, 1, 90, 90, 16, 48, {"causal": 1, "window": 7, "softcap": 4.0}, [90, 90]),
+     4, 2),
+    (("bhsd", 1, 2, 2, 70, 70, 128, 128, {}, None), 4, 2),
+    (("bhsd", 1, 1, 1, 40, 33, 256, 256, {"causal": 1}, [40, 33]), 2, 1),
+]
+
+
+def flash_rows_case(i, c, nsg, kf):
+    run = attention_case(i + 30, *c, f16=True, env={"KILN_FLASH_ROWS": "1"})
+
+    def test(workdir):
+        run(workdir)
+        r = kiln("inspect", Path(workdir) / "model.yaml", "--format", "json",
+                 env={"KILN_FLASH_ROWS": "1"})
+        check(r.returncode == 0, f"kiln inspect failed:\n{r.stderr}")
+        fams = [d["family"] for d in json.loads(r.stdout)["dispatches"]]
+        check(fams == ["flash_rows", "flash"], f"dispatches {fams}, expected flash_rows, flash")
+        text = (Path(workdir) / "model.c").read_text()
+        for name, value in (("NSG", nsg), ("KF", kf)):
+            check(f" *   {name} {value}\n" in text, f"flash_rows not built with {name} {value}")
+    return test
+
+
+for i, (c, nsg, kf) in enumerate(FLASH_ROWS):
+    case(f"op attention f16 storage (flash_rows) {c[0]} B={c[1]} H={c[2]} KVH={c[3]} "
+         f"Sq={c[4]} Sk={c[5]} D={c[6]} DV={c[7]} {c[8]} mask={c[9]}")(
+        flash_rows_case(i, c, nsg, kf))
+
+
+@case("op attention f16: a long sequence's blocks fill the GPU: flash_rows.comp, not flash_cm")
+def _(workdir):
+    """With KILN_FLASH_ROWS=auto the kernel follows the blocks' count: 32
+    heads of 257 rows give 160 blocks of 64 (flash_rows); 8 heads, 40
+    (flash_cm). Unset, flash_cm (flash_rows is not the default yet)."""
+    for heads, fam, env in ((32, "flash_rows", "auto"), (8, "flash_cm", "auto"),
+                            (32, "flash_cm", None)):
+        y = Path(workdir) / f"h{heads}.yaml"
+        spec = f"{{dtype: f16, shape: [1, {heads}, 257, 64]}}"
+        y.write_text(f"name: a\ninputs:\n  q: {spec}\n  k: {spec}\n  v: {spec}\nnodes:\n"
+                     "  - {name: y, op: attention, inputs: [q, k, v], outputs: [y]}\n"
+                     "outputs: [y]\n")
+        r = kiln("inspect", y, "--format", "json", env={"KILN_FLASH_ROWS": env} if env else None)
+        check(r.returncode == 0, f"kiln inspect failed:\n{r.stderr}")
+        fams = [d["family"] for d in json.loads(r.stdout)["dispatches"]]
+        check(fams == [fam, "flash"], f"{heads} heads, KILN_FLASH_ROWS={env}: dispatches "
+              f"{fams}, expected {fam}, flash")
 
 
 @case("op rope f16 storage [1, 5, 2, 16] seq_axis 1: x and the result f16, f32 tables")
