@@ -632,6 +632,48 @@ static Tensor *unscaled(Tensor *t, double *scale) {
 static bool traced_attention(Rewriter *r, Node *n, const View *qv, const View *kv,
                              const View *vv, Tensor *mask, double scale, Node *like);
 
+/* Whether t is a constant f32 tensor of finite values (a mask that hides
+ * no row's every key: softmax over it never meets a row of -inf only). */
+static bool finite_constant(const Tensor *t) {
+    if (t->kind != T_WEIGHT || !t->data || t->dtype != KILN_DTYPE_F32)
+        return false;
+    for (int64_t i = 0; i < tensor_count(t); i++) {
+        float f;
+        memcpy(&f, t->data + 4 * i, 4);
+        if (!isfinite(f))
+            return false;
+    }
+    return true;
+}
+
+/* Term t (a constant) broadcast to `shape` (numpy's rule), added into
+ * sum's count elements in row-major order; false where it does not
+ * broadcast. */
+static bool add_broadcast(float *sum, const Tensor *t, int rank, const int64_t *shape) {
+    int64_t st[MAX_RANK], count = 1;
+    for (int i = rank - 1, it = t->rank - 1, e = 1; i >= 0; i--, it--) {
+        int64_t d = it >= 0 ? t->shape[it] : 1;
+        if (d != shape[i] && d != 1)
+            return false;
+        st[i] = d == 1 ? 0 : e;
+        e *= d;
+        count *= shape[i];
+    }
+    if (t->rank > rank)
+        return false;
+    for (int64_t e = 0; e < count; e++) {
+        int64_t rem = e, at = 0;
+        for (int i = rank - 1; i >= 0; i--) {
+            at += rem % shape[i] * st[i];
+            rem /= shape[i];
+        }
+        float x;
+        memcpy(&x, t->data + 4 * at, 4);
+        sum[e] += x;
+    }
+    return true;
+}
+
 static void try_attention(Rewriter *r, Node *n) {
     if (n->op != OP_MATMUL || n->outputs[0]->rank != 4)
         return;
@@ -648,20 +690,64 @@ static void try_attention(Rewriter *r, Node *n) {
     Node *sm = made_by(p, OP_SOFTMAX);
     if (!sm || last_axis(sm, "axis", p->rank) != p->rank - 1)
         return;
-    Tensor *scores = sm->inputs[0];
-    Node *add = made_by(scores, OP_ADD), *qk;
-    if (add) {
-        for (int i = 0; i < 2 && !mask; i++)
-            if (made_by(add->inputs[i], OP_MATMUL)) {
-                scores = add->inputs[i];
-                mask = add->inputs[1 - i];
+    /* the scores plus up to two additive terms, each add of its input's
+     * shape, through reshapes that keep the keys' axis (Swin: the
+     * relative-position bias, then the shifted windows' mask added to the
+     * scores viewed as [1, windows, heads, N, N]) */
+    Tensor *scores = sm->inputs[0], *terms[2], *frames[2];
+    int nterms = 0;
+    bool reshaped = false;
+    int64_t keys = scores->shape[scores->rank - 1];
+    Node *add, *qk;
+    for (;;) {
+        Node *v = scores->producer;
+        if ((add = made_by(scores, OP_ADD))) {
+            Tensor *inner = NULL;
+            for (int i = 0; i < 2 && !inner; i++) {
+                Node *m = add->inputs[i]->producer;
+                if (m && (m->op == OP_MATMUL || m->op == OP_ADD || is_view_op(m->op))) {
+                    inner = add->inputs[i];
+                    terms[nterms] = add->inputs[1 - i];
+                    frames[nterms] = add->outputs[0];
+                }
             }
-        if (!mask || !guard || mask->dtype != KILN_DTYPE_F32 || mask->rank > 4)
-            return; /* a masked row that sees no key must give zeros */
+            if (!inner || nterms == 2 || !shape_equal(inner, add->outputs[0]))
+                return;
+            nterms++;
+            scores = inner;
+        } else if (v && is_view_op(v->op) && v->op != OP_TRANSPOSE && v->ninputs >= 1 &&
+                   tensor_count(v->inputs[0]) == tensor_count(scores) &&
+                   v->inputs[0]->shape[v->inputs[0]->rank - 1] == keys) {
+            reshaped = true;
+            scores = v->inputs[0];
+        } else {
+            break;
+        }
     }
-    if (!(qk = made_by(scores, OP_MATMUL)) ||
-        !shape_equal(scores, add ? add->outputs[0] : scores))
+    if (!(qk = made_by(scores, OP_MATMUL)) || scores->rank != 4)
         return;
+    if (nterms == 1 && !reshaped) {
+        mask = terms[0];
+        /* a masked row that sees no key must give zeros: the NaN guard, or
+         * a mask that hides no row (finite constants) */
+        if (mask->dtype != KILN_DTYPE_F32 || mask->rank > 4 ||
+            (!guard && !finite_constant(mask)))
+            return;
+    } else if (nterms) { /* constants: their sum at the scores' shape, once */
+        float *sum = xcalloc((size_t)tensor_count(scores) + 1, sizeof(float));
+        for (int i = 0; i < nterms; i++)
+            if (!finite_constant(terms[i]) ||
+                !add_broadcast(sum, terms[i], frames[i]->rank, frames[i]->shape)) {
+                xfree(sum);
+                return;
+            }
+        mask = graph_tensor(r->g, format("kiln.mask.%s", n->name), T_WEIGHT, n->loc);
+        mask->dtype = KILN_DTYPE_F32;
+        mask->rank = 4;
+        memcpy(mask->shape, scores->shape, sizeof(int64_t) * 4);
+        mask->data = (uint8_t *)sum;
+        mask->src.from = W_VALUES;
+    }
     double scale = 1.0;
     Tensor *q = unscaled(qk->inputs[0], &scale), *kt = unscaled(qk->inputs[1], &scale);
     View qv, kv, vv;

@@ -276,6 +276,64 @@ def _(workdir):
     both_ways(workdir, y, [proj["q"], proj["k"], proj["v"], mask], want, {"attention": 1})
 
 
+def windowed_case(shifted, constant):
+    """Swin's window attention, as torchvision writes it and the exporter
+    writes that: q scaled, q k^T, plus a constant relative-position bias
+    [1, H, N, N], and in a shifted block the scores viewed as [1, W, H, N, N]
+    plus the windows' constant mask [1, W, 1, N, N] (0 and -100), viewed
+    back, softmax, times v, heads merged. No NaN guard: the rewrite takes
+    the bias (and the mask) only as finite constants, summed once into the
+    attention's mask; a bias given as an input (it might hold -inf) is left
+    alone."""
+    def test(workdir):
+        r = rng(4500 + 2 * shifted + constant)
+        W, H, N, D = 4, 3, 9, 8
+        qkv = values(r, [W, N, 3 * H * D], 1.0)
+        bias = values(r, [1, H, N, N], 1.0)
+        mask = np.where(r.random([1, W, 1, N, N]) < 0.3, -100.0, 0.0).astype(np.float32)
+        nodes = [node("q5", "reshape", ["qkv"], shape=[W, N, 3, H, D]),
+                 node("qp", "transpose", ["q5"], perm=[2, 0, 3, 1, 4]),
+                 node("q", "gather", ["qp", "i0"], axis=0),
+                 node("k", "gather", ["qp", "i1"], axis=0),
+                 node("v", "gather", ["qp", "i2"], axis=0),
+                 node("qs", "mul", ["q", "a"]),
+                 node("kt", "transpose", ["k"], perm=[0, 1, 3, 2]),
+                 node("sc", "matmul", ["qs", "kt"]), node("sb", "add", ["sc", "bias"])]
+        last = "sb"
+        if shifted:
+            nodes += [node("s5", "reshape", ["sb"], shape=[1, W, H, N, N]),
+                      node("sm5", "add", ["s5", "mask"]),
+                      node("s4", "reshape", ["sm5"], shape=[W, H, N, N])]
+            last = "s4"
+        nodes += [node("p", "softmax", [last], axis=-1), node("o", "matmul", ["p", "v"]),
+                  node("ot", "transpose", ["o"], perm=[0, 2, 1, 3]),
+                  node("y", "reshape", ["ot"], shape=[W, N, H * D])]
+        a = D ** -0.5
+        w = weight_specs(a=np.float32(a), mask=mask, **({"bias": bias} if constant else {}))
+        for k in range(3):
+            w[f"i{k}"] = {"dtype": "i64", "shape": [], "values": [k]}
+        ins = {"qkv": spec(qkv), **({} if constant else {"bias": spec(bias)})}
+        y = model_yaml("swin_attn", ins, nodes, ["y"], w)
+        x = qkv.reshape(W, N, 3, H, D).transpose(2, 0, 3, 1, 4).astype(np.float64)
+        s = (x[0] * a) @ x[1].transpose(0, 1, 3, 2) + bias
+        if shifted:
+            s = (s.reshape(1, W, H, N, N) + mask).reshape(W, H, N, N)
+        e = np.exp(s - s.max(-1, keepdims=True))
+        pr = e / e.sum(-1, keepdims=True)
+        want = (pr @ x[2]).transpose(0, 2, 1, 3).reshape(W, N, H * D).astype(np.float32)
+        both_ways(workdir, y, [qkv] + ([] if constant else [bias]), want,
+                  {"attention": 1} if constant else {})
+    return test
+
+
+case("rewrite attention of windows: a constant relative-position bias, no NaN guard")(
+    windowed_case(False, True))
+case("rewrite attention of shifted windows: the bias and the windows' mask, summed once")(
+    windowed_case(True, True))
+case("rewrite attention: a bias given as an input, without the NaN guard, is left alone")(
+    windowed_case(True, False))
+
+
 # ---- gelu_tanh ----
 
 def gelu_tanh_case(c3):
