@@ -307,6 +307,20 @@ for i, (shape, pads, mode, value) in enumerate(PADS):
     case(f"op pad {shape} {pads} {mode}")(pad_case)
 
 
+@case("op pad by nothing (Swin's pad to whole windows that are whole already): a view")
+def _(workdir):
+    x = values(rng(2265), [1, 4, 6, 3])
+    nodes = [{"name": "p", "op": "pad", "inputs": ["x"], "pads": [0] * 8},
+             {"name": "y", "op": "neg", "inputs": ["p"]},
+             {"name": "z", "op": "pad", "inputs": ["x"], "pads": [0] * 8, "mode": "reflect"}]
+    prog = build_model(workdir, model_yaml("pad0", {"x": spec(x)}, nodes, ["y", "z"]))
+    y, z = run_program(prog, [x], [x, x])
+    assert_close(y, -x, 0, 0)
+    assert_close(z, x, 0, 0)  # a model output: still copied, not a view
+    c = (Path(workdir) / "model.c").read_text()
+    check(c.count("(pad)") == 1, f"{c.count('(pad)')} pad dispatches, expected 1 (the output)")
+
+
 @case("op pad i32 with a constant")
 def _(workdir):
     x = ints(rng(2260), [2, 3])
