@@ -685,6 +685,10 @@ typedef struct Dispatch {
      * or a device records one of the two only (needs, unless). */
     struct Dispatch *variant;
     bool one_row;           /* a product's variant for runs of exactly one row */
+    /* writes only elements no other dispatch of its node writes (a
+     * concat's pieces), however their byte ranges interleave: no barrier
+     * between two such of one node for their writes (schedule.c) */
+    bool disjoint_writes;
     /* KILN_FEATURE_* a device must have for this dispatch to be recorded
      * (needs), or must lack one of (unless): kiln_dispatch's fields. */
     uint32_t needs, unless;

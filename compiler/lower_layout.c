@@ -317,6 +317,7 @@ static void concat_pieces(Program *p, Node *n, const int *ks, int np) {
     int64_t per = unit4 ? 16 / es : 1, lo = ow, hi = 0, groups = 0;
     Dispatch *d = new_dispatch(p, n, "concat");
     d->local_size = 256;
+    d->disjoint_writes = true;
     bool need[3] = {false, false, false};
     if (!unit4)
         need_dtype(p, need, out->dtype);
@@ -346,15 +347,42 @@ static void concat_pieces(Program *p, Node *n, const int *ks, int np) {
     d->groups[0] = groups_for(groups, 1);
 }
 
-/* Each input (or output) a region of the concatenation along axis: those
- * not in place copied, by one dispatch where they are several of fixed
- * shapes and the output's dtype (concat_pieces), else one each. */
+/* Piece x of concat n made by a slice fused into n (optimize.c,
+ * fuse_concat_slices): the slice's input seen through its offset and
+ * strides, through slices of slices; else NULL. */
+static bool sliced_piece(Node *n, Tensor *x, Operand *in) {
+    Node *s = x->producer;
+    if (!s || s->op != OP_SLICE || s->fused_into != n)
+        return false;
+    if (!sliced_piece(n, s->inputs[0], in))
+        *in = whole(s->inputs[0]);
+    int64_t start[MAX_RANK], step[MAX_RANK], shape[MAX_RANK];
+    slice_params(s, start, step, shape);
+    for (int i = 0; i < x->rank; i++) {
+        in->base += start[i] * in->strides[i];
+        in->strides[i] *= step[i];
+    }
+    return true;
+}
+
+/* Each input (or output) a region of the concatenation along axis: a
+ * slice's piece copied from the slice's input; those not in place copied
+ * by one dispatch where they are several of fixed shapes and the output's
+ * dtype (concat_pieces), else one each. */
 void lower_concat(Program *p, Node *n) {
     concat_prefix_view(p, n);
     int ks[CONCAT_MAX_PIECES], np = 0;
     Tensor *out = n->outputs[0];
     for (int k = 0; k < n->ninputs; k++) {
         Tensor *x = n->inputs[k];
+        Operand sliced;
+        /* a slice's piece: a view where it is one block of the slice's
+         * input (then copied with the others), else copied from there */
+        if (sliced_piece(n, x, &sliced) && !block_view(sliced.t, x, &sliced)) {
+            copy(p, n, x->rank, x->shape, concat_region(n, k), sliced, NULL);
+            p->dispatches[p->ndispatches - 1]->disjoint_writes = true;
+            continue;
+        }
         /* a state's own bytes, a piece its producer wrote in place, or one
          * an earlier concat of the chain placed */
         if ((k == 0 && appends_in_place(n)) || x->appended || piece_placed(n, k) ||
@@ -362,6 +390,9 @@ void lower_concat(Program *p, Node *n) {
             continue;
         if (x->dyn_axes || out->dyn_axes || x->dtype != out->dtype) {
             copy(p, n, x->rank, x->shape, concat_region(n, k), whole(x), dyn_one(x));
+            /* pieces at run-time offsets may overlap the next (a dynamic
+             * piece computed at its largest shape): ordered */
+            p->dispatches[p->ndispatches - 1]->disjoint_writes = !x->dyn_axes && !out->dyn_axes;
             continue;
         }
         ks[np++] = k;
@@ -370,11 +401,13 @@ void lower_concat(Program *p, Node *n) {
             np = 0;
         }
     }
-    if (np == 1)
+    if (np == 1) {
         copy(p, n, n->inputs[ks[0]]->rank, n->inputs[ks[0]]->shape, concat_region(n, ks[0]),
              whole(n->inputs[ks[0]]), NULL);
-    else if (np > 1)
+        p->dispatches[p->ndispatches - 1]->disjoint_writes = true;
+    } else if (np > 1) {
         concat_pieces(p, n, ks, np);
+    }
 }
 
 void lower_split(Program *p, Node *n) {

@@ -495,6 +495,39 @@ static void fuse_transpose_reads(Graph *g) {
     }
 }
 
+/* slice -> concat (a roll: two slices of one tensor joined in the other
+ * order; Swin's patch merging: four strided slices joined): the concat's
+ * dispatches copy each such piece from the slice's input through the
+ * slice's offset and strides (lower_concat), so the slice writes nothing.
+ * Slices of slices fold the same way. Fixed shapes; a slice whose one
+ * reader is the concat (or such a slice), of its dtype, not a model
+ * output. */
+static void fuse_concat_slices(Graph *g) {
+    for (int i = g->nodes.len - 1; i >= 0; i--) {
+        Node *s = g->nodes.data[i];
+        Tensor *y = s->outputs[0];
+        if (s->op != OP_SLICE || !free_node(s) || s->inputs[0]->dyn_axes || y->dyn_axes ||
+            y->is_output || y->is_update)
+            continue;
+        /* every reader: the concat, or a slice already folded into it */
+        Node *c = NULL;
+        bool ok = true;
+        for (int j = i + 1; j < g->nodes.len && ok; j++) {
+            Node *r = g->nodes.data[j];
+            for (int k = 0; k < r->ninputs && !r->dead && ok; k++) {
+                if (r->inputs[k] != y)
+                    continue;
+                Node *to = r->op == OP_SLICE ? r->fused_into : r;
+                ok = to && (!c || to == c) && (r == to || r->op == OP_SLICE);
+                c = to;
+            }
+        }
+        if (ok && c && c->op == OP_CONCAT && free_node(c) && !c->outputs[0]->dyn_axes &&
+            c->outputs[0]->dtype == y->dtype)
+            s->fused_into = c;
+    }
+}
+
 /* gemm -> [reshape] -> Split along the last axis into two or three parts
  * (GPT-2's attention projection cut into q, k, v), each the only reader of
  * the last: the gemm's dispatch writes the parts as a QKV split writes its
@@ -551,5 +584,6 @@ void optimize(Graph *g, const Options *opt) {
     if (!opt->no_fuse_eltwise) {
         fuse_eltwise_chains(g);
         fuse_transpose_reads(g);
+        fuse_concat_slices(g);
     }
 }

@@ -9,7 +9,9 @@
  * after everything earlier; the pending set then starts over. Independent
  * dispatches run with no barrier between them, as do the variants of one
  * matmul of which each run gives only one work (lower_matmul.c; with
- * --sync-check those get a barrier too). Each barrier records the
+ * --sync-check those get a barrier too) and a concat's copies of its
+ * pieces into interleaved regions (Dispatch.disjoint_writes; with
+ * --sync-check, a barrier). Each barrier records the
  * dispatch and tensor that made it necessary, for `kiln inspect`.
  *
  * The runtime adds the barriers around the whole schedule (input copies
@@ -65,11 +67,17 @@ void schedule(Graph *g, Program *p) {
                  * orders those a run chooses between (dynamic ones) all the
                  * same, since the validation layer cannot tell that one of
                  * them gets no workgroups. */
-                if (!(a->write || mine[k].write) || !overlap(a, &mine[k]) ||
-                    (later_variant(p->dispatches[a->dispatch], d) &&
-                     !(p->sync_check && d->dynamic)))
-                    continue;
                 Dispatch *w = p->dispatches[a->dispatch];
+                if (!(a->write || mine[k].write) || !overlap(a, &mine[k]) ||
+                    (later_variant(w, d) && !(p->sync_check && d->dynamic)))
+                    continue;
+                /* a concat's pieces: their elements are disjoint, their
+                 * byte ranges interleave (strided regions); the validation
+                 * layer sees ranges only, so --sync-check keeps the
+                 * barrier */
+                if (a->write && mine[k].write && w->disjoint_writes && d->disjoint_writes &&
+                    w->node == d->node && a->t == mine[k].t && !p->sync_check)
+                    continue;
                 d->barrier = true;
                 d->wait_on = a->dispatch;
                 if (!mine[k].write)
