@@ -37,6 +37,10 @@ static void pick_tile(int64_t extent, int64_t *tile, int64_t *per_thread) {
  * us loading one element at a time where f32 took 9.6 on this path. */
 static bool matmul_vec4_types(const Node *n, const MatmulShape *s) {
     kiln_dtype a = s->ops[1].t->dtype, b = s->ops[2].t->dtype;
+    const char *f16 = getenv("KILN_MATMUL_F16_VEC4"); /* 0: f16 element by element */
+    bool half = a == KILN_DTYPE_F16 || b == KILN_DTYPE_F16 || n->wformat == WF_F16;
+    if (half && f16 && strcmp(f16, "0") == 0)
+        return false;
     bool a_ok = a == KILN_DTYPE_F32 || a == KILN_DTYPE_F16;
     bool b_ok = n->wformat == WF_F32 ? b == KILN_DTYPE_F32 || b == KILN_DTYPE_F16
                                      : n->wformat == WF_F16 && !n->wkmajor;
