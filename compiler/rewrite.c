@@ -618,15 +618,19 @@ static Tensor *operand_tensor(Rewriter *r, Node *at, const char *what, const Ope
     return v->outputs[0];
 }
 
-static Tensor *unscaled(Tensor *t, double *scale) {
-    Node *m = made_by(t, OP_MUL);
-    Tensor *s, *x;
-    double v;
-    if (m && pick(m, is_scalar, &s, &x) && scalar_of(s, &v)) {
-        *scale *= v;
-        return x;
-    }
-    return t;
+/* An operand of a product inside attention, as a view [batch, heads, a,
+ * b] (frame: batch and heads; a and b its last two extents; the axes
+ * before the heads merged into the batch), products by constant scalars
+ * folded into *scale (V passes NULL: V's scale is not the scores'). A
+ * rank-3 operand [batch * heads, a, b] is traced from what its reshape
+ * merged, which may be no single strided run at rank 3. */
+static bool operand_view(Tensor *t, const int64_t *frame, View *v, double *scale) {
+    int64_t shape[4] = {frame[0], frame[1], t->shape[t->rank - 2], t->shape[t->rank - 1]};
+    if (t->rank == 3 && t->producer && is_view_op(t->producer->op) &&
+        t->producer->inputs[0]->rank > 3)
+        t = t->producer->inputs[0];
+    bool ok = scale ? trace_view_scaled(t, v, scale) : trace_view(t, v);
+    return ok && reshape_view(v, 4, shape);
 }
 
 static bool traced_attention(Rewriter *r, Node *n, const View *qv, const View *kv,
@@ -674,10 +678,48 @@ static bool add_broadcast(float *sum, const Tensor *t, int rank, const int64_t *
     return true;
 }
 
+/* A constant mask m (f32, rank 4) made as small as it broadcasts: each
+ * axis along which its values repeat cut to one (a bias shared by every
+ * window: [1, heads, N, N], read by each window, not copied per window). */
+static void shrink_broadcast(Tensor *m) {
+    float *d = (float *)m->data;
+    for (int a = 0; a < m->rank; a++) {
+        int64_t outer = 1, inner = 1, n = m->shape[a];
+        for (int i = 0; i < a; i++)
+            outer *= m->shape[i];
+        for (int i = a + 1; i < m->rank; i++)
+            inner *= m->shape[i];
+        bool same = n > 1;
+        for (int64_t o = 0; o < outer && same; o++)
+            for (int64_t k = 1; k < n && same; k++)
+                same = memcmp(d + (o * n + k) * inner, d + o * n * inner,
+                              sizeof(float) * (size_t)inner) == 0;
+        if (!same)
+            continue;
+        for (int64_t o = 0; o < outer; o++) /* keep index 0 of axis a */
+            memmove(d + o * inner, d + o * n * inner, sizeof(float) * (size_t)inner);
+        m->shape[a] = 1;
+    }
+}
+
 static void try_attention(Rewriter *r, Node *n) {
-    if (n->op != OP_MATMUL || n->outputs[0]->rank != 4)
+    int rank = n->outputs[0]->rank;
+    if (n->op != OP_MATMUL || rank < 3)
         return;
     Tensor *p = n->inputs[0], *mask = NULL;
+    /* [..., heads, queries, keys]: the heads the axis before the last two,
+     * the batch all those before them (Einsum's [B, G, H, I, J] over
+     * MaxViT's windows G), through a reshape (Einsum's, of the same
+     * shape; rank 3: [batch * heads, queries, keys], of the softmax's
+     * probabilities at rank 4 or more) */
+    if (p->producer && is_view_op(p->producer->op) && p->producer->inputs[0]->rank > 3 &&
+        p->producer->inputs[0]->shape[p->producer->inputs[0]->rank - 1] == p->shape[rank - 1])
+        p = p->producer->inputs[0];
+    if (p->rank < 4)
+        return;
+    int64_t frame[2] = {tensor_count(p) / (p->shape[p->rank - 3] * p->shape[p->rank - 2] *
+                                           p->shape[p->rank - 1]),
+                        p->shape[p->rank - 3]};
     Node *guard = made_by(p, OP_WHERE);
     double zero;
     if (guard) { /* where(isnan(P), 0, P) */
@@ -724,9 +766,10 @@ static void try_attention(Rewriter *r, Node *n) {
             break;
         }
     }
-    if (!(qk = made_by(scores, OP_MATMUL)) || scores->rank != 4)
+    if (!(qk = made_by(scores, OP_MATMUL)) || scores->rank != rank)
         return;
-    if (nterms == 1 && !reshaped) {
+    int64_t shape4[4] = {frame[0], frame[1], scores->shape[rank - 2], scores->shape[rank - 1]};
+    if (nterms == 1 && !reshaped && rank == 4) {
         mask = terms[0];
         /* a masked row that sees no key must give zeros: the NaN guard, or
          * a mask that hides no row (finite constants) */
@@ -744,14 +787,16 @@ static void try_attention(Rewriter *r, Node *n) {
         mask = graph_tensor(r->g, format("kiln.mask.%s", n->name), T_WEIGHT, n->loc);
         mask->dtype = KILN_DTYPE_F32;
         mask->rank = 4;
-        memcpy(mask->shape, scores->shape, sizeof(int64_t) * 4);
+        memcpy(mask->shape, shape4, sizeof shape4);
         mask->data = (uint8_t *)sum;
         mask->src.from = W_VALUES;
+        shrink_broadcast(mask);
     }
     double scale = 1.0;
-    Tensor *q = unscaled(qk->inputs[0], &scale), *kt = unscaled(qk->inputs[1], &scale);
     View qv, kv, vv;
-    if (!trace_view(q, &qv) || !trace_view(kt, &kv) || !trace_view(n->inputs[1], &vv))
+    if (!operand_view(qk->inputs[0], frame, &qv, &scale) ||
+        !operand_view(qk->inputs[1], frame, &kv, &scale) ||
+        !operand_view(n->inputs[1], frame, &vv, NULL))
         return;
     /* K^T [b, h, d, s] as K [b, h, s, d] */
     int64_t sz = kv.size[2], st = kv.stride[2], dv = kv.div[2];
@@ -760,20 +805,31 @@ static void try_attention(Rewriter *r, Node *n) {
     r->attention += traced_attention(r, n, &qv, &kv, &vv, mask, scale, NULL);
 }
 
-/* Whether every reader of t [B, H, S, D] (one at least) is a transpose to
- * [B, S, H, D], and t is no model output. */
+/* The permutation of rank r that swaps the heads' axis and the queries'
+ * (r - 3 and r - 2), into perm. */
+static void heads_swap(int r, int64_t *perm) {
+    for (int a = 0; a < r; a++)
+        perm[a] = a;
+    perm[r - 3] = r - 2;
+    perm[r - 2] = r - 3;
+}
+
+/* Whether every reader of t [..., H, S, D] (one at least) is a transpose
+ * to [..., S, H, D], and t is no model output. */
 static bool heads_merged(Graph *g, const Tensor *t) {
     int readers = 0;
-    if (t->is_output || t->is_update || t->rank != 4)
+    if (t->is_output || t->is_update || t->rank < 4)
         return false;
+    int64_t want[MAX_RANK];
+    heads_swap(t->rank, want);
     for (int i = 0; i < g->nodes.len; i++) {
         Node *m = g->nodes.data[i];
         for (int k = 0; k < m->ninputs; k++) {
             if (m->inputs[k] != t)
                 continue;
             int64_t perm[MAX_RANK];
-            if (m->op != OP_TRANSPOSE || attr_ints(m, "perm", perm, MAX_RANK) != 4 ||
-                perm[0] != 0 || perm[1] != 2 || perm[2] != 1 || perm[3] != 3)
+            if (m->op != OP_TRANSPOSE || attr_ints(m, "perm", perm, MAX_RANK) != t->rank ||
+                memcmp(perm, want, sizeof(int64_t) * (size_t)t->rank) != 0)
                 return false;
             readers++;
         }
@@ -803,7 +859,7 @@ static bool traced_attention(Rewriter *r, Node *n, const View *qv, const View *k
                            V.row != V.heads * V.W || Q.off || K.off || V.off);
     if (packed && Q.W != V.W)
         return false;
-    Node *fresh[6];
+    Node *fresh[7];
     int nfresh = 0;
     Tensor *in[4] = {operand_tensor(r, n, "q", &Q, bshd, fresh, &nfresh),
                      operand_tensor(r, n, "k", &K, bshd, fresh, &nfresh),
@@ -836,17 +892,34 @@ static bool traced_attention(Rewriter *r, Node *n, const View *qv, const View *k
     fresh[nfresh++] = att;
     Node saved;
     Tensor saved_out;
-    Tensor *out = n->outputs[0]; /* [B, H, Sq, DV] */
-    if (out_bshd) { /* [B, Sq, H * DV] as [B, Sq, H, DV], then transposed */
-        Node *v = new_view(r, n, "heads", att->outputs[0], 4,
-                           (int64_t[]){out->shape[0], out->shape[2], out->shape[1],
-                                       out->shape[3]});
+    Tensor *out = n->outputs[0]; /* [..., H, Sq, DV] (or [B * H, Sq, DV]) */
+    int rank = out->rank;
+    if (out_bshd) {
+        /* [B, Sq, H * DV] as [..., Sq, H, DV], then transposed (rank 3:
+         * [B, Sq, H, DV] transposed, then viewed as [B * H, Sq, DV]) */
+        int64_t shape[MAX_RANK], perm[MAX_RANK];
+        int vr = rank < 4 ? 4 : rank;
+        memcpy(shape, rank < 4 ? (int64_t[]){Q.B, Q.H, Q.S, V.W} : out->shape,
+               sizeof(int64_t) * (size_t)vr);
+        int64_t h = shape[vr - 3];
+        shape[vr - 3] = shape[vr - 2];
+        shape[vr - 2] = h;
+        heads_swap(vr, perm);
+        Node *v = new_view(r, n, "heads", att->outputs[0], vr, shape);
         fresh[nfresh++] = v;
-        become(n, OP_TRANSPOSE, 1, &v->outputs[0], &saved, &saved_out);
-        node_set_ints(n, "perm", 4, (int64_t[]){0, 2, 1, 3});
+        if (rank < 4) {
+            Node *t = new_node(r, OP_TRANSPOSE, n, "merged", 1, &v->outputs[0]);
+            node_set_ints(t, "perm", vr, perm);
+            fresh[nfresh++] = t;
+            become(n, OP_RESHAPE, 1, &t->outputs[0], &saved, &saved_out);
+            node_set_ints(n, "shape", rank, out->shape);
+        } else {
+            become(n, OP_TRANSPOSE, 1, &v->outputs[0], &saved, &saved_out);
+            node_set_ints(n, "perm", rank, perm);
+        }
     } else {
         become(n, OP_RESHAPE, 1, &att->outputs[0], &saved, &saved_out);
-        node_set_ints(n, "shape", 4, out->shape);
+        node_set_ints(n, "shape", rank, out->shape);
     }
     return settle(r, fresh, nfresh, n, &saved, &saved_out);
 }
@@ -876,8 +949,11 @@ static void try_attention_operands(Rewriter *r, Node *n) {
 /* ---- transposes ----------------------------------------------------------- */
 
 static void try_transposes(Rewriter *r, Node *n) {
-    Tensor *y = n->outputs[0];
-    Node *first = n->op == OP_TRANSPOSE ? made_by(n->inputs[0], OP_TRANSPOSE) : NULL;
+    Tensor *y = n->outputs[0], *in = n->op == OP_TRANSPOSE ? n->inputs[0] : NULL;
+    Node *same = made_by(in, OP_RESHAPE); /* a reshape to its own shape (Einsum's output) */
+    if (same && shape_equal(same->inputs[0], in))
+        in = same->inputs[0];
+    Node *first = in ? made_by(in, OP_TRANSPOSE) : NULL;
     int64_t p1[MAX_RANK], p2[MAX_RANK];
     if (!first || y->is_output || y->is_update ||
         attr_ints(first, "perm", p1, MAX_RANK) != y->rank ||

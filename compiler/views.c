@@ -6,6 +6,8 @@
  */
 #include "views.h"
 
+#include <string.h>
+
 bool is_view(const Node *n) { return n && is_view_op(n->op); }
 
 /* Merges the axes [a, b) of v into one (size, stride, div); false when
@@ -32,7 +34,7 @@ static bool merge_axes(const View *v, int a, int b, int64_t *stride, int64_t *di
     return true;
 }
 
-static bool reshape_view(View *v, int rank, const int64_t *shape) {
+bool reshape_view(View *v, int rank, const int64_t *shape) {
     View o = {v->root, rank, {0}, {0}, {0}, v->base};
     int i = 0, j = 0;
     while (i < v->rank || j < rank) {
@@ -151,9 +153,29 @@ static bool picks_part(Node *p) {
     return true;
 }
 
+/* Which input of p (a two-input mul) is not a one-element f32 constant
+ * when the other is: its value in *c; -1 where neither is. */
+static int scaled_input(const Node *p, double *c) {
+    for (int i = 0; p->op == OP_MUL && p->ninputs == 2 && i < 2; i++) {
+        const Tensor *k = p->inputs[i];
+        if (k->kind == T_WEIGHT && k->data && k->dtype == KILN_DTYPE_F32 &&
+            tensor_count(k) == 1 && p->inputs[1 - i]->dtype == KILN_DTYPE_F32 &&
+            shape_equal(p->inputs[1 - i], p->outputs[0])) {
+            float f;
+            memcpy(&f, k->data, 4);
+            *c = f;
+            return 1 - i;
+        }
+    }
+    return -1;
+}
+
+bool trace_view(Tensor *t, View *v) { return trace_view_scaled(t, v, NULL); }
+
 /* t followed back through transposes, views, broadcasts and parts picked
- * (picks_part) to the tensor whose elements it indexes. */
-bool trace_view(Tensor *t, View *v) {
+ * (picks_part), and with scale through products by constant scalars, to
+ * the tensor whose elements it indexes. */
+bool trace_view_scaled(Tensor *t, View *v, double *scale) {
     if (tensor_count(t) == 0)
         return false;
     Node *chain[32];
@@ -161,6 +183,13 @@ bool trace_view(Tensor *t, View *v) {
     int n = 0;
     Tensor *root = t;
     for (Node *p = root->producer; p && n < 32; p = root->producer) {
+        double c;
+        int x = scale ? scaled_input(p, &c) : -1;
+        if (x >= 0) { /* a product by a constant commutes with the views */
+            *scale *= c;
+            root = p->inputs[x];
+            continue;
+        }
         if (!is_view(p) && p->op != OP_TRANSPOSE && p->op != OP_EXPAND && !picks_part(p))
             break;
         part[n] = 0;

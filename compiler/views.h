@@ -25,6 +25,12 @@ typedef struct View {
  * to the tensor whose elements it indexes; false where the chain is not one
  * such map. */
 bool trace_view(Tensor *t, View *v);
+/* The same, through products by one-element f32 constants too (a scaled
+ * query or key), their product multiplied into *scale. */
+bool trace_view_scaled(Tensor *t, View *v, double *scale);
+/* v viewed at `shape` (rank axes, its element count), as a reshape views
+ * it; false where an axis merged would have no single stride. */
+bool reshape_view(View *v, int rank, const int64_t *shape);
 /* Whether n is a view node (reshape and the like: no dispatch of its own). */
 bool is_view(const Node *n);
 

@@ -334,6 +334,75 @@ case("rewrite attention: a bias given as an input, without the NaN guard, is lef
     windowed_case(True, False))
 
 
+def einsum_windows_case(shared_bias):
+    """MaxViT's block attention as torchvision writes it and the exporter
+    writes that (ONNX, opset 13): one QKV product [1, G, P, 3C] split three
+    ways, each reshaped to [1, G, P, H, D] and its heads moved ahead of
+    the positions, k times the scale, Einsum 'B G H I D, B G H J D -> B G
+    H I J' (kiln's rank-5 product), a constant relative-position bias, the
+    softmax, Einsum back, the heads merged. The rewrite reads q, k and v in
+    place from the QKV product (the packed layout), folds the scale found
+    on k, sums the bias into the attention's mask (kept at [1, H, P, P]
+    when every window shares it), and the heads' transpose cancels: one
+    dispatch. With --no-fuse=patterns the same values the long way."""
+    def test(workdir):
+        from test_onnx import attr, initializer, model, node as onode, run_onnx, value_info
+        r = rng(4600 + shared_bias)
+        G, P, H, D = 5, 7, 3, 8
+        C = H * D
+        qkv = values(r, [1, G, P, 3 * C], 1.0)
+        bias = values(r, [1, H, P, P] if shared_bias else [G, H, P, P], 1.0)
+        scale = np.float32(D ** -0.5)
+        five = np.array([1, G, P, H, D], np.int64)
+        nodes = [onode("Split", ["qkv"], ["q0", "k0", "v0"], "split", attr("axis", 3))]
+        for t in "qkv":
+            nodes += [onode("Reshape", [t + "0", "five"], [t + "5"], t + "r"),
+                      onode("Transpose", [t + "5"], [t + "h"], t + "t",
+                            attr("perm", [0, 1, 3, 2, 4]))]
+        nodes += [onode("Mul", ["kh", "scale"], ["ks"], "ks"),
+                  onode("Einsum", ["qh", "ks"], ["s"], "qk",
+                        attr("equation", "B G H I D, B G H J D -> B G H I J")),
+                  onode("Add", ["s", "bias"], ["sb"], "bias_add"),
+                  onode("Softmax", ["sb"], ["p"], "softmax", attr("axis", -1)),
+                  onode("Einsum", ["p", "vh"], ["o"], "pv",
+                        attr("equation", "B G H I J, B G H J D -> B G H I D")),
+                  onode("Transpose", ["o"], ["ot"], "merge", attr("perm", [0, 1, 3, 2, 4])),
+                  onode("Reshape", ["ot", "four"], ["y"], "y")]
+        inits = [initializer("five", five), initializer("scale", scale),
+                 initializer("bias", bias),
+                 initializer("four", np.array([1, G, P, C], np.int64))]
+        data = model(nodes, [value_info("qkv", [1, G, P, 3 * C])],
+                     [value_info("y", [1, G, P, C])], inits)
+        x = qkv.astype(np.float64).reshape(1, G, P, 3, H, D).transpose(3, 0, 1, 4, 2, 5)
+        sc = np.einsum("bghid,bghjd->bghij", x[0], x[1] * float(scale)) + bias
+        e = np.exp(sc - sc.max(-1, keepdims=True))
+        o = np.einsum("bghij,bghjd->bghid", e / e.sum(-1, keepdims=True), x[2])
+        want = o.transpose(0, 1, 3, 2, 4).reshape(1, G, P, C).astype(np.float32)
+        wd = Path(workdir)
+        for flags, found in (((), 1), (("--no-fuse=patterns",), 0)):
+            run_onnx(workdir, data, [qkv], [want], ["y"], flags=flags)
+            r1 = kiln("compile", wd / "m.onnx", "-o", wd / "v.c", "-v", *flags)
+            m = re.search(r"recognised \d+ rms_norm, \d+ rope, (\d+) attention", r1.stderr)
+            check(int(m.group(1) if m else 0) == found, f"{flags}: {r1.stderr}")
+            if found:
+                ins = kiln("inspect", wd / "m.onnx", "--format", "json")
+                import json
+                d = json.loads(ins.stdout)
+                ops = [x["op"] for x in d["dispatches"]]
+                check(ops == ["attention"], f"dispatches {ops}, expected one attention")
+                mask = [t for t in d["tensors"] if t["name"].startswith("kiln.mask")]
+                want_shape = [1, H, P, P] if shared_bias else [G, H, P, P]
+                check(len(mask) == 1 and mask[0]["shape"] == want_shape,
+                      f"mask {mask}, expected shape {want_shape}")
+    return test
+
+
+case("rewrite attention of Einsum's rank-5 windows (MaxViT): bias shared by the windows")(
+    einsum_windows_case(True))
+case("rewrite attention of Einsum's rank-5 windows (MaxViT): a bias per window")(
+    einsum_windows_case(False))
+
+
 # ---- gelu_tanh ----
 
 def gelu_tanh_case(c3):
