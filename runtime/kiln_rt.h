@@ -166,7 +166,7 @@ kiln_status kiln_model_create(kiln_device *device, const kiln_model_desc *desc,
 /* Every input and output copied between the staging buffer and the arena
  * on the device (KILN_STAGED_IO=1 in the environment does the same). By
  * default the dispatches read small inputs (up to 64 KiB) and write
- * outputs (up to 1 MiB) in the staging buffer itself, where nothing else
+ * outputs (up to 64 KiB) in the staging buffer itself, where nothing else
  * shares their bytes: no copies, and fewer barriers. */
 #define KILN_MODEL_STAGED_IO 2u
 
