@@ -443,6 +443,11 @@ void apply_precision(Graph *g, const Options *opt) {
             /* casts go before the head, whose dispatch reads them */
             Rule r = kept(&p, members, nm) ? R_F32 : op_rule(n->op);
             if (r == R_SAME) {
+                /* slices fused into a concat (optimize.c) write nothing:
+                 * each piece is its source's elements, in its dtype */
+                for (int j = 0; j < nm; j++)
+                    if (members[j] != n && members[j]->op == OP_SLICE)
+                        members[j]->outputs[0]->dtype = members[j]->inputs[0]->dtype;
                 copy_group(&p, n);
             } else {
                 if (r == R_MATMUL)

@@ -331,6 +331,21 @@ def _(workdir):
     ds = json.loads(r.stdout)["dispatches"]
     inner = [d["barrier"] for a, d in zip(ds, ds[1:]) if a["node"] == d["node"]]
     check(len(inner) == 4 and not any(inner), f"barriers between a concat's copies: {inner}")
+    # --precision f16: the fused slices take their source's dtype, so the
+    # concats copy f16 to f16 (no f32 piece, no cast)
+    d16 = Path(workdir) / "f16"
+    d16.mkdir()
+    flags = ("--precision", "f16", "--io", "f16")
+    prog = build_model(d16, model_yaml("slices", {"x": spec(x)}, nodes, ["y"]), flags=flags)
+    y, = run_program(prog, [x.astype(np.float16)], [want.astype(np.float16)])
+    assert_close(y.astype(np.float32), want.astype(np.float16).astype(np.float32), 0, 0)
+    r = subprocess.run([str(KILN), "inspect", str(d16 / "model.yaml"), "--format", "json",
+                        *flags], capture_output=True, text=True)
+    info = json.loads(r.stdout)
+    kinds = {t["name"]: t["dtype"] for t in info["tensors"]}
+    ops = [d["op"] for d in info["dispatches"]]
+    check("cast" not in ops and all(kinds[t] == "f16" for t in ("rh", "roll", "m")),
+          f"f16 build: dispatches {ops}, dtypes {kinds}")
 
 
 def split_case(i, shape, axis, sizes, nout):
