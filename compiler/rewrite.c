@@ -972,6 +972,107 @@ static void try_transposes(Rewriter *r, Node *n) {
     r->transposes++;
 }
 
+/* How many inputs of the graph's nodes are t. */
+static int readers_of(const Graph *g, const Tensor *t) {
+    int n = 0;
+    for (int i = 0; i < g->nodes.len; i++) {
+        const Node *m = g->nodes.data[i];
+        for (int k = 0; k < m->ninputs; k++)
+            n += m->inputs[k] == t;
+    }
+    return n;
+}
+
+/* A transpose whose input comes, through views and at least one more
+ * transpose, each read by nothing else, from one tensor x: one transpose
+ * of a view of x (MaxViT's window partition undone and its grid
+ * partition made: three transposes between reshapes, one copy). Where the
+ * composed map is x's elements in their own order (a transpose undone),
+ * a view. */
+static void try_transpose_chain(Rewriter *r, Node *n) {
+    Tensor *y = n->outputs[0];
+    if (n->op != OP_TRANSPOSE || y->dyn_axes)
+        return;
+    /* the inputs of the transposes before it, nearest first: the chain
+     * traced back to the farthest that composes into one view */
+    Tensor *starts[32];
+    int earlier = 0;
+    for (Tensor *t = n->inputs[0];
+         t->producer && (is_view_op(t->producer->op) || t->producer->op == OP_TRANSPOSE) &&
+         earlier < 32;
+         t = t->producer->inputs[0]) {
+        if (t->is_output || t->is_update || t->dyn_axes || readers_of(r->g, t) != 1)
+            break;
+        if (t->producer->op == OP_TRANSPOSE)
+            starts[earlier++] = t->producer->inputs[0];
+    }
+    View v;
+    bool traced = false;
+    while (earlier > 0 && !traced) {
+        traced = trace_view_until(y, &v, NULL, starts[--earlier]) &&
+                 v.root == starts[earlier];
+        traced = traced && !v.base && !v.root->dyn_axes &&
+                 tensor_count(v.root) == tensor_count(y);
+    }
+    if (!traced)
+        return;
+    /* the axes of more than one element, by stride, outermost first: they
+     * must tile x exactly (a reshape of x, then one permutation) */
+    int ax[MAX_RANK], q = 0;
+    for (int a = 0; a < v.rank; a++) {
+        if (v.size[a] == 1)
+            continue;
+        if (v.div[a] != 1 || v.stride[a] <= 0)
+            return;
+        int at = q++;
+        while (at > 0 && v.stride[ax[at - 1]] < v.stride[a]) {
+            ax[at] = ax[at - 1];
+            at--;
+        }
+        ax[at] = a;
+    }
+    if (q == 0)
+        return;
+    int64_t flat[MAX_RANK], perm[MAX_RANK], e = 1;
+    for (int k = q - 1; k >= 0; k--) {
+        if (v.stride[ax[k]] != e)
+            return;
+        flat[k] = v.size[ax[k]];
+        e *= flat[k];
+    }
+    bool identity = true;
+    for (int a = 0, j = 0; a < v.rank; a++) {
+        if (v.size[a] == 1)
+            continue;
+        for (int k = 0; k < q; k++)
+            if (ax[k] == a)
+                perm[j] = k;
+        identity &= perm[j] == j;
+        j++;
+    }
+    Node *fresh[2];
+    int nfresh = 0;
+    Node *f = new_view(r, n, "flat", v.root, q, flat);
+    fresh[nfresh++] = f;
+    Tensor *src = f->outputs[0];
+    Node saved;
+    Tensor saved_out;
+    if (!identity && q != y->rank) { /* unit axes: the permutation, then y's shape */
+        Node *t = new_node(r, OP_TRANSPOSE, n, "chain", 1, &src);
+        node_set_ints(t, "perm", q, perm);
+        fresh[nfresh++] = t;
+        src = t->outputs[0];
+    }
+    if (identity || q != y->rank) {
+        become(n, OP_RESHAPE, 1, &src, &saved, &saved_out);
+        node_set_ints(n, "shape", y->rank, y->shape);
+    } else {
+        become(n, OP_TRANSPOSE, 1, &src, &saved, &saved_out);
+        node_set_ints(n, "perm", q, perm);
+    }
+    r->transposes += settle(r, fresh, nfresh, n, &saved, &saved_out);
+}
+
 void rewrite_patterns(Graph *g, const Options *opt) {
     Rewriter r = {g, {0}, {0}, 0, 0, 0, 0, 0, 0, 0};
     int count = g->nodes.len;
@@ -982,6 +1083,7 @@ void rewrite_patterns(Graph *g, const Options *opt) {
         try_rope_source(&r, n);
         try_attention(&r, n);
         try_attention_operands(&r, n);
+        try_transpose_chain(&r, n);
         try_transposes(&r, n);
         try_gelu_tanh(&r, n);
         try_silu(&r, n);

@@ -170,19 +170,24 @@ static int scaled_input(const Node *p, double *c) {
     return -1;
 }
 
-bool trace_view(Tensor *t, View *v) { return trace_view_scaled(t, v, NULL); }
+bool trace_view(Tensor *t, View *v) { return trace_view_until(t, v, NULL, NULL); }
+
+bool trace_view_scaled(Tensor *t, View *v, double *scale) {
+    return trace_view_until(t, v, scale, NULL);
+}
 
 /* t followed back through transposes, views, broadcasts and parts picked
  * (picks_part), and with scale through products by constant scalars, to
- * the tensor whose elements it indexes. */
-bool trace_view_scaled(Tensor *t, View *v, double *scale) {
+ * the tensor whose elements it indexes, or to stop where the way back
+ * meets it. */
+bool trace_view_until(Tensor *t, View *v, double *scale, const Tensor *stop) {
     if (tensor_count(t) == 0)
         return false;
     Node *chain[32];
     int part[32]; /* which of a split's outputs */
     int n = 0;
     Tensor *root = t;
-    for (Node *p = root->producer; p && n < 32; p = root->producer) {
+    for (Node *p = root->producer; p && n < 32 && root != stop; p = root->producer) {
         double c;
         int x = scale ? scaled_input(p, &c) : -1;
         if (x >= 0) { /* a product by a constant commutes with the views */

@@ -28,6 +28,9 @@ bool trace_view(Tensor *t, View *v);
 /* The same, through products by one-element f32 constants too (a scaled
  * query or key), their product multiplied into *scale. */
 bool trace_view_scaled(Tensor *t, View *v, double *scale);
+/* The same, stopping at tensor `stop` where the way back meets it (NULL:
+ * no stop), as the view of stop's elements. */
+bool trace_view_until(Tensor *t, View *v, double *scale, const Tensor *stop);
 /* v viewed at `shape` (rank axes, its element count), as a reshape views
  * it; false where an axis merged would have no single stride. */
 bool reshape_view(View *v, int rank, const int64_t *shape);

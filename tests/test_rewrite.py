@@ -403,6 +403,56 @@ case("rewrite attention of Einsum's rank-5 windows (MaxViT): a bias per window")
     einsum_windows_case(False))
 
 
+def transpose_chain_case(kind):
+    """Transposes between reshapes, each read by nothing else, composed
+    into one transpose of a view of the first one's input (MaxViT's heads
+    moved back and the window partition undone: [B, H, W, C] transposed,
+    viewed as windows, permuted), or into a view where they undo each
+    other; with a second reader of the middle tensor they stay as they
+    are. Every element against numpy; the transposes counted in inspect."""
+    def test(workdir):
+        import json
+        r = rng(4700 + kind)
+        B, A, P, C = 1, 4, 6, 5  # [B, A, P, C]: A windows of P = 2 x 3 positions
+        x = values(r, [B, A, P, C], 1.0)
+        nodes = [node("t1", "transpose", ["x"], perm=[0, 2, 1, 3]),  # [B, P, A, C]
+                 node("v1", "reshape", ["t1"], shape=[B, 2, 3, 2, 2, C])]
+        if kind == 1:  # undone: back to [B, A, P, C] through the same view
+            nodes += [node("v2", "reshape", ["v1"], shape=[B, P, A, C]),
+                      node("y", "transpose", ["v2"], perm=[0, 2, 1, 3])]
+            want = x
+        else:
+            nodes += [node("t2", "transpose", ["v1"], perm=[0, 5, 1, 3, 2, 4]),
+                      node("y", "reshape", ["t2"], shape=[B, C, 2 * 2, 3 * 2])]
+            want = x.transpose(0, 2, 1, 3).reshape(B, 2, 3, 2, 2, C).transpose(
+                0, 5, 1, 3, 2, 4).reshape(B, C, 4, 6)
+        outs = ["y"]
+        if kind == 2:  # the middle tensor read twice: nothing composed
+            nodes.append(node("z", "neg", ["v1"]))
+            outs.append("z")
+        y = model_yaml("chain", {"x": spec(x)}, nodes, outs)
+        prog = build_model(workdir, y)
+        wants = [want.astype(np.float32)]
+        if kind == 2:
+            wants.append(-x.transpose(0, 2, 1, 3).reshape(B, 2, 3, 2, 2, C))
+        got = run_program(prog, [x], wants)
+        for g, w in zip(got, wants):
+            check(np.array_equal(g, w), f"max error {np.abs(g - w).max()}")
+        info = json.loads(kiln("inspect", Path(workdir) / "model.yaml", "--format",
+                               "json").stdout)
+        n = sum(d["op"] == "transpose" for d in info["dispatches"])
+        check(n == [1, 0, 2][kind], f"{n} transpose dispatches, expected {[1, 0, 2][kind]}")
+    return test
+
+
+case("rewrite: transposes between reshapes composed into one (a window partition)")(
+    transpose_chain_case(0))
+case("rewrite: transposes between reshapes that undo each other: a view")(
+    transpose_chain_case(1))
+case("rewrite: transposes between reshapes, the middle one read twice, left alone")(
+    transpose_chain_case(2))
+
+
 # ---- gelu_tanh ----
 
 def gelu_tanh_case(c3):
