@@ -421,7 +421,9 @@ def main():
     del x, m
 
     rows = []
-    for (c, f16), (prog, summary, dts, err, other) in zip(todo, built):
+    for k, ((c, f16), (prog, summary, dts, err, other)) in enumerate(zip(todo, built)):
+        if k and k % 16 == 0:  # the table so far, should the run be cut short
+            write(args.out, rows, bandwidth, peaks)
         row = {"family": c.family, "cell": c.label, "dtype": "f16" if f16 else "f32"}
         rows.append(row)
         if err:
