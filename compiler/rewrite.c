@@ -64,7 +64,7 @@ typedef struct Rewriter {
     Graph *g;
     Vec order;  /* the nodes in their new order */
     Map tables; /* rope's [positions, h] cos and sin tables, by source */
-    int rms, rope, attention, transposes, gelu, silu, outer;
+    int rms, rope, attention, transposes, gelu, silu, outer, batch_norms;
 } Rewriter;
 
 /* t's producer when it is an op node, else NULL. */
@@ -560,6 +560,62 @@ static void try_rope(Rewriter *r, Node *n) {
             return;
         }
     }
+}
+
+
+/* ---- batch_norm ----------------------------------------------------------- */
+
+/* A per-channel constant [C, 1, ...] (rank - 1 axes, C first) of values v,
+ * named after n. */
+static Tensor *channel_constant(Rewriter *r, const Node *n, const char *what, float *v,
+                                int64_t C, int rank) {
+    Tensor *t = graph_tensor(r->g, format("kiln.%s.%s", what, n->name), T_WEIGHT, n->loc);
+    t->dtype = KILN_DTYPE_F32;
+    t->rank = rank - 1;
+    t->shape[0] = C;
+    for (int a = 1; a < rank - 1; a++)
+        t->shape[a] = 1;
+    t->data = (uint8_t *)v;
+    t->src.from = W_VALUES;
+    return t;
+}
+
+/* A batch norm of constant parameters that no convolution makes the
+ * input of (optimize.c folds those into the filter): x * A + B, A and B
+ * per channel computed here (A = scale / sqrt(var + eps), B = bias - mean
+ * A), two elementwise nodes that the elementwise chain after them joins
+ * in one dispatch (DenseNet's norm and ReLU before each convolution). */
+static void try_batch_norm(Rewriter *r, Node *n) {
+    if (n->op != OP_BATCH_NORM || n->ninputs != 5)
+        return;
+    Tensor *x = n->inputs[0];
+    Node *made = x->producer;
+    if ((made && (made->op == OP_CONV || made->op == OP_CONV_TRANSPOSE)) ||
+        x->dtype != KILN_DTYPE_F32 || x->rank < 2 || is_dyn(x, 1))
+        return;
+    int64_t C = x->shape[1];
+    const float *p[4];
+    for (int k = 1; k < 5; k++) {
+        const Tensor *t = n->inputs[k];
+        if (t->kind != T_WEIGHT || !t->data || t->dtype != KILN_DTYPE_F32 ||
+            tensor_count(t) != C)
+            return;
+        p[k - 1] = (const float *)(const void *)t->data;
+    }
+    double eps = attr_float(n, "eps");
+    float *a = xcalloc((size_t)C + 1, sizeof(float)), *b = xcalloc((size_t)C + 1, sizeof(float));
+    for (int64_t c = 0; c < C; c++) {
+        double s = (double)p[0][c] / sqrt((double)p[3][c] + eps);
+        a[c] = (float)s;
+        b[c] = (float)((double)p[1][c] - (double)p[2][c] * s);
+    }
+    Tensor *in[2] = {x, channel_constant(r, n, "bn_scale", a, C, x->rank)};
+    Node *m = new_node(r, OP_MUL, n, "scale", 2, in);
+    Tensor *sum[2] = {m->outputs[0], channel_constant(r, n, "bn_shift", b, C, x->rank)};
+    Node saved;
+    Tensor saved_out;
+    become(n, OP_ADD, 2, sum, &saved, &saved_out);
+    r->batch_norms += settle(r, &m, 1, n, &saved, &saved_out);
 }
 
 
@@ -1074,7 +1130,7 @@ static void try_transpose_chain(Rewriter *r, Node *n) {
 }
 
 void rewrite_patterns(Graph *g, const Options *opt) {
-    Rewriter r = {g, {0}, {0}, 0, 0, 0, 0, 0, 0, 0};
+    Rewriter r = {g, {0}, {0}, 0, 0, 0, 0, 0, 0, 0, 0};
     int count = g->nodes.len;
     for (int i = 0; i < count; i++) {
         Node *n = g->nodes.data[i];
@@ -1088,13 +1144,16 @@ void rewrite_patterns(Graph *g, const Options *opt) {
         try_gelu_tanh(&r, n);
         try_silu(&r, n);
         try_outer_product(&r, n);
+        try_batch_norm(&r, n);
         vec_push(&r.order, n);
     }
     g->nodes = r.order;
     for (int i = 0; i < g->nodes.len; i++)
         ((Node *)g->nodes.data[i])->id = i;
-    if (opt->verbose && r.rms + r.rope + r.attention + r.transposes + r.gelu + r.silu + r.outer)
+    if (opt->verbose && r.rms + r.rope + r.attention + r.transposes + r.gelu + r.silu + r.outer +
+                            r.batch_norms)
         fprintf(stderr, "kiln: recognised %d rms_norm, %d rope, %d attention, %d gelu_tanh, "
-                "%d silu, %d outer products; %d transpose pairs cancelled\n", r.rms, r.rope,
-                r.attention, r.gelu, r.silu, r.outer, r.transposes);
+                "%d silu, %d outer products; %d transposes composed or cancelled; "
+                "%d batch norms as x * a + b\n", r.rms, r.rope, r.attention, r.gelu, r.silu,
+                r.outer, r.transposes, r.batch_norms);
 }

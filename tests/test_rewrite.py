@@ -453,6 +453,50 @@ case("rewrite: transposes between reshapes, the middle one read twice, left alon
     transpose_chain_case(2))
 
 
+@case("rewrite: batch norms no convolution folds (DenseNet's, on a concat) as x * a + b, "
+      "one dispatch with the ReLU after; one after a convolution left to the fold")
+def _(workdir):
+    import json
+    r = rng(4800)
+    N, C, H, W = 2, 6, 5, 4
+    x = values(r, [N, C, H, W], 1.0)
+    u = values(r, [N, 3, H, W], 1.0)
+    cw = values(r, [C + 3, C + 3, 1, 1], 0.5)
+    p = {f"{n}{k}": values(r, [C + 3], 1.0) for k in (1, 2) for n in ("s", "b", "m")}
+    for k in (1, 2):
+        p[f"v{k}"] = (np.abs(values(r, [C + 3], 1.0)) + 0.5).astype(np.float32)
+    nodes = [node("cat", "concat", ["x", "u"], axis=1),
+             node("n1", "batch_norm", ["cat", "s1", "b1", "m1", "v1"], eps=1e-3),
+             node("r1", "relu", ["n1"]),
+             node("c", "conv", ["r1", "cw"]),
+             node("n2", "batch_norm", ["c", "s2", "b2", "m2", "v2"], eps=1e-5),
+             node("y", "relu", ["n2"])]
+    y = model_yaml("bn", {"x": spec(x), "u": spec(u)}, nodes, ["y"], weight_specs(cw=cw, **p))
+    cat = np.concatenate([x, u], 1).astype(np.float64)
+
+    def bn(t, k, eps):
+        sh = (1, -1, 1, 1)
+        return ((t - p[f"m{k}"].reshape(sh)) / np.sqrt(p[f"v{k}"].reshape(sh) + eps) *
+                p[f"s{k}"].reshape(sh) + p[f"b{k}"].reshape(sh))
+    r1 = np.maximum(bn(cat, 1, 1e-3), 0)
+    c = np.einsum("nchw,oc->nohw", r1, cw[:, :, 0, 0].astype(np.float64))
+    want = np.maximum(bn(c, 2, 1e-5), 0).astype(np.float32)
+    wd = Path(workdir)
+    for flags, found in (((), 1), (("--no-fuse=patterns",), 0)):
+        prog = build_model(workdir, y, flags=flags)
+        got, = run_program(prog, [x, u], [want])
+        err = np.abs(got - want).max()
+        check(err <= 1e-4 * np.abs(want).max() + 1e-5, f"{flags}: max error {err}")
+        r1 = kiln("compile", wd / "model.yaml", "-o", wd / "v.c", "-v", *flags)
+        m = re.search(r"(\d+) batch norms as x \* a \+ b", r1.stderr)
+        check(int(m.group(1) if m else 0) == found, f"{flags}: {r1.stderr}")
+        info = json.loads(kiln("inspect", wd / "model.yaml", "--format", "json",
+                               *flags).stdout)
+        ops = [d["op"] for d in info["dispatches"]]
+        if found:  # the norm, its ReLU: one dispatch; the second folded into the conv
+            check("batch_norm" not in ops and len(ops) <= 3, f"dispatches {ops}")
+
+
 # ---- gelu_tanh ----
 
 def gelu_tanh_case(c3):
