@@ -104,7 +104,8 @@ $(ONNX_OBJ): compiler/onnx.h $(B)/compiler/onnx.pb-c.h
 
 COMPILER_HDR = compiler/kiln.h compiler/lower.h compiler/shape.h compiler/onnx.h \
                compiler/ops.def compiler/onnx_versions.def runtime/kiln_rt.h \
-               runtime/kiln_rt_tables.h runtime/kiln_hash.h compiler/views.h
+               runtime/kiln_rt_tables.h runtime/kiln_hash.h compiler/views.h \
+               compiler/rewrite.h compiler/matmul.h compiler/dynamic.h
 
 # kiln compile --report states the runtime library's size: text + data.
 $(B)/compiler/main.o: compiler/main.c $(COMPILER_HDR) $(B)/libkilnrt.a

@@ -36,8 +36,13 @@
  *   [batch, positions, heads, width] read (the heads' merge before the
  *   output projection) is written in that layout by the kernel itself
  *   (out_layout bshd): the transposes cancel.
+ *   (rewrite_attention.c.)
  * - transposes: a transpose of a transpose that permute nothing together
- *   is its readers reading the original.
+ *   is its readers reading the original; transposes between reshapes,
+ *   each read by nothing else, one transpose of a view where their
+ *   composed map is one permutation.
+ * - batch_norm of constant parameters not after a convolution (which
+ *   optimize.c folds): x * a + b, for the elementwise chain after it.
  * - gelu_tanh: 0.5 x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 pow(x, 3))))
  *   (GPT-2's and others' "new" GELU), each product and sum in either
  *   order: kiln's gelu_tanh, which a product before it then takes into its
@@ -53,36 +58,10 @@
  *   inv_freq @ position_ids in every transformers decoder; not yet fused
  *   with the cast before it or the transpose after it).
  */
-#include "kiln.h"
-#include "views.h"
+#include "rewrite.h"
 
 #include <math.h>
-#include <setjmp.h>
 #include <string.h>
-
-typedef struct Rewriter {
-    Graph *g;
-    Vec order;  /* the nodes in their new order */
-    Map tables; /* rope's [positions, h] cos and sin tables, by source */
-    int rms, rope, attention, transposes, gelu, silu, outer, batch_norms;
-} Rewriter;
-
-/* t's producer when it is an op node, else NULL. */
-static Node *made_by(const Tensor *t, OpKind op) {
-    Node *n = t ? t->producer : NULL;
-    return n && n->op == op ? n : NULL;
-}
-
-/* The value of a one-element f32 weight. */
-static bool scalar_of(const Tensor *t, double *v) {
-    if (!t || t->kind != T_WEIGHT || !t->data || t->dtype != KILN_DTYPE_F32 ||
-        tensor_count(t) != 1)
-        return false;
-    float f;
-    memcpy(&f, t->data, 4);
-    *v = f;
-    return true;
-}
 
 /* A two-input node's operands with the one satisfying pred first. */
 static bool pick(const Node *n, bool (*pred)(const Tensor *), Tensor **yes, Tensor **no) {
@@ -97,90 +76,10 @@ static bool pick(const Node *n, bool (*pred)(const Tensor *), Tensor **yes, Tens
 
 static bool is_scalar(const Tensor *t) {
     double v;
-    return scalar_of(t, &v);
-}
-
-static int last_axis(Node *n, const char *key, int rank) {
-    int64_t a = attr_int(n, key);
-    return (int)(a < 0 ? a + rank : a);
+    return rw_scalar_of(t, &v);
 }
 
 /* ---- new nodes ------------------------------------------------------------ */
-
-static Node *new_node(Rewriter *r, OpKind op, const Node *at, const char *what, int nin,
-                      Tensor *const *in) {
-    const char *name = format("%s/%s", at->name, what);
-    Node *n = graph_node(r->g, op, name, at->loc);
-    for (int i = 0; i < nin; i++)
-        node_add_input(n, in[i]);
-    node_add_output(n, graph_tensor(r->g, name, T_VALUE, at->loc));
-    return n;
-}
-
-static Node *new_view(Rewriter *r, const Node *at, const char *what, Tensor *x, int rank,
-                      const int64_t *shape) {
-    Node *v = new_node(r, OP_RESHAPE, at, what, 1, &x);
-    node_set_ints(v, "shape", rank, shape);
-    return v;
-}
-
-static void clear_dynamic(Tensor *t) {
-    t->dyn_axes = 0;
-    t->dynamic = false;
-    memset(t->ext, 0, sizeof t->ext);
-}
-
-/* Infers the fresh nodes, then anchor (already changed; saved holds it and
- * its output as they were). On an error nothing is kept: the anchor and
- * its output are put back, the fresh nodes stay out of the order. */
-static bool settle(Rewriter *r, Node **fresh, int nfresh, Node *anchor, const Node *saved,
-                   const Tensor *saved_out) {
-    jmp_buf trap, *outer = kiln_error_trap;
-    bool quiet = kiln_quiet;
-    volatile bool ok = false;
-    kiln_error_trap = &trap;
-    kiln_quiet = true;
-    if (setjmp(trap) == 0) {
-        for (int i = 0; i < nfresh; i++) {
-            infer_node(fresh[i]);
-            infer_dynamic(r->g, fresh[i]);
-        }
-        if (anchor) {
-            clear_dynamic(anchor->outputs[0]);
-            infer_node(anchor);
-            infer_dynamic(r->g, anchor);
-        }
-        ok = true;
-    }
-    kiln_error_trap = outer;
-    kiln_quiet = quiet;
-    if (!ok) {
-        if (anchor) {
-            *anchor = *saved;
-            *anchor->outputs[0] = *saved_out;
-        }
-        return false;
-    }
-    for (int i = 0; i < nfresh; i++)
-        vec_push(&r->order, fresh[i]);
-    return true;
-}
-
-/* Makes anchor the op `op` of inputs in (its attributes dropped; the caller
- * sets the new ones), keeping its output. Returns what it was, for settle. */
-static void become(Node *anchor, OpKind op, int nin, Tensor *const *in, Node *saved,
-                   Tensor *saved_out) {
-    *saved = *anchor;
-    *saved_out = *anchor->outputs[0];
-    anchor->op = op;
-    anchor->inputs = NULL;
-    anchor->input_locs = NULL;
-    anchor->ninputs = 0;
-    anchor->attrs = NULL;
-    anchor->nattrs = 0;
-    for (int i = 0; i < nin; i++)
-        node_add_input(anchor, in[i]);
-}
 
 /* n (a binary elementwise node of x and another operand) made the unary
  * op `op` of x, when x is f32 of n's shape; counted in *count when it
@@ -190,19 +89,19 @@ static void become_unary(Rewriter *r, Node *n, OpKind op, Tensor *x, int *count)
         return;
     Node saved;
     Tensor saved_out;
-    become(n, op, 1, &x, &saved, &saved_out);
-    *count += settle(r, NULL, 0, n, &saved, &saved_out);
+    rw_become(n, op, 1, &x, &saved, &saved_out);
+    *count += rw_settle(r, NULL, 0, n, &saved, &saved_out);
 }
 
 /* ---- rms_norm ------------------------------------------------------------- */
 
 /* a = mean(x^2 over the last axis) + eps: x, and eps. */
 static Tensor *mean_square_eps(Tensor *a, double *eps) {
-    Node *add = made_by(a, OP_ADD);
+    Node *add = rw_made_by(a, OP_ADD);
     Tensor *eps_t, *mean_t;
-    if (!add || !pick(add, is_scalar, &eps_t, &mean_t) || !scalar_of(eps_t, eps))
+    if (!add || !pick(add, is_scalar, &eps_t, &mean_t) || !rw_scalar_of(eps_t, eps))
         return NULL;
-    Node *mean = made_by(mean_t, OP_REDUCE_MEAN);
+    Node *mean = rw_made_by(mean_t, OP_REDUCE_MEAN);
     if (!mean || attr_int(mean, "keep_dims") != 1)
         return NULL;
     int64_t axes[MAX_RANK];
@@ -210,9 +109,9 @@ static Tensor *mean_square_eps(Tensor *a, double *eps) {
     if (attr_ints(mean, "axes", axes, MAX_RANK) != 1 ||
         (axes[0] != -1 && axes[0] != p->rank - 1))
         return NULL;
-    Node *pw = made_by(p, OP_POW), *mul = made_by(p, OP_MUL);
+    Node *pw = rw_made_by(p, OP_POW), *mul = rw_made_by(p, OP_MUL);
     double two;
-    if (pw && scalar_of(pw->inputs[1], &two) && two == 2.0)
+    if (pw && rw_scalar_of(pw->inputs[1], &two) && two == 2.0)
         return pw->inputs[0];
     if (mul && mul->inputs[0] == mul->inputs[1])
         return mul->inputs[0];
@@ -221,18 +120,18 @@ static Tensor *mean_square_eps(Tensor *a, double *eps) {
 
 /* t = sqrt(a): mean_square_eps(a). */
 static Tensor *root_mean_square(Tensor *t, double *eps) {
-    Node *sq = made_by(t, OP_SQRT);
+    Node *sq = rw_made_by(t, OP_SQRT);
     return sq ? mean_square_eps(sq->inputs[0], eps) : NULL;
 }
 
 /* t = x * reciprocal(rms), x * rsqrt(a) or x / rms: x, and eps. */
 static Tensor *rms_normalized(Tensor *t, double *eps) {
-    Node *m = made_by(t, OP_MUL), *d = made_by(t, OP_DIV);
+    Node *m = rw_made_by(t, OP_MUL), *d = rw_made_by(t, OP_DIV);
     if (d)
         return root_mean_square(d->inputs[1], eps) == d->inputs[0] ? d->inputs[0] : NULL;
     for (int i = 0; m && i < 2; i++) {
         Tensor *x = m->inputs[i], *inv = m->inputs[1 - i];
-        Node *rc = made_by(inv, OP_RECIPROCAL), *rs = made_by(inv, OP_RSQRT);
+        Node *rc = rw_made_by(inv, OP_RECIPROCAL), *rs = rw_made_by(inv, OP_RSQRT);
         Tensor *x2 = rc ? root_mean_square(rc->inputs[0], eps)
                         : rs ? mean_square_eps(rs->inputs[0], eps) : NULL;
         if (x2 == x)
@@ -254,10 +153,10 @@ static void try_rms_norm(Rewriter *r, Node *n) {
             continue;
         Node saved;
         Tensor saved_out;
-        become(n, OP_RMS_NORM, 2, (Tensor *[]){x, gamma}, &saved, &saved_out);
+        rw_become(n, OP_RMS_NORM, 2, (Tensor *[]){x, gamma}, &saved, &saved_out);
         node_set_int(n, "axis", -1);
         node_set_float(n, "eps", eps);
-        r->rms += settle(r, NULL, 0, n, &saved, &saved_out);
+        r->rms += rw_settle(r, NULL, 0, n, &saved, &saved_out);
         return;
     }
 }
@@ -267,22 +166,22 @@ static void try_rms_norm(Rewriter *r, Node *n) {
 /* Whether t is a one-element f32 weight of value c (within f32 rounding). */
 static bool constant_is(const Tensor *t, double c) {
     double v;
-    return scalar_of(t, &v) && fabs(v - c) <= 1e-6 * fabs(c);
+    return rw_scalar_of(t, &v) && fabs(v - c) <= 1e-6 * fabs(c);
 }
 
 /* t = c * m or m * c for the constant c: m. */
 static Tensor *scaled_by(Tensor *t, double c) {
-    Node *mul = made_by(t, OP_MUL);
+    Node *mul = rw_made_by(t, OP_MUL);
     Tensor *k, *m;
     return mul && pick(mul, is_scalar, &k, &m) && constant_is(k, c) ? m : NULL;
 }
 
 /* t = x + 0.044715 pow(x, 3): x. */
 static Tensor *cubic_sum(Tensor *t) {
-    Node *a = made_by(t, OP_ADD);
+    Node *a = rw_made_by(t, OP_ADD);
     for (int i = 0; a && i < 2; i++) {
         Tensor *cube = scaled_by(a->inputs[1 - i], 0.044715);
-        Node *pw = cube ? made_by(cube, OP_POW) : NULL;
+        Node *pw = cube ? rw_made_by(cube, OP_POW) : NULL;
         if (pw && pw->inputs[0] == a->inputs[i] && constant_is(pw->inputs[1], 3.0))
             return a->inputs[i];
     }
@@ -291,10 +190,10 @@ static Tensor *cubic_sum(Tensor *t) {
 
 /* t = 1 + tanh(sqrt(2 / pi) * cubic_sum(x)): x. */
 static Tensor *one_plus_tanh(Tensor *t) {
-    Node *a = made_by(t, OP_ADD), *th;
+    Node *a = rw_made_by(t, OP_ADD), *th;
     Tensor *one, *u, *s;
     if (!a || !pick(a, is_scalar, &one, &u) || !constant_is(one, 1.0) ||
-        !(th = made_by(u, OP_TANH)) || !(s = scaled_by(th->inputs[0], 0.7978845608028654)))
+        !(th = rw_made_by(u, OP_TANH)) || !(s = scaled_by(th->inputs[0], 0.7978845608028654)))
         return NULL;
     return cubic_sum(s);
 }
@@ -320,7 +219,7 @@ static void try_silu(Rewriter *r, Node *n) {
         return;
     for (int i = 0; i < 2; i++) {
         Tensor *x = n->inputs[i];
-        Node *sg = made_by(n->inputs[1 - i], OP_SIGMOID);
+        Node *sg = rw_made_by(n->inputs[1 - i], OP_SIGMOID);
         if (sg && sg->inputs[0] == x) {
             become_unary(r, n, OP_SILU, x, &r->silu);
             return;
@@ -348,8 +247,8 @@ static void try_outer_product(Rewriter *r, Node *n) {
     Node saved;
     Tensor saved_out;
     Tensor *in[2] = {a, b};
-    become(n, OP_MUL, 2, in, &saved, &saved_out);
-    r->outer += settle(r, NULL, 0, n, &saved, &saved_out);
+    rw_become(n, OP_MUL, 2, in, &saved, &saved_out);
+    r->outer += rw_settle(r, NULL, 0, n, &saved, &saved_out);
 }
 
 /* ---- rope ----------------------------------------------------------------- */
@@ -366,7 +265,7 @@ static int big_dims(const Tensor *t, int64_t *out) {
 /* t = x[..., :h] when first, else x[..., h:] (h = half the last axis, every
  * other axis whole): x. */
 static Tensor *half_of(Tensor *t, bool first) {
-    Node *s = made_by(t, OP_SLICE);
+    Node *s = rw_made_by(t, OP_SLICE);
     if (!s)
         return NULL;
     Tensor *x = s->inputs[0];
@@ -386,10 +285,10 @@ static Tensor *half_of(Tensor *t, bool first) {
 
 /* t = concat(-x[..., h:], x[..., :h]) along the last axis: x. */
 static Tensor *rotated_half(Tensor *t) {
-    Node *c = made_by(t, OP_CONCAT);
-    if (!c || c->ninputs != 2 || last_axis(c, "axis", t->rank) != t->rank - 1)
+    Node *c = rw_made_by(t, OP_CONCAT);
+    if (!c || c->ninputs != 2 || rw_last_axis(c, "axis", t->rank) != t->rank - 1)
         return NULL;
-    Node *neg = made_by(c->inputs[0], OP_NEG);
+    Node *neg = rw_made_by(c->inputs[0], OP_NEG);
     Tensor *x = neg ? half_of(neg->inputs[0], false) : NULL;
     return x && half_of(c->inputs[1], true) == x ? x : NULL;
 }
@@ -400,10 +299,10 @@ static Tensor *doubled_table(Tensor *t, OpKind op) {
     Tensor *v = t;
     while (is_view(v->producer))
         v = v->producer->inputs[0];
-    Node *trig = made_by(v, op);
-    Node *c = trig ? made_by(trig->inputs[0], OP_CONCAT) : NULL;
+    Node *trig = rw_made_by(v, op);
+    Node *c = trig ? rw_made_by(trig->inputs[0], OP_CONCAT) : NULL;
     if (!c || c->ninputs != 2 || c->inputs[0] != c->inputs[1] ||
-        last_axis(c, "axis", v->rank) != v->rank - 1)
+        rw_last_axis(c, "axis", v->rank) != v->rank - 1)
         return NULL;
     int64_t a[MAX_RANK], b[MAX_RANK];
     int na = big_dims(t, a), nb = big_dims(v, b);
@@ -420,10 +319,10 @@ static Tensor *rope_table(Rewriter *r, const Node *at, OpKind op, Tensor *f, int
     if (t)
         return t;
     int64_t h = f->shape[f->rank - 1];
-    Node *trig = new_node(r, op, at, key, 1, &f);
-    Node *view = new_view(r, at, format("%s.2d", key), trig->outputs[0], 2,
-                          (int64_t[]){S, h});
-    if (!settle(r, (Node *[]){trig, view}, 2, NULL, NULL, NULL))
+    Node *trig = rw_new_node(r, op, at, key, 1, &f);
+    Node *view = rw_new_view(r, at, format("%s.2d", key), trig->outputs[0], 2,
+                             (int64_t[]){S, h});
+    if (!rw_settle(r, (Node *[]){trig, view}, 2, NULL, NULL, NULL))
         return NULL;
     map_put(&r->tables, key, view->outputs[0]);
     return view->outputs[0];
@@ -501,12 +400,12 @@ static int positions_axis(const Tensor *x, const Tensor *C) {
  * x is no such transpose, else whether the rewrite settled. */
 static int rope_on_source(Rewriter *r, Node *n, Tensor *x, Tensor *cos_t, Tensor *sin_t,
                           int axis, Node *like) {
-    Node *tr = made_by(x, OP_TRANSPOSE);
+    Node *tr = rw_made_by(x, OP_TRANSPOSE);
     int64_t perm[MAX_RANK];
     if (!tr || attr_ints(tr, "perm", perm, MAX_RANK) != x->rank ||
         perm[x->rank - 1] != x->rank - 1)
         return -1;
-    Node *fresh = new_node(r, OP_ROPE, n, "rope", 3, (Tensor *[]){tr->inputs[0], cos_t, sin_t});
+    Node *fresh = rw_new_node(r, OP_ROPE, n, "rope", 3, (Tensor *[]){tr->inputs[0], cos_t, sin_t});
     node_set_int(fresh, "seq_axis", perm[axis]);
     if (like) {
         node_set_int(fresh, "interleaved", attr_int(like, "interleaved"));
@@ -515,9 +414,9 @@ static int rope_on_source(Rewriter *r, Node *n, Tensor *x, Tensor *cos_t, Tensor
     }
     Node saved;
     Tensor saved_out;
-    become(n, OP_TRANSPOSE, 1, &fresh->outputs[0], &saved, &saved_out);
+    rw_become(n, OP_TRANSPOSE, 1, &fresh->outputs[0], &saved, &saved_out);
     node_set_ints(n, "perm", x->rank, perm);
-    return settle(r, &fresh, 1, n, &saved, &saved_out);
+    return rw_settle(r, &fresh, 1, n, &saved, &saved_out);
 }
 
 /* A rope node (ONNX RotaryEmbedding 23) of a transpose whose positions are
@@ -527,7 +426,7 @@ static void try_rope_source(Rewriter *r, Node *n) {
     if (n->op != OP_ROPE)
         return;
     Tensor *x = n->inputs[0];
-    int axis = last_axis(n, "seq_axis", x->rank);
+    int axis = rw_last_axis(n, "seq_axis", x->rank);
     if (x->dyn_axes && !x->dynamic &&
         rope_on_source(r, n, x, n->inputs[1], n->inputs[2], axis, n) > 0)
         r->rope++;
@@ -537,7 +436,7 @@ static void try_rope(Rewriter *r, Node *n) {
     if (n->op != OP_ADD)
         return;
     for (int i = 0; i < 2; i++) {
-        Node *rot = made_by(n->inputs[i], OP_MUL), *lin = made_by(n->inputs[1 - i], OP_MUL);
+        Node *rot = rw_made_by(n->inputs[i], OP_MUL), *lin = rw_made_by(n->inputs[1 - i], OP_MUL);
         for (int j = 0; rot && lin && j < 2; j++) {
             Tensor *x = rotated_half(rot->inputs[j]), *S = rot->inputs[1 - j];
             if (!x || (lin->inputs[0] != x && lin->inputs[1] != x))
@@ -552,16 +451,15 @@ static void try_rope(Rewriter *r, Node *n) {
             if (on_source < 0) {
                 Node saved;
                 Tensor saved_out;
-                become(n, OP_ROPE, 3, (Tensor *[]){x, cos_t, sin_t}, &saved, &saved_out);
+                rw_become(n, OP_ROPE, 3, (Tensor *[]){x, cos_t, sin_t}, &saved, &saved_out);
                 node_set_int(n, "seq_axis", axis);
-                on_source = settle(r, NULL, 0, n, &saved, &saved_out);
+                on_source = rw_settle(r, NULL, 0, n, &saved, &saved_out);
             }
             r->rope += on_source;
             return;
         }
     }
 }
-
 
 /* ---- batch_norm ----------------------------------------------------------- */
 
@@ -610,406 +508,22 @@ static void try_batch_norm(Rewriter *r, Node *n) {
         b[c] = (float)((double)p[1][c] - (double)p[2][c] * s);
     }
     Tensor *in[2] = {x, channel_constant(r, n, "bn_scale", a, C, x->rank)};
-    Node *m = new_node(r, OP_MUL, n, "scale", 2, in);
+    Node *m = rw_new_node(r, OP_MUL, n, "scale", 2, in);
     Tensor *sum[2] = {m->outputs[0], channel_constant(r, n, "bn_shift", b, C, x->rank)};
     Node saved;
     Tensor saved_out;
-    become(n, OP_ADD, 2, sum, &saved, &saved_out);
-    r->batch_norms += settle(r, &m, 1, n, &saved, &saved_out);
-}
-
-
-/* ---- attention ------------------------------------------------------------ */
-
-/* An operand of attention: a view [batch, heads, positions, width] of a
- * contiguous root in layout bshd or bhsd, heads in groups of `group`
- * sharing one of the root's `heads`. In bshd the root's rows (a position
- * of a batch) may be wider than the heads (`row` elements), the heads
- * `off` elements in: a packed QKV product's part (qkv[1] of [3, B, heads,
- * S, d] transposed from its [B, S, 3, heads, d]). */
-typedef struct Operand4 {
-    Tensor *root;
-    int64_t B, H, S, W, group, heads, row, off;
-} Operand4;
-
-static bool as_operand(const View *v, Operand4 *o, int layout) {
-    /* layout: 0 bhsd, 1 bshd */
-    if (v->rank != 4)
-        return false;
-    o->root = v->root;
-    o->B = v->size[0], o->H = v->size[1], o->S = v->size[2], o->W = v->size[3];
-    o->group = v->size[1] > 1 ? v->div[1] : 1;
-    if (o->group < 1 || o->H % o->group || (v->size[3] > 1 && v->stride[3] != 1) ||
-        v->div[0] != 1 || v->div[2] != 1 || v->div[3] != 1)
-        return false;
-    o->heads = o->H / o->group;
-    int64_t W = o->W, S = o->S, HK = o->heads;
-    o->row = HK * W;
-    o->off = v->base;
-    if (layout == 1 && S > 1 && v->stride[2] > HK * W) /* wider rows: a packed product */
-        o->row = v->stride[2];
-    bool head_ok[2] = {v->size[1] == 1 || v->stride[1] == S * W,
-                       v->size[1] == 1 || v->stride[1] == W};
-    bool pos_ok[2] = {S == 1 || v->stride[2] == W, S == 1 || v->stride[2] == o->row};
-    bool batch_ok = o->B == 1 || v->stride[0] == (layout ? S * o->row : HK * S * W);
-    if (tensor_count(v->root) != o->B * S * o->row || !batch_ok ||
-        (layout == 0 && o->off) || o->off < 0 || o->off + HK * W > o->row)
-        return false;
-    return head_ok[layout] && pos_ok[layout];
-}
-
-/* The root viewed in the layout's shape (itself when it has it): bhsd
- * [batch, heads, positions, width], bshd [batch, positions, heads * width]. */
-static Tensor *operand_tensor(Rewriter *r, Node *at, const char *what, const Operand4 *o,
-                              bool bshd, Node **fresh, int *nfresh) {
-    int64_t shape[4] = {o->B, o->heads, o->S, o->W};
-    if (bshd)
-        shape[1] = o->S, shape[2] = o->row;
-    int rank = bshd ? 3 : 4;
-    if (o->root->rank == rank &&
-        memcmp(o->root->shape, shape, sizeof(int64_t) * (size_t)rank) == 0)
-        return o->root;
-    Node *v = new_view(r, at, what, o->root, rank, shape);
-    fresh[(*nfresh)++] = v;
-    return v->outputs[0];
-}
-
-/* An operand of a product inside attention, as a view [batch, heads, a,
- * b] (frame: batch and heads; a and b its last two extents; the axes
- * before the heads merged into the batch), products by constant scalars
- * folded into *scale (V passes NULL: V's scale is not the scores'). A
- * rank-3 operand [batch * heads, a, b] is traced from what its reshape
- * merged, which may be no single strided run at rank 3. */
-static bool operand_view(Tensor *t, const int64_t *frame, View *v, double *scale) {
-    int64_t shape[4] = {frame[0], frame[1], t->shape[t->rank - 2], t->shape[t->rank - 1]};
-    if (t->rank == 3 && t->producer && is_view_op(t->producer->op) &&
-        t->producer->inputs[0]->rank > 3)
-        t = t->producer->inputs[0];
-    bool ok = scale ? trace_view_scaled(t, v, scale) : trace_view(t, v);
-    return ok && reshape_view(v, 4, shape);
-}
-
-static bool traced_attention(Rewriter *r, Node *n, const View *qv, const View *kv,
-                             const View *vv, Tensor *mask, double scale, Node *like);
-
-/* Whether t is a constant f32 tensor of finite values (a mask that hides
- * no row's every key: softmax over it never meets a row of -inf only). */
-static bool finite_constant(const Tensor *t) {
-    if (t->kind != T_WEIGHT || !t->data || t->dtype != KILN_DTYPE_F32)
-        return false;
-    for (int64_t i = 0; i < tensor_count(t); i++) {
-        float f;
-        memcpy(&f, t->data + 4 * i, 4);
-        if (!isfinite(f))
-            return false;
-    }
-    return true;
-}
-
-/* Term t (a constant) broadcast to `shape` (numpy's rule), added into
- * sum's count elements in row-major order; false where it does not
- * broadcast. */
-static bool add_broadcast(float *sum, const Tensor *t, int rank, const int64_t *shape) {
-    int64_t st[MAX_RANK], count = 1;
-    for (int i = rank - 1, it = t->rank - 1, e = 1; i >= 0; i--, it--) {
-        int64_t d = it >= 0 ? t->shape[it] : 1;
-        if (d != shape[i] && d != 1)
-            return false;
-        st[i] = d == 1 ? 0 : e;
-        e *= d;
-        count *= shape[i];
-    }
-    if (t->rank > rank)
-        return false;
-    for (int64_t e = 0; e < count; e++) {
-        int64_t rem = e, at = 0;
-        for (int i = rank - 1; i >= 0; i--) {
-            at += rem % shape[i] * st[i];
-            rem /= shape[i];
-        }
-        float x;
-        memcpy(&x, t->data + 4 * at, 4);
-        sum[e] += x;
-    }
-    return true;
-}
-
-/* A constant mask m (f32, rank 4) made as small as it broadcasts: each
- * axis along which its values repeat cut to one (a bias shared by every
- * window: [1, heads, N, N], read by each window, not copied per window). */
-static void shrink_broadcast(Tensor *m) {
-    float *d = (float *)m->data;
-    for (int a = 0; a < m->rank; a++) {
-        int64_t outer = 1, inner = 1, n = m->shape[a];
-        for (int i = 0; i < a; i++)
-            outer *= m->shape[i];
-        for (int i = a + 1; i < m->rank; i++)
-            inner *= m->shape[i];
-        bool same = n > 1;
-        for (int64_t o = 0; o < outer && same; o++)
-            for (int64_t k = 1; k < n && same; k++)
-                same = memcmp(d + (o * n + k) * inner, d + o * n * inner,
-                              sizeof(float) * (size_t)inner) == 0;
-        if (!same)
-            continue;
-        for (int64_t o = 0; o < outer; o++) /* keep index 0 of axis a */
-            memmove(d + o * inner, d + o * n * inner, sizeof(float) * (size_t)inner);
-        m->shape[a] = 1;
-    }
-}
-
-static void try_attention(Rewriter *r, Node *n) {
-    int rank = n->outputs[0]->rank;
-    if (n->op != OP_MATMUL || rank < 3)
-        return;
-    Tensor *p = n->inputs[0], *mask = NULL;
-    /* [..., heads, queries, keys]: the heads the axis before the last two,
-     * the batch all those before them (Einsum's [B, G, H, I, J] over
-     * MaxViT's windows G), through a reshape (Einsum's, of the same
-     * shape; rank 3: [batch * heads, queries, keys], of the softmax's
-     * probabilities at rank 4 or more) */
-    if (p->producer && is_view_op(p->producer->op) && p->producer->inputs[0]->rank > 3 &&
-        p->producer->inputs[0]->shape[p->producer->inputs[0]->rank - 1] == p->shape[rank - 1])
-        p = p->producer->inputs[0];
-    if (p->rank < 4)
-        return;
-    int64_t frame[2] = {tensor_count(p) / (p->shape[p->rank - 3] * p->shape[p->rank - 2] *
-                                           p->shape[p->rank - 1]),
-                        p->shape[p->rank - 3]};
-    Node *guard = made_by(p, OP_WHERE);
-    double zero;
-    if (guard) { /* where(isnan(P), 0, P) */
-        Node *nan = made_by(guard->inputs[0], OP_ISNAN);
-        if (!nan || nan->inputs[0] != guard->inputs[2] || !scalar_of(guard->inputs[1], &zero) ||
-            zero != 0.0)
-            return;
-        p = guard->inputs[2];
-    }
-    Node *sm = made_by(p, OP_SOFTMAX);
-    if (!sm || last_axis(sm, "axis", p->rank) != p->rank - 1)
-        return;
-    /* the scores plus up to two additive terms, each add of its input's
-     * shape, through reshapes that keep the keys' axis (Swin: the
-     * relative-position bias, then the shifted windows' mask added to the
-     * scores viewed as [1, windows, heads, N, N]) */
-    Tensor *scores = sm->inputs[0], *terms[2], *frames[2];
-    int nterms = 0;
-    bool reshaped = false;
-    int64_t keys = scores->shape[scores->rank - 1];
-    Node *add, *qk;
-    for (;;) {
-        Node *v = scores->producer;
-        if ((add = made_by(scores, OP_ADD))) {
-            Tensor *inner = NULL;
-            for (int i = 0; i < 2 && !inner; i++) {
-                Node *m = add->inputs[i]->producer;
-                if (m && (m->op == OP_MATMUL || m->op == OP_ADD || is_view_op(m->op))) {
-                    inner = add->inputs[i];
-                    terms[nterms] = add->inputs[1 - i];
-                    frames[nterms] = add->outputs[0];
-                }
-            }
-            if (!inner || nterms == 2 || !shape_equal(inner, add->outputs[0]))
-                return;
-            nterms++;
-            scores = inner;
-        } else if (v && is_view_op(v->op) && v->op != OP_TRANSPOSE && v->ninputs >= 1 &&
-                   tensor_count(v->inputs[0]) == tensor_count(scores) &&
-                   v->inputs[0]->shape[v->inputs[0]->rank - 1] == keys) {
-            reshaped = true;
-            scores = v->inputs[0];
-        } else {
-            break;
-        }
-    }
-    if (!(qk = made_by(scores, OP_MATMUL)) || scores->rank != rank)
-        return;
-    int64_t shape4[4] = {frame[0], frame[1], scores->shape[rank - 2], scores->shape[rank - 1]};
-    if (nterms == 1 && !reshaped && rank == 4) {
-        mask = terms[0];
-        /* a masked row that sees no key must give zeros: the NaN guard, or
-         * a mask that hides no row (finite constants) */
-        if (mask->dtype != KILN_DTYPE_F32 || mask->rank > 4 ||
-            (!guard && !finite_constant(mask)))
-            return;
-    } else if (nterms) { /* constants: their sum at the scores' shape, once */
-        float *sum = xcalloc((size_t)tensor_count(scores) + 1, sizeof(float));
-        for (int i = 0; i < nterms; i++)
-            if (!finite_constant(terms[i]) ||
-                !add_broadcast(sum, terms[i], frames[i]->rank, frames[i]->shape)) {
-                xfree(sum);
-                return;
-            }
-        mask = graph_tensor(r->g, format("kiln.mask.%s", n->name), T_WEIGHT, n->loc);
-        mask->dtype = KILN_DTYPE_F32;
-        mask->rank = 4;
-        memcpy(mask->shape, shape4, sizeof shape4);
-        mask->data = (uint8_t *)sum;
-        mask->src.from = W_VALUES;
-        shrink_broadcast(mask);
-    }
-    double scale = 1.0;
-    View qv, kv, vv;
-    if (!operand_view(qk->inputs[0], frame, &qv, &scale) ||
-        !operand_view(qk->inputs[1], frame, &kv, &scale) ||
-        !operand_view(n->inputs[1], frame, &vv, NULL))
-        return;
-    /* K^T [b, h, d, s] as K [b, h, s, d] */
-    int64_t sz = kv.size[2], st = kv.stride[2], dv = kv.div[2];
-    kv.size[2] = kv.size[3], kv.stride[2] = kv.stride[3], kv.div[2] = kv.div[3];
-    kv.size[3] = sz, kv.stride[3] = st, kv.div[3] = dv;
-    r->attention += traced_attention(r, n, &qv, &kv, &vv, mask, scale, NULL);
-}
-
-/* The permutation of rank r that swaps the heads' axis and the queries'
- * (r - 3 and r - 2), into perm. */
-static void heads_swap(int r, int64_t *perm) {
-    for (int a = 0; a < r; a++)
-        perm[a] = a;
-    perm[r - 3] = r - 2;
-    perm[r - 2] = r - 3;
-}
-
-/* Whether every reader of t [..., H, S, D] (one at least) is a transpose
- * to [..., S, H, D], and t is no model output. */
-static bool heads_merged(Graph *g, const Tensor *t) {
-    int readers = 0;
-    if (t->is_output || t->is_update || t->rank < 4)
-        return false;
-    int64_t want[MAX_RANK];
-    heads_swap(t->rank, want);
-    for (int i = 0; i < g->nodes.len; i++) {
-        Node *m = g->nodes.data[i];
-        for (int k = 0; k < m->ninputs; k++) {
-            if (m->inputs[k] != t)
-                continue;
-            int64_t perm[MAX_RANK];
-            if (m->op != OP_TRANSPOSE || attr_ints(m, "perm", perm, MAX_RANK) != t->rank ||
-                memcmp(perm, want, sizeof(int64_t) * (size_t)t->rank) != 0)
-                return false;
-            readers++;
-        }
-    }
-    return readers > 0;
-}
-
-/* n's value [B, H, Sq, DV] computed by one attention of Q, K and V read in
- * place through their views; causal, softcap and window from `like` (an
- * attention node) when given. Whether the rewrite settled. */
-static bool traced_attention(Rewriter *r, Node *n, const View *qv, const View *kv,
-                             const View *vv, Tensor *mask, double scale, Node *like) {
-    Operand4 Q, K, V;
-    int layout = -1;
-    for (int l = 0; l < 2 && layout < 0; l++)
-        if (as_operand(qv, &Q, l) && as_operand(kv, &K, l) && as_operand(vv, &V, l))
-            layout = l;
-    if (layout < 0 || Q.group != 1 || K.heads != V.heads || K.group != V.group ||
-        Q.H != K.H || Q.H != V.H || K.S != V.S || Q.W != K.W || Q.B != K.B || Q.B != V.B ||
-        Q.root->dtype != KILN_DTYPE_F32 || K.root->dtype != KILN_DTYPE_F32 ||
-        V.root->dtype != KILN_DTYPE_F32)
-        return false;
-    bool bshd = layout == 1;
-    /* rows wider than the heads, or heads not at their start: the packed
-     * form (head_dim, offsets), one width for all three */
-    bool packed = bshd && (Q.row != Q.heads * Q.W || K.row != K.heads * K.W ||
-                           V.row != V.heads * V.W || Q.off || K.off || V.off);
-    if (packed && Q.W != V.W)
-        return false;
-    Node *fresh[7];
-    int nfresh = 0;
-    Tensor *in[4] = {operand_tensor(r, n, "q", &Q, bshd, fresh, &nfresh),
-                     operand_tensor(r, n, "k", &K, bshd, fresh, &nfresh),
-                     operand_tensor(r, n, "v", &V, bshd, fresh, &nfresh), mask};
-    Node *att = new_node(r, OP_ATTENTION, n, "attention", mask ? 4 : 3, in);
-    node_set_attr(att, "layout", bshd ? "bshd" : "bhsd");
-    if (bshd) {
-        node_set_int(att, "heads", Q.H);
-        node_set_int(att, "kv_heads", K.heads);
-    }
-    if (packed) {
-        node_set_int(att, "head_dim", Q.W);
-        node_set_int(att, "q_offset", Q.off);
-        node_set_int(att, "k_offset", K.off);
-        node_set_int(att, "v_offset", V.off);
-    }
-    node_set_float(att, "scale", scale);
-    for (int i = 0; like && i < like->nattrs; i++) {
-        const Attr *a = &like->attrs[i];
-        if (!a->is_list && (strcmp(a->key, "causal") == 0 || strcmp(a->key, "softcap") == 0 ||
-                            strcmp(a->key, "window") == 0))
-            node_set_attr(att, a->key, a->scalar);
-    }
-    /* bhsd operands whose result only a transpose to [B, Sq, H, DV] reads
-     * (the heads' merge before the output projection): the kernel writes
-     * that layout itself, and the transpose below cancels against it */
-    bool out_bshd = bshd || heads_merged(r->g, n->outputs[0]);
-    if (out_bshd && !bshd)
-        node_set_attr(att, "out_layout", "bshd");
-    fresh[nfresh++] = att;
-    Node saved;
-    Tensor saved_out;
-    Tensor *out = n->outputs[0]; /* [..., H, Sq, DV] (or [B * H, Sq, DV]) */
-    int rank = out->rank;
-    if (out_bshd) {
-        /* [B, Sq, H * DV] as [..., Sq, H, DV], then transposed (rank 3:
-         * [B, Sq, H, DV] transposed, then viewed as [B * H, Sq, DV]) */
-        int64_t shape[MAX_RANK], perm[MAX_RANK];
-        int vr = rank < 4 ? 4 : rank;
-        memcpy(shape, rank < 4 ? (int64_t[]){Q.B, Q.H, Q.S, V.W} : out->shape,
-               sizeof(int64_t) * (size_t)vr);
-        int64_t h = shape[vr - 3];
-        shape[vr - 3] = shape[vr - 2];
-        shape[vr - 2] = h;
-        heads_swap(vr, perm);
-        Node *v = new_view(r, n, "heads", att->outputs[0], vr, shape);
-        fresh[nfresh++] = v;
-        if (rank < 4) {
-            Node *t = new_node(r, OP_TRANSPOSE, n, "merged", 1, &v->outputs[0]);
-            node_set_ints(t, "perm", vr, perm);
-            fresh[nfresh++] = t;
-            become(n, OP_RESHAPE, 1, &t->outputs[0], &saved, &saved_out);
-            node_set_ints(n, "shape", rank, out->shape);
-        } else {
-            become(n, OP_TRANSPOSE, 1, &v->outputs[0], &saved, &saved_out);
-            node_set_ints(n, "perm", rank, perm);
-        }
-    } else {
-        become(n, OP_RESHAPE, 1, &att->outputs[0], &saved, &saved_out);
-        node_set_ints(n, "shape", rank, out->shape);
-    }
-    return settle(r, fresh, nfresh, n, &saved, &saved_out);
-}
-
-/* An attention node (ONNX Attention 23) of [B, H, S, D] operands that are
- * views of other tensors (the heads' transposes, repeated key/value heads
- * of the cache): read those in place, saving the copies. */
-static void try_attention_operands(Rewriter *r, Node *n) {
-    if (n->op != OP_ATTENTION || n->outputs[0]->rank != 4 ||
-        attr_choice(n, "layout", (const char *const[]){"bhsd", "bshd"}, 2) != 0)
-        return;
-    View qv, kv, vv;
-    bool moved = false;
-    Tensor *in[3] = {n->inputs[0], n->inputs[1], n->inputs[2]};
-    View *views[3] = {&qv, &kv, &vv};
-    for (int i = 0; i < 3; i++) {
-        if (!trace_view(in[i], views[i]))
-            return;
-        moved |= views[i]->root != in[i];
-    }
-    double scale = attr_float_or(n, "scale", 1.0 / sqrt((double)in[0]->shape[3]));
-    if (moved && traced_attention(r, n, &qv, &kv, &vv, n->ninputs > 3 ? n->inputs[3] : NULL,
-                                  scale, n))
-        r->attention++;
+    rw_become(n, OP_ADD, 2, sum, &saved, &saved_out);
+    r->batch_norms += rw_settle(r, &m, 1, n, &saved, &saved_out);
 }
 
 /* ---- transposes ----------------------------------------------------------- */
 
 static void try_transposes(Rewriter *r, Node *n) {
     Tensor *y = n->outputs[0], *in = n->op == OP_TRANSPOSE ? n->inputs[0] : NULL;
-    Node *same = made_by(in, OP_RESHAPE); /* a reshape to its own shape (Einsum's output) */
+    Node *same = rw_made_by(in, OP_RESHAPE); /* a reshape to its own shape (Einsum's output) */
     if (same && shape_equal(same->inputs[0], in))
         in = same->inputs[0];
-    Node *first = in ? made_by(in, OP_TRANSPOSE) : NULL;
+    Node *first = in ? rw_made_by(in, OP_TRANSPOSE) : NULL;
     int64_t p1[MAX_RANK], p2[MAX_RANK];
     if (!first || y->is_output || y->is_update ||
         attr_ints(first, "perm", p1, MAX_RANK) != y->rank ||
@@ -1108,25 +622,25 @@ static void try_transpose_chain(Rewriter *r, Node *n) {
     }
     Node *fresh[2];
     int nfresh = 0;
-    Node *f = new_view(r, n, "flat", v.root, q, flat);
+    Node *f = rw_new_view(r, n, "flat", v.root, q, flat);
     fresh[nfresh++] = f;
     Tensor *src = f->outputs[0];
     Node saved;
     Tensor saved_out;
     if (!identity && q != y->rank) { /* unit axes: the permutation, then y's shape */
-        Node *t = new_node(r, OP_TRANSPOSE, n, "chain", 1, &src);
+        Node *t = rw_new_node(r, OP_TRANSPOSE, n, "chain", 1, &src);
         node_set_ints(t, "perm", q, perm);
         fresh[nfresh++] = t;
         src = t->outputs[0];
     }
     if (identity || q != y->rank) {
-        become(n, OP_RESHAPE, 1, &src, &saved, &saved_out);
+        rw_become(n, OP_RESHAPE, 1, &src, &saved, &saved_out);
         node_set_ints(n, "shape", y->rank, y->shape);
     } else {
-        become(n, OP_TRANSPOSE, 1, &src, &saved, &saved_out);
+        rw_become(n, OP_TRANSPOSE, 1, &src, &saved, &saved_out);
         node_set_ints(n, "perm", q, perm);
     }
-    r->transposes += settle(r, fresh, nfresh, n, &saved, &saved_out);
+    r->transposes += rw_settle(r, fresh, nfresh, n, &saved, &saved_out);
 }
 
 void rewrite_patterns(Graph *g, const Options *opt) {
