@@ -302,6 +302,8 @@ static void emit_schedule(Str *s, Program *p, const char *px) {
                  op_info[d->node->op].name, d->family);
         if (d->barrier)
             str_addf(s, "; barrier: %s", c_comment(d->reason));
+        if (d->prefetch)
+            str_add(s, "; a prefetch: never a barrier, it runs beside the work before it");
         if (d->dynamic)
             str_addf(s, "; groups[%d] follow %s", d->dyn_axis,
                      c_comment(dim_expr_str(p->graph, &d->work)));
@@ -309,9 +311,10 @@ static void emit_schedule(Str *s, Program *p, const char *px) {
             str_addf(s, "; only on devices with %s", feature_words(d->needs));
         if (d->unless)
             str_addf(s, "; only on devices without %s", feature_words(d->unless));
-        str_addf(s, " */\n    {%du, {%uu, %uu, %uu}, %du, %du, %du, \"%s\", %lluull, %lluull,\n"
+        str_addf(s, " */\n    {%du, {%uu, %uu, %uu}, %du, %du, %uu, \"%s\", %lluull, %lluull,\n"
                     "     %du, %s, %lluull, %lluull, %lluull, %lluull, %uu, %uu},\n",
-                 d->module, d->groups[0], d->groups[1], d->groups[2], b, d->nargs, d->barrier,
+                 d->module, d->groups[0], d->groups[1], d->groups[2], b, d->nargs,
+                 d->prefetch ? KILN_BARRIER_PREFETCH : (unsigned)d->barrier,
                  c_string(d->label),
                  (unsigned long long)(dispatch_bytes_read(d) + dispatch_bytes_written(d)),
                  (unsigned long long)d->flops, d->dynamic ? d->dyn_axis : 3,

@@ -689,6 +689,10 @@ typedef struct Dispatch {
      * concat's pieces), however their byte ranges interleave: no barrier
      * between two such of one node for their writes (schedule.c) */
     bool disjoint_writes;
+    /* reads only weights and writes nothing (prefetch.c): never waits on
+     * a barrier, and the runtime records it where it stands even when
+     * skipped dispatches before it left one pending (KILN_BARRIER_PREFETCH) */
+    bool prefetch;
     /* KILN_FEATURE_* a device must have for this dispatch to be recorded
      * (needs), or must lack one of (unless): kiln_dispatch's fields. */
     uint32_t needs, unless;
@@ -801,6 +805,9 @@ int check_plan(Graph *g, Program *p);
 /* Puts a barrier before a dispatch only where its byte ranges conflict with
  * a dispatch since the last barrier. */
 void schedule(Graph *g, Program *p);
+/* prefetch.c: with KILN_PREFETCH set, a prefetch of each one-row product's
+ * weights before it (lower calls it last, before the dims). */
+void add_prefetches(Program *p);
 
 /* ---- compile_spirv.c ----------------------------------------------------- */
 

@@ -120,6 +120,7 @@ Program *lower(Graph *g, bool guard) {
         lowerings[n->op](p, n);
     }
     copy_inner_states(g, p);
+    add_prefetches(p);
     bind_dims(g, p);
     return p;
 }

@@ -19,7 +19,7 @@ const char *const tuning_variables[] = {
     "KILN_COOPMAT_PIPE", "KILN_COOPMAT_CEILING", "KILN_MATVEC_NCOL", "KILN_MATVEC_K",
     "KILN_MATVEC_K_M", "KILN_DIRECT_CONV", "KILN_DWCONV", "KILN_FLASH", "KILN_FLASH_CM",
     "KILN_ATTN_SPLITS", "KILN_ATTN_VPRE", "KILN_SPLIT_LAST", "KILN_F16_PAIRS",
-    "KILN_ROW_SPLIT", NULL};
+    "KILN_ROW_SPLIT", "KILN_PREFETCH", NULL};
 
 /* The matrix-vector kernel of s for runs of lo to hi rows (multiples of
  * per, the rows a unit of the dims adds): all its column groups then, none

@@ -151,12 +151,20 @@ typedef struct kiln_binding {
     uint32_t writes;
 } kiln_binding;
 
+/* kiln_dispatch.barrier of a dispatch that only reads weights and writes
+ * nothing (a prefetch of a product's weights into the cache): recorded
+ * where it stands, with no barrier; a barrier that skipped dispatches
+ * before it left pending goes to the next dispatch recorded, so that it
+ * runs beside the work before it. */
+#define KILN_BARRIER_PREFETCH 2u
+
 typedef struct kiln_dispatch {
     uint32_t kernel;        /* index into kernels */
     uint32_t groups[3];     /* workgroup counts (at the largest dims) */
     uint32_t first_binding; /* index into bindings */
     uint32_t binding_count;
-    uint32_t barrier;       /* 1: compute->compute memory barrier before it */
+    uint32_t barrier;       /* 1: compute->compute memory barrier before it;
+                               KILN_BARRIER_PREFETCH: see there */
     const char *node;       /* source node, for messages and profiles */
     uint64_t bytes;         /* bytes read and written (compiler's count) */
     uint64_t flops;         /* arithmetic operations (compiler's estimate) */

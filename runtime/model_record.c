@@ -88,19 +88,22 @@ static kiln_status record(kiln_model *m, const uint8_t *idle, const uint64_t *sp
     for (uint32_t i = 0; i < d->dispatch_count; i++) {
         const kiln_dispatch *x = &d->dispatches[i];
         if (!kiln__dispatch_active(m->device, x) || (idle && idle[i])) {
-            pending_barrier |= x->barrier;
+            pending_barrier |= x->barrier & 1u;
             indirect += x->dyn_axis != KILN_AXIS_FIXED;
             if (m->timestamps) /* its time is 0 */
                 vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
                                     m->timestamps, i + 1);
             continue;
         }
-        if (x->barrier || pending_barrier)
+        if (x->barrier & KILN_BARRIER_PREFETCH) {
+            /* no barrier: it runs beside the work before it */
+        } else if (x->barrier || pending_barrier) {
             kiln__memory_barrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
                            VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_SHADER_READ_BIT,
                            VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
                            VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
-        pending_barrier = 0;
+            pending_barrier = 0;
+        }
         if (x->kernel != bound) {
             vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE,
                               m->pipelines[x->kernel]);

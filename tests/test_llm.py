@@ -138,6 +138,40 @@ def quant_steps_case(d, fmt, tol):
     return test
 
 
+def prefetch_case(d):
+    """KILN_PREFETCH (compiler/prefetch.c): a prefetch of each one-row
+    product's weights, with no barrier of its own, placed before the
+    product's first dispatch; the two steps of run_two_steps against
+    onnxruntime as dynamic_steps_case's f16, and a malformed value refused
+    by name."""
+    def test(workdir):
+        wd = Path(workdir)
+        args = [d / "model.onnx", "--precision", "f16", *DYN_SHAPES]
+        r = kiln("inspect", *args, "--format", "json", env={"KILN_PREFETCH": "0.005"})
+        check(r.returncode == 0, f"kiln inspect failed:\n{r.stderr}")
+        disp = json.loads(r.stdout)["dispatches"]
+        fams = [x["family"] for x in disp]
+        pf = [i for i, f in enumerate(fams) if f == "prefetch"]
+        prods = {x["node"] for x in disp if x["family"] == "matvec_k"}
+        check(pf and len(pf) == len(prods),
+              f"{len(pf)} prefetches for {len(prods)} products on matvec_k")
+        for i in pf:
+            check(not disp[i].get("barrier"), f"prefetch {i} has a barrier")
+            check(fams[i + 1] == "matvec_k" and
+                  disp[i]["node"] == disp[i + 1]["node"] + " (prefetch)",
+                  f"prefetch {i} is not right before its product's first dispatch")
+        r = kiln("compile", *args, "--name", "model", "-o", wd / "model.c",
+                 env={"KILN_PREFETCH": "0.005"})
+        check(r.returncode == 0, f"kiln compile failed:\n{r.stderr}")
+        check("KILN_PREFETCH" in (wd / "model.c").read_text(),
+              "the generated C does not name KILN_PREFETCH among its tuning variables")
+        run_two_steps(d, link_model(wd), precision_compare(True, 1e-3, 1e-5))
+        r = kiln("inspect", *args, env={"KILN_PREFETCH": "lots"})
+        check(r.returncode != 0 and "KILN_PREFETCH=lots" in r.stderr,
+              f"a malformed KILN_PREFETCH was not refused by name:\n{r.stderr}")
+    return test
+
+
 def decode_case(d):
     """samples/llm/llm.c: the prompt, then 64 greedy tokens, each fed back,
     identical to transformers' generate() (ids.npy)."""
@@ -167,6 +201,9 @@ def decode_case(d):
     return test
 
 
+case("llm llama_tiny: KILN_PREFETCH's prefetches beside the work before each "
+     "product, both steps against onnxruntime")(
+         prefetch_case(LLM / "llama_tiny"))
 for _d in DECODERS:
     case(f"llm {_d.name}: prompt and decoding steps with a dynamic sequence and the cache "
          f"as state")(dynamic_steps_case(_d, "f32"))
