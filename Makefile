@@ -18,7 +18,8 @@ B = build
 # make test SANITIZE=1: the compiler, the runtime and every generated program
 # built with AddressSanitizer and UndefinedBehaviorSanitizer (in build-san/).
 # Findings inside the Vulkan driver are suppressed (tests/sanitize.supp);
-# kiln's own never are. The compiler frees nothing by design, so leak
+# kiln's own never are. The compiler frees little by design (the weights it
+# re-encodes, compiler/quantize.c), so leak
 # checking applies to the runtime and the programs, not to kiln itself.
 ifeq ($(SANITIZE),1)
 B = build-san

@@ -252,6 +252,8 @@ typedef struct Tensor {
     /* weights */
     WeightSource src;
     uint8_t *data;      /* little-endian, bytes() long, after load */
+    bool owns_data;     /* data is a block of its own (xcalloc'd for it, not in a
+                         * mapped file), which quantize.c frees once encoded */
     QuantCodes quant;   /* rank-2 f32 weights folded from 8-bit codes */
     /* memory: set by lower (views) and plan_memory */
     struct Tensor *alias; /* the tensor whose bytes this one shares, or NULL */

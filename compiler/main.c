@@ -323,13 +323,39 @@ static double now_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+/* This process's resident memory now and at its peak, in MiB, from
+ * /proc/self/status (Linux); false where that cannot be read. */
+static bool host_memory(double *rss, double *peak) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f)
+        return false;
+    char line[256];
+    long long now = -1, hwm = -1;
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "VmRSS:", 6) == 0)
+            now = strtoll(line + 6, NULL, 10);
+        else if (strncmp(line, "VmHWM:", 6) == 0)
+            hwm = strtoll(line + 6, NULL, 10);
+    }
+    fclose(f);
+    *rss = (double)now / 1024.0;
+    *peak = (double)hwm / 1024.0;
+    return now >= 0 && hwm >= 0;
+}
+
+/* --time: the stage's seconds, and the host memory the compiler holds
+ * (a model's weights are read, converted and re-encoded in memory). */
 static void stage_done(const Options *opt, const char *stage) {
     static double last, first;
-    double t = now_s();
+    double t = now_s(), rss, peak;
     if (!first)
         first = last = t;
-    if (opt->time_stages && stage)
-        fprintf(stderr, "kiln: %-10s %8.3f s (%.3f s in all)\n", stage, t - last, t - first);
+    if (opt->time_stages && stage) {
+        fprintf(stderr, "kiln: %-10s %8.3f s (%.3f s in all)", stage, t - last, t - first);
+        if (host_memory(&rss, &peak))
+            fprintf(stderr, "; host memory %.0f MiB, at most %.0f", rss, peak);
+        fputc('\n', stderr);
+    }
     last = t;
 }
 
@@ -353,9 +379,11 @@ static Program *build(Args *a, Graph **out_graph) {
         rewrite_patterns(g, o);
     stage_done(o, "shapes");
     optimize(g, &a->opt);
-    apply_precision(g, &a->opt);
-    quantize_weights(g, &a->opt);
     stage_done(o, "optimize");
+    apply_precision(g, &a->opt);
+    stage_done(o, "precision");
+    quantize_weights(g, &a->opt);
+    stage_done(o, "encode");
     if (!a->opt.name)
         a->opt.name = sanitize_name(g->name);
     Program *p = lower(g, a->opt.guard);

@@ -51,9 +51,7 @@ MatvecShape matvec_shape(const Node *n, const MatmulShape *s, int64_t rows) {
 }
 
 /* The format matvec_k.comp reads n's B in (weights.glsl's W_FORMAT). */
-static int b_format(const Node *n, const MatmulShape *s) {
-    return s->ops[2].t->dtype == KILN_DTYPE_F16 ? WF_F16 : n->wformat;
-}
+static int b_format(const Node *n, const MatmulShape *s) { return b_weight_format(n, s); }
 
 /* Whether matvec_k.comp can compute s: B K-major (encoded so by quantize.c,
  * its strides set so by matmul_dispatch, or given with B_SK 1) in whole

@@ -229,7 +229,7 @@ Dispatch *matmul_kernel(Program *p, Node *n, MatmulShape *s, bool matvec,
     dispatch_arg(d, s->ops[0].t, true);
     dispatch_arg(d, s->ops[1].t, false);
     dispatch_arg(d, n->wq ? n->wq : s->ops[2].t, false);
-    if (s->ops[2].t->dtype == KILN_DTYPE_F16) {
+    if (!n->wq && s->ops[2].t->dtype == KILN_DTYPE_F16) {
         define_int(d, "W_FORMAT", WF_F16);
     } else if (n->wformat != WF_F32) {
         define_int(d, "W_FORMAT", n->wformat);

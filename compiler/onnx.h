@@ -17,6 +17,8 @@ typedef struct Value {
     int rank;
     int64_t shape[MAX_RANK];
     uint8_t *data; /* a constant's bytes (kiln layout), or NULL */
+    uint8_t *alloc; /* the block new_value allocated for them: its tensor owns
+                       data while data is still that block (Tensor.owns_data) */
     Tensor *t;     /* the kiln tensor, once one exists */
     QuantCodes quant; /* a constant dequantized from 8-bit codes (to its tensor) */
     /* An integer value that follows the dynamic dims (a Shape of a dynamic

@@ -103,7 +103,7 @@ Value *new_value(const char *name, kiln_dtype dt, int rank, const int64_t *shape
     if (rank)
         memcpy(v->shape, shape, sizeof(int64_t) * (size_t)rank);
     if (constant)
-        v->data = xcalloc((size_t)(vcount(v) * kiln_dtype_size(dt)) + 1, 1);
+        v->data = v->alloc = xcalloc((size_t)(vcount(v) * kiln_dtype_size(dt)) + 1, 1);
     return v;
 }
 
@@ -174,6 +174,7 @@ Tensor *tens(Ctx *c, Value *v) {
     t->rank = v->rank;
     memcpy(t->shape, v->shape, sizeof t->shape);
     t->data = v->data;
+    t->owns_data = v->data == v->alloc;
     t->quant = v->quant;
     t->src.from = W_VALUES;
     v->t = t;

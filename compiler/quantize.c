@@ -34,6 +34,7 @@
 #include "kiln.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -105,45 +106,70 @@ static int64_t scale_index(const Node *n, int64_t K, int64_t N, int64_t blk, int
     return n->wkmajor ? col * ((K + QUANT_BLOCK - 1) / QUANT_BLOCK) + blk : blk * N + col;
 }
 
-/* Encodes B (K x N, element (k, n) at k * sk + n * sn) in format f (f32:
- * a K-major copy). */
-static void encode(Graph *g, Node *n, Tensor *b, int64_t K, int64_t N, int64_t sk, int64_t sn,
-                   WeightFormat f) {
-    int64_t count = K * N, nb = (K + QUANT_BLOCK - 1) / QUANT_BLOCK;
+/* Element i of B as a float (B f32 or f16). */
+static float b_value(const Tensor *b, int64_t i) {
+    if (b->dtype == KILN_DTYPE_F16) {
+        uint16_t h;
+        memcpy(&h, b->data + 2 * i, 2);
+        return half_to_float(h);
+    }
     float w;
-    n->wformat = f;
-    if (f == WF_F32 || f == WF_F16) {
-        /* f16: two halves per 32-bit word, count rounded up to an even number. */
-        n->wq = f == WF_F32 ? new_weight(g, b, ".kmajor", KILN_DTYPE_F32, count)
-                            : new_weight(g, b, ".f16", KILN_DTYPE_F16, count + (count & 1));
-        for (int64_t k = 0; k < K; k++)
-            for (int64_t col = 0; col < N; col++) {
-                int64_t i = k * sk + col * sn, o = dst_index(n, K, k, col, sk, sn);
-                memcpy(&w, b->data + 4 * i, 4);
-                if (f == WF_F32) {
+    memcpy(&w, b->data + 4 * i, 4);
+    return w;
+}
+
+/* Columns and rows of B a tile of encode's loops: a K-major copy reads B
+ * row-major and writes it column-major; within a tile both stay in the
+ * cache. */
+#define ENCODE_TILE 64
+
+/* One encoding of B: what encode_columns needs. */
+typedef struct Encoding {
+    Node *n;
+    const Tensor *b;
+    int64_t K, N, sk, sn, nb;
+    WeightFormat f;
+    double levels;
+    int threads;
+    int index; /* this worker's: tiles index, index + threads, ... */
+} Encoding;
+
+/* The K-major copy (f32, or halves) of B's columns [c0, c1). */
+static void copy_columns(const Encoding *e, int64_t c0, int64_t c1) {
+    Node *n = e->n;
+    const Tensor *b = e->b;
+    bool bits = e->f == WF_F16 && b->dtype == KILN_DTYPE_F16;
+    for (int64_t k0 = 0; k0 < e->K; k0 += ENCODE_TILE)
+        for (int64_t k = k0; k < e->K && k < k0 + ENCODE_TILE; k++)
+            for (int64_t col = c0; col < c1; col++) {
+                int64_t i = k * e->sk + col * e->sn, o = dst_index(n, e->K, k, col, e->sk, e->sn);
+                if (bits) {
+                    memcpy(n->wq->data + 2 * o, b->data + 2 * i, 2);
+                } else if (e->f == WF_F32) {
+                    float w = b_value(b, i);
                     memcpy(n->wq->data + 4 * o, &w, 4);
                 } else {
-                    uint16_t h = float_to_half(w);
+                    uint16_t h = float_to_half(b_value(b, i));
                     memcpy(n->wq->data + 2 * o, &h, 2);
                 }
             }
-        return;
-    }
+}
+
+/* The codes, scales (and zero points) of B's columns [c0, c1). */
+static void quantize_columns(const Encoding *e, int64_t c0, int64_t c1) {
+    Node *n = e->n;
+    const Tensor *b = e->b;
+    WeightFormat f = e->f;
+    int64_t K = e->K, N = e->N, sk = e->sk, sn = e->sn;
     bool int4 = f == WF_INT4 || f == WF_INT4_ASYM;
     bool asym = f == WF_INT8_ASYM || f == WF_INT4_ASYM;
-    int64_t qbytes = int4 ? (count + 1) / 2 : count;
-    n->wq = new_weight(g, b, ".q", KILN_DTYPE_U8, (qbytes + 3) / 4 * 4);
-    n->wscale = new_weight(g, b, ".scale", KILN_DTYPE_F32, nb * N);
-    if (asym)
-        n->wzero = new_weight(g, b, ".zero", KILN_DTYPE_U8, (nb * N + 3) / 4 * 4);
-    double levels = f == WF_INT8 ? 127 : f == WF_INT4 ? 7 : f == WF_INT8_ASYM ? 255
-                  : f == WF_INT4_ASYM ? 15 : f == WF_FP8_E4M3 ? 448 : 57344;
-    for (int64_t col = 0; col < N; col++) {
-        for (int64_t blk = 0; blk < nb; blk++) {
+    double levels = e->levels;
+    for (int64_t blk = 0; blk < e->nb; blk++)
+        for (int64_t col = c0; col < c1; col++) {
             int64_t k0 = blk * QUANT_BLOCK, k1 = k0 + QUANT_BLOCK < K ? k0 + QUANT_BLOCK : K;
             double lo = 0, hi = 0, amax = 0;
             for (int64_t k = k0; k < k1; k++) {
-                memcpy(&w, b->data + 4 * (k * sk + col * sn), 4);
+                float w = b_value(b, k * sk + col * sn);
                 lo = w < lo ? w : lo;
                 hi = w > hi ? w : hi;
                 amax = fabs((double)w) > amax ? fabs((double)w) : amax;
@@ -158,8 +184,7 @@ static void encode(Graph *g, Node *n, Tensor *b, int64_t K, int64_t N, int64_t s
                 n->wzero->data[si] = (uint8_t)z;
             for (int64_t k = k0; k < k1; k++) {
                 int64_t i = k * sk + col * sn, o = dst_index(n, K, k, col, sk, sn);
-                memcpy(&w, b->data + 4 * i, 4);
-                double v = s > 0 ? (double)w / s : 0;
+                double v = s > 0 ? (double)b_value(b, i) / s : 0;
                 unsigned q;
                 if (f == WF_FP8_E4M3 || f == WF_FP8_E5M2)
                     q = fp8_encode(v, f == WF_FP8_E4M3 ? 4 : 5);
@@ -173,7 +198,67 @@ static void encode(Graph *g, Node *n, Tensor *b, int64_t K, int64_t N, int64_t s
                     n->wq->data[o] = (uint8_t)q;
             }
         }
+}
+
+/* A worker's tiles of columns. */
+static void *encode_tiles(void *arg) {
+    const Encoding *e = arg;
+    for (int64_t c0 = (int64_t)e->index * ENCODE_TILE; c0 < e->N;
+         c0 += (int64_t)e->threads * ENCODE_TILE) {
+        int64_t c1 = c0 + ENCODE_TILE < e->N ? c0 + ENCODE_TILE : e->N;
+        if (e->f == WF_F32 || e->f == WF_F16)
+            copy_columns(e, c0, c1);
+        else
+            quantize_columns(e, c0, c1);
     }
+    return NULL;
+}
+
+/* Encodes B (K x N, element (k, n) at k * sk + n * sn; f32, or f16) in
+ * format f (f32: a K-major copy; f16: a K-major copy in halves, an f16
+ * B's bits as they are), tiles of columns on worker threads (KILN_JOBS):
+ * a decoder's weights are most of a compile's time (a 2048 x 11264 f32
+ * weight to f16 K-major about 0.5 s on one core). 4-bit codes pack two a
+ * byte; where two columns' codes could share one (an odd count along the
+ * packing), one thread does all. */
+static void encode(Graph *g, Node *n, Tensor *b, int64_t K, int64_t N, int64_t sk, int64_t sn,
+                   WeightFormat f) {
+    int64_t count = K * N, nb = (K + QUANT_BLOCK - 1) / QUANT_BLOCK;
+    n->wformat = f;
+    bool int4 = f == WF_INT4 || f == WF_INT4_ASYM;
+    bool asym = f == WF_INT8_ASYM || f == WF_INT4_ASYM;
+    if (f == WF_F32 || f == WF_F16) {
+        /* f16: two halves per 32-bit word, count rounded up to an even number. */
+        n->wq = f == WF_F32 ? new_weight(g, b, ".kmajor", KILN_DTYPE_F32, count)
+                            : new_weight(g, b, ".f16", KILN_DTYPE_F16, count + (count & 1));
+    } else {
+        int64_t qbytes = int4 ? (count + 1) / 2 : count;
+        n->wq = new_weight(g, b, ".q", KILN_DTYPE_U8, (qbytes + 3) / 4 * 4);
+        n->wscale = new_weight(g, b, ".scale", KILN_DTYPE_F32, nb * N);
+        if (asym)
+            n->wzero = new_weight(g, b, ".zero", KILN_DTYPE_U8, (nb * N + 3) / 4 * 4);
+    }
+    double levels = f == WF_INT8 ? 127 : f == WF_INT4 ? 7 : f == WF_INT8_ASYM ? 255
+                  : f == WF_INT4_ASYM ? 15 : f == WF_FP8_E4M3 ? 448 : 57344;
+    Encoding base = {n, b, K, N, sk, sn, nb, f, levels, 1, 0};
+    int64_t tiles = (N + ENCODE_TILE - 1) / ENCODE_TILE;
+    bool shared_bytes = int4 && (n->wkmajor ? K % 2 : N % 2);
+    base.threads = shared_bytes || count < (1 << 20) ? 1
+                   : worker_threads((int)(tiles < 64 ? tiles : 64));
+    pthread_t ids[64];
+    Encoding jobs[64];
+    int started = 0;
+    for (int t = 1; t < base.threads; t++) {
+        jobs[t] = base;
+        jobs[t].index = t;
+        if (pthread_create(&ids[started], NULL, encode_tiles, &jobs[t]) == 0)
+            started++;
+        else /* no thread: this one does its tiles too */
+            encode_tiles(&jobs[t]);
+    }
+    encode_tiles(&base);
+    for (int t = 0; t < started; t++)
+        pthread_join(ids[t], NULL);
 }
 
 int64_t quant_param_index(int rank, const int64_t *shape, int axis, int64_t block, int64_t i) {
@@ -286,6 +371,31 @@ bool decode_weight(Graph *g, const Tensor *b) {
 /* Whether n is a gemm that reads its B transposed (B given as N x K). */
 static bool trans_b(Node *n) { return n->op == OP_GEMM && attr_int(n, "trans_b"); }
 
+/* Frees B's own bytes once n's encoding holds all its readers need: every
+ * live reader takes it as B of the same product and orientation (those
+ * after n share n's encoding), B owns them (Tensor.owns_data) and no
+ * other tensor points at them. No dispatch binds B then (lowering binds
+ * the encoding): a decoder's weights are never held twice, in the file's
+ * dtype and encoded (the 8B of issue 65 is 16 GB in f16). */
+static void release_source(Graph *g, Node *n, Tensor *b) {
+    if (!b->owns_data || !b->data || b->is_output)
+        return;
+    for (int i = 0; i < g->nodes.len; i++) {
+        Node *m = g->nodes.data[i];
+        for (int k = 0; !m->dead && k < m->ninputs; k++)
+            if (m->inputs[k] == b && (k != 1 || m->op != n->op || trans_b(m) != trans_b(n)))
+                return;
+    }
+    for (int i = 0; i < g->tensors.len; i++) {
+        const Tensor *t = g->tensors.data[i];
+        if (t != b && t->data == b->data)
+            return;
+    }
+    xfree(b->data);
+    b->data = NULL;
+    b->owns_data = false;
+}
+
 void quantize_weights(Graph *g, const Options *opt) {
     const WeightFormat given = (WeightFormat)opt->weights_format;
     WeightFormat f = given;
@@ -315,15 +425,38 @@ void quantize_weights(Graph *g, const Options *opt) {
         if (n->dead || (n->op != OP_MATMUL && n->op != OP_GEMM) || n->ninputs < 2)
             continue;
         Tensor *b = n->inputs[1];
-        if (b->kind != T_WEIGHT || b->dtype != KILN_DTYPE_F32 || b->rank != 2 ||
+        /* Readers of one weight with the same orientation share its bytes
+         * (the first one's encoding, which may have freed B's own) */
+        Node *same = NULL;
+        for (int j = 0; j < i && !same; j++) {
+            Node *m = g->nodes.data[j];
+            if (!m->dead && m->wq && m->inputs[1] == b && m->op == n->op &&
+                trans_b(m) == trans_b(n))
+                same = m;
+        }
+        if (same) {
+            n->wformat = same->wformat;
+            n->wq = same->wq;
+            n->wscale = same->wscale;
+            n->wzero = same->wzero;
+            n->wkmajor = same->wkmajor;
+            n->act_int8 = opt->activations_int8;
+            continue;
+        }
+        bool half = b->dtype == KILN_DTYPE_F16;
+        if (b->kind != T_WEIGHT || (b->dtype != KILN_DTYPE_F32 && !half) || b->rank != 2 ||
             b->is_output || other[b->id] || !b->data)
             continue;
         /* --precision f16 leaves a decoder's weights f32 (precision.c) for
-         * an f16 K-major copy here */
+         * an f16 K-major copy here; a decoder exported in f16 (its weights
+         * f16 in the file) gets the same copy, its halves as they are, or
+         * its --weights codes from those halves */
         f = given;
         if (f == WF_F32 && opt->precision == KILN_DTYPE_F16 && !b->quant.codes &&
             decode_weight(g, b))
             f = WF_F16;
+        if (half && f == WF_F32)
+            continue;
         int64_t K = b->shape[0], N = b->shape[1], sk = N, sn = 1;
         bool tb = trans_b(n);
         if (tb) {
@@ -342,21 +475,6 @@ void quantize_weights(Graph *g, const Options *opt) {
             n->wkmajor = false;
             continue;
         }
-        /* Readers of one weight with the same orientation share its bytes. */
-        Node *same = NULL;
-        for (int j = 0; j < i && !same; j++) {
-            Node *m = g->nodes.data[j];
-            if (m->wq && m->inputs[1] == b && m->op == n->op && trans_b(m) == tb)
-                same = m;
-        }
-        if (same) {
-            n->wformat = same->wformat;
-            n->wq = same->wq;
-            n->wscale = same->wscale;
-            n->wzero = same->wzero;
-            n->wkmajor = same->wkmajor;
-            continue;
-        }
         if (f == WF_F32 && b->quant.codes && keep_codes(g, n, b, K, N, sk, sn)) {
             kept++;
             kmajor += n->wkmajor;
@@ -369,6 +487,7 @@ void quantize_weights(Graph *g, const Options *opt) {
         kmajor += n->wkmajor;
         encode(g, n, b, K, N, sk, sn, f);
         done += f != WF_F32;
+        release_source(g, n, b);
     }
     if (opt->verbose && done)
         fprintf(stderr, "kiln: %d matmul weights re-encoded as %s\n", done,

@@ -7,6 +7,7 @@
  * (emit_c, when embedded) or to the sidecar file.
  */
 #define _POSIX_C_SOURCE 200809L /* fileno, mmap, utimensat */
+#define _DEFAULT_SOURCE /* madvise */
 #include "kiln.h"
 #include "../runtime/kiln_hash.h"
 
@@ -96,6 +97,23 @@ typedef struct Worker {
     int index;
 } Worker;
 
+/* Drops the whole pages within [p, p + n) of a read-only file mapping
+ * from this process's memory (they fault in again if read): comparing a
+ * sidecar as large as the weights would otherwise hold all of it. */
+static void release_pages(const uint8_t *p, uint64_t n) {
+    long page = sysconf(_SC_PAGESIZE);
+    if (page <= 0)
+        return;
+    uintptr_t lo = ((uintptr_t)p + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
+    uintptr_t hi = ((uintptr_t)p + (uintptr_t)n) / (uintptr_t)page * (uintptr_t)page;
+#ifdef MADV_DONTNEED
+    if (hi > lo)
+        madvise((void *)lo, hi - lo, MADV_DONTNEED);
+#else
+    (void)lo, (void)hi;
+#endif
+}
+
 static void *hash_segments(void *arg) {
     Worker *w = arg;
     Segments *s = w->s;
@@ -108,6 +126,8 @@ static void *hash_segments(void *arg) {
         weight_range(s->g, s->p, from, to, compare_piece, &c);
         s->hash[k] = kiln__hash_segment(&c.hash);
         s->same[k] = c.same;
+        if (s->file) /* the old file's pages of this segment leave this process */
+            release_pages(s->file + from, to - from);
     }
     return NULL;
 }

@@ -311,23 +311,29 @@ def test_name_and_output(workdir):
 
 def test_time_stages(workdir):
     """--time prints every stage of the compile, in order, with a time that
-    adds up to the total; without it, stderr holds none of those lines."""
+    adds up to the total, and the host memory held after it and at most so
+    far (never less than after it, never falling); without it, stderr
+    holds none of those lines."""
     wd = Path(workdir)
-    stages = ["read", "weights", "shapes", "optimize", "lower", "plan", "kernels", "emit",
-              "write"]  # and "sidecar" before emit when there is one
+    stages = ["read", "weights", "shapes", "optimize", "precision", "encode", "lower", "plan",
+              "kernels", "emit", "write"]  # and "sidecar" before emit when there is one
     r = kiln("compile", ROOT / "samples" / "mlp.yaml", "-o", "m.c", "--time", cwd=wd)
     check(r.returncode == 0, r.stderr)
-    rows = re.findall(r"^kiln: (\w+) +([0-9.]+) s \(([0-9.]+) s in all\)$", r.stderr, re.M)
-    check([s for s, _, _ in rows] == stages, f"stages {rows} in:\n{r.stderr}")
-    total = sum(float(t) for _, t, _ in rows)
+    rows = re.findall(r"^kiln: (\w+) +([0-9.]+) s \(([0-9.]+) s in all\); host memory "
+                      r"(\d+) MiB, at most (\d+)$", r.stderr, re.M)
+    check([s for s, *_ in rows] == stages, f"stages {rows} in:\n{r.stderr}")
+    total = sum(float(t) for _, t, *_ in rows)
     check(abs(total - float(rows[-1][2])) < 0.01, f"stage times sum to {total}: {rows}")
+    peaks = [int(p) for *_, p in rows]
+    check(all(0 < int(m) <= int(p) + 1 for *_, m, p in rows) and peaks == sorted(peaks),
+          f"host memory figures: {rows}")
     r = kiln("compile", ROOT / "samples" / "mlp.yaml", "-o", "m.c", cwd=wd)
     check(r.returncode == 0 and " s in all)" not in r.stderr, r.stderr)
     r = kiln("compile", ROOT / "samples" / "mlp.yaml", "-o", "m.c", "--time",
              "--weights-file", "m.weights", cwd=wd)
     check(r.returncode == 0, r.stderr)
     rows = re.findall(r"^kiln: (\w+) +[0-9.]+ s", r.stderr, re.M)
-    check(rows == stages[:7] + ["sidecar"] + stages[7:], f"stages {rows}")
+    check(rows == stages[:9] + ["sidecar"] + stages[9:], f"stages {rows}")
 
 
 def fnv1a(data):

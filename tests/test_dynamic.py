@@ -2413,3 +2413,43 @@ def test_few_rows_tiles(workdir):
     run_built(prog.parent.parent / "dyn" / prog.name, seq_steps([128, 17]),
               lambda rng, seq: [normal(rng, 1, seq, K)], lambda x, seq: [ref.f64(x) @ w],
               compare=lambda got, want, what: assert_relative(got, want, 1e-5, what))
+
+
+@case("dynamic: a decoder exported in f16 (its weights halves in the file): --precision f16 "
+      "stores them K-major for matvec_k.comp, the halves as they are, and --weights int8 "
+      "encodes them from the halves; runs of 1, 5, 33 and 1 rows (matvec_k.comp, the "
+      "few-rows and the tiled kernels) against numpy")
+def test_onnx_f16_weights_kmajor(workdir):
+    from test_onnx import attr, initializer, model, node, value_info
+    workdir = Path(workdir)
+    rng = np.random.default_rng(3)
+    w0 = (rng.standard_normal((64, 96)) * 0.2).astype(np.float16)
+    w1 = (rng.standard_normal((96, 64)) * 0.2).astype(np.float16)
+    data = model([node("MatMul", ["x", "w0"], ["h"], "up"),
+                  node("Relu", ["h"], ["r"], "act"),
+                  node("MatMul", ["r", "w1"], ["y"], "down")],
+                 [value_info("x", [1, "seq", 64], 10)], [value_info("y", [1, "seq", 64], 10)],
+                 [initializer("w0", w0), initializer("w1", w1)], opset=17)
+    (workdir / "m.onnx").write_bytes(data)
+    for fmt in ("f16", "int8"):
+        sub = workdir / fmt
+        sub.mkdir()
+        flags = ["--precision", "f16", "--io", "f16", "--shape", "seq=1..40"]
+        flags += ["--weights", fmt] if fmt != "f16" else []
+        r = kiln("inspect", workdir / "m.onnx", "--format", "json", *flags)
+        check(r.returncode == 0, r.stderr)
+        fams = [x["family"] for x in json.loads(r.stdout)["dispatches"]]
+        check(fams.count("matvec_k") >= 2, f"{fmt}: no matvec_k for the one-row runs: {fams}")
+        r = kiln("compile", workdir / "m.onnx", "--name", "model", "-o", sub / "model.c",
+                 "-v", *flags)
+        check(r.returncode == 0, r.stderr)
+        check("2 matmul weights stored K-major" in r.stderr, f"{fmt}: {r.stderr}")
+        d0, _ = dequantized(w0.astype(np.float32), fmt)
+        d1, _ = dequantized(w1.astype(np.float32), fmt)
+
+        def forward(x, seq, d0=d0, d1=d1):
+            h = np.maximum(x.astype(np.float64) @ d0, 0).astype(np.float16)
+            return [(h.astype(np.float64) @ d1).astype(np.float16)]
+        run_built(link_model(sub), seq_steps([1, 5, 33, 1]),
+                  lambda rng, seq: [normal(rng, 1, seq, 64).astype(np.float16)], forward,
+                  compare=lambda g, w, what: assert_relative(g, w, 5e-3, what))
