@@ -233,15 +233,23 @@ static int64_t least_rows(const Node *n, const AttentionDims *a) {
  * sequences, where flash_cm.comp's blocks of 16 rows re-read every key and
  * value once per 16 rows, twice the keys. Queries wider than 128 stay in
  * shared memory, values wider than 128 go by in slices (registers).
- * Not yet the default: it has not run on a GPU with cooperative matrices
- * (lavapipe has none), so it is taken only with KILN_FLASH_ROWS=auto (the
- * rule above) or =1 (wherever it applies, for tests and tuning); NULL
- * otherwise, where it does not apply, or where it would not fill the
- * GPU. */
+ * The default for heads of 128 or more: in bench/ops.py's sweep on an
+ * H100 (2026-12-07, bench/OPS.md's "kiln us with" column, each result
+ * checked against torch first) it took f16 attention at seq 8192, causal,
+ * D 128 from 3197 to 2711 us, seq 512 D 256 365 -> 266, seq 2048 with 32
+ * query and 8 key heads, causal, D 128 959 -> 740; at D 64 (seq 4096,
+ * causal) it lost, 415 -> 437, so narrower heads keep flash_cm.
+ * KILN_FLASH_ROWS=auto takes it by the rule above at any width, =1
+ * wherever it applies (tests and tuning), =0 never; NULL where it does not
+ * apply or would not fill the GPU. */
 #define FLASH_ROWS_GROUPS 128
+#define FLASH_ROWS_MIN_D 128
 static Dispatch *flash_rows_dispatch(Program *p, Node *n, const AttentionDims *a) {
     const char *tune = getenv("KILN_FLASH_ROWS");
-    if (!tune || (strcmp(tune, "auto") != 0 && strcmp(tune, "1") != 0))
+    bool forced = tune && (strcmp(tune, "auto") == 0 || strcmp(tune, "1") == 0);
+    if (tune && !forced)
+        return NULL;
+    if (!forced && a->D < FLASH_ROWS_MIN_D)
         return NULL;
     int64_t dvh = a->DV; /* the largest multiple of 16 dividing DV, up to 128 */
     while (dvh > 128 || a->DV % dvh || dvh % 16)

@@ -378,23 +378,26 @@ for i, (c, nsg, kf) in enumerate(FLASH_ROWS):
         flash_rows_case(i, c, nsg, kf))
 
 
-@case("op attention f16: a long sequence's blocks fill the GPU: flash_rows.comp, not flash_cm")
+@case("op attention f16: a long sequence's blocks fill the GPU: flash_rows.comp, not flash_cm, "
+      "by default for heads of 128")
 def _(workdir):
     """With KILN_FLASH_ROWS=auto the kernel follows the blocks' count: 32
     heads of 257 rows give 160 blocks of 64 (flash_rows); 8 heads, 40
-    (flash_cm). Unset, flash_cm (flash_rows is not the default yet)."""
-    for heads, fam, env in ((32, "flash_rows", "auto"), (8, "flash_cm", "auto"),
-                            (32, "flash_cm", None)):
-        y = Path(workdir) / f"h{heads}.yaml"
-        spec = f"{{dtype: f16, shape: [1, {heads}, 257, 64]}}"
+    (flash_cm). Unset, the same for heads of 128 (the default there) and
+    flash_cm for heads of 64; =0, flash_cm."""
+    for heads, d, fam, env in ((32, 64, "flash_rows", "auto"), (8, 64, "flash_cm", "auto"),
+                               (32, 64, "flash_cm", None), (32, 128, "flash_rows", None),
+                               (8, 128, "flash_cm", None), (32, 128, "flash_cm", "0")):
+        y = Path(workdir) / f"h{heads}_{d}.yaml"
+        spec = f"{{dtype: f16, shape: [1, {heads}, 257, {d}]}}"
         y.write_text(f"name: a\ninputs:\n  q: {spec}\n  k: {spec}\n  v: {spec}\nnodes:\n"
                      "  - {name: y, op: attention, inputs: [q, k, v], outputs: [y]}\n"
                      "outputs: [y]\n")
         r = kiln("inspect", y, "--format", "json", env={"KILN_FLASH_ROWS": env} if env else None)
         check(r.returncode == 0, f"kiln inspect failed:\n{r.stderr}")
         fams = [d["family"] for d in json.loads(r.stdout)["dispatches"]]
-        check(fams == [fam, "flash"], f"{heads} heads, KILN_FLASH_ROWS={env}: dispatches "
-              f"{fams}, expected {fam}, flash")
+        check(fams == [fam, "flash"], f"{heads} heads of {d}, KILN_FLASH_ROWS={env}: "
+              f"dispatches {fams}, expected {fam}, flash")
 
 
 @case("op rope f16 storage [1, 5, 2, 16] seq_axis 1: x and the result f16, f32 tables")
