@@ -107,6 +107,11 @@ char *read_file(const char *path, size_t *out_size);
 /* Threads for `jobs` independent jobs: min(jobs, cores, 16), or KILN_JOBS
  * (the kernel compiles, the weights checksum). */
 int worker_threads(int jobs);
+/* Calls fn(ctx, t, threads) for t in [0, threads) (at most 64), t > 0 on
+ * threads of their own (on this one where none can start), t = 0 on this
+ * one; returns when every call has. Each call takes the stripe of the work
+ * its t names: items t, t + threads, ... */
+void run_striped(int threads, void (*fn)(void *ctx, int index, int threads), void *ctx);
 /* A regular file's bytes as a private, writable mapping (writes stay in
  * this process; it lasts until exit), else read_file's copy. */
 char *map_file(const char *path, size_t *out_size);

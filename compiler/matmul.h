@@ -36,10 +36,11 @@ void define_product(Dispatch *d, const MatmulShape *s);
 void define_conv(Dispatch *d, const MatmulShape *s, bool partial);
 /* The residual's type (RES_F16), its storage features recorded in need. */
 void define_res_type(Program *p, Dispatch *d, bool *need, const MatmulShape *s);
-/* The operand types' defines (A_F16, C_F16) and storage features. */
-/* The format kernels read B in: n's encoded one where quantize.c made
- * n->wq (whatever B's own dtype), else f16 for an f16 B, else n->wformat. */
+/* The format kernels read B in (weights.glsl's W_FORMAT): n's encoded
+ * one where quantize.c made n->wq (whatever B's own dtype), else f16 for
+ * an f16 B, else n->wformat. */
 int b_weight_format(const Node *n, const MatmulShape *s);
+/* The operand types' defines (A_F16, C_F16) and storage features. */
 void define_operand_types(Program *p, Dispatch *d, const MatmulShape *s);
 /* s at `units` of what follows the dims (its rows, or a convolution's
  * images). */

@@ -96,14 +96,14 @@ void define_res_type(Program *p, Dispatch *d, bool *need, const MatmulShape *s) 
     define_int(d, "RES_F16", s->res->dtype == KILN_DTYPE_F16);
 }
 
-/* The defines of a matmul kernel's operand types: f16 A and C through
- * 16-bit storage (B's f16 is weights.glsl's format, packed halves). */
 int b_weight_format(const Node *n, const MatmulShape *s) {
     if (n->wq) /* encoded by quantize.c, from f32 or f16 */
         return n->wformat;
     return s->ops[2].t->dtype == KILN_DTYPE_F16 ? WF_F16 : n->wformat;
 }
 
+/* The defines of a matmul kernel's operand types: f16 A and C through
+ * 16-bit storage (B's f16 is weights.glsl's format, packed halves). */
 void define_operand_types(Program *p, Dispatch *d, const MatmulShape *s) {
     bool need[3] = {false, false, false};
     need_dtype(p, need, s->ops[0].t->dtype);

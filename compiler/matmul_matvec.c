@@ -50,15 +50,12 @@ MatvecShape matvec_shape(const Node *n, const MatmulShape *s, int64_t rows) {
     return v;
 }
 
-/* The format matvec_k.comp reads n's B in (weights.glsl's W_FORMAT). */
-static int b_format(const Node *n, const MatmulShape *s) { return b_weight_format(n, s); }
-
 /* Whether matvec_k.comp can compute s: B K-major (encoded so by quantize.c,
  * its strides set so by matmul_dispatch, or given with B_SK 1) in whole
  * 16-byte chunks along K, A contiguous along K (f32 in vec4s or f16). */
 bool kmajor_shape(const Node *n, MatmulShape *s) {
     const Tensor *a = s->ops[1].t, *b = s->ops[2].t;
-    int64_t kv = weight_chunk(b_format(n, s));
+    int64_t kv = weight_chunk(b_weight_format(n, s));
     bool a_ok = s->a_sk == 1 && (a->dtype == KILN_DTYPE_F16 ||
                                  (a->dtype == KILN_DTYPE_F32 && s->a_sm % 4 == 0 &&
                                   all_multiples(s->brank, s->ops[1].strides, 4)));
@@ -89,7 +86,7 @@ bool kmajor_shape(const Node *n, MatmulShape *s) {
  * KILN_MATVEC_K=WG,CN[,UNROLL,TEAMS,A_SHARED] overrides them, for tuning
  * (0: matvec_k off). */
 Dispatch *matvec_k_kernel(Program *p, Node *n, const MatmulShape *s, int64_t mrows) {
-    int fmt = b_format(n, s);
+    int fmt = b_weight_format(n, s);
     int64_t chunks = s->K / weight_chunk(fmt), wg = 256, cn = 4;
     while (s->dyn ? wg > 64 && chunks < 4 * wg : wg > 32 && chunks < wg / 2)
         wg /= 2;

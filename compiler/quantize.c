@@ -34,7 +34,6 @@
 #include "kiln.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -123,15 +122,13 @@ static float b_value(const Tensor *b, int64_t i) {
  * cache. */
 #define ENCODE_TILE 64
 
-/* One encoding of B: what encode_columns needs. */
+/* One encoding of B: what copy_columns and quantize_columns need. */
 typedef struct Encoding {
     Node *n;
     const Tensor *b;
     int64_t K, N, sk, sn, nb;
     WeightFormat f;
     double levels;
-    int threads;
-    int index; /* this worker's: tiles index, index + threads, ... */
 } Encoding;
 
 /* The K-major copy (f32, or halves) of B's columns [c0, c1). */
@@ -200,18 +197,17 @@ static void quantize_columns(const Encoding *e, int64_t c0, int64_t c1) {
         }
 }
 
-/* A worker's tiles of columns. */
-static void *encode_tiles(void *arg) {
-    const Encoding *e = arg;
-    for (int64_t c0 = (int64_t)e->index * ENCODE_TILE; c0 < e->N;
-         c0 += (int64_t)e->threads * ENCODE_TILE) {
+/* A stripe of the tiles of columns (run_striped). */
+static void encode_tiles(void *ctx, int index, int threads) {
+    const Encoding *e = ctx;
+    for (int64_t c0 = (int64_t)index * ENCODE_TILE; c0 < e->N;
+         c0 += (int64_t)threads * ENCODE_TILE) {
         int64_t c1 = c0 + ENCODE_TILE < e->N ? c0 + ENCODE_TILE : e->N;
         if (e->f == WF_F32 || e->f == WF_F16)
             copy_columns(e, c0, c1);
         else
             quantize_columns(e, c0, c1);
     }
-    return NULL;
 }
 
 /* Encodes B (K x N, element (k, n) at k * sk + n * sn; f32, or f16) in
@@ -240,25 +236,12 @@ static void encode(Graph *g, Node *n, Tensor *b, int64_t K, int64_t N, int64_t s
     }
     double levels = f == WF_INT8 ? 127 : f == WF_INT4 ? 7 : f == WF_INT8_ASYM ? 255
                   : f == WF_INT4_ASYM ? 15 : f == WF_FP8_E4M3 ? 448 : 57344;
-    Encoding base = {n, b, K, N, sk, sn, nb, f, levels, 1, 0};
+    Encoding e = {n, b, K, N, sk, sn, nb, f, levels};
     int64_t tiles = (N + ENCODE_TILE - 1) / ENCODE_TILE;
     bool shared_bytes = int4 && (n->wkmajor ? K % 2 : N % 2);
-    base.threads = shared_bytes || count < (1 << 20) ? 1
-                   : worker_threads((int)(tiles < 64 ? tiles : 64));
-    pthread_t ids[64];
-    Encoding jobs[64];
-    int started = 0;
-    for (int t = 1; t < base.threads; t++) {
-        jobs[t] = base;
-        jobs[t].index = t;
-        if (pthread_create(&ids[started], NULL, encode_tiles, &jobs[t]) == 0)
-            started++;
-        else /* no thread: this one does its tiles too */
-            encode_tiles(&jobs[t]);
-    }
-    encode_tiles(&base);
-    for (int t = 0; t < started; t++)
-        pthread_join(ids[t], NULL);
+    run_striped(shared_bytes || count < (1 << 20)
+                    ? 1 : worker_threads((int)(tiles < 64 ? tiles : 64)),
+                encode_tiles, &e);
 }
 
 int64_t quant_param_index(int rank, const int64_t *shape, int axis, int64_t block, int64_t i) {

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -338,6 +339,38 @@ int worker_threads(int jobs) {
     if (threads > jobs)
         threads = jobs;
     return threads < 1 ? 1 : (int)threads;
+}
+
+typedef struct Striped {
+    void (*fn)(void *ctx, int index, int threads);
+    void *ctx;
+    int index, threads;
+} Striped;
+
+static void *run_stripe(void *arg) {
+    Striped *s = arg;
+    s->fn(s->ctx, s->index, s->threads);
+    return NULL;
+}
+
+void run_striped(int threads, void (*fn)(void *ctx, int index, int threads), void *ctx) {
+    if (threads > 64)
+        threads = 64;
+    if (threads < 1)
+        threads = 1;
+    pthread_t ids[64];
+    Striped stripes[64];
+    int started[64] = {0};
+    for (int t = 1; t < threads; t++) {
+        stripes[t] = (Striped){fn, ctx, t, threads};
+        started[t] = pthread_create(&ids[t], NULL, run_stripe, &stripes[t]) == 0;
+        if (!started[t]) /* no thread: this one does that stripe too */
+            fn(ctx, t, threads);
+    }
+    fn(ctx, 0, threads);
+    for (int t = 1; t < threads; t++)
+        if (started[t])
+            pthread_join(ids[t], NULL);
 }
 
 char *map_file(const char *path, size_t *out_size) {

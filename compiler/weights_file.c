@@ -12,7 +12,6 @@
 #include "../runtime/kiln_hash.h"
 
 #include <errno.h>
-#include <pthread.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -89,13 +88,7 @@ typedef struct Segments {
     uint64_t *hash;
     bool *same;
     size_t count;
-    int threads;
 } Segments;
-
-typedef struct Worker {
-    Segments *s;
-    int index;
-} Worker;
 
 /* Drops the whole pages within [p, p + n) of a read-only file mapping
  * from this process's memory (they fault in again if read): comparing a
@@ -114,10 +107,10 @@ static void release_pages(const uint8_t *p, uint64_t n) {
 #endif
 }
 
-static void *hash_segments(void *arg) {
-    Worker *w = arg;
-    Segments *s = w->s;
-    for (size_t k = (size_t)w->index; k < s->count; k += (size_t)s->threads) {
+/* A stripe of the segments (run_striped). */
+static void hash_segments(void *ctx, int index, int threads) {
+    Segments *s = ctx;
+    for (size_t k = (size_t)index; k < s->count; k += (size_t)threads) {
         uint64_t from = (uint64_t)k * KILN__HASH_SEGMENT;
         uint64_t to = from + KILN__HASH_SEGMENT < s->p->weight_bytes
                           ? from + KILN__HASH_SEGMENT : s->p->weight_bytes;
@@ -129,7 +122,6 @@ static void *hash_segments(void *arg) {
         if (s->file) /* the old file's pages of this segment leave this process */
             release_pages(s->file + from, to - from);
     }
-    return NULL;
 }
 
 /* The image's checksum, its segments hashed on worker threads; *same:
@@ -146,24 +138,10 @@ static uint64_t check_image(const Graph *g, const Program *p, const char *path, 
     if (fd >= 0)
         close(fd);
     Segments s = {g, p, map != MAP_FAILED ? (const uint8_t *)map + 24 : NULL, NULL, NULL,
-                  (size_t)((p->weight_bytes + KILN__HASH_SEGMENT - 1) / KILN__HASH_SEGMENT),
-                  1};
+                  (size_t)((p->weight_bytes + KILN__HASH_SEGMENT - 1) / KILN__HASH_SEGMENT)};
     s.hash = xcalloc(s.count + 1, sizeof *s.hash);
     s.same = xcalloc(s.count + 1, sizeof *s.same);
-    s.threads = worker_threads((int)(s.count < 64 ? s.count : 64));
-    pthread_t ids[64];
-    Worker workers[64];
-    int started = 0;
-    for (int t = 0; t < s.threads; t++) {
-        workers[t] = (Worker){&s, t};
-        if (t > 0 && pthread_create(&ids[started], NULL, hash_segments, &workers[t]) == 0)
-            started++;
-        else if (t > 0) /* no thread: this one does its segments too */
-            hash_segments(&workers[t]);
-    }
-    hash_segments(&workers[0]);
-    for (int t = 0; t < started; t++)
-        pthread_join(ids[t], NULL);
+    run_striped(worker_threads((int)(s.count < 64 ? s.count : 64)), hash_segments, &s);
     uint64_t sum = kiln__hash_join(s.hash, s.count, p->weight_bytes);
     *same = s.file != NULL && memcmp(map, "KILNWTS2", 8) == 0 &&
             kiln__get_u64((const uint8_t *)map + 8) == p->weight_bytes &&
