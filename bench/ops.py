@@ -91,7 +91,7 @@ def cells(small=False):
         node = dict({"name": "y", "op": op, "inputs": [n for n, _, _ in inputs],
                      "outputs": ["y", "y1"][:nout]}, **attrs)
         other = ({"KILN_ROW_SPLIT": "0"} if family in ("norm", "softmax", "reduce", "scan")
-                 or "global" in label else {"KILN_FLASH_ROWS": "auto"} if family == "attention"
+                 or "global" in label else {"KILN_FLASH_ROWS": "0"} if family == "attention"
                  else {"KILN_MATMUL_F16_VEC4": "0"} if family == "matmul"
                  else None)
         out.append(Cell(family, label, node, inputs, fn, rfn, flops, nout, other))

@@ -140,55 +140,63 @@ static void attention_scores(Program *p, Dispatch *d, Node *n, const AttentionDi
     d->flops = (uint64_t)(a->B * a->H * a->Sq * a->Sk) * (uint64_t)(2 * a->D + 2 * a->DV + 5);
 }
 
-/* flash.comp's blocks: BQ query rows sharing each chunk of BK keys, TPR
- * invocations a row. */
+/* flash.comp's blocks: BQ query rows sharing each chunk of BK keys, in
+ * groups of RM rows with TPR invocations a group. */
 #define FLASH_MIN_ROWS 8
 typedef struct FlashTile {
-    int64_t bq, bk, tpr;
+    int64_t bq, bk, tpr, rm;
 } FlashTile;
 
-/* flash.comp's shared memory: the queries' and a chunk's keys' rows in
- * vec4s padded by one, its values' in vec4s, the probabilities' rows padded
- * by one float, and a float an invocation. */
+/* flash.comp's shared memory: the queries' rows in vec4s padded by one, a
+ * chunk's keys' rows so (or its values' in vec4s, which take their place),
+ * the probabilities' rows padded by one float, and a float a row and
+ * lane. */
 static int64_t flash_shared_bytes(const AttentionDims *a, FlashTile f) {
-    int64_t d4 = (a->D + 3) / 4, dv4 = (a->DV + 3) / 4;
-    return 16 * ((f.bq + f.bk) * (d4 + 1) + f.bk * dv4) + 4 * (f.bq * (f.bk + 1) + f.bq * f.tpr);
+    int64_t d4 = (a->D + 3) / 4, dv4 = (a->DV + 3) / 4, kvr = d4 + 1 > dv4 ? d4 + 1 : dv4;
+    return 16 * (f.bq * (d4 + 1) + f.bk * kvr) + 4 * (f.bq * (f.bk + 1) + f.bq * f.tpr);
+}
+
+/* The fewest query rows a run of n's attention has (its positions' least
+ * where they follow the dims). */
+static int64_t least_rows(const Node *n, const AttentionDims *a) {
+    const DimExpr *qpos = positions(n, a, 0);
+    return qpos ? dim_expr_min(n->graph, qpos) : a->Sq;
 }
 
 /* Whether attention takes flash.comp, and its blocks: for FLASH_MIN_ROWS
  * or more query rows (dynamic ones: the most; a run of fewer takes
- * attention.comp, lower_attention): blocks of 16 rows, 16 invocations a
- * row, and the longest chunk of keys (64 down to 16) that fits 32 KiB of
- * shared memory (32 for D = 64; measured on an H200 in BERT-base, GPT-2,
- * ViT-B/16 and a Llama: 16 rows of 16 invocations in chunks of 32 were
- * fastest but for ViT's f32, bench/experiments/flash-h200.txt); wider
- * heads fall back to 8 rows and 8 invocations a row (D 256 in f32: 8, 8
- * and chunks of 8 keys) rather than to attention.comp's row a workgroup.
- * KILN_FLASH=BQ,BK[,TPR] overrides the blocks (for tuning; TPR invocations
- * a row, default 16, a divisor of BK), KILN_FLASH=0 keeps attention.comp. */
-static bool flash_tile(const AttentionDims *a, FlashTile *f) {
+ * attention.comp, lower_attention). The first of these (rows, invocations
+ * a group, rows a group) whose blocks number FLASH_GROUPS or more at the
+ * fewest rows a run has (the rest: wherever they fit), with the longest
+ * chunk of keys (64 down to the lanes) that fits 32 KiB of shared memory:
+ * 32 rows in groups of 4, 16 in groups of 2, then a row a group as before
+ * (16 rows of 16 invocations, then 8 rows, then 8 invocations a row: D
+ * 256 in f32). A group of RM rows reads each key once for all of them.
+ * KILN_FLASH=BQ,BK[,TPR[,RM]] overrides the blocks (for tuning; TPR
+ * invocations a group, default 16, a divisor of BK; RM rows a group,
+ * default 1, a divisor of BQ), KILN_FLASH=0 keeps attention.comp. */
+#define FLASH_GROUPS 128
+static bool flash_tile(const Node *n, const AttentionDims *a, FlashTile *f) {
     if (a->Sq < FLASH_MIN_ROWS)
         return false;
-    f->tpr = 16;
-    f->bq = 16;
     const char *tune = getenv("KILN_FLASH");
-    long v[3] = {0, 0, 16};
+    long v[4] = {0, 0, 16, 1};
     if (tune && strcmp(tune, "0") == 0)
         return false;
-    if (tune && sscanf(tune, "%ld,%ld,%ld", &v[0], &v[1], &v[2]) >= 2 && v[0] > 0 &&
-        v[2] > 0 && v[0] * v[2] <= 1024 && v[1] >= v[2] && v[1] % v[2] == 0) {
-        f->bq = v[0];
-        f->bk = v[1];
-        f->tpr = v[2];
+    if (tune && sscanf(tune, "%ld,%ld,%ld,%ld", &v[0], &v[1], &v[2], &v[3]) >= 2 && v[0] > 0 &&
+        v[2] > 0 && v[3] > 0 && v[0] % v[3] == 0 && v[0] / v[3] * v[2] <= 1024 &&
+        v[1] >= v[2] && v[1] % v[2] == 0) {
+        *f = (FlashTile){v[0], v[1], v[2], v[3]};
         return flash_shared_bytes(a, *f) <= 32768;
     }
-    /* wide heads (D 256 in f32: a chunk of 16 keys with 16 rows passes 32
-     * KiB) take fewer rows, then fewer invocations a row */
-    static const int64_t rows_lanes[4][2] = {{16, 16}, {8, 16}, {16, 8}, {8, 8}};
-    for (int i = 0; i < 4; i++) {
-        f->bq = rows_lanes[i][0];
-        f->tpr = rows_lanes[i][1];
-        for (f->bk = 64; f->bk >= f->tpr; f->bk /= 2)
+    static const int64_t tiles[6][3] = {{32, 16, 4}, {16, 16, 2}, {16, 16, 1},
+                                        {8, 16, 1},  {16, 8, 1},  {8, 8, 1}};
+    int64_t rows = least_rows(n, a);
+    for (int i = 0; i < 6; i++) {
+        *f = (FlashTile){tiles[i][0], 64, tiles[i][1], tiles[i][2]};
+        if (f->rm > 1 && a->B * a->H * ((rows + f->bq - 1) / f->bq) < FLASH_GROUPS)
+            continue;
+        for (; f->bk >= f->tpr; f->bk /= 2)
             if (flash_shared_bytes(a, *f) <= 32768)
                 return true;
     }
@@ -201,12 +209,13 @@ static Dispatch *flash_dispatch(Program *p, Node *n, const AttentionDims *a, Fla
 
 /* flash_cm.comp's shared memory for nsg subgroups: the block's queries
  * and, a subgroup, a chunk's keys (or its scores, its p) and values (or
- * its output at the end), and its rows' sums (rows padded by a vector). */
+ * its output at the end), and its rows' sums and references (rows padded
+ * by a vector). */
 static int64_t flash_cm_shared_bytes(const AttentionDims *a, int64_t nsg) {
     int64_t krs = a->D / 8 + 1, vrs = a->DV / 8 + 1, ors = a->DV / 4 + 1;
     int64_t kreg = 16 * (krs > 5 ? krs : 5);
     int64_t area = kreg + 16 * vrs > 16 * ors ? kreg + 16 * vrs : 16 * ors;
-    return 16 * (16 * krs + nsg * area) + 4 * nsg * 16;
+    return 16 * (16 * krs + nsg * area) + 8 * nsg * 16;
 }
 
 /* flash_rows.comp's shared memory for nsg subgroups of 16 rows, chunks of
@@ -220,36 +229,25 @@ static int64_t flash_rows_shared_bytes(const AttentionDims *a, int64_t nsg, int6
     return 16 * (qshared ? chunk + q : chunk > q ? chunk : q);
 }
 
-/* The fewest query rows a run of n's attention has (its positions' least
- * where they follow the dims). */
-static int64_t least_rows(const Node *n, const AttentionDims *a) {
-    const DimExpr *qpos = positions(n, a, 0);
-    return qpos ? dim_expr_min(n->graph, qpos) : a->Sq;
-}
-
 /* flash_rows.comp (blocks of 16 * NSG query rows, each chunk of keys
  * loaded once for them) where its blocks alone fill a large GPU (at least
  * FLASH_ROWS_GROUPS workgroups at the fewest rows a run has): long
- * sequences, where flash_cm.comp's blocks of 16 rows re-read every key and
- * value once per 16 rows, twice the keys. Queries wider than 128 stay in
- * shared memory, values wider than 128 go by in slices (registers).
- * The default for heads of 128 or more: in bench/ops.py's sweep on an
- * H100 (2026-12-07, bench/OPS.md's "kiln us with" column, each result
- * checked against torch first) it took f16 attention at seq 8192, causal,
- * D 128 from 3197 to 2711 us, seq 512 D 256 365 -> 266, seq 2048 with 32
- * query and 8 key heads, causal, D 128 959 -> 740; at D 64 (seq 4096,
- * causal) it lost, 415 -> 437, so narrower heads keep flash_cm.
- * KILN_FLASH_ROWS=auto takes it by the rule above at any width, =1
+ * sequences and batches, where flash_cm.comp's blocks of 16 rows re-read
+ * every key and value once per 16 rows. Queries wider than 128 stay in
+ * shared memory, values wider than 128 go by in slices (registers). Since
+ * both kernels take one pass over the keys (2026-12-07), bench/ops.py's
+ * sweep on an H100 (each result checked against torch first;
+ * bench/experiments/flash-onepass-h100.txt) has it ahead at every width
+ * where it applies: f16 attention at seq 4096, causal, D 64 331 -> 302 us,
+ * 8 x 12 heads of 128 rows, D 64, masked 28.5 -> 21.4, 64 x 3 windows of
+ * 49 rows, D 32 13.2 -> 9.7 (at D 128 the default since the day before:
+ * two-pass, seq 8192 causal 3197 -> 2711 us). KILN_FLASH_ROWS=1 takes it
  * wherever it applies (tests and tuning), =0 never; NULL where it does not
  * apply or would not fill the GPU. */
 #define FLASH_ROWS_GROUPS 128
-#define FLASH_ROWS_MIN_D 128
 static Dispatch *flash_rows_dispatch(Program *p, Node *n, const AttentionDims *a) {
     const char *tune = getenv("KILN_FLASH_ROWS");
-    bool forced = tune && (strcmp(tune, "auto") == 0 || strcmp(tune, "1") == 0);
-    if (tune && !forced)
-        return NULL;
-    if (!forced && a->D < FLASH_ROWS_MIN_D)
+    if (tune && strcmp(tune, "1") != 0 && strcmp(tune, "auto") != 0)
         return NULL;
     int64_t dvh = a->DV; /* the largest multiple of 16 dividing DV, up to 128 */
     while (dvh > 128 || a->DV % dvh || dvh % 16)
@@ -362,7 +360,7 @@ void lower_attention(Program *p, Node *n) {
     if (a.B * a.H * a.Sq * a.DV == 0)
         return;
     FlashTile f;
-    bool flash = flash_tile(&a, &f);
+    bool flash = flash_tile(n, &a, &f);
     /* q dynamic: along its positions (dynamic.c refuses others) */
     const DimExpr *qpos = positions(n, &a, 0);
     if (flash && (!qpos || dim_expr_min(n->graph, qpos) >= FLASH_MIN_ROWS)) {
@@ -465,11 +463,12 @@ static Dispatch *attention_combine(Program *p, Node *n, const AttentionDims *a, 
  * the dims where the rows do: the caller's dyn_groups). */
 static Dispatch *flash_dispatch(Program *p, Node *n, const AttentionDims *a, FlashTile f) {
     Dispatch *d = new_dispatch(p, n, "flash");
-    d->local_size = (uint32_t)(f.bq * f.tpr);
+    d->local_size = (uint32_t)(f.bq / f.rm * f.tpr);
     define_int(d, "WG", d->local_size);
     define_int(d, "BQ", f.bq);
     define_int(d, "BK", f.bk);
     define_int(d, "TPR", f.tpr);
+    define_int(d, "RM", f.rm);
     attention_defines(d, n, a);
     attention_scores(p, d, n, a, n->outputs[0]);
     d->groups[0] = groups_for(a->B * a->H * ((a->Sq + f.bq - 1) / f.bq), 1);

@@ -9,21 +9,23 @@
 // One workgroup per block of 16 query rows of one (batch, head); its NSG
 // subgroups split the block's keys, chunks of 16 taken round-robin
 // (subgroup g: chunks g, g + NSG, ...), each into its own area of shared
-// memory, so that a subgroup synchronizes with itself only. Two passes over
-// the keys: the first finds each row's maximum score (its subgroups' maxima
-// meet in shared memory), the second computes p = exp(score - maximum)
-// with that maximum, so that no partial sum needs rescaling: p v adds into
+// memory, so that a subgroup synchronizes with itself only. One pass over
+// the keys: each subgroup keeps a reference mref for each row and computes
+// p = exp(score - mref), replacing the reference only where a chunk's
+// maximum passes it by more than RESCALE and then scaling the row's sum
+// and accumulators by exp(old - new), the accumulators through shared
+// memory (flash_rows.comp says why this is rare). p v adds into
 // accumulator fragments, and sum(p) into each invocation's share. The
-// subgroups' fragments and sums then meet in shared memory and the block's
+// subgroups' fragments, sums and references then meet in shared memory,
+// each subgroup's scaled to the row's greatest reference, and the block's
 // output is written as sum(p v) / sum(p). A score that the fragments leave
 // in shared memory (16 x 16 f32) is read by two invocations a row, eight
 // keys each: invocation s of a subgroup takes row s / 2, keys 8 (s % 2) to
 // 8 (s % 2) + 7, and writes their p as one vector of eight halves, the
 // layout p v's fragment loads.
 //
-// Each chunk's keys (and, in the second pass, values) are loaded into
-// registers while the chunk before is computed (the first pass's first
-// while the queries load, the second's while the maxima meet), 16-byte
+// Each chunk's keys and values are loaded into registers while the
+// chunk before is computed (the first while the queries load), 16-byte
 // vectors of eight halves (every stride and D, DV multiples of 8: the
 // compiler's condition), then stored to shared memory in rows padded by
 // one vector.
@@ -36,6 +38,7 @@
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
+#extension GL_KHR_shader_subgroup_vote : require
 #extension GL_EXT_control_flow_attributes : enable
 #include "common.glsl"
 
@@ -74,12 +77,13 @@ layout(push_constant) uniform Args {
 #define KREG (KRS > SRS ? 16 * KRS : 16 * SRS)
 #define AREA (KREG + 16 * VRS > 16 * ORS ? KREG + 16 * VRS : 16 * ORS)
 #define NBLK ((SQ + 15) / 16)
+#define RESCALE 8.0 // how far past its reference a row's scores may go (flash_rows.comp)
 #define FRAG16 fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
 #define FRAG32 fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
 
 shared uvec4 qs[16 * KRS];
 shared uvec4 kv[NSG * AREA];
-shared float red[NSG * 16];
+shared float red[NSG * 16], ref[NSG * 16];
 
 uvec4 kreg[KL], vreg[VL];
 
@@ -142,6 +146,23 @@ void row_scores(uint a, uint r, uint hf, uint c0, uint i, int last, uint kend, u
     }
 }
 
+// The row's accumulators times alpha (its two invocations: the row's
+// own), a fragment at a time through the subgroup's area a (where its
+// scores go: the values after them stay).
+void rescale(inout FRAG32 oacc[FV], uint a, uint r, uint hf, float alpha) {
+    [[unroll]] for (uint j = 0; j < FV; ++j) {
+        coopMatStoreNV(oacc[j], kv, a, SRS, false);
+        sync_subgroup();
+        [[unroll]] for (uint e = 0; e < 2; ++e) {
+            const uint at = a + r * SRS + 2 * hf + e;
+            kv[at] = floatBitsToUint(uintBitsToFloat(kv[at]) * alpha);
+        }
+        sync_subgroup();
+        coopMatLoadNV(oacc[j], kv, a, SRS, false);
+        sync_subgroup(); // loaded before the next fragment's store
+    }
+}
+
 void main() {
     const uint l = gl_LocalInvocationID.x, g = l / 32, s = l % 32;
     const uint r = s / 2, hf = s % 2; // the invocation's row and half of a chunk
@@ -163,8 +184,8 @@ void main() {
         const uint kbeg = uint(kbeg_i), kend = uint(max(kend_i, kbeg_i));
         const uint chunks = (kend - kbeg + 15) / 16;
         const int last = int(i) + shift;
-        if (g < chunks) // the first chunk's keys, loading with the queries
-            fetch(s, kbase, vbase, kbeg + 16 * g, kend, false);
+        if (g < chunks) // the first chunk, loading with the queries
+            fetch(s, kbase, vbase, kbeg + 16 * g, kend, true);
         for (uint e = l; e < 16 * DQ; e += WG) {
             const uint rr = e / DQ;
             qs[rr * KRS + e % DQ] = q0 + rr < SQ ? args.q.v[(qbase + (q0 + rr) * QS_S) / 8 + e % DQ]
@@ -175,35 +196,10 @@ void main() {
         [[unroll]] for (uint f = 0; f < FD; ++f)
             coopMatLoadNV(qf[f], qs, f * 2, KRS, false);
 
-        // Pass 1: each row's maximum score.
-        float mx = -1.0 / 0.0;
-        for (uint c = g; c < chunks; c += NSG) {
-            put(s, a, false);
-            sync_subgroup();
-            if (c + NSG < chunks)
-                fetch(s, kbase, vbase, kbeg + 16 * (c + NSG), kend, false);
-            scores(qf, a);
-            sync_subgroup();
-            float x[8];
-            row_scores(a, r, hf, kbeg + 16 * c, i, last, kend, b, h, x);
-            [[unroll]] for (uint e = 0; e < 8; ++e)
-                mx = max(mx, x[e]);
-            sync_subgroup(); // the next chunk overwrites the area and the scores
-        }
-        if (g < chunks) // pass 2's first chunk, loading while the maxima meet
-            fetch(s, kbase, vbase, kbeg + 16 * g, kend, true);
-        mx = max(mx, subgroupShuffleXor(mx, 1));
-        if (hf == 0)
-            red[g * 16 + r] = mx;
-        barrier();
-        float m = -1.0 / 0.0;
-        for (uint u = 0; u < NSG; ++u)
-            m = max(m, red[u * 16 + r]);
-        const bool none = isinf(m); // the row sees no key: p 0, output 0
-        barrier(); // red is written again below
-
-        // Pass 2: p = exp(score - m), sum(p) and p v.
-        float lsum = 0.0;
+        // One pass: p = exp(score - mref) against the row's reference mref
+        // in this subgroup, sum(p) and p v.
+        float lsum = 0.0, mref = -1.0 / 0.0;
+        bool started = false; // subgroup-uniform: some p v added
         FRAG32 oacc[FV];
         [[unroll]] for (uint j = 0; j < FV; ++j)
             oacc[j] = FRAG32(0.0);
@@ -216,11 +212,26 @@ void main() {
             sync_subgroup();
             float x[8];
             row_scores(a, r, hf, kbeg + 16 * c, i, last, kend, b, h, x);
-            sync_subgroup(); // every score read: p takes their place
+            float cm = x[0];
+            [[unroll]] for (uint e = 1; e < 8; ++e)
+                cm = max(cm, x[e]);
+            cm = max(cm, subgroupShuffleXor(cm, 1));
+            // a new reference only where the chunk passes it by RESCALE
+            const bool grow = cm > mref + RESCALE;
+            float alpha = 1.0;
+            if (grow) {
+                alpha = exp(mref - cm); // 0 from -inf: nothing added yet
+                mref = cm;
+                lsum *= alpha;
+            }
+            sync_subgroup(); // every score read: the area is free
+            if (started && subgroupAny(grow))
+                rescale(oacc, a, r, hf, alpha);
+            const bool none = isinf(mref); // no visible key yet: p 0
             uvec4 pk;
             [[unroll]] for (uint e = 0; e < 4; ++e) {
-                const float p0 = none ? 0.0 : exp(x[2 * e] - m);
-                const float p1 = none ? 0.0 : exp(x[2 * e + 1] - m);
+                const float p0 = none ? 0.0 : exp(x[2 * e] - mref);
+                const float p1 = none ? 0.0 : exp(x[2 * e + 1] - mref);
                 lsum += p0 + p1;
                 pk[e] = packHalf2x16(vec2(p0, p1));
             }
@@ -233,24 +244,33 @@ void main() {
                 coopMatLoadNV(vf, kv, a + KREG + j * 2, VRS, false);
                 oacc[j] = coopMatMulAddNV(pf, vf, oacc[j]);
             }
+            started = true;
             sync_subgroup();
         }
         lsum += subgroupShuffleXor(lsum, 1);
-        if (hf == 0)
+        if (hf == 0) {
             red[g * 16 + r] = lsum;
+            ref[g * 16 + r] = mref;
+        }
         [[unroll]] for (uint j = 0; j < FV; ++j)
             coopMatStoreNV(oacc[j], kv, a + j * 4, ORS, false);
         barrier();
-        // The block's output: the subgroups' sums of p v over their sums of p.
+        // The block's output: the subgroups' sums of p v over their sums of
+        // p, each subgroup's taken to the rows' greatest reference.
         for (uint e = l; e < 16 * DV; e += WG) {
             const uint rr = e / DV, d = e % DV;
             if (q0 + rr >= SQ)
                 continue;
+            float m = -1.0 / 0.0;
+            for (uint u = 0; u < NSG; ++u)
+                m = max(m, ref[u * 16 + rr]);
             float acc = 0.0, den = 0.0;
             for (uint u = 0; u < NSG; ++u) {
+                const float mu = ref[u * 16 + rr];
+                const float w = isinf(mu) ? 0.0 : exp(mu - m);
                 const uint f = rr * ORS * 4 + d;
-                acc += uintBitsToFloat(kv[u * AREA + f / 4][f % 4]);
-                den += red[u * 16 + rr];
+                acc += w * uintBitsToFloat(kv[u * AREA + f / 4][f % 4]);
+                den += w * red[u * 16 + rr];
             }
             args.o.v[b * OS_B + h * OS_H + (q0 + rr) * OS_S + d] = O_T(den > 0.0 ? acc / den : 0.0);
         }

@@ -15,19 +15,25 @@
 // flash_cm.comp stays the kernel for short sequences, where blocks of BQ
 // rows would leave the GPU's multiprocessors idle.
 //
-// Two passes over the keys, as flash_cm.comp: the first finds each row's
-// maximum score, the second computes p = exp(score - maximum), so that no
-// partial sum needs rescaling (cooperative matrices cannot scale their
-// rows): p v adds into accumulator fragments, sum(p) into the two
-// invocations of a row. A subgroup skips the chunks none of its rows sees
-// (CAUSAL, WINDOW) but loads them with the others. Values wider than DVH
-// columns (DV 256) go by in slices of DVH, the second pass once a slice,
-// so that a slice's accumulators fit in registers; queries wider than 128
-// (QSHARED) stay in shared memory rather than in registers.
+// One pass over the keys (flash_cm.comp takes two). Each row keeps a
+// reference mref, p = exp(score - mref), and only replaces it where a
+// chunk's maximum passes it by more than RESCALE, so that p stays below
+// e^RESCALE (within f16): then the row's sum(p) and its p v accumulators
+// are scaled by exp(old - new). Cooperative matrices cannot scale their
+// rows, so the accumulators go through the subgroup's area of shared
+// memory to be scaled; scores that climb key after key (rare, and at most
+// once per chunk) pay that round trip, while scores of one scale pay it at
+// most once or twice a row. p v adds into accumulator fragments, sum(p)
+// into the two invocations of a row. A subgroup skips the chunks none of
+// its rows sees (CAUSAL, WINDOW) but loads them with the others. Values
+// wider than DVH columns (DV 256) go by in slices of DVH, the pass once a
+// slice, so that a slice's accumulators fit in registers; queries wider
+// than 128 (QSHARED) stay in shared memory rather than in registers.
 //
 // A subgroup's area of shared memory holds its chunk of scores (16 x KC
 // f32), then in their place its p (16 x KC halves, the layout p v's
-// fragment loads), and at the end its output, a 16 x 16 fragment at a time,
+// fragment loads) or, to be rescaled, its accumulators a fragment at a
+// time, and at the end its output, a 16 x 16 fragment at a time,
 // divided by sum(p) and written out: invocation s takes row s / 2, keys (or
 // columns) of half s % 2 of the chunk (or fragment).
 //
@@ -40,6 +46,7 @@
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
+#extension GL_KHR_shader_subgroup_vote : require
 #extension GL_EXT_control_flow_attributes : enable
 #include "common.glsl"
 
@@ -75,6 +82,7 @@ layout(push_constant) uniform Args {
 #define PRS (KC / 8 + 1)  // a row of p: KC halves and 8 unused
 #define ORS 5             // a row of an output fragment: 16 f32 and 4 unused
 #define SAREA (16 * SRS)  // a subgroup's area
+#define RESCALE 8.0       // how far past its reference a row's scores may go
 // shared memory, in vectors: the chunk's keys, its values' slice, the
 // subgroups' areas, then (QSHARED) the block's queries; without QSHARED the
 // queries are staged at 0 and read into registers before the first chunk
@@ -171,6 +179,22 @@ void row_scores(uint sa, uint r, uint hf, uint c0, uint i, int last, uint kend, 
     }
 }
 
+// The row's accumulators times alpha (its two invocations: the row's
+// own), a fragment at a time through the subgroup's area sa.
+void rescale(inout FRAG32 oacc[FH], uint sa, uint r, uint hf, float alpha) {
+    [[unroll]] for (uint j = 0; j < FH; ++j) {
+        coopMatStoreNV(oacc[j], sm, sa, ORS, false);
+        sync_subgroup();
+        [[unroll]] for (uint e = 0; e < 2; ++e) {
+            const uint at = sa + r * ORS + 2 * hf + e;
+            sm[at] = floatBitsToUint(uintBitsToFloat(sm[at]) * alpha);
+        }
+        sync_subgroup();
+        coopMatLoadNV(oacc[j], sm, sa, ORS, false);
+        sync_subgroup(); // loaded before the next fragment's store
+    }
+}
+
 void main() {
     const uint l = gl_LocalInvocationID.x, g = l / 32, s = l % 32;
     const uint r = s / 2, hf = s % 2; // the invocation's row and half of a chunk
@@ -197,8 +221,8 @@ void main() {
         const uint gbeg = uint(gbeg_i), gend = uint(max(gend_i, gbeg_i));
         const uint chunks = (kend - kbeg + KC - 1) / KC;
         const int last = int(i) + shift;
-        if (chunks > 0) // the first chunk's keys, loading with the queries
-            fetch(l, kbase, vbase, kbeg, kend, false, 0);
+        if (chunks > 0) // the first chunk, loading with the queries
+            fetch(l, kbase, vbase, kbeg, kend, true, 0);
         for (uint e = l; e < BQ * DQ; e += WG) {
             const uint rr = e / DQ;
             sm[QAT + rr * KRS + e % DQ] =
@@ -212,33 +236,13 @@ void main() {
         barrier(); // the queries' staging is the chunks' place
 #endif
 
-        // Pass 1: each row's maximum score.
-        float mx = -1.0 / 0.0;
-        for (uint c = 0; c < chunks; ++c) {
-            const uint c0 = kbeg + c * KC;
-            put(l, false);
-            barrier();
-            if (c + 1 < chunks)
-                fetch(l, kbase, vbase, c0 + KC, kend, false, 0);
-            if (c0 < gend && c0 + KC > gbeg) { // subgroup-uniform
-                scores(qf, qa, sa);
-                sync_subgroup();
-                float x[KC / 2];
-                row_scores(sa, r, hf, c0, i, last, kend, b, h, x);
-                [[unroll]] for (uint e = 0; e < KC / 2; ++e)
-                    mx = max(mx, x[e]);
-            }
-            barrier(); // the next chunk overwrites the keys, the area its scores
-        }
-        const float m = max(mx, subgroupShuffleXor(mx, 1));
-        const bool none = isinf(m); // the row sees no key: p 0, output 0
-
-        // Pass 2, a slice of the values' columns at a time: p = exp(score -
-        // m), sum(p) and p v.
+        // One pass a slice of the values' columns: each chunk's scores, p =
+        // exp(score - mref) against the row's reference mref, sum(p) and p v.
         for (uint dh = 0; dh < DV; dh += DVH) {
-            if (chunks > 0)
+            if (chunks > 0 && dh > 0)
                 fetch(l, kbase, vbase, kbeg, kend, true, dh);
-            float lsum = 0.0;
+            float lsum = 0.0, mref = -1.0 / 0.0;
+            bool started = false; // subgroup-uniform: some p v added
             FRAG32 oacc[FH];
             [[unroll]] for (uint j = 0; j < FH; ++j)
                 oacc[j] = FRAG32(0.0);
@@ -253,12 +257,29 @@ void main() {
                     sync_subgroup();
                     float x[KC / 2];
                     row_scores(sa, r, hf, c0, i, last, kend, b, h, x);
-                    sync_subgroup(); // every score read: p takes their place
+                    float cm = x[0];
+                    [[unroll]] for (uint e = 1; e < KC / 2; ++e)
+                        cm = max(cm, x[e]);
+                    cm = max(cm, subgroupShuffleXor(cm, 1));
+                    // A new reference only where the chunk's maximum passes
+                    // the row's by more than RESCALE (p at most e^RESCALE,
+                    // within f16): the sum and the row's output rescaled.
+                    const bool grow = cm > mref + RESCALE;
+                    float alpha = 1.0;
+                    if (grow) {
+                        alpha = exp(mref - cm); // 0 from -inf: nothing added yet
+                        mref = cm;
+                        lsum *= alpha;
+                    }
+                    sync_subgroup(); // every score read: the area is free
+                    if (started && subgroupAny(grow))
+                        rescale(oacc, sa, r, hf, alpha);
+                    const bool none = isinf(mref); // no visible key yet: p 0
                     [[unroll]] for (uint u = 0; u < KF; ++u) {
                         uvec4 pk;
                         [[unroll]] for (uint e = 0; e < 4; ++e) {
-                            const float p0 = none ? 0.0 : exp(x[8 * u + 2 * e] - m);
-                            const float p1 = none ? 0.0 : exp(x[8 * u + 2 * e + 1] - m);
+                            const float p0 = none ? 0.0 : exp(x[8 * u + 2 * e] - mref);
+                            const float p1 = none ? 0.0 : exp(x[8 * u + 2 * e + 1] - mref);
                             lsum += p0 + p1;
                             pk[e] = packHalf2x16(vec2(p0, p1));
                         }
@@ -274,6 +295,7 @@ void main() {
                             oacc[j] = coopMatMulAddNV(pf, vf, oacc[j]);
                         }
                     }
+                    started = true;
                 }
                 barrier(); // the next chunk overwrites the keys and values, the area p
             }

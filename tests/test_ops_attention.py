@@ -35,12 +35,12 @@ ATTENTIONS = [  # layout, B, H, KVH, Sq, Sk, D, DV, attrs, mask shape
 
 
 def attention_case(i, layout, B, H, KVH, Sq, Sk, D, DV, attrs, mshape, f16=False,
-                   kernel=None, seed=2300, env=None):
+                   kernel=None, seed=2300, env=None, climb=0.0):
     """f16: q, k, v, the mask and the result stored f16 (as --precision f16
     stores them), the arithmetic f32; with a mask, a third of the way in,
     one key masked out. kernel: the family the dispatch must take (flash, attention), and
     flash's blocks (BQ, BK) as a (define, value) list. env: the compiler's
-    (a kernel choice)."""
+    (a kernel choice). climb: the mask rises by that much a key."""
     def test(workdir):
         r = rng((2500 if f16 else seed) + i)
         if layout == "bhsd":
@@ -51,7 +51,7 @@ def attention_case(i, layout, B, H, KVH, Sq, Sk, D, DV, attrs, mshape, f16=False
                 values(r, [B, Sk, KVH * DV], 1)
         ins = [q, k, v]
         if mshape:
-            ins.append(values(r, mshape, 2.0))
+            ins.append(values(r, mshape, 2.0) + climb * np.arange(Sk, dtype=np.float32))
             if Sk >= 1000:  # one span of 125 keys (of 8) and one key more masked out
                 ins[3][..., 250:376] = -np.inf
         if f16:
@@ -76,9 +76,10 @@ def attention_case(i, layout, B, H, KVH, Sq, Sk, D, DV, attrs, mshape, f16=False
             one_op(workdir, "attention", ins, want.astype(np.float16), a, 2e-3, 2e-3,
                    names=["q", "k", "v", "m"], env=env)
         else:
-            one_op(workdir, "attention", ins, want, a, 1e-4, 1e-5, names=["q", "k", "v", "m"])
+            one_op(workdir, "attention", ins, want, a, 1e-4, 1e-5, names=["q", "k", "v", "m"],
+                   env=env)
         if kernel:
-            check_kernel(workdir, *kernel)
+            check_kernel(workdir, *kernel, env=env)
     return test
 
 
@@ -157,11 +158,12 @@ def _(workdir):
               f"{extra}: exit {r.returncode}: {r.stderr}")
 
 
-def check_kernel(workdir, family, defines=()):
+def check_kernel(workdir, family, defines=(), env=None):
     """The model's one attention dispatch is of family, its kernel built
-    with defines (the kernel's comment in the generated C lists them)."""
+    with defines (the kernel's comment in the generated C lists them);
+    env: the compiler's, as the model was built."""
     workdir = Path(workdir)
-    r = kiln("inspect", workdir / "model.yaml", "--format", "json")
+    r = kiln("inspect", workdir / "model.yaml", "--format", "json", env=env)
     check(r.returncode == 0, f"kiln inspect failed:\n{r.stderr}")
     d, = json.loads(r.stdout)["dispatches"]
     check(d["family"] == family, f"attention took {d['family']}, expected {family}")
@@ -201,22 +203,45 @@ case("op attention bhsd B=1 H=2 KVH=2 Sq=1 Sk=20 D=96 DV=96 causal mask=[1, 20]:
 # D = 128 in chunks of 16 keys, D = 256 in blocks of 8 rows of 8 invocations;
 # and past what fits 32 KiB of shared memory, attention.comp again.
 FLASH = [  # the ATTENTIONS fields, then kernel
-    (("bhsd", 1, 3, 3, 37, 37, 64, 64, {}, None), ("flash", [("BQ", 16), ("BK", 32)])),
+    (("bhsd", 1, 3, 3, 37, 37, 64, 64, {}, None), ("flash", [("BQ", 16), ("BK", 64)])),
     (("bhsd", 1, 16, 4, 129, 129, 16, 16, {"causal": 1}, None),
      ("flash", [("BQ", 16), ("BK", 64)])),
     (("bshd", 2, 4, 2, 20, 29, 16, 24, {"causal": 1}, [2, 1, 20, 29]), ("flash", [("BK", 64)])),
     (("bhsd", 1, 2, 2, 40, 24, 8, 8, {"causal": 1}, None), ("flash", [])),
     (("bhsd", 1, 2, 1, 50, 50, 10, 13, {"causal": 1, "window": 7, "softcap": 4.0},
       [50, 50]), ("flash", [])),
-    (("bhsd", 1, 2, 2, 16, 70, 128, 128, {}, None), ("flash", [("BK", 16)])),
+    (("bhsd", 1, 2, 2, 16, 70, 128, 128, {}, None), ("flash", [("BK", 32)])),
     (("bhsd", 1, 2, 2, 21, 30, 256, 256, {"causal": 1}, None),
-     ("flash", [("BQ", 8), ("BK", 8), ("TPR", 8)])),
+     ("flash", [("BQ", 8), ("BK", 16), ("TPR", 16)])),
     (("bhsd", 1, 1, 1, 8, 9, 512, 16, {}, None), ("attention", [])),
 ]
 for i, (c, kernel) in enumerate(FLASH):
     case(f"op attention (flash) {c[0]} B={c[1]} H={c[2]} KVH={c[3]} Sq={c[4]} Sk={c[5]} "
          f"D={c[6]} DV={c[7]} {c[8]} mask={c[9]}")(
         attention_case(i, *c, kernel=kernel, seed=2600))
+
+
+# flash.comp with groups of RM rows (KILN_FLASH=BQ,BK,TPR,RM; the compiler
+# takes them where the blocks fill a large GPU, sequences longer than
+# these): blocks and chunks left ragged, a mask, grouped queries in bshd
+# with D != DV, a window with softcap, D = 256 with 8 lanes a group, D and
+# DV not multiples of 4, and f16 storage.
+FLASH_RM = [
+    (("bhsd", 1, 3, 3, 75, 75, 64, 64, {"causal": 1}, [1, 1, 75, 75]), "32,32,16,4", False),
+    (("bshd", 2, 4, 2, 37, 50, 32, 48, {}, None), "16,16,16,2", False),
+    (("bhsd", 1, 2, 1, 40, 40, 128, 128, {"causal": 1, "window": 9, "softcap": 3.0}, None),
+     "32,16,16,4", False),
+    (("bhsd", 1, 2, 2, 21, 30, 256, 256, {"causal": 1}, None), "16,8,8,4", False),
+    (("bhsd", 1, 2, 2, 33, 33, 10, 13, {"causal": 1}, None), "16,16,8,2", False),
+    (("bshd", 1, 4, 2, 70, 70, 64, 64, {"causal": 1}, [1, 1, 70, 70]), "32,32,16,4", True),
+]
+for i, (c, tile, f16) in enumerate(FLASH_RM):
+    bq, bk, tpr, rm = tile.split(",")
+    case(f"op attention (flash, {rm} rows a group) {c[0]} B={c[1]} H={c[2]} KVH={c[3]} "
+         f"Sq={c[4]} Sk={c[5]} D={c[6]} DV={c[7]} {c[8]} mask={c[9]}{' f16' if f16 else ''}")(
+        attention_case(i + 80, *c, f16=f16, env={"KILN_FLASH": tile, "KILN_FLASH_CM": "0"},
+                       kernel=("flash", [("BQ", int(bq)), ("BK", int(bk)), ("TPR", int(tpr)),
+                                         ("RM", int(rm))]), seed=2650))
 
 
 def spans_case(split_last, vpre=True):
@@ -336,6 +361,27 @@ for i, (c, nsg) in enumerate(FLASH_CM):
          f"Sk={c[5]} D={c[6]} DV={c[7]} {c[8]} mask={c[9]}")(flash_cm_case(i, c, nsg))
 
 
+# Scores that climb key after key (a mask rising by 0.75 a key, 12 a
+# chunk of 16): every chunk passes the rows' references by more than
+# flash_cm's and flash_rows' RESCALE, so their accumulators are rescaled
+# at each chunk (random scores do it at the first only). lavapipe runs
+# flash.comp; the NVIDIA run the kernel named.
+for _i, (_fam, _env) in enumerate((("flash_cm", None), ("flash_rows", {"KILN_FLASH_ROWS": "1"}))):
+    def _climb_case(i=_i, fam=_fam, env=_env):
+        c = ("bhsd", 1, 2, 2, 70, 90, 32, 32, {"causal": 1}, [1, 1, 70, 90])
+        run = attention_case(60 + i, *c, f16=True, env=env, climb=0.75)
+
+        def test(workdir):
+            run(workdir)
+            r = kiln("inspect", Path(workdir) / "model.yaml", "--format", "json", env=env)
+            check(r.returncode == 0, f"kiln inspect failed:\n{r.stderr}")
+            fams = [d["family"] for d in json.loads(r.stdout)["dispatches"]]
+            check(fams == [fam, "flash"], f"dispatches {fams}, expected {fam}, flash")
+        return test
+    case(f"op attention f16 storage ({_fam}) scores climbing a key: rescaled each chunk")(
+        _climb_case())
+
+
 # The same on flash_rows.comp (the long sequences' kernel: blocks of 16 *
 # NSG rows, each chunk of keys loaded once for them), forced by
 # KILN_FLASH_ROWS=1 at these short ones: ragged blocks and chunks, grouped
@@ -378,16 +424,14 @@ for i, (c, nsg, kf) in enumerate(FLASH_ROWS):
         flash_rows_case(i, c, nsg, kf))
 
 
-@case("op attention f16: a long sequence's blocks fill the GPU: flash_rows.comp, not flash_cm, "
-      "by default for heads of 128")
+@case("op attention f16: a long sequence's blocks fill the GPU: flash_rows.comp, not flash_cm")
 def _(workdir):
-    """With KILN_FLASH_ROWS=auto the kernel follows the blocks' count: 32
-    heads of 257 rows give 160 blocks of 64 (flash_rows); 8 heads, 40
-    (flash_cm). Unset, the same for heads of 128 (the default there) and
-    flash_cm for heads of 64; =0, flash_cm."""
-    for heads, d, fam, env in ((32, 64, "flash_rows", "auto"), (8, 64, "flash_cm", "auto"),
-                               (32, 64, "flash_cm", None), (32, 128, "flash_rows", None),
-                               (8, 128, "flash_cm", None), (32, 128, "flash_cm", "0")):
+    """The kernel follows the blocks' count: 32 heads of 257 rows give 160
+    blocks of 64 (flash_rows), 8 heads 40 (flash_cm), at heads of 64 and of
+    128; KILN_FLASH_ROWS=0, flash_cm (=auto, the default's rule)."""
+    for heads, d, fam, env in ((32, 64, "flash_rows", None), (8, 64, "flash_cm", None),
+                               (32, 128, "flash_rows", None), (8, 128, "flash_cm", None),
+                               (32, 64, "flash_rows", "auto"), (32, 128, "flash_cm", "0")):
         y = Path(workdir) / f"h{heads}_{d}.yaml"
         spec = f"{{dtype: f16, shape: [1, {heads}, 257, {d}]}}"
         y.write_text(f"name: a\ninputs:\n  q: {spec}\n  k: {spec}\n  v: {spec}\nnodes:\n"
