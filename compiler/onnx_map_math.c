@@ -79,47 +79,52 @@ void map_prelu(Ctx *c, const OnnxOp *op) {
 }
 
 /* Softmax, LogSoftmax, Hardmax. Before opset 13 they act on the input
- * flattened to 2-D at axis (default 1); from 13 on one axis (default -1). */
+ * flattened to 2-D at axis (default 1); from 13 on one axis (default -1).
+ * f16 inputs (a model exported in halves) are computed in f32, the result
+ * cast back. */
 void map_softmax(Ctx *c, const OnnxOp *op) {
     Value *x = in(c, 0);
+    bool half = x->dtype == KILN_DTYPE_F16;
     bool old = c->opset < 13;
     int64_t axis = oattr_int(c, "axis", old ? 1 : -1);
     if (axis < -x->rank || axis >= (x->rank ? x->rank : 1))
         node_fail(c, format("axis %lld is out of range", (long long)axis));
     if (axis < 0)
         axis += x->rank;
-    Value *src = x;
+    Value *src = cast_to(c, x, half ? KILN_DTYPE_F32 : x->dtype);
     if (old && axis != x->rank - 1) {
-        Node *r = emit_tmp(c, OP_RESHAPE, 1, &x);
+        Node *r = emit_tmp(c, OP_RESHAPE, 1, &src);
         int64_t shape[2] = {shape_count((int)axis, x->shape),
                             shape_count(x->rank - (int)axis, x->shape + axis)};
         node_set_ints(r, "shape", 2, shape);
         src = finish(c, r);
         axis = 1;
     }
-    bool reshaped = src != x;
+    bool reshaped = src->rank != x->rank;
+    bool tmp = reshaped || half; /* the ONNX output comes after this node */
     Value *y;
     if (strcmp(op->name, "Hardmax") == 0) {
         Node *am = emit_tmp(c, OP_ARGMAX, 1, &src);
         node_set_int(am, "axis", axis);
         node_set_int(am, "keep_dims", 0);
         Value *idx = finish(c, am);
-        Node *oh = reshaped ? emit_tmp(c, OP_ONE_HOT, 1, &idx)
-                            : emit(c, OP_ONE_HOT, 1, &idx, out_name(c, 0));
+        Node *oh = tmp ? emit_tmp(c, OP_ONE_HOT, 1, &idx)
+                       : emit(c, OP_ONE_HOT, 1, &idx, out_name(c, 0));
         node_set_int(oh, "depth", src->shape[axis]);
         node_set_int(oh, "axis", axis);
         y = finish(c, oh);
     } else {
-        Node *k = reshaped ? emit_tmp(c, op->kop, 1, &src)
-                           : emit(c, op->kop, 1, &src, out_name(c, 0));
+        Node *k = tmp ? emit_tmp(c, op->kop, 1, &src) : emit(c, op->kop, 1, &src, out_name(c, 0));
         node_set_int(k, "axis", axis);
         y = finish(c, k);
     }
     if (reshaped) {
-        Node *r = emit(c, OP_RESHAPE, 1, &y, out_name(c, 0));
+        Node *r = half ? emit_tmp(c, OP_RESHAPE, 1, &y) : emit(c, OP_RESHAPE, 1, &y, out_name(c, 0));
         node_set_ints(r, "shape", x->rank, x->shape);
-        finish(c, r);
+        y = finish(c, r);
     }
+    if (half)
+        output_as(c, y, KILN_DTYPE_F16);
 }
 
 /* ReduceX: axes from the attribute, or (ReduceSum from 13, the rest from 18)

@@ -1077,3 +1077,37 @@ def _(workdir):
     r = subprocess.run([sys.executable, tool, "--check"], capture_output=True, text=True)
     check(r.returncode == 0, "docs/onnx-ops.md is stale: run tools/onnx_ops_table.py\n" +
           r.stdout + r.stderr)
+
+
+@case("onnx Softmax, LogSoftmax and Hardmax of f16 values (a model exported in halves, as "
+      "torch.onnx.export writes a model.half() decoder's attention): computed in f32, the "
+      "results f16; opset 11's flattening axis and opset 17's last axis, f32 and --precision "
+      "f16 builds, against numpy")
+def _(workdir):
+    rng = np.random.default_rng(31)
+    x = (rng.standard_normal([2, 3, 5]) * 3).astype(np.float16)
+    xf = x.astype(np.float64)
+
+    def softmax(a, axis):
+        e = np.exp(a - a.max(axis, keepdims=True))
+        return e / e.sum(axis, keepdims=True)
+    flat = xf.reshape(2, 15)
+    cases = {  # opset: nodes, outputs, expected
+        11: ([node("Softmax", ["x"], ["s"], "s", attr("axis", 1)),
+              node("LogSoftmax", ["x"], ["ls"], "ls", attr("axis", 2)),
+              node("Hardmax", ["x"], ["h"], "h", attr("axis", 1))],
+             ["s", "ls", "h"],
+             [softmax(flat, 1).reshape(2, 3, 5), np.log(softmax(xf, 2)),
+              np.eye(15)[flat.argmax(1)].reshape(2, 3, 5)]),
+        17: ([node("Softmax", ["x"], ["s"], "s", attr("axis", -1)),
+              node("LogSoftmax", ["x"], ["ls"], "ls", attr("axis", 1))],
+             ["s", "ls"], [softmax(xf, -1), np.log(softmax(xf, 1))]),
+    }
+    for opset, (nodes, outs, want) in cases.items():
+        m = model(nodes, [value_info("x", [2, 3, 5], 10)],
+                  [value_info(o, [2, 3, 5], 10) for o in outs], [], opset=opset)
+        for prec in ("f32", "f16"):
+            wd = Path(workdir) / f"{opset}_{prec}"
+            wd.mkdir()
+            run_onnx(wd, m, [x], [w.astype(np.float16) for w in want], outs,
+                     flags=("--precision", prec), tol=(2e-3, 2e-3))
