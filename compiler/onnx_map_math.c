@@ -92,7 +92,8 @@ void map_softmax(Ctx *c, const OnnxOp *op) {
     if (axis < 0)
         axis += x->rank;
     Value *src = cast_to(c, x, half ? KILN_DTYPE_F32 : x->dtype);
-    if (old && axis != x->rank - 1) {
+    bool reshaped = old && axis != x->rank - 1;
+    if (reshaped) {
         Node *r = emit_tmp(c, OP_RESHAPE, 1, &src);
         int64_t shape[2] = {shape_count((int)axis, x->shape),
                             shape_count(x->rank - (int)axis, x->shape + axis)};
@@ -100,7 +101,6 @@ void map_softmax(Ctx *c, const OnnxOp *op) {
         src = finish(c, r);
         axis = 1;
     }
-    bool reshaped = src->rank != x->rank;
     bool tmp = reshaped || half; /* the ONNX output comes after this node */
     Value *y;
     if (strcmp(op->name, "Hardmax") == 0) {

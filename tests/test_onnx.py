@@ -1111,3 +1111,13 @@ def _(workdir):
             wd.mkdir()
             run_onnx(wd, m, [x], [w.astype(np.float16) for w in want], outs,
                      flags=("--precision", prec), tol=(2e-3, 2e-3))
+
+
+@case("onnx Softmax of opset 11 over a 2-D input at axis 0: the whole input flattened to one "
+      "row [1, 24], the result back in [4, 6], against numpy")
+def _(workdir):
+    x = np.random.default_rng(32).standard_normal([4, 6]).astype(np.float32)
+    e = np.exp(x.astype(np.float64) - x.max())
+    m = model([node("Softmax", ["x"], ["y"], "s", attr("axis", 0))],
+              [value_info("x", [4, 6])], [value_info("y", [4, 6])], [], opset=11)
+    run_onnx(workdir, m, [x], [(e / e.sum()).astype(np.float32)], ["y"])
