@@ -175,6 +175,8 @@ static int64_t least_rows(const Node *n, const AttentionDims *a) {
  * KILN_FLASH=BQ,BK[,TPR[,RM]] overrides the blocks (for tuning; TPR
  * invocations a group, default 16, a divisor of BK; RM rows a group,
  * default 1, a divisor of BQ), KILN_FLASH=0 keeps attention.comp. */
+/* Workgroups that fill a large GPU: the bound for flash.comp's row groups
+ * and for flash_rows.comp. */
 #define FLASH_GROUPS 128
 static bool flash_tile(const Node *n, const AttentionDims *a, FlashTile *f) {
     if (a->Sq < FLASH_MIN_ROWS)
@@ -231,7 +233,7 @@ static int64_t flash_rows_shared_bytes(const AttentionDims *a, int64_t nsg, int6
 
 /* flash_rows.comp (blocks of 16 * NSG query rows, each chunk of keys
  * loaded once for them) where its blocks alone fill a large GPU (at least
- * FLASH_ROWS_GROUPS workgroups at the fewest rows a run has): long
+ * FLASH_GROUPS workgroups at the fewest rows a run has): long
  * sequences and batches, where flash_cm.comp's blocks of 16 rows re-read
  * every key and value once per 16 rows. Queries wider than 128 stay in
  * shared memory, values wider than 128 go by in slices (registers). Since
@@ -244,7 +246,6 @@ static int64_t flash_rows_shared_bytes(const AttentionDims *a, int64_t nsg, int6
  * two-pass, seq 8192 causal 3197 -> 2711 us). KILN_FLASH_ROWS=1 takes it
  * wherever it applies (tests and tuning), =0 never; NULL where it does not
  * apply or would not fill the GPU. */
-#define FLASH_ROWS_GROUPS 128
 static Dispatch *flash_rows_dispatch(Program *p, Node *n, const AttentionDims *a) {
     const char *tune = getenv("KILN_FLASH_ROWS");
     if (tune && strcmp(tune, "1") != 0 && strcmp(tune, "auto") != 0)
@@ -262,7 +263,7 @@ static Dispatch *flash_rows_dispatch(Program *p, Node *n, const AttentionDims *a
     }
     int64_t bytes = flash_rows_shared_bytes(a, nsg, kf, dvh, qshared);
     int64_t groups = a->B * a->H * ((least_rows(n, a) + 16 * nsg - 1) / (16 * nsg));
-    if (bytes > 49152 || (!(tune && strcmp(tune, "1") == 0) && groups < FLASH_ROWS_GROUPS))
+    if (bytes > 49152 || (!(tune && strcmp(tune, "1") == 0) && groups < FLASH_GROUPS))
         return NULL;
     Dispatch *d = new_dispatch(p, n, "flash_rows");
     d->needs = KILN_FEATURE_COOPMAT;
