@@ -47,6 +47,9 @@ typedef struct Ctx {
      * NonMaxSuppression's selected rows. */
     Vec extra_outputs;
     int tmp_count;         /* names of internal values: NAME/1, NAME/2, ... */
+    /* The last node whose f16 inputs emit cast to f32 (its kernels compute
+     * in f32 only); finish casts its f32 results back to f16. */
+    Node *widened;
     /* The dims expression of each symbolic dimension (dim_param) of the
      * inputs that follows the dynamic dims: name -> DimExpr*. */
     Map dim_exprs;

@@ -80,18 +80,17 @@ void map_prelu(Ctx *c, const OnnxOp *op) {
 
 /* Softmax, LogSoftmax, Hardmax. Before opset 13 they act on the input
  * flattened to 2-D at axis (default 1); from 13 on one axis (default -1).
- * f16 inputs (a model exported in halves) are computed in f32, the result
- * cast back. */
+ * f16 inputs (a model exported in halves) are read as they are: the
+ * kernels compute in f32 and store f16. */
 void map_softmax(Ctx *c, const OnnxOp *op) {
     Value *x = in(c, 0);
-    bool half = x->dtype == KILN_DTYPE_F16;
     bool old = c->opset < 13;
     int64_t axis = oattr_int(c, "axis", old ? 1 : -1);
     if (axis < -x->rank || axis >= (x->rank ? x->rank : 1))
         node_fail(c, format("axis %lld is out of range", (long long)axis));
     if (axis < 0)
         axis += x->rank;
-    Value *src = cast_to(c, x, half ? KILN_DTYPE_F32 : x->dtype);
+    Value *src = x;
     bool reshaped = old && axis != x->rank - 1;
     if (reshaped) {
         Node *r = emit_tmp(c, OP_RESHAPE, 1, &src);
@@ -101,7 +100,9 @@ void map_softmax(Ctx *c, const OnnxOp *op) {
         src = finish(c, r);
         axis = 1;
     }
-    bool tmp = reshaped || half; /* the ONNX output comes after this node */
+    /* Hardmax's one_hot writes f32: of f16 values, cast back last */
+    bool cast = strcmp(op->name, "Hardmax") == 0 && x->dtype != KILN_DTYPE_F32;
+    bool tmp = reshaped || cast; /* the ONNX output comes after this node */
     Value *y;
     if (strcmp(op->name, "Hardmax") == 0) {
         Node *am = emit_tmp(c, OP_ARGMAX, 1, &src);
@@ -119,12 +120,12 @@ void map_softmax(Ctx *c, const OnnxOp *op) {
         y = finish(c, k);
     }
     if (reshaped) {
-        Node *r = half ? emit_tmp(c, OP_RESHAPE, 1, &y) : emit(c, OP_RESHAPE, 1, &y, out_name(c, 0));
+        Node *r = cast ? emit_tmp(c, OP_RESHAPE, 1, &y) : emit(c, OP_RESHAPE, 1, &y, out_name(c, 0));
         node_set_ints(r, "shape", x->rank, x->shape);
         y = finish(c, r);
     }
-    if (half)
-        output_as(c, y, KILN_DTYPE_F16);
+    if (cast)
+        output_as(c, y, x->dtype);
 }
 
 /* ReduceX: axes from the attribute, or (ReduceSum from 13, the rest from 18)

@@ -499,10 +499,38 @@ Node *knode(Ctx *c, OpKind op, const char *suffix) {
     return graph_node(c->g, op, format("%s%s", c->nname, suffix), c->loc);
 }
 
+/* The ops whose kernels compute in f32 only (their shape rules require f32
+ * data; precision.c's rule F32). Over an f16 model's values (a
+ * model.half() export) they read casts of them to f32, and their f32
+ * results are cast back to f16 under the ONNX names: the ONNX op of f16
+ * computed in f32. */
+static bool computes_f32(OpKind op) {
+    switch (op) {
+    case OP_CUMSUM: case OP_TOPK: case OP_SCATTER_ELEMENTS: case OP_SCATTER_ADD:
+    case OP_GRID_SAMPLE: case OP_ROI_ALIGN: case OP_DET: case OP_DFT: case OP_STFT:
+    case OP_NMS: case OP_SAMPLE:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* Input v of a node of `op`: as it is, or its cast to f32 (computes_f32). */
+static Value *widen(Ctx *c, OpKind op, Value *v, bool *widened) {
+    if (!v || !computes_f32(op) || v->dtype != KILN_DTYPE_F16)
+        return v;
+    *widened = true;
+    return cast_to(c, v, KILN_DTYPE_F32);
+}
+
 /* A kiln node of `op` over x with `n` outputs: the ONNX node's, an absent
  * one under a temporary name. */
 Node *emit_outputs(Ctx *c, OpKind op, Value *x, int n) {
+    bool widened = false;
+    x = widen(c, op, x, &widened);
     Node *k = knode(c, op, "");
+    if (widened)
+        c->widened = k;
     node_add_input(k, tens(c, x));
     for (int i = 0; i < n; i++)
         node_add_output(k, graph_tensor(c->g, *out_name(c, i) ? out_name(c, i)
@@ -513,12 +541,19 @@ Node *emit_outputs(Ctx *c, OpKind op, Value *x, int n) {
 
 /* A kiln node of `op` over values, producing ONNX output `out`. */
 Node *emit(Ctx *c, OpKind op, int n, Value **ins, const char *out) {
+    bool widened = false;
+    Value **w = xcalloc((size_t)n + 1, sizeof *w);
+    for (int i = 0; i < n; i++)
+        w[i] = widen(c, op, ins[i], &widened);
     Node *k = knode(c, op, *out ? "" : "/tmp");
+    if (widened)
+        c->widened = k;
     for (int i = 0; i < n; i++) {
-        if (!ins[i])
+        if (!w[i])
             node_fail(c, format("input %d is missing", i));
-        node_add_input(k, tens(c, ins[i]));
+        node_add_input(k, tens(c, w[i]));
     }
+    xfree(w);
     node_add_output(k, graph_tensor(c->g, out, T_VALUE, c->loc));
     return k;
 }
@@ -532,7 +567,30 @@ Node *emit_tmp(Ctx *c, OpKind op, int n, Value **ins) {
 Value *finish(Ctx *c, Node *k) {
     infer_node(k);
     infer_dynamic(c->g, k);
-    return bind_outputs(c, k);
+    if (c->widened != k)
+        return bind_outputs(c, k);
+    /* its f32 results back to f16, under their names (computes_f32) */
+    c->widened = NULL;
+    Value *first = NULL;
+    for (int i = 0; i < k->noutputs; i++) {
+        Tensor *t = k->outputs[i];
+        Value *v = value_of_tensor(t);
+        if (t->dtype == KILN_DTYPE_F32) {
+            const char *name = t->name;
+            t->name = xstrdup(format("%s/f32", name));
+            Node *back = knode(c, OP_CAST, format("/%d", ++c->tmp_count));
+            node_add_input(back, t);
+            node_add_output(back, graph_tensor(c->g, name, T_VALUE, c->loc));
+            node_set_attr(back, "to", kiln_dtype_name(KILN_DTYPE_F16));
+            infer_node(back);
+            infer_dynamic(c->g, back);
+            v = value_of_tensor(back->outputs[0]);
+        }
+        map_put(&c->values, v->name, v);
+        if (!first)
+            first = v;
+    }
+    return first;
 }
 
 Value *bind_outputs(Ctx *c, Node *k) {

@@ -159,12 +159,34 @@ static void grow(Pass *p) {
     p->cap = n;
 }
 
-/* t as dtype dt (f32 or f16): a cast node appended to the order. */
+/* An f16 weight's f32 copy, made once (the kernel that reads it takes
+ * f32: a norm's scale, a product's bias). */
+static Tensor *float_weight(Pass *p, Tensor *w) {
+    Tensor *f = graph_tensor(p->g, format("%s.f32", w->name), T_WEIGHT, w->loc);
+    f->dtype = KILN_DTYPE_F32;
+    f->rank = w->rank;
+    memcpy(f->shape, w->shape, sizeof f->shape);
+    int64_t count = tensor_count(w);
+    float *d = xcalloc((size_t)count + 1, sizeof *d);
+    for (int64_t i = 0; i < count; i++) {
+        uint16_t h;
+        memcpy(&h, w->data + 2 * i, 2);
+        d[i] = half_to_float(h);
+    }
+    f->data = (uint8_t *)d;
+    p->nweights++;
+    return f;
+}
+
+/* t as dtype dt (f32 or f16): a cast node appended to the order (an f16
+ * weight's f32 copy instead, made here). */
 static Tensor *cast_to(Pass *p, Tensor *t, kiln_dtype dt) {
     grow(p);
     int which = dt == KILN_DTYPE_F16;
     if (p->cast[which][t->id])
         return p->cast[which][t->id];
+    if (t->kind == T_WEIGHT && t->data && t->dtype == KILN_DTYPE_F16 && !which)
+        return p->cast[which][t->id] = float_weight(p, t);
     Graph *g = p->g;
     const char *suffix = which ? "f16" : "f32";
     /* graph_node appends it to g->nodes, which apply_precision replaces */
@@ -402,6 +424,14 @@ static bool any_f32(const Pass *p, Node **members, int nm) {
     return false;
 }
 
+/* Whether the graph holds f16 tensors of its own (an f16 model's). */
+static bool has_f16(const Graph *g) {
+    for (int i = 0; i < g->tensors.len; i++)
+        if (((const Tensor *)g->tensors.data[i])->dtype == KILN_DTYPE_F16)
+            return true;
+    return false;
+}
+
 void apply_precision(Graph *g, const Options *opt) {
     for (int i = 0; i < opt->nkeep_f32; i++) {
         bool found = false;
@@ -410,7 +440,11 @@ void apply_precision(Graph *g, const Options *opt) {
         if (!found)
             fatal("--keep-f32: the model has no node named '%s'", opt->keep_f32[i]);
     }
-    if (opt->precision != KILN_DTYPE_F16)
+    /* Without --precision f16 the pass runs where the model has f16 tensors
+     * of its own: each kernel then gets its operands in a dtype it reads
+     * (cast_inputs), and every tensor keeps its dtype. */
+    bool half = opt->precision == KILN_DTYPE_F16;
+    if (!half && !has_f16(g))
         return;
     Pass p = {g, opt, {0}, NULL, NULL, 0, {NULL, NULL}, NULL, 0, 0, 0};
     /* --io f16: the f32 inputs and outputs that the user reads and writes
@@ -442,7 +476,10 @@ void apply_precision(Graph *g, const Options *opt) {
                     members[nm++] = nodes[j];
             /* casts go before the head, whose dispatch reads them */
             Rule r = kept(&p, members, nm) ? R_F32 : op_rule(n->op);
-            if (r == R_SAME) {
+            if (!half) {
+                if (r != R_SAME)
+                    cast_inputs(&p, r, n, members, nm);
+            } else if (r == R_SAME) {
                 /* slices fused into a concat (optimize.c) write nothing:
                  * each piece is its source's elements, in its dtype */
                 for (int j = 0; j < nm; j++)
@@ -456,9 +493,10 @@ void apply_precision(Graph *g, const Options *opt) {
                     conv_weights(&p, n);
                 cast_inputs(&p, r, n, members, nm);
             }
-            if (r == R_ANY || ((r == R_MATMUL || r == R_CONV) && !any_f32(&p, members, nm)))
+            if (half && (r == R_ANY ||
+                         ((r == R_MATMUL || r == R_CONV) && !any_f32(&p, members, nm))))
                 store_f16(&p, members, nm);
-            f32_head = r == R_F32; /* a sum writes an f16 output itself */
+            f32_head = half && r == R_F32; /* a sum writes an f16 output itself */
         }
         vec_push(&p.order, n);
         if (f32_head)
@@ -468,7 +506,8 @@ void apply_precision(Graph *g, const Options *opt) {
     for (int i = 0; i < g->nodes.len; i++)
         ((Node *)g->nodes.data[i])->id = i;
     if (opt->verbose)
-        fprintf(stderr, "kiln: --precision f16: %d casts, %d weights converted to f16\n",
+        fprintf(stderr, half ? "kiln: --precision f16: %d casts, %d weights converted to f16\n"
+                             : "kiln: f16 tensors: %d casts, %d weights converted to f32\n",
                 p.ncasts, p.nweights);
     xfree(nodes);
     xfree(members);

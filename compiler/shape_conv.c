@@ -36,7 +36,7 @@ static void set_window_output(Node *n, int64_t channels, const Window *win) {
 void shape_conv(Node *n) {
     Tensor *x = n->inputs[0], *w = n->inputs[1];
     bool tr = n->op == OP_CONV_TRANSPOSE;
-    require_f32(n);
+    require_float(n);
     int nsp = x->rank - 2;
     if (nsp < 1 || nsp > 3)
         node_error(n, "%s needs [N, C, D1 (, D2 (, D3))], got %s",
@@ -68,7 +68,7 @@ void shape_conv(Node *n) {
 
 void shape_pool(Node *n) {
     Tensor *x = n->inputs[0];
-    require_f32(n);
+    require_float(n);
     int nsp = x->rank - 2;
     if (nsp < 1 || nsp > 3)
         node_error(n, "%s needs [N, C, D1 (, D2 (, D3))], got %s",
@@ -90,7 +90,7 @@ void shape_pool(Node *n) {
 
 void shape_global_pool(Node *n) {
     Tensor *x = n->inputs[0];
-    require_f32(n);
+    require_float(n);
     if (x->rank < 3)
         node_error(n, "%s needs [N, C, D1, ...], got %s",
                    op_info[n->op].name, shape_str(x->rank, x->shape));
@@ -145,7 +145,7 @@ void shape_roi_align(Node *n) {
 
 void shape_resize(Node *n) {
     Tensor *x = n->inputs[0];
-    require_f32(n);
+    require_float(n);
     if (x->rank < 1)
         node_error(n, "resize of a scalar");
     double scales[MAX_RANK];

@@ -13,7 +13,8 @@
  * to [M, N]; activation none or an ACTIVATION row of ops.def. */
 void shape_gemm(Node *n) {
     Tensor *a = n->inputs[0], *b = n->inputs[1];
-    require_f32(n);
+    require_float(n);
+    same_dtype(n, 0, 1); /* the bias (C) is read as f32 in either case */
     if (a->rank != 2 || b->rank != 2)
         node_error(n, "gemm needs 2-D operands, got %s and %s",
                    shape_str(a->rank, a->shape), shape_str(b->rank, b->shape));

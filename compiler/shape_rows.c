@@ -11,12 +11,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* softmax, log_softmax, cumsum: one axis of an f32 tensor (cumsum also of
- * an i32 or i64 one: integer sums, exact, wrapping as the integers do;
- * RoBERTa counts its positions so). */
+/* softmax, log_softmax: one axis of an f32 or f16 tensor; cumsum: of an
+ * f32 one (or of an i32 or i64 one: integer sums, exact, wrapping as the
+ * integers do; RoBERTa counts its positions so). */
 void shape_axis_float(Node *n) {
     Tensor *x = n->inputs[0];
-    if (n->op != OP_CUMSUM || (x->dtype != KILN_DTYPE_I32 && x->dtype != KILN_DTYPE_I64))
+    if (n->op == OP_SOFTMAX || n->op == OP_LOG_SOFTMAX)
+        require_float(n);
+    else if (n->op != OP_CUMSUM || (x->dtype != KILN_DTYPE_I32 && x->dtype != KILN_DTYPE_I64))
         require_f32(n);
     if (x->rank < 1)
         node_error(n, "%s needs an input of rank 1 or more",
@@ -31,7 +33,7 @@ void shape_axis_float(Node *n) {
  * a second output, the sum x + residual. */
 void shape_norm(Node *n) {
     Tensor *x = n->inputs[0];
-    require_f32(n);
+    require_float(n);
     bool residual = n->op == OP_RESIDUAL_LAYER_NORM || n->op == OP_RESIDUAL_RMS_NORM;
     if (x->rank < 1)
         node_error(n, "%s needs an input of rank 1 or more",
@@ -71,7 +73,7 @@ void shape_norm(Node *n) {
  * x [N, C, ...]. */
 void shape_channel_norm(Node *n) {
     Tensor *x = n->inputs[0];
-    require_f32(n);
+    require_float(n);
     if (x->rank < 3)
         node_error(n, "%s needs [N, C, D1, ...], got %s",
                    op_info[n->op].name, shape_str(x->rank, x->shape));
@@ -91,7 +93,7 @@ void shape_channel_norm(Node *n) {
 /* batch_norm(x, scale, bias, mean, var), inference: per channel (axis 1). */
 void shape_batch_norm(Node *n) {
     Tensor *x = n->inputs[0];
-    require_f32(n);
+    require_float(n);
     if (x->rank < 2)
         node_error(n, "batch_norm needs [N, C, ...], got %s",
                    shape_str(x->rank, x->shape));
@@ -116,17 +118,19 @@ static void reduce_output(Node *n, kiln_dtype dt) {
     set_output(n, dt, rank, shape);
 }
 
+/* The reductions of f32 or f16 data, the result in the data's dtype (a sum
+ * computed in f32). */
 void shape_reduce(Node *n) {
-    require_f32(n);
-    reduce_output(n, KILN_DTYPE_F32);
+    require_float(n);
+    reduce_output(n, n->inputs[0]->dtype);
 }
 
-/* argmax, argmin: of f32, or of i32 and i64 (compared as integers: GPT-2's
- * classifier finds each row's last token so) */
+/* argmax, argmin: of f32 or f16, or of i32 and i64 (compared as integers:
+ * GPT-2's classifier finds each row's last token so) */
 void shape_arg(Node *n) {
     kiln_dtype dt = n->inputs[0]->dtype;
     if (dt != KILN_DTYPE_I32 && dt != KILN_DTYPE_I64)
-        require_f32(n);
+        require_float(n);
     int64_t last = attr_int(n, "select_last_index");
     if (last != 0 && last != 1)
         node_error_at(n, attr_loc(n, "select_last_index"), "select_last_index must "

@@ -503,7 +503,7 @@ OP_ERRORS = [
     ("space_to_depth of indivisible size", node_error(
         "op: space_to_depth, inputs: [x], block: 4", ["do not divide by block 4"])),
     ("batch_norm with a wrong parameter", node_error(
-        "op: batch_norm, inputs: [x, b, b, b, i]", ["needs f32 inputs"])),
+        "op: batch_norm, inputs: [x, b, b, b, i]", ["needs f32 or f16 inputs"])),
     ("gather with float indices", node_error("op: gather, inputs: [x, x]",
                                              ["needs i32 or i64 index inputs"])),
     ("embedding with a 4-D table", node_error("op: embedding, inputs: [i, x]",

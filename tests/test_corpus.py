@@ -163,6 +163,38 @@ for _name in ("efficientnet_tiny_dynamo20", "mobilenet_v3_small_dynamo20",
                 corpus_case(MODELS / _name, _prec, env={"KILN_DWCONV": _tile}))
 
 
+def half_case(d, precision):
+    """tests/models/half/NAME: NAME's model with f16 weights, inputs and
+    outputs (as model.half() exports it; tests/models/half.py), against
+    NAME's stored torch outputs, within the f16 bound; its inputs in f16."""
+    def test(workdir):
+        wd = Path(workdir)
+        src = MODELS / json.loads((d / "meta.json").read_text())["source"]
+        inputs = [np.load(p) for p in sorted(src.glob("input_*.npy"))]
+        want = [np.load(p) for p in sorted(src.glob("torch_*.npy"))]
+        check(inputs and want, f"{src}: no inputs or no reference outputs")
+        r = kiln("compile", d / "model.onnx", "--name", "model", "-o", wd / "model.c", "--guard",
+                 *(("--precision", precision) if precision else ()))
+        check(r.returncode == 0, f"kiln compile failed:\n{r.stderr}")
+        names = list(declared_outputs(wd / "model.h"))
+        dts = declared_dtypes(wd / "model.h")
+        half = [x.astype(np.float16) if x.dtype == np.float32 else x for x in inputs]
+        out16 = [w.astype(np.float16) if w.dtype == np.float32 else w for w in want]
+        check(dts == ["f16" if a.dtype == np.float16 else np.dtype(a.dtype).name
+                     for a in half + out16],
+              f"declared dtypes {dts}, expected the model's f16 inputs and outputs")
+        got = run_program(link_model(wd), half, out16)
+        for i, (g, w) in enumerate(zip(got, want)):
+            assert_relative(g.astype(np.float32) if g.dtype == np.float16 else g, w,
+                            F16_TOLERANCE, f"output {i} ({names[i]})")
+    return test
+
+
+for _d in sorted(p.parent for p in (MODELS / "half").glob("*/model.onnx")):
+    case(f"corpus f16 model: {_d.name}")(half_case(_d, None))
+    case(f"corpus f16 model --precision f16: {_d.name}")(half_case(_d, "f16"))
+
+
 def shape_flags(meta):
     """--shape DIM=MIN..MAX for each of a dynamic corpus model's dims."""
     return [a for dim, (lo, hi) in meta["dims"].items() for a in ("--shape", f"{dim}={lo}..{hi}")]

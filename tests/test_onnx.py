@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from harness import (ROOT, assert_close, check, kiln, link_model, registry, run_program,
-                     run_program_raw)
+from harness import (F16_TOLERANCE, ROOT, assert_close, assert_relative, check, kiln,
+                     link_model, registry, run_program, run_program_raw)
 
 
 sys.path.insert(0, str(ROOT / "tests" / "onnx"))
@@ -1111,6 +1111,59 @@ def _(workdir):
             wd.mkdir()
             run_onnx(wd, m, [x], [w.astype(np.float16) for w in want], outs,
                      flags=("--precision", prec), tol=(2e-3, 2e-3))
+
+
+@case("onnx model of f16 values (weights, input and outputs f16): Conv with its bias, "
+      "BatchNormalization, GlobalAveragePool, Gemm with C, LayerNormalization (the f16 scale and "
+      "bias converted to f32 when compiled), TopK and CumSum (f32 kernels, through casts), "
+      "ReduceSum; default and --precision f16 builds, against numpy in f64")
+def _(workdir):
+    rng = np.random.default_rng(33)
+    h = lambda *shape, s=1.0: (rng.standard_normal(shape) * s).astype(np.float16)  # noqa: E731
+    x, w, b = h(2, 4, 6, 6), h(8, 4, 3, 3, s=0.3), h(8)
+    scale, bias, mean = h(8), h(8), h(8, s=0.2)
+    var = (rng.random(8) + 0.5).astype(np.float16)
+    wg, cg, ls, lb = h(8, 5), h(5), h(5), h(5)
+    f = lambda a: a.astype(np.float64)  # noqa: E731
+    xp = np.pad(f(x), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    conv = np.einsum("nchwij,ocij->nohw", np.lib.stride_tricks.sliding_window_view(
+        xp, (3, 3), axis=(2, 3)), f(w)) + f(b)[None, :, None, None]
+    per = lambda a: a[None, :, None, None]  # noqa: E731
+    bn = (conv - per(f(mean))) / np.sqrt(per(f(var)) + 1e-5) * per(f(scale)) + per(f(bias))
+    gm = bn.mean((2, 3)) @ f(wg) + f(cg)
+    mu, sd = gm.mean(-1, keepdims=True), np.sqrt(gm.var(-1, keepdims=True) + 1e-5)
+    ln = (gm - mu) / sd * f(ls) + f(lb)
+    top = -np.sort(-ln, axis=1)[:, :3]
+    nodes = [node("Conv", ["x", "w", "b"], ["c"], "conv", attr("pads", [1, 1, 1, 1])),
+             node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["bn"], "bn"),
+             node("GlobalAveragePool", ["bn"], ["g"], "gap"),
+             node("Flatten", ["g"], ["fl"], "flat"),
+             node("Gemm", ["fl", "wg", "cg"], ["gm"], "gemm"),
+             node("LayerNormalization", ["gm", "ls", "lb"], ["ln"], "ln"),
+             node("TopK", ["ln", "k"], ["tv", "ti"], "topk"),
+             node("CumSum", ["ln", "ax"], ["cs"], "cumsum"),
+             node("ReduceSum", ["bn", "axes"], ["rs"], "rsum", attr("keepdims", 0))]
+    inits = [initializer(n, a) for n, a in [
+        ("w", w), ("b", b), ("scale", scale), ("bias", bias), ("mean", mean), ("var", var),
+        ("wg", wg), ("cg", cg), ("ls", ls), ("lb", lb), ("k", np.array([3], np.int64)),
+        ("ax", np.array(1, np.int64)), ("axes", np.array([2, 3], np.int64))]]
+    outs = [("tv", [2, 3], 10), ("ti", [2, 3], 7), ("cs", [2, 5], 10), ("rs", [2, 8], 10)]
+    m = model(nodes, [value_info("x", [2, 4, 6, 6], 10)],
+              [value_info(n, d, e) for n, d, e in outs], inits, opset=17)
+    want = [top, ln.cumsum(1), bn.sum((2, 3))]
+    for prec in ("f32", "f16"):
+        wd = Path(workdir) / prec
+        wd.mkdir()
+        (wd / "m.onnx").write_bytes(m)
+        r = kiln("compile", wd / "m.onnx", "--name", "model", "-o", wd / "model.c", "--guard",
+                 "--precision", prec)
+        check(r.returncode == 0, f"kiln compile failed:\n{r.stderr}")
+        got = run_program(link_model(wd), [x], [np.zeros(d, np.float16 if e == 10 else np.int64)
+                                                for _, d, e in outs])
+        for (name, _, _), g, e in zip(outs[:1] + outs[2:], got[:1] + got[2:], want):
+            assert_relative(g.astype(np.float64), e, F16_TOLERANCE, f"{prec} {name}")
+        # the indices: where the reference has the values kiln found
+        assert_relative(np.take_along_axis(ln, got[1], 1), top, F16_TOLERANCE, f"{prec} ti")
 
 
 @case("onnx Softmax of opset 11 over a 2-D input at axis 0: the whole input flattened to one "
