@@ -282,6 +282,9 @@ typedef struct Tensor {
     struct Tensor *row_count;
 } Tensor;
 
+/* Element i of a weight's values, f32 or f16 (an f16 model's). */
+float weight_float(const Tensor *t, int64_t i);
+
 uint64_t tensor_bytes(const Tensor *t);
 /* The bytes a tensor's slot needs (a state's storage, else tensor_bytes). */
 uint64_t slot_bytes(const Tensor *t);

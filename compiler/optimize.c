@@ -27,7 +27,7 @@
  *      product by the weights side by side, writing three outputs.
  * --debug-tensors turns fusion off, so every intermediate exists.
  */
-#include "kiln.h"
+#include "shape.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -84,12 +84,15 @@ static Node *sole_reader(Graph *g, Tensor *t) {
     return NULL;
 }
 
-static bool all_f32(const Node *n) {
+/* Whether every input and output of n is f32 or f16 (an f16 model's
+ * tensors fuse as an f32 model's do: the fused kernels read and write
+ * either, as they do after --precision f16). */
+static bool all_float(const Node *n) {
     for (int k = 0; k < n->ninputs; k++)
-        if (n->inputs[k]->dtype != KILN_DTYPE_F32)
+        if (!is_float(n->inputs[k]->dtype))
             return false;
     for (int k = 0; k < n->noutputs; k++)
-        if (n->outputs[k]->dtype != KILN_DTYPE_F32)
+        if (!is_float(n->outputs[k]->dtype))
             return false;
     return true;
 }
@@ -125,7 +128,7 @@ static void activation_before_view(Graph *g, Tensor *out) {
     if (!free_node(view) || !is_view_op(view->op) || view->inputs[0] != out)
         return;
     Node *act = sole_reader(g, view->outputs[0]);
-    if (!free_node(act) || !is_activation(act->op) || !all_f32(act) || out->dyn_axes ||
+    if (!free_node(act) || !is_activation(act->op) || !all_float(act) || out->dyn_axes ||
         view->outputs[0]->dyn_axes)
         return;
     Tensor *v = view->outputs[0], *y = act->outputs[0];
@@ -169,14 +172,14 @@ static void fuse_epilogues(Graph *g, bool gated) {
         /* a gemm (its bias its own C) without an activation of its own */
         Attr *own = m->op == OP_GEMM ? node_attr(m, "activation") : NULL;
         bool gemm = m->op == OP_GEMM && (!own || strcmp(own->scalar, "none") == 0);
-        if ((m->op != OP_MATMUL && !gemm) || !free_node(m) || !all_f32(m) ||
+        if ((m->op != OP_MATMUL && !gemm) || !free_node(m) || !all_float(m) ||
             m->inputs[0]->rank < 2)
             continue;
         if (gemm)
             activation_before_view(g, m->outputs[0]);
         Tensor *out = m->outputs[0];
         Node *next = sole_reader(g, out);
-        if (!gemm && free_node(next) && next->op == OP_ADD && all_f32(next) &&
+        if (!gemm && free_node(next) && next->op == OP_ADD && all_float(next) &&
             next->inputs[0] != next->inputs[1] && shape_equal(next->outputs[0], out) &&
             ready_before(g, other_input(next, out), m)) {
             Tensor *bias = other_input(next, out);
@@ -191,7 +194,7 @@ static void fuse_epilogues(Graph *g, bool gated) {
                 next = sole_reader(g, out);
             }
         }
-        if (free_node(next) && is_activation(next->op) && all_f32(next) &&
+        if (free_node(next) && is_activation(next->op) && all_float(next) &&
             !(gated && !m->epi_bias && gated_gate(g, m, next))) {
             m->epi_act = next;
             next->fused_into = m;
@@ -208,12 +211,6 @@ static Tensor *new_weight(Graph *g, const char *name, const Tensor *like) {
     w->data = xcalloc((size_t)tensor_bytes(w) + 1, 1);
     w->src.from = W_VALUES;
     return w;
-}
-
-static float weight_at(const Tensor *t, int64_t i) {
-    float f;
-    memcpy(&f, t->data + 4 * i, 4);
-    return f;
 }
 
 /* Whether transpose t moves axis 1 last, [N, C, D...] -> [N, D..., C]
@@ -235,7 +232,7 @@ static bool channels_perm(Node *t, bool to_last) {
 static void fuse_conv_epilogues(Graph *g) {
     for (int i = 0; i < g->nodes.len; i++) {
         Node *c = g->nodes.data[i];
-        if (c->op != OP_CONV || !free_node(c) || !all_f32(c))
+        if (c->op != OP_CONV || !free_node(c) || !all_float(c))
             continue;
         Attr *own = node_attr(c, "activation");
         if (own && strcmp(own->scalar, "none") != 0)
@@ -243,7 +240,7 @@ static void fuse_conv_epilogues(Graph *g) {
         Node *next = sole_reader(g, c->outputs[0]);
         bool consts = c->inputs[1]->kind == T_WEIGHT && c->inputs[1]->data &&
                       (c->ninputs < 3 || (c->inputs[2]->kind == T_WEIGHT && c->inputs[2]->data));
-        if (free_node(next) && next->op == OP_BATCH_NORM && all_f32(next) && consts &&
+        if (free_node(next) && next->op == OP_BATCH_NORM && all_float(next) && consts &&
             next->inputs[0] == c->outputs[0]) {
             bool bn_consts = true;
             for (int k = 1; k < 5; k++)
@@ -257,13 +254,13 @@ static void fuse_conv_epilogues(Graph *g) {
                 Tensor *nw = new_weight(g, format("%s/w+%s", c->name, next->name), w);
                 Tensor *nb = new_weight(g, format("%s/b+%s", c->name, next->name), scale);
                 for (int64_t o = 0; o < oc; o++) {
-                    double k = weight_at(scale, o) / sqrt((double)weight_at(var, o) + eps);
+                    double k = weight_float(scale, o) / sqrt((double)weight_float(var, o) + eps);
                     for (int64_t j = 0; j < per; j++) {
-                        float f = (float)(weight_at(w, o * per + j) * k);
+                        float f = (float)(weight_float(w, o * per + j) * k);
                         memcpy(nw->data + 4 * (o * per + j), &f, 4);
                     }
-                    float f = (float)(((b ? weight_at(b, o) : 0.0) - weight_at(mean, o)) * k +
-                                      weight_at(beta, o));
+                    float f = (float)(((b ? weight_float(b, o) : 0.0) - weight_float(mean, o)) * k +
+                                      weight_float(beta, o));
                     memcpy(nb->data + 4 * o, &f, 4);
                 }
                 c->inputs[1] = nw;
@@ -278,7 +275,7 @@ static void fuse_conv_epilogues(Graph *g) {
         }
         /* A residual: + r, r of the output's shape (a skip connection). */
         Tensor *out = c->epi_bias ? c->epi_bias->outputs[0] : c->outputs[0];
-        if (free_node(next) && next->op == OP_ADD && all_f32(next) &&
+        if (free_node(next) && next->op == OP_ADD && all_float(next) &&
             next->inputs[0] != next->inputs[1] && shape_equal(next->inputs[0], out) &&
             shape_equal(next->inputs[1], out) &&
             ready_before(g, other_input(next, out), c)) {
@@ -286,7 +283,7 @@ static void fuse_conv_epilogues(Graph *g) {
             next->fused_into = c;
             next = sole_reader(g, next->outputs[0]);
         }
-        if (free_node(next) && is_activation(next->op) && all_f32(next)) {
+        if (free_node(next) && is_activation(next->op) && all_float(next)) {
             c->epi_act = next;
             next->fused_into = c;
         }
@@ -297,7 +294,7 @@ static void fuse_conv_epilogues(Graph *g) {
                      : c->epi_bias ? c->epi_bias : c;
         next = sole_reader(g, last->outputs[0]);
         if (c->op == OP_CONV && attr_int(c, "group") > 1 && free_node(next) &&
-            next->op == OP_TRANSPOSE && all_f32(next) && channels_perm(next, true) &&
+            next->op == OP_TRANSPOSE && all_float(next) && channels_perm(next, true) &&
             !c->inputs[0]->dyn_axes && !last->outputs[0]->dyn_axes) {
             c->epi_perm = next;
             next->fused_into = c;
@@ -312,7 +309,7 @@ static Tensor *column_bias(const Node *m) {
         return NULL;
     Tensor *b = other_input(m->epi_bias, m->outputs[0]);
     int64_t N = m->outputs[0]->shape[m->outputs[0]->rank - 1];
-    if (b->kind != T_WEIGHT || !b->data || b->dtype != KILN_DTYPE_F32 || b->rank < 1 ||
+    if (b->kind != T_WEIGHT || !b->data || !is_float(b->dtype) || b->rank < 1 ||
         tensor_count(b) != N || b->shape[b->rank - 1] != N)
         return NULL;
     return b;
@@ -324,7 +321,7 @@ static Tensor *column_bias(const Node *m) {
  * without: fuse_qkv). */
 static bool qkv_candidate(const Node *m) {
     const Tensor *b = m->op == OP_MATMUL && m->ninputs == 2 ? m->inputs[1] : NULL;
-    return b && free_node(m) && all_f32(m) && (!m->epi_bias || column_bias(m)) &&
+    return b && free_node(m) && all_float(m) && (!m->epi_bias || column_bias(m)) &&
            !m->epi_act && m->nsiblings == 0 && b->kind == T_WEIGHT && b->rank == 2 &&
            b->data && m->inputs[0]->rank >= 1 && m->inputs[0] != b;
 }
@@ -343,6 +340,7 @@ static void fuse_qkv(Graph *g) {
             Node *o = g->nodes.data[j];
             if (qkv_candidate(o) && o->inputs[0] == m->inputs[0] &&
                 o->inputs[1]->shape[0] == m->inputs[1]->shape[0] &&
+                o->inputs[1]->dtype == m->inputs[1]->dtype &&
                 !o->epi_bias == !m->epi_bias)
                 group[n++] = o;
         }
@@ -352,17 +350,18 @@ static void fuse_qkv(Graph *g) {
         for (int k = 0; k < n; k++)
             N += group[k]->inputs[1]->shape[1];
         Tensor *w = graph_tensor(g, format("kiln.qkv.%s", m->name), T_WEIGHT, m->loc);
-        w->dtype = KILN_DTYPE_F32;
+        w->dtype = m->inputs[1]->dtype; /* f32, or an f16 model's f16 */
         w->rank = 2;
         w->shape[0] = K;
         w->shape[1] = N;
         w->data = xcalloc((size_t)tensor_bytes(w) + 4, 1);
+        size_t es = (size_t)kiln_dtype_size(w->dtype);
         for (int64_t r = 0, col = 0; r < K; r++, col = 0)
             for (int k = 0; k < n; k++) {
                 const Tensor *b = group[k]->inputs[1];
                 int64_t bn = b->shape[1];
-                memcpy(w->data + (size_t)(r * N + col) * 4, b->data + (size_t)(r * bn) * 4,
-                       (size_t)bn * 4);
+                memcpy(w->data + (size_t)(r * N + col) * es, b->data + (size_t)(r * bn) * es,
+                       (size_t)bn * es);
                 col += bn;
             }
         m->inputs[1] = w;
@@ -375,7 +374,10 @@ static void fuse_qkv(Graph *g) {
             bias->data = xcalloc((size_t)N * 4 + 4, 1);
             for (int k = 0, col = 0; k < n; k++) {
                 const Tensor *b = column_bias(group[k]);
-                memcpy(bias->data + (size_t)col * 4, b->data, (size_t)tensor_count(b) * 4);
+                for (int64_t e = 0; e < tensor_count(b); e++) {
+                    float f = weight_float(b, e);
+                    memcpy(bias->data + (size_t)(col + e) * 4, &f, 4);
+                }
                 col += (int)tensor_count(b);
             }
             m->qkv_bias = bias;
@@ -406,10 +408,10 @@ static bool read_before(Graph *g, const Tensor *t, int i) {
 static void fuse_residual_norms(Graph *g) {
     for (int i = 0; i < g->nodes.len; i++) {
         Node *n = g->nodes.data[i];
-        if ((n->op != OP_LAYER_NORM && n->op != OP_RMS_NORM) || !free_node(n) || !all_f32(n))
+        if ((n->op != OP_LAYER_NORM && n->op != OP_RMS_NORM) || !free_node(n) || !all_float(n))
             continue;
         Node *add = n->inputs[0]->producer;
-        if (free_node(add) && add->op == OP_ADD && all_f32(add) &&
+        if (free_node(add) && add->op == OP_ADD && all_float(add) &&
             shape_equal(add->inputs[0], add->outputs[0]) &&
             shape_equal(add->inputs[1], add->outputs[0]) &&
             !read_before(g, add->outputs[0], i))
@@ -427,15 +429,15 @@ static void fuse_channels_first_norms(Graph *g) {
     for (int i = 0; i < g->nodes.len; i++) {
         Node *n = g->nodes.data[i];
         if ((n->op != OP_LAYER_NORM && n->op != OP_RMS_NORM) || !free_node(n) ||
-            !all_f32(n) || n->noutputs != 1)
+            !all_float(n) || n->noutputs != 1)
             continue;
         Tensor *x = n->inputs[0];
         int64_t axis = attr_int(n, "axis");
         Node *t1 = x->producer, *t2 = sole_reader(g, n->outputs[0]);
         if ((axis < 0 ? axis + x->rank : axis) != x->rank - 1 || !free_node(t1) ||
-            t1->op != OP_TRANSPOSE || !all_f32(t1) || !channels_perm(t1, true) ||
+            t1->op != OP_TRANSPOSE || !all_float(t1) || !channels_perm(t1, true) ||
             sole_reader(g, x) != n || !free_node(t2) || t2->op != OP_TRANSPOSE ||
-            !all_f32(t2) || !channels_perm(t2, false) || t1->inputs[0]->dyn_axes || x->dyn_axes ||
+            !all_float(t2) || !channels_perm(t2, false) || t1->inputs[0]->dyn_axes || x->dyn_axes ||
             t2->outputs[0]->dyn_axes)
             continue;
         bool params = true; /* gamma and beta one value a channel */
@@ -460,10 +462,10 @@ static bool group_fits(Node *root) {
 static void fuse_eltwise_chains(Graph *g) {
     for (int i = 0; i < g->nodes.len; i++) {
         Node *a = g->nodes.data[i];
-        if (!free_node(a) || !is_eltwise(a) || !all_f32(a))
+        if (!free_node(a) || !is_eltwise(a) || !all_float(a))
             continue;
         Node *b = sole_reader(g, a->outputs[0]);
-        if (!free_node(b) || !is_eltwise(b) || !all_f32(b) ||
+        if (!free_node(b) || !is_eltwise(b) || !all_float(b) ||
             !shape_equal(a->outputs[0], b->outputs[0]))
             continue;
         a->fused_into = b;
@@ -480,11 +482,11 @@ static void fuse_eltwise_chains(Graph *g) {
 static void fuse_transpose_reads(Graph *g) {
     for (int i = 0; i < g->nodes.len; i++) {
         Node *t = g->nodes.data[i];
-        if (t->op != OP_TRANSPOSE || !free_node(t) || !all_f32(t) || t->inputs[0]->dyn_axes ||
+        if (t->op != OP_TRANSPOSE || !free_node(t) || !all_float(t) || t->inputs[0]->dyn_axes ||
             t->outputs[0]->dyn_axes)
             continue;
         Node *r = sole_reader(g, t->outputs[0]);
-        if (!r || !is_eltwise(r) || !all_f32(r))
+        if (!r || !is_eltwise(r) || !all_float(r))
             continue;
         Node *root = fused_head(r);
         if (!is_eltwise(root) || !shape_equal(t->outputs[0], root->outputs[0]))
@@ -536,7 +538,7 @@ static void fuse_gemm_split(Graph *g) {
     for (int i = 0; i < g->nodes.len; i++) {
         Node *m = g->nodes.data[i];
         /* fixed rows, or rows that follow the dims (a prefix of the bytes) */
-        if (m->op != OP_GEMM || !free_node(m) || !all_f32(m) || m->epi_act ||
+        if (m->op != OP_GEMM || !free_node(m) || !all_float(m) || m->epi_act ||
             (m->outputs[0]->dyn_axes && !m->outputs[0]->dynamic))
             continue;
         Tensor *out = m->outputs[0];
@@ -546,7 +548,7 @@ static void fuse_gemm_split(Graph *g) {
         else
             view = NULL;
         if (!free_node(split) || split->op != OP_SPLIT || split->noutputs < 2 ||
-            split->noutputs > 3 || !all_f32(split))
+            split->noutputs > 3 || !all_float(split))
             continue;
         Tensor *x = split->inputs[0];
         int axis;

@@ -85,7 +85,8 @@ static bool is_scalar(const Tensor *t) {
  * op `op` of x, when x is f32 of n's shape; counted in *count when it
  * infers. */
 static void become_unary(Rewriter *r, Node *n, OpKind op, Tensor *x, int *count) {
-    if (x->dtype != KILN_DTYPE_F32 || !shape_equal(x, n->outputs[0]))
+    if ((x->dtype != KILN_DTYPE_F32 && x->dtype != KILN_DTYPE_F16) ||
+        !shape_equal(x, n->outputs[0]))
         return;
     Node saved;
     Tensor saved_out;
@@ -148,8 +149,9 @@ static void try_rms_norm(Rewriter *r, Node *n) {
         double eps;
         Tensor *x = rms_normalized(y, &eps);
         if (!x || gamma->kind != T_WEIGHT || gamma->rank != 1 || x->rank < 1 ||
-            gamma->shape[0] != x->shape[x->rank - 1] || x->dtype != KILN_DTYPE_F32 ||
-            gamma->dtype != KILN_DTYPE_F32)
+            gamma->shape[0] != x->shape[x->rank - 1] ||
+            (x->dtype != KILN_DTYPE_F32 && x->dtype != KILN_DTYPE_F16) ||
+            (gamma->dtype != KILN_DTYPE_F32 && gamma->dtype != KILN_DTYPE_F16))
             continue;
         Node saved;
         Tensor saved_out;
@@ -333,16 +335,18 @@ static Tensor *rope_table(Rewriter *r, const Node *at, OpKind op, Tensor *f, int
  * as a new [P, h] weight, made once; else NULL. */
 static Tensor *constant_table(Rewriter *r, const Tensor *C, int64_t P) {
     int64_t D = C->rank ? C->shape[C->rank - 1] : 0, h = D / 2;
-    if (C->kind != T_WEIGHT || !C->data || C->dtype != KILN_DTYPE_F32 || D % 2 ||
+    if (C->kind != T_WEIGHT || !C->data ||
+        (C->dtype != KILN_DTYPE_F32 && C->dtype != KILN_DTYPE_F16) || D % 2 ||
         tensor_count(C) != P * D)
         return NULL;
     const char *key = format("half(%s)", C->name);
     Tensor *t = map_get(&r->tables, key);
     if (t)
         return t;
-    const float *c = (const float *)(const void *)C->data;
+    size_t es = (size_t)kiln_dtype_size(C->dtype);
     for (int64_t p = 0; p < P; p++)
-        if (memcmp(c + p * D, c + p * D + h, sizeof(float) * (size_t)h) != 0)
+        if (memcmp(C->data + es * (size_t)(p * D), C->data + es * (size_t)(p * D + h),
+                   es * (size_t)h) != 0)
             return NULL;
     t = graph_tensor(r->g, format("kiln.rope.%s", C->name), T_WEIGHT, C->loc);
     t->dtype = KILN_DTYPE_F32;
@@ -352,7 +356,10 @@ static Tensor *constant_table(Rewriter *r, const Tensor *C, int64_t P) {
     t->data = xcalloc((size_t)(P * h) + 1, sizeof(float));
     t->src.from = W_VALUES;
     for (int64_t p = 0; p < P; p++)
-        memcpy(t->data + 4 * p * h, c + p * D, sizeof(float) * (size_t)h);
+        for (int64_t j = 0; j < h; j++) {
+            float f = weight_float(C, p * D + j);
+            memcpy(t->data + 4 * (p * h + j), &f, 4);
+        }
     map_put(&r->tables, key, t);
     return t;
 }
@@ -443,7 +450,8 @@ static void try_rope(Rewriter *r, Node *n) {
                 continue;
             Tensor *C = other_input(lin, x), *cos_t, *sin_t;
             int axis = positions_axis(x, C);
-            if (axis < 0 || !shape_equal(C, S) || x->dtype != KILN_DTYPE_F32 ||
+            if (axis < 0 || !shape_equal(C, S) ||
+                (x->dtype != KILN_DTYPE_F32 && x->dtype != KILN_DTYPE_F16) ||
                 n->outputs[0]->rank != x->rank ||
                 !rope_tables(r, n, C, S, x->shape[axis], &cos_t, &sin_t))
                 continue;

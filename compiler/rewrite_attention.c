@@ -82,17 +82,16 @@ static bool operand_view(Tensor *t, const int64_t *frame, View *v, double *scale
 static bool traced_attention(Rewriter *r, Node *n, const View *qv, const View *kv,
                              const View *vv, Tensor *mask, double scale, Node *like);
 
-/* Whether t is a constant f32 tensor of finite values (a mask that hides
- * no row's every key: softmax over it never meets a row of -inf only). */
+/* Whether t is a constant f32 or f16 tensor of finite values (a mask that
+ * hides no row's every key: softmax over it never meets a row of -inf
+ * only). */
 static bool finite_constant(const Tensor *t) {
-    if (t->kind != T_WEIGHT || !t->data || t->dtype != KILN_DTYPE_F32)
+    if (t->kind != T_WEIGHT || !t->data ||
+        (t->dtype != KILN_DTYPE_F32 && t->dtype != KILN_DTYPE_F16))
         return false;
-    for (int64_t i = 0; i < tensor_count(t); i++) {
-        float f;
-        memcpy(&f, t->data + 4 * i, 4);
-        if (!isfinite(f))
+    for (int64_t i = 0; i < tensor_count(t); i++)
+        if (!isfinite(weight_float(t, i)))
             return false;
-    }
     return true;
 }
 
@@ -117,9 +116,7 @@ static bool add_broadcast(float *sum, const Tensor *t, int rank, const int64_t *
             at += rem % shape[i] * st[i];
             rem /= shape[i];
         }
-        float x;
-        memcpy(&x, t->data + 4 * at, 4);
-        sum[e] += x;
+        sum[e] += weight_float(t, at);
     }
     return true;
 }
@@ -219,7 +216,7 @@ void try_attention(Rewriter *r, Node *n) {
         mask = terms[0];
         /* a masked row that sees no key must give zeros: the NaN guard, or
          * a mask that hides no row (finite constants) */
-        if (mask->dtype != KILN_DTYPE_F32 || mask->rank > 4 ||
+        if ((mask->dtype != KILN_DTYPE_F32 && mask->dtype != KILN_DTYPE_F16) || mask->rank > 4 ||
             (!guard && !finite_constant(mask)))
             return;
     } else if (nterms) { /* constants: their sum at the scores' shape, once */
@@ -295,8 +292,8 @@ static bool traced_attention(Rewriter *r, Node *n, const View *qv, const View *k
             layout = l;
     if (layout < 0 || Q.group != 1 || K.heads != V.heads || K.group != V.group ||
         Q.H != K.H || Q.H != V.H || K.S != V.S || Q.W != K.W || Q.B != K.B || Q.B != V.B ||
-        Q.root->dtype != KILN_DTYPE_F32 || K.root->dtype != KILN_DTYPE_F32 ||
-        V.root->dtype != KILN_DTYPE_F32)
+        (Q.root->dtype != KILN_DTYPE_F32 && Q.root->dtype != KILN_DTYPE_F16) ||
+        K.root->dtype != Q.root->dtype || V.root->dtype != Q.root->dtype)
         return false;
     bool bshd = layout == 1;
     /* rows wider than the heads, or heads not at their start: the packed

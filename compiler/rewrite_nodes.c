@@ -14,14 +14,12 @@ Node *rw_made_by(const Tensor *t, OpKind op) {
     return n && n->op == op ? n : NULL;
 }
 
-/* The value of a one-element f32 weight. */
+/* The value of a one-element f32 or f16 weight. */
 bool rw_scalar_of(const Tensor *t, double *v) {
-    if (!t || t->kind != T_WEIGHT || !t->data || t->dtype != KILN_DTYPE_F32 ||
-        tensor_count(t) != 1)
+    if (!t || t->kind != T_WEIGHT || !t->data ||
+        (t->dtype != KILN_DTYPE_F32 && t->dtype != KILN_DTYPE_F16) || tensor_count(t) != 1)
         return false;
-    float f;
-    memcpy(&f, t->data, 4);
-    *v = f;
+    *v = weight_float(t, 0);
     return true;
 }
 

@@ -499,6 +499,17 @@ uint64_t tensor_base(Tensor *t) {
 }
 
 /* IEEE half precision, round to nearest even. */
+float weight_float(const Tensor *t, int64_t i) {
+    if (t->dtype == KILN_DTYPE_F16) {
+        uint16_t h;
+        memcpy(&h, t->data + 2 * i, 2);
+        return half_to_float(h);
+    }
+    float f;
+    memcpy(&f, t->data + 4 * i, 4);
+    return f;
+}
+
 float half_to_float(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ffu, x;
     if (e == 0) {

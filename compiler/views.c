@@ -153,17 +153,15 @@ static bool picks_part(Node *p) {
     return true;
 }
 
-/* Which input of p (a two-input mul) is not a one-element f32 constant
- * when the other is: its value in *c; -1 where neither is. */
+/* Which input of p (a two-input mul) is not a one-element constant (f32,
+ * or f16 times f16) when the other is: its value in *c; -1 where neither is. */
 static int scaled_input(const Node *p, double *c) {
     for (int i = 0; p->op == OP_MUL && p->ninputs == 2 && i < 2; i++) {
         const Tensor *k = p->inputs[i];
-        if (k->kind == T_WEIGHT && k->data && k->dtype == KILN_DTYPE_F32 &&
-            tensor_count(k) == 1 && p->inputs[1 - i]->dtype == KILN_DTYPE_F32 &&
-            shape_equal(p->inputs[1 - i], p->outputs[0])) {
-            float f;
-            memcpy(&f, k->data, 4);
-            *c = f;
+        if (k->kind == T_WEIGHT && k->data && k->dtype == p->inputs[1 - i]->dtype &&
+            (k->dtype == KILN_DTYPE_F32 || k->dtype == KILN_DTYPE_F16) &&
+            tensor_count(k) == 1 && shape_equal(p->inputs[1 - i], p->outputs[0])) {
+            *c = weight_float(k, 0);
             return 1 - i;
         }
     }
