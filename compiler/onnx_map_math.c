@@ -471,7 +471,8 @@ void map_window(Ctx *c, const OnnxOp *op) {
     }
     int n = op->kop == OP_CONV || op->kop == OP_CONV_TRANSPOSE ? (ins[2] ? 3 : 2) : 1;
     kiln_dtype dt = ins[0]->dtype;
-    if (op->kop == OP_MAX_POOL && dt != KILN_DTYPE_F32 && dt != KILN_DTYPE_I64) {
+    if (op->kop == OP_MAX_POOL && dt != KILN_DTYPE_F32 && dt != KILN_DTYPE_F16 &&
+        dt != KILN_DTYPE_I64) {
         /* Small integers are exact in f32: pool there and convert back. */
         ins[0] = cast_to(c, ins[0], KILN_DTYPE_F32);
         Node *k = emit_tmp(c, op->kop, 1, ins);

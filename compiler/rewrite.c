@@ -165,10 +165,12 @@ static void try_rms_norm(Rewriter *r, Node *n) {
 
 /* ---- gelu_tanh ------------------------------------------------------------ */
 
-/* Whether t is a one-element f32 weight of value c (within f32 rounding). */
+/* Whether t is a one-element f32 or f16 weight of value c (within its
+ * dtype's rounding: half an f16 ulp is 2^-11 of the value). */
 static bool constant_is(const Tensor *t, double c) {
     double v;
-    return rw_scalar_of(t, &v) && fabs(v - c) <= 1e-6 * fabs(c);
+    double tol = t && t->dtype == KILN_DTYPE_F16 ? 1.0 / 2048 : 1e-6;
+    return rw_scalar_of(t, &v) && fabs(v - c) <= tol * fabs(c);
 }
 
 /* t = c * m or m * c for the constant c: m. */
@@ -471,16 +473,23 @@ static void try_rope(Rewriter *r, Node *n) {
 
 /* ---- batch_norm ----------------------------------------------------------- */
 
-/* A per-channel constant [C, 1, ...] (rank - 1 axes, C first) of values v,
- * named after n. */
+/* A per-channel constant [C, 1, ...] (rank - 1 axes, C first) of values v
+ * (taken over), in dtype dt (f32 or f16), named after n. */
 static Tensor *channel_constant(Rewriter *r, const Node *n, const char *what, float *v,
-                                int64_t C, int rank) {
+                                int64_t C, int rank, kiln_dtype dt) {
     Tensor *t = graph_tensor(r->g, format("kiln.%s.%s", what, n->name), T_WEIGHT, n->loc);
-    t->dtype = KILN_DTYPE_F32;
+    t->dtype = dt;
     t->rank = rank - 1;
     t->shape[0] = C;
     for (int a = 1; a < rank - 1; a++)
         t->shape[a] = 1;
+    if (dt == KILN_DTYPE_F16) {
+        uint16_t *h = xcalloc((size_t)C + 1, sizeof *h);
+        for (int64_t c = 0; c < C; c++)
+            h[c] = float_to_half(v[c]);
+        xfree(v);
+        v = (float *)(void *)h;
+    }
     t->data = (uint8_t *)v;
     t->src.from = W_VALUES;
     return t;
@@ -497,27 +506,31 @@ static void try_batch_norm(Rewriter *r, Node *n) {
     Tensor *x = n->inputs[0];
     Node *made = x->producer;
     if ((made && (made->op == OP_CONV || made->op == OP_CONV_TRANSPOSE)) ||
-        x->dtype != KILN_DTYPE_F32 || x->rank < 2 || is_dyn(x, 1))
+        (x->dtype != KILN_DTYPE_F32 && x->dtype != KILN_DTYPE_F16) || x->rank < 2 ||
+        is_dyn(x, 1))
         return;
     int64_t C = x->shape[1];
-    const float *p[4];
+    const Tensor *p[4];
     for (int k = 1; k < 5; k++) {
         const Tensor *t = n->inputs[k];
-        if (t->kind != T_WEIGHT || !t->data || t->dtype != KILN_DTYPE_F32 ||
-            tensor_count(t) != C)
+        if (t->kind != T_WEIGHT || !t->data ||
+            (t->dtype != KILN_DTYPE_F32 && t->dtype != KILN_DTYPE_F16) || tensor_count(t) != C)
             return;
-        p[k - 1] = (const float *)(const void *)t->data;
+        p[k - 1] = t;
     }
     double eps = attr_float(n, "eps");
     float *a = xcalloc((size_t)C + 1, sizeof(float)), *b = xcalloc((size_t)C + 1, sizeof(float));
     for (int64_t c = 0; c < C; c++) {
-        double s = (double)p[0][c] / sqrt((double)p[3][c] + eps);
+        double s = (double)weight_float(p[0], c) / sqrt((double)weight_float(p[3], c) + eps);
         a[c] = (float)s;
-        b[c] = (float)((double)p[1][c] - (double)p[2][c] * s);
+        b[c] = (float)((double)weight_float(p[1], c) - (double)weight_float(p[2], c) * s);
     }
-    Tensor *in[2] = {x, channel_constant(r, n, "bn_scale", a, C, x->rank)};
+    /* in x's dtype: the elementwise ops take one dtype (an f16 model's A
+     * and B rounded to f16, as its own arithmetic would be) */
+    Tensor *in[2] = {x, channel_constant(r, n, "bn_scale", a, C, x->rank, x->dtype)};
     Node *m = rw_new_node(r, OP_MUL, n, "scale", 2, in);
-    Tensor *sum[2] = {m->outputs[0], channel_constant(r, n, "bn_shift", b, C, x->rank)};
+    Tensor *sum[2] = {m->outputs[0],
+                      channel_constant(r, n, "bn_shift", b, C, x->rank, x->dtype)};
     Node saved;
     Tensor saved_out;
     rw_become(n, OP_ADD, 2, sum, &saved, &saved_out);
