@@ -432,10 +432,11 @@ void quantize_weights(Graph *g, const Options *opt) {
             continue;
         /* --precision f16 leaves a decoder's weights f32 (precision.c) for
          * an f16 K-major copy here; a decoder exported in f16 (its weights
-         * f16 in the file) gets the same copy, its halves as they are, or
-         * its --weights codes from those halves */
+         * f16 in the file) gets the same copy, its halves as they are (with
+         * or without --precision f16), or its --weights codes from those
+         * halves */
         f = given;
-        if (f == WF_F32 && opt->precision == KILN_DTYPE_F16 && !b->quant.codes &&
+        if (f == WF_F32 && (opt->precision == KILN_DTYPE_F16 || half) && !b->quant.codes &&
             decode_weight(g, b))
             f = WF_F16;
         if (half && f == WF_F32)

@@ -297,11 +297,19 @@ static Tensor *rotated_half(Tensor *t) {
     return x && half_of(c->inputs[1], true) == x ? x : NULL;
 }
 
+/* Whether n casts between f32 and f16 (an f16 model's cos.to(x.dtype)). */
+static bool float_cast(const Node *n) {
+    return n && n->op == OP_CAST && n->ninputs == 1 &&
+           (n->inputs[0]->dtype == KILN_DTYPE_F32 || n->inputs[0]->dtype == KILN_DTYPE_F16) &&
+           (n->outputs[0]->dtype == KILN_DTYPE_F32 || n->outputs[0]->dtype == KILN_DTYPE_F16);
+}
+
 /* t = op(concat(f, f) along the last axis) seen through views that only
- * add or drop unit axes: f. */
+ * add or drop unit axes, and casts between f32 and f16 (rope then
+ * computes the table in f32): f. */
 static Tensor *doubled_table(Tensor *t, OpKind op) {
     Tensor *v = t;
-    while (is_view(v->producer))
+    while (is_view(v->producer) || float_cast(v->producer))
         v = v->producer->inputs[0];
     Node *trig = rw_made_by(v, op);
     Node *c = trig ? rw_made_by(trig->inputs[0], OP_CONCAT) : NULL;

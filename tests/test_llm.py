@@ -17,6 +17,7 @@ the codes times A in f16 pairs against the same codes in f32
 (quant_steps_case).
 """
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -222,3 +223,45 @@ for _d in DECODERS:
         case(f"llm {_d.name}: prompt and decoding steps, --no-fuse=patterns (RotaryEmbedding "
              f"and Attention dynamic along an inner axis)")(
             dynamic_steps_case(_d, "f32", ("--no-fuse=patterns",)))
+
+
+def half_steps_case(d):
+    """tests/models/llm/half/NAME: the decoder NAME in f16 (weights, logits
+    and cache; tests/models/half.py), compiled without flags with its cache
+    as f16 state: the two steps of run_two_steps, its f16 logits within the
+    f16 bound of onnxruntime's for the f32 model; and it records no more
+    dispatches than NAME compiled with --precision f16 (its products K-major
+    for the decoding step, rope and attention fused as there)."""
+    def test(workdir):
+        wd = Path(workdir)
+        src = LLM / d.name
+        r = kiln("compile", d / "model.onnx", "--name", "model", "-o", wd / "model.c",
+                 *DYN_SHAPES)
+        check(r.returncode == 0, f"kiln compile failed:\n{r.stderr}")
+        r = kiln("inspect", d / "model.onnx", *DYN_SHAPES)
+        states = re.findall(r"^state +(\S+): (\w+) ", r.stdout, re.M)
+        check(states and all(dt == "f16" for _, dt in states),
+              f"the cache states are not all f16: {states}")
+
+        def compare(got, want, what):
+            assert_relative(got.astype(np.float32), want.astype(np.float32), F16_TOLERANCE, what)
+        inputs = {(8, 0): step_inputs(src, 0), (1, 8): step_inputs(src, 1)}
+        logits = {(8, 0): np.load(src / "step0_out_logits.npy"),
+                  (1, 8): np.load(src / "step1_out_logits.npy")}
+        run_built(link_model(wd), [{"seq": 8, "past": 0}, {"seq": 1, "past": 8}],
+                  lambda rng, seq, past: inputs[seq, past],
+                  lambda *xs, seq, past: [logits[seq, past].astype(np.float16)],
+                  compare=compare)
+        counts = []
+        for path, flags in ((d, ()), (src, ("--precision", "f16"))):
+            r = kiln("inspect", path / "model.onnx", "--format", "json", *DYN_SHAPES, *flags)
+            check(r.returncode == 0, f"kiln inspect {path} failed:\n{r.stderr}")
+            counts.append(json.loads(r.stdout)["summary"]["most_on_one_device"])
+        check(counts[0] <= counts[1], f"the f16 decoder records up to {counts[0]} dispatches, "
+              f"{src.name} at --precision f16 {counts[1]}")
+    return test
+
+
+for _d in sorted(p.parent for p in (LLM / "half").glob("*/model.onnx")):
+    case(f"llm f16 model {_d.name}: prompt and decoding steps, the cache f16 state")(
+        half_steps_case(_d))

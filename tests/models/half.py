@@ -3,16 +3,19 @@
 from tests/models/NAME/model.onnx as `model.half()` before
 torch.onnx.export writes one: float initializers, constants, graph inputs
 and outputs in f16; the model's explicit casts to f32 kept, so that its f32
-islands (an RMSNorm computed in f32) stay, and a constant that such an
-island reads kept f32 (found by ONNX type inference, until no node mixes
-the two). Constants beyond f16's range (torch's finfo(f32).min masks)
+islands (an RMSNorm computed in f32) stay, a constant that such an island
+reads kept f32, and an f32 value an f16 op reads cast to f16 as
+transformers does (rope's cos.to(x.dtype)): found by ONNX type inference,
+until no node mixes the two. Constants beyond f16's range (torch's finfo(f32).min masks)
 become f16's largest, as transformers' masks in f16 are. The test
 (tests/test_corpus.py, half_case) compares each against NAME's stored
 torch outputs with the f16 bound; the inputs are NAME's, in f16.
 
 Needs the onnx package (Debian's python3-onnx); run by hand, not by make:
 
-  python3 tests/models/half.py NAME...
+  python3 tests/models/half.py NAME...     (tests/models/half/NAME)
+  python3 tests/models/half.py llm/NAME... (tests/models/llm/half/NAME: a
+                                            decoder with its cache, f16)
 """
 import json
 import sys
@@ -20,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import TensorProto, numpy_helper, shape_inference
+from onnx import TensorProto, helper, numpy_helper, shape_inference
 
 F, H = TensorProto.FLOAT, TensorProto.FLOAT16
 HERE = Path(__file__).resolve().parent
@@ -56,32 +59,45 @@ def halve(m):
                  for v in list(inferred.value_info) + list(inferred.input) + list(inferred.output)}
         for t in g.initializer:
             types.setdefault(t.name, t.data_type)
-        changed = False
+        changed, cast = False, []
         for n in g.node:
             ts = [types.get(i) for i in n.input if i]
             if n.op_type in MIXED_OK or not (F in ts and H in ts):
                 continue
+            fixed = False
             for i in n.input:
                 if types.get(i) != H:
                     continue
                 if i in inits:
                     retype(inits[i], F)
-                    changed = True
+                    fixed = True
                 elif i in consts:
                     for a in consts[i].attribute:
                         if a.type == onnx.AttributeProto.TENSOR:
                             retype(a.t, F)
-                    changed = True
+                    fixed = True
+            if not fixed:  # an f32 value computed beside f16 ones: cast to f16
+                for k, i in enumerate(n.input):  # (transformers' cos.to(x.dtype))
+                    if types.get(i) == F:
+                        cast.append((n, k, i))
+            changed |= fixed
+        for n, k, i in cast:
+            c = helper.make_node("Cast", [i], [f"{i}/to_f16/{n.name}"], to=H,
+                                 name=f"{n.name}/cast_{k}")
+            n.input[k] = c.output[0]
+            g.node.insert(list(g.node).index(n), c)
+        changed |= bool(cast)
+        cast.clear()
         if not changed:
             return m
     sys.exit("the f16 model's dtypes did not settle")
 
 
 def main():
-    for name in sys.argv[1:]:
+    for name in sys.argv[1:]:  # NAME, or llm/NAME (into llm/half/NAME)
         src = HERE / name
         m = halve(onnx.load(src / "model.onnx"))
-        out = HERE / "half" / name
+        out = HERE / (f"llm/half/{name[4:]}" if name.startswith("llm/") else f"half/{name}")
         out.mkdir(parents=True, exist_ok=True)
         onnx.save(m, out / "model.onnx")
         meta = {"source": name, "made_by": "tests/models/half.py", "onnx": onnx.__version__}
