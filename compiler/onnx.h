@@ -47,9 +47,10 @@ typedef struct Ctx {
      * NonMaxSuppression's selected rows. */
     Vec extra_outputs;
     int tmp_count;         /* names of internal values: NAME/1, NAME/2, ... */
-    /* The last node whose f16 inputs emit cast to f32 (its kernels compute
-     * in f32 only); finish casts its f32 results back to f16. */
-    Node *widened;
+    /* The nodes whose f16 inputs emit cast to f32 (their kernels compute
+     * in f32 only), not finished yet: finish casts their f32 results back
+     * to f16. */
+    Vec widened;
     /* The dims expression of each symbolic dimension (dim_param) of the
      * inputs that follows the dynamic dims: name -> DimExpr*. */
     Map dim_exprs;
@@ -123,6 +124,8 @@ Node *emit(Ctx *c, OpKind op, int n, Value **ins, const char *out);
 Node *emit_outputs(Ctx *c, OpKind op, Value *x, int n);
 Node *emit_tmp(Ctx *c, OpKind op, int n, Value **ins);
 Value *finish(Ctx *c, Node *k);
+/* v as dtype dt: v itself, or an internal cast node's result. */
+Value *cast_to(Ctx *c, Value *v, kiln_dtype dt);
 /* finish's last step alone: the node's outputs bound to their ONNX names
  * (for a mapper that marks dynamic axes of its own before infer_dynamic). */
 Value *bind_outputs(Ctx *c, Node *k);
@@ -258,13 +261,12 @@ void map_recurrent(Ctx *c, const OnnxOp *op);
 /* onnx_map_attention.c */
 void map_attention(Ctx *c, const OnnxOp *op);
 void map_rotary_embedding(Ctx *c, const OnnxOp *op);
-/* Emitters the mappers share (onnx_map_generic.c): a value cast to dt, a
+/* Emitters the mappers share (onnx_map_generic.c): a
  * scalar constant, a view of v with another shape (v itself when the shape
  * is its own), v's positions [start, end) along axis (v itself when that is
  * all of it), n parts concatenated along axis (named out, or a temporary:
  * one part is itself), a one- or two-input kiln node on temporaries, v
  * transposed, and v as the node's output i (bind_output). */
-Value *cast_to(Ctx *c, Value *v, kiln_dtype dt);
 Value *transposed(Ctx *c, Value *v, int n, const int64_t *perm);
 void bind_output(Ctx *c, int i, Value *v);
 void output_as(Ctx *c, Value *y, kiln_dtype dt);

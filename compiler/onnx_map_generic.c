@@ -118,15 +118,6 @@ void bind_output(Ctx *c, int i, Value *v) {
     finish(c, k);
 }
 
-/* A cast node (internal) unless v already has dtype dt. */
-Value *cast_to(Ctx *c, Value *v, kiln_dtype dt) {
-    if (v->dtype == dt)
-        return v;
-    Node *k = emit_tmp(c, OP_CAST, 1, &v);
-    node_set_attr(k, "to", kiln_dtype_name(dt));
-    return finish(c, k);
-}
-
 Value *const_scalar(Ctx *c, kiln_dtype dt, double v) {
     Value *k = new_value(format("%s/const%d", c->nname, ++c->tmp_count), dt, 0, NULL, true);
     vset(k, 0, v);

@@ -499,6 +499,15 @@ Node *knode(Ctx *c, OpKind op, const char *suffix) {
     return graph_node(c->g, op, format("%s%s", c->nname, suffix), c->loc);
 }
 
+/* A cast node (internal) unless v already has dtype dt. */
+Value *cast_to(Ctx *c, Value *v, kiln_dtype dt) {
+    if (v->dtype == dt)
+        return v;
+    Node *k = emit_tmp(c, OP_CAST, 1, &v);
+    node_set_attr(k, "to", kiln_dtype_name(dt));
+    return finish(c, k);
+}
+
 /* The ops whose kernels compute in f32 only (their shape rules require f32
  * data; precision.c's rule F32). Over an f16 model's values (a
  * model.half() export) they read casts of them to f32, and their f32
@@ -530,7 +539,7 @@ Node *emit_outputs(Ctx *c, OpKind op, Value *x, int n) {
     x = widen(c, op, x, &widened);
     Node *k = knode(c, op, "");
     if (widened)
-        c->widened = k;
+        vec_push(&c->widened, k);
     node_add_input(k, tens(c, x));
     for (int i = 0; i < n; i++)
         node_add_output(k, graph_tensor(c->g, *out_name(c, i) ? out_name(c, i)
@@ -547,7 +556,7 @@ Node *emit(Ctx *c, OpKind op, int n, Value **ins, const char *out) {
         w[i] = widen(c, op, ins[i], &widened);
     Node *k = knode(c, op, *out ? "" : "/tmp");
     if (widened)
-        c->widened = k;
+        vec_push(&c->widened, k);
     for (int i = 0; i < n; i++) {
         if (!w[i])
             node_fail(c, format("input %d is missing", i));
@@ -567,10 +576,13 @@ Node *emit_tmp(Ctx *c, OpKind op, int n, Value **ins) {
 Value *finish(Ctx *c, Node *k) {
     infer_node(k);
     infer_dynamic(c->g, k);
-    if (c->widened != k)
+    int w = 0;
+    while (w < c->widened.len && c->widened.data[w] != k)
+        w++;
+    if (w == c->widened.len)
         return bind_outputs(c, k);
     /* its f32 results back to f16, under their names (computes_f32) */
-    c->widened = NULL;
+    c->widened.data[w] = c->widened.data[--c->widened.len];
     Value *first = NULL;
     for (int i = 0; i < k->noutputs; i++) {
         Tensor *t = k->outputs[i];
