@@ -1,6 +1,7 @@
 """coopmat_split_models.py: the coopmat split along K in whole models, f16 --io f16:
 the default (splitk.comp), none (KILN_COOPMAT_SPLITK=1) and the sums in
-each tile's last workgroup (KILN_SPLIT_LAST=1). Run from the repository root
+each tile's last workgroup (KILN_SPLIT_LAST=1); with KILN_SPLIT_VARIANTS=tiles
+the split against 64x32 and 32x32 tiles unsplit (not run yet). Run from the repository root
 where bench/models.py runs: python3 bench/experiments/coopmat_split_models.py
 NAME[,NAME...]; writes one line a model and variant (coopmat-split-models-h100.txt)."""
 import json, os, sys, tempfile
@@ -15,6 +16,13 @@ import run as R
 M.torch, M.export, M.run = torch, export, R
 names = sys.argv[1].split(",")
 variants = [("default", {}), ("nosplit", {"KILN_COOPMAT_SPLITK": "1"}), ("last", {"KILN_SPLIT_LAST": "1"})]
+# KILN_SPLIT_VARIANTS=tiles: instead, the split against smaller matrix-unit
+# tiles without one (every product of the model on those tiles: an upper
+# bound on what a per-product choice would lose, a lower one on its gain)
+if os.environ.get("KILN_SPLIT_VARIANTS") == "tiles":
+    variants = [("default", {}),
+                ("64x32 nosplit", {"KILN_COOPMAT_TILE": "64,32,2,1,32", "KILN_COOPMAT_SPLITK": "1"}),
+                ("32x32 nosplit", {"KILN_COOPMAT_TILE": "32,32,2,2,32", "KILN_COOPMAT_SPLITK": "1"})]
 for name in names:
     wd0 = Path(tempfile.mkdtemp())
     module, inputs = M.model_and_inputs(name)
