@@ -464,7 +464,8 @@ void apply_precision(Graph *g, const Options *opt) {
     }
     int nnodes = g->nodes.len;
     Node **nodes = xcalloc((size_t)nnodes + 1, sizeof *nodes);
-    memcpy(nodes, g->nodes.data, sizeof *nodes * (size_t)nnodes);
+    if (nnodes) /* a graph folded whole has none (and no array) */
+        memcpy(nodes, g->nodes.data, sizeof *nodes * (size_t)nnodes);
     Node **members = xcalloc((size_t)nnodes + 1, sizeof *members);
     for (int i = 0; i < nnodes; i++) {
         Node *n = nodes[i];
