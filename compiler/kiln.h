@@ -282,6 +282,8 @@ typedef struct Tensor {
     struct Tensor *row_count;
 } Tensor;
 
+/* Whether d is a float dtype (f32 or f16). */
+static inline bool is_float(kiln_dtype d) { return d == KILN_DTYPE_F32 || d == KILN_DTYPE_F16; }
 /* Element i of a weight's values, f32 or f16 (an f16 model's). */
 float weight_float(const Tensor *t, int64_t i);
 

@@ -27,7 +27,7 @@
  *      product by the weights side by side, writing three outputs.
  * --debug-tensors turns fusion off, so every intermediate exists.
  */
-#include "shape.h"
+#include "kiln.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -159,34 +159,39 @@ static void grow(Pass *p) {
     p->cap = n;
 }
 
-/* An f16 weight's f32 copy, made once (the kernel that reads it takes
- * f32: a norm's scale, a product's bias). */
-static Tensor *float_weight(Pass *p, Tensor *w) {
-    Tensor *f = graph_tensor(p->g, format("%s.f32", w->name), T_WEIGHT, w->loc);
-    f->dtype = KILN_DTYPE_F32;
-    f->rank = w->rank;
-    memcpy(f->shape, w->shape, sizeof f->shape);
+/* w's values (f32 or f16) as a new weight of dtype dt (f16 rounded to
+ * nearest even), named NAME.f32 or NAME.f16. */
+static Tensor *converted_weight(Pass *p, Tensor *w, kiln_dtype dt) {
+    Tensor *c = graph_tensor(p->g, format("%s.%s", w->name, kiln_dtype_name(dt)), T_WEIGHT,
+                             w->loc);
+    c->dtype = dt;
+    c->rank = w->rank;
+    memcpy(c->shape, w->shape, sizeof c->shape);
     int64_t count = tensor_count(w);
-    float *d = xcalloc((size_t)count + 1, sizeof *d);
+    c->data = xcalloc((size_t)count + 1, (size_t)kiln_dtype_size(dt));
     for (int64_t i = 0; i < count; i++) {
-        uint16_t h;
-        memcpy(&h, w->data + 2 * i, 2);
-        d[i] = half_to_float(h);
+        float f = weight_float(w, i);
+        if (dt == KILN_DTYPE_F16) {
+            uint16_t h = float_to_half(f);
+            memcpy(c->data + 2 * i, &h, 2);
+        } else {
+            memcpy(c->data + 4 * i, &f, 4);
+        }
     }
-    f->data = (uint8_t *)d;
     p->nweights++;
-    return f;
+    return c;
 }
 
 /* t as dtype dt (f32 or f16): a cast node appended to the order (an f16
- * weight's f32 copy instead, made here). */
+ * weight's f32 copy instead, made here), made once. */
 static Tensor *cast_to(Pass *p, Tensor *t, kiln_dtype dt) {
     grow(p);
     int which = dt == KILN_DTYPE_F16;
     if (p->cast[which][t->id])
         return p->cast[which][t->id];
+    /* an f16 weight that a kernel reads as f32 (a norm's scale, a bias) */
     if (t->kind == T_WEIGHT && t->data && t->dtype == KILN_DTYPE_F16 && !which)
-        return p->cast[which][t->id] = float_weight(p, t);
+        return p->cast[which][t->id] = converted_weight(p, t, KILN_DTYPE_F32);
     Graph *g = p->g;
     const char *suffix = which ? "f16" : "f32";
     /* graph_node appends it to g->nodes, which apply_precision replaces */
@@ -204,26 +209,12 @@ static Tensor *cast_to(Pass *p, Tensor *t, kiln_dtype dt) {
     return y;
 }
 
-/* An f32 weight's f16 copy (round to nearest even), made once. */
+/* An f32 weight's f16 copy, made once. */
 static Tensor *half_weight(Pass *p, Tensor *w) {
     grow(p);
-    if (p->half[w->id])
-        return p->half[w->id];
-    Tensor *h = graph_tensor(p->g, format("%s.f16", w->name), T_WEIGHT, w->loc);
-    h->dtype = KILN_DTYPE_F16;
-    h->rank = w->rank;
-    memcpy(h->shape, w->shape, sizeof h->shape);
-    int64_t count = tensor_count(w);
-    uint16_t *d = xcalloc((size_t)count + 1, sizeof *d);
-    for (int64_t i = 0; i < count; i++) {
-        float f;
-        memcpy(&f, w->data + 4 * i, 4);
-        d[i] = float_to_half(f);
-    }
-    h->data = (uint8_t *)d;
-    p->half[w->id] = h;
-    p->nweights++;
-    return h;
+    if (!p->half[w->id])
+        p->half[w->id] = converted_weight(p, w, KILN_DTYPE_F16);
+    return p->half[w->id];
 }
 
 /* Replaces input k of member m by `by`, keeping the readers' counts. */

@@ -105,18 +105,6 @@ static int64_t scale_index(const Node *n, int64_t K, int64_t N, int64_t blk, int
     return n->wkmajor ? col * ((K + QUANT_BLOCK - 1) / QUANT_BLOCK) + blk : blk * N + col;
 }
 
-/* Element i of B as a float (B f32 or f16). */
-static float b_value(const Tensor *b, int64_t i) {
-    if (b->dtype == KILN_DTYPE_F16) {
-        uint16_t h;
-        memcpy(&h, b->data + 2 * i, 2);
-        return half_to_float(h);
-    }
-    float w;
-    memcpy(&w, b->data + 4 * i, 4);
-    return w;
-}
-
 /* Columns and rows of B a tile of encode's loops: a K-major copy reads B
  * row-major and writes it column-major; within a tile both stay in the
  * cache. */
@@ -143,10 +131,10 @@ static void copy_columns(const Encoding *e, int64_t c0, int64_t c1) {
                 if (bits) {
                     memcpy(n->wq->data + 2 * o, b->data + 2 * i, 2);
                 } else if (e->f == WF_F32) {
-                    float w = b_value(b, i);
+                    float w = weight_float(b, i);
                     memcpy(n->wq->data + 4 * o, &w, 4);
                 } else {
-                    uint16_t h = float_to_half(b_value(b, i));
+                    uint16_t h = float_to_half(weight_float(b, i));
                     memcpy(n->wq->data + 2 * o, &h, 2);
                 }
             }
@@ -166,7 +154,7 @@ static void quantize_columns(const Encoding *e, int64_t c0, int64_t c1) {
             int64_t k0 = blk * QUANT_BLOCK, k1 = k0 + QUANT_BLOCK < K ? k0 + QUANT_BLOCK : K;
             double lo = 0, hi = 0, amax = 0;
             for (int64_t k = k0; k < k1; k++) {
-                float w = b_value(b, k * sk + col * sn);
+                float w = weight_float(b, k * sk + col * sn);
                 lo = w < lo ? w : lo;
                 hi = w > hi ? w : hi;
                 amax = fabs((double)w) > amax ? fabs((double)w) : amax;
@@ -181,7 +169,7 @@ static void quantize_columns(const Encoding *e, int64_t c0, int64_t c1) {
                 n->wzero->data[si] = (uint8_t)z;
             for (int64_t k = k0; k < k1; k++) {
                 int64_t i = k * sk + col * sn, o = dst_index(n, K, k, col, sk, sn);
-                double v = s > 0 ? (double)b_value(b, i) / s : 0;
+                double v = s > 0 ? (double)weight_float(b, i) / s : 0;
                 unsigned q;
                 if (f == WF_FP8_E4M3 || f == WF_FP8_E5M2)
                     q = fp8_encode(v, f == WF_FP8_E4M3 ? 4 : 5);

@@ -85,8 +85,7 @@ static bool is_scalar(const Tensor *t) {
  * op `op` of x, when x is f32 of n's shape; counted in *count when it
  * infers. */
 static void become_unary(Rewriter *r, Node *n, OpKind op, Tensor *x, int *count) {
-    if ((x->dtype != KILN_DTYPE_F32 && x->dtype != KILN_DTYPE_F16) ||
-        !shape_equal(x, n->outputs[0]))
+    if (!is_float(x->dtype) || !shape_equal(x, n->outputs[0]))
         return;
     Node saved;
     Tensor saved_out;
@@ -149,9 +148,8 @@ static void try_rms_norm(Rewriter *r, Node *n) {
         double eps;
         Tensor *x = rms_normalized(y, &eps);
         if (!x || gamma->kind != T_WEIGHT || gamma->rank != 1 || x->rank < 1 ||
-            gamma->shape[0] != x->shape[x->rank - 1] ||
-            (x->dtype != KILN_DTYPE_F32 && x->dtype != KILN_DTYPE_F16) ||
-            (gamma->dtype != KILN_DTYPE_F32 && gamma->dtype != KILN_DTYPE_F16))
+            gamma->shape[0] != x->shape[x->rank - 1] || !is_float(x->dtype) ||
+            !is_float(gamma->dtype))
             continue;
         Node saved;
         Tensor saved_out;
@@ -246,7 +244,7 @@ static void try_outer_product(Rewriter *r, Node *n) {
         return;
     Tensor *a = n->inputs[0], *b = n->inputs[1];
     if (a->rank < 2 || b->rank < 2 || !unit_axis(a, 1) || !unit_axis(b, 2) ||
-        a->dtype != b->dtype || (a->dtype != KILN_DTYPE_F32 && a->dtype != KILN_DTYPE_F16))
+        a->dtype != b->dtype || !is_float(a->dtype))
         return;
     Node saved;
     Tensor saved_out;
@@ -299,9 +297,8 @@ static Tensor *rotated_half(Tensor *t) {
 
 /* Whether n casts between f32 and f16 (an f16 model's cos.to(x.dtype)). */
 static bool float_cast(const Node *n) {
-    return n && n->op == OP_CAST && n->ninputs == 1 &&
-           (n->inputs[0]->dtype == KILN_DTYPE_F32 || n->inputs[0]->dtype == KILN_DTYPE_F16) &&
-           (n->outputs[0]->dtype == KILN_DTYPE_F32 || n->outputs[0]->dtype == KILN_DTYPE_F16);
+    return n && n->op == OP_CAST && n->ninputs == 1 && is_float(n->inputs[0]->dtype) &&
+           is_float(n->outputs[0]->dtype);
 }
 
 /* t = op(concat(f, f) along the last axis) seen through views that only
@@ -345,8 +342,7 @@ static Tensor *rope_table(Rewriter *r, const Node *at, OpKind op, Tensor *f, int
  * as a new [P, h] weight, made once; else NULL. */
 static Tensor *constant_table(Rewriter *r, const Tensor *C, int64_t P) {
     int64_t D = C->rank ? C->shape[C->rank - 1] : 0, h = D / 2;
-    if (C->kind != T_WEIGHT || !C->data ||
-        (C->dtype != KILN_DTYPE_F32 && C->dtype != KILN_DTYPE_F16) || D % 2 ||
+    if (C->kind != T_WEIGHT || !C->data || !is_float(C->dtype) || D % 2 ||
         tensor_count(C) != P * D)
         return NULL;
     const char *key = format("half(%s)", C->name);
@@ -460,8 +456,7 @@ static void try_rope(Rewriter *r, Node *n) {
                 continue;
             Tensor *C = other_input(lin, x), *cos_t, *sin_t;
             int axis = positions_axis(x, C);
-            if (axis < 0 || !shape_equal(C, S) ||
-                (x->dtype != KILN_DTYPE_F32 && x->dtype != KILN_DTYPE_F16) ||
+            if (axis < 0 || !shape_equal(C, S) || !is_float(x->dtype) ||
                 n->outputs[0]->rank != x->rank ||
                 !rope_tables(r, n, C, S, x->shape[axis], &cos_t, &sin_t))
                 continue;
@@ -514,15 +509,13 @@ static void try_batch_norm(Rewriter *r, Node *n) {
     Tensor *x = n->inputs[0];
     Node *made = x->producer;
     if ((made && (made->op == OP_CONV || made->op == OP_CONV_TRANSPOSE)) ||
-        (x->dtype != KILN_DTYPE_F32 && x->dtype != KILN_DTYPE_F16) || x->rank < 2 ||
-        is_dyn(x, 1))
+        !is_float(x->dtype) || x->rank < 2 || is_dyn(x, 1))
         return;
     int64_t C = x->shape[1];
     const Tensor *p[4];
     for (int k = 1; k < 5; k++) {
         const Tensor *t = n->inputs[k];
-        if (t->kind != T_WEIGHT || !t->data ||
-            (t->dtype != KILN_DTYPE_F32 && t->dtype != KILN_DTYPE_F16) || tensor_count(t) != C)
+        if (t->kind != T_WEIGHT || !t->data || !is_float(t->dtype) || tensor_count(t) != C)
             return;
         p[k - 1] = t;
     }

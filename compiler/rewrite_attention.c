@@ -86,8 +86,7 @@ static bool traced_attention(Rewriter *r, Node *n, const View *qv, const View *k
  * hides no row's every key: softmax over it never meets a row of -inf
  * only). */
 static bool finite_constant(const Tensor *t) {
-    if (t->kind != T_WEIGHT || !t->data ||
-        (t->dtype != KILN_DTYPE_F32 && t->dtype != KILN_DTYPE_F16))
+    if (t->kind != T_WEIGHT || !t->data || !is_float(t->dtype))
         return false;
     for (int64_t i = 0; i < tensor_count(t); i++)
         if (!isfinite(weight_float(t, i)))
@@ -216,7 +215,7 @@ void try_attention(Rewriter *r, Node *n) {
         mask = terms[0];
         /* a masked row that sees no key must give zeros: the NaN guard, or
          * a mask that hides no row (finite constants) */
-        if ((mask->dtype != KILN_DTYPE_F32 && mask->dtype != KILN_DTYPE_F16) || mask->rank > 4 ||
+        if (!is_float(mask->dtype) || mask->rank > 4 ||
             (!guard && !finite_constant(mask)))
             return;
     } else if (nterms) { /* constants: their sum at the scores' shape, once */
@@ -292,7 +291,7 @@ static bool traced_attention(Rewriter *r, Node *n, const View *qv, const View *k
             layout = l;
     if (layout < 0 || Q.group != 1 || K.heads != V.heads || K.group != V.group ||
         Q.H != K.H || Q.H != V.H || K.S != V.S || Q.W != K.W || Q.B != K.B || Q.B != V.B ||
-        (Q.root->dtype != KILN_DTYPE_F32 && Q.root->dtype != KILN_DTYPE_F16) ||
+        !is_float(Q.root->dtype) ||
         K.root->dtype != Q.root->dtype || V.root->dtype != Q.root->dtype)
         return false;
     bool bshd = layout == 1;

@@ -16,8 +16,7 @@ Node *rw_made_by(const Tensor *t, OpKind op) {
 
 /* The value of a one-element f32 or f16 weight. */
 bool rw_scalar_of(const Tensor *t, double *v) {
-    if (!t || t->kind != T_WEIGHT || !t->data ||
-        (t->dtype != KILN_DTYPE_F32 && t->dtype != KILN_DTYPE_F16) || tensor_count(t) != 1)
+    if (!t || t->kind != T_WEIGHT || !t->data || !is_float(t->dtype) || tensor_count(t) != 1)
         return false;
     *v = weight_float(t, 0);
     return true;

@@ -12,7 +12,6 @@
 #include "kiln.h"
 
 /* dtype classes */
-static inline bool is_float(kiln_dtype d) { return d == KILN_DTYPE_F32 || d == KILN_DTYPE_F16; }
 static inline bool is_numeric(kiln_dtype d) { return d != KILN_DTYPE_BOOL; }
 static inline bool is_index(kiln_dtype d) { return d == KILN_DTYPE_I32 || d == KILN_DTYPE_I64; }
 

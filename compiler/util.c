@@ -498,7 +498,6 @@ uint64_t tensor_base(Tensor *t) {
     return t->offset + at;
 }
 
-/* IEEE half precision, round to nearest even. */
 float weight_float(const Tensor *t, int64_t i) {
     if (t->dtype == KILN_DTYPE_F16) {
         uint16_t h;
@@ -510,6 +509,7 @@ float weight_float(const Tensor *t, int64_t i) {
     return f;
 }
 
+/* IEEE half precision, round to nearest even. */
 float half_to_float(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ffu, x;
     if (e == 0) {

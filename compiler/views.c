@@ -159,8 +159,8 @@ static int scaled_input(const Node *p, double *c) {
     for (int i = 0; p->op == OP_MUL && p->ninputs == 2 && i < 2; i++) {
         const Tensor *k = p->inputs[i];
         if (k->kind == T_WEIGHT && k->data && k->dtype == p->inputs[1 - i]->dtype &&
-            (k->dtype == KILN_DTYPE_F32 || k->dtype == KILN_DTYPE_F16) &&
-            tensor_count(k) == 1 && shape_equal(p->inputs[1 - i], p->outputs[0])) {
+            is_float(k->dtype) && tensor_count(k) == 1 &&
+            shape_equal(p->inputs[1 - i], p->outputs[0])) {
             *c = weight_float(k, 0);
             return 1 - i;
         }
