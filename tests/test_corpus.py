@@ -99,6 +99,15 @@ def recorded(dispatches, features):
                (d["unless"] == 0 or d["unless"] & ~features != 0))
 
 
+def recorded_pairs(a, b):
+    """(features, dispatches a records, dispatches b records) for every
+    combination of the feature bits that either build's dispatches name."""
+    bits = 0
+    for x in a + b:
+        bits |= x["needs"] | x["unless"]
+    return [(f, recorded(a, f), recorded(b, f)) for f in range(bits + 1) if f & ~bits == 0]
+
+
 # The f16 builds that still record more dispatches than f32, each by the
 # casts it needs today (docs/performance.md, "f16 dispatch counts"): an f32
 # model input read by a product (its kernels read f16 A), RoiAlign's
@@ -129,18 +138,12 @@ def arena_case(d):
             r = kiln("inspect", d / "model.onnx", "--format", "json", *flags)
             check(r.returncode == 0, f"kiln inspect {' '.join(flags)} failed:\n{r.stderr}")
             builds[flags[-1] if flags else "f32"] = json.loads(r.stdout)["dispatches"]
-        bits = 0
-        for ds in builds.values():
-            for x in ds:
-                bits |= x["needs"] | x["unless"]
-        subsets = [s for s in range(bits + 1) if s & ~bits == 0]
         extra = EXTRA_F16_DISPATCHES.get(d.name.rsplit("_", 1)[0], 0)
-        for feats in subsets:
-            n32, n16 = (recorded(builds[k], feats) for k in ("f32", "f16"))
+        casts = [x['node'] for x in builds['f16'] if '/to_f' in x['node']][:6]
+        for feats, n32, n16 in recorded_pairs(builds["f32"], builds["f16"]):
             check(n16 - n32 == extra if extra else n16 <= n32,
                   f"features {feats:#x}: f16 records {n16} dispatches, f32 {n32} (expected "
-                  f"{extra} more): "
-                  f"{[x['node'] for x in builds['f16'] if '/to_f' in x['node']][:6]}")
+                  f"{extra} more): {casts}")
     return test
 
 
@@ -207,13 +210,8 @@ def half_dispatch_case(d):
             r = kiln("inspect", path / "model.onnx", "--format", "json", *flags)
             check(r.returncode == 0, f"kiln inspect {path} failed:\n{r.stderr}")
             builds.append(json.loads(r.stdout)["dispatches"])
-        bits = 0
-        for ds in builds:
-            for x in ds:
-                bits |= x["needs"] | x["unless"]
         extra = EXTRA_HALF_DISPATCHES.get(d.name.rsplit("_", 1)[0], 0)
-        for feats in (s for s in range(bits + 1) if s & ~bits == 0):
-            n32, n16 = (recorded(ds, feats) for ds in builds)
+        for feats, n32, n16 in recorded_pairs(*builds):
             check(n16 - n32 == extra if extra else n16 <= n32,
                   f"features {feats:#x}: the f16 model records {n16} dispatches, its source "
                   f"at --precision f16 {n32} (expected {extra} more)")
