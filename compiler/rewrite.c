@@ -140,13 +140,34 @@ static Tensor *rms_normalized(Tensor *t, double *eps) {
     return NULL;
 }
 
+/* Whether n casts between f32 and f16 (an f16 model's cos.to(x.dtype)). */
+static bool float_cast(const Node *n) {
+    return n && n->op == OP_CAST && n->ninputs == 1 && is_float(n->inputs[0]->dtype) &&
+           is_float(n->outputs[0]->dtype);
+}
+
+/* t = cast(x) from f16 up to f32 (from f32 down to f16 when down): x, or
+ * NULL. */
+static Tensor *cast_from(Tensor *t, bool down) {
+    Node *c = t ? t->producer : NULL;
+    if (!float_cast(c) || c->inputs[0]->dtype == c->outputs[0]->dtype)
+        return NULL;
+    return (c->inputs[0]->dtype == KILN_DTYPE_F16) != down ? c->inputs[0] : NULL;
+}
+
+/* gamma * y. In an f16 model, transformers' RMSNorm normalizes in f32 and
+ * casts back before the scale: y = cast16(cast32(x) * rsqrt(...)); the
+ * norm of x then reads x itself (kiln's rms_norm sums its squares in f32
+ * whatever x's dtype, and rounds once, after the scale). */
 static void try_rms_norm(Rewriter *r, Node *n) {
     if (n->op != OP_MUL)
         return;
     for (int i = 0; i < 2; i++) {
-        Tensor *gamma = n->inputs[i], *y = n->inputs[1 - i];
+        Tensor *gamma = n->inputs[i], *y = n->inputs[1 - i], *y32 = cast_from(y, true);
         double eps;
-        Tensor *x = rms_normalized(y, &eps);
+        Tensor *x = rms_normalized(y32 ? y32 : y, &eps);
+        if (x && y32)
+            x = cast_from(x, false);
         if (!x || gamma->kind != T_WEIGHT || gamma->rank != 1 || x->rank < 1 ||
             gamma->shape[0] != x->shape[x->rank - 1] || !is_float(x->dtype) ||
             !is_float(gamma->dtype))
@@ -293,12 +314,6 @@ static Tensor *rotated_half(Tensor *t) {
     Node *neg = rw_made_by(c->inputs[0], OP_NEG);
     Tensor *x = neg ? half_of(neg->inputs[0], false) : NULL;
     return x && half_of(c->inputs[1], true) == x ? x : NULL;
-}
-
-/* Whether n casts between f32 and f16 (an f16 model's cos.to(x.dtype)). */
-static bool float_cast(const Node *n) {
-    return n && n->op == OP_CAST && n->ninputs == 1 && is_float(n->inputs[0]->dtype) &&
-           is_float(n->outputs[0]->dtype);
 }
 
 /* t = op(concat(f, f) along the last axis) seen through views that only
