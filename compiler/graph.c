@@ -56,6 +56,26 @@ void node_add_output(Node *n, Tensor *t) {
     t->producer = n;
 }
 
+void release_weight(Graph *g, Tensor *b, bool (*spare)(Node *m, int k, void *ctx),
+                    void *ctx) {
+    if (!b->owns_data || !b->data || b->is_output)
+        return;
+    for (int i = 0; i < g->nodes.len; i++) {
+        Node *m = g->nodes.data[i];
+        for (int k = 0; !m->dead && k < m->ninputs; k++)
+            if (m->inputs[k] == b && !spare(m, k, ctx))
+                return;
+    }
+    for (int i = 0; i < g->tensors.len; i++) {
+        const Tensor *t = g->tensors.data[i];
+        if (t != b && t->data == b->data)
+            return;
+    }
+    xfree(b->data);
+    b->data = NULL;
+    b->owns_data = false;
+}
+
 static Attr *new_attr(Node *n, const char *key) {
     for (int i = 0; i < n->nattrs; i++)
         if (strcmp(n->attrs[i].key, key) == 0) {

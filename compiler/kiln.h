@@ -391,6 +391,13 @@ void node_add_input(Node *n, Tensor *t);
 /* The operand of a two-input node that is not t (an add's other side). */
 Tensor *other_input(const Node *n, const Tensor *t);
 void node_add_output(Node *n, Tensor *t);
+/* Frees weight b's own bytes (Tensor.owns_data) when no live node reads
+ * it, but for the readers `spare` accepts (input k of m; those must never
+ * read b's bytes again), and no other tensor points at them: a large
+ * model's weights are not held twice, in the file's layout and in the
+ * compiler's (issue 65: host memory within 1.5x the weights). */
+void release_weight(Graph *g, Tensor *b, bool (*spare)(Node *m, int k, void *ctx),
+                    void *ctx);
 void node_set_strs(Node *n, const char *key, int count, char **items);
 void node_set_attr(Node *n, const char *key, const char *scalar);
 void node_set_int(Node *n, const char *key, int64_t v);

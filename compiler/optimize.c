@@ -326,6 +326,15 @@ static bool qkv_candidate(const Node *m) {
            b->data && m->inputs[0]->rank >= 1 && m->inputs[0] != b;
 }
 
+/* Whether input k of m is a part's B of the QKV group ctx (Node *[3]). */
+static bool qkv_part(Node *m, int k, void *ctx) {
+    Node **group = ctx;
+    for (int j = 0; j < 3; j++)
+        if (m == group[j])
+            return k == 1;
+    return false;
+}
+
 /* QKV split: up to three matmuls of one A by weights of the same K become
  * one product by the weights side by side ([K, N0 + N1 + N2], a new
  * weight), whose dispatch writes each product's columns to its own output. */
@@ -349,6 +358,7 @@ static void fuse_qkv(Graph *g) {
         int64_t K = m->inputs[1]->shape[0], N = 0;
         for (int k = 0; k < n; k++)
             N += group[k]->inputs[1]->shape[1];
+        Tensor *sources0 = m->inputs[1];
         Tensor *w = graph_tensor(g, format("kiln.qkv.%s", m->name), T_WEIGHT, m->loc);
         w->dtype = m->inputs[1]->dtype; /* f32, or an f16 model's f16 */
         w->rank = 2;
@@ -364,7 +374,12 @@ static void fuse_qkv(Graph *g) {
                        (size_t)bn * es);
                 col += bn;
             }
+        w->owns_data = true;
         m->inputs[1] = w;
+        /* the parts' own bytes are freed once copied (a 3B decoder's QKV and
+         * gate/up weights are 3.7 GB): the siblings' B is never bound */
+        for (int k = 0; k < n; k++)
+            release_weight(g, k ? group[k]->inputs[1] : sources0, qkv_part, group);
         if (m->epi_bias) { /* the biases side by side too */
             Tensor *bias = graph_tensor(g, format("kiln.qkv_bias.%s", m->name), T_WEIGHT,
                                         m->loc);

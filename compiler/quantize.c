@@ -342,29 +342,19 @@ bool decode_weight(Graph *g, const Tensor *b) {
 /* Whether n is a gemm that reads its B transposed (B given as N x K). */
 static bool trans_b(Node *n) { return n->op == OP_GEMM && attr_int(n, "trans_b"); }
 
-/* Frees B's own bytes once n's encoding holds all its readers need: every
- * live reader takes it as B of the same product and orientation (those
- * after n share n's encoding), B owns them (Tensor.owns_data) and no
- * other tensor points at them. No dispatch binds B then (lowering binds
- * the encoding): a decoder's weights are never held twice, in the file's
+/* A reader of B that n's encoding serves: B of the same product and
+ * orientation (those after n share n's encoding). */
+static bool served(Node *m, int k, void *ctx) {
+    Node *n = ctx;
+    return k == 1 && m->op == n->op && trans_b(m) == trans_b(n);
+}
+
+/* Frees B's own bytes once n's encoding holds all its readers need
+ * (release_weight). No dispatch binds B then (lowering binds the
+ * encoding): a decoder's weights are never held twice, in the file's
  * dtype and encoded (the 8B of issue 65 is 16 GB in f16). */
 static void release_source(Graph *g, Node *n, Tensor *b) {
-    if (!b->owns_data || !b->data || b->is_output)
-        return;
-    for (int i = 0; i < g->nodes.len; i++) {
-        Node *m = g->nodes.data[i];
-        for (int k = 0; !m->dead && k < m->ninputs; k++)
-            if (m->inputs[k] == b && (k != 1 || m->op != n->op || trans_b(m) != trans_b(n)))
-                return;
-    }
-    for (int i = 0; i < g->tensors.len; i++) {
-        const Tensor *t = g->tensors.data[i];
-        if (t != b && t->data == b->data)
-            return;
-    }
-    xfree(b->data);
-    b->data = NULL;
-    b->owns_data = false;
+    release_weight(g, b, served, n);
 }
 
 void quantize_weights(Graph *g, const Options *opt) {
