@@ -169,6 +169,7 @@ static Tensor *converted_weight(Pass *p, Tensor *w, kiln_dtype dt) {
     memcpy(c->shape, w->shape, sizeof c->shape);
     int64_t count = tensor_count(w);
     c->data = xcalloc((size_t)count + 1, (size_t)kiln_dtype_size(dt));
+    c->owns_data = true; /* freed once encoded (quantize.c) */
     for (int64_t i = 0; i < count; i++) {
         float f = weight_float(w, i);
         if (dt == KILN_DTYPE_F16) {
@@ -287,6 +288,21 @@ static void store_f16(const Pass *p, Node **members, int nm) {
         }
 }
 
+/* release_weight's readers to spare: none. */
+static bool no_reader(Node *m, int k, void *ctx) {
+    (void)m, (void)k, (void)ctx;
+    return false;
+}
+
+/* Input k of h, an f32 weight, read as its f16 copy; the f32 bytes freed
+ * once nothing reads them (a model's weights are not held in both
+ * dtypes while the pass goes on). */
+static void half_input(Pass *p, Node *h, int k) {
+    Tensor *w = h->inputs[k];
+    replace_input(h, k, half_weight(p, w));
+    release_weight(p->g, w, no_reader, NULL);
+}
+
 /* A product's A and B as f16: f32 weights converted, f32 activations
  * cast; under --weights another format (or 8-bit codes) B stays f32, for
  * quantize.c to encode, as does a decoder's (decode_weight: quantize.c
@@ -301,7 +317,7 @@ static void product_operands(Pass *p, Node *h) {
                            (p->opt->weights_format != WF_F32 || t->quant.codes ||
                             decode_weight(p->g, t));
             if (!encoded)
-                replace_input(h, k, half_weight(p, t));
+                half_input(p, h, k);
         } else {
             replace_input(h, k, cast_to(p, t, KILN_DTYPE_F16));
         }
@@ -312,7 +328,7 @@ static void product_operands(Pass *p, Node *h) {
 static void conv_weights(Pass *p, Node *h) {
     Tensor *w = h->inputs[1];
     if (w->dtype == KILN_DTYPE_F32 && w->kind == T_WEIGHT && w->data)
-        replace_input(h, 1, half_weight(p, w));
+        half_input(p, h, 1);
 }
 
 /* A copy's group: f16 data stays f16 unless the copy writes an f32 model
@@ -497,6 +513,14 @@ void apply_precision(Graph *g, const Options *opt) {
     g->nodes = p.order;
     for (int i = 0; i < g->nodes.len; i++)
         ((Node *)g->nodes.data[i])->id = i;
+    /* a weight every reader of which now reads its converted copy: its
+     * own bytes go (an f32 export compiled to f16 holds its f16 weights,
+     * not both) */
+    for (int i = 0; i < g->tensors.len; i++) {
+        Tensor *t = g->tensors.data[i];
+        if (t->kind == T_WEIGHT)
+            release_weight(g, t, no_reader, NULL);
+    }
     if (opt->verbose)
         fprintf(stderr, half ? "kiln: --precision f16: %d casts, %d weights converted to f16\n"
                              : "kiln: f16 tensors: %d casts, %d weights converted to f32\n",

@@ -276,6 +276,53 @@ bad_case("a constant Add of three inputs",
          ["node 's (Add)'", "Add takes 2 inputs, not 3"])
 
 
+def external_initializer(name, array, location, offset):
+    """A TensorProto whose float32 bytes are at offset in the file
+    location (ONNX external data)."""
+    n = array.size * 4
+    return (b"".join(field(1, d) for d in array.shape) + field(2, 1) + field(8, name) +
+            field(13, field(1, "location") + field(2, location)) +
+            field(13, field(1, "offset") + field(2, str(offset))) +
+            field(13, field(1, "length") + field(2, str(n))) + field(14, 1))
+
+
+@case("onnx weights in external data are held once while compiling: 8 layers of three "
+      "products of one input (a QKV group, concatenated), 96 MiB of f32 weights, peak host "
+      "memory under 1.2x the weights plus 48 MiB, also at --precision f16; outputs against "
+      "numpy")
+def _(workdir):
+    wd = Path(workdir)
+    rng = np.random.default_rng(21)
+    k, layers = 1024, 8
+    ws = [rng.standard_normal((k, k), dtype=np.float32) * 0.03 for _ in range(3 * layers)]
+    with open(wd / "w.bin", "wb") as f:
+        for w in ws:
+            f.write(w.tobytes())
+    nodes, inits, h = [], [], "x"
+    for i in range(layers):
+        for j, part in enumerate("qkv"):
+            inits.append(external_initializer(f"w{part}{i}", ws[3 * i + j], "w.bin",
+                                              (3 * i + j) * k * k * 4))
+            nodes.append(node("MatMul", [h, f"w{part}{i}"], [f"{part}{i}"], f"mm_{part}{i}"))
+        nodes += [node("Add", [f"q{i}", f"k{i}"], [f"s{i}"], f"a{i}"),
+                  node("Add", [f"s{i}", f"v{i}"], [f"h{i}"], f"b{i}")]
+        h = f"h{i}"
+    data = model(nodes, [value_info("x", [1, k])], [value_info(h, [1, k])], inits)
+    (wd / "m.onnx").write_bytes(data)
+    weights_mib = len(ws) * k * k * 4 / 2**20
+    for flags in ((), ("--precision", "f16")):
+        r = kiln("compile", wd / "m.onnx", "-o", wd / "peak.c", "--time", *flags)
+        check(r.returncode == 0, f"kiln compile failed:\n{r.stderr}")
+        peak = max(int(m) for m in re.findall(r"at most (\d+)$", r.stderr, re.M))
+        check(peak < 1.2 * weights_mib + 48, f"compiling {' '.join(flags) or 'in f32'} held "
+              f"{peak} MiB at most for {weights_mib:.0f} MiB of weights")
+    x = rng.standard_normal((1, k)).astype(np.float32)
+    want = x.astype(np.float64)
+    for i in range(layers):
+        want = sum(want @ ws[3 * i + j] for j in range(3))
+    run_onnx(workdir, data, [x], [want.astype(np.float32)], [h], tol=(1e-3, 1e-4))
+
+
 @case("onnx Max and Min of one and of three constants: variadic, every input counts")
 def _(workdir):
     rng = np.random.default_rng(11)
@@ -1174,3 +1221,41 @@ def _(workdir):
     m = model([node("Softmax", ["x"], ["y"], "s", attr("axis", 0))],
               [value_info("x", [4, 6])], [value_info("y", [4, 6])], [], opset=11)
     run_onnx(workdir, m, [x], [(e / e.sum()).astype(np.float32)], ["y"])
+
+
+@case("onnx RMSNorm of f16 values as transformers writes it: x cast up to f32, Pow, "
+      "ReduceMean, Add eps, Sqrt, Reciprocal, Mul, cast back to f16, times the f16 scale: "
+      "one rms_norm dispatch (no cast, pow or mean left), default and --precision f16, "
+      "against numpy in f64 (large |x|, whose squares overflow f16)")
+def _(workdir):
+    rng = np.random.default_rng(34)
+    x = (rng.standard_normal([2, 5, 64]) * 300).astype(np.float16)
+    gamma = (rng.standard_normal(64) * 0.5 + 1).astype(np.float16)
+    xf = x.astype(np.float64)
+    want = xf / np.sqrt((xf * xf).mean(-1, keepdims=True) + 1e-6) * gamma.astype(np.float64)
+    nodes = [node("Cast", ["x"], ["x32"], "up", attr("to", 1)),
+             node("Pow", ["x32", "two"], ["sq"], "pow"),
+             node("ReduceMean", ["sq"], ["ms"], "mean", attr("axes", [-1]) + attr("keepdims", 1)),
+             node("Add", ["ms", "eps"], ["mse"], "add"),
+             node("Sqrt", ["mse"], ["rms"], "sqrt"),
+             node("Reciprocal", ["rms"], ["inv"], "rcp"),
+             node("Mul", ["x32", "inv"], ["n32"], "norm"),
+             node("Cast", ["n32"], ["n16"], "down", attr("to", 10)),
+             node("Mul", ["gamma", "n16"], ["y"], "scale")]
+    inits = [initializer("two", np.array(2, np.float32)),
+             initializer("eps", np.array(1e-6, np.float32)), initializer("gamma", gamma)]
+    m = model(nodes, [value_info("x", [2, 5, 64], 10)], [value_info("y", [2, 5, 64], 10)],
+              inits)
+    for prec in ("default", "f16"):
+        wd = Path(workdir) / prec
+        wd.mkdir()
+        (wd / "m.onnx").write_bytes(m)
+        flags = ("--precision", "f16") if prec == "f16" else ()
+        r = kiln("inspect", wd / "m.onnx", "--format", "json", *flags)
+        check(r.returncode == 0, f"kiln inspect failed:\n{r.stderr}")
+        ops = [d["op"] for d in json.loads(r.stdout)["dispatches"]]
+        check(ops == ["rms_norm"], f"{prec}: dispatches {ops}, expected one rms_norm")
+        r = kiln("compile", wd / "m.onnx", "--name", "model", "-o", wd / "model.c", *flags)
+        check(r.returncode == 0, f"kiln compile failed:\n{r.stderr}")
+        got = run_program(link_model(wd), [x], [np.zeros([2, 5, 64], np.float16)])
+        assert_relative(got[0].astype(np.float64), want, F16_TOLERANCE, prec)
