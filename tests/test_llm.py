@@ -18,6 +18,7 @@ the codes times A in f16 pairs against the same codes in f32
 """
 import json
 import re
+import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -265,3 +266,32 @@ def half_steps_case(d):
 for _d in sorted(p.parent for p in (LLM / "half").glob("*/model.onnx")):
     case(f"llm f16 model {_d.name}: prompt and decoding steps, the cache f16 state")(
         half_steps_case(_d))
+
+
+@case("llm decoders exported by transformers with f16 weights (a Llama and a Qwen2, "
+      "RMSNorm's f32 island and its casts; tests/models/llm/exports.tgz, zeros for weights): "
+      "each records no more dispatches than its f32 export at --precision f16, on every "
+      "device feature set, and computes each norm as one rms_norm")
+def _(workdir):
+    wd = Path(workdir)
+    with tarfile.open(LLM / "exports.tgz") as t:
+        t.extractall(wd)  # the repository's own archive
+    sizes = json.loads((wd / "exports" / "exports.json").read_text())["data_bytes"]
+    for name, size in sizes.items():
+        with open(wd / "exports" / name / "model.onnx.data", "wb") as f:
+            f.truncate(size)
+    for model in ("llama", "qwen2"):
+        summary, ops = {}, {}
+        for dt in ("f16", "f32"):
+            r = kiln("inspect", wd / "exports" / f"{model}_{dt}" / "model.onnx", "--format",
+                     "json", "--precision", "f16", *DYN_SHAPES)
+            check(r.returncode == 0, f"kiln inspect {model}_{dt} failed:\n{r.stderr}")
+            j = json.loads(r.stdout)
+            summary[dt] = j["summary"]
+            ops[dt] = sorted({d["op"] for d in j["dispatches"]})
+        for key in ("most_on_one_device", "fewest_on_one_device"):
+            check(summary["f16"][key] <= summary["f32"][key],
+                  f"{model}: the f16 export records up to {summary['f16'][key]} dispatches "
+                  f"({key}), its f32 export {summary['f32'][key]}")
+        check("rms_norm" in ops["f16"] and not {"pow", "reduce_mean"} & set(ops["f16"]),
+              f"{model}: the f16 export's norms are not fused: {ops['f16']}")
