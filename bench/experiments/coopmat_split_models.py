@@ -1,7 +1,7 @@
 """coopmat_split_models.py: the coopmat split along K in whole models, f16 --io f16:
 the default (splitk.comp), none (KILN_COOPMAT_SPLITK=1) and the sums in
 each tile's last workgroup (KILN_SPLIT_LAST=1); with KILN_SPLIT_VARIANTS=tiles
-the split against 64x32 and 32x32 tiles unsplit (not run yet). Run from the repository root
+the split against 64x32 and 32x32 tiles unsplit (run 2026-12-08). Run from the repository root
 where bench/models.py runs: python3 bench/experiments/coopmat_split_models.py
 NAME[,NAME...]; writes one line a model and variant (coopmat-split-models-h100.txt)."""
 import json, os, sys, tempfile
