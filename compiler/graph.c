@@ -58,7 +58,7 @@ void node_add_output(Node *n, Tensor *t) {
 
 void release_weight(Graph *g, Tensor *b, bool (*spare)(Node *m, int k, void *ctx),
                     void *ctx) {
-    if (!b->owns_data || !b->data || b->is_output)
+    if (!(b->owns_data || b->file_bytes) || !b->data || b->is_output)
         return;
     for (int i = 0; i < g->nodes.len; i++) {
         Node *m = g->nodes.data[i];
@@ -71,9 +71,12 @@ void release_weight(Graph *g, Tensor *b, bool (*spare)(Node *m, int k, void *ctx
         if (t != b && t->data == b->data)
             return;
     }
-    xfree(b->data);
+    if (b->owns_data)
+        xfree(b->data);
+    else
+        drop_pages(b->data, tensor_bytes(b));
     b->data = NULL;
-    b->owns_data = false;
+    b->owns_data = b->file_bytes = false;
 }
 
 static Attr *new_attr(Node *n, const char *key) {

@@ -115,6 +115,11 @@ void run_striped(int threads, void (*fn)(void *ctx, int index, int threads), voi
 /* A regular file's bytes as a private, writable mapping (writes stay in
  * this process; it lasts until exit), else read_file's copy. */
 char *map_file(const char *path, size_t *out_size);
+/* Drops the whole pages within [p, p + n) of a file mapping, or of a
+ * block that lasts until exit, from this process's memory: a page of a
+ * file faults in again if read, one of a block reads as zeros (for bytes
+ * nothing reads again). */
+void drop_pages(const void *p, uint64_t n);
 /* Opens a regular file and tells its size; NULL with errno set otherwise
  * (a directory, a device or a pipe is refused: weights are read by range). */
 FILE *open_regular(const char *path, uint64_t *size);
@@ -258,7 +263,11 @@ typedef struct Tensor {
     WeightSource src;
     uint8_t *data;      /* little-endian, bytes() long, after load */
     bool owns_data;     /* data is a block of its own (xcalloc'd for it, not in a
-                         * mapped file), which quantize.c frees once encoded */
+                         * mapped file), which release_weight frees */
+    bool file_bytes;    /* data is borrowed, kept until exit: an ONNX initializer's
+                         * raw data in the model file's bytes (mapped, or read
+                         * whole), or a folded view's source; release_weight drops
+                         * its whole pages */
     QuantCodes quant;   /* rank-2 f32 weights folded from 8-bit codes */
     /* memory: set by lower (views) and plan_memory */
     struct Tensor *alias; /* the tensor whose bytes this one shares, or NULL */
@@ -391,7 +400,8 @@ void node_add_input(Node *n, Tensor *t);
 /* The operand of a two-input node that is not t (an add's other side). */
 Tensor *other_input(const Node *n, const Tensor *t);
 void node_add_output(Node *n, Tensor *t);
-/* Frees weight b's own bytes (Tensor.owns_data) when no live node reads
+/* Frees weight b's own bytes (Tensor.owns_data; a model file's bytes,
+ * Tensor.file_bytes: their whole pages leave the process) when no live node reads
  * it, but for the readers `spare` accepts (input k of m; those must never
  * read b's bytes again), and no other tensor points at them: a large
  * model's weights are not held twice, in the file's layout and in the

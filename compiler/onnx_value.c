@@ -175,6 +175,7 @@ Tensor *tens(Ctx *c, Value *v) {
     memcpy(t->shape, v->shape, sizeof t->shape);
     t->data = v->data;
     t->owns_data = v->data == v->alloc;
+    t->file_bytes = !t->owns_data;
     t->quant = v->quant;
     t->src.from = W_VALUES;
     v->t = t;

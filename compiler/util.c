@@ -373,6 +373,20 @@ void run_striped(int threads, void (*fn)(void *ctx, int index, int threads), voi
             pthread_join(ids[t], NULL);
 }
 
+void drop_pages(const void *p, uint64_t n) {
+    long page = sysconf(_SC_PAGESIZE);
+    if (page <= 0)
+        return;
+    uintptr_t lo = ((uintptr_t)p + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
+    uintptr_t hi = ((uintptr_t)p + (uintptr_t)n) / (uintptr_t)page * (uintptr_t)page;
+#ifdef MADV_DONTNEED
+    if (hi > lo)
+        madvise((void *)lo, hi - lo, MADV_DONTNEED);
+#else
+    (void)lo, (void)hi;
+#endif
+}
+
 char *map_file(const char *path, size_t *out_size) {
     int fd = open(path, O_RDONLY);
     if (fd < 0)

@@ -90,23 +90,6 @@ typedef struct Segments {
     size_t count;
 } Segments;
 
-/* Drops the whole pages within [p, p + n) of a read-only file mapping
- * from this process's memory (they fault in again if read): comparing a
- * sidecar as large as the weights would otherwise hold all of it. */
-static void release_pages(const uint8_t *p, uint64_t n) {
-    long page = sysconf(_SC_PAGESIZE);
-    if (page <= 0)
-        return;
-    uintptr_t lo = ((uintptr_t)p + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
-    uintptr_t hi = ((uintptr_t)p + (uintptr_t)n) / (uintptr_t)page * (uintptr_t)page;
-#ifdef MADV_DONTNEED
-    if (hi > lo)
-        madvise((void *)lo, hi - lo, MADV_DONTNEED);
-#else
-    (void)lo, (void)hi;
-#endif
-}
-
 /* A stripe of the segments (run_striped). */
 static void hash_segments(void *ctx, int index, int threads) {
     Segments *s = ctx;
@@ -120,7 +103,7 @@ static void hash_segments(void *ctx, int index, int threads) {
         s->hash[k] = kiln__hash_segment(&c.hash);
         s->same[k] = c.same;
         if (s->file) /* the old file's pages of this segment leave this process */
-            release_pages(s->file + from, to - from);
+            drop_pages(s->file + from, to - from);
     }
 }
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from harness import (F16_TOLERANCE, ROOT, assert_close, assert_relative, check, kiln,
-                     link_model, registry, run_program, run_program_raw)
+from harness import (F16_TOLERANCE, ROOT, SANITIZING, assert_close, assert_relative, check,
+                     kiln, link_model, registry, run_program, run_program_raw)
 
 
 sys.path.insert(0, str(ROOT / "tests" / "onnx"))
@@ -314,7 +314,8 @@ def _(workdir):
         r = kiln("compile", wd / "m.onnx", "-o", wd / "peak.c", "--time", *flags)
         check(r.returncode == 0, f"kiln compile failed:\n{r.stderr}")
         peak = max(int(m) for m in re.findall(r"at most (\d+)$", r.stderr, re.M))
-        check(peak < 1.2 * weights_mib + 48, f"compiling {' '.join(flags) or 'in f32'} held "
+        # (a sanitized kiln keeps freed blocks in quarantine: no bound there)
+        check(SANITIZING or peak < 1.2 * weights_mib + 48, f"compiling {' '.join(flags) or 'in f32'} held "
               f"{peak} MiB at most for {weights_mib:.0f} MiB of weights")
     x = rng.standard_normal((1, k)).astype(np.float32)
     want = x.astype(np.float64)
