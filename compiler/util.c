@@ -6,6 +6,7 @@
  * then the offending source line and a caret under the column.
  */
 #define _POSIX_C_SOURCE 200809L /* fileno, fseeko */
+#define _DEFAULT_SOURCE /* madvise */
 #include "kiln.h"
 #include "../runtime/kiln_hash.h"
 

@@ -286,10 +286,10 @@ def external_initializer(name, array, location, offset):
             field(13, field(1, "length") + field(2, str(n))) + field(14, 1))
 
 
-@case("onnx weights in external data are held once while compiling: 8 layers of three "
-      "products of one input (a QKV group, concatenated), 96 MiB of f32 weights, peak host "
-      "memory under 1.2x the weights plus 48 MiB, also at --precision f16; outputs against "
-      "numpy")
+@case("onnx weights are held once while compiling: 8 layers of three products of one "
+      "input (a QKV group, concatenated), 96 MiB of f32 weights in external data and as "
+      "inline initializers, peak host memory under 1.2x the weights plus 48 MiB, also at "
+      "--precision f16; outputs against numpy")
 def _(workdir):
     wd = Path(workdir)
     rng = np.random.default_rng(21)
@@ -298,25 +298,32 @@ def _(workdir):
     with open(wd / "w.bin", "wb") as f:
         for w in ws:
             f.write(w.tobytes())
-    nodes, inits, h = [], [], "x"
-    for i in range(layers):
-        for j, part in enumerate("qkv"):
-            inits.append(external_initializer(f"w{part}{i}", ws[3 * i + j], "w.bin",
-                                              (3 * i + j) * k * k * 4))
-            nodes.append(node("MatMul", [h, f"w{part}{i}"], [f"{part}{i}"], f"mm_{part}{i}"))
-        nodes += [node("Add", [f"q{i}", f"k{i}"], [f"s{i}"], f"a{i}"),
-                  node("Add", [f"s{i}", f"v{i}"], [f"h{i}"], f"b{i}")]
-        h = f"h{i}"
-    data = model(nodes, [value_info("x", [1, k])], [value_info(h, [1, k])], inits)
-    (wd / "m.onnx").write_bytes(data)
+
+    def layered(inline):
+        nodes, inits, h = [], [], "x"
+        for i in range(layers):
+            for j, part in enumerate("qkv"):
+                name, w = f"w{part}{i}", ws[3 * i + j]
+                inits.append(initializer(name, w) if inline else
+                             external_initializer(name, w, "w.bin", (3 * i + j) * k * k * 4))
+                nodes.append(node("MatMul", [h, name], [f"{part}{i}"], f"mm_{part}{i}"))
+            nodes += [node("Add", [f"q{i}", f"k{i}"], [f"s{i}"], f"a{i}"),
+                      node("Add", [f"s{i}", f"v{i}"], [f"h{i}"], f"b{i}")]
+            h = f"h{i}"
+        return model(nodes, [value_info("x", [1, k])], [value_info(h, [1, k])], inits), h
+
     weights_mib = len(ws) * k * k * 4 / 2**20
-    for flags in ((), ("--precision", "f16")):
-        r = kiln("compile", wd / "m.onnx", "-o", wd / "peak.c", "--time", *flags)
-        check(r.returncode == 0, f"kiln compile failed:\n{r.stderr}")
-        peak = max(int(m) for m in re.findall(r"at most (\d+)$", r.stderr, re.M))
-        # (a sanitized kiln keeps freed blocks in quarantine: no bound there)
-        check(SANITIZING or peak < 1.2 * weights_mib + 48, f"compiling {' '.join(flags) or 'in f32'} held "
-              f"{peak} MiB at most for {weights_mib:.0f} MiB of weights")
+    for inline in (False, True):
+        data, h = layered(inline)
+        (wd / "m.onnx").write_bytes(data)
+        for flags in ((), ("--precision", "f16")):
+            r = kiln("compile", wd / "m.onnx", "-o", wd / "peak.c", "--time", *flags)
+            check(r.returncode == 0, f"kiln compile failed:\n{r.stderr}")
+            peak = max(int(m) for m in re.findall(r"at most (\d+)$", r.stderr, re.M))
+            what = f"{'inline' if inline else 'external'} weights, {' '.join(flags) or 'f32'}"
+            # (a sanitized kiln keeps freed blocks in quarantine: no bound there)
+            check(SANITIZING or peak < 1.2 * weights_mib + 48,
+                  f"{what}: {peak} MiB at most for {weights_mib:.0f} MiB of weights")
     x = rng.standard_normal((1, k)).astype(np.float32)
     want = x.astype(np.float64)
     for i in range(layers):
