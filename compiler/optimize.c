@@ -358,7 +358,6 @@ static void fuse_qkv(Graph *g) {
         int64_t K = m->inputs[1]->shape[0], N = 0;
         for (int k = 0; k < n; k++)
             N += group[k]->inputs[1]->shape[1];
-        Tensor *sources0 = m->inputs[1];
         Tensor *w = graph_tensor(g, format("kiln.qkv.%s", m->name), T_WEIGHT, m->loc);
         w->dtype = m->inputs[1]->dtype; /* f32, or an f16 model's f16 */
         w->rank = 2;
@@ -375,11 +374,11 @@ static void fuse_qkv(Graph *g) {
                 col += bn;
             }
         w->owns_data = true;
-        m->inputs[1] = w;
         /* the parts' own bytes are freed once copied (a 3B decoder's QKV and
          * gate/up weights are 3.7 GB): the siblings' B is never bound */
         for (int k = 0; k < n; k++)
-            release_weight(g, k ? group[k]->inputs[1] : sources0, qkv_part, group);
+            release_weight(g, group[k]->inputs[1], qkv_part, group);
+        m->inputs[1] = w;
         if (m->epi_bias) { /* the biases side by side too */
             Tensor *bias = graph_tensor(g, format("kiln.qkv_bias.%s", m->name), T_WEIGHT,
                                         m->loc);

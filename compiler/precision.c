@@ -218,11 +218,22 @@ static Tensor *half_weight(Pass *p, Tensor *w) {
     return p->half[w->id];
 }
 
-/* Replaces input k of member m by `by`, keeping the readers' counts. */
+/* release_weight's readers to spare: none. */
+static bool no_reader(Node *m, int k, void *ctx) {
+    (void)m, (void)k, (void)ctx;
+    return false;
+}
+
+/* Replaces input k of member m by `by`, keeping the readers' counts; a
+ * weight replaced by its converted copy loses its bytes once nothing reads
+ * it (a model's weights are not held in both dtypes while the pass goes
+ * on). */
 static void replace_input(Node *m, int k, Tensor *by) {
-    m->inputs[k]->uses--;
+    Tensor *old = m->inputs[k];
+    old->uses--;
     m->inputs[k] = by;
     by->uses++;
+    release_weight(m->graph, old, no_reader, NULL);
 }
 
 /* Whether t is made by a member of the group headed by h. */
@@ -288,21 +299,6 @@ static void store_f16(const Pass *p, Node **members, int nm) {
         }
 }
 
-/* release_weight's readers to spare: none. */
-static bool no_reader(Node *m, int k, void *ctx) {
-    (void)m, (void)k, (void)ctx;
-    return false;
-}
-
-/* Input k of h, an f32 weight, read as its f16 copy; the f32 bytes freed
- * once nothing reads them (a model's weights are not held in both
- * dtypes while the pass goes on). */
-static void half_input(Pass *p, Node *h, int k) {
-    Tensor *w = h->inputs[k];
-    replace_input(h, k, half_weight(p, w));
-    release_weight(p->g, w, no_reader, NULL);
-}
-
 /* A product's A and B as f16: f32 weights converted, f32 activations
  * cast; under --weights another format (or 8-bit codes) B stays f32, for
  * quantize.c to encode, as does a decoder's (decode_weight: quantize.c
@@ -317,7 +313,7 @@ static void product_operands(Pass *p, Node *h) {
                            (p->opt->weights_format != WF_F32 || t->quant.codes ||
                             decode_weight(p->g, t));
             if (!encoded)
-                half_input(p, h, k);
+                replace_input(h, k, half_weight(p, t));
         } else {
             replace_input(h, k, cast_to(p, t, KILN_DTYPE_F16));
         }
@@ -328,7 +324,7 @@ static void product_operands(Pass *p, Node *h) {
 static void conv_weights(Pass *p, Node *h) {
     Tensor *w = h->inputs[1];
     if (w->dtype == KILN_DTYPE_F32 && w->kind == T_WEIGHT && w->data)
-        half_input(p, h, 1);
+        replace_input(h, 1, half_weight(p, w));
 }
 
 /* A copy's group: f16 data stays f16 unless the copy writes an f32 model
@@ -513,9 +509,7 @@ void apply_precision(Graph *g, const Options *opt) {
     g->nodes = p.order;
     for (int i = 0; i < g->nodes.len; i++)
         ((Node *)g->nodes.data[i])->id = i;
-    /* a weight every reader of which now reads its converted copy: its
-     * own bytes go (an f32 export compiled to f16 holds its f16 weights,
-     * not both) */
+    /* and the weights no live node read before the pass either */
     for (int i = 0; i < g->tensors.len; i++) {
         Tensor *t = g->tensors.data[i];
         if (t->kind == T_WEIGHT)
